@@ -1,0 +1,49 @@
+//! Durations as users write them: `90s`, `30m`, `26h`, `1h 30m`, `2d`.
+
+use std::time::Duration;
+
+/// Parses a human duration; the error says what was expected.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let t = s.trim();
+    if t.is_empty() {
+        return Err("expected a duration like \"90s\", \"30m\" or \"26h\", got an empty string".into());
+    }
+    let d = humantime::parse_duration(t).map_err(|e| {
+        format!("expected a duration like \"90s\", \"30m\" or \"26h\", got {s:?} ({e})")
+    })?;
+    if d.is_zero() {
+        return Err(format!("expected a duration greater than zero, got {s:?}"));
+    }
+    Ok(d)
+}
+
+/// Formats a duration the way users write them (`30m`, `1h 30m`).
+pub fn format_duration(d: Duration) -> String {
+    humantime::format_duration(Duration::from_secs(d.as_secs())).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_the_documented_forms() {
+        assert_eq!(parse_duration("90s").unwrap(), Duration::from_secs(90));
+        assert_eq!(parse_duration("30m").unwrap(), Duration::from_secs(1800));
+        assert_eq!(parse_duration("26h").unwrap(), Duration::from_secs(26 * 3600));
+        assert_eq!(parse_duration("1h 30m").unwrap(), Duration::from_secs(5400));
+    }
+
+    #[test]
+    fn rejects_garbage_zero_and_missing_unit() {
+        assert!(parse_duration("soon").unwrap_err().contains("\"soon\""));
+        assert!(parse_duration("0s").unwrap_err().contains("greater than zero"));
+        assert!(parse_duration("30").is_err());
+        assert!(parse_duration("").is_err());
+    }
+
+    #[test]
+    fn formats_round_trip() {
+        assert_eq!(format_duration(Duration::from_secs(5400)), "1h 30m");
+    }
+}

@@ -1,0 +1,43 @@
+//! drcheck's configuration: the TOML schema, loading, and the one step that turns raw,
+//! user-written config into a validated [`Config`].
+//!
+//! This crate owns everything a user can get wrong in `drcheck.toml` — unknown keys,
+//! missing keys, bad durations, unknown storage names, unset `${ENV}` variables — and
+//! reports each with the file, the key and (where the TOML parser knows it) the line.
+//! It does no network or database I/O. Secrets such as the primary's password are held
+//! in [`Secret`], whose `Debug` and `Display` never show them.
+
+mod duration;
+mod error;
+mod interpolate;
+mod raw;
+mod secret;
+mod validated;
+
+pub use duration::{format_duration, parse_duration};
+pub use error::ConfigError;
+pub use secret::{Secret, redact_url};
+pub use validated::{
+    Config, S3Storage, SandboxConfig, StateConfig, StorageConfig, TargetConfig,
+    DEFAULT_STATE_URL,
+};
+
+use std::path::Path;
+
+/// Reads, parses and validates the config file at `path`.
+pub fn load(path: &Path) -> Result<Config, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    parse(&text, path)
+}
+
+/// Parses and validates config text; `path` is only used in error messages.
+pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
+    let raw: raw::RawConfig = toml::from_str(text).map_err(|e| ConfigError::Parse {
+        path: path.to_path_buf(),
+        message: e.to_string().trim_end().to_string(),
+    })?;
+    validated::validate(raw, text, path, &|name| std::env::var(name).ok())
+}

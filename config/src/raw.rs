@@ -1,0 +1,57 @@
+//! The config exactly as written. Unknown keys are errors, not silence.
+
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use toml::Spanned;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawConfig {
+    #[serde(default)]
+    pub state: RawState,
+    #[serde(default)]
+    pub sandbox: RawSandbox,
+    #[serde(default)]
+    pub storage: BTreeMap<String, RawStorage>,
+    #[serde(default, rename = "target")]
+    pub targets: Vec<RawTarget>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawState {
+    pub url: Option<Spanned<String>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawSandbox {
+    pub scratch_dir: Option<Spanned<String>>,
+    pub pg_bindir: Option<Spanned<String>>,
+}
+
+/// One storage. `kind` selects which of the other keys apply; the validation step
+/// rejects keys that do not belong to the kind.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawStorage {
+    pub kind: Spanned<String>,
+    pub bucket: Option<Spanned<String>>,
+    pub endpoint: Option<Spanned<String>>,
+    pub region: Option<Spanned<String>>,
+    pub path_style: Option<bool>,
+    pub path: Option<Spanned<String>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawTarget {
+    pub name: Spanned<String>,
+    pub primary: Option<Spanned<String>>,
+    pub storage: Spanned<String>,
+    pub prefix: Option<Spanned<String>>,
+    pub rto: Spanned<String>,
+    pub rpo: Spanned<String>,
+    pub row_count_tolerance: Option<Spanned<String>>,
+    pub abort_factor: Option<Spanned<f64>>,
+}

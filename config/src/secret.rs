@@ -1,0 +1,79 @@
+//! Secrets that must never reach logs, reports, metrics or error messages.
+
+use std::fmt;
+
+/// A string that is only ever shown redacted. Call [`Secret::expose`] at the one place
+/// that needs the real value (opening a connection).
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(s: impl Into<String>) -> Self {
+        Self(s.into())
+    }
+
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+
+    /// The value with any URL password replaced by `***`, safe to print.
+    pub fn redacted(&self) -> String {
+        redact_url(&self.0)
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Secret({:?})", self.redacted())
+    }
+}
+
+impl fmt::Display for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.redacted())
+    }
+}
+
+/// Replaces the password of a URL (and any `password=` query parameter) with `***`.
+/// A string that does not parse as a URL is redacted whole, since it may be anything.
+pub fn redact_url(s: &str) -> String {
+    let Ok(mut url) = url::Url::parse(s) else {
+        return "***".to_string();
+    };
+    if url.password().is_some() {
+        // Setting a password only fails for URLs that cannot have one, which had none.
+        let _ = url.set_password(Some("***"));
+    }
+    let pairs: Vec<(String, String)> = url
+        .query_pairs()
+        .map(|(k, v)| {
+            let secretive = k.eq_ignore_ascii_case("password") || k.eq_ignore_ascii_case("sslpassword");
+            (k.into_owned(), if secretive { "***".to_string() } else { v.into_owned() })
+        })
+        .collect();
+    if !pairs.is_empty() {
+        url.query_pairs_mut().clear().extend_pairs(pairs);
+    }
+    url.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn password_is_redacted_everywhere() {
+        let s = Secret::new("postgres://verifier:hunter2@db.internal:5432/orders?password=hunter2");
+        for shown in [format!("{s}"), format!("{s:?}"), s.redacted()] {
+            assert!(!shown.contains("hunter2"), "{shown}");
+            assert!(shown.contains("verifier"), "{shown}");
+            assert!(shown.contains("db.internal"), "{shown}");
+        }
+        assert_eq!(s.expose(), "postgres://verifier:hunter2@db.internal:5432/orders?password=hunter2");
+    }
+
+    #[test]
+    fn unparseable_is_fully_redacted() {
+        assert_eq!(redact_url("host=db password=hunter2"), "***");
+    }
+}

@@ -1,0 +1,315 @@
+//! Raw config → validated config, in one step, with errors that name the key and line.
+
+use crate::duration::{format_duration, parse_duration};
+use crate::error::ConfigError;
+use crate::interpolate::interpolate;
+use crate::raw::{RawConfig, RawStorage, RawTarget};
+use crate::secret::Secret;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+use toml::Spanned;
+
+/// Where the history store lives when `[state] url` is not set: a file in the working directory.
+pub const DEFAULT_STATE_URL: &str = "sqlite://drcheck-history.db";
+
+/// A validated configuration: every reference resolves, every duration parsed,
+/// every `${ENV}` interpolated.
+#[derive(Debug, Clone, Serialize)]
+pub struct Config {
+    #[serde(skip)]
+    pub path: PathBuf,
+    pub state: StateConfig,
+    pub sandbox: SandboxConfig,
+    pub storage: BTreeMap<String, StorageConfig>,
+    #[serde(rename = "target")]
+    pub targets: Vec<TargetConfig>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct StateConfig {
+    /// The history store URL; it may carry a password, so it is a secret.
+    #[serde(serialize_with = "ser_secret")]
+    pub url: Secret,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct SandboxConfig {
+    pub scratch_dir: PathBuf,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pg_bindir: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(tag = "kind", rename_all = "lowercase")]
+pub enum StorageConfig {
+    S3(S3Storage),
+    Filesystem { path: PathBuf },
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct S3Storage {
+    pub bucket: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub endpoint: Option<String>,
+    pub region: String,
+    pub path_style: bool,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct TargetConfig {
+    pub name: String,
+    #[serde(serialize_with = "ser_opt_secret", skip_serializing_if = "Option::is_none")]
+    pub primary: Option<Secret>,
+    pub storage: String,
+    pub prefix: String,
+    #[serde(serialize_with = "ser_duration")]
+    pub rto: Duration,
+    #[serde(serialize_with = "ser_duration")]
+    pub rpo: Duration,
+    /// Allowed relative difference of row counts, as a fraction (0.001 = 0.1%).
+    pub row_count_tolerance: f64,
+    /// A restore running past `rto × abort_factor` is cancelled.
+    pub abort_factor: f64,
+}
+
+impl Config {
+    pub fn target(&self, name: &str) -> Option<&TargetConfig> {
+        self.targets.iter().find(|t| t.name == name)
+    }
+
+    /// The effective config as TOML, secrets redacted: what `drcheck config check` prints.
+    pub fn to_redacted_toml(&self) -> String {
+        toml::to_string_pretty(self).unwrap_or_else(|e| format!("# cannot render config: {e}\n"))
+    }
+}
+
+fn ser_secret<S: serde::Serializer>(s: &Secret, ser: S) -> Result<S::Ok, S::Error> {
+    ser.serialize_str(&s.redacted())
+}
+
+fn ser_opt_secret<S: serde::Serializer>(s: &Option<Secret>, ser: S) -> Result<S::Ok, S::Error> {
+    match s {
+        Some(s) => ser.serialize_str(&s.redacted()),
+        None => ser.serialize_none(),
+    }
+}
+
+fn ser_duration<S: serde::Serializer>(d: &Duration, ser: S) -> Result<S::Ok, S::Error> {
+    ser.serialize_str(&format_duration(*d))
+}
+
+/// Carries what every error needs: the file, its text (for line numbers) and the env.
+struct Ctx<'a> {
+    path: &'a Path,
+    text: &'a str,
+    env: &'a dyn Fn(&str) -> Option<String>,
+}
+
+impl Ctx<'_> {
+    fn line_of(&self, offset: usize) -> usize {
+        self.text[..offset.min(self.text.len())].matches('\n').count() + 1
+    }
+
+    fn err(&self, key: &str, span: Option<std::ops::Range<usize>>, message: impl Into<String>) -> ConfigError {
+        ConfigError::Invalid {
+            path: self.path.to_path_buf(),
+            line: span.map(|s| self.line_of(s.start)),
+            key: key.to_string(),
+            message: message.into(),
+        }
+    }
+
+    /// Interpolates `${ENV}` in a spanned string value.
+    fn string(&self, key: &str, v: &Spanned<String>) -> Result<String, ConfigError> {
+        interpolate(v.get_ref(), self.env).map_err(|m| self.err(key, Some(v.span()), m))
+    }
+
+    fn opt_string(&self, key: &str, v: &Option<Spanned<String>>) -> Result<Option<String>, ConfigError> {
+        v.as_ref().map(|v| self.string(key, v)).transpose()
+    }
+
+    fn duration(&self, key: &str, v: &Spanned<String>) -> Result<Duration, ConfigError> {
+        parse_duration(v.get_ref()).map_err(|m| self.err(key, Some(v.span()), m))
+    }
+}
+
+pub(crate) fn validate(
+    raw: RawConfig,
+    text: &str,
+    path: &Path,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Config, ConfigError> {
+    let cx = Ctx { path, text, env };
+
+    let url = cx
+        .opt_string("state.url", &raw.state.url)?
+        .unwrap_or_else(|| DEFAULT_STATE_URL.to_string());
+    if !(url.starts_with("sqlite:") || url.starts_with("postgres://") || url.starts_with("postgresql://")) {
+        let span = raw.state.url.as_ref().map(|v| v.span());
+        return Err(cx.err("state.url", span, "expected a `sqlite://PATH` or `postgres://…` URL"));
+    }
+
+    let scratch_dir = cx
+        .opt_string("sandbox.scratch_dir", &raw.sandbox.scratch_dir)?
+        .map(PathBuf::from)
+        .unwrap_or_else(std::env::temp_dir);
+    let pg_bindir = cx.opt_string("sandbox.pg_bindir", &raw.sandbox.pg_bindir)?.map(PathBuf::from);
+
+    let mut storage = BTreeMap::new();
+    for (name, s) in &raw.storage {
+        storage.insert(name.clone(), validate_storage(&cx, name, s)?);
+    }
+
+    let mut targets: Vec<TargetConfig> = Vec::new();
+    for (i, t) in raw.targets.iter().enumerate() {
+        let target = validate_target(&cx, i, t, &storage)?;
+        if targets.iter().any(|o| o.name == target.name) {
+            return Err(cx.err(
+                &format!("target[{i}].name"),
+                Some(t.name.span()),
+                format!("duplicate target name {:?}", target.name),
+            ));
+        }
+        targets.push(target);
+    }
+
+    Ok(Config {
+        path: path.to_path_buf(),
+        state: StateConfig { url: Secret::new(url) },
+        sandbox: SandboxConfig { scratch_dir, pg_bindir },
+        storage,
+        targets,
+    })
+}
+
+fn validate_storage(cx: &Ctx<'_>, name: &str, s: &RawStorage) -> Result<StorageConfig, ConfigError> {
+    let key = |k: &str| format!("storage.{name}.{k}");
+    let reject = |k: &str, present: bool, kind: &str| -> Result<(), ConfigError> {
+        if present {
+            Err(cx.err(&key(k), Some(s.kind.span()), format!("not a key of kind = {kind:?}")))
+        } else {
+            Ok(())
+        }
+    };
+    match s.kind.get_ref().as_str() {
+        "s3" => {
+            reject("path", s.path.is_some(), "s3")?;
+            let bucket = s
+                .bucket
+                .as_ref()
+                .ok_or_else(|| cx.err(&key("bucket"), Some(s.kind.span()), "missing: kind = \"s3\" needs a bucket"))?;
+            let bucket = cx.string(&key("bucket"), bucket)?;
+            if bucket.is_empty() {
+                return Err(cx.err(&key("bucket"), s.bucket.as_ref().map(|b| b.span()), "must not be empty"));
+            }
+            let endpoint = cx.opt_string(&key("endpoint"), &s.endpoint)?;
+            if let (Some(e), Some(span)) = (&endpoint, &s.endpoint)
+                && !(e.starts_with("http://") || e.starts_with("https://"))
+            {
+                return Err(cx.err(&key("endpoint"), Some(span.span()), format!("expected an http:// or https:// URL, got {e:?}")));
+            }
+            let region = cx
+                .opt_string(&key("region"), &s.region)?
+                .or_else(|| (cx.env)("AWS_REGION"))
+                .unwrap_or_else(|| "us-east-1".to_string());
+            Ok(StorageConfig::S3(S3Storage {
+                bucket,
+                endpoint,
+                region,
+                path_style: s.path_style.unwrap_or(false),
+            }))
+        }
+        "filesystem" => {
+            for (k, present) in [
+                ("bucket", s.bucket.is_some()),
+                ("endpoint", s.endpoint.is_some()),
+                ("region", s.region.is_some()),
+                ("path_style", s.path_style.is_some()),
+            ] {
+                reject(k, present, "filesystem")?;
+            }
+            let path = s.path.as_ref().ok_or_else(|| {
+                cx.err(&key("path"), Some(s.kind.span()), "missing: kind = \"filesystem\" needs a path")
+            })?;
+            Ok(StorageConfig::Filesystem { path: PathBuf::from(cx.string(&key("path"), path)?) })
+        }
+        other => Err(cx.err(
+            &key("kind"),
+            Some(s.kind.span()),
+            format!("expected \"s3\" or \"filesystem\", got {other:?}"),
+        )),
+    }
+}
+
+fn validate_target(
+    cx: &Ctx<'_>,
+    i: usize,
+    t: &RawTarget,
+    storage: &BTreeMap<String, StorageConfig>,
+) -> Result<TargetConfig, ConfigError> {
+    let key = |k: &str| format!("target[{i}].{k}");
+    let name = t.name.get_ref().clone();
+    let valid_name = !name.is_empty()
+        && name.len() <= 63
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.');
+    if !valid_name {
+        return Err(cx.err(
+            &key("name"),
+            Some(t.name.span()),
+            format!("expected 1-63 characters of A-Z a-z 0-9 - _ . (it is used in metric labels and file names), got {name:?}"),
+        ));
+    }
+    let storage_name = t.storage.get_ref();
+    if !storage.contains_key(storage_name) {
+        let known: Vec<&str> = storage.keys().map(String::as_str).collect();
+        return Err(cx.err(
+            &key("storage"),
+            Some(t.storage.span()),
+            format!("unknown storage {storage_name:?}; defined: [{}]", known.join(", ")),
+        ));
+    }
+    let primary = cx.opt_string(&key("primary"), &t.primary)?;
+    if let (Some(p), Some(span)) = (&primary, &t.primary)
+        && !(p.starts_with("postgres://") || p.starts_with("postgresql://"))
+    {
+        // The value itself is not echoed: it may hold a password.
+        return Err(cx.err(&key("primary"), Some(span.span()), "expected a postgres:// URL"));
+    }
+    let tolerance = match &t.row_count_tolerance {
+        None => 0.001,
+        Some(v) => parse_percent(v.get_ref())
+            .map_err(|m| cx.err(&key("row_count_tolerance"), Some(v.span()), m))?,
+    };
+    let abort_factor = match &t.abort_factor {
+        None => 2.0,
+        Some(v) if *v.get_ref() >= 1.0 && v.get_ref().is_finite() => *v.get_ref(),
+        Some(v) => {
+            return Err(cx.err(&key("abort_factor"), Some(v.span()), format!("expected a number ≥ 1, got {}", v.get_ref())));
+        }
+    };
+    Ok(TargetConfig {
+        name,
+        primary: primary.map(Secret::new),
+        storage: storage_name.clone(),
+        prefix: cx.opt_string(&key("prefix"), &t.prefix)?.unwrap_or_default(),
+        rto: cx.duration(&key("rto"), &t.rto)?,
+        rpo: cx.duration(&key("rpo"), &t.rpo)?,
+        row_count_tolerance: tolerance,
+        abort_factor,
+    })
+}
+
+/// `"0.1%"` → 0.001.
+fn parse_percent(s: &str) -> Result<f64, String> {
+    let expected = || format!("expected a percentage like \"0.1%\", got {s:?}");
+    let n: f64 = s.trim().strip_suffix('%').ok_or_else(expected)?.trim().parse().map_err(|_| expected())?;
+    if !(0.0..=100.0).contains(&n) {
+        return Err(format!("expected a percentage between 0% and 100%, got {s:?}"));
+    }
+    Ok(n / 100.0)
+}
+
+#[cfg(test)]
+mod tests;

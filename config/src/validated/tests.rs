@@ -1,0 +1,141 @@
+use super::*;
+
+const GOOD: &str = r#"
+[state]
+url = "sqlite:///tmp/h.db"
+[sandbox]
+scratch_dir = "/var/tmp/drcheck"
+[storage.backups]
+kind = "s3"
+bucket = "db-backups"
+endpoint = "http://127.0.0.1:9000"
+region = "us-east-1"
+path_style = true
+[storage.local]
+kind = "filesystem"
+path = "/srv/backups"
+[[target]]
+name = "orders"
+primary = "postgres://verifier:${ORDERS_PW}@db.internal:5432/orders"
+storage = "backups"
+prefix = "orders/"
+rto = "30m"
+rpo = "26h"
+"#;
+
+fn env(name: &str) -> Option<String> {
+    (name == "ORDERS_PW").then(|| "hunter2".to_string())
+}
+
+fn parse(text: &str) -> Result<Config, ConfigError> {
+    let raw: RawConfig = toml::from_str(text).map_err(|e| ConfigError::Parse {
+        path: "drcheck.toml".into(),
+        message: e.to_string(),
+    })?;
+    validate(raw, text, Path::new("drcheck.toml"), &env)
+}
+
+#[test]
+fn the_documented_example_validates() {
+    let c = parse(GOOD).unwrap();
+    let t = c.target("orders").unwrap();
+    assert_eq!(t.rto, Duration::from_secs(1800));
+    assert_eq!(t.rpo, Duration::from_secs(26 * 3600));
+    assert_eq!(t.prefix, "orders/");
+    assert_eq!(t.row_count_tolerance, 0.001);
+    assert_eq!(t.primary.as_ref().unwrap().expose(), "postgres://verifier:hunter2@db.internal:5432/orders");
+    match &c.storage["backups"] {
+        StorageConfig::S3(s) => {
+            assert_eq!(s.bucket, "db-backups");
+            assert!(s.path_style);
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn redacted_toml_hides_the_password() {
+    let shown = parse(GOOD).unwrap().to_redacted_toml();
+    assert!(!shown.contains("hunter2"), "{shown}");
+    assert!(shown.contains("verifier:***@db.internal"), "{shown}");
+    assert!(shown.contains("rpo = \"1day 2h\""), "{shown}");
+}
+
+fn invalid(text: &str) -> (String, Option<usize>, String) {
+    match parse(text).unwrap_err() {
+        ConfigError::Invalid { key, line, message, .. } => (key, line, message),
+        other => panic!("expected Invalid, got {other}"),
+    }
+}
+
+#[test]
+fn typo_in_key_names_the_key_and_line() {
+    let text = GOOD.replace("rpo = \"26h\"", "rpoo = \"26h\"");
+    let msg = parse(&text).unwrap_err().to_string();
+    assert!(msg.contains("rpoo"), "{msg}");
+    assert!(msg.contains("line 21"), "{msg}");
+}
+
+#[test]
+fn bad_duration_names_key_and_line() {
+    let (key, line, msg) = invalid(&GOOD.replace("rto = \"30m\"", "rto = \"half an hour\""));
+    assert_eq!(key, "target[0].rto");
+    assert_eq!(line, Some(20));
+    assert!(msg.contains("half an hour"), "{msg}");
+}
+
+#[test]
+fn unknown_storage_lists_the_defined_ones() {
+    let (key, _, msg) = invalid(&GOOD.replace("storage = \"backups\"", "storage = \"backup\""));
+    assert_eq!(key, "target[0].storage");
+    assert!(msg.contains("\"backup\"") && msg.contains("backups, local"), "{msg}");
+}
+
+#[test]
+fn missing_env_var_names_it_without_leaking() {
+    let (key, _, msg) = invalid(&GOOD.replace("${ORDERS_PW}", "${NOT_SET_PW}"));
+    assert_eq!(key, "target[0].primary");
+    assert!(msg.contains("NOT_SET_PW is not set"), "{msg}");
+}
+
+#[test]
+fn missing_required_key_is_named() {
+    let msg = parse(&GOOD.replace("rto = \"30m\"\n", "")).unwrap_err().to_string();
+    assert!(msg.contains("missing field `rto`"), "{msg}");
+}
+
+#[test]
+fn keys_of_the_wrong_kind_are_rejected() {
+    let (key, _, _) = invalid(&GOOD.replace("path = \"/srv/backups\"", "path = \"/srv\"\nbucket = \"x\""));
+    assert_eq!(key, "storage.local.bucket");
+    let (key, _, msg) = invalid(&GOOD.replace("kind = \"filesystem\"", "kind = \"ftp\""));
+    assert_eq!(key, "storage.local.kind");
+    assert!(msg.contains("\"ftp\""));
+}
+
+#[test]
+fn duplicate_and_bad_target_names() {
+    let twice = format!("{GOOD}\n[[target]]\nname = \"orders\"\nstorage = \"local\"\nrto = \"1m\"\nrpo = \"1h\"\n");
+    let (key, _, msg) = invalid(&twice);
+    assert_eq!(key, "target[1].name");
+    assert!(msg.contains("duplicate"));
+    let (key, _, _) = invalid(&GOOD.replace("name = \"orders\"", "name = \"or ders\""));
+    assert_eq!(key, "target[0].name");
+}
+
+#[test]
+fn tolerance_and_abort_factor() {
+    let c = parse(&GOOD.replace("rpo = \"26h\"", "rpo = \"26h\"\nrow_count_tolerance = \"2.5%\"\nabort_factor = 3.0")).unwrap();
+    assert!((c.targets[0].row_count_tolerance - 0.025).abs() < 1e-12);
+    assert_eq!(c.targets[0].abort_factor, 3.0);
+    let (key, _, _) = invalid(&GOOD.replace("rpo = \"26h\"", "rpo = \"26h\"\nrow_count_tolerance = \"0.1\""));
+    assert_eq!(key, "target[0].row_count_tolerance");
+}
+
+#[test]
+fn defaults_apply() {
+    let c = parse("[storage.s]\nkind = \"filesystem\"\npath = \"/b\"\n").unwrap();
+    assert_eq!(c.state.url.expose(), DEFAULT_STATE_URL);
+    assert_eq!(c.sandbox.scratch_dir, std::env::temp_dir());
+    assert!(c.targets.is_empty());
+}

@@ -1,0 +1,79 @@
+//! Typed errors that say which stage failed and whether the backup or the world is to blame.
+
+use std::fmt;
+
+/// The pipeline stage an error belongs to; it appears in reports as `error.stage`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stage {
+    Select,
+    Fetch,
+    Sandbox,
+    Restore,
+}
+
+
+impl Stage {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Stage::Select => "select",
+            Stage::Fetch => "fetch",
+            Stage::Sandbox => "sandbox",
+            Stage::Restore => "restore",
+        }
+    }
+}
+
+impl fmt::Display for Stage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// An error from a backup store.
+#[derive(Debug, thiserror::Error)]
+#[error("{store}: {message}")]
+pub struct StoreError {
+    /// Which store, e.g. `s3://db-backups at http://127.0.0.1:9000`.
+    pub store: String,
+    pub message: String,
+    /// True when the failure is about reaching the store (timeouts, refused connections,
+    /// 5xx after retries), false when asking again cannot help (403, 404, bad bucket).
+    pub unreachable: bool,
+}
+
+/// Why a restore did not produce a database.
+#[derive(Debug, thiserror::Error)]
+pub enum RestoreError {
+    /// The store could not deliver the bytes: an operational failure, not the backup's fault.
+    #[error("{0}")]
+    Store(#[from] StoreError),
+    /// The backup itself is bad: corrupt, truncated, or not the format it claims.
+    #[error("{message}")]
+    BadBackup { stage: Stage, message: String },
+    /// The machinery failed: a sandbox or tool that would not start.
+    #[error("{message}")]
+    Infrastructure { stage: Stage, message: String },
+}
+
+impl RestoreError {
+    pub fn stage(&self) -> Stage {
+        match self {
+            RestoreError::Store(_) => Stage::Fetch,
+            RestoreError::BadBackup { stage, .. } | RestoreError::Infrastructure { stage, .. } => *stage,
+        }
+    }
+
+    /// True when the backup is to blame (the run failed), false when the run could not
+    /// complete for reasons outside the backup.
+    pub fn is_backup_fault(&self) -> bool {
+        matches!(self, RestoreError::BadBackup { .. })
+    }
+
+    pub(crate) fn infra(stage: Stage, message: impl Into<String>) -> Self {
+        RestoreError::Infrastructure { stage, message: message.into() }
+    }
+
+    pub(crate) fn bad(stage: Stage, message: impl Into<String>) -> Self {
+        RestoreError::BadBackup { stage, message: message.into() }
+    }
+}

@@ -1,0 +1,23 @@
+//! drcheck's restore side: where backups live and how one becomes a running database.
+//!
+//! - [`store`]: the [`BackupStore`] trait with S3 (aws-sdk-s3) and filesystem
+//!   implementations, and [`select_latest`], which picks the newest backup under a prefix.
+//! - [`format`]: backup formats, detected from content (magic bytes), never from names.
+//! - [`sandbox`]: the throwaway PostgreSQL cluster a backup is restored into. It listens
+//!   only on a private unix socket and is torn down when dropped.
+//! - [`logical`]: streaming a pg_dump archive from a store into `pg_restore`.
+//!
+//! This crate never compares data: that is `drcheck-validators`' job.
+
+pub mod error;
+pub mod format;
+pub mod logical;
+pub mod pgbin;
+pub mod sandbox;
+pub mod sql;
+pub mod store;
+
+pub use error::{RestoreError, Stage, StoreError};
+pub use format::BackupFormat;
+pub use sandbox::{Sandbox, SandboxOptions};
+pub use store::{BackupObject, BackupStore, open_store, select_latest};

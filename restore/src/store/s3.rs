@@ -1,0 +1,147 @@
+//! Backups in S3 or an S3-compatible server, through aws-sdk-s3.
+//!
+//! The SDK's standard retry mode retries only transient failures (timeouts, resets,
+//! 5xx, throttling) with exponential backoff and full jitter, capped in delay and
+//! attempts; everything else (403, 404, a missing bucket) fails at once. Connect and
+//! per-attempt timeouts bound every call, and a stalled body fails via [`IdleTimeout`].
+
+use super::{BackupObject, BackupReader, BackupStore, IdleTimeout};
+use crate::error::StoreError;
+use async_trait::async_trait;
+use aws_sdk_s3::config::retry::RetryConfig;
+use aws_sdk_s3::config::timeout::TimeoutConfig;
+use aws_sdk_s3::config::http::HttpResponse;
+use aws_sdk_s3::config::{BehaviorVersion, Region, RequestChecksumCalculation, ResponseChecksumValidation};
+use aws_sdk_s3::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
+use drcheck_config::S3Storage;
+use std::time::{Duration, SystemTime};
+
+/// How long a download may go without receiving a byte before it is treated as dead.
+const BODY_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+
+pub struct S3Store {
+    client: aws_sdk_s3::Client,
+    bucket: String,
+    endpoint: String,
+}
+
+impl S3Store {
+    pub async fn new(_name: &str, cfg: &S3Storage) -> Self {
+        let timeouts = TimeoutConfig::builder()
+            .connect_timeout(Duration::from_secs(3))
+            .operation_attempt_timeout(Duration::from_secs(60))
+            .build();
+        let retries = RetryConfig::standard()
+            .with_max_attempts(4)
+            .with_initial_backoff(Duration::from_millis(250))
+            .with_max_backoff(Duration::from_secs(4));
+        let shared = aws_config::defaults(BehaviorVersion::latest())
+            .region(Region::new(cfg.region.clone()))
+            .timeout_config(timeouts)
+            .retry_config(retries)
+            .load()
+            .await;
+        let mut builder = aws_sdk_s3::config::Builder::from(&shared)
+            .force_path_style(cfg.path_style)
+            // S3-compatible servers do not all understand the SDK's default checksums.
+            .request_checksum_calculation(RequestChecksumCalculation::WhenRequired)
+            .response_checksum_validation(ResponseChecksumValidation::WhenRequired);
+        if let Some(endpoint) = &cfg.endpoint {
+            builder = builder.endpoint_url(endpoint);
+        }
+        let endpoint = cfg.endpoint.clone().unwrap_or_else(|| format!("AWS {}", cfg.region));
+        Self { client: aws_sdk_s3::Client::from_conf(builder.build()), bucket: cfg.bucket.clone(), endpoint }
+    }
+
+    fn error<E>(&self, what: &str, e: SdkError<E, HttpResponse>) -> StoreError
+    where
+        E: ProvideErrorMetadata + std::error::Error + 'static,
+    {
+        let (message, unreachable) = match &e {
+            SdkError::TimeoutError(_) => (format!("{what}: timed out"), true),
+            SdkError::DispatchFailure(_) => {
+                (format!("{what}: cannot reach the endpoint after retries: {}", DisplayErrorContext(&e)), true)
+            }
+            SdkError::ResponseError(_) => (format!("{what}: invalid response: {}", DisplayErrorContext(&e)), true),
+            SdkError::ServiceError(s) => {
+                let err = s.err();
+                let code = err.code().unwrap_or("unknown error");
+                let msg = err.message().unwrap_or("");
+                let status = s.raw().status().as_u16();
+                let server_side = status >= 500 || status == 429;
+                (format!("{what}: HTTP {status} {code} {msg}").trim_end().to_string(), server_side)
+            }
+            _ => (format!("{what}: {}", DisplayErrorContext(&e)), false),
+        };
+        StoreError { store: self.describe(), message, unreachable }
+    }
+}
+
+fn to_system_time(t: Option<&aws_sdk_s3::primitives::DateTime>) -> SystemTime {
+    t.and_then(|t| SystemTime::try_from(*t).ok()).unwrap_or(SystemTime::UNIX_EPOCH)
+}
+
+#[async_trait]
+impl BackupStore for S3Store {
+    fn describe(&self) -> String {
+        format!("s3://{} at {}", self.bucket, self.endpoint)
+    }
+
+    async fn list(&self, prefix: &str) -> Result<Vec<BackupObject>, StoreError> {
+        let mut out = Vec::new();
+        let mut token: Option<String> = None;
+        loop {
+            let resp = self
+                .client
+                .list_objects_v2()
+                .bucket(&self.bucket)
+                .prefix(prefix)
+                .set_continuation_token(token.take())
+                .send()
+                .await
+                .map_err(|e| self.error(&format!("list {prefix:?}"), e))?;
+            for o in resp.contents() {
+                let Some(key) = o.key() else { continue };
+                out.push(BackupObject {
+                    key: key.to_string(),
+                    size: o.size().unwrap_or(0).max(0) as u64,
+                    last_modified: to_system_time(o.last_modified()),
+                });
+            }
+            match resp.next_continuation_token() {
+                Some(t) if resp.is_truncated() == Some(true) => token = Some(t.to_string()),
+                _ => break,
+            }
+        }
+        Ok(out)
+    }
+
+    async fn stat(&self, key: &str) -> Result<BackupObject, StoreError> {
+        let resp = self
+            .client
+            .head_object()
+            .bucket(&self.bucket)
+            .key(key)
+            .send()
+            .await
+            .map_err(|e| self.error(&format!("head {key:?}"), e))?;
+        Ok(BackupObject {
+            key: key.to_string(),
+            size: resp.content_length().unwrap_or(0).max(0) as u64,
+            last_modified: to_system_time(resp.last_modified()),
+        })
+    }
+
+    async fn open(&self, key: &str) -> Result<BackupReader, StoreError> {
+        let resp = self
+            .client
+            .get_object()
+            .bucket(&self.bucket)
+            .key(key)
+            .send()
+            .await
+            .map_err(|e| self.error(&format!("get {key:?}"), e))?;
+        let what = format!("{}: get {key:?}", self.describe());
+        Ok(Box::pin(IdleTimeout::new(resp.body.into_async_read(), BODY_IDLE_TIMEOUT, what)))
+    }
+}
