@@ -4,11 +4,8 @@ use std::path::PathBuf;
 /// ones about a key name the key and, when known, its line.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    #[error("cannot read config file {}: {source}", path.display())]
-    Read {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    #[error("cannot read config file {}: {error}", path.display())]
+    Read { path: PathBuf, error: std::io::Error },
     #[error("{}: {message}", path.display())]
     Parse { path: PathBuf, message: String },
     #[error("{}{}: key `{key}`: {message}", path.display(), line.map(|l| format!(":{l}")).unwrap_or_default())]

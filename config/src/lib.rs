@@ -26,10 +26,7 @@ use std::path::Path;
 
 /// Reads, parses and validates the config file at `path`.
 pub fn load(path: &Path) -> Result<Config, ConfigError> {
-    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-        path: path.to_path_buf(),
-        source,
-    })?;
+    let text = std::fs::read_to_string(path).map_err(|error| ConfigError::Read { path: path.to_path_buf(), error })?;
     parse(&text, path)
 }
 
@@ -40,4 +37,19 @@ pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
         message: e.to_string().trim_end().to_string(),
     })?;
     validated::validate(raw, text, path, &|name| std::env::var(name).ok())
+}
+
+/// Quotes an SQL identifier (a name from config or the catalog) the way PostgreSQL's
+/// `quote_ident` would, but always: nothing is interpolated into SQL unquoted.
+pub fn quote_ident(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn quote_ident_doubles_embedded_quotes() {
+        assert_eq!(super::quote_ident("a\"b"), "\"a\"\"b\"");
+        assert_eq!(super::quote_ident("Orders"), "\"Orders\"");
+    }
 }

@@ -1,1 +1,17 @@
-//! placeholder
+//! The `drcheck` binary's library: the CLI, the verification pipeline and the history store.
+//!
+//! - [`cli`]: argument parsing and dispatch; maps outcomes to exit codes ([`exit`]).
+//! - [`commands`]: one file per subcommand.
+//! - [`pipeline`]: one verification of one target — select, fetch, restore into a
+//!   sandbox, validate, measure RTO/RPO — producing a [`report::RunReport`].
+//! - [`history`]: every run, its phases and validator results, in SQLite through sqlx.
+//! - [`shutdown`]: SIGTERM/SIGINT become a cancellation token, so sandboxes are torn down.
+
+pub mod cli;
+pub mod commands;
+pub mod exit;
+pub mod history;
+pub mod pipeline;
+pub mod progress;
+pub mod report;
+pub mod shutdown;

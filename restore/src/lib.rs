@@ -14,7 +14,6 @@ pub mod format;
 pub mod logical;
 pub mod pgbin;
 pub mod sandbox;
-pub mod sql;
 pub mod store;
 
 pub use error::{RestoreError, Stage, StoreError};

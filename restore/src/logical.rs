@@ -24,24 +24,12 @@ pub struct StreamedRestore {
     pub restore: Duration,
 }
 
-/// Streams a custom-format pg_dump archive from `reader` into a new database `database`
-/// in the sandbox. `store` names the source in errors; `progress` gets the byte count so far.
-pub async fn restore_custom(
-    sandbox: &Sandbox,
-    database: &str,
-    mut reader: BackupReader,
-    store: &str,
-    progress: &(dyn Fn(u64) + Send + Sync),
-) -> Result<StreamedRestore, RestoreError> {
-    let started = Instant::now();
-    let read_err = |e: std::io::Error| {
-        RestoreError::Store(StoreError { store: store.to_string(), message: format!("download failed: {e}"), unreachable: true })
-    };
-
+/// Reads the first bytes of a backup, enough for [`format::detect`].
+pub async fn read_head(reader: &mut BackupReader, store: &str) -> Result<Vec<u8>, RestoreError> {
     let mut head = vec![0u8; format::DETECT_BYTES];
     let mut filled = 0;
     while filled < head.len() {
-        let n = reader.read(&mut head[filled..]).await.map_err(read_err)?;
+        let n = reader.read(&mut head[filled..]).await.map_err(|e| read_error(store, e))?;
         if n == 0 {
             break;
         }
@@ -51,6 +39,27 @@ pub async fn restore_custom(
     if head.is_empty() {
         return Err(RestoreError::bad(Stage::Fetch, "the backup is empty (0 bytes)"));
     }
+    Ok(head)
+}
+
+fn read_error(store: &str, e: std::io::Error) -> RestoreError {
+    RestoreError::Store(StoreError { store: store.to_string(), message: format!("download failed: {e}"), unreachable: true })
+}
+
+/// Streams a custom-format pg_dump archive into a new database `database` in the
+/// sandbox: `head` (from [`read_head`]) first, then the rest of `reader`. `started` is
+/// when the fetch began; `store` names the source in errors; `progress` gets the byte
+/// count so far.
+pub async fn restore_custom(
+    sandbox: &Sandbox,
+    database: &str,
+    head: Vec<u8>,
+    mut reader: BackupReader,
+    started: Instant,
+    store: &str,
+    progress: &(dyn Fn(u64) + Send + Sync),
+) -> Result<StreamedRestore, RestoreError> {
+    let read_err = |e: std::io::Error| read_error(store, e);
     let found = format::detect(&head);
     if found != BackupFormat::Custom {
         return Err(RestoreError::bad(

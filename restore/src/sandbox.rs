@@ -11,7 +11,7 @@
 
 use crate::error::{RestoreError, Stage};
 use crate::pgbin::PgBin;
-use crate::sql::quote_ident;
+use drcheck_config::quote_ident;
 use nix::sys::signal::{Signal, kill, killpg};
 use nix::unistd::{Gid, Pid, Uid, User, chown};
 use sqlx::Connection;

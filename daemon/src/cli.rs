@@ -1,0 +1,118 @@
+//! Command-line parsing and dispatch. Every path ends in an [`Exit`] code; errors are
+//! printed once, with their cause chain.
+
+use crate::commands;
+use crate::exit::{CliError, Exit};
+use clap::{Args, Parser, Subcommand};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Debug, Parser)]
+#[command(name = "drcheck", version, about = "Proves PostgreSQL backups restore — fast enough and fresh enough")]
+pub struct Cli {
+    /// Config file.
+    #[arg(long, global = true, env = "DRCHECK_CONFIG", default_value = "drcheck.toml")]
+    pub config: PathBuf,
+    /// More logging on stderr (-v info, -vv debug). RUST_LOG overrides.
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Restore and validate the latest backup of one target, or of all.
+    Verify(VerifyArgs),
+    /// Work with the backups in a target's store.
+    #[command(subcommand)]
+    Backups(BackupsCommand),
+    /// Show past runs from the history store.
+    History(HistoryArgs),
+    /// Work with the config file.
+    #[command(subcommand)]
+    Config(ConfigCommand),
+}
+
+#[derive(Debug, Args)]
+pub struct VerifyArgs {
+    /// Verify only this target (default: every target, one after another).
+    #[arg(long)]
+    pub target: Option<String>,
+    /// Verify this backup key instead of the latest (needs --target).
+    #[arg(long, requires = "target")]
+    pub backup: Option<String>,
+    /// Print `{"runs": [...]}` instead of the summary.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum BackupsCommand {
+    /// List a target's backups, newest first.
+    List {
+        #[arg(long)]
+        target: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct HistoryArgs {
+    #[arg(long)]
+    pub target: Option<String>,
+    /// How many runs to show.
+    #[arg(long, default_value_t = 20)]
+    pub limit: u32,
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ConfigCommand {
+    /// Validate the config and print it as drcheck understands it, secrets redacted.
+    Check,
+}
+
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging(cli.verbose);
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("drcheck: cannot start the async runtime: {e}");
+            return Exit::Incomplete.into();
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(exit) => exit.into(),
+        Err(CliError { exit, error }) => {
+            eprintln!("drcheck: {error:#}");
+            exit.into()
+        }
+    }
+}
+
+pub async fn run(cli: Cli) -> Result<Exit, CliError> {
+    let config = drcheck_config::load(&cli.config)?;
+    match cli.command {
+        Command::Verify(args) => commands::verify::run(&config, args).await,
+        Command::Backups(BackupsCommand::List { target, json }) => {
+            commands::backups::list(&config, target.as_deref(), json).await
+        }
+        Command::History(args) => commands::history::run(&config, args).await,
+        Command::Config(ConfigCommand::Check) => commands::config_check::run(&config),
+    }
+}
+
+fn init_logging(verbose: u8) {
+    let default = match verbose {
+        0 => "warn",
+        1 => "info",
+        _ => "debug",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false).init();
+}

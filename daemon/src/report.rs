@@ -1,0 +1,216 @@
+//! The report of one verification run: the JSON contract (`{"runs": [...]}`) and the
+//! human summary printed on a terminal.
+
+use drcheck_validators::{Finding, Status};
+use serde::{Deserialize, Serialize};
+use std::fmt::Write as _;
+use std::time::{Duration, SystemTime};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RunResult {
+    Passed,
+    Failed,
+    Error,
+    /// Interrupted (SIGTERM/SIGINT) before it could finish.
+    Aborted,
+}
+
+impl RunResult {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunResult::Passed => "passed",
+            RunResult::Failed => "failed",
+            RunResult::Error => "error",
+            RunResult::Aborted => "aborted",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct BackupInfo {
+    pub key: String,
+    pub size_bytes: u64,
+    pub created_at: String,
+    /// Detected from the content; `null` when the run never got to read it.
+    pub format: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Phase {
+    pub name: String,
+    pub seconds: f64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Rto {
+    pub target_seconds: f64,
+    /// Fetch start → restored database accepts connections; `null` if never reached.
+    pub measured_seconds: Option<f64>,
+    pub met: Option<bool>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Rpo {
+    pub target_seconds: f64,
+    pub backup_age_seconds: Option<f64>,
+    pub met: Option<bool>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RunError {
+    pub stage: String,
+    pub message: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ValidatorReport {
+    pub name: String,
+    pub status: String,
+    pub detail: String,
+}
+
+impl From<&Finding> for ValidatorReport {
+    fn from(f: &Finding) -> Self {
+        Self { name: f.name.clone(), status: f.status.as_str().to_string(), detail: f.detail.clone() }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RunReport {
+    pub run_id: String,
+    pub target: String,
+    pub result: RunResult,
+    pub started_at: String,
+    pub finished_at: String,
+    pub backup: Option<BackupInfo>,
+    pub phases: Vec<Phase>,
+    pub rto: Rto,
+    pub rpo: Rpo,
+    pub validators: Vec<ValidatorReport>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<RunError>,
+}
+
+impl RunReport {
+    pub fn validator_failed(&self) -> bool {
+        self.validators.iter().any(|v| v.status == Status::Failed.as_str())
+    }
+
+    pub fn validator_errored(&self) -> bool {
+        self.validators.iter().any(|v| v.status == Status::Error.as_str())
+    }
+}
+
+/// RFC 3339 UTC with millisecond precision.
+pub fn timestamp(t: SystemTime) -> String {
+    humantime::format_rfc3339_millis(t).to_string()
+}
+
+pub fn secs(d: Duration) -> f64 {
+    (d.as_secs_f64() * 1000.0).round() / 1000.0
+}
+
+fn human_secs(s: f64) -> String {
+    if s < 60.0 {
+        format!("{s:.1}s")
+    } else {
+        drcheck_config::format_duration(Duration::from_secs_f64(s))
+    }
+}
+
+fn human_bytes(n: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = n as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u < UNITS.len() - 1 {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 { format!("{n} B") } else { format!("{v:.1} {}", UNITS[u]) }
+}
+
+fn verdict(met: Option<bool>) -> &'static str {
+    match met {
+        Some(true) => "met",
+        Some(false) => "MISSED",
+        None => "not measured",
+    }
+}
+
+/// The summary an operator reads on a terminal.
+pub fn render_human(r: &RunReport) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "{}: {}", r.target, r.result.as_str().to_uppercase());
+    let _ = writeln!(s, "  run         {} ({} → {})", r.run_id, r.started_at, r.finished_at);
+    if let Some(b) = &r.backup {
+        let _ = writeln!(
+            s,
+            "  backup      {} ({}, {}, created {})",
+            b.key,
+            human_bytes(b.size_bytes),
+            b.format.as_deref().unwrap_or("format unknown"),
+            b.created_at
+        );
+    }
+    if !r.phases.is_empty() {
+        let phases: Vec<String> = r.phases.iter().map(|p| format!("{} {}", p.name, human_secs(p.seconds))).collect();
+        let _ = writeln!(s, "  phases      {}", phases.join(" · "));
+    }
+    let rto = r.rto.measured_seconds.map(human_secs).unwrap_or_else(|| "—".into());
+    let _ = writeln!(s, "  RTO         {rto} measured, target {} — {}", human_secs(r.rto.target_seconds), verdict(r.rto.met));
+    let age = r.rpo.backup_age_seconds.map(human_secs).unwrap_or_else(|| "—".into());
+    let _ = writeln!(s, "  RPO         backup age {age}, target {} — {}", human_secs(r.rpo.target_seconds), verdict(r.rpo.met));
+    if !r.validators.is_empty() {
+        let _ = writeln!(s, "  validators");
+        for v in &r.validators {
+            let _ = writeln!(s, "    {:<8} {:<12} {}", v.status, v.name, v.detail);
+        }
+    }
+    if let Some(e) = &r.error {
+        let _ = writeln!(s, "  error       [{}] {}", e.stage, e.message);
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> RunReport {
+        RunReport {
+            run_id: "r1".into(),
+            target: "orders".into(),
+            result: RunResult::Failed,
+            started_at: "2026-11-30T00:00:00.000Z".into(),
+            finished_at: "2026-11-30T00:00:09.000Z".into(),
+            backup: Some(BackupInfo { key: "orders/a.dump".into(), size_bytes: 3 << 20, created_at: "x".into(), format: Some("custom".into()) }),
+            phases: vec![Phase { name: "fetch".into(), seconds: 1.25 }],
+            rto: Rto { target_seconds: 1800.0, measured_seconds: Some(8.0), met: Some(true) },
+            rpo: Rpo { target_seconds: 3600.0, backup_age_seconds: Some(7200.0), met: Some(false) },
+            validators: vec![ValidatorReport { name: "schema".into(), status: "skipped".into(), detail: "primary unavailable".into() }],
+            error: None,
+        }
+    }
+
+    #[test]
+    fn json_has_the_contract_fields() {
+        let v = serde_json::to_value(sample()).unwrap();
+        for k in ["run_id", "target", "result", "started_at", "finished_at", "backup", "phases", "rto", "rpo", "validators"] {
+            assert!(v.get(k).is_some(), "missing {k}");
+        }
+        assert_eq!(v["result"], "failed");
+        assert_eq!(v["backup"]["size_bytes"], 3 << 20);
+        assert_eq!(v["rpo"]["met"], false);
+        assert!(v.get("error").is_none());
+    }
+
+    #[test]
+    fn human_summary_shows_misses_and_skips() {
+        let h = render_human(&sample());
+        assert!(h.contains("orders: FAILED"), "{h}");
+        assert!(h.contains("3.0 MiB"), "{h}");
+        assert!(h.contains("RPO         backup age 2h, target 1h — MISSED"), "{h}");
+        assert!(h.contains("skipped"), "{h}");
+    }
+}

@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# The local demo: a PostgreSQL primary with sample data (pgbench), moto's S3-compatible
+# server, a pg_dump backup uploaded the way a backup job would, and `drcheck verify` on
+# built-in defaults. Everything runs on 127.0.0.1 and is stopped when the script ends.
+#
+#   DEMO_SCALE=10 scripts/demo.sh        # pgbench scale (default 1)
+#   DEMO_KEEP=1 scripts/demo.sh          # leave primary and S3 running; prints how to stop them
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+bash scripts/setup.sh
+
+demo=$root/.demo
+scale=${DEMO_SCALE:-1}
+pgbin=/usr/lib/postgresql/15/bin
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+as_pg() { if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi; }
+
+cleanup() {
+  [ -n "${DEMO_KEEP:-}" ] && return
+  [ -f "$demo/data/postmaster.pid" ] && as_pg "$pgbin/pg_ctl" -D "$demo/data" -m fast stop >/dev/null 2>&1 || true
+  [ -n "${moto_pid:-}" ] && kill "$moto_pid" 2>/dev/null || true
+}
+trap cleanup EXIT
+
+# A previous demo's primary may still run (DEMO_KEEP); stop it before starting afresh.
+[ -f "$demo/data/postmaster.pid" ] && as_pg "$pgbin/pg_ctl" -D "$demo/data" -m fast stop >/dev/null 2>&1 || true
+rm -rf "$demo"
+mkdir -p "$demo/scratch" "$demo/sock"
+chmod 755 "$demo" "$demo/scratch"
+[ "$(id -u)" = 0 ] && chown postgres: "$demo/sock" "$demo"
+chmod 1777 "$demo/scratch"
+
+pg_port=$(free_port)
+s3_port=$(free_port)
+password=$(python3 -c 'import secrets; print(secrets.token_hex(12))')
+
+echo "demo: primary on 127.0.0.1:$pg_port, S3 on 127.0.0.1:$s3_port"
+as_pg "$pgbin/initdb" -D "$demo/data" -U postgres --auth-local=trust --auth-host=scram-sha-256 \
+  -E UTF8 --locale=C.UTF-8 --no-sync >/dev/null
+as_pg "$pgbin/pg_ctl" -D "$demo/data" -l "$demo/primary.log" -w -o \
+  "-c listen_addresses=127.0.0.1 -p $pg_port -k $demo/sock" start >/dev/null
+psql_pg() { psql -X -q -h "$demo/sock" -p "$pg_port" -U postgres -v ON_ERROR_STOP=1 "$@"; }
+psql_pg -d postgres -c "create database orders" \
+  -c "create role verifier login password '$password'" \
+  -c "grant pg_read_all_data to verifier"
+pgbench -q -i -s "$scale" -h "$demo/sock" -p "$pg_port" -U postgres orders 2>/dev/null
+
+moto_server -H 127.0.0.1 -p "$s3_port" >"$demo/moto.log" 2>&1 &
+moto_pid=$!
+export AWS_ACCESS_KEY_ID=demo AWS_SECRET_ACCESS_KEY=demo AWS_DEFAULT_REGION=us-east-1 AWS_EC2_METADATA_DISABLED=true
+for _ in $(seq 100); do (echo >"/dev/tcp/127.0.0.1/$s3_port") 2>/dev/null && break; sleep 0.1; done
+s3() { aws --endpoint-url "http://127.0.0.1:$s3_port" s3 "$@"; }
+s3 mb s3://demo-backups >/dev/null
+
+key="orders/orders-$(date -u +%Y%m%dT%H%M%SZ).dump"
+pg_dump -Fc -h "$demo/sock" -p "$pg_port" -U postgres -f "$demo/orders.dump" orders
+s3 cp --only-show-errors "$demo/orders.dump" "s3://demo-backups/$key"
+echo "demo: uploaded s3://demo-backups/$key ($(stat -c %s "$demo/orders.dump") bytes)"
+
+cat >"$demo/drcheck.toml" <<TOML
+[state]
+url = "sqlite://$demo/history.db"
+[sandbox]
+scratch_dir = "$demo/scratch"
+[storage.backups]
+kind = "s3"
+bucket = "demo-backups"
+endpoint = "http://127.0.0.1:$s3_port"
+region = "us-east-1"
+path_style = true
+[[target]]
+name = "orders"
+primary = "postgres://verifier:\${ORDERS_PW}@127.0.0.1:$pg_port/orders"
+storage = "backups"
+prefix = "orders/"
+rto = "30m"
+rpo = "26h"
+TOML
+export ORDERS_PW=$password
+
+cargo build -q --bin drcheck
+drcheck=$root/target/debug/drcheck
+echo "demo: drcheck backups list"
+"$drcheck" --config "$demo/drcheck.toml" backups list --target orders
+echo "demo: drcheck verify"
+set +e
+"$drcheck" --config "$demo/drcheck.toml" verify --target orders
+rc=$?
+set -e
+echo "demo: drcheck history"
+"$drcheck" --config "$demo/drcheck.toml" history
+echo "demo: verify exited $rc"
+if [ -n "${DEMO_KEEP:-}" ]; then
+  echo "demo: left running — config $demo/drcheck.toml (export ORDERS_PW=$password AWS_ACCESS_KEY_ID=demo AWS_SECRET_ACCESS_KEY=demo)"
+  echo "demo: stop with: kill $moto_pid; runuser -u postgres -- $pgbin/pg_ctl -D $demo/data stop"
+fi
+exit $rc

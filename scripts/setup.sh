@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Installs what drcheck's demo and tests need, idempotently: PostgreSQL 15 server and
+# client binaries (Debian's postgresql-15), moto's S3-compatible server and the aws CLI.
+# Safe to run again; does nothing when everything is present.
+set -euo pipefail
+
+need_apt=()
+[ -x /usr/lib/postgresql/15/bin/initdb ] || need_apt+=(postgresql-15)
+command -v pg_dump >/dev/null 2>&1 || need_apt+=(postgresql-client-15)
+if [ ${#need_apt[@]} -gt 0 ]; then
+  if [ "$(id -u)" != 0 ]; then
+    echo "setup: need ${need_apt[*]} (run as root, or install them)" >&2
+    exit 1
+  fi
+  echo "setup: installing ${need_apt[*]}" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
+fi
+
+need_pip=()
+python3 -c 'import moto.server, flask_cors' >/dev/null 2>&1 || need_pip+=("moto[server]")
+command -v aws >/dev/null 2>&1 || need_pip+=(awscli)
+if [ ${#need_pip[@]} -gt 0 ]; then
+  echo "setup: installing ${need_pip[*]}" >&2
+  python3 -m pip install -q "${need_pip[@]}"
+fi
+command -v moto_server >/dev/null 2>&1 || { echo "setup: moto_server is not on PATH after install" >&2; exit 1; }
+command -v cargo-nextest >/dev/null 2>&1 || cargo install --locked cargo-nextest
