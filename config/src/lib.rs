@@ -18,15 +18,17 @@ pub use duration::{format_duration, parse_duration};
 pub use error::ConfigError;
 pub use secret::{Secret, redact_url};
 pub use validated::{
-    Config, S3Storage, SandboxConfig, StateConfig, StorageConfig, TargetConfig,
-    DEFAULT_STATE_URL,
+    Config, DEFAULT_STATE_URL, S3Storage, SandboxConfig, StateConfig, StorageConfig, TargetConfig,
 };
 
 use std::path::Path;
 
 /// Reads, parses and validates the config file at `path`.
 pub fn load(path: &Path) -> Result<Config, ConfigError> {
-    let text = std::fs::read_to_string(path).map_err(|error| ConfigError::Read { path: path.to_path_buf(), error })?;
+    let text = std::fs::read_to_string(path).map_err(|error| ConfigError::Read {
+        path: path.to_path_buf(),
+        error,
+    })?;
     parse(&text, path)
 }
 

@@ -60,7 +60,10 @@ pub struct S3Storage {
 #[derive(Debug, Clone, Serialize)]
 pub struct TargetConfig {
     pub name: String,
-    #[serde(serialize_with = "ser_opt_secret", skip_serializing_if = "Option::is_none")]
+    #[serde(
+        serialize_with = "ser_opt_secret",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub primary: Option<Secret>,
     pub storage: String,
     pub prefix: String,
@@ -109,10 +112,18 @@ struct Ctx<'a> {
 
 impl Ctx<'_> {
     fn line_of(&self, offset: usize) -> usize {
-        self.text[..offset.min(self.text.len())].matches('\n').count() + 1
+        self.text[..offset.min(self.text.len())]
+            .matches('\n')
+            .count()
+            + 1
     }
 
-    fn err(&self, key: &str, span: Option<std::ops::Range<usize>>, message: impl Into<String>) -> ConfigError {
+    fn err(
+        &self,
+        key: &str,
+        span: Option<std::ops::Range<usize>>,
+        message: impl Into<String>,
+    ) -> ConfigError {
         ConfigError::Invalid {
             path: self.path.to_path_buf(),
             line: span.map(|s| self.line_of(s.start)),
@@ -126,7 +137,11 @@ impl Ctx<'_> {
         interpolate(v.get_ref(), self.env).map_err(|m| self.err(key, Some(v.span()), m))
     }
 
-    fn opt_string(&self, key: &str, v: &Option<Spanned<String>>) -> Result<Option<String>, ConfigError> {
+    fn opt_string(
+        &self,
+        key: &str,
+        v: &Option<Spanned<String>>,
+    ) -> Result<Option<String>, ConfigError> {
         v.as_ref().map(|v| self.string(key, v)).transpose()
     }
 
@@ -146,16 +161,25 @@ pub(crate) fn validate(
     let url = cx
         .opt_string("state.url", &raw.state.url)?
         .unwrap_or_else(|| DEFAULT_STATE_URL.to_string());
-    if !(url.starts_with("sqlite:") || url.starts_with("postgres://") || url.starts_with("postgresql://")) {
+    if !(url.starts_with("sqlite:")
+        || url.starts_with("postgres://")
+        || url.starts_with("postgresql://"))
+    {
         let span = raw.state.url.as_ref().map(|v| v.span());
-        return Err(cx.err("state.url", span, "expected a `sqlite://PATH` or `postgres://…` URL"));
+        return Err(cx.err(
+            "state.url",
+            span,
+            "expected a `sqlite://PATH` or `postgres://…` URL",
+        ));
     }
 
     let scratch_dir = cx
         .opt_string("sandbox.scratch_dir", &raw.sandbox.scratch_dir)?
         .map(PathBuf::from)
         .unwrap_or_else(std::env::temp_dir);
-    let pg_bindir = cx.opt_string("sandbox.pg_bindir", &raw.sandbox.pg_bindir)?.map(PathBuf::from);
+    let pg_bindir = cx
+        .opt_string("sandbox.pg_bindir", &raw.sandbox.pg_bindir)?
+        .map(PathBuf::from);
 
     let mut storage = BTreeMap::new();
     for (name, s) in &raw.storage {
@@ -177,18 +201,31 @@ pub(crate) fn validate(
 
     Ok(Config {
         path: path.to_path_buf(),
-        state: StateConfig { url: Secret::new(url) },
-        sandbox: SandboxConfig { scratch_dir, pg_bindir },
+        state: StateConfig {
+            url: Secret::new(url),
+        },
+        sandbox: SandboxConfig {
+            scratch_dir,
+            pg_bindir,
+        },
         storage,
         targets,
     })
 }
 
-fn validate_storage(cx: &Ctx<'_>, name: &str, s: &RawStorage) -> Result<StorageConfig, ConfigError> {
+fn validate_storage(
+    cx: &Ctx<'_>,
+    name: &str,
+    s: &RawStorage,
+) -> Result<StorageConfig, ConfigError> {
     let key = |k: &str| format!("storage.{name}.{k}");
     let reject = |k: &str, present: bool, kind: &str| -> Result<(), ConfigError> {
         if present {
-            Err(cx.err(&key(k), Some(s.kind.span()), format!("not a key of kind = {kind:?}")))
+            Err(cx.err(
+                &key(k),
+                Some(s.kind.span()),
+                format!("not a key of kind = {kind:?}"),
+            ))
         } else {
             Ok(())
         }
@@ -196,19 +233,30 @@ fn validate_storage(cx: &Ctx<'_>, name: &str, s: &RawStorage) -> Result<StorageC
     match s.kind.get_ref().as_str() {
         "s3" => {
             reject("path", s.path.is_some(), "s3")?;
-            let bucket = s
-                .bucket
-                .as_ref()
-                .ok_or_else(|| cx.err(&key("bucket"), Some(s.kind.span()), "missing: kind = \"s3\" needs a bucket"))?;
+            let bucket = s.bucket.as_ref().ok_or_else(|| {
+                cx.err(
+                    &key("bucket"),
+                    Some(s.kind.span()),
+                    "missing: kind = \"s3\" needs a bucket",
+                )
+            })?;
             let bucket = cx.string(&key("bucket"), bucket)?;
             if bucket.is_empty() {
-                return Err(cx.err(&key("bucket"), s.bucket.as_ref().map(|b| b.span()), "must not be empty"));
+                return Err(cx.err(
+                    &key("bucket"),
+                    s.bucket.as_ref().map(|b| b.span()),
+                    "must not be empty",
+                ));
             }
             let endpoint = cx.opt_string(&key("endpoint"), &s.endpoint)?;
             if let (Some(e), Some(span)) = (&endpoint, &s.endpoint)
                 && !(e.starts_with("http://") || e.starts_with("https://"))
             {
-                return Err(cx.err(&key("endpoint"), Some(span.span()), format!("expected an http:// or https:// URL, got {e:?}")));
+                return Err(cx.err(
+                    &key("endpoint"),
+                    Some(span.span()),
+                    format!("expected an http:// or https:// URL, got {e:?}"),
+                ));
             }
             let region = cx
                 .opt_string(&key("region"), &s.region)?
@@ -231,9 +279,15 @@ fn validate_storage(cx: &Ctx<'_>, name: &str, s: &RawStorage) -> Result<StorageC
                 reject(k, present, "filesystem")?;
             }
             let path = s.path.as_ref().ok_or_else(|| {
-                cx.err(&key("path"), Some(s.kind.span()), "missing: kind = \"filesystem\" needs a path")
+                cx.err(
+                    &key("path"),
+                    Some(s.kind.span()),
+                    "missing: kind = \"filesystem\" needs a path",
+                )
             })?;
-            Ok(StorageConfig::Filesystem { path: PathBuf::from(cx.string(&key("path"), path)?) })
+            Ok(StorageConfig::Filesystem {
+                path: PathBuf::from(cx.string(&key("path"), path)?),
+            })
         }
         other => Err(cx.err(
             &key("kind"),
@@ -253,7 +307,9 @@ fn validate_target(
     let name = t.name.get_ref().clone();
     let valid_name = !name.is_empty()
         && name.len() <= 63
-        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.');
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.');
     if !valid_name {
         return Err(cx.err(
             &key("name"),
@@ -267,7 +323,10 @@ fn validate_target(
         return Err(cx.err(
             &key("storage"),
             Some(t.storage.span()),
-            format!("unknown storage {storage_name:?}; defined: [{}]", known.join(", ")),
+            format!(
+                "unknown storage {storage_name:?}; defined: [{}]",
+                known.join(", ")
+            ),
         ));
     }
     let primary = cx.opt_string(&key("primary"), &t.primary)?;
@@ -275,7 +334,11 @@ fn validate_target(
         && !(p.starts_with("postgres://") || p.starts_with("postgresql://"))
     {
         // The value itself is not echoed: it may hold a password.
-        return Err(cx.err(&key("primary"), Some(span.span()), "expected a postgres:// URL"));
+        return Err(cx.err(
+            &key("primary"),
+            Some(span.span()),
+            "expected a postgres:// URL",
+        ));
     }
     let tolerance = match &t.row_count_tolerance {
         None => 0.001,
@@ -286,14 +349,20 @@ fn validate_target(
         None => 2.0,
         Some(v) if *v.get_ref() >= 1.0 && v.get_ref().is_finite() => *v.get_ref(),
         Some(v) => {
-            return Err(cx.err(&key("abort_factor"), Some(v.span()), format!("expected a number ≥ 1, got {}", v.get_ref())));
+            return Err(cx.err(
+                &key("abort_factor"),
+                Some(v.span()),
+                format!("expected a number ≥ 1, got {}", v.get_ref()),
+            ));
         }
     };
     Ok(TargetConfig {
         name,
         primary: primary.map(Secret::new),
         storage: storage_name.clone(),
-        prefix: cx.opt_string(&key("prefix"), &t.prefix)?.unwrap_or_default(),
+        prefix: cx
+            .opt_string(&key("prefix"), &t.prefix)?
+            .unwrap_or_default(),
         rto: cx.duration(&key("rto"), &t.rto)?,
         rpo: cx.duration(&key("rpo"), &t.rpo)?,
         row_count_tolerance: tolerance,
@@ -304,9 +373,17 @@ fn validate_target(
 /// `"0.1%"` → 0.001.
 fn parse_percent(s: &str) -> Result<f64, String> {
     let expected = || format!("expected a percentage like \"0.1%\", got {s:?}");
-    let n: f64 = s.trim().strip_suffix('%').ok_or_else(expected)?.trim().parse().map_err(|_| expected())?;
+    let n: f64 = s
+        .trim()
+        .strip_suffix('%')
+        .ok_or_else(expected)?
+        .trim()
+        .parse()
+        .map_err(|_| expected())?;
     if !(0.0..=100.0).contains(&n) {
-        return Err(format!("expected a percentage between 0% and 100%, got {s:?}"));
+        return Err(format!(
+            "expected a percentage between 0% and 100%, got {s:?}"
+        ));
     }
     Ok(n / 100.0)
 }

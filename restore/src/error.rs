@@ -11,7 +11,6 @@ pub enum Stage {
     Restore,
 }
 
-
 impl Stage {
     pub fn as_str(self) -> &'static str {
         match self {
@@ -59,7 +58,9 @@ impl RestoreError {
     pub fn stage(&self) -> Stage {
         match self {
             RestoreError::Store(_) => Stage::Fetch,
-            RestoreError::BadBackup { stage, .. } | RestoreError::Infrastructure { stage, .. } => *stage,
+            RestoreError::BadBackup { stage, .. } | RestoreError::Infrastructure { stage, .. } => {
+                *stage
+            }
         }
     }
 
@@ -70,10 +71,16 @@ impl RestoreError {
     }
 
     pub(crate) fn infra(stage: Stage, message: impl Into<String>) -> Self {
-        RestoreError::Infrastructure { stage, message: message.into() }
+        RestoreError::Infrastructure {
+            stage,
+            message: message.into(),
+        }
     }
 
     pub(crate) fn bad(stage: Stage, message: impl Into<String>) -> Self {
-        RestoreError::BadBackup { stage, message: message.into() }
+        RestoreError::BadBackup {
+            stage,
+            message: message.into(),
+        }
     }
 }

@@ -29,7 +29,10 @@ pub async fn read_head(reader: &mut BackupReader, store: &str) -> Result<Vec<u8>
     let mut head = vec![0u8; format::DETECT_BYTES];
     let mut filled = 0;
     while filled < head.len() {
-        let n = reader.read(&mut head[filled..]).await.map_err(|e| read_error(store, e))?;
+        let n = reader
+            .read(&mut head[filled..])
+            .await
+            .map_err(|e| read_error(store, e))?;
         if n == 0 {
             break;
         }
@@ -37,13 +40,20 @@ pub async fn read_head(reader: &mut BackupReader, store: &str) -> Result<Vec<u8>
     }
     head.truncate(filled);
     if head.is_empty() {
-        return Err(RestoreError::bad(Stage::Fetch, "the backup is empty (0 bytes)"));
+        return Err(RestoreError::bad(
+            Stage::Fetch,
+            "the backup is empty (0 bytes)",
+        ));
     }
     Ok(head)
 }
 
 fn read_error(store: &str, e: std::io::Error) -> RestoreError {
-    RestoreError::Store(StoreError { store: store.to_string(), message: format!("download failed: {e}"), unreachable: true })
+    RestoreError::Store(StoreError {
+        store: store.to_string(),
+        message: format!("download failed: {e}"),
+        unreachable: true,
+    })
 }
 
 /// Streams a custom-format pg_dump archive into a new database `database` in the
@@ -64,7 +74,9 @@ pub async fn restore_custom(
     if found != BackupFormat::Custom {
         return Err(RestoreError::bad(
             Stage::Restore,
-            format!("expected a pg_dump custom-format archive (starting with PGDMP), found {found} data"),
+            format!(
+                "expected a pg_dump custom-format archive (starting with PGDMP), found {found} data"
+            ),
         ));
     }
 
@@ -77,7 +89,14 @@ pub async fn restore_custom(
         .arg("--exit-on-error")
         .arg("-h")
         .arg(sandbox.socket_dir())
-        .args(["-p", &sandbox.port().to_string(), "-U", "postgres", "-d", database])
+        .args([
+            "-p",
+            &sandbox.port().to_string(),
+            "-U",
+            "postgres",
+            "-d",
+            database,
+        ])
         .env_clear()
         .env("PATH", "/usr/bin:/bin")
         .env("LC_ALL", "C.UTF-8")
@@ -86,7 +105,12 @@ pub async fn restore_custom(
         .stderr(Stdio::piped())
         .kill_on_drop(true)
         .spawn()
-        .map_err(|e| RestoreError::infra(Stage::Restore, format!("cannot run {}: {e}", pg_restore.display())))?;
+        .map_err(|e| {
+            RestoreError::infra(
+                Stage::Restore,
+                format!("cannot run {}: {e}", pg_restore.display()),
+            )
+        })?;
 
     // Drain stderr concurrently: a full pipe would otherwise stall pg_restore.
     let mut stderr = child.stderr.take().expect("stderr is piped");
@@ -139,13 +163,19 @@ pub async fn restore_custom(
     if !status.success() {
         return Err(RestoreError::bad(
             Stage::Restore,
-            format!("pg_restore failed ({status}): {}", tail(&stderr, STDERR_KEEP)),
+            format!(
+                "pg_restore failed ({status}): {}",
+                tail(&stderr, STDERR_KEEP)
+            ),
         ));
     }
     if pipe_closed {
         return Err(RestoreError::bad(
             Stage::Restore,
-            format!("pg_restore stopped reading after {total} bytes without an error: {}", tail(&stderr, STDERR_KEEP)),
+            format!(
+                "pg_restore stopped reading after {total} bytes without an error: {}",
+                tail(&stderr, STDERR_KEEP)
+            ),
         ));
     }
     Ok(StreamedRestore {

@@ -58,12 +58,19 @@ impl Sandbox {
     /// Creates the cluster with `initdb` and starts it; returns once it accepts connections.
     pub async fn start(opts: &SandboxOptions) -> Result<Sandbox, RestoreError> {
         let owner = server_owner()?;
-        let root = opts.scratch_dir.join(format!("{SANDBOX_PREFIX}{}", opts.run_id));
+        let root = opts
+            .scratch_dir
+            .join(format!("{SANDBOX_PREFIX}{}", opts.run_id));
         std::fs::DirBuilder::new()
             .recursive(true)
             .mode(0o700)
             .create(&root)
-            .map_err(|e| infra(format!("cannot create sandbox directory {}: {e}", root.display())))?;
+            .map_err(|e| {
+                infra(format!(
+                    "cannot create sandbox directory {}: {e}",
+                    root.display()
+                ))
+            })?;
         // From here on, dropping `sandbox` cleans up whatever exists.
         let mut sandbox = Sandbox {
             data_dir: root.join("data"),
@@ -73,22 +80,37 @@ impl Sandbox {
             owner,
             server: None,
         };
-        std::fs::write(sandbox.root.join(OWNER_FILE), std::process::id().to_string())
-            .map_err(|e| infra(format!("cannot write to {}: {e}", sandbox.root.display())))?;
+        std::fs::write(
+            sandbox.root.join(OWNER_FILE),
+            std::process::id().to_string(),
+        )
+        .map_err(|e| infra(format!("cannot write to {}: {e}", sandbox.root.display())))?;
         let socket_dir = tempfile::Builder::new()
             .prefix("drcheck-")
             .tempdir_in("/tmp")
             .map_err(|e| infra(format!("cannot create socket directory in /tmp: {e}")))?
             .keep();
         sandbox.socket_dir = socket_dir;
-        std::fs::write(sandbox.root.join(SOCKET_FILE), sandbox.socket_dir.as_os_str().as_encoded_bytes())
-            .map_err(|e| infra(format!("cannot write to {}: {e}", sandbox.root.display())))?;
+        std::fs::write(
+            sandbox.root.join(SOCKET_FILE),
+            sandbox.socket_dir.as_os_str().as_encoded_bytes(),
+        )
+        .map_err(|e| infra(format!("cannot write to {}: {e}", sandbox.root.display())))?;
         std::fs::set_permissions(&sandbox.socket_dir, std::fs::Permissions::from_mode(0o700))
-            .map_err(|e| infra(format!("cannot restrict {}: {e}", sandbox.socket_dir.display())))?;
+            .map_err(|e| {
+                infra(format!(
+                    "cannot restrict {}: {e}",
+                    sandbox.socket_dir.display()
+                ))
+            })?;
         if let Some((uid, gid)) = owner {
             for dir in [&sandbox.root, &sandbox.socket_dir] {
-                chown(dir, Some(uid), Some(gid))
-                    .map_err(|e| infra(format!("cannot hand {} to the postgres user: {e}", dir.display())))?;
+                chown(dir, Some(uid), Some(gid)).map_err(|e| {
+                    infra(format!(
+                        "cannot hand {} to the postgres user: {e}",
+                        dir.display()
+                    ))
+                })?;
             }
         }
         sandbox.initdb().await?;
@@ -114,16 +136,34 @@ impl Sandbox {
 
     async fn initdb(&self) -> Result<(), RestoreError> {
         let mut cmd = self.server_command("initdb");
-        cmd.arg("-D")
-            .arg(&self.data_dir)
-            .args(["-U", "postgres", "--auth=trust", "-E", "UTF8", "--locale=C.UTF-8", "--no-sync", "--no-instructions"]);
+        cmd.arg("-D").arg(&self.data_dir).args([
+            "-U",
+            "postgres",
+            "--auth=trust",
+            "-E",
+            "UTF8",
+            "--locale=C.UTF-8",
+            "--no-sync",
+            "--no-instructions",
+        ]);
         let mut cmd = tokio::process::Command::from(cmd);
         cmd.kill_on_drop(true);
-        let out = cmd.output().await.map_err(|e| infra(format!("cannot run {}: {e}", self.bin.tool("initdb").display())))?;
+        let out = cmd.output().await.map_err(|e| {
+            infra(format!(
+                "cannot run {}: {e}",
+                self.bin.tool("initdb").display()
+            ))
+        })?;
         if !out.status.success() {
-            let mut msg = format!("initdb failed ({}): {}", out.status, tail(&out.stderr, 2000));
+            let mut msg = format!(
+                "initdb failed ({}): {}",
+                out.status,
+                tail(&out.stderr, 2000)
+            );
             if msg.contains("Permission denied") && self.owner.is_some() {
-                msg.push_str(" (hint: the postgres user must be able to enter sandbox.scratch_dir)");
+                msg.push_str(
+                    " (hint: the postgres user must be able to enter sandbox.scratch_dir)",
+                );
             }
             return Err(infra(msg));
         }
@@ -132,18 +172,31 @@ impl Sandbox {
 
     fn start_server(&mut self) -> Result<(), RestoreError> {
         let log_path = self.root.join("postgres.log");
-        let log = std::fs::File::create(&log_path).map_err(|e| infra(format!("cannot create {}: {e}", log_path.display())))?;
+        let log = std::fs::File::create(&log_path)
+            .map_err(|e| infra(format!("cannot create {}: {e}", log_path.display())))?;
         let log2 = log.try_clone().map_err(|e| infra(e.to_string()))?;
         let mut cmd = self.server_command("postgres");
         cmd.arg("-D")
             .arg(&self.data_dir)
             .arg("-k")
             .arg(&self.socket_dir)
-            .args(["-p", &PORT.to_string(), "-c", "listen_addresses=", "-c", "unix_socket_permissions=0700"])
+            .args([
+                "-p",
+                &PORT.to_string(),
+                "-c",
+                "listen_addresses=",
+                "-c",
+                "unix_socket_permissions=0700",
+            ])
             .stdout(log)
             .stderr(log2)
             .process_group(0);
-        let child = cmd.spawn().map_err(|e| infra(format!("cannot start {}: {e}", self.bin.tool("postgres").display())))?;
+        let child = cmd.spawn().map_err(|e| {
+            infra(format!(
+                "cannot start {}: {e}",
+                self.bin.tool("postgres").display()
+            ))
+        })?;
         self.server = Some(child);
         Ok(())
     }
@@ -156,13 +209,23 @@ impl Sandbox {
                 && let Ok(Some(status)) = child.try_wait()
             {
                 self.server = None;
-                return Err(infra(format!("the sandbox server exited during start-up ({status}): {}", self.log_tail())));
+                return Err(infra(format!(
+                    "the sandbox server exited during start-up ({status}): {}",
+                    self.log_tail()
+                )));
             }
-            if socket.exists() && PgConnection::connect_with(&self.connect_options("postgres")).await.is_ok() {
+            if socket.exists()
+                && PgConnection::connect_with(&self.connect_options("postgres"))
+                    .await
+                    .is_ok()
+            {
                 return Ok(());
             }
             if Instant::now() > deadline {
-                return Err(infra(format!("the sandbox server did not accept connections within {READY_TIMEOUT:?}: {}", self.log_tail())));
+                return Err(infra(format!(
+                    "the sandbox server did not accept connections within {READY_TIMEOUT:?}: {}",
+                    self.log_tail()
+                )));
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
@@ -171,7 +234,8 @@ impl Sandbox {
     /// The last lines of the server's log, for error messages.
     pub fn log_tail(&self) -> String {
         let mut buf = Vec::new();
-        let _ = std::fs::File::open(self.root.join("postgres.log")).and_then(|mut f| f.read_to_end(&mut buf));
+        let _ = std::fs::File::open(self.root.join("postgres.log"))
+            .and_then(|mut f| f.read_to_end(&mut buf));
         tail(&buf, 2000)
     }
 
@@ -205,10 +269,17 @@ impl Sandbox {
         let mut conn = PgConnection::connect_with(&self.connect_options("postgres"))
             .await
             .map_err(|e| infra(format!("cannot connect to the sandbox: {e}")))?;
-        sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {}", quote_ident(name))))
-            .execute(&mut conn)
-            .await
-            .map_err(|e| infra(format!("cannot create database {name:?} in the sandbox: {e}")))?;
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "CREATE DATABASE {}",
+            quote_ident(name)
+        )))
+        .execute(&mut conn)
+        .await
+        .map_err(|e| {
+            infra(format!(
+                "cannot create database {name:?} in the sandbox: {e}"
+            ))
+        })?;
         Ok(())
     }
 
@@ -260,7 +331,9 @@ fn server_owner() -> Result<Option<(Uid, Gid)>, RestoreError> {
     }
     match User::from_name("postgres") {
         Ok(Some(u)) => Ok(Some((u.uid, u.gid))),
-        _ => Err(infra("drcheck runs as root, and PostgreSQL refuses root: create a `postgres` system user for the sandbox server")),
+        _ => Err(infra(
+            "drcheck runs as root, and PostgreSQL refuses root: create a `postgres` system user for the sandbox server",
+        )),
     }
 }
 

@@ -1,1 +1,391 @@
-//! placeholder
+//! The end-to-end test harness: real PostgreSQL clusters, moto's real S3-compatible
+//! server, the real `aws` CLI, `pg_dump`, and the built `drcheck` binary.
+//!
+//! Everything listens on 127.0.0.1 on free ports, lives in its own temporary directory
+//! and is stopped by a drop guard, so tests run in parallel and leave nothing behind
+//! even when they fail.
+
+pub mod proc;
+pub mod proxy;
+pub mod scenario;
+
+use nix::unistd::{Uid, User, chown};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+pub use proc::{processes_mentioning, run_with_timeout};
+pub use proxy::Throttle;
+
+pub const PG_BIN: &str = "/usr/lib/postgresql/15/bin";
+
+/// The drcheck binary under test: `$DRCHECK_BIN`, or `target/debug/drcheck` next to
+/// this test executable's `deps/` directory.
+pub fn drcheck_bin() -> PathBuf {
+    if let Ok(p) = std::env::var("DRCHECK_BIN") {
+        return PathBuf::from(p);
+    }
+    let exe = std::env::current_exe().expect("current_exe");
+    let dir = exe.parent().and_then(Path::parent).expect("target dir");
+    let bin = dir.join("drcheck");
+    assert!(
+        bin.is_file(),
+        "{} not found: build it first with `cargo build --bin drcheck`",
+        bin.display()
+    );
+    bin
+}
+
+/// A port nothing listens on right now.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A unique, URL-safe token (for passwords, bucket and key names).
+pub fn unique(prefix: &str) -> String {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static N: AtomicU32 = AtomicU32::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos();
+    format!(
+        "{prefix}{:x}{:x}{}",
+        std::process::id(),
+        nanos,
+        N.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// The user PostgreSQL runs as: `postgres` when we are root (it refuses root).
+fn pg_owner() -> Option<(u32, u32)> {
+    if !Uid::effective().is_root() {
+        return None;
+    }
+    let u = User::from_name("postgres")
+        .unwrap()
+        .expect("a `postgres` system user (run scripts/setup.sh)");
+    Some((u.uid.as_raw(), u.gid.as_raw()))
+}
+
+/// A temporary directory the `postgres` user can enter.
+pub struct TempRoot {
+    pub dir: tempfile::TempDir,
+}
+
+impl TempRoot {
+    pub fn new() -> Self {
+        let dir = tempfile::Builder::new()
+            .prefix("drcheck-e2e-")
+            .tempdir()
+            .unwrap();
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        Self { dir }
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// A subdirectory owned by the PostgreSQL user.
+    pub fn pg_dir(&self, name: &str) -> PathBuf {
+        let p = self.path().join(name);
+        std::fs::create_dir_all(&p).unwrap();
+        if let Some((uid, gid)) = pg_owner() {
+            chown(&p, Some(uid.into()), Some(gid.into())).unwrap();
+        }
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o700)).unwrap();
+        p
+    }
+}
+
+impl Default for TempRoot {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+fn as_pg(cmd: &mut Command) -> &mut Command {
+    if let Some((uid, gid)) = pg_owner() {
+        cmd.uid(uid).gid(gid);
+    }
+    cmd
+}
+
+/// A throwaway primary: TCP on 127.0.0.1 with password (SCRAM) auth, plus a trusted
+/// unix socket for the test's own setup.
+pub struct PgPrimary {
+    pub port: u16,
+    pub sock: PathBuf,
+    pub data: PathBuf,
+    child: Option<Child>,
+}
+
+impl PgPrimary {
+    pub fn start(root: &TempRoot) -> Self {
+        let base = root.pg_dir("primary");
+        let data = base.join("data");
+        let sock = base.clone();
+        let out = as_pg(Command::new(format!("{PG_BIN}/initdb")).current_dir(&base))
+            .arg("-D")
+            .arg(&data)
+            .args([
+                "-U",
+                "postgres",
+                "--auth-local=trust",
+                "--auth-host=scram-sha-256",
+                "-E",
+                "UTF8",
+                "--locale=C.UTF-8",
+                "--no-sync",
+            ])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "initdb: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let port = free_port();
+        let log = std::fs::File::create(root.path().join("primary.log")).unwrap();
+        let child = as_pg(Command::new(format!("{PG_BIN}/postgres")).current_dir(&base))
+            .arg("-D")
+            .arg(&data)
+            .arg("-k")
+            .arg(&sock)
+            .args([
+                "-p",
+                &port.to_string(),
+                "-c",
+                "listen_addresses=127.0.0.1",
+                "-c",
+                "fsync=off",
+            ])
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        let me = PgPrimary {
+            port,
+            sock,
+            data,
+            child: Some(child),
+        };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let ok = Command::new("psql")
+                .args(me.psql_args("postgres"))
+                .args(["-c", "select 1"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success());
+            if ok {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "primary did not start; see {}",
+                root.path().join("primary.log").display()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        me
+    }
+
+    fn psql_args(&self, db: &str) -> Vec<String> {
+        vec![
+            "-X".into(),
+            "-q".into(),
+            "-A".into(),
+            "-t".into(),
+            "-v".into(),
+            "ON_ERROR_STOP=1".into(),
+            "-h".into(),
+            self.sock.display().to_string(),
+            "-p".into(),
+            self.port.to_string(),
+            "-U".into(),
+            "postgres".into(),
+            "-d".into(),
+            db.into(),
+        ]
+    }
+
+    /// Runs SQL as the superuser; returns the unaligned, tuples-only output.
+    pub fn psql(&self, db: &str, sql: &str) -> String {
+        let out = Command::new("psql")
+            .args(self.psql_args(db))
+            .args(["-c", sql])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "psql failed on {sql:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap().trim().to_string()
+    }
+
+    /// `pg_dump -Fc` (plus `extra` arguments) of `db` into `path`.
+    pub fn dump(&self, db: &str, path: &Path, extra: &[&str]) {
+        let out = Command::new("pg_dump")
+            .args(["-Fc", "-h"])
+            .arg(&self.sock)
+            .args(["-p", &self.port.to_string(), "-U", "postgres", "-f"])
+            .arg(path)
+            .args(extra)
+            .arg(db)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "pg_dump: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    /// A `postgres://` URL for `user` over TCP.
+    pub fn url(&self, user: &str, password: &str, db: &str) -> String {
+        format!("postgres://{user}:{password}@127.0.0.1:{}/{db}", self.port)
+    }
+
+    /// Stops the server (fast shutdown), waiting for it to exit.
+    pub fn stop(&mut self) {
+        if let Some(child) = self.child.take() {
+            proc::stop_group(child, Duration::from_secs(10));
+        }
+    }
+}
+
+impl Drop for PgPrimary {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// moto's S3-compatible server on a free loopback port, driven through the real `aws` CLI.
+pub struct S3Server {
+    pub port: u16,
+    child: Option<Child>,
+}
+
+/// Credentials moto accepts; the same environment goes to the `aws` CLI and drcheck.
+pub const AWS_ENV: [(&str, &str); 4] = [
+    ("AWS_ACCESS_KEY_ID", "drcheck-test"),
+    ("AWS_SECRET_ACCESS_KEY", "drcheck-test-secret"),
+    ("AWS_DEFAULT_REGION", "us-east-1"),
+    ("AWS_EC2_METADATA_DISABLED", "true"),
+];
+
+impl S3Server {
+    pub fn start(root: &TempRoot) -> Self {
+        let port = free_port();
+        let log = std::fs::File::create(root.path().join("moto.log")).unwrap();
+        let child = Command::new("moto_server")
+            .args(["-H", "127.0.0.1", "-p", &port.to_string()])
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .process_group(0)
+            .spawn()
+            .expect("moto_server (run scripts/setup.sh)");
+        let me = S3Server {
+            port,
+            child: Some(child),
+        };
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < deadline, "moto_server did not start");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        me
+    }
+
+    pub fn endpoint(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// `aws --endpoint-url … s3 ARGS`.
+    pub fn aws(&self, args: &[&str]) {
+        let out = Command::new("aws")
+            .arg("--endpoint-url")
+            .arg(self.endpoint())
+            .arg("s3")
+            .args(args)
+            .envs(AWS_ENV)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "aws s3 {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    pub fn make_bucket(&self, bucket: &str) {
+        self.aws(&["mb", &format!("s3://{bucket}")]);
+    }
+
+    pub fn upload(&self, file: &Path, bucket: &str, key: &str) {
+        self.aws(&[
+            "cp",
+            "--only-show-errors",
+            &file.display().to_string(),
+            &format!("s3://{bucket}/{key}"),
+        ]);
+    }
+}
+
+impl Drop for S3Server {
+    fn drop(&mut self) {
+        if let Some(child) = self.child.take() {
+            proc::stop_group(child, Duration::from_secs(5));
+        }
+    }
+}
+
+/// Runs drcheck with `args` and the test AWS credentials, failing the test if it runs
+/// longer than `timeout`.
+pub fn drcheck(args: &[&str], env: &[(&str, String)], timeout: Duration) -> (Output, Duration) {
+    let mut cmd = Command::new(drcheck_bin());
+    cmd.args(args)
+        .envs(AWS_ENV)
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+        .env_remove("RUST_LOG")
+        .env_remove("DRCHECK_CONFIG");
+    run_with_timeout(cmd, timeout)
+}
+
+pub fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Parses `{"runs": [...]}` and returns the only run.
+pub fn only_run(o: &Output) -> serde_json::Value {
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_else(|e| {
+        panic!(
+            "stdout is not JSON ({e}): {}\nstderr: {}",
+            stdout(o),
+            stderr(o)
+        )
+    });
+    let runs = v["runs"].as_array().expect("runs array");
+    assert_eq!(runs.len(), 1, "{v}");
+    runs[0].clone()
+}
+
+/// Lets the sandbox's `postgres` user enter a directory drcheck writes into.
+pub fn make_world_enterable(dir: &Path) {
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o1777)).unwrap();
+}

@@ -2,8 +2,9 @@
 //! `statement_timeout` and `application_name = 'drcheck'`, and the pool caps how many
 //! queries run at once.
 
-use sqlx::PgPool;
+use sqlx::postgres::PgConnection;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::{Connection, PgPool};
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -15,26 +16,35 @@ pub struct PrimaryLimits {
 
 impl Default for PrimaryLimits {
     fn default() -> Self {
-        Self { statement_timeout: Duration::from_secs(60), connect_timeout: Duration::from_secs(10), max_concurrency: 2 }
+        Self {
+            statement_timeout: Duration::from_secs(60),
+            connect_timeout: Duration::from_secs(10),
+            max_concurrency: 2,
+        }
     }
 }
 
 /// Connects to the primary. The error never contains the URL or its password.
 pub async fn connect(url: &str, limits: &PrimaryLimits) -> Result<PgPool, String> {
-    let opts = PgConnectOptions::from_str(url).map_err(|_| "the primary URL is not a valid postgres:// URL".to_string())?;
+    let opts = PgConnectOptions::from_str(url)
+        .map_err(|_| "the primary URL is not a valid postgres:// URL".to_string())?;
     let timeout_ms = limits.statement_timeout.as_millis().to_string();
     let opts = opts.application_name("drcheck").options([
         ("default_transaction_read_only", "on"),
         ("statement_timeout", timeout_ms.as_str()),
         ("lock_timeout", "5000"),
     ]);
-    let pool = PgPoolOptions::new()
+    // One probe connection first: the pool would keep retrying a refused connection
+    // until its acquire timeout, and a dead primary should be known at once.
+    let probe = tokio::time::timeout(limits.connect_timeout, PgConnection::connect_with(&opts))
+        .await
+        .map_err(|_| format!("no answer within {:?}", limits.connect_timeout))?
+        .map_err(|e| scrub(&e.to_string(), url))?;
+    let _ = probe.close().await;
+    Ok(PgPoolOptions::new()
         .max_connections(limits.max_concurrency.max(1))
         .acquire_timeout(limits.connect_timeout)
-        .connect_with(opts)
-        .await
-        .map_err(|e| scrub(&e.to_string(), url))?;
-    Ok(pool)
+        .connect_lazy_with(opts))
 }
 
 /// Removes the URL and its password from a message, in case a driver ever echoes them.
@@ -54,6 +64,9 @@ mod tests {
     #[test]
     fn scrub_removes_password_and_url() {
         let url = "postgres://u:pw123@h/db";
-        assert_eq!(super::scrub("bad pw123 at postgres://u:pw123@h/db", url), "bad *** at <primary>");
+        assert_eq!(
+            super::scrub("bad pw123 at postgres://u:pw123@h/db", url),
+            "bad *** at <primary>"
+        );
     }
 }

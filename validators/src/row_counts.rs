@@ -10,7 +10,12 @@ use std::collections::BTreeSet;
 pub struct RowCounts;
 
 async fn count(pool: &PgPool, t: &TableName) -> Result<i64, sqlx::Error> {
-    sqlx::query_scalar(sqlx::AssertSqlSafe(format!("select count(*) from {}", t.quoted()))).fetch_one(pool).await
+    sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+        "select count(*) from {}",
+        t.quoted()
+    )))
+    .fetch_one(pool)
+    .await
 }
 
 /// Whether `restored` is within `tolerance` (a fraction) of `primary`.
@@ -29,17 +34,28 @@ impl Validator for RowCounts {
         let name = self.name();
         let primary = match &cx.primary {
             Primary::Available(p) => p,
-            Primary::Unavailable(why) => return Finding::new(name, Status::Skipped, format!("primary unavailable: {why}")),
+            Primary::Unavailable(why) => {
+                return Finding::new(name, Status::Skipped, format!("primary unavailable: {why}"));
+            }
         };
-        let (on_primary, restored) = match (catalog::tables(primary).await, catalog::tables(&cx.restored).await) {
+        let (on_primary, restored) = match (
+            catalog::tables(primary).await,
+            catalog::tables(&cx.restored).await,
+        ) {
             (Ok(p), Ok(r)) => (p, r.into_iter().collect::<BTreeSet<_>>()),
-            (Err(e), _) | (_, Err(e)) => return Finding::new(name, Status::Error, format!("listing tables: {e}")),
+            (Err(e), _) | (_, Err(e)) => {
+                return Finding::new(name, Status::Error, format!("listing tables: {e}"));
+            }
         };
-        let common: Vec<TableName> = on_primary.into_iter().filter(|t| restored.contains(t)).collect();
+        let common: Vec<TableName> = on_primary
+            .into_iter()
+            .filter(|t| restored.contains(t))
+            .collect();
         // The primary pool's size caps how many counts run there at once.
         let results: Vec<(TableName, Result<(i64, i64), sqlx::Error>)> = stream::iter(common)
             .map(|t| async move {
-                let r = async { Ok((count(primary, &t).await?, count(&cx.restored, &t).await?)) }.await;
+                let r =
+                    async { Ok((count(primary, &t).await?, count(&cx.restored, &t).await?)) }.await;
                 (t, r)
             })
             .buffer_unordered(2)
@@ -60,11 +76,28 @@ impl Validator for RowCounts {
         }
         let tolerance = format!("{}%", cx.row_count_tolerance * 100.0);
         if !mismatches.is_empty() {
-            Finding::new(name, Status::Failed, format!("{} of {} tables differ beyond {tolerance}: {}", mismatches.len(), results.len(), mismatches.join("; ")))
+            Finding::new(
+                name,
+                Status::Failed,
+                format!(
+                    "{} of {} tables differ beyond {tolerance}: {}",
+                    mismatches.len(),
+                    results.len(),
+                    mismatches.join("; ")
+                ),
+            )
         } else if !errors.is_empty() {
-            Finding::new(name, Status::Error, format!("could not count: {}", errors.join("; ")))
+            Finding::new(
+                name,
+                Status::Error,
+                format!("could not count: {}", errors.join("; ")),
+            )
         } else {
-            Finding::new(name, Status::Passed, format!("{} tables match within {tolerance}", results.len()))
+            Finding::new(
+                name,
+                Status::Passed,
+                format!("{} tables match within {tolerance}", results.len()),
+            )
         }
     }
 }

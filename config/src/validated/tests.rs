@@ -43,7 +43,10 @@ fn the_documented_example_validates() {
     assert_eq!(t.rpo, Duration::from_secs(26 * 3600));
     assert_eq!(t.prefix, "orders/");
     assert_eq!(t.row_count_tolerance, 0.001);
-    assert_eq!(t.primary.as_ref().unwrap().expose(), "postgres://verifier:hunter2@db.internal:5432/orders");
+    assert_eq!(
+        t.primary.as_ref().unwrap().expose(),
+        "postgres://verifier:hunter2@db.internal:5432/orders"
+    );
     match &c.storage["backups"] {
         StorageConfig::S3(s) => {
             assert_eq!(s.bucket, "db-backups");
@@ -63,7 +66,9 @@ fn redacted_toml_hides_the_password() {
 
 fn invalid(text: &str) -> (String, Option<usize>, String) {
     match parse(text).unwrap_err() {
-        ConfigError::Invalid { key, line, message, .. } => (key, line, message),
+        ConfigError::Invalid {
+            key, line, message, ..
+        } => (key, line, message),
         other => panic!("expected Invalid, got {other}"),
     }
 }
@@ -88,7 +93,10 @@ fn bad_duration_names_key_and_line() {
 fn unknown_storage_lists_the_defined_ones() {
     let (key, _, msg) = invalid(&GOOD.replace("storage = \"backups\"", "storage = \"backup\""));
     assert_eq!(key, "target[0].storage");
-    assert!(msg.contains("\"backup\"") && msg.contains("backups, local"), "{msg}");
+    assert!(
+        msg.contains("\"backup\"") && msg.contains("backups, local"),
+        "{msg}"
+    );
 }
 
 #[test]
@@ -100,13 +108,16 @@ fn missing_env_var_names_it_without_leaking() {
 
 #[test]
 fn missing_required_key_is_named() {
-    let msg = parse(&GOOD.replace("rto = \"30m\"\n", "")).unwrap_err().to_string();
+    let msg = parse(&GOOD.replace("rto = \"30m\"\n", ""))
+        .unwrap_err()
+        .to_string();
     assert!(msg.contains("missing field `rto`"), "{msg}");
 }
 
 #[test]
 fn keys_of_the_wrong_kind_are_rejected() {
-    let (key, _, _) = invalid(&GOOD.replace("path = \"/srv/backups\"", "path = \"/srv\"\nbucket = \"x\""));
+    let (key, _, _) =
+        invalid(&GOOD.replace("path = \"/srv/backups\"", "path = \"/srv\"\nbucket = \"x\""));
     assert_eq!(key, "storage.local.bucket");
     let (key, _, msg) = invalid(&GOOD.replace("kind = \"filesystem\"", "kind = \"ftp\""));
     assert_eq!(key, "storage.local.kind");
@@ -115,7 +126,9 @@ fn keys_of_the_wrong_kind_are_rejected() {
 
 #[test]
 fn duplicate_and_bad_target_names() {
-    let twice = format!("{GOOD}\n[[target]]\nname = \"orders\"\nstorage = \"local\"\nrto = \"1m\"\nrpo = \"1h\"\n");
+    let twice = format!(
+        "{GOOD}\n[[target]]\nname = \"orders\"\nstorage = \"local\"\nrto = \"1m\"\nrpo = \"1h\"\n"
+    );
     let (key, _, msg) = invalid(&twice);
     assert_eq!(key, "target[1].name");
     assert!(msg.contains("duplicate"));
@@ -125,10 +138,17 @@ fn duplicate_and_bad_target_names() {
 
 #[test]
 fn tolerance_and_abort_factor() {
-    let c = parse(&GOOD.replace("rpo = \"26h\"", "rpo = \"26h\"\nrow_count_tolerance = \"2.5%\"\nabort_factor = 3.0")).unwrap();
+    let c = parse(&GOOD.replace(
+        "rpo = \"26h\"",
+        "rpo = \"26h\"\nrow_count_tolerance = \"2.5%\"\nabort_factor = 3.0",
+    ))
+    .unwrap();
     assert!((c.targets[0].row_count_tolerance - 0.025).abs() < 1e-12);
     assert_eq!(c.targets[0].abort_factor, 3.0);
-    let (key, _, _) = invalid(&GOOD.replace("rpo = \"26h\"", "rpo = \"26h\"\nrow_count_tolerance = \"0.1\""));
+    let (key, _, _) = invalid(&GOOD.replace(
+        "rpo = \"26h\"",
+        "rpo = \"26h\"\nrow_count_tolerance = \"0.1\"",
+    ));
     assert_eq!(key, "target[0].row_count_tolerance");
 }
 

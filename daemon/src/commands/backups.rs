@@ -11,8 +11,16 @@ pub async fn list(config: &Config, target: Option<&str>, json: bool) -> Result<E
     let mut out = Vec::new();
     for t in targets {
         let (store, backups) = list_backups(config, t).await.map_err(|e| {
-            let exit = if e.unreachable { Exit::Incomplete } else { Exit::Incomplete };
-            CliError { exit, error: anyhow::Error::new(e).context(format!("listing backups of target {}", t.name)) }
+            let exit = if e.unreachable {
+                Exit::Incomplete
+            } else {
+                Exit::Incomplete
+            };
+            CliError {
+                exit,
+                error: anyhow::Error::new(e)
+                    .context(format!("listing backups of target {}", t.name)),
+            }
         })?;
         if json {
             let items: Vec<_> = backups
@@ -21,9 +29,17 @@ pub async fn list(config: &Config, target: Option<&str>, json: bool) -> Result<E
                 .collect();
             out.push(serde_json::json!({"target": t.name, "store": store, "backups": items}));
         } else {
-            println!("{} — {} under {:?}: {} backups", t.name, store, t.prefix, backups.len());
+            println!(
+                "{} — {} under {:?}: {} backups",
+                t.name,
+                store,
+                t.prefix,
+                backups.len()
+            );
             for (i, b) in backups.iter().enumerate() {
-                let age = SystemTime::now().duration_since(b.last_modified).unwrap_or_default();
+                let age = SystemTime::now()
+                    .duration_since(b.last_modified)
+                    .unwrap_or_default();
                 let marker = if i == 0 { "latest" } else { "" };
                 println!(
                     "  {:<6} {}  {:>12} B  {}  (age {})",
@@ -37,7 +53,11 @@ pub async fn list(config: &Config, target: Option<&str>, json: bool) -> Result<E
         }
     }
     if json {
-        println!("{}", serde_json::to_string_pretty(&serde_json::json!({"targets": out})).map_err(CliError::incomplete)?);
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({"targets": out}))
+                .map_err(CliError::incomplete)?
+        );
     }
     Ok(Exit::Passed)
 }

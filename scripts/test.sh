@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# Runs every test: unit tests and the end-to-end tests against real PostgreSQL,
+# moto's S3 server and the aws CLI. Installs what is missing first (scripts/setup.sh).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+# The end-to-end tests run the built binary, so build it first.
+cargo build --locked --bin drcheck
+cargo nextest run --locked --workspace --no-fail-fast "$@"

@@ -1,0 +1,135 @@
+//! The common scene of the verification tests: a primary holding an `orders` database,
+//! a bucket in moto with a `pg_dump -Fc` backup of it uploaded by the `aws` CLI, and a
+//! config file pointing drcheck at both.
+
+use crate::{PgPrimary, S3Server, TempRoot, unique};
+use std::path::PathBuf;
+
+/// Sample data with a foreign key, a mixed-case schema and table, and a table
+/// without a primary key.
+pub const SAMPLE_SQL: &str = r#"
+create table customers (id bigint primary key, name text not null);
+create table orders (id bigserial primary key, customer_id bigint not null references customers (id),
+                     placed_at timestamptz not null default now(), total numeric(12,2) not null);
+create schema "Sales";
+create table "Sales"."Invoices" (id int, amount numeric, note text);
+insert into customers select g, 'customer ' || g from generate_series(1, 500) g;
+insert into orders (customer_id, total) select 1 + g % 500, (g % 1000) / 7.0 from generate_series(1, 5000) g;
+insert into "Sales"."Invoices" select g, g * 1.5, md5(g::text) from generate_series(1, 1000) g;
+"#;
+
+pub struct Scene {
+    pub root: TempRoot,
+    pub primary: PgPrimary,
+    pub s3: S3Server,
+    pub bucket: String,
+    /// The verifier role's password on the primary.
+    pub password: String,
+    pub dump: PathBuf,
+    pub scratch: PathBuf,
+}
+
+/// What to write into the config file; defaults make a passing verification.
+pub struct ConfigSpec {
+    pub endpoint: String,
+    pub primary: String,
+    pub rto: String,
+    pub rpo: String,
+    pub extra_target: String,
+}
+
+impl Scene {
+    /// Starts the primary and moto, loads the sample data, dumps and uploads it as
+    /// `orders/orders-1.dump`.
+    pub fn start() -> Scene {
+        let root = TempRoot::new();
+        let primary = PgPrimary::start(&root);
+        let s3 = S3Server::start(&root);
+        let password = unique("pw");
+        primary.psql("postgres", "create database orders");
+        primary.psql(
+            "postgres",
+            &format!("create role verifier login password '{password}'"),
+        );
+        primary.psql("postgres", "grant pg_read_all_data to verifier");
+        primary.psql("orders", SAMPLE_SQL);
+        let dump = root.path().join("orders.dump");
+        primary.dump("orders", &dump, &[]);
+        let bucket = unique("bk");
+        s3.make_bucket(&bucket);
+        s3.upload(&dump, &bucket, "orders/orders-1.dump");
+        let scratch = root.path().join("scratch");
+        std::fs::create_dir_all(&scratch).unwrap();
+        crate::make_world_enterable(&scratch);
+        Scene {
+            root,
+            primary,
+            s3,
+            bucket,
+            password,
+            dump,
+            scratch,
+        }
+    }
+
+    pub fn spec(&self) -> ConfigSpec {
+        ConfigSpec {
+            endpoint: self.s3.endpoint(),
+            primary: self.primary.url("verifier", "${ORDERS_PW}", "orders"),
+            rto: "10m".into(),
+            rpo: "26h".into(),
+            extra_target: String::new(),
+        }
+    }
+
+    /// Writes a config file from `spec` and returns its path.
+    pub fn config(&self, spec: &ConfigSpec) -> PathBuf {
+        let text = format!(
+            r#"[state]
+url = "sqlite://{root}/history.db"
+[sandbox]
+scratch_dir = "{scratch}"
+[storage.backups]
+kind = "s3"
+bucket = "{bucket}"
+endpoint = "{endpoint}"
+region = "us-east-1"
+path_style = true
+[[target]]
+name = "orders"
+primary = "{primary}"
+storage = "backups"
+prefix = "orders/"
+rto = "{rto}"
+rpo = "{rpo}"
+{extra}
+"#,
+            root = self.root.path().display(),
+            scratch = self.scratch.display(),
+            bucket = self.bucket,
+            endpoint = spec.endpoint,
+            primary = spec.primary,
+            rto = spec.rto,
+            rpo = spec.rpo,
+            extra = spec.extra_target,
+        );
+        let path = self.root.path().join(format!("{}.toml", unique("drcheck")));
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+
+    /// The environment drcheck needs for the default config (the primary's password).
+    pub fn env(&self) -> Vec<(&'static str, String)> {
+        vec![("ORDERS_PW", self.password.clone())]
+    }
+
+    /// Sandbox directories left in the scratch directory.
+    pub fn leftover_sandboxes(&self) -> Vec<String> {
+        std::fs::read_dir(&self.scratch)
+            .unwrap()
+            .filter_map(Result::ok)
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with("drcheck-sandbox-"))
+            .collect()
+    }
+}
