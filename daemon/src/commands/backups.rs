@@ -10,17 +10,12 @@ pub async fn list(config: &Config, target: Option<&str>, json: bool) -> Result<E
     let targets = super::select_targets(config, target)?;
     let mut out = Vec::new();
     for t in targets {
+        // Whether unreachable or refusing (403, no such bucket), a store that cannot be
+        // listed is a problem outside the backups: exit 3.
         let (store, backups) = list_backups(config, t).await.map_err(|e| {
-            let exit = if e.unreachable {
-                Exit::Incomplete
-            } else {
-                Exit::Incomplete
-            };
-            CliError {
-                exit,
-                error: anyhow::Error::new(e)
-                    .context(format!("listing backups of target {}", t.name)),
-            }
+            CliError::incomplete(
+                anyhow::Error::new(e).context(format!("listing backups of target {}", t.name)),
+            )
         })?;
         if json {
             let items: Vec<_> = backups
