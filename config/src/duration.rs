@@ -6,13 +6,10 @@ use std::time::Duration;
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let t = s.trim();
     if t.is_empty() {
-        return Err(
-            "expected a duration like \"90s\", \"30m\" or \"26h\", got an empty string".into(),
-        );
+        return Err("expected a duration like \"90s\", \"30m\" or \"26h\", got an empty string".into());
     }
-    let d = humantime::parse_duration(t).map_err(|e| {
-        format!("expected a duration like \"90s\", \"30m\" or \"26h\", got {s:?} ({e})")
-    })?;
+    let d = humantime::parse_duration(t)
+        .map_err(|e| format!("expected a duration like \"90s\", \"30m\" or \"26h\", got {s:?} ({e})"))?;
     if d.is_zero() {
         return Err(format!("expected a duration greater than zero, got {s:?}"));
     }
@@ -32,21 +29,14 @@ mod tests {
     fn parses_the_documented_forms() {
         assert_eq!(parse_duration("90s").unwrap(), Duration::from_secs(90));
         assert_eq!(parse_duration("30m").unwrap(), Duration::from_secs(1800));
-        assert_eq!(
-            parse_duration("26h").unwrap(),
-            Duration::from_secs(26 * 3600)
-        );
+        assert_eq!(parse_duration("26h").unwrap(), Duration::from_secs(26 * 3600));
         assert_eq!(parse_duration("1h 30m").unwrap(), Duration::from_secs(5400));
     }
 
     #[test]
     fn rejects_garbage_zero_and_missing_unit() {
         assert!(parse_duration("soon").unwrap_err().contains("\"soon\""));
-        assert!(
-            parse_duration("0s")
-                .unwrap_err()
-                .contains("greater than zero")
-        );
+        assert!(parse_duration("0s").unwrap_err().contains("greater than zero"));
         assert!(parse_duration("30").is_err());
         assert!(parse_duration("").is_err());
     }

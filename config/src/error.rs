@@ -5,17 +5,9 @@ use std::path::PathBuf;
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     #[error("cannot read config file {}: {error}", path.display())]
-    Read {
-        path: PathBuf,
-        error: std::io::Error,
-    },
+    Read { path: PathBuf, error: std::io::Error },
     #[error("{}: {message}", path.display())]
     Parse { path: PathBuf, message: String },
     #[error("{}{}: key `{key}`: {message}", path.display(), line.map(|l| format!(":{l}")).unwrap_or_default())]
-    Invalid {
-        path: PathBuf,
-        line: Option<usize>,
-        key: String,
-        message: String,
-    },
+    Invalid { path: PathBuf, line: Option<usize>, key: String, message: String },
 }

@@ -11,17 +11,12 @@ pub fn interpolate(s: &str, lookup: &dyn Fn(&str) -> Option<String>) -> Result<S
             out.push('$');
             rest = tail;
         } else if let Some(tail) = after.strip_prefix('{') {
-            let end = tail
-                .find('}')
-                .ok_or_else(|| "unterminated `${`: expected `${NAME}`".to_string())?;
+            let end = tail.find('}').ok_or_else(|| "unterminated `${`: expected `${NAME}`".to_string())?;
             let name = &tail[..end];
             if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
-                return Err(format!(
-                    "`${{{name}}}` is not a valid environment variable name"
-                ));
+                return Err(format!("`${{{name}}}` is not a valid environment variable name"));
             }
-            let value =
-                lookup(name).ok_or_else(|| format!("environment variable {name} is not set"))?;
+            let value = lookup(name).ok_or_else(|| format!("environment variable {name} is not set"))?;
             out.push_str(&value);
             rest = &tail[end + 1..];
         } else {
@@ -45,15 +40,7 @@ mod tests {
     fn replaces_escapes_and_reports_missing() {
         assert_eq!(interpolate("a:${PW}@b", &env).unwrap(), "a:s3cr$t@b");
         assert_eq!(interpolate("cost $$5 $x", &env).unwrap(), "cost $5 $x");
-        assert!(
-            interpolate("${NOPE}", &env)
-                .unwrap_err()
-                .contains("NOPE is not set")
-        );
-        assert!(
-            interpolate("${PW", &env)
-                .unwrap_err()
-                .contains("unterminated")
-        );
+        assert!(interpolate("${NOPE}", &env).unwrap_err().contains("NOPE is not set"));
+        assert!(interpolate("${PW", &env).unwrap_err().contains("unterminated"));
     }
 }

@@ -18,26 +18,22 @@ pub use duration::{format_duration, parse_duration};
 pub use error::ConfigError;
 pub use secret::{Secret, redact_url};
 pub use validated::{
-    Config, DEFAULT_STATE_URL, S3Storage, SandboxConfig, StateConfig, StorageConfig, TargetConfig,
+    Config, DEFAULT_STATE_URL, FormatSetting, Profile, RecoveryTarget, S3Storage, SandboxConfig, StateConfig,
+    StorageConfig, TargetConfig,
 };
 
 use std::path::Path;
 
 /// Reads, parses and validates the config file at `path`.
 pub fn load(path: &Path) -> Result<Config, ConfigError> {
-    let text = std::fs::read_to_string(path).map_err(|error| ConfigError::Read {
-        path: path.to_path_buf(),
-        error,
-    })?;
+    let text = std::fs::read_to_string(path).map_err(|error| ConfigError::Read { path: path.to_path_buf(), error })?;
     parse(&text, path)
 }
 
 /// Parses and validates config text; `path` is only used in error messages.
 pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
-    let raw: raw::RawConfig = toml::from_str(text).map_err(|e| ConfigError::Parse {
-        path: path.to_path_buf(),
-        message: e.to_string().trim_end().to_string(),
-    })?;
+    let raw: raw::RawConfig = toml::from_str(text)
+        .map_err(|e| ConfigError::Parse { path: path.to_path_buf(), message: e.to_string().trim_end().to_string() })?;
     validated::validate(raw, text, path, &|name| std::env::var(name).ok())
 }
 

@@ -28,6 +28,8 @@ pub struct RawState {
 pub struct RawSandbox {
     pub scratch_dir: Option<Spanned<String>>,
     pub pg_bindir: Option<Spanned<String>>,
+    pub profile: Option<Spanned<String>>,
+    pub expansion_factor: Option<Spanned<f64>>,
 }
 
 /// One storage. `kind` selects which of the other keys apply; the validation step
@@ -41,6 +43,8 @@ pub struct RawStorage {
     pub region: Option<Spanned<String>>,
     pub path_style: Option<bool>,
     pub path: Option<Spanned<String>>,
+    pub part_size: Option<Spanned<String>>,
+    pub concurrency: Option<Spanned<i64>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -54,4 +58,9 @@ pub struct RawTarget {
     pub rpo: Spanned<String>,
     pub row_count_tolerance: Option<Spanned<String>>,
     pub abort_factor: Option<Spanned<f64>>,
+    pub format: Option<Spanned<String>>,
+    pub restore_jobs: Option<Spanned<i64>>,
+    pub wal_prefix: Option<Spanned<String>>,
+    pub recovery_target: Option<Spanned<String>>,
+    pub globals_key: Option<Spanned<String>>,
 }

@@ -47,16 +47,8 @@ pub fn redact_url(s: &str) -> String {
     let pairs: Vec<(String, String)> = url
         .query_pairs()
         .map(|(k, v)| {
-            let secretive =
-                k.eq_ignore_ascii_case("password") || k.eq_ignore_ascii_case("sslpassword");
-            (
-                k.into_owned(),
-                if secretive {
-                    "***".to_string()
-                } else {
-                    v.into_owned()
-                },
-            )
+            let secretive = k.eq_ignore_ascii_case("password") || k.eq_ignore_ascii_case("sslpassword");
+            (k.into_owned(), if secretive { "***".to_string() } else { v.into_owned() })
         })
         .collect();
     if !pairs.is_empty() {
@@ -77,10 +69,7 @@ mod tests {
             assert!(shown.contains("verifier"), "{shown}");
             assert!(shown.contains("db.internal"), "{shown}");
         }
-        assert_eq!(
-            s.expose(),
-            "postgres://verifier:hunter2@db.internal:5432/orders?password=hunter2"
-        );
+        assert_eq!(s.expose(), "postgres://verifier:hunter2@db.internal:5432/orders?password=hunter2");
     }
 
     #[test]

@@ -39,6 +39,65 @@ pub struct SandboxConfig {
     pub scratch_dir: PathBuf,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pg_bindir: Option<PathBuf>,
+    pub profile: Profile,
+    /// Free space needed in `scratch_dir`: the backup's size times this.
+    pub expansion_factor: f64,
+}
+
+/// How the sandbox server is tuned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Profile {
+    /// Stock durability settings: the RTO a real recovery would see.
+    Production,
+    /// fsync, full-page writes and synchronous commit off, minimal WAL: quick integrity checks.
+    Fast,
+}
+
+impl Profile {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Profile::Production => "production",
+            Profile::Fast => "fast",
+        }
+    }
+}
+
+/// Which kind of backup a target holds; `Auto` detects it from the content.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FormatSetting {
+    Auto,
+    Custom,
+    Tar,
+    Directory,
+    Plain,
+    Physical,
+}
+
+impl FormatSetting {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FormatSetting::Auto => "auto",
+            FormatSetting::Custom => "custom",
+            FormatSetting::Tar => "tar",
+            FormatSetting::Directory => "directory",
+            FormatSetting::Plain => "plain",
+            FormatSetting::Physical => "physical",
+        }
+    }
+}
+
+/// How far a physical backup's WAL is replayed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RecoveryTarget {
+    /// Everything in the WAL archive.
+    Latest,
+    /// Just to consistency.
+    Immediate,
+    /// To this moment (RFC 3339).
+    Time(String),
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -55,15 +114,16 @@ pub struct S3Storage {
     pub endpoint: Option<String>,
     pub region: String,
     pub path_style: bool,
+    /// Ranged GETs of this many bytes each…
+    pub part_size: u64,
+    /// …this many at once.
+    pub concurrency: usize,
 }
 
 #[derive(Debug, Clone, Serialize)]
 pub struct TargetConfig {
     pub name: String,
-    #[serde(
-        serialize_with = "ser_opt_secret",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[serde(serialize_with = "ser_opt_secret", skip_serializing_if = "Option::is_none")]
     pub primary: Option<Secret>,
     pub storage: String,
     pub prefix: String,
@@ -75,6 +135,16 @@ pub struct TargetConfig {
     pub row_count_tolerance: f64,
     /// A restore running past `rto × abort_factor` is cancelled.
     pub abort_factor: f64,
+    pub format: FormatSetting,
+    /// Parallel `pg_restore -j` jobs (custom and directory dumps).
+    pub restore_jobs: u32,
+    /// Where archived WAL for physical backups lives in the same store.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub wal_prefix: Option<String>,
+    pub recovery_target: RecoveryTarget,
+    /// A `pg_dumpall --globals-only` file in the store, applied before the restore.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub globals_key: Option<String>,
 }
 
 impl Config {
@@ -112,18 +182,10 @@ struct Ctx<'a> {
 
 impl Ctx<'_> {
     fn line_of(&self, offset: usize) -> usize {
-        self.text[..offset.min(self.text.len())]
-            .matches('\n')
-            .count()
-            + 1
+        self.text[..offset.min(self.text.len())].matches('\n').count() + 1
     }
 
-    fn err(
-        &self,
-        key: &str,
-        span: Option<std::ops::Range<usize>>,
-        message: impl Into<String>,
-    ) -> ConfigError {
+    fn err(&self, key: &str, span: Option<std::ops::Range<usize>>, message: impl Into<String>) -> ConfigError {
         ConfigError::Invalid {
             path: self.path.to_path_buf(),
             line: span.map(|s| self.line_of(s.start)),
@@ -137,11 +199,7 @@ impl Ctx<'_> {
         interpolate(v.get_ref(), self.env).map_err(|m| self.err(key, Some(v.span()), m))
     }
 
-    fn opt_string(
-        &self,
-        key: &str,
-        v: &Option<Spanned<String>>,
-    ) -> Result<Option<String>, ConfigError> {
+    fn opt_string(&self, key: &str, v: &Option<Spanned<String>>) -> Result<Option<String>, ConfigError> {
         v.as_ref().map(|v| self.string(key, v)).transpose()
     }
 
@@ -158,28 +216,36 @@ pub(crate) fn validate(
 ) -> Result<Config, ConfigError> {
     let cx = Ctx { path, text, env };
 
-    let url = cx
-        .opt_string("state.url", &raw.state.url)?
-        .unwrap_or_else(|| DEFAULT_STATE_URL.to_string());
-    if !(url.starts_with("sqlite:")
-        || url.starts_with("postgres://")
-        || url.starts_with("postgresql://"))
-    {
+    let url = cx.opt_string("state.url", &raw.state.url)?.unwrap_or_else(|| DEFAULT_STATE_URL.to_string());
+    if !(url.starts_with("sqlite:") || url.starts_with("postgres://") || url.starts_with("postgresql://")) {
         let span = raw.state.url.as_ref().map(|v| v.span());
-        return Err(cx.err(
-            "state.url",
-            span,
-            "expected a `sqlite://PATH` or `postgres://…` URL",
-        ));
+        return Err(cx.err("state.url", span, "expected a `sqlite://PATH` or `postgres://…` URL"));
     }
 
     let scratch_dir = cx
         .opt_string("sandbox.scratch_dir", &raw.sandbox.scratch_dir)?
         .map(PathBuf::from)
         .unwrap_or_else(std::env::temp_dir);
-    let pg_bindir = cx
-        .opt_string("sandbox.pg_bindir", &raw.sandbox.pg_bindir)?
-        .map(PathBuf::from);
+    let pg_bindir = cx.opt_string("sandbox.pg_bindir", &raw.sandbox.pg_bindir)?.map(PathBuf::from);
+    let profile = match &raw.sandbox.profile {
+        None => Profile::Production,
+        Some(p) => match p.get_ref().as_str() {
+            "production" => Profile::Production,
+            "fast" => Profile::Fast,
+            other => {
+                return Err(cx.err(
+                    "sandbox.profile",
+                    Some(p.span()),
+                    format!("expected \"production\" or \"fast\", got {other:?}"),
+                ));
+            }
+        },
+    };
+    let expansion_factor = match &raw.sandbox.expansion_factor {
+        None => 5.0,
+        Some(f) if *f.get_ref() >= 0.0 && f.get_ref().is_finite() => *f.get_ref(),
+        Some(f) => return Err(cx.err("sandbox.expansion_factor", Some(f.span()), "expected a number ≥ 0")),
+    };
 
     let mut storage = BTreeMap::new();
     for (name, s) in &raw.storage {
@@ -201,31 +267,18 @@ pub(crate) fn validate(
 
     Ok(Config {
         path: path.to_path_buf(),
-        state: StateConfig {
-            url: Secret::new(url),
-        },
-        sandbox: SandboxConfig {
-            scratch_dir,
-            pg_bindir,
-        },
+        state: StateConfig { url: Secret::new(url) },
+        sandbox: SandboxConfig { scratch_dir, pg_bindir, profile, expansion_factor },
         storage,
         targets,
     })
 }
 
-fn validate_storage(
-    cx: &Ctx<'_>,
-    name: &str,
-    s: &RawStorage,
-) -> Result<StorageConfig, ConfigError> {
+fn validate_storage(cx: &Ctx<'_>, name: &str, s: &RawStorage) -> Result<StorageConfig, ConfigError> {
     let key = |k: &str| format!("storage.{name}.{k}");
     let reject = |k: &str, present: bool, kind: &str| -> Result<(), ConfigError> {
         if present {
-            Err(cx.err(
-                &key(k),
-                Some(s.kind.span()),
-                format!("not a key of kind = {kind:?}"),
-            ))
+            Err(cx.err(&key(k), Some(s.kind.span()), format!("not a key of kind = {kind:?}")))
         } else {
             Ok(())
         }
@@ -233,20 +286,13 @@ fn validate_storage(
     match s.kind.get_ref().as_str() {
         "s3" => {
             reject("path", s.path.is_some(), "s3")?;
-            let bucket = s.bucket.as_ref().ok_or_else(|| {
-                cx.err(
-                    &key("bucket"),
-                    Some(s.kind.span()),
-                    "missing: kind = \"s3\" needs a bucket",
-                )
-            })?;
+            let bucket = s
+                .bucket
+                .as_ref()
+                .ok_or_else(|| cx.err(&key("bucket"), Some(s.kind.span()), "missing: kind = \"s3\" needs a bucket"))?;
             let bucket = cx.string(&key("bucket"), bucket)?;
             if bucket.is_empty() {
-                return Err(cx.err(
-                    &key("bucket"),
-                    s.bucket.as_ref().map(|b| b.span()),
-                    "must not be empty",
-                ));
+                return Err(cx.err(&key("bucket"), s.bucket.as_ref().map(|b| b.span()), "must not be empty"));
             }
             let endpoint = cx.opt_string(&key("endpoint"), &s.endpoint)?;
             if let (Some(e), Some(span)) = (&endpoint, &s.endpoint)
@@ -262,11 +308,28 @@ fn validate_storage(
                 .opt_string(&key("region"), &s.region)?
                 .or_else(|| (cx.env)("AWS_REGION"))
                 .unwrap_or_else(|| "us-east-1".to_string());
+            let part_size = match &s.part_size {
+                None => 8 << 20,
+                Some(v) => parse_size(v.get_ref()).map_err(|m| cx.err(&key("part_size"), Some(v.span()), m))?,
+            };
+            if part_size < 64 << 10 {
+                let span = s.part_size.as_ref().map(|v| v.span());
+                return Err(cx.err(&key("part_size"), span, "must be at least 64KiB"));
+            }
+            let concurrency = match &s.concurrency {
+                None => 4,
+                Some(v) if (1..=64).contains(v.get_ref()) => *v.get_ref() as usize,
+                Some(v) => {
+                    return Err(cx.err(&key("concurrency"), Some(v.span()), "expected a whole number from 1 to 64"));
+                }
+            };
             Ok(StorageConfig::S3(S3Storage {
                 bucket,
                 endpoint,
                 region,
                 path_style: s.path_style.unwrap_or(false),
+                part_size,
+                concurrency,
             }))
         }
         "filesystem" => {
@@ -275,25 +338,19 @@ fn validate_storage(
                 ("endpoint", s.endpoint.is_some()),
                 ("region", s.region.is_some()),
                 ("path_style", s.path_style.is_some()),
+                ("part_size", s.part_size.is_some()),
+                ("concurrency", s.concurrency.is_some()),
             ] {
                 reject(k, present, "filesystem")?;
             }
             let path = s.path.as_ref().ok_or_else(|| {
-                cx.err(
-                    &key("path"),
-                    Some(s.kind.span()),
-                    "missing: kind = \"filesystem\" needs a path",
-                )
+                cx.err(&key("path"), Some(s.kind.span()), "missing: kind = \"filesystem\" needs a path")
             })?;
-            Ok(StorageConfig::Filesystem {
-                path: PathBuf::from(cx.string(&key("path"), path)?),
-            })
+            Ok(StorageConfig::Filesystem { path: PathBuf::from(cx.string(&key("path"), path)?) })
         }
-        other => Err(cx.err(
-            &key("kind"),
-            Some(s.kind.span()),
-            format!("expected \"s3\" or \"filesystem\", got {other:?}"),
-        )),
+        other => {
+            Err(cx.err(&key("kind"), Some(s.kind.span()), format!("expected \"s3\" or \"filesystem\", got {other:?}")))
+        }
     }
 }
 
@@ -307,9 +364,7 @@ fn validate_target(
     let name = t.name.get_ref().clone();
     let valid_name = !name.is_empty()
         && name.len() <= 63
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.');
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.');
     if !valid_name {
         return Err(cx.err(
             &key("name"),
@@ -323,10 +378,7 @@ fn validate_target(
         return Err(cx.err(
             &key("storage"),
             Some(t.storage.span()),
-            format!(
-                "unknown storage {storage_name:?}; defined: [{}]",
-                known.join(", ")
-            ),
+            format!("unknown storage {storage_name:?}; defined: [{}]", known.join(", ")),
         ));
     }
     let primary = cx.opt_string(&key("primary"), &t.primary)?;
@@ -334,16 +386,11 @@ fn validate_target(
         && !(p.starts_with("postgres://") || p.starts_with("postgresql://"))
     {
         // The value itself is not echoed: it may hold a password.
-        return Err(cx.err(
-            &key("primary"),
-            Some(span.span()),
-            "expected a postgres:// URL",
-        ));
+        return Err(cx.err(&key("primary"), Some(span.span()), "expected a postgres:// URL"));
     }
     let tolerance = match &t.row_count_tolerance {
         None => 0.001,
-        Some(v) => parse_percent(v.get_ref())
-            .map_err(|m| cx.err(&key("row_count_tolerance"), Some(v.span()), m))?,
+        Some(v) => parse_percent(v.get_ref()).map_err(|m| cx.err(&key("row_count_tolerance"), Some(v.span()), m))?,
     };
     let abort_factor = match &t.abort_factor {
         None => 2.0,
@@ -356,13 +403,56 @@ fn validate_target(
             ));
         }
     };
+    let format = match &t.format {
+        None => FormatSetting::Auto,
+        Some(f) => match f.get_ref().as_str() {
+            "auto" => FormatSetting::Auto,
+            "custom" => FormatSetting::Custom,
+            "tar" => FormatSetting::Tar,
+            "directory" => FormatSetting::Directory,
+            "plain" => FormatSetting::Plain,
+            "physical" => FormatSetting::Physical,
+            other => {
+                return Err(cx.err(
+                    &key("format"),
+                    Some(f.span()),
+                    format!("expected one of auto, custom, tar, directory, plain, physical; got {other:?}"),
+                ));
+            }
+        },
+    };
+    let restore_jobs = match &t.restore_jobs {
+        None => 1,
+        Some(v) if (1..=64).contains(v.get_ref()) => *v.get_ref() as u32,
+        Some(v) => return Err(cx.err(&key("restore_jobs"), Some(v.span()), "expected a whole number from 1 to 64")),
+    };
+    let recovery_target = match &t.recovery_target {
+        None => RecoveryTarget::Latest,
+        Some(v) => {
+            match v.get_ref().as_str() {
+                "latest" => RecoveryTarget::Latest,
+                "immediate" => RecoveryTarget::Immediate,
+                ts if humantime::parse_rfc3339_weak(ts).is_ok() => RecoveryTarget::Time(ts.to_string()),
+                other => {
+                    return Err(cx.err(
+                    &key("recovery_target"),
+                    Some(v.span()),
+                    format!("expected \"latest\", \"immediate\" or a timestamp like \"2026-11-30T03:00:00Z\", got {other:?}"),
+                ));
+                }
+            }
+        }
+    };
     Ok(TargetConfig {
+        format,
+        restore_jobs,
+        recovery_target,
+        wal_prefix: cx.opt_string(&key("wal_prefix"), &t.wal_prefix)?,
+        globals_key: cx.opt_string(&key("globals_key"), &t.globals_key)?,
         name,
         primary: primary.map(Secret::new),
         storage: storage_name.clone(),
-        prefix: cx
-            .opt_string(&key("prefix"), &t.prefix)?
-            .unwrap_or_default(),
+        prefix: cx.opt_string(&key("prefix"), &t.prefix)?.unwrap_or_default(),
         rto: cx.duration(&key("rto"), &t.rto)?,
         rpo: cx.duration(&key("rpo"), &t.rpo)?,
         row_count_tolerance: tolerance,
@@ -370,20 +460,32 @@ fn validate_target(
     })
 }
 
+/// `"8MiB"` → 8388608. Units: B, KiB, MiB, GiB (and KB, MB, GB as powers of 1000).
+fn parse_size(s: &str) -> Result<u64, String> {
+    let expected = || format!("expected a size like \"8MiB\", got {s:?}");
+    let t = s.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: u64 = num.parse().map_err(|_| expected())?;
+    let mult: u64 = match unit.trim() {
+        "" | "B" => 1,
+        "KiB" => 1 << 10,
+        "MiB" => 1 << 20,
+        "GiB" => 1 << 30,
+        "KB" => 1_000,
+        "MB" => 1_000_000,
+        "GB" => 1_000_000_000,
+        _ => return Err(expected()),
+    };
+    n.checked_mul(mult).ok_or_else(expected)
+}
+
 /// `"0.1%"` → 0.001.
 fn parse_percent(s: &str) -> Result<f64, String> {
     let expected = || format!("expected a percentage like \"0.1%\", got {s:?}");
-    let n: f64 = s
-        .trim()
-        .strip_suffix('%')
-        .ok_or_else(expected)?
-        .trim()
-        .parse()
-        .map_err(|_| expected())?;
+    let n: f64 = s.trim().strip_suffix('%').ok_or_else(expected)?.trim().parse().map_err(|_| expected())?;
     if !(0.0..=100.0).contains(&n) {
-        return Err(format!(
-            "expected a percentage between 0% and 100%, got {s:?}"
-        ));
+        return Err(format!("expected a percentage between 0% and 100%, got {s:?}"));
     }
     Ok(n / 100.0)
 }

@@ -8,19 +8,10 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 #[derive(Debug, Parser)]
-#[command(
-    name = "drcheck",
-    version,
-    about = "Proves PostgreSQL backups restore — fast enough and fresh enough"
-)]
+#[command(name = "drcheck", version, about = "Proves PostgreSQL backups restore — fast enough and fresh enough")]
 pub struct Cli {
     /// Config file.
-    #[arg(
-        long,
-        global = true,
-        env = "DRCHECK_CONFIG",
-        default_value = "drcheck.toml"
-    )]
+    #[arg(long, global = true, env = "DRCHECK_CONFIG", default_value = "drcheck.toml")]
     pub config: PathBuf,
     /// More logging on stderr (-v info, -vv debug). RUST_LOG overrides.
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
@@ -87,10 +78,7 @@ pub enum ConfigCommand {
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging(cli.verbose);
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("drcheck: cannot start the async runtime: {e}");
@@ -126,9 +114,5 @@ fn init_logging(verbose: u8) {
     };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_target(false)
-        .init();
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false).init();
 }

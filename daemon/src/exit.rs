@@ -30,17 +30,11 @@ pub struct CliError {
 
 impl CliError {
     pub fn usage(error: impl Into<anyhow::Error>) -> Self {
-        Self {
-            exit: Exit::Usage,
-            error: error.into(),
-        }
+        Self { exit: Exit::Usage, error: error.into() }
     }
 
     pub fn incomplete(error: impl Into<anyhow::Error>) -> Self {
-        Self {
-            exit: Exit::Incomplete,
-            error: error.into(),
-        }
+        Self { exit: Exit::Incomplete, error: error.into() }
     }
 }
 

@@ -30,9 +30,8 @@ impl History {
         if let Some(parent) = opts.get_filename().parent()
             && !parent.as_os_str().is_empty()
         {
-            std::fs::create_dir_all(parent).with_context(|| {
-                format!("history store {shown}: cannot create {}", parent.display())
-            })?;
+            std::fs::create_dir_all(parent)
+                .with_context(|| format!("history store {shown}: cannot create {}", parent.display()))?;
         }
         let pool = SqlitePoolOptions::new()
             .max_connections(4)
@@ -86,15 +85,13 @@ impl History {
                 .await?;
         }
         for v in &r.validators {
-            sqlx::query(
-                "insert into run_validators (run_id, name, status, detail) values (?, ?, ?, ?)",
-            )
-            .bind(&r.run_id)
-            .bind(&v.name)
-            .bind(&v.status)
-            .bind(&v.detail)
-            .execute(&mut *tx)
-            .await?;
+            sqlx::query("insert into run_validators (run_id, name, status, detail) values (?, ?, ?, ?)")
+                .bind(&r.run_id)
+                .bind(&v.name)
+                .bind(&v.status)
+                .bind(&v.detail)
+                .execute(&mut *tx)
+                .await?;
         }
         tx.commit().await?;
         Ok(())
@@ -111,9 +108,7 @@ impl History {
         .fetch_all(&self.pool)
         .await?;
         rows.into_iter()
-            .map(|(json,)| {
-                serde_json::from_str(&json).context("a history row holds an unreadable report")
-            })
+            .map(|(json,)| serde_json::from_str(&json).context("a history row holds an unreadable report"))
             .collect()
     }
 

@@ -6,16 +6,13 @@
 //! RTO deadline drop the in-flight work, and the sandbox's drop guard tears it down.
 
 use crate::progress::Progress;
-use crate::report::{
-    BackupInfo, Phase, Rpo, Rto, RunError, RunReport, RunResult, ValidatorReport, secs, timestamp,
-};
+use crate::report::{BackupInfo, Phase, Rpo, Rto, RunError, RunReport, RunResult, ValidatorReport, secs, timestamp};
 use drcheck_config::{Config, TargetConfig};
 use drcheck_restore::logical::{read_head, restore_custom};
 use drcheck_restore::sandbox::reap_leftovers;
 use drcheck_restore::store::backups_newest_first;
 use drcheck_restore::{
-    BackupObject, BackupStore, RestoreError, Sandbox, SandboxOptions, Stage, StoreError,
-    open_store, pgbin,
+    BackupObject, BackupStore, RestoreError, Sandbox, SandboxOptions, Stage, StoreError, open_store, pgbin,
 };
 use drcheck_validators::{Context, Primary, primary};
 use sqlx::postgres::PgPoolOptions;
@@ -35,19 +32,11 @@ struct Stop {
 
 impl Stop {
     fn incomplete(stage: &str, message: impl Into<String>) -> Self {
-        Stop {
-            stage: stage.into(),
-            message: message.into(),
-            result: RunResult::Error,
-        }
+        Stop { stage: stage.into(), message: message.into(), result: RunResult::Error }
     }
 
     fn failed(stage: &str, message: impl Into<String>) -> Self {
-        Stop {
-            stage: stage.into(),
-            message: message.into(),
-            result: RunResult::Failed,
-        }
+        Stop { stage: stage.into(), message: message.into(), result: RunResult::Failed }
     }
 
     fn aborted(stage: &str) -> Self {
@@ -61,16 +50,8 @@ impl Stop {
 
 impl From<RestoreError> for Stop {
     fn from(e: RestoreError) -> Self {
-        let result = if e.is_backup_fault() {
-            RunResult::Failed
-        } else {
-            RunResult::Error
-        };
-        Stop {
-            stage: e.stage().to_string(),
-            message: e.to_string(),
-            result,
-        }
+        let result = if e.is_backup_fault() { RunResult::Failed } else { RunResult::Error };
+        Stop { stage: e.stage().to_string(), message: e.to_string(), result }
     }
 }
 
@@ -86,18 +67,12 @@ struct Run<'a> {
 
 impl Run<'_> {
     fn phase(&mut self, name: &str, d: Duration) {
-        self.report.phases.push(Phase {
-            name: name.into(),
-            seconds: secs(d),
-        });
+        self.report.phases.push(Phase { name: name.into(), seconds: secs(d) });
     }
 }
 
 /// Lists the backups of a target, newest first.
-pub async fn list_backups(
-    config: &Config,
-    target: &TargetConfig,
-) -> Result<(String, Vec<BackupObject>), StoreError> {
+pub async fn list_backups(config: &Config, target: &TargetConfig) -> Result<(String, Vec<BackupObject>), StoreError> {
     let store = open_store(&target.storage, &config.storage[&target.storage]).await;
     let all = store.list(&target.prefix).await?;
     let backups = backups_newest_first(&all).into_iter().cloned().collect();
@@ -123,16 +98,8 @@ pub async fn verify(
             finished_at: String::new(),
             backup: None,
             phases: Vec::new(),
-            rto: Rto {
-                target_seconds: secs(target.rto),
-                measured_seconds: None,
-                met: None,
-            },
-            rpo: Rpo {
-                target_seconds: secs(target.rpo),
-                backup_age_seconds: None,
-                met: None,
-            },
+            rto: Rto { target_seconds: secs(target.rto), measured_seconds: None, met: None },
+            rpo: Rpo { target_seconds: secs(target.rpo), backup_age_seconds: None, met: None },
             validators: Vec::new(),
             error: None,
         },
@@ -148,15 +115,10 @@ pub async fn verify(
     r.result = match outcome {
         Err(stop) => {
             let result = stop.result;
-            r.error = Some(RunError {
-                stage: stop.stage,
-                message: stop.message,
-            });
+            r.error = Some(RunError { stage: stop.stage, message: stop.message });
             result
         }
-        Ok(()) if r.rpo.met == Some(false) || r.rto.met == Some(false) || r.validator_failed() => {
-            RunResult::Failed
-        }
+        Ok(()) if r.rpo.met == Some(false) || r.rto.met == Some(false) || r.validator_failed() => RunResult::Failed,
         Ok(()) if r.validator_errored() => RunResult::Error,
         Ok(()) => RunResult::Passed,
     };
@@ -180,9 +142,7 @@ async fn steps(
     progress.phase(&target.name, "selecting backup");
     let store = open_store(&target.storage, &config.storage[&target.storage]).await;
     let backup = select(store.as_ref(), target, backup_key).await?;
-    let age = SystemTime::now()
-        .duration_since(backup.last_modified)
-        .unwrap_or_default();
+    let age = SystemTime::now().duration_since(backup.last_modified).unwrap_or_default();
     run.report.rpo.backup_age_seconds = Some(secs(age));
     run.report.rpo.met = Some(age <= target.rpo);
     run.report.backup = Some(BackupInfo {
@@ -197,13 +157,9 @@ async fn steps(
     for dir in reap_leftovers(&config.sandbox.scratch_dir) {
         tracing::warn!(dir = %dir.display(), "removed a sandbox left by an earlier run");
     }
-    let bin = pgbin::find(config.sandbox.pg_bindir.as_deref())
-        .map_err(|m| Stop::incomplete("sandbox", m))?;
-    let opts = SandboxOptions {
-        scratch_dir: config.sandbox.scratch_dir.clone(),
-        bin,
-        run_id: run.report.run_id.clone(),
-    };
+    let bin = pgbin::find(config.sandbox.pg_bindir.as_deref()).map_err(|m| Stop::incomplete("sandbox", m))?;
+    let opts =
+        SandboxOptions { scratch_dir: config.sandbox.scratch_dir.clone(), bin, run_id: run.report.run_id.clone() };
     let sandbox = Sandbox::start(&opts).await?;
     run.phase("sandbox", t.elapsed());
 
@@ -211,10 +167,7 @@ async fn steps(
     let fetch_start = Instant::now();
     let deadline = target.rto.mul_f64(target.abort_factor);
     let restore = async {
-        let mut reader = store
-            .open(&backup.key)
-            .await
-            .map_err(|e| store_stop(Stage::Fetch, e))?;
+        let mut reader = store.open(&backup.key).await.map_err(|e| store_stop(Stage::Fetch, e))?;
         let head = read_head(&mut reader, &store.describe()).await?;
         let format = drcheck_restore::format::detect(&head);
         if let Some(b) = run.report.backup.as_mut() {
@@ -222,16 +175,8 @@ async fn steps(
         }
         progress.bytes(&target.name, "fetch+restore", backup.size);
         let on_bytes = |n: u64| progress.set_position(n);
-        let done = restore_custom(
-            &sandbox,
-            RESTORED_DB,
-            head,
-            reader,
-            fetch_start,
-            &store.describe(),
-            &on_bytes,
-        )
-        .await?;
+        let done =
+            restore_custom(&sandbox, RESTORED_DB, head, reader, fetch_start, &store.describe(), &on_bytes).await?;
         Ok::<_, Stop>(done)
     };
     let done = match tokio::time::timeout(deadline, restore).await {
@@ -258,21 +203,11 @@ async fn steps(
         .acquire_timeout(Duration::from_secs(30))
         .connect_with(sandbox.connect_options(RESTORED_DB))
         .await
-        .map_err(|e| {
-            Stop::incomplete(
-                "restore",
-                format!("the restored database does not accept connections: {e}"),
-            )
-        })?;
+        .map_err(|e| Stop::incomplete("restore", format!("the restored database does not accept connections: {e}")))?;
     sqlx::query("select 1")
         .execute(&restored)
         .await
-        .map_err(|e| {
-            Stop::incomplete(
-                "restore",
-                format!("the restored database does not answer: {e}"),
-            )
-        })?;
+        .map_err(|e| Stop::incomplete("restore", format!("the restored database does not answer: {e}")))?;
     let rto = fetch_start.elapsed();
     run.report.rto.measured_seconds = Some(secs(rto));
     run.report.rto.met = Some(rto <= target.rto);
@@ -281,8 +216,7 @@ async fn steps(
     let t = Instant::now();
     let primary = match &target.primary {
         None => Primary::Unavailable("no primary configured for this target".into()),
-        Some(url) => match primary::connect(url.expose(), &primary::PrimaryLimits::default()).await
-        {
+        Some(url) => match primary::connect(url.expose(), &primary::PrimaryLimits::default()).await {
             Ok(pool) => Primary::Available(pool),
             Err(why) => {
                 tracing::warn!(target = %target.name, reason = %why, "primary unreachable: comparisons skipped");
@@ -290,11 +224,7 @@ async fn steps(
             }
         },
     };
-    let cx = Context {
-        restored,
-        primary,
-        row_count_tolerance: target.row_count_tolerance,
-    };
+    let cx = Context { restored, primary, row_count_tolerance: target.row_count_tolerance };
     let validators = drcheck_validators::builtins();
     let findings = drcheck_validators::run_all(&validators, &cx, VALIDATOR_TIMEOUT).await;
     run.report.validators = findings.iter().map(ValidatorReport::from).collect();
@@ -317,28 +247,19 @@ async fn select(
 ) -> Result<BackupObject, Stop> {
     if let Some(key) = backup_key {
         return store.stat(key).await.map_err(|e| {
-            if e.unreachable {
-                store_stop(Stage::Select, e)
-            } else {
-                Stop::failed("select", e.to_string())
-            }
+            if e.unreachable { store_stop(Stage::Select, e) } else { Stop::failed("select", e.to_string()) }
         });
     }
-    let all = store
-        .list(&target.prefix)
-        .await
-        .map_err(|e| store_stop(Stage::Select, e))?;
-    drcheck_restore::select_latest(&all)
-        .cloned()
-        .ok_or_else(|| {
-            Stop::failed(
-                "select",
-                format!(
-                    "no backup under prefix {:?} in {} ({} objects, none a backup)",
-                    target.prefix,
-                    store.describe(),
-                    all.len()
-                ),
-            )
-        })
+    let all = store.list(&target.prefix).await.map_err(|e| store_stop(Stage::Select, e))?;
+    drcheck_restore::select_latest(&all).cloned().ok_or_else(|| {
+        Stop::failed(
+            "select",
+            format!(
+                "no backup under prefix {:?} in {} ({} objects, none a backup)",
+                target.prefix,
+                store.describe(),
+                all.len()
+            ),
+        )
+    })
 }

@@ -20,9 +20,7 @@ impl Progress {
     /// Starts a phase without a known size.
     pub fn phase(&self, target: &str, phase: &str) {
         if let Some(bar) = &self.bar {
-            bar.set_style(
-                ProgressStyle::with_template("{spinner} {prefix} {msg} {elapsed}").unwrap(),
-            );
+            bar.set_style(ProgressStyle::with_template("{spinner} {prefix} {msg} {elapsed}").unwrap());
             bar.set_prefix(target.to_string());
             bar.set_message(phase.to_string());
         }

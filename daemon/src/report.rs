@@ -72,11 +72,7 @@ pub struct ValidatorReport {
 
 impl From<&Finding> for ValidatorReport {
     fn from(f: &Finding) -> Self {
-        Self {
-            name: f.name.clone(),
-            status: f.status.as_str().to_string(),
-            detail: f.detail.clone(),
-        }
+        Self { name: f.name.clone(), status: f.status.as_str().to_string(), detail: f.detail.clone() }
     }
 }
 
@@ -98,15 +94,11 @@ pub struct RunReport {
 
 impl RunReport {
     pub fn validator_failed(&self) -> bool {
-        self.validators
-            .iter()
-            .any(|v| v.status == Status::Failed.as_str())
+        self.validators.iter().any(|v| v.status == Status::Failed.as_str())
     }
 
     pub fn validator_errored(&self) -> bool {
-        self.validators
-            .iter()
-            .any(|v| v.status == Status::Error.as_str())
+        self.validators.iter().any(|v| v.status == Status::Error.as_str())
     }
 }
 
@@ -120,11 +112,7 @@ pub fn secs(d: Duration) -> f64 {
 }
 
 fn human_secs(s: f64) -> String {
-    if s < 60.0 {
-        format!("{s:.1}s")
-    } else {
-        drcheck_config::format_duration(Duration::from_secs_f64(s))
-    }
+    if s < 60.0 { format!("{s:.1}s") } else { drcheck_config::format_duration(Duration::from_secs_f64(s)) }
 }
 
 fn human_bytes(n: u64) -> String {
@@ -135,11 +123,7 @@ fn human_bytes(n: u64) -> String {
         v /= 1024.0;
         u += 1;
     }
-    if u == 0 {
-        format!("{n} B")
-    } else {
-        format!("{v:.1} {}", UNITS[u])
-    }
+    if u == 0 { format!("{n} B") } else { format!("{v:.1} {}", UNITS[u]) }
 }
 
 fn verdict(met: Option<bool>) -> &'static str {
@@ -154,11 +138,7 @@ fn verdict(met: Option<bool>) -> &'static str {
 pub fn render_human(r: &RunReport) -> String {
     let mut s = String::new();
     let _ = writeln!(s, "{}: {}", r.target, r.result.as_str().to_uppercase());
-    let _ = writeln!(
-        s,
-        "  run         {} ({} → {})",
-        r.run_id, r.started_at, r.finished_at
-    );
+    let _ = writeln!(s, "  run         {} ({} → {})", r.run_id, r.started_at, r.finished_at);
     if let Some(b) = &r.backup {
         let _ = writeln!(
             s,
@@ -170,29 +150,17 @@ pub fn render_human(r: &RunReport) -> String {
         );
     }
     if !r.phases.is_empty() {
-        let phases: Vec<String> = r
-            .phases
-            .iter()
-            .map(|p| format!("{} {}", p.name, human_secs(p.seconds)))
-            .collect();
+        let phases: Vec<String> = r.phases.iter().map(|p| format!("{} {}", p.name, human_secs(p.seconds))).collect();
         let _ = writeln!(s, "  phases      {}", phases.join(" · "));
     }
-    let rto = r
-        .rto
-        .measured_seconds
-        .map(human_secs)
-        .unwrap_or_else(|| "—".into());
+    let rto = r.rto.measured_seconds.map(human_secs).unwrap_or_else(|| "—".into());
     let _ = writeln!(
         s,
         "  RTO         {rto} measured, target {} — {}",
         human_secs(r.rto.target_seconds),
         verdict(r.rto.met)
     );
-    let age = r
-        .rpo
-        .backup_age_seconds
-        .map(human_secs)
-        .unwrap_or_else(|| "—".into());
+    let age = r.rpo.backup_age_seconds.map(human_secs).unwrap_or_else(|| "—".into());
     let _ = writeln!(
         s,
         "  RPO         backup age {age}, target {} — {}",
@@ -228,20 +196,9 @@ mod tests {
                 created_at: "x".into(),
                 format: Some("custom".into()),
             }),
-            phases: vec![Phase {
-                name: "fetch".into(),
-                seconds: 1.25,
-            }],
-            rto: Rto {
-                target_seconds: 1800.0,
-                measured_seconds: Some(8.0),
-                met: Some(true),
-            },
-            rpo: Rpo {
-                target_seconds: 3600.0,
-                backup_age_seconds: Some(7200.0),
-                met: Some(false),
-            },
+            phases: vec![Phase { name: "fetch".into(), seconds: 1.25 }],
+            rto: Rto { target_seconds: 1800.0, measured_seconds: Some(8.0), met: Some(true) },
+            rpo: Rpo { target_seconds: 3600.0, backup_age_seconds: Some(7200.0), met: Some(false) },
             validators: vec![ValidatorReport {
                 name: "schema".into(),
                 status: "skipped".into(),
@@ -254,18 +211,9 @@ mod tests {
     #[test]
     fn json_has_the_contract_fields() {
         let v = serde_json::to_value(sample()).unwrap();
-        for k in [
-            "run_id",
-            "target",
-            "result",
-            "started_at",
-            "finished_at",
-            "backup",
-            "phases",
-            "rto",
-            "rpo",
-            "validators",
-        ] {
+        for k in
+            ["run_id", "target", "result", "started_at", "finished_at", "backup", "phases", "rto", "rpo", "validators"]
+        {
             assert!(v.get(k).is_some(), "missing {k}");
         }
         assert_eq!(v["result"], "failed");
@@ -279,10 +227,7 @@ mod tests {
         let h = render_human(&sample());
         assert!(h.contains("orders: FAILED"), "{h}");
         assert!(h.contains("3.0 MiB"), "{h}");
-        assert!(
-            h.contains("RPO         backup age 2h, target 1h — MISSED"),
-            "{h}"
-        );
+        assert!(h.contains("RPO         backup age 2h, target 1h — MISSED"), "{h}");
         assert!(h.contains("skipped"), "{h}");
     }
 }

@@ -58,9 +58,7 @@ impl RestoreError {
     pub fn stage(&self) -> Stage {
         match self {
             RestoreError::Store(_) => Stage::Fetch,
-            RestoreError::BadBackup { stage, .. } | RestoreError::Infrastructure { stage, .. } => {
-                *stage
-            }
+            RestoreError::BadBackup { stage, .. } | RestoreError::Infrastructure { stage, .. } => *stage,
         }
     }
 
@@ -71,16 +69,10 @@ impl RestoreError {
     }
 
     pub(crate) fn infra(stage: Stage, message: impl Into<String>) -> Self {
-        RestoreError::Infrastructure {
-            stage,
-            message: message.into(),
-        }
+        RestoreError::Infrastructure { stage, message: message.into() }
     }
 
     pub(crate) fn bad(stage: Stage, message: impl Into<String>) -> Self {
-        RestoreError::BadBackup {
-            stage,
-            message: message.into(),
-        }
+        RestoreError::BadBackup { stage, message: message.into() }
     }
 }

@@ -76,10 +76,7 @@ mod tests {
         assert_eq!(detect(b"PGDMP\x01\x0e\x00"), BackupFormat::Custom);
         assert_eq!(detect(&[0x1f, 0x8b, 8, 0]), BackupFormat::Gzip);
         assert_eq!(detect(&[0x28, 0xb5, 0x2f, 0xfd, 0]), BackupFormat::Zstd);
-        assert_eq!(
-            detect(b"--\n-- PostgreSQL database dump\n"),
-            BackupFormat::PlainSql
-        );
+        assert_eq!(detect(b"--\n-- PostgreSQL database dump\n"), BackupFormat::PlainSql);
         assert_eq!(detect(b"\x00\x01garbage"), BackupFormat::Unknown);
         let mut tar = vec![0u8; 512];
         tar[257..262].copy_from_slice(b"ustar");

@@ -29,10 +29,7 @@ pub async fn read_head(reader: &mut BackupReader, store: &str) -> Result<Vec<u8>
     let mut head = vec![0u8; format::DETECT_BYTES];
     let mut filled = 0;
     while filled < head.len() {
-        let n = reader
-            .read(&mut head[filled..])
-            .await
-            .map_err(|e| read_error(store, e))?;
+        let n = reader.read(&mut head[filled..]).await.map_err(|e| read_error(store, e))?;
         if n == 0 {
             break;
         }
@@ -40,10 +37,7 @@ pub async fn read_head(reader: &mut BackupReader, store: &str) -> Result<Vec<u8>
     }
     head.truncate(filled);
     if head.is_empty() {
-        return Err(RestoreError::bad(
-            Stage::Fetch,
-            "the backup is empty (0 bytes)",
-        ));
+        return Err(RestoreError::bad(Stage::Fetch, "the backup is empty (0 bytes)"));
     }
     Ok(head)
 }
@@ -74,9 +68,7 @@ pub async fn restore_custom(
     if found != BackupFormat::Custom {
         return Err(RestoreError::bad(
             Stage::Restore,
-            format!(
-                "expected a pg_dump custom-format archive (starting with PGDMP), found {found} data"
-            ),
+            format!("expected a pg_dump custom-format archive (starting with PGDMP), found {found} data"),
         ));
     }
 
@@ -89,14 +81,7 @@ pub async fn restore_custom(
         .arg("--exit-on-error")
         .arg("-h")
         .arg(sandbox.socket_dir())
-        .args([
-            "-p",
-            &sandbox.port().to_string(),
-            "-U",
-            "postgres",
-            "-d",
-            database,
-        ])
+        .args(["-p", &sandbox.port().to_string(), "-U", "postgres", "-d", database])
         .env_clear()
         .env("PATH", "/usr/bin:/bin")
         .env("LC_ALL", "C.UTF-8")
@@ -105,12 +90,7 @@ pub async fn restore_custom(
         .stderr(Stdio::piped())
         .kill_on_drop(true)
         .spawn()
-        .map_err(|e| {
-            RestoreError::infra(
-                Stage::Restore,
-                format!("cannot run {}: {e}", pg_restore.display()),
-            )
-        })?;
+        .map_err(|e| RestoreError::infra(Stage::Restore, format!("cannot run {}: {e}", pg_restore.display())))?;
 
     // Drain stderr concurrently: a full pipe would otherwise stall pg_restore.
     let mut stderr = child.stderr.take().expect("stderr is piped");
@@ -155,27 +135,19 @@ pub async fn restore_custom(
     }
     drop(stdin);
 
-    let status = child
-        .wait()
-        .await
-        .map_err(|e| RestoreError::infra(Stage::Restore, format!("waiting for pg_restore: {e}")))?;
+    let status =
+        child.wait().await.map_err(|e| RestoreError::infra(Stage::Restore, format!("waiting for pg_restore: {e}")))?;
     let stderr = stderr_task.await.unwrap_or_default();
     if !status.success() {
         return Err(RestoreError::bad(
             Stage::Restore,
-            format!(
-                "pg_restore failed ({status}): {}",
-                tail(&stderr, STDERR_KEEP)
-            ),
+            format!("pg_restore failed ({status}): {}", tail(&stderr, STDERR_KEEP)),
         ));
     }
     if pipe_closed {
         return Err(RestoreError::bad(
             Stage::Restore,
-            format!(
-                "pg_restore stopped reading after {total} bytes without an error: {}",
-                tail(&stderr, STDERR_KEEP)
-            ),
+            format!("pg_restore stopped reading after {total} bytes without an error: {}", tail(&stderr, STDERR_KEEP)),
         ));
     }
     Ok(StreamedRestore {

@@ -22,15 +22,9 @@ const DEBIAN_ROOT: &str = "/usr/lib/postgresql";
 pub fn find(configured: Option<&Path>) -> Result<PgBin, String> {
     if let Some(dir) = configured {
         if !dir.join("initdb").is_file() || !dir.join("postgres").is_file() {
-            return Err(format!(
-                "sandbox.pg_bindir {} has no initdb and postgres binaries",
-                dir.display()
-            ));
+            return Err(format!("sandbox.pg_bindir {} has no initdb and postgres binaries", dir.display()));
         }
-        return Ok(PgBin {
-            dir: dir.to_path_buf(),
-            major: None,
-        });
+        return Ok(PgBin { dir: dir.to_path_buf(), major: None });
     }
     installed()
         .into_iter()
@@ -50,10 +44,8 @@ pub fn installed() -> Vec<PgBin> {
         .filter_map(|e| {
             let major: u32 = e.file_name().to_str()?.parse().ok()?;
             let dir = e.path().join("bin");
-            (dir.join("initdb").is_file() && dir.join("postgres").is_file()).then_some(PgBin {
-                dir,
-                major: Some(major),
-            })
+            (dir.join("initdb").is_file() && dir.join("postgres").is_file())
+                .then_some(PgBin { dir, major: Some(major) })
         })
         .collect()
 }

@@ -58,19 +58,12 @@ impl Sandbox {
     /// Creates the cluster with `initdb` and starts it; returns once it accepts connections.
     pub async fn start(opts: &SandboxOptions) -> Result<Sandbox, RestoreError> {
         let owner = server_owner()?;
-        let root = opts
-            .scratch_dir
-            .join(format!("{SANDBOX_PREFIX}{}", opts.run_id));
+        let root = opts.scratch_dir.join(format!("{SANDBOX_PREFIX}{}", opts.run_id));
         std::fs::DirBuilder::new()
             .recursive(true)
             .mode(0o700)
             .create(&root)
-            .map_err(|e| {
-                infra(format!(
-                    "cannot create sandbox directory {}: {e}",
-                    root.display()
-                ))
-            })?;
+            .map_err(|e| infra(format!("cannot create sandbox directory {}: {e}", root.display())))?;
         // From here on, dropping `sandbox` cleans up whatever exists.
         let mut sandbox = Sandbox {
             data_dir: root.join("data"),
@@ -80,37 +73,22 @@ impl Sandbox {
             owner,
             server: None,
         };
-        std::fs::write(
-            sandbox.root.join(OWNER_FILE),
-            std::process::id().to_string(),
-        )
-        .map_err(|e| infra(format!("cannot write to {}: {e}", sandbox.root.display())))?;
+        std::fs::write(sandbox.root.join(OWNER_FILE), std::process::id().to_string())
+            .map_err(|e| infra(format!("cannot write to {}: {e}", sandbox.root.display())))?;
         let socket_dir = tempfile::Builder::new()
             .prefix("drcheck-")
             .tempdir_in("/tmp")
             .map_err(|e| infra(format!("cannot create socket directory in /tmp: {e}")))?
             .keep();
         sandbox.socket_dir = socket_dir;
-        std::fs::write(
-            sandbox.root.join(SOCKET_FILE),
-            sandbox.socket_dir.as_os_str().as_encoded_bytes(),
-        )
-        .map_err(|e| infra(format!("cannot write to {}: {e}", sandbox.root.display())))?;
+        std::fs::write(sandbox.root.join(SOCKET_FILE), sandbox.socket_dir.as_os_str().as_encoded_bytes())
+            .map_err(|e| infra(format!("cannot write to {}: {e}", sandbox.root.display())))?;
         std::fs::set_permissions(&sandbox.socket_dir, std::fs::Permissions::from_mode(0o700))
-            .map_err(|e| {
-                infra(format!(
-                    "cannot restrict {}: {e}",
-                    sandbox.socket_dir.display()
-                ))
-            })?;
+            .map_err(|e| infra(format!("cannot restrict {}: {e}", sandbox.socket_dir.display())))?;
         if let Some((uid, gid)) = owner {
             for dir in [&sandbox.root, &sandbox.socket_dir] {
-                chown(dir, Some(uid), Some(gid)).map_err(|e| {
-                    infra(format!(
-                        "cannot hand {} to the postgres user: {e}",
-                        dir.display()
-                    ))
-                })?;
+                chown(dir, Some(uid), Some(gid))
+                    .map_err(|e| infra(format!("cannot hand {} to the postgres user: {e}", dir.display())))?;
             }
         }
         sandbox.initdb().await?;
@@ -148,22 +126,12 @@ impl Sandbox {
         ]);
         let mut cmd = tokio::process::Command::from(cmd);
         cmd.kill_on_drop(true);
-        let out = cmd.output().await.map_err(|e| {
-            infra(format!(
-                "cannot run {}: {e}",
-                self.bin.tool("initdb").display()
-            ))
-        })?;
+        let out =
+            cmd.output().await.map_err(|e| infra(format!("cannot run {}: {e}", self.bin.tool("initdb").display())))?;
         if !out.status.success() {
-            let mut msg = format!(
-                "initdb failed ({}): {}",
-                out.status,
-                tail(&out.stderr, 2000)
-            );
+            let mut msg = format!("initdb failed ({}): {}", out.status, tail(&out.stderr, 2000));
             if msg.contains("Permission denied") && self.owner.is_some() {
-                msg.push_str(
-                    " (hint: the postgres user must be able to enter sandbox.scratch_dir)",
-                );
+                msg.push_str(" (hint: the postgres user must be able to enter sandbox.scratch_dir)");
             }
             return Err(infra(msg));
         }
@@ -180,23 +148,12 @@ impl Sandbox {
             .arg(&self.data_dir)
             .arg("-k")
             .arg(&self.socket_dir)
-            .args([
-                "-p",
-                &PORT.to_string(),
-                "-c",
-                "listen_addresses=",
-                "-c",
-                "unix_socket_permissions=0700",
-            ])
+            .args(["-p", &PORT.to_string(), "-c", "listen_addresses=", "-c", "unix_socket_permissions=0700"])
             .stdout(log)
             .stderr(log2)
             .process_group(0);
-        let child = cmd.spawn().map_err(|e| {
-            infra(format!(
-                "cannot start {}: {e}",
-                self.bin.tool("postgres").display()
-            ))
-        })?;
+        let child =
+            cmd.spawn().map_err(|e| infra(format!("cannot start {}: {e}", self.bin.tool("postgres").display())))?;
         self.server = Some(child);
         Ok(())
     }
@@ -214,11 +171,7 @@ impl Sandbox {
                     self.log_tail()
                 )));
             }
-            if socket.exists()
-                && PgConnection::connect_with(&self.connect_options("postgres"))
-                    .await
-                    .is_ok()
-            {
+            if socket.exists() && PgConnection::connect_with(&self.connect_options("postgres")).await.is_ok() {
                 return Ok(());
             }
             if Instant::now() > deadline {
@@ -234,8 +187,7 @@ impl Sandbox {
     /// The last lines of the server's log, for error messages.
     pub fn log_tail(&self) -> String {
         let mut buf = Vec::new();
-        let _ = std::fs::File::open(self.root.join("postgres.log"))
-            .and_then(|mut f| f.read_to_end(&mut buf));
+        let _ = std::fs::File::open(self.root.join("postgres.log")).and_then(|mut f| f.read_to_end(&mut buf));
         tail(&buf, 2000)
     }
 
@@ -269,17 +221,10 @@ impl Sandbox {
         let mut conn = PgConnection::connect_with(&self.connect_options("postgres"))
             .await
             .map_err(|e| infra(format!("cannot connect to the sandbox: {e}")))?;
-        sqlx::query(sqlx::AssertSqlSafe(format!(
-            "CREATE DATABASE {}",
-            quote_ident(name)
-        )))
-        .execute(&mut conn)
-        .await
-        .map_err(|e| {
-            infra(format!(
-                "cannot create database {name:?} in the sandbox: {e}"
-            ))
-        })?;
+        sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {}", quote_ident(name))))
+            .execute(&mut conn)
+            .await
+            .map_err(|e| infra(format!("cannot create database {name:?} in the sandbox: {e}")))?;
         Ok(())
     }
 

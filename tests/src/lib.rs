@@ -30,37 +30,21 @@ pub fn drcheck_bin() -> PathBuf {
     let exe = std::env::current_exe().expect("current_exe");
     let dir = exe.parent().and_then(Path::parent).expect("target dir");
     let bin = dir.join("drcheck");
-    assert!(
-        bin.is_file(),
-        "{} not found: build it first with `cargo build --bin drcheck`",
-        bin.display()
-    );
+    assert!(bin.is_file(), "{} not found: build it first with `cargo build --bin drcheck`", bin.display());
     bin
 }
 
 /// A port nothing listens on right now.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
 /// A unique, URL-safe token (for passwords, bucket and key names).
 pub fn unique(prefix: &str) -> String {
     use std::sync::atomic::{AtomicU32, Ordering};
     static N: AtomicU32 = AtomicU32::new(0);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .subsec_nanos();
-    format!(
-        "{prefix}{:x}{:x}{}",
-        std::process::id(),
-        nanos,
-        N.fetch_add(1, Ordering::Relaxed)
-    )
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos();
+    format!("{prefix}{:x}{:x}{}", std::process::id(), nanos, N.fetch_add(1, Ordering::Relaxed))
 }
 
 /// The user PostgreSQL runs as: `postgres` when we are root (it refuses root).
@@ -68,9 +52,7 @@ fn pg_owner() -> Option<(u32, u32)> {
     if !Uid::effective().is_root() {
         return None;
     }
-    let u = User::from_name("postgres")
-        .unwrap()
-        .expect("a `postgres` system user (run scripts/setup.sh)");
+    let u = User::from_name("postgres").unwrap().expect("a `postgres` system user (run scripts/setup.sh)");
     Some((u.uid.as_raw(), u.gid.as_raw()))
 }
 
@@ -81,10 +63,7 @@ pub struct TempRoot {
 
 impl TempRoot {
     pub fn new() -> Self {
-        let dir = tempfile::Builder::new()
-            .prefix("drcheck-e2e-")
-            .tempdir()
-            .unwrap();
+        let dir = tempfile::Builder::new().prefix("drcheck-e2e-").tempdir().unwrap();
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
         Self { dir }
     }
@@ -147,11 +126,7 @@ impl PgPrimary {
             ])
             .output()
             .unwrap();
-        assert!(
-            out.status.success(),
-            "initdb: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        assert!(out.status.success(), "initdb: {}", String::from_utf8_lossy(&out.stderr));
         let port = free_port();
         let log = std::fs::File::create(root.path().join("primary.log")).unwrap();
         let child = as_pg(Command::new(format!("{PG_BIN}/postgres")).current_dir(&base))
@@ -159,25 +134,13 @@ impl PgPrimary {
             .arg(&data)
             .arg("-k")
             .arg(&sock)
-            .args([
-                "-p",
-                &port.to_string(),
-                "-c",
-                "listen_addresses=127.0.0.1",
-                "-c",
-                "fsync=off",
-            ])
+            .args(["-p", &port.to_string(), "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off"])
             .stdout(log.try_clone().unwrap())
             .stderr(log)
             .process_group(0)
             .spawn()
             .unwrap();
-        let me = PgPrimary {
-            port,
-            sock,
-            data,
-            child: Some(child),
-        };
+        let me = PgPrimary { port, sock, data, child: Some(child) };
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             let ok = Command::new("psql")
@@ -221,16 +184,8 @@ impl PgPrimary {
 
     /// Runs SQL as the superuser; returns the unaligned, tuples-only output.
     pub fn psql(&self, db: &str, sql: &str) -> String {
-        let out = Command::new("psql")
-            .args(self.psql_args(db))
-            .args(["-c", sql])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "psql failed on {sql:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let out = Command::new("psql").args(self.psql_args(db)).args(["-c", sql]).output().unwrap();
+        assert!(out.status.success(), "psql failed on {sql:?}: {}", String::from_utf8_lossy(&out.stderr));
         String::from_utf8(out.stdout).unwrap().trim().to_string()
     }
 
@@ -245,11 +200,7 @@ impl PgPrimary {
             .arg(db)
             .output()
             .unwrap();
-        assert!(
-            out.status.success(),
-            "pg_dump: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        assert!(out.status.success(), "pg_dump: {}", String::from_utf8_lossy(&out.stderr));
     }
 
     /// A `postgres://` URL for `user` over TCP.
@@ -296,10 +247,7 @@ impl S3Server {
             .process_group(0)
             .spawn()
             .expect("moto_server (run scripts/setup.sh)");
-        let me = S3Server {
-            port,
-            child: Some(child),
-        };
+        let me = S3Server { port, child: Some(child) };
         let deadline = Instant::now() + Duration::from_secs(60);
         while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
             assert!(Instant::now() < deadline, "moto_server did not start");
@@ -322,11 +270,7 @@ impl S3Server {
             .envs(AWS_ENV)
             .output()
             .unwrap();
-        assert!(
-            out.status.success(),
-            "aws s3 {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        assert!(out.status.success(), "aws s3 {args:?}: {}", String::from_utf8_lossy(&out.stderr));
     }
 
     pub fn make_bucket(&self, bucket: &str) {
@@ -334,12 +278,7 @@ impl S3Server {
     }
 
     pub fn upload(&self, file: &Path, bucket: &str, key: &str) {
-        self.aws(&[
-            "cp",
-            "--only-show-errors",
-            &file.display().to_string(),
-            &format!("s3://{bucket}/{key}"),
-        ]);
+        self.aws(&["cp", "--only-show-errors", &file.display().to_string(), &format!("s3://{bucket}/{key}")]);
     }
 }
 
@@ -373,13 +312,8 @@ pub fn stderr(o: &Output) -> String {
 
 /// Parses `{"runs": [...]}` and returns the only run.
 pub fn only_run(o: &Output) -> serde_json::Value {
-    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_else(|e| {
-        panic!(
-            "stdout is not JSON ({e}): {}\nstderr: {}",
-            stdout(o),
-            stderr(o)
-        )
-    });
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {}\nstderr: {}", stdout(o), stderr(o)));
     let runs = v["runs"].as_array().expect("runs array");
     assert_eq!(runs.len(), 1, "{v}");
     runs[0].clone()

@@ -9,12 +9,7 @@ use std::time::{Duration, Instant};
 /// Runs `cmd` to completion, draining its output; kills it and panics after `timeout`.
 pub fn run_with_timeout(mut cmd: Command, timeout: Duration) -> (Output, Duration) {
     let started = Instant::now();
-    let mut child = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
     let out_t = drain(child.stdout.take().unwrap());
     let err_t = drain(child.stderr.take().unwrap());
     let status = loop {
@@ -25,22 +20,12 @@ pub fn run_with_timeout(mut cmd: Command, timeout: Duration) -> (Output, Duratio
             let _ = child.kill();
             let _ = child.wait();
             let err = err_t.join().unwrap_or_default();
-            panic!(
-                "{cmd:?} ran longer than {timeout:?}; stderr: {}",
-                String::from_utf8_lossy(&err)
-            );
+            panic!("{cmd:?} ran longer than {timeout:?}; stderr: {}", String::from_utf8_lossy(&err));
         }
         std::thread::sleep(Duration::from_millis(20));
     };
     let elapsed = started.elapsed();
-    (
-        Output {
-            status,
-            stdout: out_t.join().unwrap(),
-            stderr: err_t.join().unwrap(),
-        },
-        elapsed,
-    )
+    (Output { status, stdout: out_t.join().unwrap(), stderr: err_t.join().unwrap() }, elapsed)
 }
 
 pub fn drain(mut r: impl Read + Send + 'static) -> std::thread::JoinHandle<Vec<u8>> {

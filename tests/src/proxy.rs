@@ -33,11 +33,7 @@ impl Throttle {
                 }
             }
         });
-        Throttle {
-            port,
-            stop,
-            accept: Some(accept),
-        }
+        Throttle { port, stop, accept: Some(accept) }
     }
 
     pub fn endpoint(&self) -> String {
@@ -87,12 +83,7 @@ fn pump(from: &mut TcpStream, to: &mut TcpStream, rate: Option<u64>, stop: &Atom
                     std::thread::sleep(Duration::from_millis(50));
                 }
             }
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                ) =>
-            {
+            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
                 continue;
             }
             Err(_) => break,

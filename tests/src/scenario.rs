@@ -47,10 +47,7 @@ impl Scene {
         let s3 = S3Server::start(&root);
         let password = unique("pw");
         primary.psql("postgres", "create database orders");
-        primary.psql(
-            "postgres",
-            &format!("create role verifier login password '{password}'"),
-        );
+        primary.psql("postgres", &format!("create role verifier login password '{password}'"));
         primary.psql("postgres", "grant pg_read_all_data to verifier");
         primary.psql("orders", SAMPLE_SQL);
         let dump = root.path().join("orders.dump");
@@ -61,15 +58,7 @@ impl Scene {
         let scratch = root.path().join("scratch");
         std::fs::create_dir_all(&scratch).unwrap();
         crate::make_world_enterable(&scratch);
-        Scene {
-            root,
-            primary,
-            s3,
-            bucket,
-            password,
-            dump,
-            scratch,
-        }
+        Scene { root, primary, s3, bucket, password, dump, scratch }
     }
 
     pub fn spec(&self) -> ConfigSpec {

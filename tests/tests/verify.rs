@@ -2,9 +2,7 @@
 //! pg_dump/pg_restore. Each test builds its own scene and tears it down.
 
 use drcheck_e2e::scenario::Scene;
-use drcheck_e2e::{
-    TempRoot, Throttle, drcheck, free_port, only_run, processes_mentioning, stderr, stdout,
-};
+use drcheck_e2e::{TempRoot, Throttle, drcheck, free_port, only_run, processes_mentioning, stderr, stdout};
 use std::time::{Duration, Instant};
 
 const LIMIT: Duration = Duration::from_secs(120);
@@ -20,40 +18,20 @@ fn a_good_backup_passes_is_recorded_and_listed() {
     let sidecar = scene.root.path().join("orders-1.dump.sha256");
     std::fs::write(&sidecar, "0000  orders-1.dump\n").unwrap();
     std::thread::sleep(Duration::from_millis(1100));
-    scene
-        .s3
-        .upload(&sidecar, &scene.bucket, "orders/orders-1.dump.sha256");
+    scene.s3.upload(&sidecar, &scene.bucket, "orders/orders-1.dump.sha256");
     let config = scene.config(&scene.spec());
     let c = cfg(&config);
 
-    let (out, _) = drcheck(
-        &["--config", &c, "verify", "--target", "orders", "--json"],
-        &scene.env(),
-        LIMIT,
-    );
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "stdout: {}\nstderr: {}",
-        stdout(&out),
-        stderr(&out)
-    );
+    let (out, _) = drcheck(&["--config", &c, "verify", "--target", "orders", "--json"], &scene.env(), LIMIT);
+    assert_eq!(out.status.code(), Some(0), "stdout: {}\nstderr: {}", stdout(&out), stderr(&out));
     let run = only_run(&out);
     assert_eq!(run["result"], "passed");
     assert_eq!(run["target"], "orders");
     assert_eq!(run["backup"]["key"], "orders/orders-1.dump");
     assert_eq!(run["backup"]["format"], "custom");
-    assert_eq!(
-        run["backup"]["size_bytes"],
-        std::fs::metadata(&scene.dump).unwrap().len()
-    );
+    assert_eq!(run["backup"]["size_bytes"], std::fs::metadata(&scene.dump).unwrap().len());
     assert!(run["started_at"].as_str().unwrap().ends_with('Z'));
-    let phases: Vec<&str> = run["phases"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| p["name"].as_str().unwrap())
-        .collect();
+    let phases: Vec<&str> = run["phases"].as_array().unwrap().iter().map(|p| p["name"].as_str().unwrap()).collect();
     assert_eq!(phases, ["sandbox", "fetch", "restore", "validate"]);
     assert_eq!(run["rto"]["met"], true);
     assert!(run["rto"]["measured_seconds"].as_f64().unwrap() > 0.0);
@@ -65,13 +43,7 @@ fn a_good_backup_passes_is_recorded_and_listed() {
     for v in validators {
         assert_eq!(v["status"], "passed", "{v}");
     }
-    assert!(
-        validators[0]["detail"]
-            .as_str()
-            .unwrap()
-            .contains("3 tables"),
-        "{validators:?}"
-    );
+    assert!(validators[0]["detail"].as_str().unwrap().contains("3 tables"), "{validators:?}");
     assert!(run.get("error").is_none());
     assert!(scene.leftover_sandboxes().is_empty());
 
@@ -90,23 +62,11 @@ fn a_good_backup_passes_is_recorded_and_listed() {
     assert_eq!(runs.len(), 2);
     assert_eq!(runs[1]["run_id"], run["run_id"]);
     assert_eq!(runs[1]["validators"].as_array().unwrap().len(), 2);
-    let (out, _) = drcheck(
-        &["--config", &c, "history", "--target", "orders"],
-        &scene.env(),
-        LIMIT,
-    );
-    assert!(
-        stdout(&out).contains(run["run_id"].as_str().unwrap()),
-        "{}",
-        stdout(&out)
-    );
+    let (out, _) = drcheck(&["--config", &c, "history", "--target", "orders"], &scene.env(), LIMIT);
+    assert!(stdout(&out).contains(run["run_id"].as_str().unwrap()), "{}", stdout(&out));
 
     // The store listing shows the backup as latest and hides the sidecar.
-    let (out, _) = drcheck(
-        &["--config", &c, "backups", "list", "--target", "orders"],
-        &scene.env(),
-        LIMIT,
-    );
+    let (out, _) = drcheck(&["--config", &c, "backups", "list", "--target", "orders"], &scene.env(), LIMIT);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let text = stdout(&out);
     assert!(text.contains("latest orders/orders-1.dump"), "{text}");
@@ -117,63 +77,34 @@ fn a_good_backup_passes_is_recorded_and_listed() {
 fn an_explicit_backup_key_is_verified() {
     let scene = Scene::start();
     // One more order is within row_counts' 0.1% tolerance of 5000.
-    scene.primary.psql(
-        "orders",
-        "insert into orders (customer_id, total) values (1, 1)",
-    );
+    scene.primary.psql("orders", "insert into orders (customer_id, total) values (1, 1)");
     let newer = scene.root.path().join("newer.dump");
     scene.primary.dump("orders", &newer, &[]);
     std::thread::sleep(Duration::from_millis(1100));
-    scene
-        .s3
-        .upload(&newer, &scene.bucket, "orders/orders-2.dump");
+    scene.s3.upload(&newer, &scene.bucket, "orders/orders-2.dump");
     let c = cfg(&scene.config(&scene.spec()));
     let (out, _) = drcheck(
-        &[
-            "--config",
-            &c,
-            "verify",
-            "--target",
-            "orders",
-            "--backup",
-            "orders/orders-1.dump",
-            "--json",
-        ],
+        &["--config", &c, "verify", "--target", "orders", "--backup", "orders/orders-1.dump", "--json"],
         &scene.env(),
         LIMIT,
     );
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert_eq!(only_run(&out)["backup"]["key"], "orders/orders-1.dump");
     let (out, _) = drcheck(
-        &[
-            "--config",
-            &c,
-            "verify",
-            "--target",
-            "orders",
-            "--backup",
-            "orders/nope.dump",
-            "--json",
-        ],
+        &["--config", &c, "verify", "--target", "orders", "--backup", "orders/nope.dump", "--json"],
         &scene.env(),
         LIMIT,
     );
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     let run = only_run(&out);
     assert_eq!(run["error"]["stage"], "select");
-    assert!(
-        run["error"]["message"].as_str().unwrap().contains("404"),
-        "{run}"
-    );
+    assert!(run["error"]["message"].as_str().unwrap().contains("404"), "{run}");
 }
 
 #[test]
 fn rows_the_backup_lacks_beyond_the_tolerance_fail_row_counts() {
     let scene = Scene::start();
-    scene.primary.psql(
-        "orders",
-        "insert into customers select g, 'new' from generate_series(501, 600) g",
-    );
+    scene.primary.psql("orders", "insert into customers select g, 'new' from generate_series(501, 600) g");
     let c = cfg(&scene.config(&scene.spec()));
     let (out, _) = drcheck(&["--config", &c, "verify", "--json"], &scene.env(), LIMIT);
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
@@ -183,10 +114,7 @@ fn rows_the_backup_lacks_beyond_the_tolerance_fail_row_counts() {
     assert_eq!(run["validators"][1]["name"], "row_counts");
     assert_eq!(run["validators"][1]["status"], "failed");
     let detail = run["validators"][1]["detail"].as_str().unwrap();
-    assert!(
-        detail.contains("public.customers: primary 600, restored 500"),
-        "{detail}"
-    );
+    assert!(detail.contains("public.customers: primary 600, restored 500"), "{detail}");
     assert!(!detail.contains("public.orders"), "{detail}");
 }
 
@@ -197,9 +125,7 @@ fn a_truncated_dump_fails_at_restore() {
     let truncated = scene.root.path().join("truncated.dump");
     std::fs::write(&truncated, &bytes[..bytes.len() / 2]).unwrap();
     std::thread::sleep(Duration::from_millis(1100));
-    scene
-        .s3
-        .upload(&truncated, &scene.bucket, "orders/orders-2.dump");
+    scene.s3.upload(&truncated, &scene.bucket, "orders/orders-2.dump");
     let c = cfg(&scene.config(&scene.spec()));
     let (out, _) = drcheck(&["--config", &c, "verify", "--json"], &scene.env(), LIMIT);
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
@@ -209,10 +135,7 @@ fn a_truncated_dump_fails_at_restore() {
     assert_eq!(run["error"]["stage"], "restore");
     let msg = run["error"]["message"].as_str().unwrap();
     assert!(msg.contains("pg_restore failed"), "{msg}");
-    assert!(
-        msg.contains("pg_restore: error"),
-        "the tail of pg_restore's stderr: {msg}"
-    );
+    assert!(msg.contains("pg_restore: error"), "the tail of pg_restore's stderr: {msg}");
     assert_eq!(run["rto"]["met"], serde_json::Value::Null);
     assert!(scene.leftover_sandboxes().is_empty());
 }
@@ -221,27 +144,15 @@ fn a_truncated_dump_fails_at_restore() {
 fn a_file_that_is_not_a_dump_fails_naming_what_it_is() {
     let scene = Scene::start();
     let fake = scene.root.path().join("fake.dump");
-    std::fs::write(
-        &fake,
-        b"this is a text file, not a PostgreSQL backup\n".repeat(20),
-    )
-    .unwrap();
+    std::fs::write(&fake, b"this is a text file, not a PostgreSQL backup\n".repeat(20)).unwrap();
     std::thread::sleep(Duration::from_millis(1100));
-    scene
-        .s3
-        .upload(&fake, &scene.bucket, "orders/orders-2.dump");
+    scene.s3.upload(&fake, &scene.bucket, "orders/orders-2.dump");
     let c = cfg(&scene.config(&scene.spec()));
     let (out, _) = drcheck(&["--config", &c, "verify", "--json"], &scene.env(), LIMIT);
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     let run = only_run(&out);
     assert_eq!(run["error"]["stage"], "restore");
-    assert!(
-        run["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("found unknown data"),
-        "{run}"
-    );
+    assert!(run["error"]["message"].as_str().unwrap().contains("found unknown data"), "{run}");
     assert_eq!(run["backup"]["format"], "unknown");
 }
 
@@ -257,10 +168,7 @@ fn a_backup_older_than_the_rpo_fails() {
     let run = only_run(&out);
     assert_eq!(run["result"], "failed");
     assert_eq!(run["rpo"]["met"], false);
-    assert!(
-        run["rpo"]["backup_age_seconds"].as_f64().unwrap() >= 2.0,
-        "{run}"
-    );
+    assert!(run["rpo"]["backup_age_seconds"].as_f64().unwrap() >= 2.0, "{run}");
     assert_eq!(run["rpo"]["target_seconds"], 1.0);
     // The restore still ran and was checked: the backup is restorable, just stale.
     assert_eq!(run["rto"]["met"], true);
@@ -280,10 +188,7 @@ fn a_restore_slower_than_the_rto_misses_it() {
     let run = only_run(&out);
     assert_eq!(run["rto"]["met"], false);
     assert!(run["rto"]["measured_seconds"].as_f64().unwrap() > 0.001);
-    assert!(
-        run.get("error").is_none(),
-        "an objective miss is not an error: {run}"
-    );
+    assert!(run.get("error").is_none(), "an objective miss is not an error: {run}");
 }
 
 #[test]
@@ -302,13 +207,7 @@ fn a_restore_past_the_deadline_is_cancelled() {
     assert_eq!(run["result"], "failed");
     assert_eq!(run["rto"]["met"], false);
     assert_eq!(run["error"]["stage"], "restore");
-    assert!(
-        run["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("cancelled"),
-        "{run}"
-    );
+    assert!(run["error"]["message"].as_str().unwrap().contains("cancelled"), "{run}");
     assert!(took < Duration::from_secs(20), "took {took:?}");
     assert!(scene.leftover_sandboxes().is_empty());
 }
@@ -326,10 +225,7 @@ fn a_primary_that_is_down_skips_comparisons_but_still_verifies_the_restore() {
     for v in run["validators"].as_array().unwrap() {
         assert_eq!(v["status"], "skipped", "{v}");
         let detail = v["detail"].as_str().unwrap();
-        assert!(
-            detail.contains("primary unavailable") && detail.contains("127.0.0.1"),
-            "{detail}"
-        );
+        assert!(detail.contains("primary unavailable") && detail.contains("127.0.0.1"), "{detail}");
     }
 }
 
@@ -354,15 +250,7 @@ fn a_config_typo_exits_2_naming_the_key_and_line() {
     let err = stderr(&out);
     assert!(err.contains("target[0].rto") && err.contains(":7"), "{err}");
 
-    let (out, _) = drcheck(
-        &[
-            "--config",
-            &cfg(&root.path().join("missing.toml")),
-            "verify",
-        ],
-        &[],
-        LIMIT,
-    );
+    let (out, _) = drcheck(&["--config", &cfg(&root.path().join("missing.toml")), "verify"], &[], LIMIT);
     assert_eq!(out.status.code(), Some(2));
     assert!(stderr(&out).contains("missing.toml"), "{}", stderr(&out));
 }
@@ -372,17 +260,9 @@ fn an_unknown_target_is_a_usage_error() {
     let root = TempRoot::new();
     let path = root.path().join("drcheck.toml");
     std::fs::write(&path, "[storage.b]\nkind = \"filesystem\"\npath = \"/srv\"\n[[target]]\nname = \"orders\"\nstorage = \"b\"\nrto = \"30m\"\nrpo = \"26h\"\n").unwrap();
-    let (out, _) = drcheck(
-        &["--config", &cfg(&path), "verify", "--target", "ordrs"],
-        &[],
-        LIMIT,
-    );
+    let (out, _) = drcheck(&["--config", &cfg(&path), "verify", "--target", "ordrs"], &[], LIMIT);
     assert_eq!(out.status.code(), Some(2));
-    assert!(
-        stderr(&out).contains("\"ordrs\"") && stderr(&out).contains("orders"),
-        "{}",
-        stderr(&out)
-    );
+    assert!(stderr(&out).contains("\"ordrs\"") && stderr(&out).contains("orders"), "{}", stderr(&out));
 }
 
 #[test]
@@ -403,18 +283,17 @@ fn a_dead_s3_endpoint_exits_3_in_bounded_time() {
     let (out, took) = drcheck(&["--config", &c, "backups", "list"], &scene.env(), LIMIT);
     assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
     assert!(took < Duration::from_secs(30), "took {took:?}");
-    assert!(
-        stderr(&out).contains(&format!("127.0.0.1:{dead}")),
-        "{}",
-        stderr(&out)
-    );
+    assert!(stderr(&out).contains(&format!("127.0.0.1:{dead}")), "{}", stderr(&out));
 }
 
 #[test]
 fn sigterm_during_a_restore_exits_promptly_and_leaves_nothing() {
     let scene = Scene::start();
     // A bigger dump behind a slow link keeps drcheck inside fetch+restore long enough.
-    scene.primary.psql("orders", "create table filler as select g, md5(g::text) || md5((g * 7)::text) as t from generate_series(1, 200000) g");
+    scene.primary.psql(
+        "orders",
+        "create table filler as select g, md5(g::text) || md5((g * 7)::text) as t from generate_series(1, 200000) g",
+    );
     let big = scene.root.path().join("big.dump");
     scene.primary.dump("orders", &big, &["-Z0"]);
     std::thread::sleep(Duration::from_millis(1100));
@@ -442,27 +321,18 @@ fn sigterm_during_a_restore_exits_promptly_and_leaves_nothing() {
             .first()
             .and_then(|d| std::fs::read_to_string(scene.scratch.join(d).join("socket_dir")).ok());
         if let Some(sock) = found
-            && processes_mentioning(&sock)
-                .iter()
-                .any(|(_, cmd)| cmd.contains("pg_restore"))
+            && processes_mentioning(&sock).iter().any(|(_, cmd)| cmd.contains("pg_restore"))
         {
             break sock;
         }
         if Instant::now() > deadline {
             let _ = child.kill();
-            panic!(
-                "pg_restore never started; stderr: {}",
-                String::from_utf8_lossy(&err_t.join().unwrap())
-            );
+            panic!("pg_restore never started; stderr: {}", String::from_utf8_lossy(&err_t.join().unwrap()));
         }
         std::thread::sleep(Duration::from_millis(20));
     };
     let sent = Instant::now();
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(child.id() as i32),
-        nix::sys::signal::Signal::SIGTERM,
-    )
-    .unwrap();
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGTERM).unwrap();
     let status = loop {
         if let Some(s) = child.try_wait().unwrap() {
             break s;
@@ -474,42 +344,17 @@ fn sigterm_during_a_restore_exits_promptly_and_leaves_nothing() {
         std::thread::sleep(Duration::from_millis(10));
     };
     let took = sent.elapsed();
-    let out = std::process::Output {
-        status,
-        stdout: out_t.join().unwrap(),
-        stderr: err_t.join().unwrap(),
-    };
+    let out = std::process::Output { status, stdout: out_t.join().unwrap(), stderr: err_t.join().unwrap() };
     assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
     assert!(took < Duration::from_secs(10), "exit took {took:?}");
     let run = only_run(&out);
     assert_eq!(run["result"], "aborted");
-    assert!(
-        run["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("interrupted"),
-        "{run}"
-    );
-    assert!(
-        scene.leftover_sandboxes().is_empty(),
-        "{:?}",
-        scene.leftover_sandboxes()
-    );
-    assert!(
-        !std::path::Path::new(&socket_dir).exists(),
-        "socket dir {socket_dir} left behind"
-    );
+    assert!(run["error"]["message"].as_str().unwrap().contains("interrupted"), "{run}");
+    assert!(scene.leftover_sandboxes().is_empty(), "{:?}", scene.leftover_sandboxes());
+    assert!(!std::path::Path::new(&socket_dir).exists(), "socket dir {socket_dir} left behind");
     let scratch = scene.scratch.display().to_string();
-    assert!(
-        processes_mentioning(&scratch).is_empty(),
-        "{:?}",
-        processes_mentioning(&scratch)
-    );
-    assert!(
-        processes_mentioning(&socket_dir).is_empty(),
-        "{:?}",
-        processes_mentioning(&socket_dir)
-    );
+    assert!(processes_mentioning(&scratch).is_empty(), "{:?}", processes_mentioning(&scratch));
+    assert!(processes_mentioning(&socket_dir).is_empty(), "{:?}", processes_mentioning(&socket_dir));
 
     // The aborted run is on record.
     let (out, _) = drcheck(&["--config", &c, "history", "--json"], &scene.env(), LIMIT);
@@ -537,49 +382,23 @@ fn the_primary_password_appears_in_no_output_report_or_history_row() {
     }
     // A wrong password must not leak either: it is refused, and the comparisons say so.
     let wrong = drcheck_e2e::unique("wrongpw");
-    let (out, _) = drcheck(
-        &["--config", &c, "-vv", "verify", "--json"],
-        &[("ORDERS_PW", wrong.clone())],
-        LIMIT,
-    );
+    let (out, _) = drcheck(&["--config", &c, "-vv", "verify", "--json"], &[("ORDERS_PW", wrong.clone())], LIMIT);
     let run = only_run(&out);
     assert_eq!(run["validators"][0]["status"], "skipped");
-    assert!(
-        run["validators"][0]["detail"]
-            .as_str()
-            .unwrap()
-            .contains("password authentication failed"),
-        "{run}"
-    );
-    outputs.push((
-        "verify with a wrong password".into(),
-        stdout(&out) + &stderr(&out),
-    ));
+    assert!(run["validators"][0]["detail"].as_str().unwrap().contains("password authentication failed"), "{run}");
+    outputs.push(("verify with a wrong password".into(), stdout(&out) + &stderr(&out)));
 
     for (what, text) in &outputs {
         assert!(!text.contains(&pw), "{what} shows the password:\n{text}");
-        assert!(
-            !text.contains(&wrong),
-            "{what} shows the wrong password:\n{text}"
-        );
+        assert!(!text.contains(&wrong), "{what} shows the wrong password:\n{text}");
     }
-    assert!(
-        outputs[2].1.contains("verifier:***@127.0.0.1"),
-        "config check redacts: {}",
-        outputs[2].1
-    );
-    for entry in std::fs::read_dir(scene.root.path())
-        .unwrap()
-        .filter_map(Result::ok)
-    {
+    assert!(outputs[2].1.contains("verifier:***@127.0.0.1"), "config check redacts: {}", outputs[2].1);
+    for entry in std::fs::read_dir(scene.root.path()).unwrap().filter_map(Result::ok) {
         let name = entry.file_name().to_string_lossy().into_owned();
         if name.starts_with("history.db") {
             let bytes = std::fs::read(entry.path()).unwrap();
             let text = String::from_utf8_lossy(&bytes);
-            assert!(
-                !text.contains(&pw) && !text.contains(&wrong),
-                "{name} holds a password"
-            );
+            assert!(!text.contains(&pw) && !text.contains(&wrong), "{name} holds a password");
         }
     }
 }

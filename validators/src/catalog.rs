@@ -17,8 +17,5 @@ pub async fn tables(pool: &PgPool) -> Result<Vec<TableName>, sqlx::Error> {
     )
     .fetch_all(pool)
     .await?;
-    Ok(rows
-        .into_iter()
-        .map(|(schema, name)| TableName { schema, name })
-        .collect())
+    Ok(rows.into_iter().map(|(schema, name)| TableName { schema, name }).collect())
 }

@@ -51,11 +51,7 @@ pub struct Finding {
 
 impl Finding {
     pub fn new(name: &str, status: Status, detail: impl Into<String>) -> Self {
-        Self {
-            name: name.to_string(),
-            status,
-            detail: detail.into(),
-        }
+        Self { name: name.to_string(), status, detail: detail.into() }
     }
 }
 
@@ -86,26 +82,14 @@ pub fn builtins() -> Vec<Box<dyn Validator>> {
 }
 
 /// Runs every validator, each under `timeout`; one failing or erroring never stops the others.
-pub async fn run_all(
-    validators: &[Box<dyn Validator>],
-    cx: &Context,
-    timeout: Duration,
-) -> Vec<Finding> {
+pub async fn run_all(validators: &[Box<dyn Validator>], cx: &Context, timeout: Duration) -> Vec<Finding> {
     let mut out = Vec::with_capacity(validators.len());
     for v in validators {
         let finding = match tokio::time::timeout(timeout, v.validate(cx)).await {
             Ok(f) => f,
-            Err(_) => Finding::new(
-                v.name(),
-                Status::Error,
-                format!("timed out after {timeout:?}"),
-            ),
+            Err(_) => Finding::new(v.name(), Status::Error, format!("timed out after {timeout:?}")),
         };
-        tracing::info!(
-            validator = v.name(),
-            status = finding.status.as_str(),
-            "validator finished"
-        );
+        tracing::info!(validator = v.name(), status = finding.status.as_str(), "validator finished");
         out.push(finding);
     }
     out

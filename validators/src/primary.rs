@@ -26,8 +26,8 @@ impl Default for PrimaryLimits {
 
 /// Connects to the primary. The error never contains the URL or its password.
 pub async fn connect(url: &str, limits: &PrimaryLimits) -> Result<PgPool, String> {
-    let opts = PgConnectOptions::from_str(url)
-        .map_err(|_| "the primary URL is not a valid postgres:// URL".to_string())?;
+    let opts =
+        PgConnectOptions::from_str(url).map_err(|_| "the primary URL is not a valid postgres:// URL".to_string())?;
     let timeout_ms = limits.statement_timeout.as_millis().to_string();
     let opts = opts.application_name("drcheck").options([
         ("default_transaction_read_only", "on"),
@@ -64,9 +64,6 @@ mod tests {
     #[test]
     fn scrub_removes_password_and_url() {
         let url = "postgres://u:pw123@h/db";
-        assert_eq!(
-            super::scrub("bad pw123 at postgres://u:pw123@h/db", url),
-            "bad *** at <primary>"
-        );
+        assert_eq!(super::scrub("bad pw123 at postgres://u:pw123@h/db", url), "bad *** at <primary>");
     }
 }

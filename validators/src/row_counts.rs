@@ -10,12 +10,7 @@ use std::collections::BTreeSet;
 pub struct RowCounts;
 
 async fn count(pool: &PgPool, t: &TableName) -> Result<i64, sqlx::Error> {
-    sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
-        "select count(*) from {}",
-        t.quoted()
-    )))
-    .fetch_one(pool)
-    .await
+    sqlx::query_scalar(sqlx::AssertSqlSafe(format!("select count(*) from {}", t.quoted()))).fetch_one(pool).await
 }
 
 /// Whether `restored` is within `tolerance` (a fraction) of `primary`.
@@ -38,24 +33,17 @@ impl Validator for RowCounts {
                 return Finding::new(name, Status::Skipped, format!("primary unavailable: {why}"));
             }
         };
-        let (on_primary, restored) = match (
-            catalog::tables(primary).await,
-            catalog::tables(&cx.restored).await,
-        ) {
+        let (on_primary, restored) = match (catalog::tables(primary).await, catalog::tables(&cx.restored).await) {
             (Ok(p), Ok(r)) => (p, r.into_iter().collect::<BTreeSet<_>>()),
             (Err(e), _) | (_, Err(e)) => {
                 return Finding::new(name, Status::Error, format!("listing tables: {e}"));
             }
         };
-        let common: Vec<TableName> = on_primary
-            .into_iter()
-            .filter(|t| restored.contains(t))
-            .collect();
+        let common: Vec<TableName> = on_primary.into_iter().filter(|t| restored.contains(t)).collect();
         // The primary pool's size caps how many counts run there at once.
         let results: Vec<(TableName, Result<(i64, i64), sqlx::Error>)> = stream::iter(common)
             .map(|t| async move {
-                let r =
-                    async { Ok((count(primary, &t).await?, count(&cx.restored, &t).await?)) }.await;
+                let r = async { Ok((count(primary, &t).await?, count(&cx.restored, &t).await?)) }.await;
                 (t, r)
             })
             .buffer_unordered(2)
@@ -87,17 +75,9 @@ impl Validator for RowCounts {
                 ),
             )
         } else if !errors.is_empty() {
-            Finding::new(
-                name,
-                Status::Error,
-                format!("could not count: {}", errors.join("; ")),
-            )
+            Finding::new(name, Status::Error, format!("could not count: {}", errors.join("; ")))
         } else {
-            Finding::new(
-                name,
-                Status::Passed,
-                format!("{} tables match within {tolerance}", results.len()),
-            )
+            Finding::new(name, Status::Passed, format!("{} tables match within {tolerance}", results.len()))
         }
     }
 }

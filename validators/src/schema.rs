@@ -34,46 +34,26 @@ impl Validator for Schema {
         let on_primary = match catalog::tables(primary).await {
             Ok(t) => t.into_iter().collect::<BTreeSet<_>>(),
             Err(e) => {
-                return Finding::new(
-                    name,
-                    Status::Error,
-                    format!("listing tables on the primary: {e}"),
-                );
+                return Finding::new(name, Status::Error, format!("listing tables on the primary: {e}"));
             }
         };
         let restored = match catalog::tables(&cx.restored).await {
             Ok(t) => t.into_iter().collect::<BTreeSet<_>>(),
             Err(e) => {
-                return Finding::new(
-                    name,
-                    Status::Error,
-                    format!("listing tables in the restored copy: {e}"),
-                );
+                return Finding::new(name, Status::Error, format!("listing tables in the restored copy: {e}"));
             }
         };
         let missing: Vec<&TableName> = on_primary.difference(&restored).collect();
         let extra: Vec<&TableName> = restored.difference(&on_primary).collect();
         if missing.is_empty() && extra.is_empty() {
-            return Finding::new(
-                name,
-                Status::Passed,
-                format!("{} tables match the primary", restored.len()),
-            );
+            return Finding::new(name, Status::Passed, format!("{} tables match the primary", restored.len()));
         }
         let mut parts = Vec::new();
         if !missing.is_empty() {
-            parts.push(format!(
-                "{} missing from the restored copy: {}",
-                missing.len(),
-                list(&missing)
-            ));
+            parts.push(format!("{} missing from the restored copy: {}", missing.len(), list(&missing)));
         }
         if !extra.is_empty() {
-            parts.push(format!(
-                "{} not on the primary: {}",
-                extra.len(),
-                list(&extra)
-            ));
+            parts.push(format!("{} not on the primary: {}", extra.len(), list(&extra)));
         }
         Finding::new(name, Status::Failed, parts.join("; "))
     }

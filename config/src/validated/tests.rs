@@ -28,10 +28,8 @@ fn env(name: &str) -> Option<String> {
 }
 
 fn parse(text: &str) -> Result<Config, ConfigError> {
-    let raw: RawConfig = toml::from_str(text).map_err(|e| ConfigError::Parse {
-        path: "drcheck.toml".into(),
-        message: e.to_string(),
-    })?;
+    let raw: RawConfig =
+        toml::from_str(text).map_err(|e| ConfigError::Parse { path: "drcheck.toml".into(), message: e.to_string() })?;
     validate(raw, text, Path::new("drcheck.toml"), &env)
 }
 
@@ -43,10 +41,7 @@ fn the_documented_example_validates() {
     assert_eq!(t.rpo, Duration::from_secs(26 * 3600));
     assert_eq!(t.prefix, "orders/");
     assert_eq!(t.row_count_tolerance, 0.001);
-    assert_eq!(
-        t.primary.as_ref().unwrap().expose(),
-        "postgres://verifier:hunter2@db.internal:5432/orders"
-    );
+    assert_eq!(t.primary.as_ref().unwrap().expose(), "postgres://verifier:hunter2@db.internal:5432/orders");
     match &c.storage["backups"] {
         StorageConfig::S3(s) => {
             assert_eq!(s.bucket, "db-backups");
@@ -66,9 +61,7 @@ fn redacted_toml_hides_the_password() {
 
 fn invalid(text: &str) -> (String, Option<usize>, String) {
     match parse(text).unwrap_err() {
-        ConfigError::Invalid {
-            key, line, message, ..
-        } => (key, line, message),
+        ConfigError::Invalid { key, line, message, .. } => (key, line, message),
         other => panic!("expected Invalid, got {other}"),
     }
 }
@@ -93,10 +86,7 @@ fn bad_duration_names_key_and_line() {
 fn unknown_storage_lists_the_defined_ones() {
     let (key, _, msg) = invalid(&GOOD.replace("storage = \"backups\"", "storage = \"backup\""));
     assert_eq!(key, "target[0].storage");
-    assert!(
-        msg.contains("\"backup\"") && msg.contains("backups, local"),
-        "{msg}"
-    );
+    assert!(msg.contains("\"backup\"") && msg.contains("backups, local"), "{msg}");
 }
 
 #[test]
@@ -108,16 +98,13 @@ fn missing_env_var_names_it_without_leaking() {
 
 #[test]
 fn missing_required_key_is_named() {
-    let msg = parse(&GOOD.replace("rto = \"30m\"\n", ""))
-        .unwrap_err()
-        .to_string();
+    let msg = parse(&GOOD.replace("rto = \"30m\"\n", "")).unwrap_err().to_string();
     assert!(msg.contains("missing field `rto`"), "{msg}");
 }
 
 #[test]
 fn keys_of_the_wrong_kind_are_rejected() {
-    let (key, _, _) =
-        invalid(&GOOD.replace("path = \"/srv/backups\"", "path = \"/srv\"\nbucket = \"x\""));
+    let (key, _, _) = invalid(&GOOD.replace("path = \"/srv/backups\"", "path = \"/srv\"\nbucket = \"x\""));
     assert_eq!(key, "storage.local.bucket");
     let (key, _, msg) = invalid(&GOOD.replace("kind = \"filesystem\"", "kind = \"ftp\""));
     assert_eq!(key, "storage.local.kind");
@@ -126,9 +113,7 @@ fn keys_of_the_wrong_kind_are_rejected() {
 
 #[test]
 fn duplicate_and_bad_target_names() {
-    let twice = format!(
-        "{GOOD}\n[[target]]\nname = \"orders\"\nstorage = \"local\"\nrto = \"1m\"\nrpo = \"1h\"\n"
-    );
+    let twice = format!("{GOOD}\n[[target]]\nname = \"orders\"\nstorage = \"local\"\nrto = \"1m\"\nrpo = \"1h\"\n");
     let (key, _, msg) = invalid(&twice);
     assert_eq!(key, "target[1].name");
     assert!(msg.contains("duplicate"));
@@ -138,17 +123,11 @@ fn duplicate_and_bad_target_names() {
 
 #[test]
 fn tolerance_and_abort_factor() {
-    let c = parse(&GOOD.replace(
-        "rpo = \"26h\"",
-        "rpo = \"26h\"\nrow_count_tolerance = \"2.5%\"\nabort_factor = 3.0",
-    ))
-    .unwrap();
+    let c = parse(&GOOD.replace("rpo = \"26h\"", "rpo = \"26h\"\nrow_count_tolerance = \"2.5%\"\nabort_factor = 3.0"))
+        .unwrap();
     assert!((c.targets[0].row_count_tolerance - 0.025).abs() < 1e-12);
     assert_eq!(c.targets[0].abort_factor, 3.0);
-    let (key, _, _) = invalid(&GOOD.replace(
-        "rpo = \"26h\"",
-        "rpo = \"26h\"\nrow_count_tolerance = \"0.1\"",
-    ));
+    let (key, _, _) = invalid(&GOOD.replace("rpo = \"26h\"", "rpo = \"26h\"\nrow_count_tolerance = \"0.1\""));
     assert_eq!(key, "target[0].row_count_tolerance");
 }
 
@@ -158,4 +137,41 @@ fn defaults_apply() {
     assert_eq!(c.state.url.expose(), DEFAULT_STATE_URL);
     assert_eq!(c.sandbox.scratch_dir, std::env::temp_dir());
     assert!(c.targets.is_empty());
+}
+
+#[test]
+fn restore_keys_parse_and_reject_nonsense() {
+    let extra = "format = \"physical\"\nrestore_jobs = 2\nwal_prefix = \"orders-wal/\"\nrecovery_target = \"2026-11-30T03:00:00Z\"\nglobals_key = \"globals.sql\"";
+    let c = parse(&GOOD.replace("rpo = \"26h\"", &format!("rpo = \"26h\"\n{extra}"))).unwrap();
+    let t = &c.targets[0];
+    assert_eq!(t.format, FormatSetting::Physical);
+    assert_eq!(t.restore_jobs, 2);
+    assert_eq!(t.recovery_target, RecoveryTarget::Time("2026-11-30T03:00:00Z".into()));
+    assert_eq!(t.wal_prefix.as_deref(), Some("orders-wal/"));
+    let (key, _, _) = invalid(&GOOD.replace("rpo = \"26h\"", "rpo = \"26h\"\nformat = \"zip\""));
+    assert_eq!(key, "target[0].format");
+    let (key, _, _) = invalid(&GOOD.replace("rpo = \"26h\"", "rpo = \"26h\"\nrecovery_target = \"yesterday\""));
+    assert_eq!(key, "target[0].recovery_target");
+}
+
+#[test]
+fn sandbox_and_fetch_tuning() {
+    let text = GOOD
+        .replace(
+            "scratch_dir = \"/var/tmp/drcheck\"",
+            "scratch_dir = \"/var/tmp/drcheck\"\nprofile = \"fast\"\nexpansion_factor = 3.0",
+        )
+        .replace("path_style = true", "path_style = true\npart_size = \"16MiB\"\nconcurrency = 8");
+    let c = parse(&text).unwrap();
+    assert_eq!(c.sandbox.profile, Profile::Fast);
+    match &c.storage["backups"] {
+        StorageConfig::S3(s) => assert_eq!((s.part_size, s.concurrency), (16 << 20, 8)),
+        other => panic!("{other:?}"),
+    }
+    let (key, _, msg) = invalid(&GOOD.replace("path_style = true", "path_style = true\npart_size = \"8 megs\""));
+    assert_eq!(key, "storage.backups.part_size");
+    assert!(msg.contains("8 megs"));
+    let (key, _, _) =
+        invalid(&GOOD.replace("scratch_dir = \"/var/tmp/drcheck\"", "scratch_dir = \"/x\"\nprofile = \"turbo\""));
+    assert_eq!(key, "sandbox.profile");
 }

@@ -13,9 +13,7 @@ pub async fn list(config: &Config, target: Option<&str>, json: bool) -> Result<E
         // Whether unreachable or refusing (403, no such bucket), a store that cannot be
         // listed is a problem outside the backups: exit 3.
         let (store, backups) = list_backups(config, t).await.map_err(|e| {
-            CliError::incomplete(
-                anyhow::Error::new(e).context(format!("listing backups of target {}", t.name)),
-            )
+            CliError::incomplete(anyhow::Error::new(e).context(format!("listing backups of target {}", t.name)))
         })?;
         if json {
             let items: Vec<_> = backups
@@ -24,17 +22,9 @@ pub async fn list(config: &Config, target: Option<&str>, json: bool) -> Result<E
                 .collect();
             out.push(serde_json::json!({"target": t.name, "store": store, "backups": items}));
         } else {
-            println!(
-                "{} — {} under {:?}: {} backups",
-                t.name,
-                store,
-                t.prefix,
-                backups.len()
-            );
+            println!("{} — {} under {:?}: {} backups", t.name, store, t.prefix, backups.len());
             for (i, b) in backups.iter().enumerate() {
-                let age = SystemTime::now()
-                    .duration_since(b.last_modified)
-                    .unwrap_or_default();
+                let age = SystemTime::now().duration_since(b.last_modified).unwrap_or_default();
                 let marker = if i == 0 { "latest" } else { "" };
                 println!(
                     "  {:<6} {}  {:>12} B  {}  (age {})",
@@ -50,8 +40,7 @@ pub async fn list(config: &Config, target: Option<&str>, json: bool) -> Result<E
     if json {
         println!(
             "{}",
-            serde_json::to_string_pretty(&serde_json::json!({"targets": out}))
-                .map_err(CliError::incomplete)?
+            serde_json::to_string_pretty(&serde_json::json!({"targets": out})).map_err(CliError::incomplete)?
         );
     }
     Ok(Exit::Passed)

@@ -9,10 +9,7 @@ use crate::exit::CliError;
 use drcheck_config::{Config, TargetConfig};
 
 /// The targets a command applies to: one by name, or all of them.
-pub fn select_targets<'c>(
-    config: &'c Config,
-    name: Option<&str>,
-) -> Result<Vec<&'c TargetConfig>, CliError> {
+pub fn select_targets<'c>(config: &'c Config, name: Option<&str>) -> Result<Vec<&'c TargetConfig>, CliError> {
     match name {
         Some(n) => config.target(n).map(|t| vec![t]).ok_or_else(|| {
             let known: Vec<&str> = config.targets.iter().map(|t| t.name.as_str()).collect();
@@ -22,10 +19,9 @@ pub fn select_targets<'c>(
                 known.join(", ")
             ))
         }),
-        None if config.targets.is_empty() => Err(CliError::usage(anyhow::anyhow!(
-            "{} defines no [[target]]",
-            config.path.display()
-        ))),
+        None if config.targets.is_empty() => {
+            Err(CliError::usage(anyhow::anyhow!("{} defines no [[target]]", config.path.display())))
+        }
         None => Ok(config.targets.iter().collect()),
     }
 }

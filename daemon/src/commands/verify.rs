@@ -11,9 +11,7 @@ use drcheck_config::Config;
 pub async fn run(config: &Config, args: VerifyArgs) -> Result<Exit, CliError> {
     let targets = super::select_targets(config, args.target.as_deref())?;
     // Open the history store first: a run that cannot be recorded should not start.
-    let history = History::open(&config.state.url)
-        .await
-        .map_err(CliError::incomplete)?;
+    let history = History::open(&config.state.url).await.map_err(CliError::incomplete)?;
     let cancel = crate::shutdown::on_signals();
     let mut reports = Vec::new();
     for target in targets {
@@ -21,15 +19,11 @@ pub async fn run(config: &Config, args: VerifyArgs) -> Result<Exit, CliError> {
             break;
         }
         let progress = Progress::new(!args.json);
-        let report =
-            pipeline::verify(config, target, args.backup.as_deref(), &cancel, &progress).await;
+        let report = pipeline::verify(config, target, args.backup.as_deref(), &cancel, &progress).await;
         drop(progress);
         if let Err(e) = history.record(&report).await {
             tracing::error!(target = %report.target, run_id = %report.run_id, "cannot record the run: {e:#}");
-            eprintln!(
-                "drcheck: cannot record run {} in the history store: {e:#}",
-                report.run_id
-            );
+            eprintln!("drcheck: cannot record run {} in the history store: {e:#}", report.run_id);
         }
         if !args.json {
             print!("{}", render_human(&report));
@@ -39,10 +33,7 @@ pub async fn run(config: &Config, args: VerifyArgs) -> Result<Exit, CliError> {
     history.close().await;
     if args.json {
         let out = serde_json::json!({ "runs": reports });
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&out).map_err(CliError::incomplete)?
-        );
+        println!("{}", serde_json::to_string_pretty(&out).map_err(CliError::incomplete)?);
     }
     Ok(overall_exit(reports.iter().map(|r| r.result)))
 }
@@ -71,10 +62,7 @@ mod tests {
         use RunResult::*;
         assert_eq!(overall_exit([Passed, Passed].into_iter()), Exit::Passed);
         assert_eq!(overall_exit([Passed, Error].into_iter()), Exit::Incomplete);
-        assert_eq!(
-            overall_exit([Error, Failed, Aborted].into_iter()),
-            Exit::Failed
-        );
+        assert_eq!(overall_exit([Error, Failed, Aborted].into_iter()), Exit::Failed);
         assert_eq!(overall_exit([Aborted].into_iter()), Exit::Incomplete);
     }
 }

@@ -15,11 +15,7 @@ impl FsStore {
     }
 
     fn err(&self, message: String) -> StoreError {
-        StoreError {
-            store: self.describe(),
-            message,
-            unreachable: false,
-        }
+        StoreError { store: self.describe(), message, unreachable: false }
     }
 
     /// The path of `key`, refusing keys that would escape the root.
@@ -38,15 +34,9 @@ fn walk(root: &Path, dir: &Path, out: &mut Vec<BackupObject>) -> std::io::Result
         if meta.is_dir() {
             walk(root, &entry.path(), out)?;
         } else if meta.is_file() {
-            let rel = entry
-                .path()
-                .strip_prefix(root)
-                .map(Path::to_path_buf)
-                .unwrap_or_default();
+            let rel = entry.path().strip_prefix(root).map(Path::to_path_buf).unwrap_or_default();
             out.push(BackupObject {
-                key: rel
-                    .to_string_lossy()
-                    .replace(std::path::MAIN_SEPARATOR, "/"),
+                key: rel.to_string_lossy().replace(std::path::MAIN_SEPARATOR, "/"),
                 size: meta.len(),
                 last_modified: meta.modified()?,
             });
@@ -79,27 +69,17 @@ impl BackupStore for FsStore {
 
     async fn stat(&self, key: &str) -> Result<BackupObject, StoreError> {
         let path = self.path_of(key)?;
-        let meta = tokio::fs::metadata(&path)
-            .await
-            .map_err(|e| self.err(format!("{key}: {e}")))?;
+        let meta = tokio::fs::metadata(&path).await.map_err(|e| self.err(format!("{key}: {e}")))?;
         if !meta.is_file() {
             return Err(self.err(format!("{key}: not a file")));
         }
-        let last_modified = meta
-            .modified()
-            .map_err(|e| self.err(format!("{key}: {e}")))?;
-        Ok(BackupObject {
-            key: key.to_string(),
-            size: meta.len(),
-            last_modified,
-        })
+        let last_modified = meta.modified().map_err(|e| self.err(format!("{key}: {e}")))?;
+        Ok(BackupObject { key: key.to_string(), size: meta.len(), last_modified })
     }
 
     async fn open(&self, key: &str) -> Result<BackupReader, StoreError> {
         let path = self.path_of(key)?;
-        let file = tokio::fs::File::open(&path)
-            .await
-            .map_err(|e| self.err(format!("{key}: {e}")))?;
+        let file = tokio::fs::File::open(&path).await.map_err(|e| self.err(format!("{key}: {e}")))?;
         Ok(Box::pin(tokio::io::BufReader::with_capacity(1 << 20, file)))
     }
 }

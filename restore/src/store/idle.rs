@@ -17,21 +17,12 @@ pub struct IdleTimeout<R> {
 
 impl<R> IdleTimeout<R> {
     pub fn new(inner: R, limit: Duration, what: String) -> Self {
-        Self {
-            inner: Box::pin(inner),
-            limit,
-            what,
-            deadline: Box::pin(tokio::time::sleep(limit)),
-        }
+        Self { inner: Box::pin(inner), limit, what, deadline: Box::pin(tokio::time::sleep(limit)) }
     }
 }
 
 impl<R: AsyncRead> AsyncRead for IdleTimeout<R> {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
         let this = &mut *self;
         match this.inner.as_mut().poll_read(cx, buf) {
             Poll::Ready(r) => {

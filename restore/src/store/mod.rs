@@ -54,22 +54,12 @@ pub async fn open_store(name: &str, config: &StorageConfig) -> Box<dyn BackupSto
 /// Keys that sit beside backups but are not backups: checksum and signature sidecars,
 /// manifests, "directories" and hidden files.
 pub fn is_backup_key(key: &str) -> bool {
-    const SIDECARS: [&str; 7] = [
-        ".sha256",
-        ".sha512",
-        ".md5",
-        ".sig",
-        ".asc",
-        ".manifest",
-        ".json",
-    ];
+    const SIDECARS: [&str; 7] = [".sha256", ".sha512", ".md5", ".sig", ".asc", ".manifest", ".json"];
     let base = key.rsplit('/').next().unwrap_or(key);
     !key.ends_with('/')
         && !base.is_empty()
         && !base.starts_with('.')
-        && !SIDECARS
-            .iter()
-            .any(|s| base.to_ascii_lowercase().ends_with(s))
+        && !SIDECARS.iter().any(|s| base.to_ascii_lowercase().ends_with(s))
 }
 
 /// The newest backup among `objects` by last-modified time; ties (stores with
@@ -78,21 +68,13 @@ pub fn select_latest(objects: &[BackupObject]) -> Option<&BackupObject> {
     objects
         .iter()
         .filter(|o| is_backup_key(&o.key))
-        .max_by(|a, b| {
-            a.last_modified
-                .cmp(&b.last_modified)
-                .then_with(|| a.key.cmp(&b.key))
-        })
+        .max_by(|a, b| a.last_modified.cmp(&b.last_modified).then_with(|| a.key.cmp(&b.key)))
 }
 
 /// Every backup among `objects`, newest first, as [`select_latest`] orders them.
 pub fn backups_newest_first(objects: &[BackupObject]) -> Vec<&BackupObject> {
     let mut v: Vec<&BackupObject> = objects.iter().filter(|o| is_backup_key(&o.key)).collect();
-    v.sort_by(|a, b| {
-        b.last_modified
-            .cmp(&a.last_modified)
-            .then_with(|| b.key.cmp(&a.key))
-    });
+    v.sort_by(|a, b| b.last_modified.cmp(&a.last_modified).then_with(|| b.key.cmp(&a.key)));
     v
 }
 
@@ -102,21 +84,12 @@ mod tests {
     use std::time::Duration;
 
     fn obj(key: &str, secs: u64) -> BackupObject {
-        BackupObject {
-            key: key.into(),
-            size: 1,
-            last_modified: SystemTime::UNIX_EPOCH + Duration::from_secs(secs),
-        }
+        BackupObject { key: key.into(), size: 1, last_modified: SystemTime::UNIX_EPOCH + Duration::from_secs(secs) }
     }
 
     #[test]
     fn newest_wins_and_sidecars_are_skipped() {
-        let objs = [
-            obj("o/a.dump", 10),
-            obj("o/b.dump", 20),
-            obj("o/b.dump.sha256", 30),
-            obj("o/", 40),
-        ];
+        let objs = [obj("o/a.dump", 10), obj("o/b.dump", 20), obj("o/b.dump.sha256", 30), obj("o/", 40)];
         assert_eq!(select_latest(&objs).unwrap().key, "o/b.dump");
     }
 
@@ -124,10 +97,7 @@ mod tests {
     fn ties_break_by_key() {
         let objs = [obj("o/2026-01-02.dump", 10), obj("o/2026-01-01.dump", 10)];
         assert_eq!(select_latest(&objs).unwrap().key, "o/2026-01-02.dump");
-        let order: Vec<_> = backups_newest_first(&objs)
-            .iter()
-            .map(|o| o.key.as_str())
-            .collect();
+        let order: Vec<_> = backups_newest_first(&objs).iter().map(|o| o.key.as_str()).collect();
         assert_eq!(order, ["o/2026-01-02.dump", "o/2026-01-01.dump"]);
     }
 

@@ -11,9 +11,7 @@ use async_trait::async_trait;
 use aws_sdk_s3::config::http::HttpResponse;
 use aws_sdk_s3::config::retry::RetryConfig;
 use aws_sdk_s3::config::timeout::TimeoutConfig;
-use aws_sdk_s3::config::{
-    BehaviorVersion, Region, RequestChecksumCalculation, ResponseChecksumValidation,
-};
+use aws_sdk_s3::config::{BehaviorVersion, Region, RequestChecksumCalculation, ResponseChecksumValidation};
 use aws_sdk_s3::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
 use drcheck_config::S3Storage;
 use std::time::{Duration, SystemTime};
@@ -51,15 +49,8 @@ impl S3Store {
         if let Some(endpoint) = &cfg.endpoint {
             builder = builder.endpoint_url(endpoint);
         }
-        let endpoint = cfg
-            .endpoint
-            .clone()
-            .unwrap_or_else(|| format!("AWS {}", cfg.region));
-        Self {
-            client: aws_sdk_s3::Client::from_conf(builder.build()),
-            bucket: cfg.bucket.clone(),
-            endpoint,
-        }
+        let endpoint = cfg.endpoint.clone().unwrap_or_else(|| format!("AWS {}", cfg.region));
+        Self { client: aws_sdk_s3::Client::from_conf(builder.build()), bucket: cfg.bucket.clone(), endpoint }
     }
 
     fn error<E>(&self, what: &str, e: SdkError<E, HttpResponse>) -> StoreError
@@ -68,43 +59,26 @@ impl S3Store {
     {
         let (message, unreachable) = match &e {
             SdkError::TimeoutError(_) => (format!("{what}: timed out"), true),
-            SdkError::DispatchFailure(_) => (
-                format!(
-                    "{what}: cannot reach the endpoint after retries: {}",
-                    DisplayErrorContext(&e)
-                ),
-                true,
-            ),
-            SdkError::ResponseError(_) => (
-                format!("{what}: invalid response: {}", DisplayErrorContext(&e)),
-                true,
-            ),
+            SdkError::DispatchFailure(_) => {
+                (format!("{what}: cannot reach the endpoint after retries: {}", DisplayErrorContext(&e)), true)
+            }
+            SdkError::ResponseError(_) => (format!("{what}: invalid response: {}", DisplayErrorContext(&e)), true),
             SdkError::ServiceError(s) => {
                 let err = s.err();
                 let code = err.code().unwrap_or("unknown error");
                 let msg = err.message().unwrap_or("");
                 let status = s.raw().status().as_u16();
                 let server_side = status >= 500 || status == 429;
-                (
-                    format!("{what}: HTTP {status} {code} {msg}")
-                        .trim_end()
-                        .to_string(),
-                    server_side,
-                )
+                (format!("{what}: HTTP {status} {code} {msg}").trim_end().to_string(), server_side)
             }
             _ => (format!("{what}: {}", DisplayErrorContext(&e)), false),
         };
-        StoreError {
-            store: self.describe(),
-            message,
-            unreachable,
-        }
+        StoreError { store: self.describe(), message, unreachable }
     }
 }
 
 fn to_system_time(t: Option<&aws_sdk_s3::primitives::DateTime>) -> SystemTime {
-    t.and_then(|t| SystemTime::try_from(*t).ok())
-        .unwrap_or(SystemTime::UNIX_EPOCH)
+    t.and_then(|t| SystemTime::try_from(*t).ok()).unwrap_or(SystemTime::UNIX_EPOCH)
 }
 
 #[async_trait]
@@ -168,10 +142,6 @@ impl BackupStore for S3Store {
             .await
             .map_err(|e| self.error(&format!("get {key:?}"), e))?;
         let what = format!("{}: get {key:?}", self.describe());
-        Ok(Box::pin(IdleTimeout::new(
-            resp.body.into_async_read(),
-            BODY_IDLE_TIMEOUT,
-            what,
-        )))
+        Ok(Box::pin(IdleTimeout::new(resp.body.into_async_read(), BODY_IDLE_TIMEOUT, what)))
     }
 }
