@@ -6,21 +6,20 @@
 //! RTO deadline drop the in-flight work, and the sandbox's drop guard tears it down.
 
 use crate::progress::Progress;
+use crate::report::RestoreInfo;
 use crate::report::{BackupInfo, Phase, Rpo, Rto, RunError, RunReport, RunResult, ValidatorReport, secs, timestamp};
-use drcheck_config::{Config, TargetConfig};
-use drcheck_restore::logical::{read_head, restore_custom};
+use drcheck_config::{Config, StorageConfig, TargetConfig};
+use drcheck_restore::fetch::FetchOptions;
+use drcheck_restore::job::{self, RestoreJob};
+use drcheck_restore::physical::WalReplay;
 use drcheck_restore::sandbox::reap_leftovers;
 use drcheck_restore::store::backups_newest_first;
-use drcheck_restore::{
-    BackupObject, BackupStore, RestoreError, Sandbox, SandboxOptions, Stage, StoreError, open_store, pgbin,
-};
+use drcheck_restore::{Backup, BackupStore, RestoreError, SandboxOptions, Stage, StoreError, open_store};
 use drcheck_validators::{Context, Primary, primary};
 use sqlx::postgres::PgPoolOptions;
 use std::time::{Duration, Instant, SystemTime};
 use tokio_util::sync::CancellationToken;
 
-/// The database the backup is restored into, inside the sandbox.
-const RESTORED_DB: &str = "restored";
 const VALIDATOR_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// Why a run stopped early, and whether the backup (or an objective) is to blame.
@@ -72,11 +71,47 @@ impl Run<'_> {
 }
 
 /// Lists the backups of a target, newest first.
-pub async fn list_backups(config: &Config, target: &TargetConfig) -> Result<(String, Vec<BackupObject>), StoreError> {
+pub async fn list_backups(config: &Config, target: &TargetConfig) -> Result<(String, Vec<Backup>), StoreError> {
     let store = open_store(&target.storage, &config.storage[&target.storage]).await;
     let all = store.list(&target.prefix).await?;
-    let backups = backups_newest_first(&all).into_iter().cloned().collect();
-    Ok((store.describe(), backups))
+    Ok((store.describe(), backups_newest_first(&all)))
+}
+
+/// How a target's backups are downloaded.
+fn fetch_options(config: &Config, target: &TargetConfig) -> FetchOptions {
+    match &config.storage[&target.storage] {
+        StorageConfig::S3(s3) => {
+            FetchOptions { part_size: s3.part_size, concurrency: s3.concurrency, ..Default::default() }
+        }
+        StorageConfig::Filesystem { .. } => FetchOptions::default(),
+    }
+}
+
+/// The database a `postgres://` URL names, for physical restores (which hold every database).
+fn database_of(url: &str) -> Option<String> {
+    let path = url.split('?').next()?.rsplit_once('/')?.1;
+    (!path.is_empty() && !path.contains('@')).then(|| path.to_string())
+}
+
+/// Refuses to start when `scratch_dir` lacks room for the restore.
+fn check_disk(config: &Config, backup: &Backup) -> Result<(), Stop> {
+    let dir = &config.sandbox.scratch_dir;
+    let stat = nix::sys::statvfs::statvfs(dir)
+        .map_err(|e| Stop::incomplete("sandbox", format!("cannot check free space in {}: {e}", dir.display())))?;
+    let free = stat.blocks_available() as u64 * stat.fragment_size() as u64;
+    let need = (backup.size as f64 * config.sandbox.expansion_factor) as u64;
+    if free < need {
+        return Err(Stop::incomplete(
+            "sandbox",
+            format!(
+                "not enough space in {}: {free} bytes free, restoring a {}-byte backup needs about {need} (size × expansion_factor {})",
+                dir.display(),
+                backup.size,
+                config.sandbox.expansion_factor
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// Verifies `target`: the latest backup, or `backup_key` when given.
@@ -101,6 +136,7 @@ pub async fn verify(
             rto: Rto { target_seconds: secs(target.rto), measured_seconds: None, met: None },
             rpo: Rpo { target_seconds: secs(target.rpo), backup_age_seconds: None, met: None },
             validators: Vec::new(),
+            restore: None,
             error: None,
         },
     };
@@ -152,34 +188,47 @@ async fn steps(
         format: None,
     });
 
-    progress.phase(&target.name, "starting sandbox");
-    let t = Instant::now();
+    check_disk(config, &backup)?;
     for dir in reap_leftovers(&config.sandbox.scratch_dir) {
         tracing::warn!(dir = %dir.display(), "removed a sandbox left by an earlier run");
     }
-    let bin = pgbin::find(config.sandbox.pg_bindir.as_deref()).map_err(|m| Stop::incomplete("sandbox", m))?;
-    let opts =
-        SandboxOptions { scratch_dir: config.sandbox.scratch_dir.clone(), bin, run_id: run.report.run_id.clone() };
-    let sandbox = Sandbox::start(&opts).await?;
-    run.phase("sandbox", t.elapsed());
 
     // The RTO clock: from the start of the fetch until the restored database answers.
     let fetch_start = Instant::now();
     let deadline = target.rto.mul_f64(target.abort_factor);
-    let restore = async {
-        let mut reader = store.open(&backup.key).await.map_err(|e| store_stop(Stage::Fetch, e))?;
-        let head = read_head(&mut reader, &store.describe()).await?;
-        let format = drcheck_restore::format::detect(&head);
-        if let Some(b) = run.report.backup.as_mut() {
-            b.format = Some(format.as_str().to_string());
-        }
-        progress.bytes(&target.name, "fetch+restore", backup.size);
-        let on_bytes = |n: u64| progress.set_position(n);
-        let done =
-            restore_custom(&sandbox, RESTORED_DB, head, reader, fetch_start, &store.describe(), &on_bytes).await?;
-        Ok::<_, Stop>(done)
+    progress.bytes(&target.name, "fetch+restore", backup.size);
+    let format_seen = std::sync::Mutex::new(None::<String>);
+    let on_format = |f: &str| *format_seen.lock().unwrap() = Some(f.to_string());
+    let job = RestoreJob {
+        store: store.clone(),
+        backup: &backup,
+        fetch: fetch_options(config, target),
+        sandbox: SandboxOptions {
+            scratch_dir: config.sandbox.scratch_dir.clone(),
+            run_id: run.report.run_id.clone(),
+            profile: config.sandbox.profile,
+        },
+        pg_bindir: config.sandbox.pg_bindir.clone(),
+        format: target.format,
+        jobs: target.restore_jobs,
+        globals_key: target.globals_key.clone(),
+        wal: target
+            .wal_prefix
+            .as_ref()
+            .map(|p| WalReplay { prefix: p.clone(), target: target.recovery_target.clone() }),
+        database_hint: target.primary.as_ref().and_then(|p| database_of(p.expose())),
+        on_format: &on_format,
+        progress: progress.byte_counter(),
+        sandbox_ready_in: Default::default(),
     };
-    let done = match tokio::time::timeout(deadline, restore).await {
+    let outcome = tokio::time::timeout(deadline, job::run(&job)).await;
+    if let Some(d) = *job.sandbox_ready_in.lock().unwrap() {
+        run.phase("sandbox", d);
+    }
+    if let (Some(b), Some(f)) = (run.report.backup.as_mut(), format_seen.lock().unwrap().take()) {
+        b.format = Some(f);
+    }
+    let restored = match outcome {
         Ok(r) => r?,
         Err(_) => {
             run.report.rto.measured_seconds = Some(secs(fetch_start.elapsed()));
@@ -195,22 +244,30 @@ async fn steps(
             ));
         }
     };
-    run.phase("fetch", done.fetch);
-    run.phase("restore", done.restore);
+    run.phase("fetch", restored.fetch);
+    run.phase("restore", restored.restore);
+    run.report.restore = Some(RestoreInfo {
+        profile: config.sandbox.profile.as_str().into(),
+        jobs: target.restore_jobs,
+        server_major: restored.sandbox.bin().major,
+        recovered_to: restored.recovered_to.clone(),
+    });
     progress.phase(&target.name, "checking the restored database");
-    let restored = PgPoolOptions::new()
+    let sandbox = restored.sandbox;
+    let pool = PgPoolOptions::new()
         .max_connections(4)
         .acquire_timeout(Duration::from_secs(30))
-        .connect_with(sandbox.connect_options(RESTORED_DB))
+        .connect_with(sandbox.connect_options(&restored.database))
         .await
         .map_err(|e| Stop::incomplete("restore", format!("the restored database does not accept connections: {e}")))?;
     sqlx::query("select 1")
-        .execute(&restored)
+        .execute(&pool)
         .await
         .map_err(|e| Stop::incomplete("restore", format!("the restored database does not answer: {e}")))?;
     let rto = fetch_start.elapsed();
     run.report.rto.measured_seconds = Some(secs(rto));
     run.report.rto.met = Some(rto <= target.rto);
+    let restored = pool;
 
     progress.phase(&target.name, "validating");
     let t = Instant::now();
@@ -240,18 +297,15 @@ async fn steps(
     Ok(())
 }
 
-async fn select(
-    store: &dyn BackupStore,
-    target: &TargetConfig,
-    backup_key: Option<&str>,
-) -> Result<BackupObject, Stop> {
+async fn select(store: &dyn BackupStore, target: &TargetConfig, backup_key: Option<&str>) -> Result<Backup, Stop> {
     if let Some(key) = backup_key {
-        return store.stat(key).await.map_err(|e| {
-            if e.unreachable { store_stop(Stage::Select, e) } else { Stop::failed("select", e.to_string()) }
+        let all = store.list(key).await.map_err(|e| store_stop(Stage::Select, e))?;
+        return backups_newest_first(&all).into_iter().find(|b| b.key == key).ok_or_else(|| {
+            Stop::failed("select", format!("no backup {key:?} in {} (HTTP 404 or not a backup)", store.describe()))
         });
     }
     let all = store.list(&target.prefix).await.map_err(|e| store_stop(Stage::Select, e))?;
-    drcheck_restore::select_latest(&all).cloned().ok_or_else(|| {
+    drcheck_restore::select_latest(&all).ok_or_else(|| {
         Stop::failed(
             "select",
             format!(

@@ -43,6 +43,16 @@ impl Progress {
         }
     }
 
+    /// A callback that moves the bar to a byte count, for the restore to call.
+    pub fn byte_counter(&self) -> std::sync::Arc<dyn Fn(u64) + Send + Sync> {
+        let bar = self.bar.clone();
+        std::sync::Arc::new(move |n| {
+            if let Some(b) = &bar {
+                b.set_position(n);
+            }
+        })
+    }
+
     pub fn set_position(&self, n: u64) {
         if let Some(bar) = &self.bar {
             bar.set_position(n);

@@ -57,6 +57,17 @@ pub struct Rpo {
     pub met: Option<bool>,
 }
 
+/// How the restore was done: what measured the RTO.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RestoreInfo {
+    /// The sandbox profile: `production` (stock durability) or `fast`.
+    pub profile: String,
+    pub jobs: u32,
+    pub server_major: Option<u32>,
+    /// Physical backups replayed from a WAL archive: the last replayed commit's time.
+    pub recovered_to: Option<String>,
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct RunError {
     pub stage: String,
@@ -88,6 +99,8 @@ pub struct RunReport {
     pub rto: Rto,
     pub rpo: Rpo,
     pub validators: Vec<ValidatorReport>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restore: Option<RestoreInfo>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<RunError>,
 }
@@ -153,6 +166,11 @@ pub fn render_human(r: &RunReport) -> String {
         let phases: Vec<String> = r.phases.iter().map(|p| format!("{} {}", p.name, human_secs(p.seconds))).collect();
         let _ = writeln!(s, "  phases      {}", phases.join(" · "));
     }
+    if let Some(ri) = &r.restore {
+        let server = ri.server_major.map(|m| format!("PostgreSQL {m}, ")).unwrap_or_default();
+        let recovered = ri.recovered_to.as_ref().map(|t| format!(", recovered to {t}")).unwrap_or_default();
+        let _ = writeln!(s, "  sandbox     {server}{} profile, {} job(s){recovered}", ri.profile, ri.jobs);
+    }
     let rto = r.rto.measured_seconds.map(human_secs).unwrap_or_else(|| "—".into());
     let _ = writeln!(
         s,
@@ -204,6 +222,7 @@ mod tests {
                 status: "skipped".into(),
                 detail: "primary unavailable".into(),
             }],
+            restore: None,
             error: None,
         }
     }

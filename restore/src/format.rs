@@ -67,6 +67,97 @@ fn looks_like_sql(head: &[u8]) -> bool {
     t.starts_with("--") || t.starts_with("SET ") || t.starts_with("CREATE ") || t.starts_with("\\")
 }
 
+/// What a pg_dump archive header (custom format, or `toc.dat` of tar and directory
+/// dumps) says about the dump.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DumpHeader {
+    pub archive_version: (u8, u8, u8),
+    /// `none`, `gzip`, `lz4` or `zstd`: pg_dump's own compression of the data.
+    pub compression: &'static str,
+    /// The dumped server's version string, e.g. `15.18 (Debian 15.18-0+deb12u1)`.
+    pub server_version: Option<String>,
+}
+
+impl DumpHeader {
+    pub fn server_major(&self) -> Option<u32> {
+        major_of(self.server_version.as_deref()?)
+    }
+}
+
+/// `"15.18 (Debian …)"` → 15; `"9.6.24"` → 9.
+pub fn major_of(version: &str) -> Option<u32> {
+    version.split(|c: char| !c.is_ascii_digit()).next()?.parse().ok()
+}
+
+/// Parses the header pg_dump writes at the start of a custom archive and of `toc.dat`
+/// (see `WriteHead` in PostgreSQL's `pg_backup_archiver.c`).
+pub fn parse_dump_header(b: &[u8]) -> Result<DumpHeader, String> {
+    if !b.starts_with(b"PGDMP") {
+        return Err("no PGDMP magic".into());
+    }
+    let mut pos = 5;
+    let mut byte = || -> Result<u8, String> {
+        let v = *b.get(pos).ok_or("header cut short")?;
+        pos += 1;
+        Ok(v)
+    };
+    let (vmaj, vmin, vrev) = (byte()?, byte()?, byte()?);
+    let int_size = byte()? as usize;
+    let _off_size = byte()?;
+    let _format = byte()?;
+    if !(1..=8).contains(&int_size) || vmaj != 1 || vmin < 10 {
+        return Err(format!("unsupported archive version {vmaj}.{vmin}.{vrev}"));
+    }
+    let read_int = |pos: &mut usize| -> Result<i64, String> {
+        let sign = *b.get(*pos).ok_or("header cut short")?;
+        let bytes = b.get(*pos + 1..*pos + 1 + int_size).ok_or("header cut short")?;
+        *pos += 1 + int_size;
+        let v = bytes.iter().rev().fold(0i64, |acc, &x| (acc << 8) | x as i64);
+        Ok(if sign != 0 { -v } else { v })
+    };
+    let compression = if vmin >= 15 {
+        match byte()? {
+            0 => "none",
+            1 => "gzip",
+            2 => "lz4",
+            3 => "zstd",
+            _ => "unknown",
+        }
+    } else {
+        let level = read_int(&mut pos)?;
+        if level == 0 { "none" } else { "gzip" }
+    };
+    for _ in 0..7 {
+        read_int(&mut pos)?; // the dump's creation time, field by field
+    }
+    let read_str = |pos: &mut usize| -> Result<Option<String>, String> {
+        let len = read_int(pos)?;
+        if len < 0 {
+            return Ok(None);
+        }
+        let bytes = b.get(*pos..*pos + len as usize).ok_or("header cut short")?;
+        *pos += len as usize;
+        Ok(Some(String::from_utf8_lossy(bytes).into_owned()))
+    };
+    let _dbname = read_str(&mut pos)?;
+    let server_version = read_str(&mut pos)?;
+    Ok(DumpHeader { archive_version: (vmaj, vmin, vrev), compression, server_version })
+}
+
+/// The name of a tar archive's first member.
+pub fn first_tar_member(head: &[u8]) -> Option<String> {
+    let name = head.get(..100)?;
+    let end = name.iter().position(|&c| c == 0).unwrap_or(100);
+    Some(String::from_utf8_lossy(&name[..end]).trim_start_matches("./").to_string())
+}
+
+/// The server version a plain SQL dump names in its header comment.
+pub fn plain_dump_server_major(head: &[u8]) -> Option<u32> {
+    let text = String::from_utf8_lossy(head);
+    let line = text.lines().find(|l| l.starts_with("-- Dumped from database version "))?;
+    major_of(line.trim_start_matches("-- Dumped from database version "))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -81,5 +172,34 @@ mod tests {
         let mut tar = vec![0u8; 512];
         tar[257..262].copy_from_slice(b"ustar");
         assert_eq!(detect(&tar), BackupFormat::Tar);
+    }
+
+    #[test]
+    fn reads_a_real_pg_dump_15_header() {
+        // The first bytes of `pg_dump -Fc` from PostgreSQL 15.18 (archive 1.14, gzip level -1).
+        let mut h = b"PGDMP\x01\x0e\x00\x04\x08\x01".to_vec();
+        h.extend([1, 1, 0, 0, 0]); // compression -1
+        for v in [5, 4, 3, 30, 10, 126, 0] {
+            h.extend([0, v, 0, 0, 0]);
+        }
+        for s in ["orders", "15.18 (Debian 15.18-0+deb12u1)", "15.18 (Debian 15.18-0+deb12u1)"] {
+            h.extend([0, s.len() as u8, 0, 0, 0]);
+            h.extend(s.as_bytes());
+        }
+        let d = parse_dump_header(&h).unwrap();
+        assert_eq!(d.archive_version, (1, 14, 0));
+        assert_eq!(d.compression, "gzip");
+        assert_eq!(d.server_major(), Some(15));
+        assert!(parse_dump_header(&h[..30]).is_err());
+    }
+
+    #[test]
+    fn versions_and_members() {
+        assert_eq!(major_of("9.6.24"), Some(9));
+        assert_eq!(major_of("16beta1"), Some(16));
+        assert_eq!(plain_dump_server_major(b"--\n-- Dumped from database version 15.18 (Debian)\n"), Some(15));
+        let mut tar = vec![0u8; 512];
+        tar[..7].copy_from_slice(b"toc.dat");
+        assert_eq!(first_tar_member(&tar).as_deref(), Some("toc.dat"));
     }
 }

@@ -9,14 +9,19 @@
 //!
 //! This crate never compares data: that is `drcheck-validators`' job.
 
+pub mod breaker;
 pub mod error;
+pub mod fetch;
 pub mod format;
+pub mod job;
 pub mod logical;
 pub mod pgbin;
+pub mod physical;
+pub mod retry;
 pub mod sandbox;
 pub mod store;
 
 pub use error::{RestoreError, Stage, StoreError};
 pub use format::BackupFormat;
 pub use sandbox::{Sandbox, SandboxOptions};
-pub use store::{BackupObject, BackupStore, open_store, select_latest};
+pub use store::{Backup, BackupObject, BackupStore, open_store, select_latest};

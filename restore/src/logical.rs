@@ -1,28 +1,25 @@
-//! Logical restores: a pg_dump archive streamed from a store straight into `pg_restore`,
-//! never held whole in memory or on disk.
+//! The building blocks of restores: streaming a backup into a tool's stdin (pg_restore
+//! for custom dumps, psql for plain SQL) without holding it whole in memory, staging it
+//! in the scratch directory when a tool needs a seekable file, unpacking tar archives,
+//! and undoing outer compression.
 
 use crate::error::{RestoreError, Stage, StoreError};
 use crate::format::{self, BackupFormat};
 use crate::sandbox::{Sandbox, tail};
 use crate::store::BackupReader;
+use async_compression::tokio::bufread::{GzipDecoder, Lz4Decoder, ZstdDecoder};
+use std::io;
+use std::path::Path;
+use std::pin::Pin;
 use std::process::Stdio;
-use std::time::{Duration, Instant};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Instant;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader, ReadBuf};
 
-/// How much of pg_restore's stderr a report keeps (the tail, where the error is).
+/// How much of a tool's stderr a report keeps (the tail, where the error is).
 const STDERR_KEEP: usize = 4000;
 const CHUNK: usize = 256 * 1024;
-
-/// What a streamed restore did, and how long each side took.
-#[derive(Debug, Clone)]
-pub struct StreamedRestore {
-    pub format: BackupFormat,
-    pub bytes: u64,
-    /// From the first read to the last byte received from the store.
-    pub fetch: Duration,
-    /// From pg_restore's start to its successful exit (overlaps `fetch`).
-    pub restore: Duration,
-}
 
 /// Reads the first bytes of a backup, enough for [`format::detect`].
 pub async fn read_head(reader: &mut BackupReader, store: &str) -> Result<Vec<u8>, RestoreError> {
@@ -42,7 +39,12 @@ pub async fn read_head(reader: &mut BackupReader, store: &str) -> Result<Vec<u8>
     Ok(head)
 }
 
-fn read_error(store: &str, e: std::io::Error) -> RestoreError {
+/// A read error: corrupt data (a checksum or decompression failure) is the backup's
+/// fault; anything else is the store's.
+pub fn read_error(store: &str, e: io::Error) -> RestoreError {
+    if e.kind() == io::ErrorKind::InvalidData {
+        return RestoreError::bad(Stage::Fetch, format!("the backup is corrupt: {e}"));
+    }
     RestoreError::Store(StoreError {
         store: store.to_string(),
         message: format!("download failed: {e}"),
@@ -50,49 +52,132 @@ fn read_error(store: &str, e: std::io::Error) -> RestoreError {
     })
 }
 
-/// Streams a custom-format pg_dump archive into a new database `database` in the
-/// sandbox: `head` (from [`read_head`]) first, then the rest of `reader`. `started` is
-/// when the fetch began; `store` names the source in errors; `progress` gets the byte
-/// count so far.
-pub async fn restore_custom(
-    sandbox: &Sandbox,
-    database: &str,
-    head: Vec<u8>,
-    mut reader: BackupReader,
-    started: Instant,
-    store: &str,
-    progress: &(dyn Fn(u64) + Send + Sync),
-) -> Result<StreamedRestore, RestoreError> {
-    let read_err = |e: std::io::Error| read_error(store, e);
-    let found = format::detect(&head);
-    if found != BackupFormat::Custom {
-        return Err(RestoreError::bad(
-            Stage::Restore,
-            format!("expected a pg_dump custom-format archive (starting with PGDMP), found {found} data"),
-        ));
-    }
+/// The head bytes put back in front of the rest of the stream.
+pub fn rejoin(head: Vec<u8>, rest: BackupReader) -> BackupReader {
+    Box::pin(io::Cursor::new(head).chain(rest))
+}
 
-    sandbox.create_database(database).await?;
-    let restore_started = Instant::now();
-    let pg_restore = sandbox.bin().tool("pg_restore");
-    let mut child = tokio::process::Command::new(&pg_restore)
-        .arg("--no-owner")
-        .arg("--no-privileges")
-        .arg("--exit-on-error")
-        .arg("-h")
+/// Undoes gzip, zstd or lz4 around a backup (`.sql.gz`, `base.tar.zst`, …).
+pub fn decompress(outer: BackupFormat, head: Vec<u8>, rest: BackupReader) -> BackupReader {
+    let src = BufReader::with_capacity(CHUNK, rejoin(head, rest));
+    match outer {
+        BackupFormat::Gzip => {
+            let mut d = GzipDecoder::new(src);
+            d.multiple_members(true);
+            Box::pin(d)
+        }
+        BackupFormat::Zstd => {
+            let mut d = ZstdDecoder::new(src);
+            d.multiple_members(true);
+            Box::pin(d)
+        }
+        BackupFormat::Lz4 => Box::pin(Lz4Decoder::new(src)),
+        _ => Box::pin(src),
+    }
+}
+
+/// Counts bytes for progress and notes when the source ran dry: the end of the fetch.
+pub struct Counting<R> {
+    inner: R,
+    total: u64,
+    progress: Arc<dyn Fn(u64) + Send + Sync>,
+    finished: Arc<Mutex<Option<Instant>>>,
+}
+
+impl<R> Counting<R> {
+    pub fn new(inner: R, progress: Arc<dyn Fn(u64) + Send + Sync>) -> (Self, Arc<Mutex<Option<Instant>>>) {
+        let finished = Arc::new(Mutex::new(None));
+        (Self { inner, total: 0, progress, finished: finished.clone() }, finished)
+    }
+}
+
+impl<R: AsyncRead + Unpin> AsyncRead for Counting<R> {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        let this = &mut *self;
+        let r = Pin::new(&mut this.inner).poll_read(cx, buf);
+        if let Poll::Ready(Ok(())) = &r {
+            let n = buf.filled().len() - before;
+            if n == 0 {
+                this.finished.lock().unwrap().get_or_insert_with(Instant::now);
+            } else {
+                this.total += n as u64;
+                (this.progress)(this.total);
+            }
+        }
+        r
+    }
+}
+
+/// A PostgreSQL client tool from the sandbox's bindir, connected to `database` over
+/// the sandbox's socket, in a clean environment.
+pub fn client_command(sandbox: &Sandbox, tool: &str, database: &str) -> tokio::process::Command {
+    let mut cmd = tokio::process::Command::new(sandbox.bin().tool(tool));
+    cmd.arg("-h")
         .arg(sandbox.socket_dir())
         .args(["-p", &sandbox.port().to_string(), "-U", "postgres", "-d", database])
         .env_clear()
         .env("PATH", "/usr/bin:/bin")
         .env("LC_ALL", "C.UTF-8")
+        .kill_on_drop(true);
+    cmd
+}
+
+/// `pg_restore` into `database`. Without the source's roles, ownership and privileges
+/// are left out; with them (a globals file applied first), they are restored too.
+pub fn pg_restore(sandbox: &Sandbox, database: &str, keep_owners: bool, jobs: u32) -> tokio::process::Command {
+    let mut cmd = client_command(sandbox, "pg_restore", database);
+    cmd.arg("--exit-on-error");
+    if !keep_owners {
+        cmd.args(["--no-owner", "--no-privileges"]);
+    }
+    if jobs > 1 {
+        cmd.arg(format!("--jobs={jobs}"));
+    }
+    cmd
+}
+
+/// `psql` running a script from stdin, stopping at the first error.
+pub fn psql_script(sandbox: &Sandbox, database: &str) -> tokio::process::Command {
+    let mut cmd = client_command(sandbox, "psql", database);
+    cmd.args(["-X", "-q", "-v", "ON_ERROR_STOP=1", "-f", "-"]);
+    cmd
+}
+
+/// Runs `cmd` to completion; a non-zero exit is the backup's fault, with the tool's
+/// stderr tail as the reason.
+pub async fn run_tool(mut cmd: tokio::process::Command, what: &str) -> Result<(), RestoreError> {
+    let out = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .output()
+        .await
+        .map_err(|e| RestoreError::infra(Stage::Restore, format!("cannot run {what}: {e}")))?;
+    if !out.status.success() {
+        return Err(RestoreError::bad(
+            Stage::Restore,
+            format!("{what} failed ({}): {}", out.status, tail(&out.stderr, STDERR_KEEP)),
+        ));
+    }
+    Ok(())
+}
+
+/// Streams `head` then `reader` into `cmd`'s stdin, draining its stderr, and waits for it.
+pub async fn stream_into(
+    mut cmd: tokio::process::Command,
+    what: &str,
+    head: Vec<u8>,
+    mut reader: BackupReader,
+    store: &str,
+) -> Result<(), RestoreError> {
+    let mut child = cmd
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
-        .kill_on_drop(true)
         .spawn()
-        .map_err(|e| RestoreError::infra(Stage::Restore, format!("cannot run {}: {e}", pg_restore.display())))?;
-
-    // Drain stderr concurrently: a full pipe would otherwise stall pg_restore.
+        .map_err(|e| RestoreError::infra(Stage::Restore, format!("cannot run {what}: {e}")))?;
+    // Drain stderr concurrently: a full pipe would otherwise stall the tool.
     let mut stderr = child.stderr.take().expect("stderr is piped");
     let stderr_task = tokio::spawn(async move {
         let mut buf = Vec::new();
@@ -108,52 +193,107 @@ pub async fn restore_custom(
         }
         buf
     });
-
     let mut stdin = child.stdin.take().expect("stdin is piped");
-    let mut total = head.len() as u64;
-    let mut fetch_done = None;
     let mut pipe_closed = stdin.write_all(&head).await.is_err();
-    progress(total);
     let mut buf = vec![0u8; CHUNK];
+    let mut total = head.len() as u64;
     while !pipe_closed {
         let n = match reader.read(&mut buf).await {
             Ok(n) => n,
             Err(e) => {
                 let _ = child.kill().await;
-                return Err(read_err(e));
+                return Err(read_error(store, e));
             }
         };
         if n == 0 {
-            fetch_done = Some(started.elapsed());
             break;
         }
         total += n as u64;
-        progress(total);
-        // A write error means pg_restore has exited (usually on a bad archive); its exit
+        // A write error means the tool has exited (usually on a bad archive); its exit
         // status and stderr say why.
         pipe_closed = stdin.write_all(&buf[..n]).await.is_err();
     }
     drop(stdin);
-
     let status =
-        child.wait().await.map_err(|e| RestoreError::infra(Stage::Restore, format!("waiting for pg_restore: {e}")))?;
+        child.wait().await.map_err(|e| RestoreError::infra(Stage::Restore, format!("waiting for {what}: {e}")))?;
     let stderr = stderr_task.await.unwrap_or_default();
     if !status.success() {
         return Err(RestoreError::bad(
             Stage::Restore,
-            format!("pg_restore failed ({status}): {}", tail(&stderr, STDERR_KEEP)),
+            format!("{what} failed ({status}): {}", tail(&stderr, STDERR_KEEP)),
         ));
     }
     if pipe_closed {
         return Err(RestoreError::bad(
             Stage::Restore,
-            format!("pg_restore stopped reading after {total} bytes without an error: {}", tail(&stderr, STDERR_KEEP)),
+            format!("{what} stopped reading after {total} bytes without an error: {}", tail(&stderr, STDERR_KEEP)),
         ));
     }
-    Ok(StreamedRestore {
-        format: found,
-        bytes: total,
-        fetch: fetch_done.unwrap_or_else(|| started.elapsed()),
-        restore: restore_started.elapsed(),
+    Ok(())
+}
+
+/// Writes `head` then `reader` to `path` (for tools that need a seekable file).
+pub async fn stage_to_file(
+    head: Vec<u8>,
+    mut reader: BackupReader,
+    path: &Path,
+    store: &str,
+) -> Result<u64, RestoreError> {
+    let staging = |e: io::Error| RestoreError::infra(Stage::Fetch, format!("staging to {}: {e}", path.display()));
+    let mut file = tokio::fs::File::create(path).await.map_err(staging)?;
+    file.write_all(&head).await.map_err(staging)?;
+    let mut buf = vec![0u8; CHUNK];
+    let mut total = head.len() as u64;
+    loop {
+        let n = reader.read(&mut buf).await.map_err(|e| read_error(store, e))?;
+        if n == 0 {
+            break;
+        }
+        file.write_all(&buf[..n]).await.map_err(staging)?;
+        total += n as u64;
+    }
+    file.flush().await.map_err(staging)?;
+    Ok(total)
+}
+
+/// Remembers the first error its source returned, so a failed consumer (tar) can tell
+/// a broken download from a broken archive.
+struct Tap {
+    inner: BackupReader,
+    seen: Arc<Mutex<Option<(io::ErrorKind, String)>>>,
+}
+
+impl AsyncRead for Tap {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        let r = self.inner.as_mut().poll_read(cx, buf);
+        if let Poll::Ready(Err(e)) = &r {
+            self.seen.lock().unwrap().get_or_insert_with(|| (e.kind(), e.to_string()));
+        }
+        r
+    }
+}
+
+/// Unpacks a tar stream into `dest`, refusing entries that would escape it.
+pub async fn extract_tar(head: Vec<u8>, reader: BackupReader, dest: &Path, store: &str) -> Result<(), RestoreError> {
+    let seen = Arc::new(Mutex::new(None));
+    let tap = Tap { inner: rejoin(head, reader), seen: seen.clone() };
+    let src = tokio_util::io::SyncIoBridge::new(tap);
+    let dest = dest.to_path_buf();
+    let r = tokio::task::spawn_blocking(move || -> io::Result<()> {
+        std::fs::create_dir_all(&dest)?;
+        let mut archive = tar::Archive::new(src);
+        archive.set_preserve_permissions(true);
+        archive.set_overwrite(true);
+        for entry in archive.entries()? {
+            // `unpack_in` refuses paths with `..` or absolute paths.
+            entry?.unpack_in(&dest)?;
+        }
+        Ok(())
+    })
+    .await
+    .map_err(|e| RestoreError::infra(Stage::Restore, format!("tar extraction panicked: {e}")))?;
+    r.map_err(|e| match seen.lock().unwrap().take() {
+        Some((kind, msg)) => read_error(store, io::Error::new(kind, msg)),
+        None => RestoreError::bad(Stage::Restore, format!("the tar archive is corrupt or truncated: {e}")),
     })
 }

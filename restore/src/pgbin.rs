@@ -49,3 +49,30 @@ pub fn installed() -> Vec<PgBin> {
         })
         .collect()
 }
+
+/// The server binaries for a backup written by PostgreSQL `major`: the configured
+/// bindir, or the installed major itself (`exact`, for physical backups), or else the
+/// oldest installed major that is not older (logical dumps restore into newer servers).
+pub fn for_major(configured: Option<&Path>, major: Option<u32>, exact: bool) -> Result<PgBin, String> {
+    if configured.is_some() || major.is_none() {
+        return find(configured);
+    }
+    let major = major.unwrap_or_default();
+    let all = installed();
+    let found: Vec<u32> = {
+        let mut v: Vec<u32> = all.iter().filter_map(|b| b.major).collect();
+        v.sort();
+        v
+    };
+    let pick = if exact {
+        all.into_iter().find(|b| b.major == Some(major))
+    } else {
+        all.into_iter().filter(|b| b.major.is_some_and(|m| m >= major)).min_by_key(|b| b.major)
+    };
+    pick.ok_or_else(|| {
+        let need = if exact { format!("PostgreSQL {major}") } else { format!("PostgreSQL {major} or newer") };
+        format!(
+            "the backup was written by PostgreSQL {major}; restoring it needs {need} server binaries, found {found:?} under {DEBIAN_ROOT}/*/bin (install postgresql-{major} or set sandbox.pg_bindir)"
+        )
+    })
+}

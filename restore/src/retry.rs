@@ -64,10 +64,26 @@ mod tests {
     async fn retries_only_what_is_retryable_and_stops_at_the_cap() {
         let b = Backoff { base: Duration::from_millis(10), cap: Duration::from_millis(50), attempts: 4 };
         let mut calls = 0;
-        let r: Result<(), &str> = b.run(|_| { calls += 1; async { Err("transient") } }, |_| true).await;
+        let r: Result<(), &str> = b
+            .run(
+                |_| {
+                    calls += 1;
+                    async { Err("transient") }
+                },
+                |_| true,
+            )
+            .await;
         assert_eq!((r, calls), (Err("transient"), 4));
         let mut calls = 0;
-        let r: Result<(), &str> = b.run(|_| { calls += 1; async { Err("403") } }, |e| *e != "403").await;
+        let r: Result<(), &str> = b
+            .run(
+                |_| {
+                    calls += 1;
+                    async { Err("403") }
+                },
+                |e| *e != "403",
+            )
+            .await;
         assert_eq!((r, calls), (Err("403"), 1));
         let r: Result<u32, &str> = b.run(|n| async move { if n < 2 { Err("x") } else { Ok(n) } }, |_| true).await;
         assert_eq!(r, Ok(2));

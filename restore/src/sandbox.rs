@@ -11,9 +11,10 @@
 
 use crate::error::{RestoreError, Stage};
 use crate::pgbin::PgBin;
+use drcheck_config::Profile;
 use drcheck_config::quote_ident;
 use nix::sys::signal::{Signal, kill, killpg};
-use nix::unistd::{Gid, Pid, Uid, User, chown};
+use nix::unistd::{Gid, Pid, Uid, User};
 use sqlx::Connection;
 use sqlx::postgres::{PgConnectOptions, PgConnection};
 use std::io::Read;
@@ -35,9 +36,9 @@ const STOP_GRACE: Duration = Duration::from_secs(10);
 #[derive(Debug, Clone)]
 pub struct SandboxOptions {
     pub scratch_dir: PathBuf,
-    pub bin: PgBin,
     /// Unique per run; part of the directory name.
     pub run_id: String,
+    pub profile: Profile,
 }
 
 #[derive(Debug)]
@@ -45,7 +46,8 @@ pub struct Sandbox {
     root: PathBuf,
     socket_dir: PathBuf,
     data_dir: PathBuf,
-    bin: PgBin,
+    bin: Option<PgBin>,
+    profile: Profile,
     owner: Option<(Uid, Gid)>,
     server: Option<Child>,
 }
@@ -54,9 +56,27 @@ fn infra(message: impl Into<String>) -> RestoreError {
     RestoreError::infra(Stage::Sandbox, message)
 }
 
+/// Server settings of a profile, passed as `-c name=value`.
+pub fn profile_settings(profile: Profile) -> &'static [(&'static str, &'static str)] {
+    match profile {
+        Profile::Production => &[],
+        Profile::Fast => &[
+            ("fsync", "off"),
+            ("full_page_writes", "off"),
+            ("synchronous_commit", "off"),
+            ("wal_level", "minimal"),
+            ("max_wal_senders", "0"),
+            ("maintenance_work_mem", "512MB"),
+            ("max_wal_size", "8GB"),
+            ("checkpoint_timeout", "30min"),
+            ("autovacuum", "off"),
+        ],
+    }
+}
+
 impl Sandbox {
-    /// Creates the cluster with `initdb` and starts it; returns once it accepts connections.
-    pub async fn start(opts: &SandboxOptions) -> Result<Sandbox, RestoreError> {
+    /// Makes the sandbox's directories (no server yet). Dropping the result removes them.
+    pub fn create(opts: &SandboxOptions) -> Result<Sandbox, RestoreError> {
         let owner = server_owner()?;
         let root = opts.scratch_dir.join(format!("{SANDBOX_PREFIX}{}", opts.run_id));
         std::fs::DirBuilder::new()
@@ -69,7 +89,8 @@ impl Sandbox {
             data_dir: root.join("data"),
             root,
             socket_dir: PathBuf::new(),
-            bin: opts.bin.clone(),
+            bin: None,
+            profile: opts.profile,
             owner,
             server: None,
         };
@@ -85,22 +106,55 @@ impl Sandbox {
             .map_err(|e| infra(format!("cannot write to {}: {e}", sandbox.root.display())))?;
         std::fs::set_permissions(&sandbox.socket_dir, std::fs::Permissions::from_mode(0o700))
             .map_err(|e| infra(format!("cannot restrict {}: {e}", sandbox.socket_dir.display())))?;
-        if let Some((uid, gid)) = owner {
-            for dir in [&sandbox.root, &sandbox.socket_dir] {
-                chown(dir, Some(uid), Some(gid))
-                    .map_err(|e| infra(format!("cannot hand {} to the postgres user: {e}", dir.display())))?;
+        for dir in [sandbox.root.clone(), sandbox.socket_dir.clone()] {
+            sandbox.give_to_server(&dir)?;
+        }
+        Ok(sandbox)
+    }
+
+    /// `initdb` an empty cluster with `bin`, then start it.
+    pub async fn init_and_start(&mut self, bin: PgBin) -> Result<(), RestoreError> {
+        self.bin = Some(bin);
+        self.initdb().await?;
+        self.start(&[], READY_TIMEOUT).await
+    }
+
+    /// Starts the server on an existing data directory (a restored base backup),
+    /// with extra settings, waiting up to `ready_timeout` for recovery to finish.
+    pub async fn start_existing(
+        &mut self,
+        bin: PgBin,
+        settings: &[(String, String)],
+        ready_timeout: Duration,
+    ) -> Result<(), RestoreError> {
+        self.bin = Some(bin);
+        self.start(settings, ready_timeout).await
+    }
+
+    /// Hands a path to the server's user (recursively), when drcheck runs as root.
+    pub fn give_to_server(&self, path: &Path) -> Result<(), RestoreError> {
+        let Some((uid, gid)) = self.owner else { return Ok(()) };
+        let mut stack = vec![path.to_path_buf()];
+        while let Some(p) = stack.pop() {
+            std::os::unix::fs::lchown(&p, Some(uid.as_raw()), Some(gid.as_raw()))
+                .map_err(|e| infra(format!("cannot hand {} to the postgres user: {e}", p.display())))?;
+            if p.is_dir() && !p.is_symlink() && p != self.socket_dir && p != self.root {
+                for e in std::fs::read_dir(&p).map_err(|e| infra(format!("{}: {e}", p.display())))? {
+                    stack.push(e.map_err(|e| infra(e.to_string()))?.path());
+                }
             }
         }
-        sandbox.initdb().await?;
-        sandbox.start_server()?;
-        sandbox.wait_ready().await?;
-        Ok(sandbox)
+        Ok(())
+    }
+
+    fn bin_ref(&self) -> &PgBin {
+        self.bin.as_ref().expect("the sandbox's binaries are chosen before it starts")
     }
 
     /// A command for a PostgreSQL server binary, run as the server's owner in a clean
     /// environment (so no secret of drcheck's reaches it).
     fn server_command(&self, tool: &str) -> Command {
-        let mut cmd = Command::new(self.bin.tool(tool));
+        let mut cmd = Command::new(self.bin_ref().tool(tool));
         cmd.current_dir(&self.root)
             .env_clear()
             .env("PATH", "/usr/bin:/bin")
@@ -126,8 +180,10 @@ impl Sandbox {
         ]);
         let mut cmd = tokio::process::Command::from(cmd);
         cmd.kill_on_drop(true);
-        let out =
-            cmd.output().await.map_err(|e| infra(format!("cannot run {}: {e}", self.bin.tool("initdb").display())))?;
+        let out = cmd
+            .output()
+            .await
+            .map_err(|e| infra(format!("cannot run {}: {e}", self.bin_ref().tool("initdb").display())))?;
         if !out.status.success() {
             let mut msg = format!("initdb failed ({}): {}", out.status, tail(&out.stderr, 2000));
             if msg.contains("Permission denied") && self.owner.is_some() {
@@ -138,45 +194,52 @@ impl Sandbox {
         Ok(())
     }
 
-    fn start_server(&mut self) -> Result<(), RestoreError> {
+    async fn start(&mut self, extra: &[(String, String)], ready_timeout: Duration) -> Result<(), RestoreError> {
         let log_path = self.root.join("postgres.log");
         let log = std::fs::File::create(&log_path)
             .map_err(|e| infra(format!("cannot create {}: {e}", log_path.display())))?;
         let log2 = log.try_clone().map_err(|e| infra(e.to_string()))?;
         let mut cmd = self.server_command("postgres");
-        cmd.arg("-D")
-            .arg(&self.data_dir)
-            .arg("-k")
-            .arg(&self.socket_dir)
-            .args(["-p", &PORT.to_string(), "-c", "listen_addresses=", "-c", "unix_socket_permissions=0700"])
-            .stdout(log)
-            .stderr(log2)
-            .process_group(0);
-        let child =
-            cmd.spawn().map_err(|e| infra(format!("cannot start {}: {e}", self.bin.tool("postgres").display())))?;
+        cmd.arg("-D").arg(&self.data_dir).arg("-k").arg(&self.socket_dir).args(["-p", &PORT.to_string()]);
+        let base = [("listen_addresses", ""), ("unix_socket_permissions", "0700")];
+        let settings = base.iter().chain(profile_settings(self.profile)).map(|(k, v)| (k.to_string(), v.to_string()));
+        for (k, v) in settings.chain(extra.iter().cloned()) {
+            cmd.arg("-c").arg(format!("{k}={v}"));
+        }
+        cmd.stdout(log).stderr(log2).process_group(0);
+        let child = cmd
+            .spawn()
+            .map_err(|e| infra(format!("cannot start {}: {e}", self.bin_ref().tool("postgres").display())))?;
         self.server = Some(child);
-        Ok(())
+        self.wait_ready(ready_timeout).await
     }
 
-    async fn wait_ready(&mut self) -> Result<(), RestoreError> {
-        let deadline = Instant::now() + READY_TIMEOUT;
+    async fn wait_ready(&mut self, timeout: Duration) -> Result<(), RestoreError> {
+        let deadline = Instant::now() + timeout;
         let socket = self.socket_dir.join(format!(".s.PGSQL.{PORT}"));
         loop {
             if let Some(child) = self.server.as_mut()
                 && let Ok(Some(status)) = child.try_wait()
             {
                 self.server = None;
-                return Err(infra(format!(
-                    "the sandbox server exited during start-up ({status}): {}",
-                    self.log_tail()
-                )));
+                return Err(RestoreError::infra(
+                    Stage::Restore,
+                    format!("the sandbox server exited during start-up ({status}): {}", self.log_tail()),
+                ));
             }
-            if socket.exists() && PgConnection::connect_with(&self.connect_options("postgres")).await.is_ok() {
-                return Ok(());
+            if socket.exists()
+                && let Ok(mut conn) = PgConnection::connect_with(&self.connect_options("postgres")).await
+            {
+                // A server still in recovery (archive replay) is not yet a restored database.
+                let in_recovery: Result<bool, _> =
+                    sqlx::query_scalar("select pg_is_in_recovery()").fetch_one(&mut conn).await;
+                if matches!(in_recovery, Ok(false)) {
+                    return Ok(());
+                }
             }
             if Instant::now() > deadline {
                 return Err(infra(format!(
-                    "the sandbox server did not accept connections within {READY_TIMEOUT:?}: {}",
+                    "the sandbox server did not accept connections within {timeout:?}: {}",
                     self.log_tail()
                 )));
             }
@@ -204,7 +267,15 @@ impl Sandbox {
     }
 
     pub fn bin(&self) -> &PgBin {
-        &self.bin
+        self.bin_ref()
+    }
+
+    pub fn data_dir(&self) -> &Path {
+        &self.data_dir
+    }
+
+    pub fn profile(&self) -> Profile {
+        self.profile
     }
 
     /// How to connect to `database` in the sandbox, as its superuser.

@@ -7,6 +7,13 @@ use std::time::{Duration, Instant};
 
 const LIMIT: Duration = Duration::from_secs(120);
 
+/// `sha256sum FILE`, the way a backup job writes a sidecar.
+fn sha256sum(path: &std::path::Path) -> Vec<u8> {
+    let out = std::process::Command::new("sha256sum").arg(path).output().unwrap();
+    assert!(out.status.success());
+    out.stdout
+}
+
 fn cfg(path: &std::path::Path) -> String {
     path.display().to_string()
 }
@@ -14,9 +21,10 @@ fn cfg(path: &std::path::Path) -> String {
 #[test]
 fn a_good_backup_passes_is_recorded_and_listed() {
     let scene = Scene::start();
-    // A checksum sidecar uploaded after the dump must not be mistaken for the backup.
+    // A checksum sidecar uploaded after the dump must not be mistaken for the backup,
+    // and is checked against it.
     let sidecar = scene.root.path().join("orders-1.dump.sha256");
-    std::fs::write(&sidecar, "0000  orders-1.dump\n").unwrap();
+    std::fs::write(&sidecar, sha256sum(&scene.dump)).unwrap();
     std::thread::sleep(Duration::from_millis(1100));
     scene.s3.upload(&sidecar, &scene.bucket, "orders/orders-1.dump.sha256");
     let config = scene.config(&scene.spec());
@@ -33,6 +41,8 @@ fn a_good_backup_passes_is_recorded_and_listed() {
     assert!(run["started_at"].as_str().unwrap().ends_with('Z'));
     let phases: Vec<&str> = run["phases"].as_array().unwrap().iter().map(|p| p["name"].as_str().unwrap()).collect();
     assert_eq!(phases, ["sandbox", "fetch", "restore", "validate"]);
+    assert_eq!(run["restore"]["profile"], "production");
+    assert_eq!(run["restore"]["server_major"], 15);
     assert_eq!(run["rto"]["met"], true);
     assert!(run["rto"]["measured_seconds"].as_f64().unwrap() > 0.0);
     assert_eq!(run["rto"]["target_seconds"], 600.0);
@@ -119,6 +129,22 @@ fn rows_the_backup_lacks_beyond_the_tolerance_fail_row_counts() {
 }
 
 #[test]
+fn a_backup_that_does_not_match_its_sha256_sidecar_fails_at_fetch() {
+    let scene = Scene::start();
+    let other = scene.root.path().join("other");
+    std::fs::write(&other, b"something else").unwrap();
+    let sidecar = scene.root.path().join("sidecar");
+    std::fs::write(&sidecar, sha256sum(&other)).unwrap();
+    scene.s3.upload(&sidecar, &scene.bucket, "orders/orders-1.dump.sha256");
+    let c = cfg(&scene.config(&scene.spec()));
+    let (out, _) = drcheck(&["--config", &c, "verify", "--json"], &scene.env(), LIMIT);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let run = only_run(&out);
+    assert_eq!(run["error"]["stage"], "fetch", "{run}");
+    assert!(run["error"]["message"].as_str().unwrap().contains("sha256 mismatch"), "{run}");
+}
+
+#[test]
 fn a_truncated_dump_fails_at_restore() {
     let scene = Scene::start();
     let bytes = std::fs::read(&scene.dump).unwrap();
@@ -179,9 +205,9 @@ fn a_backup_older_than_the_rpo_fails() {
 fn a_restore_slower_than_the_rto_misses_it() {
     let scene = Scene::start();
     let mut spec = scene.spec();
-    // abort_factor 1000 keeps the deadline far away; only the objective is missed.
+    // abort_factor 100000 keeps the deadline far away; only the objective is missed.
     spec.rto = "1ms".into();
-    spec.extra_target = "abort_factor = 1000.0".into();
+    spec.extra_target = "abort_factor = 100000.0".into();
     let c = cfg(&scene.config(&spec));
     let (out, _) = drcheck(&["--config", &c, "verify", "--json"], &scene.env(), LIMIT);
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));

@@ -82,4 +82,20 @@ impl BackupStore for FsStore {
         let file = tokio::fs::File::open(&path).await.map_err(|e| self.err(format!("{key}: {e}")))?;
         Ok(Box::pin(tokio::io::BufReader::with_capacity(1 << 20, file)))
     }
+
+    async fn read_range(&self, key: &str, offset: u64, len: u64) -> Result<bytes::Bytes, StoreError> {
+        use std::io::{Read, Seek, SeekFrom};
+        let path = self.path_of(key)?;
+        let what = key.to_string();
+        let r = tokio::task::spawn_blocking(move || -> std::io::Result<Vec<u8>> {
+            let mut f = std::fs::File::open(&path)?;
+            f.seek(SeekFrom::Start(offset))?;
+            let mut buf = vec![0u8; len as usize];
+            f.read_exact(&mut buf)?;
+            Ok(buf)
+        })
+        .await
+        .map_err(|e| self.err(format!("{what}: read panicked: {e}")))?;
+        r.map(bytes::Bytes::from).map_err(|e| self.err(format!("{what}: bytes {offset}+{len}: {e}")))
+    }
 }

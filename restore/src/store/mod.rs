@@ -41,14 +41,85 @@ pub trait BackupStore: Send + Sync {
 
     /// Opens `key` for streaming.
     async fn open(&self, key: &str) -> Result<BackupReader, StoreError>;
+
+    /// Reads `len` bytes of `key` from `offset`. A short read is an error.
+    async fn read_range(&self, key: &str, offset: u64, len: u64) -> Result<bytes::Bytes, StoreError>;
 }
 
 /// Builds the store a storage config describes.
-pub async fn open_store(name: &str, config: &StorageConfig) -> Box<dyn BackupStore> {
+pub async fn open_store(name: &str, config: &StorageConfig) -> std::sync::Arc<dyn BackupStore> {
     match config {
-        StorageConfig::S3(s3) => Box::new(S3Store::new(name, s3).await),
-        StorageConfig::Filesystem { path } => Box::new(FsStore::new(path.clone())),
+        StorageConfig::S3(s3) => std::sync::Arc::new(S3Store::new(name, s3).await),
+        StorageConfig::Filesystem { path } => std::sync::Arc::new(FsStore::new(path.clone())),
     }
+}
+
+/// One backup: a single object (a dump), or for physical backups the prefix holding
+/// `base.tar[.gz|.zst|.lz4]`, `pg_wal.tar[…]` and friends.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Backup {
+    /// The object's key, or the physical backup's prefix (ending in `/`).
+    pub key: String,
+    pub size: u64,
+    /// The newest last-modified among its parts.
+    pub last_modified: SystemTime,
+    pub parts: Vec<BackupObject>,
+    /// A `KEY.sha256` sidecar next to a single-object backup.
+    pub sha256_key: Option<String>,
+}
+
+impl Backup {
+    pub fn is_physical(&self) -> bool {
+        self.key.ends_with('/')
+    }
+}
+
+/// Whether `name` (a file name) is a base backup's main tar.
+pub fn is_base_tar(name: &str) -> bool {
+    ["base.tar", "base.tar.gz", "base.tar.zst", "base.tar.lz4"].contains(&name)
+}
+
+/// Groups listed objects into backups: each `…/base.tar*` makes its directory one
+/// physical backup; every other backup-like object is a backup on its own.
+pub fn group_backups(objects: &[BackupObject]) -> Vec<Backup> {
+    let dirs: Vec<String> = objects
+        .iter()
+        .filter_map(|o| {
+            let (dir, name) = o.key.rsplit_once('/').unwrap_or(("", &o.key));
+            is_base_tar(name).then(|| if dir.is_empty() { String::new() } else { format!("{dir}/") })
+        })
+        .collect();
+    let keys: std::collections::HashSet<&str> = objects.iter().map(|o| o.key.as_str()).collect();
+    let mut out = Vec::new();
+    for dir in &dirs {
+        let parts: Vec<BackupObject> = objects
+            .iter()
+            .filter(|o| o.key.starts_with(dir.as_str()) && !o.key[dir.len()..].contains('/'))
+            .cloned()
+            .collect();
+        out.push(Backup {
+            key: dir.clone(),
+            size: parts.iter().map(|p| p.size).sum(),
+            last_modified: parts.iter().map(|p| p.last_modified).max().unwrap_or(SystemTime::UNIX_EPOCH),
+            parts,
+            sha256_key: None,
+        });
+    }
+    for o in objects {
+        let in_physical = dirs.iter().any(|d| o.key.starts_with(d.as_str()) && !o.key[d.len()..].contains('/'));
+        if in_physical || !is_backup_key(&o.key) {
+            continue;
+        }
+        let sidecar = format!("{}.sha256", o.key);
+        out.push(Backup {
+            key: o.key.clone(),
+            size: o.size,
+            last_modified: o.last_modified,
+            parts: vec![o.clone()],
+            sha256_key: keys.contains(sidecar.as_str()).then_some(sidecar),
+        });
+    }
+    out
 }
 
 /// Keys that sit beside backups but are not backups: checksum and signature sidecars,
@@ -62,18 +133,15 @@ pub fn is_backup_key(key: &str) -> bool {
         && !SIDECARS.iter().any(|s| base.to_ascii_lowercase().ends_with(s))
 }
 
-/// The newest backup among `objects` by last-modified time; ties (stores with
-/// one-second resolution) are broken by the greater key, so the choice is stable.
-pub fn select_latest(objects: &[BackupObject]) -> Option<&BackupObject> {
-    objects
-        .iter()
-        .filter(|o| is_backup_key(&o.key))
-        .max_by(|a, b| a.last_modified.cmp(&b.last_modified).then_with(|| a.key.cmp(&b.key)))
+/// The newest backup by last-modified time; ties (stores with one-second resolution)
+/// are broken by the greater key, so the choice is stable.
+pub fn select_latest(objects: &[BackupObject]) -> Option<Backup> {
+    backups_newest_first(objects).into_iter().next()
 }
 
-/// Every backup among `objects`, newest first, as [`select_latest`] orders them.
-pub fn backups_newest_first(objects: &[BackupObject]) -> Vec<&BackupObject> {
-    let mut v: Vec<&BackupObject> = objects.iter().filter(|o| is_backup_key(&o.key)).collect();
+/// Every backup, newest first, as [`select_latest`] orders them.
+pub fn backups_newest_first(objects: &[BackupObject]) -> Vec<Backup> {
+    let mut v = group_backups(objects);
     v.sort_by(|a, b| b.last_modified.cmp(&a.last_modified).then_with(|| b.key.cmp(&a.key)));
     v
 }
@@ -97,8 +165,26 @@ mod tests {
     fn ties_break_by_key() {
         let objs = [obj("o/2026-01-02.dump", 10), obj("o/2026-01-01.dump", 10)];
         assert_eq!(select_latest(&objs).unwrap().key, "o/2026-01-02.dump");
-        let order: Vec<_> = backups_newest_first(&objs).iter().map(|o| o.key.as_str()).collect();
+        let order: Vec<_> = backups_newest_first(&objs).into_iter().map(|o| o.key).collect();
         assert_eq!(order, ["o/2026-01-02.dump", "o/2026-01-01.dump"]);
+    }
+
+    #[test]
+    fn physical_backups_group_by_directory() {
+        let objs = [
+            obj("o/p1/base.tar.gz", 10),
+            obj("o/p1/pg_wal.tar.gz", 11),
+            obj("o/p1/backup_manifest", 11),
+            obj("o/x.dump", 5),
+            obj("o/x.dump.sha256", 5),
+        ];
+        let all = backups_newest_first(&objs);
+        assert_eq!(all.len(), 2);
+        assert_eq!(all[0].key, "o/p1/");
+        assert!(all[0].is_physical());
+        assert_eq!(all[0].parts.len(), 3);
+        assert_eq!(all[0].size, 3);
+        assert_eq!(all[1].sha256_key.as_deref(), Some("o/x.dump.sha256"));
     }
 
     #[test]

@@ -6,6 +6,7 @@
 //! per-attempt timeouts bound every call, and a stalled body fails via [`IdleTimeout`].
 
 use super::{BackupObject, BackupReader, BackupStore, IdleTimeout};
+use crate::breaker::{self, Breaker};
 use crate::error::StoreError;
 use async_trait::async_trait;
 use aws_sdk_s3::config::http::HttpResponse;
@@ -14,6 +15,7 @@ use aws_sdk_s3::config::timeout::TimeoutConfig;
 use aws_sdk_s3::config::{BehaviorVersion, Region, RequestChecksumCalculation, ResponseChecksumValidation};
 use aws_sdk_s3::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
 use drcheck_config::S3Storage;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 /// How long a download may go without receiving a byte before it is treated as dead.
@@ -23,6 +25,7 @@ pub struct S3Store {
     client: aws_sdk_s3::Client,
     bucket: String,
     endpoint: String,
+    breaker: Arc<Breaker>,
 }
 
 impl S3Store {
@@ -50,7 +53,8 @@ impl S3Store {
             builder = builder.endpoint_url(endpoint);
         }
         let endpoint = cfg.endpoint.clone().unwrap_or_else(|| format!("AWS {}", cfg.region));
-        Self { client: aws_sdk_s3::Client::from_conf(builder.build()), bucket: cfg.bucket.clone(), endpoint }
+        let breaker = breaker::for_dependency(&format!("s3 {endpoint}"));
+        Self { client: aws_sdk_s3::Client::from_conf(builder.build()), bucket: cfg.bucket.clone(), endpoint, breaker }
     }
 
     fn error<E>(&self, what: &str, e: SdkError<E, HttpResponse>) -> StoreError
@@ -77,6 +81,29 @@ impl S3Store {
     }
 }
 
+impl S3Store {
+    /// Runs a call through the endpoint's circuit breaker. Only failures to reach the
+    /// store count against it; a 404 is the store working.
+    async fn guarded<T>(
+        &self,
+        call: impl std::future::Future<Output = Result<T, StoreError>>,
+    ) -> Result<T, StoreError> {
+        if let Err(wait) = self.breaker.admit() {
+            return Err(StoreError {
+                store: self.describe(),
+                message: format!("circuit open after repeated failures; next attempt in {}s", wait.as_secs()),
+                unreachable: true,
+            });
+        }
+        let r = call.await;
+        match &r {
+            Err(e) if e.unreachable => self.breaker.failure(),
+            _ => self.breaker.success(),
+        }
+        r
+    }
+}
+
 fn to_system_time(t: Option<&aws_sdk_s3::primitives::DateTime>) -> SystemTime {
     t.and_then(|t| SystemTime::try_from(*t).ok()).unwrap_or(SystemTime::UNIX_EPOCH)
 }
@@ -88,6 +115,24 @@ impl BackupStore for S3Store {
     }
 
     async fn list(&self, prefix: &str) -> Result<Vec<BackupObject>, StoreError> {
+        self.guarded(self.list_unguarded(prefix)).await
+    }
+
+    async fn stat(&self, key: &str) -> Result<BackupObject, StoreError> {
+        self.guarded(self.stat_unguarded(key)).await
+    }
+
+    async fn open(&self, key: &str) -> Result<BackupReader, StoreError> {
+        self.guarded(self.open_unguarded(key)).await
+    }
+
+    async fn read_range(&self, key: &str, offset: u64, len: u64) -> Result<bytes::Bytes, StoreError> {
+        self.guarded(self.read_range_unguarded(key, offset, len)).await
+    }
+}
+
+impl S3Store {
+    async fn list_unguarded(&self, prefix: &str) -> Result<Vec<BackupObject>, StoreError> {
         let mut out = Vec::new();
         let mut token: Option<String> = None;
         loop {
@@ -116,7 +161,7 @@ impl BackupStore for S3Store {
         Ok(out)
     }
 
-    async fn stat(&self, key: &str) -> Result<BackupObject, StoreError> {
+    async fn stat_unguarded(&self, key: &str) -> Result<BackupObject, StoreError> {
         let resp = self
             .client
             .head_object()
@@ -132,7 +177,7 @@ impl BackupStore for S3Store {
         })
     }
 
-    async fn open(&self, key: &str) -> Result<BackupReader, StoreError> {
+    async fn open_unguarded(&self, key: &str) -> Result<BackupReader, StoreError> {
         let resp = self
             .client
             .get_object()
@@ -143,5 +188,39 @@ impl BackupStore for S3Store {
             .map_err(|e| self.error(&format!("get {key:?}"), e))?;
         let what = format!("{}: get {key:?}", self.describe());
         Ok(Box::pin(IdleTimeout::new(resp.body.into_async_read(), BODY_IDLE_TIMEOUT, what)))
+    }
+
+    async fn read_range_unguarded(&self, key: &str, offset: u64, len: u64) -> Result<bytes::Bytes, StoreError> {
+        let what = format!("get {key:?} bytes {offset}-{}", offset + len - 1);
+        let resp = self
+            .client
+            .get_object()
+            .bucket(&self.bucket)
+            .key(key)
+            .range(format!("bytes={offset}-{}", offset + len - 1))
+            .send()
+            .await
+            .map_err(|e| self.error(&what, e))?;
+        let body = tokio::time::timeout(BODY_IDLE_TIMEOUT, resp.body.collect())
+            .await
+            .map_err(|_| StoreError {
+                store: self.describe(),
+                message: format!("{what}: body timed out"),
+                unreachable: true,
+            })?
+            .map_err(|e| StoreError {
+                store: self.describe(),
+                message: format!("{what}: body interrupted: {}", DisplayErrorContext(&e)),
+                unreachable: true,
+            })?
+            .into_bytes();
+        if body.len() as u64 != len {
+            return Err(StoreError {
+                store: self.describe(),
+                message: format!("{what}: got {} of {len} bytes", body.len()),
+                unreachable: true,
+            });
+        }
+        Ok(body)
     }
 }
