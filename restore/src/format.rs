@@ -38,7 +38,7 @@ impl fmt::Display for BackupFormat {
 }
 
 /// How many leading bytes [`detect`] wants to see (a tar header's magic sits at 257).
-pub const DETECT_BYTES: usize = 512;
+pub const DETECT_BYTES: usize = 8192;
 
 /// Detects the format from the first bytes of a backup.
 pub fn detect(head: &[u8]) -> BackupFormat {

@@ -22,6 +22,14 @@ use std::time::{Duration, Instant};
 use tokio::io::AsyncReadExt;
 
 /// Archived WAL to replay after a base backup.
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn recovery_target_time_is_in_postgres_form() {
+        assert_eq!(super::pg_timestamp("2026-11-30T08:36:06.268191Z"), "2026-11-30 08:36:06.268191+00");
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct WalReplay {
     pub prefix: String,
@@ -176,7 +184,7 @@ pub async fn restore_unpacked(
         match &wal.target {
             RecoveryTarget::Latest => {}
             RecoveryTarget::Immediate => settings.push(("recovery_target".into(), "immediate".into())),
-            RecoveryTarget::Time(t) => settings.push(("recovery_target_time".into(), t.clone())),
+            RecoveryTarget::Time(t) => settings.push(("recovery_target_time".into(), pg_timestamp(t))),
         }
         settings.push(("recovery_target_action".into(), "promote".into()));
         std::fs::write(data.join("recovery.signal"), "").map_err(|e| infra(e.to_string()))?;
@@ -202,6 +210,15 @@ pub async fn restore_unpacked(
         restore: restore_started.elapsed(),
         recovered_to,
     })
+}
+
+/// An RFC 3339 timestamp the way PostgreSQL's `recovery_target_time` accepts it
+/// (`2026-11-30 03:00:00.000000+00`: no `T`, no `Z`).
+fn pg_timestamp(rfc3339: &str) -> String {
+    match humantime::parse_rfc3339_weak(rfc3339) {
+        Ok(t) => humantime::format_rfc3339_micros(t).to_string().replace('T', " ").replace('Z', "+00"),
+        Err(_) => rfc3339.to_string(),
+    }
 }
 
 async fn recovered_to(sandbox: &Sandbox) -> Option<String> {

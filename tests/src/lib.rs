@@ -108,6 +108,11 @@ pub struct PgPrimary {
 
 impl PgPrimary {
     pub fn start(root: &TempRoot) -> Self {
+        Self::start_with(root, &[])
+    }
+
+    /// Starts a primary with extra `-c name=value` settings.
+    pub fn start_with(root: &TempRoot, settings: &[(&str, &str)]) -> Self {
         let base = root.pg_dir("primary");
         let data = base.join("data");
         let sock = base.clone();
@@ -135,6 +140,7 @@ impl PgPrimary {
             .arg("-k")
             .arg(&sock)
             .args(["-p", &port.to_string(), "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off"])
+            .args(settings.iter().flat_map(|(k, v)| ["-c".to_string(), format!("{k}={v}")]))
             .stdout(log.try_clone().unwrap())
             .stderr(log)
             .process_group(0)
@@ -201,6 +207,19 @@ impl PgPrimary {
             .output()
             .unwrap();
         assert!(out.status.success(), "pg_dump: {}", String::from_utf8_lossy(&out.stderr));
+    }
+
+    /// Runs a client tool (`pg_dump`, `pg_dumpall`, `pg_basebackup`) against the
+    /// primary's socket as the superuser, with `args`.
+    pub fn tool(&self, tool: &str, args: &[&str]) {
+        let out = Command::new(tool)
+            .arg("-h")
+            .arg(&self.sock)
+            .args(["-p", &self.port.to_string(), "-U", "postgres"])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{tool} {args:?}: {}", String::from_utf8_lossy(&out.stderr));
     }
 
     /// A `postgres://` URL for `user` over TCP.
