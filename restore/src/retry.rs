@@ -12,7 +12,7 @@ pub struct Backoff {
 
 impl Default for Backoff {
     fn default() -> Self {
-        Self { base: Duration::from_millis(200), cap: Duration::from_secs(5), attempts: 5 }
+        Self { base: Duration::from_millis(200), cap: Duration::from_secs(2), attempts: 4 }
     }
 }
 

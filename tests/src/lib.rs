@@ -5,6 +5,7 @@
 //! and is stopped by a drop guard, so tests run in parallel and leave nothing behind
 //! even when they fail.
 
+pub mod faults;
 pub mod proc;
 pub mod proxy;
 pub mod scenario;

@@ -16,7 +16,8 @@ fn sh(cmd: &str) {
 
 fn verify_key(scene: &Scene, config: &Path, key: &str) -> serde_json::Value {
     let c = config.display().to_string();
-    let (out, _) = drcheck(&["--config", &c, "verify", "--backup", key, "--target", "orders", "--json"], &scene.env(), LIMIT);
+    let (out, _) =
+        drcheck(&["--config", &c, "verify", "--backup", key, "--target", "orders", "--json"], &scene.env(), LIMIT);
     let run = only_run(&out);
     assert_eq!(out.status.code(), Some(0), "{key}: {run}\n{}", stderr(&out));
     for v in run["validators"].as_array().unwrap() {
@@ -32,7 +33,8 @@ fn every_logical_format_restores_and_validates() {
     let p = |n: &str| dir.join(n).display().to_string();
     let sock = scene.primary.sock.display().to_string();
     let port = scene.primary.port.to_string();
-    let dump = |args: &str, out: &str| sh(&format!("pg_dump -h {sock} -p {port} -U postgres {args} -f {} orders", p(out)));
+    let dump =
+        |args: &str, out: &str| sh(&format!("pg_dump -h {sock} -p {port} -U postgres {args} -f {} orders", p(out)));
     dump("-Fc -Z0", "custom-z0.dump");
     dump("-Ft", "dump.tar");
     dump("-Fd", "dirdump");
@@ -129,7 +131,10 @@ fn a_physical_backup_replays_archived_wal_to_a_timestamp() {
     let root = TempRoot::new();
     let archive = root.pg_dir("archive");
     let archive_cmd = format!("cp %p {}/%f", archive.display());
-    let primary = PgPrimary::start_with(&root, &[("archive_mode", "on"), ("archive_command", &archive_cmd), ("wal_level", "replica")]);
+    let primary = PgPrimary::start_with(
+        &root,
+        &[("archive_mode", "on"), ("archive_command", &archive_cmd), ("wal_level", "replica")],
+    );
     let s3 = S3Server::start(&root);
     let bucket = unique("phys");
     s3.make_bucket(&bucket);
@@ -141,7 +146,8 @@ fn a_physical_backup_replays_archived_wal_to_a_timestamp() {
     primary.tool("pg_basebackup", &["-D", &bb.display().to_string(), "-Ft", "-z", "-X", "stream", "--checkpoint=fast"]);
     primary.psql("orders", "insert into t select g, 'B' from generate_series(101, 300) g");
     std::thread::sleep(Duration::from_millis(1200));
-    let target_time = primary.psql("orders", "select to_char(clock_timestamp() at time zone 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')");
+    let target_time = primary
+        .psql("orders", "select to_char(clock_timestamp() at time zone 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')");
     std::thread::sleep(Duration::from_millis(1200));
     primary.psql("orders", "insert into t select g, 'C' from generate_series(301, 700) g");
     let last = primary.psql("orders", "select pg_walfile_name(pg_current_wal_lsn())");

@@ -428,3 +428,51 @@ fn the_primary_password_appears_in_no_output_report_or_history_row() {
         }
     }
 }
+
+#[test]
+fn a_dump_from_a_server_version_without_binaries_names_the_version() {
+    let scene = Scene::start();
+    let mut bytes = std::fs::read(&scene.dump).unwrap();
+    // Rewrite the dumped server's version in the archive header (same length).
+    let at =
+        bytes.windows(5).position(|w| w == b"15.18" || w.starts_with(b"15.")).expect("a 15.x version in the header");
+    bytes[at..at + 2].copy_from_slice(b"99");
+    let odd = scene.root.path().join("v99.dump");
+    std::fs::write(&odd, bytes).unwrap();
+    std::thread::sleep(Duration::from_millis(1100));
+    scene.s3.upload(&odd, &scene.bucket, "orders/orders-2.dump");
+    let c = cfg(&scene.config(&scene.spec()));
+    let (out, _) = drcheck(&["--config", &c, "verify", "--json"], &scene.env(), LIMIT);
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    let msg = only_run(&out)["error"]["message"].as_str().unwrap().to_string();
+    assert!(msg.contains("PostgreSQL 99") && msg.contains("postgresql-99"), "{msg}");
+}
+
+#[test]
+fn too_little_scratch_space_is_refused_before_fetching() {
+    let scene = Scene::start();
+    let c = scene.config(&scene.spec());
+    let text = std::fs::read_to_string(&c).unwrap().replace("[sandbox]\n", "[sandbox]\nexpansion_factor = 1e15\n");
+    std::fs::write(&c, text).unwrap();
+    let (out, _) = drcheck(&["--config", &cfg(&c), "verify", "--json"], &scene.env(), LIMIT);
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    let run = only_run(&out);
+    assert_eq!(run["error"]["stage"], "sandbox");
+    assert!(run["error"]["message"].as_str().unwrap().contains("not enough space"), "{run}");
+}
+
+#[test]
+fn the_fast_profile_is_reported_and_leftovers_of_a_crashed_run_are_reaped() {
+    let scene = Scene::start();
+    // What a crashed run leaves: a sandbox directory whose owner process is gone.
+    let leftover = scene.scratch.join("drcheck-sandbox-crashed");
+    std::fs::create_dir_all(leftover.join("data")).unwrap();
+    std::fs::write(leftover.join("drcheck.pid"), "999999999").unwrap();
+    let c = scene.config(&scene.spec());
+    let text = std::fs::read_to_string(&c).unwrap().replace("[sandbox]\n", "[sandbox]\nprofile = \"fast\"\n");
+    std::fs::write(&c, text).unwrap();
+    let (out, _) = drcheck(&["--config", &cfg(&c), "verify", "--json"], &scene.env(), LIMIT);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(only_run(&out)["restore"]["profile"], "fast");
+    assert!(!leftover.exists(), "the crashed run's sandbox is still there");
+}

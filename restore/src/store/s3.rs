@@ -35,9 +35,9 @@ impl S3Store {
             .operation_attempt_timeout(Duration::from_secs(60))
             .build();
         let retries = RetryConfig::standard()
-            .with_max_attempts(4)
-            .with_initial_backoff(Duration::from_millis(250))
-            .with_max_backoff(Duration::from_secs(4));
+            .with_max_attempts(3)
+            .with_initial_backoff(Duration::from_millis(200))
+            .with_max_backoff(Duration::from_secs(2));
         let shared = aws_config::defaults(BehaviorVersion::latest())
             .region(Region::new(cfg.region.clone()))
             .timeout_config(timeouts)
