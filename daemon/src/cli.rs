@@ -56,6 +56,16 @@ pub enum BackupsCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Download a backup (the latest, or --backup KEY) with drcheck's concurrent fetcher.
+    Fetch {
+        #[arg(long)]
+        target: String,
+        #[arg(long)]
+        backup: Option<String>,
+        /// Where to write it.
+        #[arg(long)]
+        output: PathBuf,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -100,6 +110,9 @@ pub async fn run(cli: Cli) -> Result<Exit, CliError> {
         Command::Verify(args) => commands::verify::run(&config, args).await,
         Command::Backups(BackupsCommand::List { target, json }) => {
             commands::backups::list(&config, target.as_deref(), json).await
+        }
+        Command::Backups(BackupsCommand::Fetch { target, backup, output }) => {
+            commands::backups::fetch(&config, &target, backup.as_deref(), &output).await
         }
         Command::History(args) => commands::history::run(&config, args).await,
         Command::Config(ConfigCommand::Check) => commands::config_check::run(&config),

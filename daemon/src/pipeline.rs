@@ -77,6 +77,18 @@ pub async fn list_backups(config: &Config, target: &TargetConfig) -> Result<(Str
     Ok((store.describe(), backups_newest_first(&all)))
 }
 
+/// Downloads a single-object backup to `output` with the concurrent fetcher.
+pub async fn download(config: &Config, target: &TargetConfig, backup: &Backup, output: &std::path::Path) -> anyhow::Result<u64> {
+    use tokio::io::AsyncWriteExt;
+    let store = open_store(&target.storage, &config.storage[&target.storage]).await;
+    let reader = drcheck_restore::fetch::parallel(store, &backup.key, backup.size, fetch_options(config, target));
+    let mut reader = tokio::io::BufReader::with_capacity(1 << 20, reader);
+    let mut file = tokio::fs::File::create(output).await?;
+    let n = tokio::io::copy_buf(&mut reader, &mut file).await?;
+    file.flush().await?;
+    Ok(n)
+}
+
 /// How a target's backups are downloaded.
 fn fetch_options(config: &Config, target: &TargetConfig) -> FetchOptions {
     match &config.storage[&target.storage] {

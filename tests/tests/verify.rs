@@ -81,6 +81,16 @@ fn a_good_backup_passes_is_recorded_and_listed() {
     let text = stdout(&out);
     assert!(text.contains("latest orders/orders-1.dump"), "{text}");
     assert!(!text.contains(".sha256"), "{text}");
+
+    // The concurrent fetcher delivers the exact bytes.
+    let copy = scene.root.path().join("fetched.dump");
+    let (out, _) = drcheck(
+        &["--config", &c, "backups", "fetch", "--target", "orders", "--output", &copy.display().to_string()],
+        &scene.env(),
+        LIMIT,
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(std::fs::read(&copy).unwrap() == std::fs::read(&scene.dump).unwrap(), "fetched bytes differ");
 }
 
 #[test]

@@ -1,0 +1,163 @@
+#!/usr/bin/env bash
+# Restore benchmark: drcheck against the plain hand-written way, in one run, on one
+# custom-format dump of at least 1 GB (pgbench tables plus random bytea and text, which
+# do not compress away). Prints the measurements and the ratios.
+#
+#   tests/bench/restore.sh
+#
+# BENCH_DIR (default /var/tmp/drcheck-bench) keeps the generated dump between runs;
+# BENCH_FRESH=1 regenerates it. BENCH_JOBS (default 2) is pg_restore -j for both sides.
+# BENCH_BLOB_ROWS (default 900000, ~1 KiB each) sizes the data.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+root=$PWD
+bash scripts/setup.sh
+cargo build -q --release --bin drcheck
+drcheck=$root/target/release/drcheck
+
+work=${BENCH_DIR:-/var/tmp/drcheck-bench}
+jobs=${BENCH_JOBS:-2}
+rows=${BENCH_BLOB_ROWS:-900000}
+pgbin=/usr/lib/postgresql/15/bin
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+as_pg() { if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi; }
+now() { date +%s.%N; }
+elapsed() { python3 -c "print(f'{$2 - $1:.2f}')"; }
+
+pids=()
+clusters=()
+cleanup() {
+  for c in "${clusters[@]}"; do as_pg "$pgbin/pg_ctl" -D "$c" -m immediate stop >/dev/null 2>&1 || true; done
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+}
+trap cleanup EXIT
+
+mkdir -p "$work"
+chmod 755 "$work"
+[ "$(id -u)" = 0 ] && chown postgres: "$work"
+start_cluster() { # DIR PORT [extra -c options]
+  local dir=$1 port=$2; shift 2
+  rm -rf "$dir"
+  as_pg "$pgbin/initdb" -D "$dir" -U postgres --auth=trust -E UTF8 --locale=C.UTF-8 --no-sync >/dev/null
+  as_pg "$pgbin/pg_ctl" -D "$dir" -l "$dir.log" -w -o "-c listen_addresses= -p $port -k $work $*" start >/dev/null
+  clusters+=("$dir")
+}
+
+dump=$work/bench.dump
+if [ -n "${BENCH_FRESH:-}" ] || [ ! -s "$dump" ]; then
+  echo "bench: generating the dataset (pgbench scale 20 + $rows random 1 KiB bytea rows + text)…"
+  port=$(free_port)
+  start_cluster "$work/primary" "$port" "-c fsync=off -c max_wal_size=8GB"
+  psql_p() { psql -X -q -h "$work" -p "$port" -U postgres -v ON_ERROR_STOP=1 "$@"; }
+  psql_p -d postgres -c "create database bench"
+  pgbench -q -i -s 20 -h "$work" -p "$port" -U postgres bench 2>/dev/null
+  psql_p -d bench -c "create extension pgcrypto" \
+    -c "create table blobs (id int primary key, b bytea not null)" \
+    -c "insert into blobs select g, gen_random_bytes(1024) from generate_series(1, $rows) g" \
+    -c "create table notes (id int primary key, t text not null)" \
+    -c "insert into notes select g, md5(random()::text) || md5(random()::text) || md5(random()::text) from generate_series(1, 500000) g"
+  pg_dump -Fc -h "$work" -p "$port" -U postgres -f "$dump.tmp" bench
+  mv "$dump.tmp" "$dump"
+  as_pg "$pgbin/pg_ctl" -D "$work/primary" -m fast stop >/dev/null
+fi
+size=$(stat -c %s "$dump")
+echo "bench: dump is $size bytes"
+[ "$size" -ge 1000000000 ] || echo "bench: WARNING: the dump is under 1 GB"
+
+s3_port=$(free_port)
+moto_server -H 127.0.0.1 -p "$s3_port" >"$work/moto.log" 2>&1 &
+pids+=($!)
+export AWS_ACCESS_KEY_ID=bench AWS_SECRET_ACCESS_KEY=bench AWS_DEFAULT_REGION=us-east-1 AWS_EC2_METADATA_DISABLED=true
+for _ in $(seq 100); do (echo >"/dev/tcp/127.0.0.1/$s3_port") 2>/dev/null && break; sleep 0.1; done
+s3() { aws --endpoint-url "http://127.0.0.1:$s3_port" s3 "$@"; }
+s3 mb s3://bench >/dev/null
+s3 cp --only-show-errors "$dump" s3://bench/bench/bench.dump
+
+mkdir -p "$work/scratch"; chmod 1777 "$work/scratch"
+config() { # PROFILE JOBS
+  cat >"$work/drcheck-$1-$2.toml" <<TOML
+[state]
+url = "sqlite://$work/history.db"
+[sandbox]
+scratch_dir = "$work/scratch"
+profile = "$1"
+[storage.s3]
+kind = "s3"
+bucket = "bench"
+endpoint = "http://127.0.0.1:$s3_port"
+path_style = true
+[[target]]
+name = "bench"
+storage = "s3"
+prefix = "bench/"
+rto = "2h"
+rpo = "26h"
+restore_jobs = $2
+TOML
+  echo "$work/drcheck-$1-$2.toml"
+}
+
+echo "bench: plain download (aws s3 cp)…"
+rm -f "$work/plain.dump"
+t0=$(now); s3 cp --only-show-errors s3://bench/bench/bench.dump "$work/plain.dump"; t1=$(now)
+aws_dl=$(elapsed "$t0" "$t1")
+echo "bench: drcheck download (backups fetch)…"
+rm -f "$work/drcheck.dump"
+t0=$(now); "$drcheck" --config "$(config production "$jobs")" backups fetch --target bench --output "$work/drcheck.dump" >/dev/null; t1=$(now)
+dr_dl=$(elapsed "$t0" "$t1")
+cmp -s "$work/plain.dump" "$work/drcheck.dump" || { echo "bench: the two downloads differ" >&2; exit 1; }
+rm -f "$work/drcheck.dump"
+
+echo "bench: plain restore (aws s3 cp, then initdb + pg_restore -j $jobs)…"
+rm -f "$work/plain.dump"
+port=$(free_port)
+t0=$(now)
+s3 cp --only-show-errors s3://bench/bench/bench.dump "$work/plain.dump"
+start_cluster "$work/plain" "$port"
+psql -X -q -h "$work" -p "$port" -U postgres -d postgres -c "create database restored"
+pg_restore -j "$jobs" --no-owner --no-privileges --exit-on-error -h "$work" -p "$port" -U postgres -d restored "$work/plain.dump"
+t1=$(now)
+plain=$(elapsed "$t0" "$t1")
+as_pg "$pgbin/pg_ctl" -D "$work/plain" -m fast stop >/dev/null
+rm -rf "$work/plain" "$work/plain.dump"
+
+run_drcheck() { # PROFILE JOBS → prints "rto peak_rss_kib"
+  local out=$work/run.json rss=$work/rss.json
+  python3 tests/bench/peak_rss.py "$rss" "$drcheck" --config "$(config "$1" "$2")" verify --json >"$out" || true
+  python3 - "$out" "$rss" <<'PY'
+import json, sys
+run = json.load(open(sys.argv[1]))["runs"][0]
+rss = json.load(open(sys.argv[2]))
+assert run["result"] == "passed", run
+print(run["rto"]["measured_seconds"], rss["peak_rss_kib"])
+PY
+}
+echo "bench: drcheck verify, production profile, restore_jobs=$jobs…"
+read -r dr_prod dr_prod_rss < <(run_drcheck production "$jobs")
+echo "bench: drcheck verify, production profile, streamed (restore_jobs=1)…"
+read -r dr_stream dr_stream_rss < <(run_drcheck production 1)
+echo "bench: drcheck verify, fast profile, restore_jobs=$jobs…"
+read -r dr_fast dr_fast_rss < <(run_drcheck fast "$jobs")
+
+python3 - <<PY
+size = $size
+rows = [
+    ("download: aws s3 cp", $aws_dl),
+    ("download: drcheck backups fetch", $dr_dl),
+    ("fetch+restore: aws s3 cp + initdb + pg_restore -j $jobs", $plain),
+    ("fetch+restore: drcheck verify (production, jobs $jobs)", $dr_prod),
+    ("fetch+restore: drcheck verify (production, streamed)", $dr_stream),
+    ("fetch+restore: drcheck verify (fast, jobs $jobs)", $dr_fast),
+]
+print()
+print(f"dump: {size / 1e9:.2f} GB custom format")
+for name, s in rows:
+    print(f"  {name:<58} {s:8.2f} s")
+print(f"  peak RSS of drcheck: {$dr_prod_rss / 1024:.1f} MiB (jobs $jobs), {$dr_stream_rss / 1024:.1f} MiB (streamed), {$dr_fast_rss / 1024:.1f} MiB (fast)")
+print()
+print(f"ratio drcheck/plain fetch+restore (same -j $jobs):   {$dr_prod / $plain:.3f}   (target <= 1.10)")
+print(f"ratio drcheck/plain fetch+restore (streamed):        {$dr_stream / $plain:.3f}")
+print(f"ratio download speed drcheck/aws:                    {$aws_dl / $dr_dl:.3f}   (target >= 1.0)")
+print(f"peak RSS (max of runs):                              {max($dr_prod_rss, $dr_stream_rss, $dr_fast_rss) / 1024:.1f} MiB (target <= 64 MiB)")
+print(f"ratio fast/production restore time:                  {$dr_fast / $dr_prod:.3f}")
+PY
