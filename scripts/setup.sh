@@ -7,6 +7,10 @@ set -euo pipefail
 need_apt=()
 [ -x /usr/lib/postgresql/15/bin/initdb ] || need_apt+=(postgresql-15)
 command -v pg_dump >/dev/null 2>&1 || need_apt+=(postgresql-client-15)
+# The tests compress fixtures with zstd and lz4 the way backup jobs do.
+command -v zstd >/dev/null 2>&1 || need_apt+=(zstd)
+command -v lz4 >/dev/null 2>&1 || need_apt+=(lz4)
+command -v sha256sum >/dev/null 2>&1 || need_apt+=(coreutils)
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then
     echo "setup: need ${need_apt[*]} (run as root, or install them)" >&2
