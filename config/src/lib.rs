@@ -18,8 +18,8 @@ pub use duration::{format_duration, parse_duration};
 pub use error::ConfigError;
 pub use secret::{Secret, redact_url};
 pub use validated::{
-    Config, DEFAULT_STATE_URL, FormatSetting, Profile, RecoveryTarget, S3Storage, SandboxConfig, StateConfig,
-    StorageConfig, TargetConfig,
+    ALL_VALIDATORS, Config, CustomCheck, DEFAULT_STATE_URL, FormatSetting, Profile, RecoveryTarget, S3Storage,
+    SandboxConfig, StateConfig, StorageConfig, TargetConfig, ValidatorsConfig,
 };
 
 use std::path::Path;

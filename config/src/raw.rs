@@ -63,4 +63,30 @@ pub struct RawTarget {
     pub wal_prefix: Option<Spanned<String>>,
     pub recovery_target: Option<Spanned<String>>,
     pub globals_key: Option<Spanned<String>>,
+    pub validators: Option<RawValidators>,
+    /// `"schema.table" = "column"`: the column that says when a row was written.
+    pub as_of: Option<BTreeMap<String, Spanned<String>>>,
+    #[serde(default, rename = "check")]
+    pub checks: Vec<RawCheck>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawValidators {
+    pub enabled: Option<Spanned<Vec<String>>>,
+    pub timeout: Option<Spanned<String>>,
+    pub statement_timeout: Option<Spanned<String>>,
+    pub primary_concurrency: Option<Spanned<i64>>,
+    pub checksum_chunk_rows: Option<Spanned<i64>>,
+    pub checksum_sample_rows: Option<Spanned<i64>>,
+    pub exclude: Option<Vec<String>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawCheck {
+    pub name: Spanned<String>,
+    pub sql: Spanned<String>,
+    pub expect: Option<String>,
+    pub compare: Option<Spanned<String>>,
 }

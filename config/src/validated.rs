@@ -145,6 +145,45 @@ pub struct TargetConfig {
     /// A `pg_dumpall --globals-only` file in the store, applied before the restore.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub globals_key: Option<String>,
+    pub validators: ValidatorsConfig,
+}
+
+/// Every validator drcheck has, in the order they run.
+pub const ALL_VALIDATORS: [&str; 9] =
+    ["amcheck", "full_read", "sequences", "indexes", "schema", "row_counts", "checksums", "freshness", "custom"];
+
+/// Which validators run for a target, and how.
+#[derive(Debug, Clone, Serialize)]
+pub struct ValidatorsConfig {
+    pub enabled: Vec<String>,
+    /// Each validator's own time limit.
+    #[serde(serialize_with = "ser_duration")]
+    pub timeout: Duration,
+    /// `statement_timeout` of every query on the primary.
+    #[serde(serialize_with = "ser_duration")]
+    pub statement_timeout: Duration,
+    /// How many queries may run on the primary at once.
+    pub primary_concurrency: u32,
+    /// Rows per checksum query (tables are hashed in key ranges of this size).
+    pub checksum_chunk_rows: u64,
+    /// Tables larger than this are sampled: this many rows, in whole chunks.
+    pub checksum_sample_rows: u64,
+    /// Tables (`schema.table`) left out of row counts and checksums.
+    pub exclude: Vec<String>,
+    /// `(schema, table) → column` saying when a row was written.
+    #[serde(skip)]
+    pub as_of: Vec<(String, String, String)>,
+    pub checks: Vec<CustomCheck>,
+}
+
+/// A check written in SQL by the user.
+#[derive(Debug, Clone, Serialize)]
+pub struct CustomCheck {
+    pub name: String,
+    pub sql: String,
+    /// The expected value (first column of the first row, as text), or `None` to compare
+    /// with the same query's result on the primary.
+    pub expect: Option<String>,
 }
 
 impl Config {
@@ -443,7 +482,9 @@ fn validate_target(
             }
         }
     };
+    let validators = validate_validators(cx, i, t)?;
     Ok(TargetConfig {
+        validators,
         format,
         restore_jobs,
         recovery_target,
@@ -457,6 +498,95 @@ fn validate_target(
         rpo: cx.duration(&key("rpo"), &t.rpo)?,
         row_count_tolerance: tolerance,
         abort_factor,
+    })
+}
+
+fn validate_validators(cx: &Ctx<'_>, i: usize, t: &RawTarget) -> Result<ValidatorsConfig, ConfigError> {
+    let key = |k: &str| format!("target[{i}].validators.{k}");
+    let v = t.validators.as_ref();
+    let enabled = match v.and_then(|v| v.enabled.as_ref()) {
+        None => ALL_VALIDATORS.iter().map(|s| s.to_string()).collect(),
+        Some(list) => {
+            for name in list.get_ref() {
+                if !ALL_VALIDATORS.contains(&name.as_str()) {
+                    return Err(cx.err(
+                        &key("enabled"),
+                        Some(list.span()),
+                        format!("unknown validator {name:?}; known: {}", ALL_VALIDATORS.join(", ")),
+                    ));
+                }
+            }
+            list.get_ref().clone()
+        }
+    };
+    let dur = |k: &str, f: Option<&Spanned<String>>, default: u64| match f {
+        None => Ok(Duration::from_secs(default)),
+        Some(s) => cx.duration(&key(k), s),
+    };
+    let count = |k: &str, f: Option<&Spanned<i64>>, default: u64, max: i64| match f {
+        None => Ok(default),
+        Some(n) if (1..=max).contains(n.get_ref()) => Ok(*n.get_ref() as u64),
+        Some(n) => Err(cx.err(&key(k), Some(n.span()), format!("expected a whole number from 1 to {max}"))),
+    };
+    let mut as_of = Vec::new();
+    for (table, column) in t.as_of.iter().flatten() {
+        let (schema, name) = table.split_once('.').unwrap_or(("public", table));
+        if name.is_empty() || schema.is_empty() || column.get_ref().is_empty() {
+            return Err(cx.err(
+                &format!("target[{i}].as_of"),
+                Some(column.span()),
+                format!("expected \"schema.table\" = \"column\", got {table:?}"),
+            ));
+        }
+        as_of.push((schema.to_string(), name.to_string(), column.get_ref().clone()));
+    }
+    let mut checks = Vec::new();
+    for (j, c) in t.checks.iter().enumerate() {
+        let k = format!("target[{i}].check[{j}]");
+        let expect = match (&c.expect, &c.compare) {
+            (Some(e), None) => Some(e.clone()),
+            (None, Some(cmp)) if cmp.get_ref() == "primary" => None,
+            (None, Some(cmp)) => {
+                return Err(cx.err(
+                    &format!("{k}.compare"),
+                    Some(cmp.span()),
+                    format!("expected \"primary\", got {:?}", cmp.get_ref()),
+                ));
+            }
+            _ => {
+                return Err(cx.err(
+                    &k,
+                    Some(c.name.span()),
+                    "needs exactly one of `expect = \"…\"` or `compare = \"primary\"`",
+                ));
+            }
+        };
+        if c.sql.get_ref().trim().is_empty() {
+            return Err(cx.err(&format!("{k}.sql"), Some(c.sql.span()), "must not be empty"));
+        }
+        checks.push(CustomCheck { name: c.name.get_ref().clone(), sql: c.sql.get_ref().clone(), expect });
+    }
+    Ok(ValidatorsConfig {
+        enabled,
+        timeout: dur("timeout", v.and_then(|v| v.timeout.as_ref()), 1800)?,
+        statement_timeout: dur("statement_timeout", v.and_then(|v| v.statement_timeout.as_ref()), 60)?,
+        primary_concurrency: count("primary_concurrency", v.and_then(|v| v.primary_concurrency.as_ref()), 2, 16)?
+            as u32,
+        checksum_chunk_rows: count(
+            "checksum_chunk_rows",
+            v.and_then(|v| v.checksum_chunk_rows.as_ref()),
+            100_000,
+            100_000_000,
+        )?,
+        checksum_sample_rows: count(
+            "checksum_sample_rows",
+            v.and_then(|v| v.checksum_sample_rows.as_ref()),
+            5_000_000,
+            i64::MAX,
+        )?,
+        exclude: v.and_then(|v| v.exclude.clone()).unwrap_or_default(),
+        as_of,
+        checks,
     })
 }
 

@@ -6,8 +6,8 @@
 //! RTO deadline drop the in-flight work, and the sandbox's drop guard tears it down.
 
 use crate::progress::Progress;
-use crate::report::RestoreInfo;
 use crate::report::{BackupInfo, Phase, Rpo, Rto, RunError, RunReport, RunResult, ValidatorReport, secs, timestamp};
+use crate::report::{PrimaryQueries, RestoreInfo};
 use drcheck_config::{Config, StorageConfig, TargetConfig};
 use drcheck_restore::fetch::FetchOptions;
 use drcheck_restore::job::{self, RestoreJob};
@@ -15,12 +15,11 @@ use drcheck_restore::physical::WalReplay;
 use drcheck_restore::sandbox::reap_leftovers;
 use drcheck_restore::store::backups_newest_first;
 use drcheck_restore::{Backup, BackupStore, RestoreError, SandboxOptions, Stage, StoreError, open_store};
-use drcheck_validators::{Context, Primary, primary};
+use drcheck_validators::primary::{self, canonical_session};
+use drcheck_validators::{Context, Primary, RestoredAccess};
 use sqlx::postgres::PgPoolOptions;
 use std::time::{Duration, Instant, SystemTime};
 use tokio_util::sync::CancellationToken;
-
-const VALIDATOR_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// Why a run stopped early, and whether the backup (or an objective) is to blame.
 struct Stop {
@@ -78,7 +77,12 @@ pub async fn list_backups(config: &Config, target: &TargetConfig) -> Result<(Str
 }
 
 /// Downloads a single-object backup to `output` with the concurrent fetcher.
-pub async fn download(config: &Config, target: &TargetConfig, backup: &Backup, output: &std::path::Path) -> anyhow::Result<u64> {
+pub async fn download(
+    config: &Config,
+    target: &TargetConfig,
+    backup: &Backup,
+    output: &std::path::Path,
+) -> anyhow::Result<u64> {
     use tokio::io::AsyncWriteExt;
     let store = open_store(&target.storage, &config.storage[&target.storage]).await;
     let reader = drcheck_restore::fetch::parallel(store, &backup.key, backup.size, fetch_options(config, target));
@@ -146,9 +150,10 @@ pub async fn verify(
             backup: None,
             phases: Vec::new(),
             rto: Rto { target_seconds: secs(target.rto), measured_seconds: None, met: None },
-            rpo: Rpo { target_seconds: secs(target.rpo), backup_age_seconds: None, met: None },
+            rpo: Rpo { target_seconds: secs(target.rpo), backup_age_seconds: None, met: None, data_lag_seconds: None },
             validators: Vec::new(),
             restore: None,
+            primary_queries: None,
             error: None,
         },
     };
@@ -266,10 +271,11 @@ async fn steps(
     });
     progress.phase(&target.name, "checking the restored database");
     let sandbox = restored.sandbox;
+    let database = restored.database;
     let pool = PgPoolOptions::new()
         .max_connections(4)
         .acquire_timeout(Duration::from_secs(30))
-        .connect_with(sandbox.connect_options(&restored.database))
+        .connect_with(canonical_session(sandbox.connect_options(&database)))
         .await
         .map_err(|e| Stop::incomplete("restore", format!("the restored database does not accept connections: {e}")))?;
     sqlx::query("select 1")
@@ -283,22 +289,46 @@ async fn steps(
 
     progress.phase(&target.name, "validating");
     let t = Instant::now();
+    let settings = &target.validators;
     let primary = match &target.primary {
         None => Primary::Unavailable("no primary configured for this target".into()),
-        Some(url) => match primary::connect(url.expose(), &primary::PrimaryLimits::default()).await {
-            Ok(pool) => Primary::Available(pool),
-            Err(why) => {
-                tracing::warn!(target = %target.name, reason = %why, "primary unreachable: comparisons skipped");
-                Primary::Unavailable(format!("cannot connect to {}: {why}", url.redacted()))
+        Some(url) => {
+            let limits = primary::PrimaryLimits {
+                statement_timeout: settings.statement_timeout,
+                max_concurrency: settings.primary_concurrency,
+                ..Default::default()
+            };
+            match primary::connect(url.expose(), &limits).await {
+                Ok(db) => Primary::Available(db),
+                Err(why) => {
+                    tracing::warn!(target = %target.name, reason = %why, "primary unreachable: comparisons skipped");
+                    Primary::Unavailable(format!("cannot connect to {}: {why}", url.redacted()))
+                }
             }
-        },
+        }
     };
-    let cx = Context { restored, primary, row_count_tolerance: target.row_count_tolerance };
-    let validators = drcheck_validators::builtins();
-    let findings = drcheck_validators::run_all(&validators, &cx, VALIDATOR_TIMEOUT).await;
+    let cx = Context {
+        restored,
+        access: RestoredAccess {
+            socket_dir: sandbox.socket_dir().to_path_buf(),
+            port: sandbox.port(),
+            database: database.clone(),
+            bindir: sandbox.bin().dir.clone(),
+        },
+        primary,
+        backup_time: backup.last_modified,
+        rpo: target.rpo,
+        row_count_tolerance: target.row_count_tolerance,
+        settings: settings.clone(),
+    };
+    let validators = drcheck_validators::selected(&settings.enabled);
+    let findings = drcheck_validators::run_all(&validators, &cx, settings.timeout).await;
     run.report.validators = findings.iter().map(ValidatorReport::from).collect();
+    run.report.rpo.data_lag_seconds = findings.iter().find_map(|f| f.measurements.get("data_lag_seconds").copied());
     cx.restored.close().await;
     if let Primary::Available(p) = &cx.primary {
+        let stats = p.stats();
+        run.report.primary_queries = Some(PrimaryQueries { count: stats.count, longest_seconds: secs(stats.longest) });
         p.close().await;
     }
     run.phase("validate", t.elapsed());

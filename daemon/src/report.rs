@@ -55,6 +55,17 @@ pub struct Rpo {
     pub target_seconds: f64,
     pub backup_age_seconds: Option<f64>,
     pub met: Option<bool>,
+    /// From the `freshness` validator: how much newer the primary's data is than the
+    /// backup's newest row — what a restore right now would lose.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data_lag_seconds: Option<f64>,
+}
+
+/// How hard the run leaned on the primary.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PrimaryQueries {
+    pub count: u64,
+    pub longest_seconds: f64,
 }
 
 /// How the restore was done: what measured the RTO.
@@ -79,11 +90,18 @@ pub struct ValidatorReport {
     pub name: String,
     pub status: String,
     pub detail: String,
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub measurements: std::collections::BTreeMap<String, f64>,
 }
 
 impl From<&Finding> for ValidatorReport {
     fn from(f: &Finding) -> Self {
-        Self { name: f.name.clone(), status: f.status.as_str().to_string(), detail: f.detail.clone() }
+        Self {
+            name: f.name.clone(),
+            status: f.status.as_str().to_string(),
+            detail: f.detail.clone(),
+            measurements: f.measurements.clone(),
+        }
     }
 }
 
@@ -101,6 +119,8 @@ pub struct RunReport {
     pub validators: Vec<ValidatorReport>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub restore: Option<RestoreInfo>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub primary_queries: Option<PrimaryQueries>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<RunError>,
 }
@@ -185,10 +205,16 @@ pub fn render_human(r: &RunReport) -> String {
         human_secs(r.rpo.target_seconds),
         verdict(r.rpo.met)
     );
+    if let Some(lag) = r.rpo.data_lag_seconds {
+        let _ = writeln!(s, "  data lag    {} behind the primary (what a restore now would lose)", human_secs(lag));
+    }
+    if let Some(q) = &r.primary_queries {
+        let _ = writeln!(s, "  primary     {} queries, longest {}", q.count, human_secs(q.longest_seconds));
+    }
     if !r.validators.is_empty() {
         let _ = writeln!(s, "  validators");
         for v in &r.validators {
-            let _ = writeln!(s, "    {:<8} {:<12} {}", v.status, v.name, v.detail);
+            let _ = writeln!(s, "    {:<8} {:<14} {}", v.status, v.name, v.detail);
         }
     }
     if let Some(e) = &r.error {
@@ -216,13 +242,20 @@ mod tests {
             }),
             phases: vec![Phase { name: "fetch".into(), seconds: 1.25 }],
             rto: Rto { target_seconds: 1800.0, measured_seconds: Some(8.0), met: Some(true) },
-            rpo: Rpo { target_seconds: 3600.0, backup_age_seconds: Some(7200.0), met: Some(false) },
+            rpo: Rpo {
+                target_seconds: 3600.0,
+                backup_age_seconds: Some(7200.0),
+                met: Some(false),
+                data_lag_seconds: None,
+            },
             validators: vec![ValidatorReport {
                 name: "schema".into(),
                 status: "skipped".into(),
                 detail: "primary unavailable".into(),
+                measurements: Default::default(),
             }],
             restore: None,
+            primary_queries: None,
             error: None,
         }
     }

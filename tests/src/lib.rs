@@ -343,3 +343,23 @@ pub fn only_run(o: &Output) -> serde_json::Value {
 pub fn make_world_enterable(dir: &Path) {
     std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o1777)).unwrap();
 }
+
+/// The finding of validator `name` in a run report.
+pub fn validator<'a>(run: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
+    run["validators"]
+        .as_array()
+        .and_then(|vs| vs.iter().find(|v| v["name"] == name))
+        .unwrap_or_else(|| panic!("no {name} finding in {run}"))
+}
+
+/// Every validator passed, except those that cannot apply without configuration
+/// (`freshness` without `as_of` columns, `custom` without checks), which are skipped.
+pub fn assert_all_validators_pass(run: &serde_json::Value) {
+    let vs = run["validators"].as_array().expect("validators");
+    assert_eq!(vs.len(), 9, "every validator reports: {run}");
+    for v in vs {
+        let unconfigured = v["name"] == "freshness" || v["name"] == "custom";
+        let expected = if unconfigured { "skipped" } else { "passed" };
+        assert_eq!(v["status"], expected, "{v}");
+    }
+}

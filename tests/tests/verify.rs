@@ -2,7 +2,10 @@
 //! pg_dump/pg_restore. Each test builds its own scene and tears it down.
 
 use drcheck_e2e::scenario::Scene;
-use drcheck_e2e::{TempRoot, Throttle, drcheck, free_port, only_run, processes_mentioning, stderr, stdout};
+use drcheck_e2e::{
+    TempRoot, Throttle, assert_all_validators_pass, drcheck, free_port, only_run, processes_mentioning, stderr, stdout,
+    validator,
+};
 use std::time::{Duration, Instant};
 
 const LIMIT: Duration = Duration::from_secs(120);
@@ -48,12 +51,10 @@ fn a_good_backup_passes_is_recorded_and_listed() {
     assert_eq!(run["rto"]["target_seconds"], 600.0);
     assert_eq!(run["rpo"]["met"], true);
     assert!(run["rpo"]["backup_age_seconds"].as_f64().unwrap() < 600.0);
-    let validators = run["validators"].as_array().unwrap();
-    assert_eq!(validators.len(), 2, "{validators:?}");
-    for v in validators {
-        assert_eq!(v["status"], "passed", "{v}");
-    }
-    assert!(validators[0]["detail"].as_str().unwrap().contains("3 tables"), "{validators:?}");
+    assert_all_validators_pass(&run);
+    assert!(validator(&run, "schema")["detail"].as_str().unwrap().contains("(3 tables)"), "{run}");
+    assert!(validator(&run, "checksums")["detail"].as_str().unwrap().contains("6500 rows"), "{run}");
+    assert!(run["primary_queries"]["count"].as_u64().unwrap() > 5, "{run}");
     assert!(run.get("error").is_none());
     assert!(scene.leftover_sandboxes().is_empty());
 
@@ -71,7 +72,7 @@ fn a_good_backup_passes_is_recorded_and_listed() {
     let runs = hist["runs"].as_array().unwrap();
     assert_eq!(runs.len(), 2);
     assert_eq!(runs[1]["run_id"], run["run_id"]);
-    assert_eq!(runs[1]["validators"].as_array().unwrap().len(), 2);
+    assert_eq!(runs[1]["validators"].as_array().unwrap().len(), 9);
     let (out, _) = drcheck(&["--config", &c, "history", "--target", "orders"], &scene.env(), LIMIT);
     assert!(stdout(&out).contains(run["run_id"].as_str().unwrap()), "{}", stdout(&out));
 
@@ -96,13 +97,16 @@ fn a_good_backup_passes_is_recorded_and_listed() {
 #[test]
 fn an_explicit_backup_key_is_verified() {
     let scene = Scene::start();
-    // One more order is within row_counts' 0.1% tolerance of 5000.
+    // An order placed after the first backup: with `as_of`, counts and checksums only
+    // look at rows written at or before the verified backup's time.
+    std::thread::sleep(Duration::from_millis(1100));
     scene.primary.psql("orders", "insert into orders (customer_id, total) values (1, 1)");
     let newer = scene.root.path().join("newer.dump");
     scene.primary.dump("orders", &newer, &[]);
-    std::thread::sleep(Duration::from_millis(1100));
     scene.s3.upload(&newer, &scene.bucket, "orders/orders-2.dump");
-    let c = cfg(&scene.config(&scene.spec()));
+    let mut spec = scene.spec();
+    spec.extra_target = "[target.as_of]\n\"public.orders\" = \"placed_at\"".into();
+    let c = cfg(&scene.config(&spec));
     let (out, _) = drcheck(
         &["--config", &c, "verify", "--target", "orders", "--backup", "orders/orders-1.dump", "--json"],
         &scene.env(),
@@ -130,10 +134,9 @@ fn rows_the_backup_lacks_beyond_the_tolerance_fail_row_counts() {
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     let run = only_run(&out);
     assert_eq!(run["result"], "failed");
-    assert_eq!(run["validators"][0]["status"], "passed", "{run}");
-    assert_eq!(run["validators"][1]["name"], "row_counts");
-    assert_eq!(run["validators"][1]["status"], "failed");
-    let detail = run["validators"][1]["detail"].as_str().unwrap();
+    assert_eq!(validator(&run, "schema")["status"], "passed", "{run}");
+    assert_eq!(validator(&run, "row_counts")["status"], "failed");
+    let detail = validator(&run, "row_counts")["detail"].as_str().unwrap();
     assert!(detail.contains("public.customers: primary 600, restored 500"), "{detail}");
     assert!(!detail.contains("public.orders"), "{detail}");
 }
@@ -208,7 +211,7 @@ fn a_backup_older_than_the_rpo_fails() {
     assert_eq!(run["rpo"]["target_seconds"], 1.0);
     // The restore still ran and was checked: the backup is restorable, just stale.
     assert_eq!(run["rto"]["met"], true);
-    assert_eq!(run["validators"][0]["status"], "passed");
+    assert_eq!(validator(&run, "schema")["status"], "passed");
 }
 
 #[test]
@@ -258,10 +261,14 @@ fn a_primary_that_is_down_skips_comparisons_but_still_verifies_the_restore() {
     let run = only_run(&out);
     assert_eq!(run["result"], "passed");
     assert_eq!(run["rto"]["met"], true);
-    for v in run["validators"].as_array().unwrap() {
+    for name in ["schema", "row_counts", "checksums"] {
+        let v = validator(&run, name);
         assert_eq!(v["status"], "skipped", "{v}");
         let detail = v["detail"].as_str().unwrap();
         assert!(detail.contains("primary unavailable") && detail.contains("127.0.0.1"), "{detail}");
+    }
+    for name in ["amcheck", "full_read", "sequences", "indexes"] {
+        assert_eq!(validator(&run, name)["status"], "passed", "self-checks need no primary: {run}");
     }
 }
 
@@ -420,8 +427,8 @@ fn the_primary_password_appears_in_no_output_report_or_history_row() {
     let wrong = drcheck_e2e::unique("wrongpw");
     let (out, _) = drcheck(&["--config", &c, "-vv", "verify", "--json"], &[("ORDERS_PW", wrong.clone())], LIMIT);
     let run = only_run(&out);
-    assert_eq!(run["validators"][0]["status"], "skipped");
-    assert!(run["validators"][0]["detail"].as_str().unwrap().contains("password authentication failed"), "{run}");
+    assert_eq!(validator(&run, "schema")["status"], "skipped");
+    assert!(validator(&run, "schema")["detail"].as_str().unwrap().contains("password authentication failed"), "{run}");
     outputs.push(("verify with a wrong password".into(), stdout(&out) + &stderr(&out)));
 
     for (what, text) in &outputs {

@@ -1,25 +1,38 @@
 //! drcheck's validators: checks that turn "the restore exited 0" into "this backup
-//! holds our data". Each [`Validator`] looks at the restored copy and, where it
-//! compares, at the primary, and returns one [`Finding`]: `passed`, `failed`,
-//! `skipped` (could not run — never counted as passed) or `error`.
+//! holds our data, intact". Each [`Validator`] looks at the restored copy and, where it
+//! compares, at the primary, and returns [`Finding`]s: `passed`, `failed`, `skipped`
+//! (could not run — never counted as passed) or `error`, each with a precise detail.
+//!
+//! Self-checks (sandbox only): `amcheck`, `full_read`, `sequences`, `indexes`.
+//! Comparisons with the primary: `schema`, `row_counts`, `checksums`, `freshness`,
+//! and the user's `custom` SQL checks.
 //!
 //! Validators never know where a backup came from and never see storage credentials.
-//! The primary is reached only through [`primary::connect`], which makes every session
-//! read-only, time-limited and capped in number.
+//! The primary is reached only through [`primary::PrimaryDb`]: read-only sessions with a
+//! `statement_timeout`, a pool as large as the allowed concurrency, every query counted
+//! and timed. Every identifier reaching SQL is quoted with `quote_ident`.
 
 pub mod catalog;
 pub mod primary;
+
+mod amcheck;
+mod checksums;
+mod custom;
+mod freshness;
+mod full_read;
+mod indexes;
 mod row_counts;
 mod schema;
-
-pub use row_counts::RowCounts;
-pub use schema::Schema;
+mod sequences;
 
 use async_trait::async_trait;
-use drcheck_config::quote_ident;
+use drcheck_config::{ValidatorsConfig, quote_ident};
+use primary::PrimaryDb;
 use serde::Serialize;
 use sqlx::PgPool;
-use std::time::Duration;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::{Duration, SystemTime};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -41,56 +54,127 @@ impl Status {
     }
 }
 
-/// One validator's verdict with a precise, human-readable detail.
+/// One verdict with a precise, human-readable detail (schema, table, expected, got).
 #[derive(Debug, Clone, Serialize)]
 pub struct Finding {
     pub name: String,
     pub status: Status,
     pub detail: String,
+    /// Numbers a validator measured (e.g. `data_lag_seconds`).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub measurements: BTreeMap<String, f64>,
 }
 
 impl Finding {
     pub fn new(name: &str, status: Status, detail: impl Into<String>) -> Self {
-        Self { name: name.to_string(), status, detail: detail.into() }
+        Self { name: name.to_string(), status, detail: detail.into(), measurements: BTreeMap::new() }
+    }
+
+    pub fn with(mut self, key: &str, value: f64) -> Self {
+        self.measurements.insert(key.to_string(), value);
+        self
     }
 }
 
 /// The primary, if it could be reached; otherwise why not.
 pub enum Primary {
-    Available(PgPool),
+    Available(PrimaryDb),
     Unavailable(String),
+}
+
+/// How to reach the restored database with command-line tools (pg_amcheck, pg_dump).
+#[derive(Debug, Clone)]
+pub struct RestoredAccess {
+    pub socket_dir: PathBuf,
+    pub port: u16,
+    pub database: String,
+    pub bindir: PathBuf,
 }
 
 /// What validators get to look at.
 pub struct Context {
     /// The restored database in the sandbox.
     pub restored: PgPool,
+    pub access: RestoredAccess,
     pub primary: Primary,
-    /// Allowed relative difference of row counts (0.001 = 0.1%).
+    /// When the backup was taken: rows written later are not expected in it.
+    pub backup_time: SystemTime,
+    pub rpo: Duration,
+    /// Allowed relative difference of row counts (0.001 = 0.1%) where no `as_of` applies.
     pub row_count_tolerance: f64,
+    pub settings: ValidatorsConfig,
+}
+
+impl Context {
+    /// The primary, or a `skipped` finding saying why not.
+    pub fn primary_or_skip(&self, name: &str) -> Result<&PrimaryDb, Finding> {
+        match &self.primary {
+            Primary::Available(p) => Ok(p),
+            Primary::Unavailable(why) => {
+                Err(Finding::new(name, Status::Skipped, format!("primary unavailable: {why}")))
+            }
+        }
+    }
+
+    /// The `as_of` column configured for a table.
+    pub fn as_of(&self, t: &TableName) -> Option<&str> {
+        self.settings.as_of.iter().find(|(s, n, _)| *s == t.schema && *n == t.name).map(|(_, _, c)| c.as_str())
+    }
+
+    pub fn excluded(&self, t: &TableName) -> bool {
+        let full = t.to_string();
+        self.settings.exclude.iter().any(|e| *e == full || (!e.contains('.') && t.schema == "public" && *e == t.name))
+    }
+
+    /// The backup time as an RFC 3339 string, bound as `$n::timestamptz`.
+    pub fn backup_time_text(&self) -> String {
+        humantime::format_rfc3339_micros(self.backup_time).to_string()
+    }
 }
 
 #[async_trait]
 pub trait Validator: Send + Sync {
     fn name(&self) -> &'static str;
-    async fn validate(&self, cx: &Context) -> Finding;
+    async fn validate(&self, cx: &Context) -> Vec<Finding>;
 }
 
-/// The validators every target gets.
-pub fn builtins() -> Vec<Box<dyn Validator>> {
-    vec![Box::new(Schema), Box::new(RowCounts)]
+/// Every validator, in the order they run (self-checks first).
+fn all() -> Vec<Box<dyn Validator>> {
+    vec![
+        Box::new(amcheck::Amcheck),
+        Box::new(full_read::FullRead),
+        Box::new(sequences::Sequences),
+        Box::new(indexes::Indexes),
+        Box::new(schema::Schema),
+        Box::new(row_counts::RowCounts),
+        Box::new(checksums::Checksums),
+        Box::new(freshness::Freshness),
+        Box::new(custom::Custom),
+    ]
+}
+
+/// The validators `enabled` names, in their running order.
+pub fn selected(enabled: &[String]) -> Vec<Box<dyn Validator>> {
+    all().into_iter().filter(|v| enabled.iter().any(|e| e == v.name())).collect()
 }
 
 /// Runs every validator, each under `timeout`; one failing or erroring never stops the others.
 pub async fn run_all(validators: &[Box<dyn Validator>], cx: &Context, timeout: Duration) -> Vec<Finding> {
     let mut out = Vec::with_capacity(validators.len());
     for v in validators {
-        let finding = match tokio::time::timeout(timeout, v.validate(cx)).await {
+        let started = std::time::Instant::now();
+        let findings = match tokio::time::timeout(timeout, v.validate(cx)).await {
             Ok(f) => f,
-            Err(_) => Finding::new(v.name(), Status::Error, format!("timed out after {timeout:?}")),
+            Err(_) => vec![Finding::new(v.name(), Status::Error, format!("timed out after {timeout:?}"))],
         };
-        tracing::info!(validator = v.name(), status = finding.status.as_str(), "validator finished");
-        out.push(finding);
+        for f in &findings {
+            tracing::info!(validator = %f.name, status = f.status.as_str(), seconds = started.elapsed().as_secs_f64(), "validator finished");
+        }
+        out.extend(
+            findings
+                .into_iter()
+                .map(|f| f.with("seconds", (started.elapsed().as_secs_f64() * 1000.0).round() / 1000.0)),
+        );
     }
     out
 }
@@ -112,4 +196,13 @@ impl std::fmt::Display for TableName {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{}.{}", self.schema, self.name)
     }
+}
+
+/// At most `n` items joined, then "and N more".
+pub(crate) fn some_of(items: &[String], n: usize) -> String {
+    let mut s: Vec<String> = items.iter().take(n).cloned().collect();
+    if items.len() > n {
+        s.push(format!("and {} more", items.len() - n));
+    }
+    s.join("; ")
 }

@@ -1,12 +1,13 @@
 //! Access to the production primary, protected: every session is read-only, carries a
-//! `statement_timeout` and `application_name = 'drcheck'`, and the pool caps how many
-//! queries run at once.
+//! `statement_timeout`, `lock_timeout` and `application_name = 'drcheck'`; the pool is
+//! as large as the allowed concurrency; every query is counted and timed, so a run can
+//! say how hard it leaned on the primary.
 
-use sqlx::postgres::PgConnection;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
-use sqlx::{Connection, PgPool};
+use sqlx::{Connection, PgPool, postgres::PgConnection};
 use std::str::FromStr;
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 pub struct PrimaryLimits {
     pub statement_timeout: Duration,
@@ -24,12 +25,57 @@ impl Default for PrimaryLimits {
     }
 }
 
+/// Session settings that make row text (and so row hashes) identical on both sides.
+pub fn canonical_session(opts: PgConnectOptions) -> PgConnectOptions {
+    opts.options([
+        ("TimeZone", "UTC"),
+        ("DateStyle", "ISO, YMD"),
+        ("IntervalStyle", "postgres"),
+        ("extra_float_digits", "3"),
+        ("bytea_output", "hex"),
+    ])
+}
+
+/// How many queries went to the primary, and the longest.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct QueryStats {
+    pub count: u64,
+    pub longest: Duration,
+}
+
+#[derive(Clone)]
+pub struct PrimaryDb {
+    pub pool: PgPool,
+    stats: Arc<Mutex<QueryStats>>,
+}
+
+impl PrimaryDb {
+    /// Runs one query future against the primary, counting and timing it.
+    pub async fn timed<T>(&self, query: impl std::future::Future<Output = T>) -> T {
+        let started = Instant::now();
+        let r = query.await;
+        let took = started.elapsed();
+        let mut s = self.stats.lock().unwrap();
+        s.count += 1;
+        s.longest = s.longest.max(took);
+        r
+    }
+
+    pub fn stats(&self) -> QueryStats {
+        *self.stats.lock().unwrap()
+    }
+
+    pub async fn close(&self) {
+        self.pool.close().await;
+    }
+}
+
 /// Connects to the primary. The error never contains the URL or its password.
-pub async fn connect(url: &str, limits: &PrimaryLimits) -> Result<PgPool, String> {
+pub async fn connect(url: &str, limits: &PrimaryLimits) -> Result<PrimaryDb, String> {
     let opts =
         PgConnectOptions::from_str(url).map_err(|_| "the primary URL is not a valid postgres:// URL".to_string())?;
     let timeout_ms = limits.statement_timeout.as_millis().to_string();
-    let opts = opts.application_name("drcheck").options([
+    let opts = canonical_session(opts.application_name("drcheck")).options([
         ("default_transaction_read_only", "on"),
         ("statement_timeout", timeout_ms.as_str()),
         ("lock_timeout", "5000"),
@@ -41,14 +87,15 @@ pub async fn connect(url: &str, limits: &PrimaryLimits) -> Result<PgPool, String
         .map_err(|_| format!("no answer within {:?}", limits.connect_timeout))?
         .map_err(|e| scrub(&e.to_string(), url))?;
     let _ = probe.close().await;
-    Ok(PgPoolOptions::new()
+    let pool = PgPoolOptions::new()
         .max_connections(limits.max_concurrency.max(1))
         .acquire_timeout(limits.connect_timeout)
-        .connect_lazy_with(opts))
+        .connect_lazy_with(opts);
+    Ok(PrimaryDb { pool, stats: Default::default() })
 }
 
 /// Removes the URL and its password from a message, in case a driver ever echoes them.
-fn scrub(message: &str, url: &str) -> String {
+pub fn scrub(message: &str, url: &str) -> String {
     let mut m = message.replace(url, "<primary>");
     if let Ok(u) = url::Url::parse(url)
         && let Some(pw) = u.password()

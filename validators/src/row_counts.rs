@@ -1,22 +1,27 @@
-//! `row_counts`: each table has as many rows in the restored copy as on the primary,
-//! within a relative tolerance (the primary keeps changing after the backup).
+//! `row_counts`: each table has as many rows in the restored copy as on the primary —
+//! exactly, counting rows written at or before the backup time, where the table has an
+//! `as_of` column; otherwise within a relative tolerance (the primary keeps changing).
 
-use crate::{Context, Finding, Primary, Status, TableName, Validator, catalog};
+use crate::{Context, Finding, Status, TableName, Validator, catalog, some_of};
 use async_trait::async_trait;
+use drcheck_config::quote_ident;
 use futures::stream::{self, StreamExt};
-use sqlx::PgPool;
 use std::collections::BTreeSet;
 
 pub struct RowCounts;
-
-async fn count(pool: &PgPool, t: &TableName) -> Result<i64, sqlx::Error> {
-    sqlx::query_scalar(sqlx::AssertSqlSafe(format!("select count(*) from {}", t.quoted()))).fetch_one(pool).await
-}
 
 /// Whether `restored` is within `tolerance` (a fraction) of `primary`.
 pub(crate) fn within(primary: i64, restored: i64, tolerance: f64) -> bool {
     let allowed = (primary as f64 * tolerance).floor() as i64;
     (primary - restored).abs() <= allowed
+}
+
+/// `select count(*)`, restricted to rows at or before `$1` when `as_of` is given.
+fn count_sql(t: &TableName, as_of: Option<&str>) -> String {
+    match as_of {
+        Some(col) => format!("select count(*) from {} where {} <= $1::timestamptz", t.quoted(), quote_ident(col)),
+        None => format!("select count(*) from {}", t.quoted()),
+    }
 }
 
 #[async_trait]
@@ -25,59 +30,79 @@ impl Validator for RowCounts {
         "row_counts"
     }
 
-    async fn validate(&self, cx: &Context) -> Finding {
+    async fn validate(&self, cx: &Context) -> Vec<Finding> {
         let name = self.name();
-        let primary = match &cx.primary {
-            Primary::Available(p) => p,
-            Primary::Unavailable(why) => {
-                return Finding::new(name, Status::Skipped, format!("primary unavailable: {why}"));
-            }
+        let primary = match cx.primary_or_skip(name) {
+            Ok(p) => p,
+            Err(skip) => return vec![skip],
         };
-        let (on_primary, restored) = match (catalog::tables(primary).await, catalog::tables(&cx.restored).await) {
-            (Ok(p), Ok(r)) => (p, r.into_iter().collect::<BTreeSet<_>>()),
-            (Err(e), _) | (_, Err(e)) => {
-                return Finding::new(name, Status::Error, format!("listing tables: {e}"));
-            }
-        };
-        let common: Vec<TableName> = on_primary.into_iter().filter(|t| restored.contains(t)).collect();
-        // The primary pool's size caps how many counts run there at once.
-        let results: Vec<(TableName, Result<(i64, i64), sqlx::Error>)> = stream::iter(common)
-            .map(|t| async move {
-                let r = async { Ok((count(primary, &t).await?, count(&cx.restored, &t).await?)) }.await;
-                (t, r)
+        let (on_primary, restored) =
+            match (primary.timed(catalog::tables(&primary.pool)).await, catalog::tables(&cx.restored).await) {
+                (Ok(p), Ok(r)) => (p, r.into_iter().collect::<BTreeSet<_>>()),
+                (Err(e), _) | (_, Err(e)) => {
+                    return vec![Finding::new(name, Status::Error, format!("listing tables: {e}"))];
+                }
+            };
+        let common: Vec<TableName> =
+            on_primary.into_iter().filter(|t| restored.contains(t) && !cx.excluded(t)).collect();
+        let backup_time = cx.backup_time_text();
+        let results: Vec<(TableName, bool, Result<(i64, i64), sqlx::Error>)> = stream::iter(common)
+            .map(|t| {
+                let backup_time = backup_time.clone();
+                async move {
+                    let as_of = cx.as_of(&t);
+                    let sql = count_sql(&t, as_of);
+                    let r = async {
+                        let q = || {
+                            let q = sqlx::query_scalar::<_, i64>(sqlx::AssertSqlSafe(sql.clone()));
+                            if as_of.is_some() { q.bind(backup_time.clone()) } else { q }
+                        };
+                        let p = primary.timed(q().fetch_one(&primary.pool)).await?;
+                        let r = q().fetch_one(&cx.restored).await?;
+                        Ok((p, r))
+                    }
+                    .await;
+                    (t, as_of.is_some(), r)
+                }
             })
-            .buffer_unordered(2)
+            .buffer_unordered(cx.settings.primary_concurrency.max(1) as usize)
             .collect()
             .await;
         let mut results = results;
         results.sort_by(|a, b| a.0.cmp(&b.0));
         let mut mismatches = Vec::new();
         let mut errors = Vec::new();
-        for (t, r) in &results {
+        let mut exact = 0;
+        for (t, has_as_of, r) in &results {
+            exact += *has_as_of as usize;
             match r {
-                Ok((p, r)) if !within(*p, *r, cx.row_count_tolerance) => {
-                    mismatches.push(format!("{t}: primary {p}, restored {r}"));
+                Ok((p, r)) if *has_as_of && p != r => {
+                    mismatches.push(format!("{t}: primary {p}, restored {r} rows written at or before the backup time"))
+                }
+                Ok((p, r)) if !*has_as_of && !within(*p, *r, cx.row_count_tolerance) => {
+                    mismatches.push(format!("{t}: primary {p}, restored {r}"))
                 }
                 Ok(_) => {}
                 Err(e) => errors.push(format!("{t}: {e}")),
             }
         }
         let tolerance = format!("{}%", cx.row_count_tolerance * 100.0);
+        let how = format!("{exact} exact by as_of, {} within {tolerance}", results.len() - exact);
         if !mismatches.is_empty() {
-            Finding::new(
+            vec![Finding::new(
                 name,
                 Status::Failed,
                 format!(
-                    "{} of {} tables differ beyond {tolerance}: {}",
+                    "{} of {} tables differ ({how}): {}",
                     mismatches.len(),
                     results.len(),
-                    mismatches.join("; ")
+                    some_of(&mismatches, 20)
                 ),
-            )
+            )]
         } else if !errors.is_empty() {
-            Finding::new(name, Status::Error, format!("could not count: {}", errors.join("; ")))
+            vec![Finding::new(name, Status::Error, format!("could not count: {}", some_of(&errors, 10)))]
         } else {
-            Finding::new(name, Status::Passed, format!("{} tables match within {tolerance}", results.len()))
+            vec![Finding::new(name, Status::Passed, format!("{} tables match ({how})", results.len()))]
         }
     }
 }

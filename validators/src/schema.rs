@@ -1,20 +1,101 @@
-//! `schema`: the restored copy has the same tables (schema-qualified) as the primary.
+//! `schema`: a fingerprint of schemas, tables, columns and their types, indexes,
+//! constraints, views, functions, sequences, triggers and extensions, taken on both
+//! sides and compared; a mismatch is a readable diff.
 
-use crate::{Context, Finding, Primary, Status, TableName, Validator, catalog};
+use crate::{Context, Finding, Status, Validator, some_of};
 use async_trait::async_trait;
-use std::collections::BTreeSet;
+use sqlx::PgPool;
+use std::collections::BTreeMap;
 
 pub struct Schema;
 
-/// How many names a detail lists before it says "and N more".
-const SHOW: usize = 20;
+const FINGERPRINT: &str = r#"
+with ns as (
+  select oid, nspname from pg_namespace
+   where nspname not in ('pg_catalog', 'information_schema')
+     and nspname not like 'pg\_toast%' and nspname not like 'pg\_temp%'
+),
+ext as (select classid, objid from pg_depend where deptype = 'e'),
+rels as (
+  select c.* from pg_class c join ns on ns.oid = c.relnamespace
+   where not exists (select 1 from ext where ext.classid = 'pg_class'::regclass and ext.objid = c.oid)
+)
+select 'schema', nspname::text, ''
+  from ns where not exists (select 1 from ext where ext.classid = 'pg_namespace'::regclass and ext.objid = ns.oid)
+union all
+select case c.relkind when 'r' then 'table' when 'p' then 'partitioned table' when 'v' then 'view'
+                      when 'm' then 'materialized view' when 'S' then 'sequence' else 'foreign table' end,
+       n.nspname || '.' || c.relname,
+       case when c.relkind in ('v', 'm') then pg_get_viewdef(c.oid)
+            when c.relkind = 'S' then (select format_type(s.seqtypid, null) || ' increment ' || s.seqincrement
+                                              || ' min ' || s.seqmin || ' max ' || s.seqmax
+                                              || case when s.seqcycle then ' cycle' else '' end
+                                         from pg_sequence s where s.seqrelid = c.oid)
+            else coalesce(pg_get_partkeydef(c.oid), '') end
+  from rels c join ns n on n.oid = c.relnamespace
+ where c.relkind in ('r', 'p', 'v', 'm', 'S', 'f')
+union all
+select 'column', n.nspname || '.' || c.relname || '.' || a.attname,
+       format_type(a.atttypid, a.atttypmod)
+       || case when a.attnotnull then ' not null' else '' end
+       || case when a.attgenerated = 's' then ' generated always as ' || pg_get_expr(d.adbin, d.adrelid) else '' end
+       || case when a.attidentity <> '' then ' identity ' || a.attidentity::text else '' end
+  from pg_attribute a join rels c on c.oid = a.attrelid join ns n on n.oid = c.relnamespace
+  left join pg_attrdef d on d.adrelid = a.attrelid and d.adnum = a.attnum
+ where a.attnum > 0 and not a.attisdropped and c.relkind in ('r', 'p', 'v', 'm', 'f')
+union all
+select 'index', n.nspname || '.' || ci.relname, pg_get_indexdef(i.indexrelid)
+  from pg_index i join pg_class ci on ci.oid = i.indexrelid join ns n on n.oid = ci.relnamespace
+  join rels t on t.oid = i.indrelid
+union all
+select 'constraint', n.nspname || '.' || coalesce(r.relname, ty.typname) || '.' || con.conname, pg_get_constraintdef(con.oid)
+  from pg_constraint con join ns n on n.oid = con.connamespace
+  left join pg_class r on r.oid = con.conrelid left join pg_type ty on ty.oid = con.contypid
+ where not exists (select 1 from ext where ext.classid = 'pg_class'::regclass and ext.objid = con.conrelid)
+union all
+select case p.prokind when 'p' then 'procedure' when 'a' then 'aggregate' when 'w' then 'window function' else 'function' end,
+       n.nspname || '.' || p.proname || '(' || pg_get_function_identity_arguments(p.oid) || ')',
+       case when p.prokind in ('f', 'p') then 'body md5 ' || md5(pg_get_functiondef(p.oid)) else '' end
+  from pg_proc p join ns n on n.oid = p.pronamespace
+ where not exists (select 1 from ext where ext.classid = 'pg_proc'::regclass and ext.objid = p.oid)
+union all
+select 'trigger', n.nspname || '.' || c.relname || '.' || tg.tgname, pg_get_triggerdef(tg.oid)
+  from pg_trigger tg join rels c on c.oid = tg.tgrelid join ns n on n.oid = c.relnamespace
+ where not tg.tgisinternal
+union all
+select 'extension', e.extname::text, e.extversion from pg_extension e
+"#;
 
-pub(crate) fn list(names: &[&TableName]) -> String {
-    let mut s: Vec<String> = names.iter().take(SHOW).map(|t| t.to_string()).collect();
-    if names.len() > SHOW {
-        s.push(format!("and {} more", names.len() - SHOW));
+/// `kind name` → definition.
+pub(crate) async fn fingerprint(pool: &PgPool) -> Result<BTreeMap<String, String>, sqlx::Error> {
+    let rows: Vec<(String, String, Option<String>)> = sqlx::query_as(FINGERPRINT).fetch_all(pool).await?;
+    Ok(rows.into_iter().map(|(kind, name, def)| (format!("{kind} {name}"), def.unwrap_or_default())).collect())
+}
+
+fn short(def: &str) -> String {
+    let one_line = def.split_whitespace().collect::<Vec<_>>().join(" ");
+    if one_line.chars().count() > 160 {
+        format!("{}…", one_line.chars().take(160).collect::<String>())
+    } else {
+        one_line
     }
-    s.join(", ")
+}
+
+/// The differences between two fingerprints, readable.
+pub(crate) fn diff(primary: &BTreeMap<String, String>, restored: &BTreeMap<String, String>) -> Vec<String> {
+    let mut out = Vec::new();
+    for (k, def) in primary {
+        match restored.get(k) {
+            None if def.is_empty() => out.push(format!("{k} missing from the restored copy")),
+            None => out.push(format!("{k} missing from the restored copy ({})", short(def))),
+            Some(r) if r != def => out.push(format!("{k} differs: primary {}, restored {}", short(def), short(r))),
+            Some(_) => {}
+        }
+    }
+    for k in restored.keys().filter(|k| !primary.contains_key(*k)) {
+        out.push(format!("{k} not on the primary"));
+    }
+    out
 }
 
 #[async_trait]
@@ -23,38 +104,51 @@ impl Validator for Schema {
         "schema"
     }
 
-    async fn validate(&self, cx: &Context) -> Finding {
+    async fn validate(&self, cx: &Context) -> Vec<Finding> {
         let name = self.name();
-        let primary = match &cx.primary {
-            Primary::Available(p) => p,
-            Primary::Unavailable(why) => {
-                return Finding::new(name, Status::Skipped, format!("primary unavailable: {why}"));
+        let primary = match cx.primary_or_skip(name) {
+            Ok(p) => p,
+            Err(skip) => return vec![skip],
+        };
+        let (p, r) = match (primary.timed(fingerprint(&primary.pool)).await, fingerprint(&cx.restored).await) {
+            (Ok(p), Ok(r)) => (p, r),
+            (Err(e), _) => return vec![Finding::new(name, Status::Error, format!("fingerprinting the primary: {e}"))],
+            (_, Err(e)) => {
+                return vec![Finding::new(name, Status::Error, format!("fingerprinting the restored copy: {e}"))];
             }
         };
-        let on_primary = match catalog::tables(primary).await {
-            Ok(t) => t.into_iter().collect::<BTreeSet<_>>(),
-            Err(e) => {
-                return Finding::new(name, Status::Error, format!("listing tables on the primary: {e}"));
-            }
-        };
-        let restored = match catalog::tables(&cx.restored).await {
-            Ok(t) => t.into_iter().collect::<BTreeSet<_>>(),
-            Err(e) => {
-                return Finding::new(name, Status::Error, format!("listing tables in the restored copy: {e}"));
-            }
-        };
-        let missing: Vec<&TableName> = on_primary.difference(&restored).collect();
-        let extra: Vec<&TableName> = restored.difference(&on_primary).collect();
-        if missing.is_empty() && extra.is_empty() {
-            return Finding::new(name, Status::Passed, format!("{} tables match the primary", restored.len()));
+        let differences = diff(&p, &r);
+        if differences.is_empty() {
+            let tables = r.keys().filter(|k| k.starts_with("table ") || k.starts_with("partitioned table ")).count();
+            vec![Finding::new(name, Status::Passed, format!("{} objects match the primary ({tables} tables)", r.len()))]
+        } else {
+            vec![Finding::new(
+                name,
+                Status::Failed,
+                format!("{} differences: {}", differences.len(), some_of(&differences, 20)),
+            )]
         }
-        let mut parts = Vec::new();
-        if !missing.is_empty() {
-            parts.push(format!("{} missing from the restored copy: {}", missing.len(), list(&missing)));
-        }
-        if !extra.is_empty() {
-            parts.push(format!("{} not on the primary: {}", extra.len(), list(&extra)));
-        }
-        Finding::new(name, Status::Failed, parts.join("; "))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn diff_names_missing_extra_and_changed() {
+        let p: BTreeMap<String, String> = [
+            ("index public.a_idx".to_string(), "CREATE INDEX a_idx ON public.a USING btree (x)".to_string()),
+            ("column public.a.x".to_string(), "integer".to_string()),
+        ]
+        .into();
+        let r: BTreeMap<String, String> =
+            [("column public.a.x".to_string(), "bigint".to_string()), ("table public.b".to_string(), String::new())]
+                .into();
+        let d = diff(&p, &r);
+        assert_eq!(d.len(), 3, "{d:?}");
+        assert!(d[0].contains("column public.a.x differs: primary integer, restored bigint"), "{d:?}");
+        assert!(d[1].contains("index public.a_idx missing") && d[1].contains("USING btree"), "{d:?}");
+        assert!(d[2].contains("table public.b not on the primary"), "{d:?}");
     }
 }

@@ -175,3 +175,42 @@ fn sandbox_and_fetch_tuning() {
         invalid(&GOOD.replace("scratch_dir = \"/var/tmp/drcheck\"", "scratch_dir = \"/x\"\nprofile = \"turbo\""));
     assert_eq!(key, "sandbox.profile");
 }
+
+#[test]
+fn validators_as_of_and_custom_checks() {
+    let extra = r#"
+[target.validators]
+enabled = ["schema", "checksums", "custom"]
+statement_timeout = "30s"
+primary_concurrency = 3
+checksum_chunk_rows = 5000
+[target.as_of]
+"public.orders" = "placed_at"
+"audit" = "at"
+[[target.check]]
+name = "no orphans"
+sql = "select 0"
+expect = "0"
+[[target.check]]
+name = "same total"
+sql = "select sum(total) from orders"
+compare = "primary"
+"#;
+    let c = parse(&format!("{GOOD}{extra}")).unwrap();
+    let v = &c.targets[0].validators;
+    assert_eq!(v.enabled, ["schema", "checksums", "custom"]);
+    assert_eq!(v.statement_timeout, Duration::from_secs(30));
+    assert_eq!(v.primary_concurrency, 3);
+    assert_eq!(v.checksum_chunk_rows, 5000);
+    assert!(v.as_of.contains(&("public".into(), "orders".into(), "placed_at".into())));
+    assert!(v.as_of.contains(&("public".into(), "audit".into(), "at".into())));
+    assert_eq!(v.checks[0].expect.as_deref(), Some("0"));
+    assert_eq!(v.checks[1].expect, None);
+    let (key, _, msg) = invalid(&format!("{GOOD}\n[target.validators]\nenabled = [\"schema\", \"checksum\"]\n"));
+    assert_eq!(key, "target[0].validators.enabled");
+    assert!(msg.contains("\"checksum\""), "{msg}");
+    let (key, _, _) = invalid(&format!("{GOOD}\n[[target.check]]\nname = \"x\"\nsql = \"select 1\"\n"));
+    assert_eq!(key, "target[0].check[0]");
+    let defaults = parse(GOOD).unwrap();
+    assert_eq!(defaults.targets[0].validators.enabled.len(), ALL_VALIDATORS.len());
+}

@@ -47,7 +47,12 @@ pub async fn list(config: &Config, target: Option<&str>, json: bool) -> Result<E
 }
 
 /// Downloads one backup object to `output`, reporting the throughput.
-pub async fn fetch(config: &Config, target: &str, key: Option<&str>, output: &std::path::Path) -> Result<Exit, CliError> {
+pub async fn fetch(
+    config: &Config,
+    target: &str,
+    key: Option<&str>,
+    output: &std::path::Path,
+) -> Result<Exit, CliError> {
     let t = super::select_targets(config, Some(target))?[0];
     let started = std::time::Instant::now();
     let (store, backups) = list_backups(config, t).await.map_err(|e| CliError::incomplete(anyhow::Error::new(e)))?;
@@ -57,10 +62,18 @@ pub async fn fetch(config: &Config, target: &str, key: Option<&str>, output: &st
     }
     .ok_or_else(|| CliError { exit: Exit::Failed, error: anyhow::anyhow!("no such backup in {store}") })?;
     if backup.is_physical() {
-        return Err(CliError::usage(anyhow::anyhow!("{} is a physical backup of several files; fetch them one by one with --backup KEY", backup.key)));
+        return Err(CliError::usage(anyhow::anyhow!(
+            "{} is a physical backup of several files; fetch them one by one with --backup KEY",
+            backup.key
+        )));
     }
     let bytes = crate::pipeline::download(config, t, &backup, output).await.map_err(CliError::incomplete)?;
     let secs = started.elapsed().as_secs_f64();
-    println!("{} → {}: {bytes} bytes in {secs:.2}s ({:.1} MiB/s)", backup.key, output.display(), bytes as f64 / secs / 1048576.0);
+    println!(
+        "{} → {}: {bytes} bytes in {secs:.2}s ({:.1} MiB/s)",
+        backup.key,
+        output.display(),
+        bytes as f64 / secs / 1048576.0
+    );
     Ok(Exit::Passed)
 }

@@ -1,0 +1,70 @@
+//! `amcheck`: B-tree and heap integrity of the restored copy with `pg_amcheck
+//! --heapallindexed`, two jobs at once. The extension is installed only for the check
+//! and dropped again, so the schema comparison does not see it.
+
+use crate::{Context, Finding, RestoredAccess, Status, Validator};
+use async_trait::async_trait;
+
+pub struct Amcheck;
+
+/// A PostgreSQL client tool against the restored database, in a clean environment.
+pub(crate) fn tool(access: &RestoredAccess, name: &str) -> tokio::process::Command {
+    let mut cmd = tokio::process::Command::new(access.bindir.join(name));
+    cmd.arg("-h")
+        .arg(&access.socket_dir)
+        .args(["-p", &access.port.to_string(), "-U", "postgres"])
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .env("LC_ALL", "C.UTF-8")
+        .kill_on_drop(true);
+    cmd
+}
+
+pub(crate) fn tail(bytes: &[u8], max: usize) -> String {
+    let start = bytes.len().saturating_sub(max);
+    String::from_utf8_lossy(&bytes[start..]).trim().to_string()
+}
+
+#[async_trait]
+impl Validator for Amcheck {
+    fn name(&self) -> &'static str {
+        "amcheck"
+    }
+
+    async fn validate(&self, cx: &Context) -> Vec<Finding> {
+        let name = self.name();
+        let had: Result<bool, _> =
+            sqlx::query_scalar("select exists (select 1 from pg_extension where extname = 'amcheck')")
+                .fetch_one(&cx.restored)
+                .await;
+        let Ok(had) = had else {
+            return vec![Finding::new(name, Status::Error, "cannot query the restored database")];
+        };
+        let mut cmd = tool(&cx.access, "pg_amcheck");
+        cmd.args(["--install-missing", "--heapallindexed", "--jobs=2", "--progress", "-d", &cx.access.database]);
+        let out = cmd.output().await;
+        if !had {
+            let _ = sqlx::query("drop extension if exists amcheck").execute(&cx.restored).await;
+        }
+        let out = match out {
+            Ok(o) => o,
+            Err(e) => return vec![Finding::new(name, Status::Error, format!("cannot run pg_amcheck: {e}"))],
+        };
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        // With --progress, the last progress line says how many relations were checked.
+        let progress = stderr.rsplit(['\r', '\n']).find(|l| l.contains("relations")).unwrap_or("").trim().to_string();
+        match out.status.code() {
+            Some(0) => vec![Finding::new(name, Status::Passed, format!("no corruption found ({progress})"))],
+            // pg_amcheck exits 2 when it found corruption, and says where on stdout.
+            Some(2) => {
+                vec![Finding::new(name, Status::Failed, format!("corruption found: {}", tail(stdout.as_bytes(), 3000)))]
+            }
+            _ => vec![Finding::new(
+                name,
+                Status::Error,
+                format!("pg_amcheck failed ({}): {}", out.status, tail(format!("{stdout}{stderr}").as_bytes(), 3000)),
+            )],
+        }
+    }
+}

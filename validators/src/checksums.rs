@@ -1,0 +1,242 @@
+//! `checksums`: an order-independent content hash of every table — the count and the
+//! sum of `hashtextextended(row::text, 0)` — computed on both sides (with identical
+//! session settings, so row text is identical) and compared. Rows written after the
+//! backup are left out where the table has an `as_of` column. Tables with a
+//! single-column integer key are hashed in key ranges of about `checksum_chunk_rows`
+//! rows, so no query on the primary runs long; tables larger than
+//! `checksum_sample_rows` are sampled in whole chunks spread over the key range, and
+//! the detail says how many rows were compared.
+
+use crate::{Context, Finding, Status, TableName, Validator, catalog, some_of};
+use async_trait::async_trait;
+use drcheck_config::quote_ident;
+use futures::stream::{self, StreamExt};
+use sqlx::PgPool;
+use std::collections::BTreeSet;
+
+pub struct Checksums;
+
+/// One query's worth of a table: all of it, or keys in `[lo, hi)`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Range {
+    Whole,
+    Keys(i64, i64),
+}
+
+/// Splits `[min, max]` into chunks of about `chunk_rows` rows, and keeps an evenly
+/// spread subset when the table holds more than `sample_rows`.
+pub(crate) fn plan(min: i64, max: i64, rows: f64, chunk_rows: u64, sample_rows: u64) -> (Vec<Range>, bool) {
+    let span = (max as i128 - min as i128 + 1).max(1);
+    let density = if rows >= 1.0 { rows / span as f64 } else { 1.0 };
+    let width = ((chunk_rows as f64 / density.max(1e-9)).ceil() as i128).clamp(1, span);
+    let chunks = (span + width - 1) / width;
+    let all: Vec<Range> = (0..chunks)
+        .map(|i| {
+            let lo = min as i128 + i * width;
+            let hi = (lo + width).min(max as i128 + 1);
+            Range::Keys(lo as i64, hi as i64)
+        })
+        .collect();
+    if rows <= sample_rows as f64 {
+        return (all, false);
+    }
+    let keep = (sample_rows as f64 / rows * all.len() as f64).ceil().max(1.0) as usize;
+    let step = all.len() as f64 / keep as f64;
+    let sampled: Vec<Range> = (0..keep).map(|i| all[((i as f64 * step) as usize).min(all.len() - 1)]).collect();
+    (sampled, true)
+}
+
+struct Query {
+    sql: String,
+    binds: Vec<String>,
+}
+
+fn query_for(t: &TableName, key: Option<&str>, as_of: Option<&str>, range: Range, backup_time: &str) -> Query {
+    let mut conds = Vec::new();
+    let mut binds = Vec::new();
+    if let (Range::Keys(lo, hi), Some(k)) = (range, key) {
+        binds.push(lo.to_string());
+        binds.push(hi.to_string());
+        conds.push(format!("{0} >= $1::bigint and {0} < $2::bigint", quote_ident(k)));
+    }
+    if let Some(col) = as_of {
+        binds.push(backup_time.to_string());
+        conds.push(format!("{} <= ${}::timestamptz", quote_ident(col), binds.len()));
+    }
+    let filter = if conds.is_empty() { String::new() } else { format!(" where {}", conds.join(" and ")) };
+    Query {
+        sql: format!(
+            "select count(*), coalesce(sum(hashtextextended(t::text, 0)), 0)::text from {} t{filter}",
+            t.quoted()
+        ),
+        binds,
+    }
+}
+
+async fn run(pool: &PgPool, q: &Query) -> Result<(i64, String), sqlx::Error> {
+    let mut query = sqlx::query_as::<_, (i64, String)>(sqlx::AssertSqlSafe(q.sql.clone()));
+    for b in &q.binds {
+        query = query.bind(b.clone());
+    }
+    query.fetch_one(pool).await
+}
+
+/// What comparing one table found.
+enum Outcome {
+    Match { rows: i64, sampled: bool, estimated: f64 },
+    Differs(String),
+    Failed(String),
+}
+
+async fn compare_table(cx: &Context, primary: &crate::primary::PrimaryDb, t: &TableName) -> Outcome {
+    let as_of = cx.as_of(t);
+    let backup_time = cx.backup_time_text();
+    let key = match primary.timed(catalog::integer_key(&primary.pool, t)).await {
+        Ok(k) => k,
+        Err(e) => return Outcome::Failed(format!("{t}: {e}")),
+    };
+    let estimated = primary.timed(catalog::estimated_rows(&primary.pool, t)).await.unwrap_or(0.0);
+    let (ranges, sampled) = match &key {
+        None => (vec![Range::Whole], false),
+        Some(k) => {
+            let sql = format!("select min({0})::bigint, max({0})::bigint from {1}", quote_ident(k), t.quoted());
+            let mm: Result<(Option<i64>, Option<i64>), _> =
+                primary.timed(sqlx::query_as(sqlx::AssertSqlSafe(sql)).fetch_one(&primary.pool)).await;
+            match mm {
+                Ok((Some(lo), Some(hi))) => {
+                    plan(lo, hi, estimated, cx.settings.checksum_chunk_rows, cx.settings.checksum_sample_rows)
+                }
+                Ok(_) => (vec![Range::Whole], false),
+                Err(e) => return Outcome::Failed(format!("{t}: {e}")),
+            }
+        }
+    };
+    let mut rows = 0;
+    for range in ranges {
+        let q = query_for(t, key.as_deref(), as_of, range, &backup_time);
+        let p = primary.timed(run(&primary.pool, &q)).await;
+        let r = run(&cx.restored, &q).await;
+        match (p, r) {
+            (Ok(p), Ok(r)) if p == r => rows += p.0,
+            (Ok(p), Ok(r)) => {
+                let at = match range {
+                    Range::Whole => String::new(),
+                    Range::Keys(lo, hi) => format!(" for {} in [{lo}, {hi})", key.as_deref().unwrap_or("key")),
+                };
+                let what = if p.0 != r.0 {
+                    format!("primary {} rows, restored {}", p.0, r.0)
+                } else {
+                    format!("same {} rows, different content", p.0)
+                };
+                return Outcome::Differs(format!("{t}{at}: {what}"));
+            }
+            (Err(e), _) | (_, Err(e)) => return Outcome::Failed(format!("{t}: {e}")),
+        }
+    }
+    Outcome::Match { rows, sampled, estimated }
+}
+
+#[async_trait]
+impl Validator for Checksums {
+    fn name(&self) -> &'static str {
+        "checksums"
+    }
+
+    async fn validate(&self, cx: &Context) -> Vec<Finding> {
+        let name = self.name();
+        let primary = match cx.primary_or_skip(name) {
+            Ok(p) => p,
+            Err(skip) => return vec![skip],
+        };
+        let (on_primary, restored) =
+            match (primary.timed(catalog::tables(&primary.pool)).await, catalog::tables(&cx.restored).await) {
+                (Ok(p), Ok(r)) => (p, r.into_iter().collect::<BTreeSet<_>>()),
+                (Err(e), _) | (_, Err(e)) => {
+                    return vec![Finding::new(name, Status::Error, format!("listing tables: {e}"))];
+                }
+            };
+        let common: Vec<TableName> =
+            on_primary.into_iter().filter(|t| restored.contains(t) && !cx.excluded(t)).collect();
+        let mut outcomes: Vec<(TableName, Outcome)> = stream::iter(common)
+            .map(|t| async move {
+                let o = compare_table(cx, primary, &t).await;
+                (t, o)
+            })
+            .buffer_unordered(cx.settings.primary_concurrency.max(1) as usize)
+            .collect()
+            .await;
+        outcomes.sort_by(|a, b| a.0.cmp(&b.0));
+        let (mut differs, mut failed, mut samples) = (Vec::new(), Vec::new(), Vec::new());
+        let mut rows = 0i64;
+        for (t, o) in &outcomes {
+            match o {
+                Outcome::Match { rows: n, sampled, estimated } => {
+                    rows += n;
+                    if *sampled {
+                        samples.push(format!("{t}: sampled {n} of ~{} rows", *estimated as i64));
+                    }
+                }
+                Outcome::Differs(d) => differs.push(d.clone()),
+                Outcome::Failed(e) => failed.push(e.clone()),
+            }
+        }
+        let sampled = if samples.is_empty() { String::new() } else { format!("; {}", some_of(&samples, 10)) };
+        if !differs.is_empty() {
+            vec![Finding::new(
+                name,
+                Status::Failed,
+                format!("{} of {} tables differ: {}{sampled}", differs.len(), outcomes.len(), some_of(&differs, 20)),
+            )]
+        } else if !failed.is_empty() {
+            vec![Finding::new(name, Status::Error, format!("could not hash: {}", some_of(&failed, 10)))]
+        } else {
+            vec![
+                Finding::new(
+                    name,
+                    Status::Passed,
+                    format!("{} tables, {rows} rows hash the same{sampled}", outcomes.len()),
+                )
+                .with("rows_compared", rows as f64),
+            ]
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn small_tables_are_chunked_whole() {
+        let (r, sampled) = plan(1, 1000, 1000.0, 300, 10_000);
+        assert!(!sampled);
+        assert_eq!(r, vec![Range::Keys(1, 301), Range::Keys(301, 601), Range::Keys(601, 901), Range::Keys(901, 1001)]);
+    }
+
+    #[test]
+    fn large_tables_are_sampled_across_the_key_range() {
+        let (r, sampled) = plan(1, 10_000_000, 10_000_000.0, 100_000, 1_000_000);
+        assert!(sampled);
+        assert_eq!(r.len(), 10);
+        let Range::Keys(first, _) = r[0] else { panic!() };
+        let Range::Keys(_, last) = r[9] else { panic!() };
+        assert_eq!(first, 1);
+        assert!(last > 9_000_000, "spread to the end: {last}");
+    }
+
+    #[test]
+    fn sparse_keys_widen_the_chunks() {
+        let (r, _) = plan(0, 999_999, 1000.0, 100, 1_000_000);
+        assert_eq!(r.len(), 10);
+    }
+
+    #[test]
+    fn queries_quote_and_bind() {
+        let t = TableName { schema: "Sales".into(), name: "Inv\"oices".into() };
+        let q = query_for(&t, Some("id"), Some("at"), Range::Keys(5, 10), "2026-11-30T00:00:00Z");
+        assert!(q.sql.contains(r#"from "Sales"."Inv""oices" t where "id" >= $1::bigint and "id" < $2::bigint and "at" <= $3::timestamptz"#), "{}", q.sql);
+        assert_eq!(q.binds, ["5", "10", "2026-11-30T00:00:00Z"]);
+        let q = query_for(&t, None, Some("at"), Range::Whole, "x");
+        assert!(q.sql.ends_with(r#"where "at" <= $1::timestamptz"#), "{}", q.sql);
+    }
+}

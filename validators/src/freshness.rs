@@ -1,0 +1,81 @@
+//! `freshness`: the newest `as_of` value in the restored copy, against the backup's
+//! time and the primary's newest. The gap to the primary is the data a restore right
+//! now would lose (`data_lag_seconds`); data much older than the backup's own time
+//! (beyond the RPO) means the backup was taken from a stale source.
+
+use crate::{Context, Finding, Status, TableName, Validator};
+use async_trait::async_trait;
+use drcheck_config::quote_ident;
+use std::time::UNIX_EPOCH;
+
+pub struct Freshness;
+
+fn newer(a: Option<f64>, b: Option<f64>) -> Option<f64> {
+    match (a, b) {
+        (Some(x), Some(y)) => Some(x.max(y)),
+        (x, y) => x.or(y),
+    }
+}
+
+fn newest_sql(t: &TableName, col: &str) -> String {
+    format!("select extract(epoch from max({}))::float8 from {}", quote_ident(col), t.quoted())
+}
+
+#[async_trait]
+impl Validator for Freshness {
+    fn name(&self) -> &'static str {
+        "freshness"
+    }
+
+    async fn validate(&self, cx: &Context) -> Vec<Finding> {
+        let name = self.name();
+        if cx.settings.as_of.is_empty() {
+            return vec![Finding::new(name, Status::Skipped, "no as_of columns configured for this target")];
+        }
+        let backup_epoch = cx.backup_time.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs_f64();
+        let (mut restored_newest, mut primary_newest) = (None::<f64>, None::<f64>);
+        for (schema, table, col) in &cx.settings.as_of {
+            let t = TableName { schema: schema.clone(), name: table.clone() };
+            let sql = newest_sql(&t, col);
+            match sqlx::query_scalar::<_, Option<f64>>(sqlx::AssertSqlSafe(sql.clone())).fetch_one(&cx.restored).await {
+                Ok(v) => restored_newest = newer(restored_newest, v),
+                Err(e) => {
+                    return vec![Finding::new(
+                        name,
+                        Status::Error,
+                        format!("newest {t}.{col} in the restored copy: {e}"),
+                    )];
+                }
+            }
+            if let crate::Primary::Available(p) = &cx.primary {
+                match p.timed(sqlx::query_scalar::<_, Option<f64>>(sqlx::AssertSqlSafe(sql)).fetch_one(&p.pool)).await {
+                    Ok(v) => primary_newest = newer(primary_newest, v),
+                    Err(e) => {
+                        return vec![Finding::new(name, Status::Error, format!("newest {t}.{col} on the primary: {e}"))];
+                    }
+                }
+            }
+        }
+        let Some(restored) = restored_newest else {
+            return vec![Finding::new(name, Status::Skipped, "the as_of columns hold no rows in the restored copy")];
+        };
+        let behind_backup = (backup_epoch - restored).max(0.0);
+        let mut f = Finding::new(name, Status::Passed, "");
+        let mut detail = format!("newest row in the backup is {behind_backup:.0}s older than the backup itself");
+        if let Some(p) = primary_newest {
+            let lag = (p - restored).max(0.0);
+            detail.push_str(&format!(
+                "; the primary has {lag:.0}s of newer data (the data-loss window of a restore now)"
+            ));
+            f = f.with("data_lag_seconds", (lag * 1000.0).round() / 1000.0);
+        } else if let crate::Primary::Unavailable(why) = &cx.primary {
+            detail.push_str(&format!("; data lag unknown: primary unavailable: {why}"));
+        }
+        if behind_backup > cx.rpo.as_secs_f64() {
+            f.status = Status::Failed;
+            detail = format!("the backup's newest data is older than the RPO allows: {detail}");
+        }
+        f.detail = detail;
+        vec![f]
+    }
+}
