@@ -37,7 +37,8 @@ pub async fn integer_key(pool: &PgPool, t: &TableName) -> Result<Option<String>,
     .await
 }
 
-/// The planner's row estimate (cheap; exact enough to size chunks and samples).
+/// The planner's row estimate (cheap; exact enough to size chunks and samples);
+/// 0 when the table was never analyzed.
 pub async fn estimated_rows(pool: &PgPool, t: &TableName) -> Result<f64, sqlx::Error> {
     let est: Option<f32> = sqlx::query_scalar(
         "select greatest(c.reltuples, 0)::float4 from pg_class c join pg_namespace n on n.oid = c.relnamespace

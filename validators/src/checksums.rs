@@ -27,6 +27,8 @@ pub(crate) enum Range {
 /// spread subset when the table holds more than `sample_rows`.
 pub(crate) fn plan(min: i64, max: i64, rows: f64, chunk_rows: u64, sample_rows: u64) -> (Vec<Range>, bool) {
     let span = (max as i128 - min as i128 + 1).max(1);
+    // A table never analyzed has no estimate: assume its keys are dense.
+    let rows = if rows >= 1.0 { rows } else { span as f64 };
     let density = if rows >= 1.0 { rows / span as f64 } else { 1.0 };
     let width = ((chunk_rows as f64 / density.max(1e-9)).ceil() as i128).clamp(1, span);
     let chunks = (span + width - 1) / width;
@@ -133,6 +135,7 @@ async fn compare_table(cx: &Context, primary: &crate::primary::PrimaryDb, t: &Ta
             (Err(e), _) | (_, Err(e)) => return Outcome::Failed(format!("{t}: {e}")),
         }
     }
+    let estimated = if estimated >= 1.0 { estimated } else { rows as f64 };
     Outcome::Match { rows, sampled, estimated }
 }
 

@@ -1,0 +1,199 @@
+//! End-to-end: the validators on real restores. A hard schema restores and validates
+//! cleanly; deliberate corruption is caught with a precise finding.
+
+use drcheck_e2e::scenario::Scene;
+use drcheck_e2e::{PgPrimary, S3Server, TempRoot, drcheck, make_world_enterable, only_run, stderr, unique, validator};
+use std::process::Command;
+use std::time::Duration;
+
+const LIMIT: Duration = Duration::from_secs(180);
+
+/// Everything that tends to break restores and naive validators.
+const HARD_SCHEMA: &str = r#"
+create extension pgcrypto;
+create extension hstore;
+create schema billing;
+create schema "Ünïcødé";
+create schema "MixedCase";
+create table "Ünïcødé"."Tä bel" ("Ïd" int primary key, "naMe" text not null, "quote""d" text);
+insert into "Ünïcødé"."Tä bel" select g, 'nåme ' || g, 'q"' || g from generate_series(1, 300) g;
+create table "MixedCase"."Orders" ("ID" int generated always as identity primary key, "Total" numeric(10,2),
+                                   tags text[], attrs hstore, doc jsonb, blob bytea, at timestamptz default now());
+insert into "MixedCase"."Orders" ("Total", tags, attrs, doc, blob, at)
+  select g / 3.0, array['a' || g, 'b'], hstore('k', g::text), jsonb_build_object('n', g, 'l', jsonb_build_array(g, null)),
+         gen_random_bytes(16), now() - g * interval '1 second'
+    from generate_series(1, 2000) g;
+create table billing.items (id serial primary key, price numeric not null, qty int not null,
+                            total numeric generated always as (price * qty) stored);
+insert into billing.items (price, qty) select g * 1.25, g % 7 from generate_series(1, 1500) g;
+create table billing.logs (line text, n int);
+insert into billing.logs select 'line ' || g, g from generate_series(1, 700) g;
+create table billing.events (id bigint not null, at timestamptz not null, payload jsonb) partition by range (at);
+create table billing.events_2025 partition of billing.events for values from ('2025-01-01') to ('2026-01-01');
+create table billing.events_2026 partition of billing.events for values from ('2026-01-01') to ('2027-01-01');
+insert into billing.events select g, timestamptz '2025-06-01' + g * interval '1 hour', '{"x": 1}' from generate_series(1, 9000) g;
+create index on billing.events (at);
+create materialized view billing.item_totals as select qty, sum(total) as total from billing.items group by qty;
+create view billing.big_items as select * from billing.items where total > 100;
+create function billing.touch() returns trigger language plpgsql as $$ begin new.qty := coalesce(new.qty, 0); return new; end $$;
+create trigger items_touch before insert on billing.items for each row execute function billing.touch();
+select lo_from_bytea(0, convert_to('a large object', 'UTF8'));
+"#;
+
+fn sh(cmd: &str) {
+    let out = Command::new("sh").arg("-c").arg(cmd).output().unwrap();
+    assert!(out.status.success(), "{cmd}: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+#[test]
+fn a_hard_schema_restores_and_validates_cleanly() {
+    let scene = Scene::start();
+    scene.primary.psql("orders", HARD_SCHEMA);
+    let dump = scene.root.path().join("hard.dump");
+    scene.primary.dump("orders", &dump, &[]);
+    std::thread::sleep(Duration::from_millis(1100));
+    scene.s3.upload(&dump, &scene.bucket, "orders/hard.dump");
+    let mut spec = scene.spec();
+    spec.extra_target = r#"[target.validators]
+checksum_chunk_rows = 400
+checksum_sample_rows = 1500
+[target.as_of]
+"MixedCase.Orders" = "at"
+[[target.check]]
+name = "items have totals"
+sql = "select count(*) from billing.items where total is null"
+expect = "0"
+[[target.check]]
+name = "same unicode rows"
+sql = 'select count(*), max("naMe") from "Ünïcødé"."Tä bel"'
+compare = "primary"
+"#
+    .into();
+    let c = scene.config(&spec).display().to_string();
+    let (out, _) = drcheck(&["--config", &c, "verify", "--json"], &scene.env(), LIMIT);
+    let run = only_run(&out);
+    assert_eq!(out.status.code(), Some(0), "{run:#}\n{}", stderr(&out));
+    for v in run["validators"].as_array().unwrap() {
+        assert_eq!(v["status"], "passed", "{v}");
+    }
+    let names: Vec<&str> = run["validators"].as_array().unwrap().iter().map(|v| v["name"].as_str().unwrap()).collect();
+    for expected in
+        ["amcheck", "full_read", "sequences", "indexes", "schema", "row_counts", "checksums", "freshness", "check: items have totals", "check: same unicode rows"]
+    {
+        assert!(names.contains(&expected), "{expected} missing from {names:?}");
+    }
+    let checksums = validator(&run, "checksums")["detail"].as_str().unwrap().to_string();
+    assert!(checksums.contains("sampled"), "the 2000-row table is sampled: {checksums}");
+    assert!(validator(&run, "schema")["detail"].as_str().unwrap().contains("objects match"), "{run}");
+    assert!(run["rpo"]["data_lag_seconds"].is_number(), "{run}");
+}
+
+#[test]
+fn corruption_against_the_primary_is_caught_precisely() {
+    let scene = Scene::start();
+    // After the backup: the primary gains a row dated before it (so the backup lacks an
+    // old row), an old value changes, and an index appears that the backup lacks.
+    scene.primary.psql("orders", "insert into orders (customer_id, total, placed_at) values (1, 1, '2020-01-01')");
+    scene.primary.psql("orders", "update customers set name = 'changed' where id = 250");
+    scene.primary.psql("orders", "create index orders_total_idx on orders (total)");
+    let mut spec = scene.spec();
+    spec.extra_target = r#"[target.as_of]
+"public.orders" = "placed_at"
+[[target.check]]
+name = "customer count"
+sql = "select count(*) from customers"
+expect = "499"
+"#
+    .into();
+    let c = scene.config(&spec).display().to_string();
+    let (out, _) = drcheck(&["--config", &c, "verify", "--json"], &scene.env(), LIMIT);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let run = only_run(&out);
+    assert_eq!(run["result"], "failed");
+    let detail = |n: &str| {
+        let v = validator(&run, n);
+        assert_eq!(v["status"], "failed", "{v}");
+        v["detail"].as_str().unwrap().to_string()
+    };
+    let counts = detail("row_counts");
+    assert!(counts.contains("public.orders: primary 5001, restored 5000 rows written at or before the backup time"), "{counts}");
+    let sums = detail("checksums");
+    assert!(sums.contains("public.customers for id in [") && sums.contains("same 500 rows, different content"), "{sums}");
+    assert!(sums.contains("public.orders"), "{sums}");
+    let schema = detail("schema");
+    assert!(schema.contains("index public.orders_total_idx missing from the restored copy"), "{schema}");
+    let custom = detail("check: customer count");
+    assert!(custom.contains("expected \"499\", got \"500\""), "{custom}");
+    // Self-checks are unaffected.
+    assert_eq!(validator(&run, "amcheck")["status"], "passed");
+}
+
+#[test]
+fn a_sequence_behind_its_column_is_caught() {
+    let scene = Scene::start();
+    scene.primary.psql("orders", "select setval('orders_id_seq', 10)");
+    let dump = scene.root.path().join("seq.dump");
+    scene.primary.dump("orders", &dump, &[]);
+    std::thread::sleep(Duration::from_millis(1100));
+    scene.s3.upload(&dump, &scene.bucket, "orders/seq.dump");
+    let c = scene.config(&scene.spec()).display().to_string();
+    let (out, _) = drcheck(&["--config", &c, "verify", "--json"], &scene.env(), LIMIT);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let run = only_run(&out);
+    let v = validator(&run, "sequences");
+    assert_eq!(v["status"], "failed", "{v}");
+    assert!(v["detail"].as_str().unwrap().contains("public.orders_id_seq is at 10, but max(public.orders.id) is 5000"), "{v}");
+}
+
+#[test]
+fn an_overwritten_page_in_a_physical_backup_is_caught() {
+    let root = TempRoot::new();
+    let primary = PgPrimary::start(&root);
+    let s3 = S3Server::start(&root);
+    let bucket = unique("pg");
+    s3.make_bucket(&bucket);
+    primary.psql("postgres", "create database orders");
+    primary.psql("orders", "create table t (id int primary key, v text not null)");
+    primary.psql("orders", "insert into t select g, repeat(md5(g::text), 4) from generate_series(1, 20000) g");
+    primary.psql("orders", "checkpoint");
+    let file = primary.psql("orders", "select pg_relation_filepath('t')");
+    let bb = root.path().join("bb");
+    primary.tool("pg_basebackup", &["-D", &bb.display().to_string(), "-Ft", "-X", "fetch", "--checkpoint=fast"]);
+    // Unpack, overwrite the header of the table's second page, pack again.
+    let unpacked = root.path().join("unpacked");
+    std::fs::create_dir_all(&unpacked).unwrap();
+    sh(&format!("tar -C {} -xf {}", unpacked.display(), bb.join("base.tar").display()));
+    let mut bytes = std::fs::read(unpacked.join(&file)).unwrap();
+    assert!(bytes.len() > 3 * 8192, "the table spans several pages");
+    bytes[8192..8192 + 64].fill(0xA5);
+    std::fs::write(unpacked.join(&file), bytes).unwrap();
+    let corrupt = root.path().join("base.tar");
+    sh(&format!("tar -C {} -cf {} .", unpacked.display(), corrupt.display()));
+    s3.upload(&corrupt, &bucket, "phys/b1/base.tar");
+
+    let scratch = root.path().join("scratch");
+    std::fs::create_dir_all(&scratch).unwrap();
+    make_world_enterable(&scratch);
+    let config = root.path().join("drcheck.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[state]\nurl = \"sqlite://{r}/h.db\"\n[sandbox]\nscratch_dir = \"{s}\"\n[storage.s3]\nkind = \"s3\"\nbucket = \"{bucket}\"\n\
+             endpoint = \"{e}\"\npath_style = true\n[[target]]\nname = \"orders\"\nstorage = \"s3\"\nprefix = \"phys/\"\n\
+             primary = \"postgres://nobody@127.0.0.1:1/orders\"\nrto = \"10m\"\nrpo = \"1h\"\n",
+            r = root.path().display(),
+            s = scratch.display(),
+            e = s3.endpoint()
+        ),
+    )
+    .unwrap();
+    let (out, _) = drcheck(&["--config", &config.display().to_string(), "verify", "--json"], &[], LIMIT);
+    assert_eq!(out.status.code(), Some(1), "{}\n{}", drcheck_e2e::stdout(&out), stderr(&out));
+    let run = only_run(&out);
+    assert_eq!(run["backup"]["format"], "physical");
+    for name in ["amcheck", "full_read"] {
+        let v = validator(&run, name);
+        assert_eq!(v["status"], "failed", "{v}");
+        assert!(v["detail"].as_str().unwrap().contains("invalid page in block 1"), "{v}");
+    }
+}
