@@ -1,0 +1,130 @@
+#!/usr/bin/env bash
+# Validator benchmark: every validator on a database of at least 2 GB on disk (pgbench
+# tables plus random text, bytea and jsonb), restored from a dump by drcheck and
+# compared with the live primary. Prints the time per validator, the number of queries
+# sent to the primary and the longest one, and the ratio of `checksums` time to a plain
+# `SELECT count(*)` of every table on the same data (the primary).
+#
+#   tests/bench/validators.sh
+#
+# BENCH_DIR (default /var/tmp/drcheck-bench-validators) keeps the primary's data and
+# dump between runs; BENCH_FRESH=1 regenerates them. BENCH_SCALE (default 100) is the
+# pgbench scale.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+root=$PWD
+bash scripts/setup.sh
+cargo build -q --release --bin drcheck
+drcheck=$root/target/release/drcheck
+
+work=${BENCH_DIR:-/var/tmp/drcheck-bench-validators}
+scale=${BENCH_SCALE:-100}
+pgbin=/usr/lib/postgresql/15/bin
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+as_pg() { if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi; }
+moto_pid=
+cleanup() {
+  as_pg "$pgbin/pg_ctl" -D "$work/primary" -m fast stop >/dev/null 2>&1 || true
+  [ -n "$moto_pid" ] && kill "$moto_pid" 2>/dev/null || true
+}
+trap cleanup EXIT
+
+mkdir -p "$work"; chmod 755 "$work"
+[ "$(id -u)" = 0 ] && chown postgres: "$work"
+port=$(free_port)
+password=$(python3 -c 'import secrets; print(secrets.token_hex(12))')
+if [ -n "${BENCH_FRESH:-}" ] || [ ! -s "$work/bench.dump" ]; then
+  rm -rf "$work/primary"
+  as_pg "$pgbin/initdb" -D "$work/primary" -U postgres --auth-local=trust --auth-host=scram-sha-256 -E UTF8 --locale=C.UTF-8 --no-sync >/dev/null
+fi
+as_pg "$pgbin/pg_ctl" -D "$work/primary" -l "$work/primary.log" -w -o \
+  "-c listen_addresses=127.0.0.1 -p $port -k $work -c fsync=off -c max_wal_size=8GB" start >/dev/null
+psql_p() { psql -X -q -h "$work" -p "$port" -U postgres -v ON_ERROR_STOP=1 "$@"; }
+if [ -n "${BENCH_FRESH:-}" ] || [ ! -s "$work/bench.dump" ]; then
+  echo "bench: generating pgbench scale $scale plus random text, bytea and jsonb…"
+  psql_p -d postgres -c "create database bench"
+  pgbench -q -i -s "$scale" -h "$work" -p "$port" -U postgres bench 2>/dev/null
+  psql_p -d bench -c "create extension pgcrypto" \
+    -c "create table blobs (id int primary key, b bytea not null, at timestamptz not null default now() - interval '1 hour')" \
+    -c "insert into blobs (id, b) select g, gen_random_bytes(512) from generate_series(1, 600000) g" \
+    -c "create table notes (id int primary key, t text not null)" \
+    -c "insert into notes select g, md5(random()::text) || md5(random()::text) || md5(random()::text) from generate_series(1, 1000000) g" \
+    -c "create table docs (id int primary key, d jsonb not null)" \
+    -c "insert into docs select g, jsonb_build_object('n', g, 'r', random(), 's', md5(g::text), 'a', jsonb_build_array(g, g * 2)) from generate_series(1, 1000000) g" \
+    -c "vacuum analyze"
+  pg_dump -Fc -Z1 -h "$work" -p "$port" -U postgres -f "$work/bench.dump.tmp" bench
+  mv "$work/bench.dump.tmp" "$work/bench.dump"
+fi
+psql_p -d postgres -c "drop role if exists verifier" -c "create role verifier login password '$password'" -c "grant pg_read_all_data to verifier"
+db_size=$(psql_p -d bench -A -t -c "select pg_database_size('bench')")
+echo "bench: database is $db_size bytes on disk; dump $(stat -c %s "$work/bench.dump") bytes"
+
+s3_port=$(free_port)
+moto_server -H 127.0.0.1 -p "$s3_port" >"$work/moto.log" 2>&1 &
+moto_pid=$!
+export AWS_ACCESS_KEY_ID=bench AWS_SECRET_ACCESS_KEY=bench AWS_DEFAULT_REGION=us-east-1 AWS_EC2_METADATA_DISABLED=true
+for _ in $(seq 100); do (echo >"/dev/tcp/127.0.0.1/$s3_port") 2>/dev/null && break; sleep 0.1; done
+aws --endpoint-url "http://127.0.0.1:$s3_port" s3 mb s3://bench >/dev/null
+aws --endpoint-url "http://127.0.0.1:$s3_port" s3 cp --only-show-errors "$work/bench.dump" s3://bench/bench/bench.dump
+
+mkdir -p "$work/scratch"; chmod 1777 "$work/scratch"
+cat >"$work/drcheck.toml" <<TOML
+[state]
+url = "sqlite://$work/history.db"
+[sandbox]
+scratch_dir = "$work/scratch"
+profile = "fast"
+[storage.s3]
+kind = "s3"
+bucket = "bench"
+endpoint = "http://127.0.0.1:$s3_port"
+path_style = true
+[[target]]
+name = "bench"
+primary = "postgres://verifier:\${BENCH_PW}@127.0.0.1:$port/bench"
+storage = "s3"
+prefix = "bench/"
+rto = "2h"
+rpo = "26h"
+restore_jobs = 2
+[target.as_of]
+"public.blobs" = "at"
+[[target.check]]
+name = "no negative balances beyond the usual"
+sql = "select count(*) >= 0 from pgbench_accounts"
+compare = "primary"
+TOML
+echo "bench: drcheck verify with every validator…"
+BENCH_PW=$password "$drcheck" --config "$work/drcheck.toml" verify --json >"$work/run.json" || true
+
+echo "bench: plain count(*) of every table on the primary…"
+count_s=$(python3 - "$work" "$port" <<'PY'
+import subprocess, sys, time
+work, port = sys.argv[1], sys.argv[2]
+q = lambda sql: subprocess.run(["psql", "-X", "-A", "-t", "-h", work, "-p", port, "-U", "postgres", "-d", "bench", "-c", sql],
+                               check=True, capture_output=True, text=True).stdout
+tables = q("select quote_ident(schemaname) || '.' || quote_ident(relname) from pg_stat_user_tables").split()
+start = time.monotonic()
+for t in tables:
+    q(f"select count(*) from {t}")
+print(f"{time.monotonic() - start:.3f}")
+PY
+)
+
+python3 - "$work/run.json" "$count_s" "$db_size" <<'PY'
+import json, sys
+run = json.load(open(sys.argv[1]))["runs"][0]
+count_s, db_size = float(sys.argv[2]), int(sys.argv[3])
+print()
+print(f"database: {db_size / 1e9:.2f} GB on disk; run result: {run['result']}")
+for p in run["phases"]:
+    print(f"  phase {p['name']:<10} {p['seconds']:8.2f} s")
+for v in run["validators"]:
+    print(f"  {v['name']:<42} {v['status']:<8} {v['measurements'].get('seconds', 0):8.2f} s   {v['detail'][:90]}")
+pq = run.get("primary_queries") or {}
+print(f"  queries sent to the primary: {pq.get('count')}, longest {pq.get('longest_seconds')} s")
+cs = next(v for v in run["validators"] if v["name"] == "checksums")["measurements"]["seconds"]
+print(f"  plain SELECT count(*) of every table (primary): {count_s:.2f} s")
+print()
+print(f"ratio checksums / count(*): {cs / count_s:.2f}  (checksums reads both sides; count(*) one)")
+PY
