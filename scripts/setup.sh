@@ -11,6 +11,10 @@ command -v pg_dump >/dev/null 2>&1 || need_apt+=(postgresql-client-15)
 command -v zstd >/dev/null 2>&1 || need_apt+=(zstd)
 command -v lz4 >/dev/null 2>&1 || need_apt+=(lz4)
 command -v sha256sum >/dev/null 2>&1 || need_apt+=(coreutils)
+# Real Prometheus tools for the metrics and alerting tests: promtool, Pushgateway, Alertmanager.
+command -v promtool >/dev/null 2>&1 || need_apt+=(prometheus)
+command -v prometheus-pushgateway >/dev/null 2>&1 || need_apt+=(prometheus-pushgateway)
+command -v prometheus-alertmanager >/dev/null 2>&1 || need_apt+=(prometheus-alertmanager)
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then
     echo "setup: need ${need_apt[*]} (run as root, or install them)" >&2

@@ -18,8 +18,9 @@ pub use duration::{format_duration, parse_duration};
 pub use error::ConfigError;
 pub use secret::{Secret, redact_url};
 pub use validated::{
-    ALL_VALIDATORS, Config, CustomCheck, DEFAULT_STATE_URL, FormatSetting, Profile, RecoveryTarget, S3Storage,
-    SandboxConfig, StateConfig, StorageConfig, TargetConfig, ValidatorsConfig,
+    ALL_VALIDATORS, AlertConfig, AlertKind, ApiConfig, Config, CustomCheck, DEFAULT_STATE_URL, DaemonConfig,
+    FormatSetting, MetricsConfig, Profile, RecoveryTarget, S3Storage, SandboxConfig, StateConfig, StorageConfig,
+    TargetConfig, ValidatorsConfig, normalize_schedule,
 };
 
 use std::path::Path;

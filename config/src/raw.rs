@@ -15,12 +15,52 @@ pub struct RawConfig {
     pub storage: BTreeMap<String, RawStorage>,
     #[serde(default, rename = "target")]
     pub targets: Vec<RawTarget>,
+    #[serde(default)]
+    pub metrics: RawMetrics,
+    #[serde(default)]
+    pub api: RawApi,
+    #[serde(default)]
+    pub daemon: RawDaemon,
+    #[serde(default, rename = "alert")]
+    pub alerts: Vec<RawAlert>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawMetrics {
+    pub listen: Option<Spanned<String>>,
+    pub pushgateway: Option<Spanned<String>>,
+    pub textfile: Option<Spanned<String>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawApi {
+    pub token: Option<Spanned<String>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawDaemon {
+    pub max_concurrent_restores: Option<Spanned<i64>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawAlert {
+    pub kind: Spanned<String>,
+    pub url: Spanned<String>,
+    pub name: Option<String>,
+    pub secret: Option<Spanned<String>>,
+    pub max_attempts: Option<Spanned<i64>>,
+    pub timeout: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawState {
     pub url: Option<Spanned<String>>,
+    pub keep_runs: Option<Spanned<i64>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -68,6 +108,9 @@ pub struct RawTarget {
     pub as_of: Option<BTreeMap<String, Spanned<String>>>,
     #[serde(default, rename = "check")]
     pub checks: Vec<RawCheck>,
+    pub schedule: Option<Spanned<String>>,
+    pub jitter: Option<Spanned<String>>,
+    pub stale_after: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -25,6 +25,67 @@ pub struct Config {
     pub storage: BTreeMap<String, StorageConfig>,
     #[serde(rename = "target")]
     pub targets: Vec<TargetConfig>,
+    pub metrics: MetricsConfig,
+    pub api: ApiConfig,
+    pub daemon: DaemonConfig,
+    #[serde(rename = "alert")]
+    pub alerts: Vec<AlertConfig>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct MetricsConfig {
+    /// The daemon's HTTP address: /metrics, /healthz, /readyz, /api/v1/…
+    pub listen: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pushgateway: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub textfile: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ApiConfig {
+    /// Bearer token for the trigger API; without one, triggering is refused.
+    #[serde(serialize_with = "ser_opt_secret", skip_serializing_if = "Option::is_none")]
+    pub token: Option<Secret>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct DaemonConfig {
+    pub max_concurrent_restores: usize,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AlertKind {
+    Alertmanager,
+    Webhook,
+    Slack,
+}
+
+impl AlertKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AlertKind::Alertmanager => "alertmanager",
+            AlertKind::Webhook => "webhook",
+            AlertKind::Slack => "slack",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct AlertConfig {
+    /// Unique; names the sink in metrics and the outbox. Default: `KIND` or `KIND-N`.
+    pub name: String,
+    pub kind: AlertKind,
+    /// The sink's URL; webhook URLs can hold tokens, so it is a secret.
+    #[serde(serialize_with = "ser_secret")]
+    pub url: Secret,
+    /// Webhook only: HMAC-SHA256 key for the `X-Drcheck-Signature` header.
+    #[serde(serialize_with = "ser_opt_secret", skip_serializing_if = "Option::is_none")]
+    pub secret: Option<Secret>,
+    pub max_attempts: u32,
+    #[serde(serialize_with = "ser_duration")]
+    pub timeout: Duration,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -32,6 +93,8 @@ pub struct StateConfig {
     /// The history store URL; it may carry a password, so it is a secret.
     #[serde(serialize_with = "ser_secret")]
     pub url: Secret,
+    /// Runs kept per target; older ones are pruned.
+    pub keep_runs: u32,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -146,6 +209,37 @@ pub struct TargetConfig {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub globals_key: Option<String>,
     pub validators: ValidatorsConfig,
+    /// Daemon mode: when to verify (cron, 5 or 6 fields), normalised to 6 fields.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub schedule: Option<String>,
+    /// A random delay up to this long is added to each scheduled start.
+    #[serde(serialize_with = "ser_duration")]
+    pub jitter: Duration,
+    /// Daemon mode: alert when no verification succeeded for this long.
+    #[serde(serialize_with = "ser_opt_duration", skip_serializing_if = "Option::is_none")]
+    pub stale_after: Option<Duration>,
+}
+
+fn ser_opt_duration<S: serde::Serializer>(d: &Option<Duration>, ser: S) -> Result<S::Ok, S::Error> {
+    match d {
+        Some(d) => ser.serialize_str(&format_duration(*d)),
+        None => ser.serialize_none(),
+    }
+}
+
+/// A crontab line in 5 fields (minute hour day month weekday) or 6 (with seconds),
+/// or a `@daily`-style shorthand, as the `cron` crate wants it (6 or 7 fields).
+pub fn normalize_schedule(s: &str) -> Result<String, String> {
+    let t = s.trim();
+    let fields = t.split_whitespace().count();
+    let six = match fields {
+        _ if t.starts_with('@') => t.to_string(),
+        5 => format!("0 {t}"),
+        6 | 7 => t.to_string(),
+        _ => return Err(format!("expected a crontab line of 5 fields (\"0 3 * * *\") or 6 with seconds, got {s:?}")),
+    };
+    six.parse::<cron::Schedule>().map_err(|e| format!("not a valid schedule {s:?}: {e}"))?;
+    Ok(six)
 }
 
 /// Every validator drcheck has, in the order they run.
@@ -304,9 +398,100 @@ pub(crate) fn validate(
         targets.push(target);
     }
 
+    let keep_runs = match &raw.state.keep_runs {
+        None => 1000,
+        Some(n) if (1..=10_000_000).contains(n.get_ref()) => *n.get_ref() as u32,
+        Some(n) => return Err(cx.err("state.keep_runs", Some(n.span()), "expected a whole number from 1 to 10000000")),
+    };
+    let listen = cx.opt_string("metrics.listen", &raw.metrics.listen)?.unwrap_or_else(|| "127.0.0.1:9187".into());
+    if listen.parse::<std::net::SocketAddr>().is_err() {
+        let span = raw.metrics.listen.as_ref().map(|l| l.span());
+        return Err(cx.err("metrics.listen", span, format!("expected HOST:PORT with an IP address, got {listen:?}")));
+    }
+    let pushgateway = cx.opt_string("metrics.pushgateway", &raw.metrics.pushgateway)?;
+    if let (Some(p), Some(span)) = (&pushgateway, &raw.metrics.pushgateway)
+        && !(p.starts_with("http://") || p.starts_with("https://"))
+    {
+        return Err(cx.err(
+            "metrics.pushgateway",
+            Some(span.span()),
+            format!("expected an http:// or https:// URL, got {p:?}"),
+        ));
+    }
+    let metrics = MetricsConfig {
+        listen,
+        pushgateway,
+        textfile: cx.opt_string("metrics.textfile", &raw.metrics.textfile)?.map(PathBuf::from),
+    };
+    let api =
+        ApiConfig { token: cx.opt_string("api.token", &raw.api.token)?.filter(|t| !t.is_empty()).map(Secret::new) };
+    let daemon = DaemonConfig {
+        max_concurrent_restores: match &raw.daemon.max_concurrent_restores {
+            None => 1,
+            Some(n) if (1..=64).contains(n.get_ref()) => *n.get_ref() as usize,
+            Some(n) => {
+                return Err(cx.err(
+                    "daemon.max_concurrent_restores",
+                    Some(n.span()),
+                    "expected a whole number from 1 to 64",
+                ));
+            }
+        },
+    };
+    let mut alerts: Vec<AlertConfig> = Vec::new();
+    for (i, a) in raw.alerts.iter().enumerate() {
+        let key = |k: &str| format!("alert[{i}].{k}");
+        let kind = match a.kind.get_ref().as_str() {
+            "alertmanager" => AlertKind::Alertmanager,
+            "webhook" => AlertKind::Webhook,
+            "slack" => AlertKind::Slack,
+            other => {
+                return Err(cx.err(
+                    &key("kind"),
+                    Some(a.kind.span()),
+                    format!("expected alertmanager, webhook or slack, got {other:?}"),
+                ));
+            }
+        };
+        let url = cx.string(&key("url"), &a.url)?;
+        if !(url.starts_with("http://") || url.starts_with("https://")) {
+            return Err(cx.err(&key("url"), Some(a.url.span()), "expected an http:// or https:// URL"));
+        }
+        if a.secret.is_some() && kind != AlertKind::Webhook {
+            return Err(cx.err(&key("secret"), a.secret.as_ref().map(|s| s.span()), "only webhooks are signed"));
+        }
+        let name = a.name.clone().unwrap_or_else(|| {
+            let same = raw.alerts[..i].iter().filter(|o| o.kind.get_ref() == a.kind.get_ref()).count();
+            if same == 0 { kind.as_str().to_string() } else { format!("{}-{}", kind.as_str(), same + 1) }
+        });
+        if alerts.iter().any(|o| o.name == name) {
+            return Err(cx.err(&key("name"), Some(a.kind.span()), format!("duplicate alert sink name {name:?}")));
+        }
+        alerts.push(AlertConfig {
+            name,
+            kind,
+            url: Secret::new(url),
+            secret: cx.opt_string(&key("secret"), &a.secret)?.map(Secret::new),
+            max_attempts: match &a.max_attempts {
+                None => 8,
+                Some(n) if (1..=1000).contains(n.get_ref()) => *n.get_ref() as u32,
+                Some(n) => {
+                    return Err(cx.err(&key("max_attempts"), Some(n.span()), "expected a whole number from 1 to 1000"));
+                }
+            },
+            timeout: match &a.timeout {
+                None => Duration::from_secs(10),
+                Some(t) => cx.duration(&key("timeout"), t)?,
+            },
+        });
+    }
     Ok(Config {
+        metrics,
+        api,
+        daemon,
+        alerts,
         path: path.to_path_buf(),
-        state: StateConfig { url: Secret::new(url) },
+        state: StateConfig { url: Secret::new(url), keep_runs },
         sandbox: SandboxConfig { scratch_dir, pg_bindir, profile, expansion_factor },
         storage,
         targets,
@@ -483,7 +668,19 @@ fn validate_target(
         }
     };
     let validators = validate_validators(cx, i, t)?;
+    let schedule = match &t.schedule {
+        None => None,
+        Some(s) => Some(normalize_schedule(s.get_ref()).map_err(|m| cx.err(&key("schedule"), Some(s.span()), m))?),
+    };
+    let jitter = match &t.jitter {
+        None => Duration::ZERO,
+        Some(j) => cx.duration(&key("jitter"), j)?,
+    };
+    let stale_after = t.stale_after.as_ref().map(|s| cx.duration(&key("stale_after"), s)).transpose()?;
     Ok(TargetConfig {
+        schedule,
+        jitter,
+        stale_after,
         validators,
         format,
         restore_jobs,

@@ -11,6 +11,7 @@ pub mod cli;
 pub mod commands;
 pub mod exit;
 pub mod history;
+pub mod metrics;
 pub mod pipeline;
 pub mod progress;
 pub mod report;

@@ -363,3 +363,83 @@ pub fn assert_all_validators_pass(run: &serde_json::Value) {
         assert_eq!(v["status"], expected, "{v}");
     }
 }
+
+/// A Prometheus component from Debian's packages (`prometheus-pushgateway`,
+/// `prometheus-alertmanager`) on a free loopback port, stopped on drop.
+pub struct PromService {
+    pub port: u16,
+    child: Option<Child>,
+}
+
+impl PromService {
+    pub fn start(root: &TempRoot, binary: &str, extra: &[String]) -> Self {
+        let port = free_port();
+        let log = std::fs::File::create(root.path().join(format!("{binary}.log"))).unwrap();
+        let child = Command::new(binary)
+            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+            .args(extra)
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .process_group(0)
+            .spawn()
+            .unwrap_or_else(|e| panic!("{binary} (run scripts/setup.sh): {e}"));
+        let me = PromService { port, child: Some(child) };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < deadline, "{binary} did not start");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        me
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// GET `path` and return the body (a plain HTTP/1.0 request; no client library needed).
+    pub fn get(&self, path: &str) -> String {
+        http_get(self.port, path)
+    }
+}
+
+impl Drop for PromService {
+    fn drop(&mut self) {
+        if let Some(child) = self.child.take() {
+            proc::stop_group(child, Duration::from_secs(5));
+        }
+    }
+}
+
+/// A minimal HTTP GET on 127.0.0.1:`port`, returning the body.
+pub fn http_get(port: u16, path: &str) -> String {
+    http_request(port, "GET", path, &[], "").1
+}
+
+/// A minimal HTTP/1.0 request; returns (status, body).
+pub fn http_request(port: u16, method: &str, path: &str, headers: &[(&str, &str)], body: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let mut req = format!("{method} {path} HTTP/1.0\r\nHost: 127.0.0.1\r\nContent-Length: {}\r\n", body.len());
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    req.push_str("\r\n");
+    req.push_str(body);
+    s.write_all(req.as_bytes()).unwrap();
+    let mut resp = String::new();
+    s.read_to_string(&mut resp).unwrap();
+    let status = resp.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+    let body = resp.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
+    (status, body)
+}
+
+/// The value of the first sample of `metric` whose labels contain `label`, from a text exposition.
+pub fn sample(exposition: &str, metric: &str, label: &str) -> Option<f64> {
+    exposition
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .find(|l| l.starts_with(&format!("{metric}{{")) && l.contains(label))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+}

@@ -77,9 +77,18 @@ compare = "primary"
         assert_eq!(v["status"], "passed", "{v}");
     }
     let names: Vec<&str> = run["validators"].as_array().unwrap().iter().map(|v| v["name"].as_str().unwrap()).collect();
-    for expected in
-        ["amcheck", "full_read", "sequences", "indexes", "schema", "row_counts", "checksums", "freshness", "check: items have totals", "check: same unicode rows"]
-    {
+    for expected in [
+        "amcheck",
+        "full_read",
+        "sequences",
+        "indexes",
+        "schema",
+        "row_counts",
+        "checksums",
+        "freshness",
+        "check: items have totals",
+        "check: same unicode rows",
+    ] {
         assert!(names.contains(&expected), "{expected} missing from {names:?}");
     }
     let checksums = validator(&run, "checksums")["detail"].as_str().unwrap().to_string();
@@ -116,9 +125,15 @@ expect = "499"
         v["detail"].as_str().unwrap().to_string()
     };
     let counts = detail("row_counts");
-    assert!(counts.contains("public.orders: primary 5001, restored 5000 rows written at or before the backup time"), "{counts}");
+    assert!(
+        counts.contains("public.orders: primary 5001, restored 5000 rows written at or before the backup time"),
+        "{counts}"
+    );
     let sums = detail("checksums");
-    assert!(sums.contains("public.customers for id in [") && sums.contains("same 500 rows, different content"), "{sums}");
+    assert!(
+        sums.contains("public.customers for id in [") && sums.contains("same 500 rows, different content"),
+        "{sums}"
+    );
     assert!(sums.contains("public.orders"), "{sums}");
     let schema = detail("schema");
     assert!(schema.contains("index public.orders_total_idx missing from the restored copy"), "{schema}");
@@ -142,7 +157,10 @@ fn a_sequence_behind_its_column_is_caught() {
     let run = only_run(&out);
     let v = validator(&run, "sequences");
     assert_eq!(v["status"], "failed", "{v}");
-    assert!(v["detail"].as_str().unwrap().contains("public.orders_id_seq is at 10, but max(public.orders.id) is 5000"), "{v}");
+    assert!(
+        v["detail"].as_str().unwrap().contains("public.orders_id_seq is at 10, but max(public.orders.id) is 5000"),
+        "{v}"
+    );
 }
 
 #[test]

@@ -51,7 +51,11 @@ impl Validator for Freshness {
                 match p.timed(sqlx::query_scalar::<_, Option<f64>>(sqlx::AssertSqlSafe(sql)).fetch_one(&p.pool)).await {
                     Ok(v) => primary_newest = newer(primary_newest, v),
                     Err(e) => {
-                        return vec![Finding::new(name, Status::Error, format!("newest {t}.{col} on the primary: {e}"))];
+                        return vec![Finding::new(
+                            name,
+                            Status::Error,
+                            format!("newest {t}.{col} on the primary: {e}"),
+                        )];
                     }
                 }
             }

@@ -214,3 +214,56 @@ compare = "primary"
     let defaults = parse(GOOD).unwrap();
     assert_eq!(defaults.targets[0].validators.enabled.len(), ALL_VALIDATORS.len());
 }
+
+#[test]
+fn daemon_metrics_and_alerts() {
+    let extra = r#"
+schedule = "30 2 * * *"
+jitter = "5m"
+stale_after = "36h"
+[metrics]
+listen = "127.0.0.1:9999"
+pushgateway = "http://127.0.0.1:9091"
+textfile = "/tmp/drcheck.prom"
+[api]
+token = "${ORDERS_PW}"
+[daemon]
+max_concurrent_restores = 2
+[[alert]]
+kind = "alertmanager"
+url = "http://127.0.0.1:9093"
+[[alert]]
+kind = "webhook"
+url = "http://127.0.0.1:8080/hook"
+secret = "k"
+max_attempts = 3
+"#;
+    let c = parse(&format!("{GOOD}{extra}")).unwrap();
+    let t = &c.targets[0];
+    assert_eq!(t.schedule.as_deref(), Some("0 30 2 * * *"));
+    assert_eq!(t.jitter, Duration::from_secs(300));
+    assert_eq!(t.stale_after, Some(Duration::from_secs(36 * 3600)));
+    assert_eq!(c.metrics.listen, "127.0.0.1:9999");
+    assert_eq!(c.api.token.as_ref().unwrap().expose(), "hunter2");
+    assert_eq!(c.daemon.max_concurrent_restores, 2);
+    assert_eq!(c.alerts.len(), 2);
+    assert_eq!((c.alerts[0].name.as_str(), c.alerts[0].max_attempts), ("alertmanager", 8));
+    assert_eq!((c.alerts[1].name.as_str(), c.alerts[1].max_attempts), ("webhook", 3));
+    let shown = c.to_redacted_toml();
+    assert!(!shown.contains("hunter2"), "{shown}");
+    let (key, _, msg) = invalid(&GOOD.replace("rpo = \"26h\"", "rpo = \"26h\"\nschedule = \"every night\""));
+    assert_eq!(key, "target[0].schedule");
+    assert!(msg.contains("every night"), "{msg}");
+    let (key, _, _) = invalid(&format!("{GOOD}\n[[alert]]\nkind = \"pagerduty\"\nurl = \"http://x\"\n"));
+    assert_eq!(key, "alert[0].kind");
+    let (key, _, _) = invalid(&format!("{GOOD}\n[metrics]\nlisten = \"localhost\"\n"));
+    assert_eq!(key, "metrics.listen");
+}
+
+#[test]
+fn schedules_normalise() {
+    assert_eq!(normalize_schedule("0 3 * * *").unwrap(), "0 0 3 * * *");
+    assert_eq!(normalize_schedule("15 0 3 * * *").unwrap(), "15 0 3 * * *");
+    assert_eq!(normalize_schedule("@daily").unwrap(), "@daily");
+    assert!(normalize_schedule("61 3 * * *").is_err());
+}

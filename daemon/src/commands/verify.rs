@@ -3,6 +3,7 @@
 use crate::cli::VerifyArgs;
 use crate::exit::{CliError, Exit};
 use crate::history::History;
+use crate::metrics::Metrics;
 use crate::pipeline;
 use crate::progress::Progress;
 use crate::report::{RunResult, render_human};
@@ -31,11 +32,37 @@ pub async fn run(config: &Config, args: VerifyArgs) -> Result<Exit, CliError> {
         reports.push(report);
     }
     history.close().await;
+    export_metrics(config, &reports).await;
     if args.json {
         let out = serde_json::json!({ "runs": reports });
         println!("{}", serde_json::to_string_pretty(&out).map_err(CliError::incomplete)?);
     }
     Ok(overall_exit(reports.iter().map(|r| r.result)))
+}
+
+/// One-shot metrics: pushed to the Pushgateway per target and/or written to a
+/// node_exporter textfile. A failure to export is reported but does not change the
+/// verdict: the backup's result stands.
+async fn export_metrics(config: &Config, reports: &[crate::report::RunReport]) {
+    let all = Metrics::new();
+    for r in reports {
+        let Some(target) = config.target(&r.target) else { continue };
+        all.observe(r, target);
+        if let Some(gateway) = &config.metrics.pushgateway {
+            let one = Metrics::new();
+            one.observe(r, target);
+            let body = if r.result == RunResult::Passed { one.render() } else { one.render_without_last_success() };
+            if let Err(e) = crate::metrics::push(gateway, &r.target, body).await {
+                tracing::warn!(target = %r.target, "{e:#}");
+                eprintln!("drcheck: warning: {e:#}");
+            }
+        }
+    }
+    if let Some(path) = &config.metrics.textfile
+        && let Err(e) = crate::metrics::write_textfile(path, &all.render())
+    {
+        eprintln!("drcheck: warning: {e:#}");
+    }
 }
 
 /// A failed backup outranks an incomplete run: it is the news the operator must see.

@@ -1,0 +1,242 @@
+//! Prometheus metrics: the contract's `drcheck_*` names (base units, timestamps not
+//! ages, bounded labels) plus the daemon's own. One-shot runs push them to a
+//! Pushgateway and/or write a node_exporter textfile; the daemon serves `/metrics`.
+
+use crate::report::{RunReport, RunResult};
+use drcheck_config::TargetConfig;
+use prometheus::{Encoder, GaugeVec, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder};
+use std::path::Path;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+pub struct Metrics {
+    registry: Registry,
+    runs_total: IntCounterVec,
+    last_run_success: IntGaugeVec,
+    last_success_timestamp: GaugeVec,
+    restore_duration: GaugeVec,
+    phase_duration: GaugeVec,
+    rto_target: GaugeVec,
+    rpo_target: GaugeVec,
+    backup_timestamp: GaugeVec,
+    backup_size: GaugeVec,
+    validator_success: IntGaugeVec,
+    data_lag: GaugeVec,
+    pub scheduled_runs_total: IntCounterVec,
+    pub runs_in_flight: IntGauge,
+    pub breaker_open: IntGaugeVec,
+    pub alerts_sent_total: IntCounterVec,
+    pub alerts_dead_lettered_total: IntCounterVec,
+    pub alert_outbox_depth: IntGauge,
+}
+
+fn gauge(r: &Registry, name: &str, help: &str, labels: &[&str]) -> GaugeVec {
+    let g = GaugeVec::new(Opts::new(name, help), labels).expect("valid metric");
+    r.register(Box::new(g.clone())).expect("unique metric");
+    g
+}
+
+fn int_gauge(r: &Registry, name: &str, help: &str, labels: &[&str]) -> IntGaugeVec {
+    let g = IntGaugeVec::new(Opts::new(name, help), labels).expect("valid metric");
+    r.register(Box::new(g.clone())).expect("unique metric");
+    g
+}
+
+fn counter(r: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
+    let c = IntCounterVec::new(Opts::new(name, help), labels).expect("valid metric");
+    r.register(Box::new(c.clone())).expect("unique metric");
+    c
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        let r = Registry::new();
+        let build = int_gauge(&r, "drcheck_build_info", "drcheck's version; always 1.", &["version"]);
+        build.with_label_values(&[env!("CARGO_PKG_VERSION")]).set(1);
+        let runs_in_flight = IntGauge::new("drcheck_runs_in_flight", "Verifications running now.").unwrap();
+        r.register(Box::new(runs_in_flight.clone())).unwrap();
+        let alert_outbox_depth =
+            IntGauge::new("drcheck_alert_outbox_depth", "Alerts written but not yet delivered.").unwrap();
+        r.register(Box::new(alert_outbox_depth.clone())).unwrap();
+        Metrics {
+            runs_total: counter(
+                &r,
+                "drcheck_verification_runs_total",
+                "Verification runs by result.",
+                &["target", "result"],
+            ),
+            last_run_success: int_gauge(
+                &r,
+                "drcheck_last_run_success",
+                "1 if the last run passed, else 0.",
+                &["target"],
+            ),
+            last_success_timestamp: gauge(
+                &r,
+                "drcheck_last_success_timestamp_seconds",
+                "When the last passing run finished (Unix time).",
+                &["target"],
+            ),
+            restore_duration: gauge(
+                &r,
+                "drcheck_restore_duration_seconds",
+                "The last measured RTO: fetch start to a restored database that accepts connections.",
+                &["target"],
+            ),
+            phase_duration: gauge(
+                &r,
+                "drcheck_phase_duration_seconds",
+                "Duration of each phase of the last run.",
+                &["target", "phase"],
+            ),
+            rto_target: gauge(&r, "drcheck_rto_target_seconds", "The RTO objective.", &["target"]),
+            rpo_target: gauge(&r, "drcheck_rpo_target_seconds", "The RPO objective.", &["target"]),
+            backup_timestamp: gauge(
+                &r,
+                "drcheck_backup_timestamp_seconds",
+                "When the last verified backup was taken (Unix time).",
+                &["target"],
+            ),
+            backup_size: gauge(&r, "drcheck_backup_size_bytes", "Size of the last verified backup.", &["target"]),
+            validator_success: int_gauge(
+                &r,
+                "drcheck_validator_success",
+                "1 if the validator passed in the last run; 0 if it failed, errored or was skipped.",
+                &["target", "validator"],
+            ),
+            data_lag: gauge(
+                &r,
+                "drcheck_data_lag_seconds",
+                "How much newer the primary's data was than the backup's newest row.",
+                &["target"],
+            ),
+            scheduled_runs_total: counter(
+                &r,
+                "drcheck_scheduled_runs_total",
+                "Runs started by the daemon's schedule.",
+                &["target"],
+            ),
+            runs_in_flight,
+            breaker_open: int_gauge(
+                &r,
+                "drcheck_circuit_breaker_open",
+                "1 while a dependency's circuit breaker is open.",
+                &["dependency"],
+            ),
+            alerts_sent_total: counter(&r, "drcheck_alerts_sent_total", "Alerts delivered, by sink.", &["sink"]),
+            alerts_dead_lettered_total: counter(
+                &r,
+                "drcheck_alerts_dead_lettered_total",
+                "Alerts given up on after max_attempts, by sink.",
+                &["sink"],
+            ),
+            alert_outbox_depth,
+            registry: r,
+        }
+    }
+
+    /// Records a finished run. `include_last_success` is false for pushes of a failed
+    /// run, so that a failure never erases the last success at the Pushgateway.
+    pub fn observe(&self, r: &RunReport, target: &TargetConfig) {
+        let t = r.target.as_str();
+        self.runs_total.with_label_values(&[t, r.result.as_str()]).inc();
+        let passed = r.result == RunResult::Passed;
+        self.last_run_success.with_label_values(&[t]).set(passed as i64);
+        if passed {
+            let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_secs_f64();
+            self.last_success_timestamp.with_label_values(&[t]).set(now);
+        }
+        if let Some(m) = r.rto.measured_seconds {
+            self.restore_duration.with_label_values(&[t]).set(m);
+        }
+        for p in &r.phases {
+            self.phase_duration.with_label_values(&[t, &p.name]).set(p.seconds);
+        }
+        self.rto_target.with_label_values(&[t]).set(target.rto.as_secs_f64());
+        self.rpo_target.with_label_values(&[t]).set(target.rpo.as_secs_f64());
+        if let Some(b) = &r.backup {
+            if let Ok(ts) = humantime::parse_rfc3339(&b.created_at) {
+                self.backup_timestamp
+                    .with_label_values(&[t])
+                    .set(ts.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs_f64());
+            }
+            self.backup_size.with_label_values(&[t]).set(b.size_bytes as f64);
+        }
+        for v in &r.validators {
+            self.validator_success.with_label_values(&[t, &v.name]).set((v.status == "passed") as i64);
+        }
+        if let Some(lag) = r.rpo.data_lag_seconds {
+            self.data_lag.with_label_values(&[t]).set(lag);
+        }
+    }
+
+    /// Sets each dependency's breaker gauge from the restore crate's breakers.
+    pub fn refresh_breakers(&self) {
+        for (dep, state) in drcheck_restore::breaker::states() {
+            let open = state == drcheck_restore::breaker::BreakerState::Open;
+            self.breaker_open.with_label_values(&[&dep]).set(open as i64);
+        }
+    }
+
+    /// The text exposition of everything.
+    pub fn render(&self) -> String {
+        self.refresh_breakers();
+        encode(&self.registry.gather())
+    }
+
+    /// The text exposition without `drcheck_last_success_timestamp_seconds`.
+    pub fn render_without_last_success(&self) -> String {
+        let families: Vec<_> = self
+            .registry
+            .gather()
+            .into_iter()
+            .filter(|f| f.name() != "drcheck_last_success_timestamp_seconds")
+            .collect();
+        encode(&families)
+    }
+}
+
+fn encode(families: &[prometheus::proto::MetricFamily]) -> String {
+    let mut buf = Vec::new();
+    let _ = TextEncoder::new().encode(families, &mut buf);
+    String::from_utf8(buf).unwrap_or_default()
+}
+
+/// Pushes one target's metrics to a Pushgateway (POST: replaces only the pushed names,
+/// so a failed run's push leaves the last success timestamp in place).
+pub async fn push(gateway: &str, target: &str, body: String) -> anyhow::Result<()> {
+    let url = format!("{}/metrics/job/drcheck/target/{target}", gateway.trim_end_matches('/'));
+    let resp = reqwest::Client::builder()
+        .connect_timeout(std::time::Duration::from_secs(5))
+        .timeout(std::time::Duration::from_secs(15))
+        .build()?
+        .post(&url)
+        .header("Content-Type", "text/plain; version=0.0.4")
+        .body(body)
+        .send()
+        .await
+        .map_err(|e| anyhow::anyhow!("pushing metrics to {gateway}: {}", e.without_url()))?;
+    if !resp.status().is_success() {
+        anyhow::bail!(
+            "pushing metrics to {gateway}: HTTP {}: {}",
+            resp.status(),
+            resp.text().await.unwrap_or_default()
+        );
+    }
+    Ok(())
+}
+
+/// Writes the exposition to `path` atomically (a temporary file renamed into place).
+pub fn write_textfile(path: &Path, body: &str) -> anyhow::Result<()> {
+    let tmp = path.with_extension(format!("prom.tmp.{}", std::process::id()));
+    std::fs::write(&tmp, body).map_err(|e| anyhow::anyhow!("writing {}: {e}", tmp.display()))?;
+    std::fs::rename(&tmp, path).map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        anyhow::anyhow!("renaming {} into place: {e}", path.display())
+    })
+}
