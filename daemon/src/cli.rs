@@ -32,6 +32,20 @@ pub enum Command {
     /// Work with the config file.
     #[command(subcommand)]
     Config(ConfigCommand),
+    /// The alert outbox: pending alerts and dead letters.
+    #[command(subcommand)]
+    Alerts(AlertsCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum AlertsCommand {
+    /// Pending alerts, dead letters and the count delivered, as JSON.
+    List,
+    /// Deliver pending alerts now (for up to --seconds).
+    Deliver {
+        #[arg(long, default_value_t = 30)]
+        seconds: u64,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -116,6 +130,7 @@ pub async fn run(cli: Cli) -> Result<Exit, CliError> {
         }
         Command::History(args) => commands::history::run(&config, args).await,
         Command::Config(ConfigCommand::Check) => commands::config_check::run(&config),
+        Command::Alerts(cmd) => commands::alerts::run(&config, cmd).await,
     }
 }
 

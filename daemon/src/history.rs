@@ -2,11 +2,13 @@
 //! SQLite (WAL mode, so a crash at any moment leaves it consistent). A run and its
 //! parts are written in one transaction.
 
+use crate::alerts::{self, Alert};
 use crate::report::RunReport;
 use anyhow::Context as _;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions};
 use std::str::FromStr;
 use std::time::Duration;
+use std::time::SystemTime;
 
 pub struct History {
     pool: SqlitePool,
@@ -48,6 +50,12 @@ impl History {
 
     /// Records a run with its phases and validator results, atomically.
     pub async fn record(&self, r: &RunReport) -> anyhow::Result<()> {
+        self.record_with_alerts(r, &[]).await
+    }
+
+    /// Records a run and, in the same transaction, the alerts it raises or resolves
+    /// for each of `sinks` — so a crash can never keep one without the other.
+    pub async fn record_with_alerts(&self, r: &RunReport, sinks: &[String]) -> anyhow::Result<()> {
         let json = serde_json::to_string(r)?;
         let mut tx = self.pool.begin().await?;
         sqlx::query(
@@ -93,8 +101,180 @@ impl History {
                 .execute(&mut *tx)
                 .await?;
         }
+        if !sinks.is_empty() && r.result != crate::report::RunResult::Aborted {
+            enqueue_run_alerts(&mut tx, r, sinks).await?;
+        }
         tx.commit().await?;
         Ok(())
+    }
+
+    /// Alerts due for delivery, oldest first.
+    pub async fn due_alerts(&self, now: SystemTime) -> anyhow::Result<Vec<OutboxRow>> {
+        Ok(sqlx::query_as(
+            "select id, sink, target, alertname, state, dedup_key, run_id, payload, attempts, created_at
+               from alert_outbox where next_attempt_at <= ? order by created_at, id",
+        )
+        .bind(ts(now))
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
+    pub async fn mark_delivered(&self, row: &OutboxRow) -> anyhow::Result<()> {
+        let mut tx = self.pool.begin().await?;
+        sqlx::query("delete from alert_outbox where id = ?").bind(&row.id).execute(&mut *tx).await?;
+        sqlx::query("insert into alerts_delivered (id, sink, dedup_key, delivered_at) values (?, ?, ?, ?)")
+            .bind(&row.id)
+            .bind(&row.sink)
+            .bind(&row.dedup_key)
+            .bind(ts(SystemTime::now()))
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    pub async fn mark_failed(&self, row: &OutboxRow, error: &str, next: SystemTime) -> anyhow::Result<()> {
+        sqlx::query(
+            "update alert_outbox set attempts = attempts + 1, last_error = ?, next_attempt_at = ? where id = ?",
+        )
+        .bind(error)
+        .bind(ts(next))
+        .bind(&row.id)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    /// Moves an alert to the dead letters, in one transaction.
+    pub async fn dead_letter(&self, row: &OutboxRow, error: &str) -> anyhow::Result<()> {
+        let mut tx = self.pool.begin().await?;
+        sqlx::query(
+            "insert into alert_dead_letters (id, sink, target, alertname, state, dedup_key, run_id, payload, attempts,
+                                             created_at, dead_at, last_error)
+             select id, sink, target, alertname, state, dedup_key, run_id, payload, attempts + 1, created_at, ?, ?
+               from alert_outbox where id = ?",
+        )
+        .bind(ts(SystemTime::now()))
+        .bind(error)
+        .bind(&row.id)
+        .execute(&mut *tx)
+        .await?;
+        sqlx::query("delete from alert_outbox where id = ?").bind(&row.id).execute(&mut *tx).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    pub async fn outbox_depth(&self) -> anyhow::Result<i64> {
+        Ok(sqlx::query_scalar("select count(*) from alert_outbox").fetch_one(&self.pool).await?)
+    }
+
+    /// Every alert not yet delivered and every dead letter, for `drcheck alerts`.
+    pub async fn alert_listing(&self) -> anyhow::Result<serde_json::Value> {
+        let pending: Vec<(String, String, String, String, i64, Option<String>)> = sqlx::query_as(
+            "select sink, target, alertname, state, attempts, last_error from alert_outbox order by created_at",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        let dead: Vec<(String, String, String, String, i64, Option<String>)> = sqlx::query_as(
+            "select sink, target, alertname, state, attempts, last_error from alert_dead_letters order by dead_at",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        let delivered: i64 = sqlx::query_scalar("select count(*) from alerts_delivered").fetch_one(&self.pool).await?;
+        let rows = |v: Vec<(String, String, String, String, i64, Option<String>)>| -> Vec<serde_json::Value> {
+            v.into_iter()
+                .map(|(sink, target, alertname, state, attempts, last_error)| {
+                    serde_json::json!({"sink": sink, "target": target, "alertname": alertname, "state": state,
+                                       "attempts": attempts, "last_error": last_error})
+                })
+                .collect()
+        };
+        Ok(serde_json::json!({"pending": rows(pending), "dead_letters": rows(dead), "delivered": delivered}))
+    }
+
+    /// Raises the stale alert for `target` (no success for too long) unless it fires already.
+    pub async fn raise_stale(&self, target: &str, description: &str, sinks: &[String]) -> anyhow::Result<bool> {
+        let mut tx = self.pool.begin().await?;
+        let firing: Option<(String,)> =
+            sqlx::query_as("select episode from alert_state where target = ? and alertname = ?")
+                .bind(target)
+                .bind(alerts::STALE)
+                .fetch_optional(&mut *tx)
+                .await?;
+        if firing.is_some() {
+            return Ok(false);
+        }
+        let now = ts(SystemTime::now());
+        let episode = uuid::Uuid::new_v4().to_string();
+        sqlx::query("insert into alert_state (target, alertname, episode, since) values (?, ?, ?, ?)")
+            .bind(target)
+            .bind(alerts::STALE)
+            .bind(&episode)
+            .bind(&now)
+            .execute(&mut *tx)
+            .await?;
+        let alert = Alert {
+            alertname: alerts::STALE.into(),
+            target: target.into(),
+            severity: alerts::severity_of(alerts::STALE).into(),
+            state: "firing".into(),
+            summary: format!("{} for {target}", alerts::STALE),
+            description: description.into(),
+            run_id: None,
+            starts_at: now.clone(),
+            ends_at: None,
+            dedup_key: alerts::dedup_key(target, alerts::STALE, &episode, "firing"),
+        };
+        enqueue(&mut tx, &alert, sinks).await?;
+        tx.commit().await?;
+        Ok(true)
+    }
+
+    /// When `target` last passed (RFC 3339), if ever.
+    pub async fn last_success(&self, target: &str) -> anyhow::Result<Option<String>> {
+        Ok(sqlx::query_scalar("select max(finished_at) from runs where target = ? and result = 'passed'")
+            .bind(target)
+            .fetch_one(&self.pool)
+            .await?)
+    }
+
+    /// Takes the lease on `target` for `ttl` unless another holder's lease is live.
+    pub async fn acquire_lease(&self, target: &str, holder: &str, ttl: Duration) -> anyhow::Result<bool> {
+        let now = SystemTime::now();
+        let r = sqlx::query(
+            "insert into leases (target, holder, expires_at) values (?1, ?2, ?3)
+             on conflict (target) do update set holder = ?2, expires_at = ?3
+              where leases.expires_at < ?4 or leases.holder = ?2",
+        )
+        .bind(target)
+        .bind(holder)
+        .bind(ts(now + ttl))
+        .bind(ts(now))
+        .execute(&self.pool)
+        .await?;
+        Ok(r.rows_affected() == 1)
+    }
+
+    pub async fn release_lease(&self, target: &str, holder: &str) -> anyhow::Result<()> {
+        sqlx::query("delete from leases where target = ? and holder = ?")
+            .bind(target)
+            .bind(holder)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    /// Keeps the newest `keep` runs of each target; deletes older ones.
+    pub async fn prune(&self, keep: u32) -> anyhow::Result<u64> {
+        let r = sqlx::query(
+            "delete from runs where run_id in (
+               select run_id from (select run_id, row_number() over (partition by target order by started_at desc) as n from runs)
+                where n > ?)",
+        )
+        .bind(keep as i64)
+        .execute(&self.pool)
+        .await?;
+        Ok(r.rows_affected())
     }
 
     /// The most recent runs, newest first, optionally of one target.
@@ -115,4 +295,101 @@ impl History {
     pub async fn close(self) {
         self.pool.close().await;
     }
+}
+
+/// An alert waiting in the outbox.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct OutboxRow {
+    pub id: String,
+    pub sink: String,
+    pub target: String,
+    pub alertname: String,
+    pub state: String,
+    pub dedup_key: String,
+    pub run_id: Option<String>,
+    pub payload: String,
+    pub attempts: u32,
+    pub created_at: String,
+}
+
+fn ts(t: SystemTime) -> String {
+    humantime::format_rfc3339_millis(t).to_string()
+}
+
+async fn enqueue(tx: &mut sqlx::SqliteConnection, a: &Alert, sinks: &[String]) -> anyhow::Result<()> {
+    let payload = serde_json::to_string(a)?;
+    let now = ts(SystemTime::now());
+    for sink in sinks {
+        sqlx::query(
+            "insert into alert_outbox (id, sink, target, alertname, state, dedup_key, run_id, payload, attempts,
+                                       next_attempt_at, created_at)
+             values (?, ?, ?, ?, ?, ?, ?, ?, 0, ?, ?)",
+        )
+        .bind(uuid::Uuid::new_v4().to_string())
+        .bind(sink)
+        .bind(&a.target)
+        .bind(&a.alertname)
+        .bind(&a.state)
+        .bind(&a.dedup_key)
+        .bind(&a.run_id)
+        .bind(&payload)
+        .bind(&now)
+        .bind(&now)
+        .execute(&mut *tx)
+        .await?;
+    }
+    Ok(())
+}
+
+/// Fires (again) every alert the run raises, resolves those that stopped firing.
+async fn enqueue_run_alerts(tx: &mut sqlx::SqliteConnection, r: &RunReport, sinks: &[String]) -> anyhow::Result<()> {
+    let now_firing = alerts::firing(r);
+    let names = alerts::RUN_ALERTS.iter().chain(std::iter::once(&alerts::STALE));
+    for &name in names {
+        let prev: Option<(String, String)> =
+            sqlx::query_as("select episode, since from alert_state where target = ? and alertname = ?")
+                .bind(&r.target)
+                .bind(name)
+                .fetch_optional(&mut *tx)
+                .await?;
+        let fires = now_firing.iter().find(|(n, _, _)| *n == name);
+        let (state, episode, since, severity, description) = match (fires, prev) {
+            (Some((_, sev, desc)), Some((episode, since))) => ("firing", episode, since, *sev, desc.clone()),
+            (Some((_, sev, desc)), None) => {
+                sqlx::query("insert into alert_state (target, alertname, episode, since) values (?, ?, ?, ?)")
+                    .bind(&r.target)
+                    .bind(name)
+                    .bind(&r.run_id)
+                    .bind(&r.started_at)
+                    .execute(&mut *tx)
+                    .await?;
+                ("firing", r.run_id.clone(), r.started_at.clone(), *sev, desc.clone())
+            }
+            // The stale alert resolves only with a passing run.
+            (None, Some(_)) if name == alerts::STALE && r.result != crate::report::RunResult::Passed => continue,
+            (None, Some((episode, since))) => {
+                sqlx::query("delete from alert_state where target = ? and alertname = ?")
+                    .bind(&r.target)
+                    .bind(name)
+                    .execute(&mut *tx)
+                    .await?;
+                ("resolved", episode, since, alerts::severity_of(name), format!("{name} resolved by run {}", r.run_id))
+            }
+            (None, None) => continue,
+        };
+        let alert = Alert {
+            alertname: name.to_string(),
+            target: r.target.clone(),
+            severity: severity.to_string(),
+            state: state.to_string(),
+            summary: format!("{name} for {}", r.target),
+            description,
+            run_id: Some(r.run_id.clone()),
+            starts_at: since,
+            ends_at: (state == "resolved").then(|| r.finished_at.clone()),
+            dedup_key: alerts::dedup_key(&r.target, name, &episode, state),
+        };
+        enqueue(tx, &alert, sinks).await?;
+    }
+    Ok(())
 }

@@ -7,6 +7,7 @@
 //! - [`history`]: every run, its phases and validator results, in SQLite through sqlx.
 //! - [`shutdown`]: SIGTERM/SIGINT become a cancellation token, so sandboxes are torn down.
 
+pub mod alerts;
 pub mod cli;
 pub mod commands;
 pub mod exit;

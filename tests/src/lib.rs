@@ -8,6 +8,7 @@
 pub mod faults;
 pub mod proc;
 pub mod proxy;
+pub mod recorder;
 pub mod scenario;
 
 use nix::unistd::{Uid, User, chown};
@@ -373,7 +374,24 @@ pub struct PromService {
 
 impl PromService {
     pub fn start(root: &TempRoot, binary: &str, extra: &[String]) -> Self {
-        let port = free_port();
+        Self::start_on(root, binary, free_port(), extra)
+    }
+
+    /// Alertmanager with a config that routes everything nowhere, no clustering.
+    pub fn alertmanager(root: &TempRoot, port: u16) -> Self {
+        let dir = root.path().join(format!("am-{port}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        let config = dir.join("am.yml");
+        std::fs::write(&config, "route:\n  receiver: 'null'\nreceivers:\n  - name: 'null'\n").unwrap();
+        let extra = [
+            format!("--config.file={}", config.display()),
+            format!("--storage.path={}", dir.display()),
+            "--cluster.listen-address=".to_string(),
+        ];
+        Self::start_on(root, "prometheus-alertmanager", port, &extra)
+    }
+
+    pub fn start_on(root: &TempRoot, binary: &str, port: u16, extra: &[String]) -> Self {
         let log = std::fs::File::create(root.path().join(format!("{binary}.log"))).unwrap();
         let child = Command::new(binary)
             .arg(format!("--web.listen-address=127.0.0.1:{port}"))

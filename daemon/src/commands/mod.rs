@@ -1,5 +1,6 @@
 //! One file per subcommand.
 
+pub mod alerts;
 pub mod backups;
 pub mod config_check;
 pub mod history;

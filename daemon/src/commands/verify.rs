@@ -1,5 +1,6 @@
 //! `drcheck verify`: verify one target or all, record each run, print the report.
 
+use crate::alerts::dispatch::Dispatcher;
 use crate::cli::VerifyArgs;
 use crate::exit::{CliError, Exit};
 use crate::history::History;
@@ -22,7 +23,7 @@ pub async fn run(config: &Config, args: VerifyArgs) -> Result<Exit, CliError> {
         let progress = Progress::new(!args.json);
         let report = pipeline::verify(config, target, args.backup.as_deref(), &cancel, &progress).await;
         drop(progress);
-        if let Err(e) = history.record(&report).await {
+        if let Err(e) = history.record_with_alerts(&report, &sink_names(config)).await {
             tracing::error!(target = %report.target, run_id = %report.run_id, "cannot record the run: {e:#}");
             eprintln!("drcheck: cannot record run {} in the history store: {e:#}", report.run_id);
         }
@@ -31,8 +32,25 @@ pub async fn run(config: &Config, args: VerifyArgs) -> Result<Exit, CliError> {
         }
         reports.push(report);
     }
+    let metrics = export_metrics(config, &reports).await;
+    // Alerts go out after every verification is done, within a bounded time; whatever
+    // is left stays in the outbox for the next run or the daemon.
+    if !config.alerts.is_empty() {
+        let d = Dispatcher::new(&history, &config.alerts, Some(&metrics));
+        match d.drain(ALERT_BUDGET, &cancel).await {
+            Ok(r) if r.pending > 0 => {
+                eprintln!("drcheck: warning: {} alert(s) not delivered yet; kept for the next run", r.pending)
+            }
+            Ok(_) => {}
+            Err(e) => eprintln!("drcheck: warning: delivering alerts: {e:#}"),
+        }
+        if let Some(path) = &config.metrics.textfile
+            && let Err(e) = crate::metrics::write_textfile(path, &metrics.render())
+        {
+            eprintln!("drcheck: warning: {e:#}");
+        }
+    }
     history.close().await;
-    export_metrics(config, &reports).await;
     if args.json {
         let out = serde_json::json!({ "runs": reports });
         println!("{}", serde_json::to_string_pretty(&out).map_err(CliError::incomplete)?);
@@ -43,7 +61,7 @@ pub async fn run(config: &Config, args: VerifyArgs) -> Result<Exit, CliError> {
 /// One-shot metrics: pushed to the Pushgateway per target and/or written to a
 /// node_exporter textfile. A failure to export is reported but does not change the
 /// verdict: the backup's result stands.
-async fn export_metrics(config: &Config, reports: &[crate::report::RunReport]) {
+async fn export_metrics(config: &Config, reports: &[crate::report::RunReport]) -> Metrics {
     let all = Metrics::new();
     for r in reports {
         let Some(target) = config.target(&r.target) else { continue };
@@ -63,7 +81,16 @@ async fn export_metrics(config: &Config, reports: &[crate::report::RunReport]) {
     {
         eprintln!("drcheck: warning: {e:#}");
     }
+    all
 }
+
+/// The names of the configured alert sinks.
+pub fn sink_names(config: &Config) -> Vec<String> {
+    config.alerts.iter().map(|a| a.name.clone()).collect()
+}
+
+/// How long a one-shot run spends delivering alerts before leaving them for later.
+const ALERT_BUDGET: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// A failed backup outranks an incomplete run: it is the news the operator must see.
 pub fn overall_exit(results: impl Iterator<Item = RunResult>) -> Exit {

@@ -1,0 +1,120 @@
+//! The dispatcher: delivers due alerts from the outbox, at least once. A failed
+//! delivery is retried later with capped exponential backoff and full jitter; a sink
+//! whose circuit breaker is open is skipped without spending an attempt; after the
+//! sink's `max_attempts` the alert moves to the dead letters and a metric counts it.
+
+use super::Alert;
+use super::sinks;
+use crate::history::{History, OutboxRow};
+use crate::metrics::Metrics;
+use drcheck_config::AlertConfig;
+use drcheck_restore::breaker;
+use drcheck_restore::retry::Backoff;
+use std::time::{Duration, SystemTime};
+use tokio_util::sync::CancellationToken;
+
+pub struct Dispatcher<'a> {
+    pub history: &'a History,
+    pub sinks: &'a [AlertConfig],
+    pub metrics: Option<&'a Metrics>,
+    client: reqwest::Client,
+    backoff: Backoff,
+}
+
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Round {
+    pub delivered: usize,
+    pub failed: usize,
+    pub dead: usize,
+    pub pending: usize,
+}
+
+impl<'a> Dispatcher<'a> {
+    pub fn new(history: &'a History, sinks: &'a [AlertConfig], metrics: Option<&'a Metrics>) -> Self {
+        let client = reqwest::Client::builder().connect_timeout(Duration::from_secs(5)).build().unwrap_or_default();
+        Self {
+            history,
+            sinks,
+            metrics,
+            client,
+            backoff: Backoff { base: Duration::from_millis(500), cap: Duration::from_secs(300), attempts: u32::MAX },
+        }
+    }
+
+    /// Tries every due alert once.
+    pub async fn round(&self) -> anyhow::Result<Round> {
+        let mut round = Round::default();
+        for row in self.history.due_alerts(SystemTime::now()).await? {
+            let Some(sink) = self.sinks.iter().find(|s| s.name == row.sink) else {
+                self.history.dead_letter(&row, "the sink is no longer configured").await?;
+                round.dead += 1;
+                continue;
+            };
+            let br = breaker::for_dependency(&format!("alert {}", sink.name));
+            if br.admit().is_err() {
+                continue;
+            }
+            let alert: Alert = match serde_json::from_str(&row.payload) {
+                Ok(a) => a,
+                Err(e) => {
+                    self.history.dead_letter(&row, &format!("unreadable payload: {e}")).await?;
+                    round.dead += 1;
+                    continue;
+                }
+            };
+            match sinks::deliver(&self.client, sink, &alert).await {
+                Ok(()) => {
+                    br.success();
+                    self.history.mark_delivered(&row).await?;
+                    if let Some(m) = self.metrics {
+                        m.alerts_sent_total.with_label_values(&[&sink.name]).inc();
+                    }
+                    round.delivered += 1;
+                }
+                Err(e) => {
+                    br.failure();
+                    tracing::warn!(sink = %sink.name, alert = %alert.alertname, attempt = row.attempts + 1, "alert delivery failed: {e}");
+                    if row.attempts + 1 >= sink.max_attempts {
+                        self.history.dead_letter(&row, &e).await?;
+                        if let Some(m) = self.metrics {
+                            m.alerts_dead_lettered_total.with_label_values(&[&sink.name]).inc();
+                        }
+                        round.dead += 1;
+                    } else {
+                        let next = SystemTime::now() + self.backoff.delay(row.attempts);
+                        self.history.mark_failed(&row, &e, next).await?;
+                        round.failed += 1;
+                    }
+                }
+            }
+        }
+        round.pending = self.history.outbox_depth().await? as usize;
+        if let Some(m) = self.metrics {
+            m.alert_outbox_depth.set(round.pending as i64);
+        }
+        Ok(round)
+    }
+
+    /// Delivers until the outbox is empty, `budget` runs out, or `cancel` fires.
+    pub async fn drain(&self, budget: Duration, cancel: &CancellationToken) -> anyhow::Result<Round> {
+        let deadline = tokio::time::Instant::now() + budget;
+        let mut total = Round::default();
+        loop {
+            let r = self.round().await?;
+            total.delivered += r.delivered;
+            total.failed += r.failed;
+            total.dead += r.dead;
+            total.pending = r.pending;
+            if r.pending == 0 || tokio::time::Instant::now() >= deadline || cancel.is_cancelled() {
+                return Ok(total);
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_millis(250)) => {}
+                _ = cancel.cancelled() => return Ok(total),
+            }
+        }
+    }
+}
+
+/// Rows are what the history store hands the dispatcher.
+pub type Row = OutboxRow;

@@ -1,0 +1,97 @@
+//! Alerts: derived from each run, written to the outbox in the run's own transaction
+//! (`History::record`), delivered at least once by the [`dispatch`] loop with a stable
+//! dedup key, retried with backoff and jitter behind a circuit breaker per sink, and
+//! moved to dead letters after `max_attempts`.
+
+pub mod dispatch;
+mod sinks;
+
+use crate::report::{RunReport, RunResult};
+use serde::{Deserialize, Serialize};
+
+pub const FAILED: &str = "DrcheckVerificationFailed";
+pub const RTO_MISSED: &str = "DrcheckRTOMissed";
+pub const RPO_MISSED: &str = "DrcheckRPOMissed";
+pub const STALE: &str = "DrcheckVerificationStale";
+
+/// One alert in one state, as queued for every sink.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Alert {
+    pub alertname: String,
+    pub target: String,
+    pub severity: String,
+    /// `firing` or `resolved`.
+    pub state: String,
+    pub summary: String,
+    pub description: String,
+    pub run_id: Option<String>,
+    /// When this firing episode began (RFC 3339).
+    pub starts_at: String,
+    /// For resolutions: when it resolved.
+    pub ends_at: Option<String>,
+    /// Stable per alert, episode and state: the `Idempotency-Key`.
+    pub dedup_key: String,
+}
+
+/// Which of the run-derived alerts a run makes fire, with why.
+pub fn firing(r: &RunReport) -> Vec<(&'static str, &'static str, String)> {
+    let mut out = Vec::new();
+    if r.result == RunResult::Aborted {
+        return out;
+    }
+    if matches!(r.result, RunResult::Failed | RunResult::Error) {
+        let why = r
+            .error
+            .as_ref()
+            .map(|e| format!("[{}] {}", e.stage, e.message))
+            .or_else(|| {
+                let bad: Vec<String> = r
+                    .validators
+                    .iter()
+                    .filter(|v| v.status == "failed" || v.status == "error")
+                    .map(|v| format!("{}: {}", v.name, v.detail))
+                    .collect();
+                (!bad.is_empty()).then(|| bad.join("; "))
+            })
+            .unwrap_or_else(|| "an objective was missed".into());
+        out.push((FAILED, severity_of(FAILED), format!("verification of {} {}: {why}", r.target, r.result.as_str())));
+    }
+    if r.rto.met == Some(false) {
+        out.push((
+            RTO_MISSED,
+            severity_of(RTO_MISSED),
+            format!(
+                "restore took {:.0}s, the RTO is {:.0}s",
+                r.rto.measured_seconds.unwrap_or_default(),
+                r.rto.target_seconds
+            ),
+        ));
+    }
+    if r.rpo.met == Some(false) {
+        out.push((
+            RPO_MISSED,
+            severity_of(RPO_MISSED),
+            format!(
+                "the latest backup is {:.0}s old, the RPO is {:.0}s",
+                r.rpo.backup_age_seconds.unwrap_or_default(),
+                r.rpo.target_seconds
+            ),
+        ));
+    }
+    out
+}
+
+/// Each alert's severity. Fixed per alert, so that a resolution carries the very same
+/// labels as the firing alert (Alertmanager identifies alerts by their labels).
+pub fn severity_of(alertname: &str) -> &'static str {
+    if alertname == RTO_MISSED { "warning" } else { "critical" }
+}
+
+/// The run-derived alert names (every one of them can resolve).
+pub const RUN_ALERTS: [&str; 3] = [FAILED, RTO_MISSED, RPO_MISSED];
+
+/// The dedup key of an alert in a state within an episode.
+pub fn dedup_key(target: &str, alertname: &str, episode: &str, state: &str) -> String {
+    use sha2::{Digest, Sha256};
+    hex::encode(Sha256::digest(format!("{target}\n{alertname}\n{episode}\n{state}")))[..32].to_string()
+}

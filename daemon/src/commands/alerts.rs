@@ -1,0 +1,24 @@
+//! `drcheck alerts list|deliver`: look into and flush the alert outbox.
+
+use crate::alerts::dispatch::Dispatcher;
+use crate::cli::AlertsCommand;
+use crate::exit::{CliError, Exit};
+use crate::history::History;
+use drcheck_config::Config;
+use std::time::Duration;
+
+pub async fn run(config: &Config, cmd: AlertsCommand) -> Result<Exit, CliError> {
+    let history = History::open(&config.state.url).await.map_err(CliError::incomplete)?;
+    let out = match cmd {
+        AlertsCommand::List => history.alert_listing().await.map_err(CliError::incomplete)?,
+        AlertsCommand::Deliver { seconds } => {
+            let d = Dispatcher::new(&history, &config.alerts, None);
+            let cancel = crate::shutdown::on_signals();
+            let r = d.drain(Duration::from_secs(seconds), &cancel).await.map_err(CliError::incomplete)?;
+            serde_json::json!({"delivered": r.delivered, "failed": r.failed, "dead_lettered": r.dead, "pending": r.pending})
+        }
+    };
+    history.close().await;
+    println!("{}", serde_json::to_string_pretty(&out).map_err(CliError::incomplete)?);
+    Ok(Exit::Passed)
+}
