@@ -24,6 +24,8 @@ pub struct Cli {
 pub enum Command {
     /// Restore and validate the latest backup of one target, or of all.
     Verify(VerifyArgs),
+    /// Run unattended: schedules, /metrics, health, the trigger API, alerts.
+    Daemon,
     /// Work with the backups in a target's store.
     #[command(subcommand)]
     Backups(BackupsCommand),
@@ -122,6 +124,7 @@ pub async fn run(cli: Cli) -> Result<Exit, CliError> {
     let config = drcheck_config::load(&cli.config)?;
     match cli.command {
         Command::Verify(args) => commands::verify::run(&config, args).await,
+        Command::Daemon => commands::daemon::run(config).await,
         Command::Backups(BackupsCommand::List { target, json }) => {
             commands::backups::list(&config, target.as_deref(), json).await
         }

@@ -10,6 +10,7 @@
 pub mod alerts;
 pub mod cli;
 pub mod commands;
+pub mod daemon;
 pub mod exit;
 pub mod history;
 pub mod metrics;

@@ -138,11 +138,28 @@ pub async fn verify(
     cancel: &CancellationToken,
     progress: &Progress,
 ) -> RunReport {
+    verify_as(new_run_id(), config, target, backup_key, cancel, progress).await
+}
+
+/// A fresh run id.
+pub fn new_run_id() -> String {
+    uuid::Uuid::new_v4().to_string()
+}
+
+/// [`verify`] with a run id chosen by the caller (the trigger API answers with it).
+pub async fn verify_as(
+    run_id: String,
+    config: &Config,
+    target: &TargetConfig,
+    backup_key: Option<&str>,
+    cancel: &CancellationToken,
+    progress: &Progress,
+) -> RunReport {
     let started = SystemTime::now();
     let mut run = Run {
         target,
         report: RunReport {
-            run_id: uuid::Uuid::new_v4().to_string(),
+            run_id,
             target: target.name.clone(),
             result: RunResult::Passed,
             started_at: timestamp(started),

@@ -461,3 +461,83 @@ pub fn sample(exposition: &str, metric: &str, label: &str) -> Option<f64> {
         .and_then(|l| l.rsplit(' ').next())
         .and_then(|v| v.parse().ok())
 }
+
+/// A running `drcheck daemon`, stopped (SIGKILL) on drop if the test did not stop it.
+pub struct Daemon {
+    pub port: u16,
+    child: Option<Child>,
+    stderr: Option<std::thread::JoinHandle<Vec<u8>>>,
+}
+
+impl Daemon {
+    /// Starts the daemon with `config` (whose `[metrics] listen` is 127.0.0.1:`port`).
+    pub fn start(config: &Path, port: u16, env: &[(&str, String)]) -> Self {
+        let mut child = Command::new(drcheck_bin())
+            .args(["--config", &config.display().to_string(), "-v", "daemon"])
+            .envs(AWS_ENV)
+            .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+            .env_remove("RUST_LOG")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stderr = proc::drain(child.stderr.take().unwrap());
+        let mut me = Daemon { port, child: Some(child), stderr: Some(stderr) };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            if let Some(Ok(Some(status))) = me.child.as_mut().map(|c| c.try_wait()) {
+                panic!("the daemon exited ({status}): {}", me.stderr_text());
+            }
+            assert!(Instant::now() < deadline, "the daemon did not listen on {port}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        me
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.child.as_ref().map(|c| c.id() as i32).unwrap_or(0)
+    }
+
+    pub fn signal(&self, sig: nix::sys::signal::Signal) {
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.pid()), sig).unwrap();
+    }
+
+    /// SIGTERM, then wait up to `limit`; returns the exit status and how long it took.
+    pub fn terminate(&mut self, limit: Duration) -> (std::process::ExitStatus, Duration) {
+        self.signal(nix::sys::signal::Signal::SIGTERM);
+        let started = Instant::now();
+        let child = self.child.as_mut().unwrap();
+        loop {
+            if let Some(s) = child.try_wait().unwrap() {
+                self.child = None;
+                return (s, started.elapsed());
+            }
+            if started.elapsed() > limit {
+                let _ = child.kill();
+                panic!("the daemon did not exit within {limit:?} of SIGTERM: {}", self.stderr_text());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Everything the daemon wrote to stderr (after it exited).
+    pub fn stderr_text(&mut self) -> String {
+        if self.child.is_some() {
+            return String::from("(still running)");
+        }
+        self.stderr
+            .take()
+            .map(|h| String::from_utf8_lossy(&h.join().unwrap_or_default()).into_owned())
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}

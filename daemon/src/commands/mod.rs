@@ -3,6 +3,7 @@
 pub mod alerts;
 pub mod backups;
 pub mod config_check;
+pub mod daemon;
 pub mod history;
 pub mod verify;
 

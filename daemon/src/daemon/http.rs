@@ -1,0 +1,82 @@
+//! The daemon's HTTP surface: `/metrics`, `/healthz`, `/readyz`, `GET /api/v1/runs`,
+//! `POST /api/v1/targets/{name}/verify` (bearer token; 401 without it, 404 for an
+//! unknown target, 409 while that target runs, 202 with the run id otherwise).
+
+use super::{Shared, run_target};
+use axum::Json;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use std::sync::Arc;
+
+pub fn router(shared: Arc<Shared>) -> axum::Router {
+    axum::Router::new()
+        .route("/metrics", get(metrics))
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(readyz))
+        .route("/api/v1/runs", get(runs))
+        .route("/api/v1/targets/{name}/verify", post(trigger))
+        .with_state(shared)
+}
+
+async fn metrics(State(s): State<Arc<Shared>>) -> Response {
+    if let Ok(depth) = s.history.outbox_depth().await {
+        s.metrics.alert_outbox_depth.set(depth);
+    }
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], s.metrics.render()).into_response()
+}
+
+async fn readyz(State(s): State<Arc<Shared>>) -> Response {
+    match s.history.outbox_depth().await {
+        Ok(_) => (StatusCode::OK, "ready\n").into_response(),
+        Err(e) => (StatusCode::SERVICE_UNAVAILABLE, format!("history store unreachable: {e:#}\n")).into_response(),
+    }
+}
+
+#[derive(serde::Deserialize)]
+struct RunsQuery {
+    target: Option<String>,
+    limit: Option<u32>,
+}
+
+async fn runs(State(s): State<Arc<Shared>>, Query(q): Query<RunsQuery>) -> Response {
+    match s.history.recent(q.target.as_deref(), q.limit.unwrap_or(20).min(1000)).await {
+        Ok(runs) => Json(serde_json::json!({ "runs": runs })).into_response(),
+        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, format!("{e:#}\n")).into_response(),
+    }
+}
+
+/// Constant-time comparison, so the token cannot be guessed byte by byte.
+fn same(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+async fn trigger(State(s): State<Arc<Shared>>, Path(name): Path<String>, headers: HeaderMap) -> Response {
+    let config = s.config();
+    let Some(token) = &config.api.token else {
+        return (StatusCode::UNAUTHORIZED, "the trigger API is off: set [api] token\n").into_response();
+    };
+    let given =
+        headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "));
+    if !given.is_some_and(|g| same(g.as_bytes(), token.expose().as_bytes())) {
+        return (StatusCode::UNAUTHORIZED, [(header::WWW_AUTHENTICATE, "Bearer")], "missing or wrong bearer token\n")
+            .into_response();
+    }
+    if config.target(&name).is_none() {
+        return (StatusCode::NOT_FOUND, format!("no target {name:?}\n")).into_response();
+    }
+    if !s.running.lock().unwrap().insert(name.clone()) {
+        return (StatusCode::CONFLICT, Json(serde_json::json!({"error": format!("{name} is already being verified")})))
+            .into_response();
+    }
+    let run_id = crate::pipeline::new_run_id();
+    let (sh, rid, t) = (s.clone(), run_id.clone(), name.clone());
+    s.tracker.spawn(async move {
+        if let Err(e) = run_target(sh.clone(), t.clone(), rid).await {
+            tracing::warn!(target = %t, "triggered run did not start: {e}");
+        }
+        sh.running.lock().unwrap().remove(&t);
+    });
+    (StatusCode::ACCEPTED, Json(serde_json::json!({"run_id": run_id, "target": name}))).into_response()
+}

@@ -1,0 +1,232 @@
+//! `drcheck daemon`: verifies targets on their schedules, serves `/metrics`,
+//! `/healthz`, `/readyz` and the trigger API, delivers alerts, raises stale alerts.
+//!
+//! Shutdown is a parameter (a token), so tests can stop it: on SIGTERM/SIGINT the
+//! daemon stops scheduling, gives runs in flight a grace period, then cancels them —
+//! their sandboxes are torn down and they are recorded as `aborted` — and returns.
+//! SIGHUP reloads the config, keeping the old one if the new one is invalid.
+
+mod http;
+pub mod schedule;
+
+use crate::alerts::dispatch::Dispatcher;
+use crate::history::History;
+use crate::metrics::Metrics;
+use crate::pipeline;
+use crate::progress::Progress;
+use anyhow::Context as _;
+use drcheck_config::Config;
+use schedule::{Entry, Running, SystemClock};
+use std::path::PathBuf;
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, SystemTime};
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+/// How long runs in flight may go on after a shutdown signal before they are cancelled.
+const GRACE: Duration = Duration::from_secs(5);
+
+/// What every part of the daemon shares.
+pub struct Shared {
+    pub config: RwLock<Arc<Config>>,
+    pub config_path: PathBuf,
+    pub history: History,
+    pub metrics: Metrics,
+    /// Bulkhead: at most `max_concurrent_restores` restores at once.
+    pub restores: Arc<Semaphore>,
+    pub running: Running,
+    /// This process's name in leases.
+    pub holder: String,
+    pub tracker: TaskTracker,
+    /// Cancels runs in flight (after the grace period).
+    pub runs_cancel: CancellationToken,
+}
+
+impl Shared {
+    pub fn config(&self) -> Arc<Config> {
+        self.config.read().unwrap().clone()
+    }
+}
+
+/// Runs one verification of `target` under the bulkhead and the lease, records it
+/// (with its alerts) and updates the metrics. Returns the report, or why it did not run.
+pub async fn run_target(shared: Arc<Shared>, target: String, run_id: String) -> Result<(), String> {
+    let config = shared.config();
+    let Some(t) = config.target(&target).cloned() else { return Err(format!("no target {target:?}")) };
+    let _permit = shared.restores.clone().acquire_owned().await.map_err(|_| "shutting down".to_string())?;
+    let ttl = t.rto.mul_f64(t.abort_factor) + t.validators.timeout * 9 + Duration::from_secs(600);
+    match shared.history.acquire_lease(&target, &shared.holder, ttl).await {
+        Ok(true) => {}
+        Ok(false) => {
+            tracing::warn!(target = %target, "another instance holds the lease: run skipped");
+            return Err("another instance is verifying this target".into());
+        }
+        Err(e) => return Err(format!("lease: {e:#}")),
+    }
+    shared.metrics.runs_in_flight.inc();
+    let report = pipeline::verify_as(run_id, &config, &t, None, &shared.runs_cancel, &Progress::new(false)).await;
+    shared.metrics.runs_in_flight.dec();
+    shared.metrics.observe(&report, &t);
+    let sinks: Vec<String> = config.alerts.iter().map(|a| a.name.clone()).collect();
+    if let Err(e) = shared.history.record_with_alerts(&report, &sinks).await {
+        tracing::error!(target = %target, run_id = %report.run_id, "cannot record the run: {e:#}");
+    }
+    let _ = shared.history.release_lease(&target, &shared.holder).await;
+    if let Err(e) = shared.history.prune(config.state.keep_runs).await {
+        tracing::warn!("pruning history: {e:#}");
+    }
+    Ok(())
+}
+
+fn entries(config: &Config) -> Vec<Entry> {
+    config
+        .targets
+        .iter()
+        .filter_map(|t| {
+            let s = t.schedule.as_ref()?;
+            Entry::new(&t.name, s, t.jitter).map_err(|e| tracing::error!(target = %t.name, "bad schedule: {e}")).ok()
+        })
+        .collect()
+}
+
+/// Runs the daemon until `shutdown` fires. `reload` fires on SIGHUP.
+pub async fn run(
+    config: Config,
+    shutdown: CancellationToken,
+    mut reload: tokio::sync::mpsc::Receiver<()>,
+) -> anyhow::Result<()> {
+    let history = History::open(&config.state.url).await?;
+    let listen: std::net::SocketAddr = config.metrics.listen.parse().context("metrics.listen")?;
+    let shared = Arc::new(Shared {
+        restores: Arc::new(Semaphore::new(config.daemon.max_concurrent_restores)),
+        config_path: config.path.clone(),
+        config: RwLock::new(Arc::new(config)),
+        history,
+        metrics: Metrics::new(),
+        running: Default::default(),
+        holder: format!("{}-{}", std::process::id(), &pipeline::new_run_id()[..8]),
+        tracker: TaskTracker::new(),
+        runs_cancel: CancellationToken::new(),
+    });
+    let listener = tokio::net::TcpListener::bind(listen).await.with_context(|| format!("cannot listen on {listen}"))?;
+    tracing::info!(%listen, "daemon listening");
+    let http_stop = CancellationToken::new();
+    let server = {
+        let (app, stop) = (http::router(shared.clone()), http_stop.clone());
+        tokio::spawn(async move { axum::serve(listener, app).with_graceful_shutdown(stop.cancelled_owned()).await })
+    };
+    let background = CancellationToken::new();
+    let dispatcher = tokio::spawn(dispatch_loop(shared.clone(), background.clone()));
+    let stale = tokio::spawn(stale_loop(shared.clone(), background.clone()));
+
+    loop {
+        let sched_stop = CancellationToken::new();
+        let sh = shared.clone();
+        let runner: schedule::Runner = Arc::new(move |t: String| {
+            let sh = sh.clone();
+            Box::pin(async move {
+                if let Err(e) = run_target(sh, t.clone(), pipeline::new_run_id()).await {
+                    tracing::warn!(target = %t, "scheduled run did not start: {e}");
+                }
+            })
+        });
+        let m = shared.clone();
+        let on_fire: Arc<dyn Fn(&str, bool) + Send + Sync> = Arc::new(move |t: &str, started: bool| {
+            if started {
+                m.metrics.scheduled_runs_total.with_label_values(&[t]).inc();
+            }
+        });
+        let sched = tokio::spawn(schedule::run(
+            entries(&shared.config()),
+            Arc::new(SystemClock),
+            runner,
+            shared.running.clone(),
+            shared.tracker.clone(),
+            sched_stop.clone(),
+            on_fire,
+        ));
+        tokio::select! {
+            _ = shutdown.cancelled() => {
+                sched_stop.cancel();
+                let _ = sched.await;
+                break;
+            }
+            Some(()) = reload.recv() => {
+                sched_stop.cancel();
+                let _ = sched.await;
+                let path = shared.config_path.clone();
+                match drcheck_config::load(&path) {
+                    Ok(new) => {
+                        tracing::warn!(path = %path.display(), targets = new.targets.len(), "config reloaded");
+                        *shared.config.write().unwrap() = Arc::new(new);
+                    }
+                    Err(e) => tracing::error!("config reload failed, keeping the running config: {e}"),
+                }
+            }
+        }
+    }
+
+    // Shutdown: no new runs; runs in flight get a grace period, then are cancelled.
+    tracing::warn!("shutting down: {} run(s) in flight", shared.running.lock().unwrap().len());
+    shared.tracker.close();
+    if tokio::time::timeout(GRACE, shared.tracker.wait()).await.is_err() {
+        shared.runs_cancel.cancel();
+        shared.tracker.wait().await;
+    }
+    http_stop.cancel();
+    background.cancel();
+    let _ = server.await;
+    let _ = dispatcher.await;
+    let _ = stale.await;
+    // One last delivery round for the alerts the final runs raised.
+    let config = shared.config();
+    let d = Dispatcher::new(&shared.history, &config.alerts, Some(&shared.metrics));
+    let _ = d.drain(Duration::from_secs(5), &CancellationToken::new()).await;
+    Ok(())
+}
+
+async fn dispatch_loop(shared: Arc<Shared>, stop: CancellationToken) {
+    while !stop.is_cancelled() {
+        let config = shared.config();
+        if !config.alerts.is_empty() {
+            let d = Dispatcher::new(&shared.history, &config.alerts, Some(&shared.metrics));
+            if let Err(e) = d.round().await {
+                tracing::warn!("alert dispatch: {e:#}");
+            }
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_secs(2)) => {}
+            _ = stop.cancelled() => {}
+        }
+    }
+}
+
+/// Raises `DrcheckVerificationStale` for targets without a success for `stale_after`.
+async fn stale_loop(shared: Arc<Shared>, stop: CancellationToken) {
+    let started = SystemTime::now();
+    while !stop.is_cancelled() {
+        let config = shared.config();
+        let sinks: Vec<String> = config.alerts.iter().map(|a| a.name.clone()).collect();
+        for t in config.targets.iter().filter(|t| t.stale_after.is_some()) {
+            let limit = t.stale_after.unwrap_or_default();
+            let last = shared.history.last_success(&t.name).await.ok().flatten();
+            let since = last.as_deref().and_then(|l| humantime::parse_rfc3339(l).ok()).unwrap_or(started);
+            let age = SystemTime::now().duration_since(since).unwrap_or_default();
+            if age > limit && !sinks.is_empty() {
+                let what = match &last {
+                    Some(l) => format!("no successful verification of {} since {l}", t.name),
+                    None => format!("no successful verification of {} on record", t.name),
+                };
+                let desc = format!("{what} (stale_after {})", drcheck_config::format_duration(limit));
+                if let Err(e) = shared.history.raise_stale(&t.name, &desc, &sinks).await {
+                    tracing::warn!("stale check: {e:#}");
+                }
+            }
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_secs(30)) => {}
+            _ = stop.cancelled() => {}
+        }
+    }
+}

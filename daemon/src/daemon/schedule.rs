@@ -1,0 +1,197 @@
+//! The scheduler's core, free of I/O so it can be tested with paused time: each target
+//! fires at its cron times (plus a random jitter); a firing is skipped while that
+//! target still runs, and one target's slow run never delays another's firings,
+//! because runs are spawned and the loop only ever waits for the next firing.
+
+use chrono::{DateTime, Utc};
+use futures::future::BoxFuture;
+use std::collections::{BTreeMap, HashSet};
+use std::str::FromStr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+/// A target's schedule as the loop needs it.
+#[derive(Debug, Clone)]
+pub struct Entry {
+    pub target: String,
+    pub schedule: cron::Schedule,
+    pub jitter: Duration,
+}
+
+impl Entry {
+    pub fn new(target: &str, six_field: &str, jitter: Duration) -> Result<Self, String> {
+        let schedule = cron::Schedule::from_str(six_field).map_err(|e| format!("{six_field}: {e}"))?;
+        Ok(Self { target: target.into(), schedule, jitter })
+    }
+
+    /// The next firing strictly after `after`, with jitter added.
+    pub fn next_after(&self, after: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        let base = self.schedule.after(&after).next()?;
+        let jitter = if self.jitter.is_zero() { Duration::ZERO } else { self.jitter.mul_f64(rand::random::<f64>()) };
+        Some(base + chrono::Duration::from_std(jitter).unwrap_or_default())
+    }
+}
+
+/// Wall-clock time, injectable so tests can drive it with tokio's paused clock.
+pub trait Clock: Send + Sync {
+    fn now(&self) -> DateTime<Utc>;
+}
+
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now(&self) -> DateTime<Utc> {
+        Utc::now()
+    }
+}
+
+/// Starts one run of a target; resolves when the run is over.
+pub type Runner = Arc<dyn Fn(String) -> BoxFuture<'static, ()> + Send + Sync>;
+
+/// Targets running now (shared with the trigger API, which must not overlap them either).
+pub type Running = Arc<Mutex<HashSet<String>>>;
+
+/// Runs the schedule until `stop`: returns when cancelled (runs in flight are left to
+/// the `tracker` and the caller's shutdown).
+pub async fn run(
+    entries: Vec<Entry>,
+    clock: Arc<dyn Clock>,
+    runner: Runner,
+    running: Running,
+    tracker: TaskTracker,
+    stop: CancellationToken,
+    on_fire: Arc<dyn Fn(&str, bool) + Send + Sync>,
+) {
+    let mut next: BTreeMap<String, DateTime<Utc>> = BTreeMap::new();
+    let now = clock.now();
+    for e in &entries {
+        if let Some(t) = e.next_after(now) {
+            next.insert(e.target.clone(), t);
+        }
+    }
+    loop {
+        let Some((target, at)) = next.iter().min_by_key(|(_, t)| **t).map(|(k, t)| (k.clone(), *t)) else {
+            stop.cancelled().await;
+            return;
+        };
+        let wait = (at - clock.now()).to_std().unwrap_or(Duration::ZERO);
+        tokio::select! {
+            _ = tokio::time::sleep(wait) => {}
+            _ = stop.cancelled() => return,
+        }
+        let fired_at = clock.now();
+        // Claim the target; a firing while it still runs is skipped, not queued.
+        let started = running.lock().unwrap().insert(target.clone());
+        on_fire(&target, started);
+        if started {
+            let (runner, running, t) = (runner.clone(), running.clone(), target.clone());
+            tracker.spawn(async move {
+                runner(t.clone()).await;
+                running.lock().unwrap().remove(&t);
+            });
+        } else {
+            tracing::warn!(target = %target, "scheduled run skipped: the previous run is still going");
+        }
+        let entry = entries.iter().find(|e| e.target == target).expect("scheduled targets have entries");
+        match entry.next_after(fired_at.max(at)) {
+            Some(t) => next.insert(target, t),
+            None => next.remove(&target),
+        };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// UTC that moves with tokio's (paused) clock.
+    struct TokioClock {
+        start_utc: DateTime<Utc>,
+        start: tokio::time::Instant,
+    }
+
+    impl Clock for TokioClock {
+        fn now(&self) -> DateTime<Utc> {
+            self.start_utc + chrono::Duration::from_std(self.start.elapsed()).unwrap()
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn fires_on_schedule_skips_overlaps_and_slow_targets_delay_no_one() {
+        let clock = Arc::new(TokioClock {
+            start_utc: DateTime::parse_from_rfc3339("2026-11-30T00:00:00.500Z").unwrap().with_timezone(&Utc),
+            start: tokio::time::Instant::now(),
+        });
+        let entries = vec![
+            Entry::new("fast", "*/10 * * * * *", Duration::ZERO).unwrap(),
+            Entry::new("slow", "*/10 * * * * *", Duration::ZERO).unwrap(),
+        ];
+        let fast_runs = Arc::new(AtomicUsize::new(0));
+        let slow_runs = Arc::new(AtomicUsize::new(0));
+        let fire_times = Arc::new(Mutex::new(Vec::new()));
+        let (f, s) = (fast_runs.clone(), slow_runs.clone());
+        let runner: Runner = Arc::new(move |t: String| {
+            let (f, s) = (f.clone(), s.clone());
+            Box::pin(async move {
+                if t == "slow" {
+                    s.fetch_add(1, Ordering::SeqCst);
+                    tokio::time::sleep(Duration::from_secs(25)).await;
+                } else {
+                    f.fetch_add(1, Ordering::SeqCst);
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+            })
+        });
+        let skipped = Arc::new(AtomicUsize::new(0));
+        let (sk, ft, c2) = (skipped.clone(), fire_times.clone(), clock.clone());
+        let on_fire: Arc<dyn Fn(&str, bool) + Send + Sync> = Arc::new(move |t: &str, started: bool| {
+            if !started {
+                sk.fetch_add(1, Ordering::SeqCst);
+            }
+            if t == "fast" {
+                ft.lock().unwrap().push(c2.now());
+            }
+        });
+        let stop = CancellationToken::new();
+        let tracker = TaskTracker::new();
+        let loop_task = tokio::spawn(run(
+            entries,
+            clock.clone(),
+            runner,
+            Default::default(),
+            tracker.clone(),
+            stop.clone(),
+            on_fire,
+        ));
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        stop.cancel();
+        loop_task.await.unwrap();
+        tracker.close();
+        tracker.wait().await;
+        // Firings at :10, :20, … :60 — six for the fast target, each on time.
+        assert_eq!(fast_runs.load(Ordering::SeqCst), 6);
+        for (i, t) in fire_times.lock().unwrap().iter().enumerate() {
+            let expected = DateTime::parse_from_rfc3339("2026-11-30T00:00:10Z").unwrap()
+                + chrono::Duration::seconds(10 * i as i64);
+            let late = (*t - expected.with_timezone(&Utc)).num_milliseconds();
+            assert!((0..100).contains(&late), "firing {i} late by {late} ms");
+        }
+        // The slow target (25 s per run) started at :10, :40 and skipped :20, :30, :50, :60.
+        assert_eq!(slow_runs.load(Ordering::SeqCst), 2);
+        assert_eq!(skipped.load(Ordering::SeqCst), 4);
+    }
+
+    #[test]
+    fn jitter_stays_within_bounds() {
+        let e = Entry::new("t", "0 0 3 * * *", Duration::from_secs(600)).unwrap();
+        let after = DateTime::parse_from_rfc3339("2026-11-30T00:00:00Z").unwrap().with_timezone(&Utc);
+        let base = DateTime::parse_from_rfc3339("2026-11-30T03:00:00Z").unwrap().with_timezone(&Utc);
+        for _ in 0..100 {
+            let t = e.next_after(after).unwrap();
+            assert!(t >= base && t <= base + chrono::Duration::seconds(600), "{t}");
+        }
+    }
+}

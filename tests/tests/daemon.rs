@@ -1,0 +1,170 @@
+//! End-to-end: `drcheck daemon` — health, metrics and the trigger API; SIGTERM during a
+//! scheduled run; two daemons sharing one history store; SIGHUP reloads.
+
+use drcheck_e2e::scenario::Scene;
+use drcheck_e2e::{Daemon, Throttle, free_port, http_get, http_request, processes_mentioning};
+use std::time::{Duration, Instant};
+
+fn daemon_config(scene: &Scene, port: u16, endpoint: Option<String>, target_extra: &str) -> std::path::PathBuf {
+    let mut spec = scene.spec();
+    if let Some(e) = endpoint {
+        spec.endpoint = e;
+    }
+    spec.extra_target =
+        format!("{target_extra}\n[metrics]\nlisten = \"127.0.0.1:{port}\"\n[api]\ntoken = \"tok-123\"\n");
+    scene.config(&spec)
+}
+
+fn runs(port: u16) -> Vec<serde_json::Value> {
+    let v: serde_json::Value = serde_json::from_str(&http_get(port, "/api/v1/runs?target=orders&limit=100")).unwrap();
+    v["runs"].as_array().unwrap().clone()
+}
+
+#[test]
+fn the_daemon_serves_health_metrics_and_the_trigger_api() {
+    let scene = Scene::start();
+    let port = free_port();
+    let config = daemon_config(&scene, port, None, "");
+    let mut d = Daemon::start(&config, port, &scene.env());
+    assert_eq!(http_request(port, "GET", "/healthz", &[], "").0, 200);
+    assert_eq!(http_request(port, "GET", "/readyz", &[], "").0, 200);
+    let metrics = http_get(port, "/metrics");
+    assert!(metrics.contains("drcheck_build_info{"), "{metrics}");
+
+    let path = "/api/v1/targets/orders/verify";
+    assert_eq!(http_request(port, "POST", path, &[], "").0, 401, "no token");
+    assert_eq!(http_request(port, "POST", path, &[("Authorization", "Bearer wrong")], "").0, 401, "wrong token");
+    let auth = [("Authorization", "Bearer tok-123")];
+    assert_eq!(http_request(port, "POST", "/api/v1/targets/nope/verify", &auth, "").0, 404);
+    let (status, body) = http_request(port, "POST", path, &auth, "");
+    assert_eq!(status, 202, "{body}");
+    let run_id = serde_json::from_str::<serde_json::Value>(&body).unwrap()["run_id"].as_str().unwrap().to_string();
+    assert_eq!(http_request(port, "POST", path, &auth, "").0, 409, "the target is already running");
+
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let run = loop {
+        if let Some(r) = runs(port).into_iter().find(|r| r["run_id"] == run_id.as_str()) {
+            break r;
+        }
+        assert!(Instant::now() < deadline, "run {run_id} never recorded");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert_eq!(run["result"], "passed", "{run}");
+    let metrics = http_get(port, "/metrics");
+    assert_eq!(drcheck_e2e::sample(&metrics, "drcheck_last_run_success", "target=\"orders\""), Some(1.0), "{metrics}");
+    assert_eq!(http_request(port, "POST", path, &auth, "").0, 202, "free again after the run");
+    let (status, took) = d.terminate(Duration::from_secs(60));
+    assert!(status.success(), "{status}: {}", d.stderr_text());
+    assert!(took < Duration::from_secs(30), "took {took:?}");
+}
+
+#[test]
+fn sigterm_during_a_scheduled_run_records_it_aborted_and_leaves_nothing() {
+    let scene = Scene::start();
+    scene.primary.psql(
+        "orders",
+        "create table filler as select g, md5(g::text) || md5((g * 7)::text) as t from generate_series(1, 200000) g",
+    );
+    let big = scene.root.path().join("big.dump");
+    scene.primary.dump("orders", &big, &["-Z0"]);
+    std::thread::sleep(Duration::from_millis(1100));
+    scene.s3.upload(&big, &scene.bucket, "orders/orders-2.dump");
+    let slow = Throttle::start(scene.s3.port, 500_000);
+    let port = free_port();
+    let config = daemon_config(&scene, port, Some(slow.endpoint()), "schedule = \"* * * * * *\"");
+    // Small parts: the restore starts streaming after the first 64 KiB.
+    let text = std::fs::read_to_string(&config)
+        .unwrap()
+        .replace("path_style = true", "path_style = true\npart_size = \"64KiB\"");
+    std::fs::write(&config, text).unwrap();
+    let mut d = Daemon::start(&config, port, &scene.env());
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let sock = loop {
+        let found = scene
+            .leftover_sandboxes()
+            .first()
+            .and_then(|s| std::fs::read_to_string(scene.scratch.join(s).join("socket_dir")).ok());
+        if let Some(sock) = found
+            && processes_mentioning(&sock).iter().any(|(_, c)| c.contains("pg_restore"))
+        {
+            break sock;
+        }
+        assert!(Instant::now() < deadline, "no scheduled restore started");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let (status, took) = d.terminate(Duration::from_secs(40));
+    assert!(status.success(), "exit 0 after a clean shutdown: {status}: {}", d.stderr_text());
+    assert!(took < Duration::from_secs(20), "took {took:?}");
+    assert!(scene.leftover_sandboxes().is_empty(), "{:?}", scene.leftover_sandboxes());
+    assert!(processes_mentioning(&sock).is_empty());
+    assert!(processes_mentioning(&scene.scratch.display().to_string()).is_empty());
+    let c = config.display().to_string();
+    let (out, _) = drcheck_e2e::drcheck(&["--config", &c, "history", "--json"], &scene.env(), Duration::from_secs(30));
+    let h: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(h["runs"][0]["result"], "aborted", "{h}\n{}", d.stderr_text());
+}
+
+#[test]
+fn two_daemons_on_one_history_store_never_verify_a_target_at_once() {
+    let scene = Scene::start();
+    let (p1, p2) = (free_port(), free_port());
+    // Both fire every two seconds; a run takes longer than that.
+    let c1 = daemon_config(&scene, p1, None, "schedule = \"*/2 * * * * *\"");
+    let c2 = daemon_config(&scene, p2, None, "schedule = \"*/2 * * * * *\"");
+    let mut d1 = Daemon::start(&c1, p1, &scene.env());
+    let mut d2 = Daemon::start(&c2, p2, &scene.env());
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while runs(p1).iter().filter(|r| r["result"] == "passed").count() < 3 {
+        assert!(Instant::now() < deadline, "fewer than 3 runs in 90 s");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    d1.terminate(Duration::from_secs(60));
+    d2.terminate(Duration::from_secs(60));
+    let c = c1.display().to_string();
+    let (out, _) = drcheck_e2e::drcheck(
+        &["--config", &c, "history", "--json", "--limit", "100"],
+        &scene.env(),
+        Duration::from_secs(30),
+    );
+    let h: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let mut spans: Vec<(String, String)> = h["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| (r["started_at"].as_str().unwrap().to_string(), r["finished_at"].as_str().unwrap().to_string()))
+        .collect();
+    spans.sort();
+    assert!(spans.len() >= 3, "{spans:?}");
+    for w in spans.windows(2) {
+        assert!(w[0].1 <= w[1].0, "runs overlap: {:?} and {:?}", w[0], w[1]);
+    }
+}
+
+#[test]
+fn sighup_reloads_the_config_and_keeps_the_old_one_if_the_new_one_is_bad() {
+    let scene = Scene::start();
+    let port = free_port();
+    let config = daemon_config(&scene, port, None, "");
+    let good = std::fs::read_to_string(&config).unwrap();
+    let mut d = Daemon::start(&config, port, &scene.env());
+    let auth = [("Authorization", "Bearer tok-123")];
+    assert_eq!(http_request(port, "POST", "/api/v1/targets/renamed/verify", &auth, "").0, 404);
+
+    std::fs::write(&config, good.replace("rpo = ", "rpoo = ")).unwrap();
+    d.signal(nix::sys::signal::Signal::SIGHUP);
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(http_request(port, "GET", "/healthz", &[], "").0, 200, "still serving on the old config");
+    assert_eq!(http_request(port, "POST", "/api/v1/targets/renamed/verify", &auth, "").0, 404);
+
+    std::fs::write(&config, good.replace("name = \"orders\"", "name = \"renamed\"")).unwrap();
+    d.signal(nix::sys::signal::Signal::SIGHUP);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while http_request(port, "POST", "/api/v1/targets/renamed/verify", &auth, "").0 != 202 {
+        assert!(Instant::now() < deadline, "the new config was not loaded");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let (status, _) = d.terminate(Duration::from_secs(60));
+    assert!(status.success());
+    let text = d.stderr_text();
+    assert!(text.contains("config reload failed") && text.contains("rpoo"), "says why: {text}");
+}
