@@ -168,3 +168,34 @@ fn sighup_reloads_the_config_and_keeps_the_old_one_if_the_new_one_is_bad() {
     let text = d.stderr_text();
     assert!(text.contains("config reload failed") && text.contains("rpoo"), "says why: {text}");
 }
+
+#[test]
+fn a_target_without_a_success_goes_stale_and_a_passing_run_resolves_it() {
+    let scene = Scene::start();
+    let hook = drcheck_e2e::recorder::Recorder::start(200);
+    let port = free_port();
+    let config = daemon_config(&scene, port, None, "stale_after = \"2s\"");
+    let text = std::fs::read_to_string(&config).unwrap()
+        + &format!("[[alert]]\nkind = \"webhook\"\nurl = \"{}\"\n", hook.url());
+    std::fs::write(&config, text).unwrap();
+    let mut d = Daemon::start(&config, port, &scene.env());
+    let stale = |state: &str| {
+        hook.requests().iter().any(|r| {
+            let b: serde_json::Value = serde_json::from_slice(&r.body).unwrap_or_default();
+            b["alertname"] == "DrcheckVerificationStale" && b["state"] == state
+        })
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !stale("firing") {
+        assert!(Instant::now() < deadline, "no stale alert: {:?}", hook.requests().len());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let auth = [("Authorization", "Bearer tok-123")];
+    assert_eq!(http_request(port, "POST", "/api/v1/targets/orders/verify", &auth, "").0, 202);
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while !stale("resolved") {
+        assert!(Instant::now() < deadline, "the stale alert was never resolved");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    d.terminate(Duration::from_secs(60));
+}

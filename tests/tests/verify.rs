@@ -493,3 +493,25 @@ fn the_fast_profile_is_reported_and_leftovers_of_a_crashed_run_are_reaped() {
     assert_eq!(only_run(&out)["restore"]["profile"], "fast");
     assert!(!leftover.exists(), "the crashed run's sandbox is still there");
 }
+
+#[test]
+fn the_history_keeps_only_keep_runs_per_target() {
+    let scene = Scene::start();
+    let c = scene.config(&scene.spec());
+    let text = std::fs::read_to_string(&c)
+        .unwrap()
+        .replace("[sandbox]\n", "[sandbox]\nexpansion_factor = 1.0\n")
+        .replace("[state]\n", "[state]\nkeep_runs = 2\n");
+    std::fs::write(&c, text).unwrap();
+    let c = cfg(&c);
+    let mut ids = Vec::new();
+    for _ in 0..3 {
+        let (out, _) = drcheck(&["--config", &c, "verify", "--json"], &scene.env(), LIMIT);
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        ids.push(only_run(&out)["run_id"].as_str().unwrap().to_string());
+    }
+    let (out, _) = drcheck(&["--config", &c, "history", "--json"], &scene.env(), LIMIT);
+    let h: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let kept: Vec<&str> = h["runs"].as_array().unwrap().iter().map(|r| r["run_id"].as_str().unwrap()).collect();
+    assert_eq!(kept, [ids[2].as_str(), ids[1].as_str()], "the two newest runs, newest first");
+}

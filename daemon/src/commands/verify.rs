@@ -32,6 +32,9 @@ pub async fn run(config: &Config, args: VerifyArgs) -> Result<Exit, CliError> {
         }
         reports.push(report);
     }
+    if let Err(e) = history.prune(config.state.keep_runs).await {
+        eprintln!("drcheck: warning: pruning the history store: {e:#}");
+    }
     let metrics = export_metrics(config, &reports).await;
     // Alerts go out after every verification is done, within a bounded time; whatever
     // is left stays in the outbox for the next run or the daemon.

@@ -224,8 +224,11 @@ async fn stale_loop(shared: Arc<Shared>, stop: CancellationToken) {
                 }
             }
         }
+        // Check often enough to notice staleness within a quarter of the shortest limit.
+        let every =
+            config.targets.iter().filter_map(|t| t.stale_after).min().map(|d| d / 4).unwrap_or(Duration::from_secs(30));
         tokio::select! {
-            _ = tokio::time::sleep(Duration::from_secs(30)) => {}
+            _ = tokio::time::sleep(every.clamp(Duration::from_secs(1), Duration::from_secs(30))) => {}
             _ = stop.cancelled() => {}
         }
     }
