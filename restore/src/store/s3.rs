@@ -201,19 +201,27 @@ impl S3Store {
             .send()
             .await
             .map_err(|e| self.error(&what, e))?;
-        let body = tokio::time::timeout(BODY_IDLE_TIMEOUT, resp.body.collect())
-            .await
-            .map_err(|_| StoreError {
-                store: self.describe(),
-                message: format!("{what}: body timed out"),
-                unreachable: true,
-            })?
-            .map_err(|e| StoreError {
-                store: self.describe(),
-                message: format!("{what}: body interrupted: {}", DisplayErrorContext(&e)),
-                unreachable: true,
-            })?
-            .into_bytes();
+        // Gather the part into one buffer of its final size: collecting and then
+        // flattening would hold every part twice, and memory is bounded by parts.
+        let mut body = bytes::BytesMut::with_capacity(len as usize);
+        let mut stream = resp.body;
+        loop {
+            let chunk = tokio::time::timeout(BODY_IDLE_TIMEOUT, stream.next())
+                .await
+                .map_err(|_| StoreError { store: self.describe(), message: format!("{what}: body stalled"), unreachable: true })?;
+            match chunk {
+                None => break,
+                Some(Ok(c)) => body.extend_from_slice(&c),
+                Some(Err(e)) => {
+                    return Err(StoreError {
+                        store: self.describe(),
+                        message: format!("{what}: body interrupted: {}", DisplayErrorContext(&e)),
+                        unreachable: true,
+                    });
+                }
+            }
+        }
+        let body = body.freeze();
         if body.len() as u64 != len {
             return Err(StoreError {
                 store: self.describe(),
