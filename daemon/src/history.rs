@@ -5,13 +5,14 @@
 use crate::alerts::{self, Alert};
 use crate::report::RunReport;
 use anyhow::Context as _;
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions};
-use std::str::FromStr;
+use sqlx::AnyPool;
+use sqlx::any::AnyPoolOptions;
+use sqlx::{AnyConnection, Executor};
 use std::time::Duration;
 use std::time::SystemTime;
 
 pub struct History {
-    pool: SqlitePool,
+    pool: AnyPool,
 }
 
 impl History {
@@ -20,27 +21,45 @@ impl History {
     pub async fn open(url: &drcheck_config::Secret) -> anyhow::Result<History> {
         let shown = url.redacted();
         let raw = url.expose();
-        if !raw.starts_with("sqlite:") {
-            anyhow::bail!("history store {shown}: only sqlite:// URLs are supported so far");
-        }
-        let opts = SqliteConnectOptions::from_str(raw)
-            .with_context(|| format!("history store {shown}: not a valid sqlite URL"))?
-            .create_if_missing(true)
-            .journal_mode(SqliteJournalMode::Wal)
-            .foreign_keys(true)
-            .busy_timeout(Duration::from_secs(10));
-        if let Some(parent) = opts.get_filename().parent()
-            && !parent.as_os_str().is_empty()
-        {
-            std::fs::create_dir_all(parent)
-                .with_context(|| format!("history store {shown}: cannot create {}", parent.display()))?;
-        }
-        let pool = SqlitePoolOptions::new()
+        sqlx::any::install_default_drivers();
+        let url = if let Some(rest) = raw.strip_prefix("sqlite:") {
+            let path = rest.trim_start_matches("//");
+            let file = path.split('?').next().unwrap_or_default();
+            if let Some(parent) = std::path::Path::new(file).parent()
+                && !parent.as_os_str().is_empty()
+            {
+                std::fs::create_dir_all(parent)
+                    .with_context(|| format!("history store {shown}: cannot create {}", parent.display()))?;
+            }
+            if raw.contains('?') { raw.to_string() } else { format!("{raw}?mode=rwc") }
+        } else {
+            raw.to_string()
+        };
+        let pool = AnyPoolOptions::new()
             .max_connections(4)
             .acquire_timeout(Duration::from_secs(10))
-            .connect_with(opts)
+            .after_connect(|conn, _| {
+                Box::pin(async move {
+                    if conn.backend_name() == "SQLite" {
+                        // WAL: a crash at any moment leaves the store consistent.
+                        conn.execute(
+                            "PRAGMA journal_mode = WAL; PRAGMA busy_timeout = 10000; PRAGMA foreign_keys = ON",
+                        )
+                        .await?;
+                    } else {
+                        conn.execute("SET statement_timeout = '60s'").await?;
+                    }
+                    Ok(())
+                })
+            })
+            .connect(&url)
             .await
-            .with_context(|| format!("cannot open history store {shown}"))?;
+            .map_err(|e| {
+                anyhow::anyhow!(
+                    "cannot open history store {shown}: {}",
+                    drcheck_validators::primary::scrub(&e.to_string(), raw)
+                )
+            })?;
         sqlx::migrate!("./migrations")
             .run(&pool)
             .await
@@ -62,7 +81,7 @@ impl History {
             "insert into runs (run_id, target, result, started_at, finished_at, backup_key, backup_size_bytes,
                  backup_created_at, backup_format, rto_target_seconds, rto_measured_seconds, rto_met,
                  rpo_target_seconds, rpo_backup_age_seconds, rpo_met, error_stage, error_message, report_json)
-             values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+             values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)",
         )
         .bind(&r.run_id)
         .bind(&r.target)
@@ -75,17 +94,17 @@ impl History {
         .bind(r.backup.as_ref().and_then(|b| b.format.clone()))
         .bind(r.rto.target_seconds)
         .bind(r.rto.measured_seconds)
-        .bind(r.rto.met)
+        .bind(r.rto.met.map(i64::from))
         .bind(r.rpo.target_seconds)
         .bind(r.rpo.backup_age_seconds)
-        .bind(r.rpo.met)
+        .bind(r.rpo.met.map(i64::from))
         .bind(r.error.as_ref().map(|e| e.stage.clone()))
         .bind(r.error.as_ref().map(|e| e.message.clone()))
         .bind(json)
         .execute(&mut *tx)
         .await?;
         for p in &r.phases {
-            sqlx::query("insert into run_phases (run_id, name, seconds) values (?, ?, ?)")
+            sqlx::query("insert into run_phases (run_id, name, seconds) values ($1, $2, $3)")
                 .bind(&r.run_id)
                 .bind(&p.name)
                 .bind(p.seconds)
@@ -93,7 +112,7 @@ impl History {
                 .await?;
         }
         for v in &r.validators {
-            sqlx::query("insert into run_validators (run_id, name, status, detail) values (?, ?, ?, ?)")
+            sqlx::query("insert into run_validators (run_id, name, status, detail) values ($1, $2, $3, $4)")
                 .bind(&r.run_id)
                 .bind(&v.name)
                 .bind(&v.status)
@@ -112,7 +131,7 @@ impl History {
     pub async fn due_alerts(&self, now: SystemTime) -> anyhow::Result<Vec<OutboxRow>> {
         Ok(sqlx::query_as(
             "select id, sink, target, alertname, state, dedup_key, run_id, payload, attempts, created_at
-               from alert_outbox where next_attempt_at <= ? order by created_at, id",
+               from alert_outbox where next_attempt_at <= $1 order by created_at, id",
         )
         .bind(ts(now))
         .fetch_all(&self.pool)
@@ -121,8 +140,8 @@ impl History {
 
     pub async fn mark_delivered(&self, row: &OutboxRow) -> anyhow::Result<()> {
         let mut tx = self.pool.begin().await?;
-        sqlx::query("delete from alert_outbox where id = ?").bind(&row.id).execute(&mut *tx).await?;
-        sqlx::query("insert into alerts_delivered (id, sink, dedup_key, delivered_at) values (?, ?, ?, ?)")
+        sqlx::query("delete from alert_outbox where id = $1").bind(&row.id).execute(&mut *tx).await?;
+        sqlx::query("insert into alerts_delivered (id, sink, dedup_key, delivered_at) values ($1, $2, $3, $4)")
             .bind(&row.id)
             .bind(&row.sink)
             .bind(&row.dedup_key)
@@ -135,7 +154,7 @@ impl History {
 
     pub async fn mark_failed(&self, row: &OutboxRow, error: &str, next: SystemTime) -> anyhow::Result<()> {
         sqlx::query(
-            "update alert_outbox set attempts = attempts + 1, last_error = ?, next_attempt_at = ? where id = ?",
+            "update alert_outbox set attempts = attempts + 1, last_error = $1, next_attempt_at = $2 where id = $3",
         )
         .bind(error)
         .bind(ts(next))
@@ -151,15 +170,15 @@ impl History {
         sqlx::query(
             "insert into alert_dead_letters (id, sink, target, alertname, state, dedup_key, run_id, payload, attempts,
                                              created_at, dead_at, last_error)
-             select id, sink, target, alertname, state, dedup_key, run_id, payload, attempts + 1, created_at, ?, ?
-               from alert_outbox where id = ?",
+             select id, sink, target, alertname, state, dedup_key, run_id, payload, attempts + 1, created_at, $1, $2
+               from alert_outbox where id = $3",
         )
         .bind(ts(SystemTime::now()))
         .bind(error)
         .bind(&row.id)
         .execute(&mut *tx)
         .await?;
-        sqlx::query("delete from alert_outbox where id = ?").bind(&row.id).execute(&mut *tx).await?;
+        sqlx::query("delete from alert_outbox where id = $1").bind(&row.id).execute(&mut *tx).await?;
         tx.commit().await?;
         Ok(())
     }
@@ -196,7 +215,7 @@ impl History {
     pub async fn raise_stale(&self, target: &str, description: &str, sinks: &[String]) -> anyhow::Result<bool> {
         let mut tx = self.pool.begin().await?;
         let firing: Option<(String,)> =
-            sqlx::query_as("select episode from alert_state where target = ? and alertname = ?")
+            sqlx::query_as("select episode from alert_state where target = $1 and alertname = $2")
                 .bind(target)
                 .bind(alerts::STALE)
                 .fetch_optional(&mut *tx)
@@ -206,7 +225,7 @@ impl History {
         }
         let now = ts(SystemTime::now());
         let episode = uuid::Uuid::new_v4().to_string();
-        sqlx::query("insert into alert_state (target, alertname, episode, since) values (?, ?, ?, ?)")
+        sqlx::query("insert into alert_state (target, alertname, episode, since) values ($1, $2, $3, $4)")
             .bind(target)
             .bind(alerts::STALE)
             .bind(&episode)
@@ -232,7 +251,7 @@ impl History {
 
     /// When `target` last passed (RFC 3339), if ever.
     pub async fn last_success(&self, target: &str) -> anyhow::Result<Option<String>> {
-        Ok(sqlx::query_scalar("select max(finished_at) from runs where target = ? and result = 'passed'")
+        Ok(sqlx::query_scalar("select max(finished_at) from runs where target = $1 and result = 'passed'")
             .bind(target)
             .fetch_one(&self.pool)
             .await?)
@@ -242,9 +261,9 @@ impl History {
     pub async fn acquire_lease(&self, target: &str, holder: &str, ttl: Duration) -> anyhow::Result<bool> {
         let now = SystemTime::now();
         let r = sqlx::query(
-            "insert into leases (target, holder, expires_at) values (?1, ?2, ?3)
-             on conflict (target) do update set holder = ?2, expires_at = ?3
-              where leases.expires_at < ?4 or leases.holder = ?2",
+            "insert into leases (target, holder, expires_at) values ($1, $2, $3)
+             on conflict (target) do update set holder = $2, expires_at = $3
+              where leases.expires_at < $4 or leases.holder = $2",
         )
         .bind(target)
         .bind(holder)
@@ -256,7 +275,7 @@ impl History {
     }
 
     pub async fn release_lease(&self, target: &str, holder: &str) -> anyhow::Result<()> {
-        sqlx::query("delete from leases where target = ? and holder = ?")
+        sqlx::query("delete from leases where target = $1 and holder = $2")
             .bind(target)
             .bind(holder)
             .execute(&self.pool)
@@ -269,7 +288,7 @@ impl History {
         let r = sqlx::query(
             "delete from runs where run_id in (
                select run_id from (select run_id, row_number() over (partition by target order by started_at desc) as n from runs)
-                where n > ?)",
+                where n > $1)",
         )
         .bind(keep as i64)
         .execute(&self.pool)
@@ -280,8 +299,8 @@ impl History {
     /// The most recent runs, newest first, optionally of one target.
     pub async fn recent(&self, target: Option<&str>, limit: u32) -> anyhow::Result<Vec<RunReport>> {
         let rows: Vec<(String,)> = sqlx::query_as(
-            "select report_json from runs where (?1 is null or target = ?1)
-              order by started_at desc, run_id desc limit ?2",
+            "select report_json from runs where (cast($1 as text) is null or target = $1)
+              order by started_at desc, run_id desc limit $2",
         )
         .bind(target)
         .bind(limit as i64)
@@ -308,7 +327,7 @@ pub struct OutboxRow {
     pub dedup_key: String,
     pub run_id: Option<String>,
     pub payload: String,
-    pub attempts: u32,
+    pub attempts: i64,
     pub created_at: String,
 }
 
@@ -316,14 +335,14 @@ fn ts(t: SystemTime) -> String {
     humantime::format_rfc3339_millis(t).to_string()
 }
 
-async fn enqueue(tx: &mut sqlx::SqliteConnection, a: &Alert, sinks: &[String]) -> anyhow::Result<()> {
+async fn enqueue(tx: &mut AnyConnection, a: &Alert, sinks: &[String]) -> anyhow::Result<()> {
     let payload = serde_json::to_string(a)?;
     let now = ts(SystemTime::now());
     for sink in sinks {
         sqlx::query(
             "insert into alert_outbox (id, sink, target, alertname, state, dedup_key, run_id, payload, attempts,
                                        next_attempt_at, created_at)
-             values (?, ?, ?, ?, ?, ?, ?, ?, 0, ?, ?)",
+             values ($1, $2, $3, $4, $5, $6, $7, $8, 0, $9, $10)",
         )
         .bind(uuid::Uuid::new_v4().to_string())
         .bind(sink)
@@ -342,12 +361,12 @@ async fn enqueue(tx: &mut sqlx::SqliteConnection, a: &Alert, sinks: &[String]) -
 }
 
 /// Fires (again) every alert the run raises, resolves those that stopped firing.
-async fn enqueue_run_alerts(tx: &mut sqlx::SqliteConnection, r: &RunReport, sinks: &[String]) -> anyhow::Result<()> {
+async fn enqueue_run_alerts(tx: &mut AnyConnection, r: &RunReport, sinks: &[String]) -> anyhow::Result<()> {
     let now_firing = alerts::firing(r);
     let names = alerts::RUN_ALERTS.iter().chain(std::iter::once(&alerts::STALE));
     for &name in names {
         let prev: Option<(String, String)> =
-            sqlx::query_as("select episode, since from alert_state where target = ? and alertname = ?")
+            sqlx::query_as("select episode, since from alert_state where target = $1 and alertname = $2")
                 .bind(&r.target)
                 .bind(name)
                 .fetch_optional(&mut *tx)
@@ -356,7 +375,7 @@ async fn enqueue_run_alerts(tx: &mut sqlx::SqliteConnection, r: &RunReport, sink
         let (state, episode, since, severity, description) = match (fires, prev) {
             (Some((_, sev, desc)), Some((episode, since))) => ("firing", episode, since, *sev, desc.clone()),
             (Some((_, sev, desc)), None) => {
-                sqlx::query("insert into alert_state (target, alertname, episode, since) values (?, ?, ?, ?)")
+                sqlx::query("insert into alert_state (target, alertname, episode, since) values ($1, $2, $3, $4)")
                     .bind(&r.target)
                     .bind(name)
                     .bind(&r.run_id)
@@ -368,7 +387,7 @@ async fn enqueue_run_alerts(tx: &mut sqlx::SqliteConnection, r: &RunReport, sink
             // The stale alert resolves only with a passing run.
             (None, Some(_)) if name == alerts::STALE && r.result != crate::report::RunResult::Passed => continue,
             (None, Some((episode, since))) => {
-                sqlx::query("delete from alert_state where target = ? and alertname = ?")
+                sqlx::query("delete from alert_state where target = $1 and alertname = $2")
                     .bind(&r.target)
                     .bind(name)
                     .execute(&mut *tx)

@@ -1,7 +1,7 @@
 //! End-to-end: `drcheck verify` against a real primary, moto's S3 server and real
 //! pg_dump/pg_restore. Each test builds its own scene and tears it down.
 
-use drcheck_e2e::scenario::Scene;
+use drcheck_e2e::scenario::{ConfigSpec, Scene};
 use drcheck_e2e::{
     TempRoot, Throttle, assert_all_validators_pass, drcheck, free_port, only_run, processes_mentioning, stderr, stdout,
     validator,
@@ -514,4 +514,54 @@ fn the_history_keeps_only_keep_runs_per_target() {
     let h: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let kept: Vec<&str> = h["runs"].as_array().unwrap().iter().map(|r| r["run_id"].as_str().unwrap()).collect();
     assert_eq!(kept, [ids[2].as_str(), ids[1].as_str()], "the two newest runs, newest first");
+}
+
+#[test]
+fn the_history_store_can_be_a_shared_postgresql() {
+    let scene = Scene::start();
+    let pw = drcheck_e2e::unique("statepw");
+    scene.primary.psql("postgres", &format!("create role drcheck_state login password '{pw}'"));
+    scene.primary.psql("postgres", "create database drcheck_state owner drcheck_state");
+    let hook = drcheck_e2e::recorder::Recorder::start(200);
+    let mut spec = scene.spec();
+    spec.extra_target = format!("[[alert]]\nkind = \"webhook\"\nurl = \"{}\"", hook.url());
+    let c = scene.config(&spec);
+    let state = scene.primary.url("drcheck_state", &pw, "drcheck_state");
+    let text = std::fs::read_to_string(&c).unwrap();
+    let text = text.replace(
+        &text[text.find("url = \"sqlite").unwrap()..text.find("\n[sandbox]").unwrap()],
+        &format!("url = \"{state}\""),
+    );
+    std::fs::write(&c, text).unwrap();
+    let c = cfg(&c);
+
+    let (out, _) = drcheck(&["--config", &c, "verify", "--json"], &scene.env(), LIMIT);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let first = only_run(&out)["run_id"].as_str().unwrap().to_string();
+    // A failing run raises alerts through the same store.
+    let failing = cfg(&scene.config(&ConfigSpec { rpo: "1s".into(), ..spec }));
+    let text = std::fs::read_to_string(&failing).unwrap();
+    let text = text.replace(
+        &text[text.find("url = \"sqlite").unwrap()..text.find("\n[sandbox]").unwrap()],
+        &format!("url = \"{state}\""),
+    );
+    std::fs::write(&failing, text).unwrap();
+    std::thread::sleep(Duration::from_millis(1100));
+    let (out, _) = drcheck(&["--config", &failing, "verify", "--json"], &scene.env(), LIMIT);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        hook.requests().iter().any(|r| String::from_utf8_lossy(&r.body).contains("DrcheckRPOMissed")),
+        "alert delivered"
+    );
+
+    let (out, _) = drcheck(&["--config", &c, "history", "--json"], &scene.env(), LIMIT);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let h: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(h["runs"].as_array().unwrap().len(), 2, "{h}");
+    assert_eq!(h["runs"][1]["run_id"], first.as_str());
+    assert_eq!(h["runs"][0]["result"], "failed");
+    let rows = scene.primary.psql("drcheck_state", "select count(*) from runs");
+    assert_eq!(rows, "2", "the runs live in PostgreSQL");
+    let (out, _) = drcheck(&["--config", &c, "config", "check"], &scene.env(), LIMIT);
+    assert!(!drcheck_e2e::stdout(&out).contains(&pw), "the state password is redacted");
 }

@@ -74,14 +74,14 @@ impl<'a> Dispatcher<'a> {
                 Err(e) => {
                     br.failure();
                     tracing::warn!(sink = %sink.name, alert = %alert.alertname, attempt = row.attempts + 1, "alert delivery failed: {e}");
-                    if row.attempts + 1 >= sink.max_attempts {
+                    if row.attempts + 1 >= sink.max_attempts as i64 {
                         self.history.dead_letter(&row, &e).await?;
                         if let Some(m) = self.metrics {
                             m.alerts_dead_lettered_total.with_label_values(&[&sink.name]).inc();
                         }
                         round.dead += 1;
                     } else {
-                        let next = SystemTime::now() + self.backoff.delay(row.attempts);
+                        let next = SystemTime::now() + self.backoff.delay(row.attempts.clamp(0, 30) as u32);
                         self.history.mark_failed(&row, &e, next).await?;
                         round.failed += 1;
                     }

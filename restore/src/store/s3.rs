@@ -206,9 +206,11 @@ impl S3Store {
         let mut body = bytes::BytesMut::with_capacity(len as usize);
         let mut stream = resp.body;
         loop {
-            let chunk = tokio::time::timeout(BODY_IDLE_TIMEOUT, stream.next())
-                .await
-                .map_err(|_| StoreError { store: self.describe(), message: format!("{what}: body stalled"), unreachable: true })?;
+            let chunk = tokio::time::timeout(BODY_IDLE_TIMEOUT, stream.next()).await.map_err(|_| StoreError {
+                store: self.describe(),
+                message: format!("{what}: body stalled"),
+                unreachable: true,
+            })?;
             match chunk {
                 None => break,
                 Some(Ok(c)) => body.extend_from_slice(&c),
