@@ -12,7 +12,6 @@ use async_trait::async_trait;
 use drcheck_config::quote_ident;
 use futures::stream::{self, StreamExt};
 use sqlx::PgPool;
-use std::collections::BTreeSet;
 
 pub struct Checksums;
 
@@ -147,19 +146,10 @@ impl Validator for Checksums {
 
     async fn validate(&self, cx: &Context) -> Vec<Finding> {
         let name = self.name();
-        let primary = match cx.primary_or_skip(name) {
-            Ok(p) => p,
-            Err(skip) => return vec![skip],
+        let (primary, common) = match cx.common_tables(name).await {
+            Ok(v) => v,
+            Err(finding) => return vec![finding],
         };
-        let (on_primary, restored) =
-            match (primary.timed(catalog::tables(&primary.pool)).await, catalog::tables(&cx.restored).await) {
-                (Ok(p), Ok(r)) => (p, r.into_iter().collect::<BTreeSet<_>>()),
-                (Err(e), _) | (_, Err(e)) => {
-                    return vec![Finding::new(name, Status::Error, format!("listing tables: {e}"))];
-                }
-            };
-        let common: Vec<TableName> =
-            on_primary.into_iter().filter(|t| restored.contains(t) && !cx.excluded(t)).collect();
         let mut outcomes: Vec<(TableName, Outcome)> = stream::iter(common)
             .map(|t| async move {
                 let o = compare_table(cx, primary, &t).await;

@@ -116,6 +116,19 @@ impl Context {
         }
     }
 
+    /// The primary and the tables both sides have (minus exclusions), or the finding
+    /// that says why the comparison cannot run.
+    pub(crate) async fn common_tables(&self, name: &str) -> Result<(&PrimaryDb, Vec<TableName>), Finding> {
+        let primary = self.primary_or_skip(name)?;
+        match (primary.timed(catalog::tables(&primary.pool)).await, catalog::tables(&self.restored).await) {
+            (Ok(p), Ok(r)) => {
+                let restored: std::collections::BTreeSet<TableName> = r.into_iter().collect();
+                Ok((primary, p.into_iter().filter(|t| restored.contains(t) && !self.excluded(t)).collect()))
+            }
+            (Err(e), _) | (_, Err(e)) => Err(Finding::new(name, Status::Error, format!("listing tables: {e}"))),
+        }
+    }
+
     /// The `as_of` column configured for a table.
     pub fn as_of(&self, t: &TableName) -> Option<&str> {
         self.settings.as_of.iter().find(|(s, n, _)| *s == t.schema && *n == t.name).map(|(_, _, c)| c.as_str())

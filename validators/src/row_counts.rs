@@ -2,11 +2,10 @@
 //! exactly, counting rows written at or before the backup time, where the table has an
 //! `as_of` column; otherwise within a relative tolerance (the primary keeps changing).
 
-use crate::{Context, Finding, Status, TableName, Validator, catalog, some_of};
+use crate::{Context, Finding, Status, TableName, Validator, some_of};
 use async_trait::async_trait;
 use drcheck_config::quote_ident;
 use futures::stream::{self, StreamExt};
-use std::collections::BTreeSet;
 
 pub struct RowCounts;
 
@@ -32,19 +31,10 @@ impl Validator for RowCounts {
 
     async fn validate(&self, cx: &Context) -> Vec<Finding> {
         let name = self.name();
-        let primary = match cx.primary_or_skip(name) {
-            Ok(p) => p,
-            Err(skip) => return vec![skip],
+        let (primary, common) = match cx.common_tables(name).await {
+            Ok(v) => v,
+            Err(finding) => return vec![finding],
         };
-        let (on_primary, restored) =
-            match (primary.timed(catalog::tables(&primary.pool)).await, catalog::tables(&cx.restored).await) {
-                (Ok(p), Ok(r)) => (p, r.into_iter().collect::<BTreeSet<_>>()),
-                (Err(e), _) | (_, Err(e)) => {
-                    return vec![Finding::new(name, Status::Error, format!("listing tables: {e}"))];
-                }
-            };
-        let common: Vec<TableName> =
-            on_primary.into_iter().filter(|t| restored.contains(t) && !cx.excluded(t)).collect();
         let backup_time = cx.backup_time_text();
         let results: Vec<(TableName, bool, Result<(i64, i64), sqlx::Error>)> = stream::iter(common)
             .map(|t| {
