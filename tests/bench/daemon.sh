@@ -9,8 +9,7 @@
 #   tests/bench/daemon.sh
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-cargo build -q --release --bin drcheck
-drcheck=$PWD/target/release/drcheck
+if [ -n "${DRCHECK_BIN:-}" ]; then drcheck=$DRCHECK_BIN; else cargo build -q --release --bin drcheck; drcheck=$PWD/target/release/drcheck; fi
 work=$(mktemp -d /tmp/drcheck-bench-daemon.XXXXXX)
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$work"; }

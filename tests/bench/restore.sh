@@ -5,6 +5,7 @@
 #
 #   tests/bench/restore.sh
 #
+# DRCHECK_BIN runs that binary instead of building target/release/drcheck.
 # BENCH_DIR (default /var/tmp/drcheck-bench) keeps the generated dump between runs;
 # BENCH_FRESH=1 regenerates it. BENCH_JOBS (default 2) is pg_restore -j for both sides.
 # BENCH_BLOB_ROWS (default 900000, ~1 KiB each) sizes the data.
@@ -12,8 +13,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 root=$PWD
 bash scripts/setup.sh
-cargo build -q --release --bin drcheck
-drcheck=$root/target/release/drcheck
+if [ -n "${DRCHECK_BIN:-}" ]; then drcheck=$DRCHECK_BIN; else cargo build -q --release --bin drcheck; drcheck=$root/target/release/drcheck; fi
 
 work=${BENCH_DIR:-/var/tmp/drcheck-bench}
 jobs=${BENCH_JOBS:-2}

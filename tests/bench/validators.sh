@@ -7,6 +7,7 @@
 #
 #   tests/bench/validators.sh
 #
+# DRCHECK_BIN runs that binary instead of building target/release/drcheck.
 # BENCH_DIR (default /var/tmp/drcheck-bench-validators) keeps the primary's data and
 # dump between runs; BENCH_FRESH=1 regenerates them. BENCH_SCALE (default 100) is the
 # pgbench scale.
@@ -14,8 +15,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 root=$PWD
 bash scripts/setup.sh
-cargo build -q --release --bin drcheck
-drcheck=$root/target/release/drcheck
+if [ -n "${DRCHECK_BIN:-}" ]; then drcheck=$DRCHECK_BIN; else cargo build -q --release --bin drcheck; drcheck=$root/target/release/drcheck; fi
 
 work=${BENCH_DIR:-/var/tmp/drcheck-bench-validators}
 scale=${BENCH_SCALE:-100}
