@@ -15,6 +15,8 @@ command -v sha256sum >/dev/null 2>&1 || need_apt+=(coreutils)
 command -v promtool >/dev/null 2>&1 || need_apt+=(prometheus)
 command -v prometheus-pushgateway >/dev/null 2>&1 || need_apt+=(prometheus-pushgateway)
 command -v prometheus-alertmanager >/dev/null 2>&1 || need_apt+=(prometheus-alertmanager)
+# kubectl for `kubectl kustomize` in the deploy checks.
+command -v kubectl >/dev/null 2>&1 || need_apt+=(kubectl)
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then
     echo "setup: need ${need_apt[*]} (run as root, or install them)" >&2
@@ -29,6 +31,7 @@ fi
 need_pip=()
 python3 -c 'import moto.server, flask_cors' >/dev/null 2>&1 || need_pip+=("moto[server]")
 command -v aws >/dev/null 2>&1 || need_pip+=(awscli)
+command -v kubernetes-validate >/dev/null 2>&1 || need_pip+=(kubernetes-validate)
 if [ ${#need_pip[@]} -gt 0 ]; then
   echo "setup: installing ${need_pip[*]}" >&2
   python3 -m pip install -q "${need_pip[@]}"

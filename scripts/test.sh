@@ -4,6 +4,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+# The deployment files: kustomize renders, kubernetes-validate --strict, promtool rules.
+bash deploy/check.sh
 # The end-to-end tests run the built binary, so build it first.
 cargo build --locked --bin drcheck
 cargo nextest run --locked --workspace --no-fail-fast "$@"

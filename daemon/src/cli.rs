@@ -37,6 +37,29 @@ pub enum Command {
     /// The alert outbox: pending alerts and dead letters.
     #[command(subcommand)]
     Alerts(AlertsCommand),
+    /// Deployment manifests generated from the config.
+    #[command(subcommand)]
+    Deploy(DeployCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum DeployCommand {
+    /// One CronJob per target (or --target), as YAML on stdout.
+    Kubernetes {
+        #[arg(long)]
+        target: Option<String>,
+        #[arg(long, default_value = "drcheck:latest")]
+        image: String,
+        /// The Secret holding the environment (${VAR}s of the config, AWS credentials).
+        #[arg(long, default_value = "drcheck-secrets")]
+        secret: String,
+        /// The ConfigMap holding drcheck.toml.
+        #[arg(long, default_value = "drcheck-config")]
+        config_map: String,
+        /// Scratch volume size (emptyDir sizeLimit and ephemeral-storage request).
+        #[arg(long, default_value = "50Gi")]
+        scratch_size: String,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -134,6 +157,10 @@ pub async fn run(cli: Cli) -> Result<Exit, CliError> {
         Command::History(args) => commands::history::run(&config, args).await,
         Command::Config(ConfigCommand::Check) => commands::config_check::run(&config),
         Command::Alerts(cmd) => commands::alerts::run(&config, cmd).await,
+        Command::Deploy(DeployCommand::Kubernetes { target, image, secret, config_map, scratch_size }) => {
+            let o = commands::deploy::Options { image, secret, config_map, scratch_size };
+            commands::deploy::run(&config, target.as_deref(), &o)
+        }
     }
 }
 

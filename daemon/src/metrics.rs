@@ -140,8 +140,36 @@ impl Metrics {
         }
     }
 
-    /// Records a finished run. `include_last_success` is false for pushes of a failed
-    /// run, so that a failure never erases the last success at the Pushgateway.
+    /// Creates every series the config implies, so dashboards and alert rules see them
+    /// (at 0, or the objective) before the first run: labelled counters start at zero.
+    pub fn init(&self, config: &drcheck_config::Config) {
+        for sink in &config.alerts {
+            self.alerts_sent_total.with_label_values(&[&sink.name]);
+            self.alerts_dead_lettered_total.with_label_values(&[&sink.name]);
+        }
+        for t in &config.targets {
+            self.rto_target.with_label_values(&[&t.name]).set(t.rto.as_secs_f64());
+            self.rpo_target.with_label_values(&[&t.name]).set(t.rpo.as_secs_f64());
+            self.runs_total.with_label_values(&[&t.name, "passed"]);
+            self.runs_total.with_label_values(&[&t.name, "failed"]);
+            self.runs_total.with_label_values(&[&t.name, "error"]);
+            if t.schedule.is_some() {
+                self.scheduled_runs_total.with_label_values(&[&t.name]);
+            }
+        }
+    }
+
+    /// Restores the last success of a target (from the history store, at start-up), so
+    /// staleness is measured across restarts.
+    pub fn set_last_success(&self, target: &str, finished_at: &str) {
+        if let Ok(t) = humantime::parse_rfc3339(finished_at) {
+            self.last_success_timestamp
+                .with_label_values(&[target])
+                .set(t.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs_f64());
+        }
+    }
+
+    /// Records a finished run.
     pub fn observe(&self, r: &RunReport, target: &TargetConfig) {
         let t = r.target.as_str();
         self.runs_total.with_label_values(&[t, r.result.as_str()]).inc();

@@ -4,6 +4,7 @@ pub mod alerts;
 pub mod backups;
 pub mod config_check;
 pub mod daemon;
+pub mod deploy;
 pub mod history;
 pub mod verify;
 

@@ -66,6 +66,7 @@ pub async fn run(config: &Config, args: VerifyArgs) -> Result<Exit, CliError> {
 /// verdict: the backup's result stands.
 async fn export_metrics(config: &Config, reports: &[crate::report::RunReport]) -> Metrics {
     let all = Metrics::new();
+    all.init(config);
     for r in reports {
         let Some(target) = config.target(&r.target) else { continue };
         all.observe(r, target);

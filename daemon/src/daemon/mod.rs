@@ -109,6 +109,13 @@ pub async fn run(
         tracker: TaskTracker::new(),
         runs_cancel: CancellationToken::new(),
     });
+    let config = shared.config();
+    shared.metrics.init(&config);
+    for t in &config.targets {
+        if let Ok(Some(last)) = shared.history.last_success(&t.name).await {
+            shared.metrics.set_last_success(&t.name, &last);
+        }
+    }
     let listener = tokio::net::TcpListener::bind(listen).await.with_context(|| format!("cannot listen on {listen}"))?;
     tracing::info!(%listen, "daemon listening");
     let http_stop = CancellationToken::new();
@@ -159,6 +166,7 @@ pub async fn run(
                 match drcheck_config::load(&path) {
                     Ok(new) => {
                         tracing::warn!(path = %path.display(), targets = new.targets.len(), "config reloaded");
+                        shared.metrics.init(&new);
                         *shared.config.write().unwrap() = Arc::new(new);
                     }
                     Err(e) => tracing::error!("config reload failed, keeping the running config: {e}"),

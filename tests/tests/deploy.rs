@@ -1,0 +1,106 @@
+//! The deployment files agree with the binary: every metric the alert rules and the
+//! dashboard use is one drcheck really exports (read from a real exposition — a daemon
+//! that has run a verification and dead-lettered an alert), and the example overlay's
+//! generated CronJob is what `drcheck deploy kubernetes` writes today.
+
+use drcheck_e2e::scenario::Scene;
+use drcheck_e2e::{Daemon, drcheck, free_port, http_get, http_request, stdout};
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+fn root() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+}
+
+/// Every `drcheck_…` name in a text.
+fn drcheck_names(text: &str) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    let mut rest = text;
+    while let Some(i) = rest.find("drcheck_") {
+        let name: String = rest[i..].chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
+        // Not a suffix of a longer word (e.g. a label or file name).
+        let before = rest[..i].chars().last();
+        if !before.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-' || c == '.') {
+            out.insert(name.clone());
+        }
+        rest = &rest[i + name.len().max(1)..];
+    }
+    out
+}
+
+#[test]
+fn every_metric_in_the_rules_and_the_dashboard_is_exported() {
+    let scene = Scene::start();
+    let port = free_port();
+    let mut spec = scene.spec();
+    spec.extra_target = format!(
+        "[target.as_of]\n\"public.orders\" = \"placed_at\"\n[metrics]\nlisten = \"127.0.0.1:{port}\"\n[api]\ntoken = \"t\"\n\
+         [[alert]]\nkind = \"webhook\"\nurl = \"http://127.0.0.1:{}/x\"\nmax_attempts = 1\n",
+        free_port()
+    );
+    // A passing one-shot run first: the daemon picks up the last success from history.
+    let passing = scene.config(&spec).display().to_string();
+    let (out, _) = drcheck(&["--config", &passing, "verify"], &scene.env(), Duration::from_secs(120));
+    assert_eq!(out.status.code(), Some(0), "{}", drcheck_e2e::stderr(&out));
+    spec.rpo = "1s".into();
+    let config = scene.config(&spec);
+    std::thread::sleep(Duration::from_millis(1100));
+    let mut d = Daemon::start(&config, port, &scene.env());
+    assert_eq!(
+        http_request(port, "POST", "/api/v1/targets/orders/verify", &[("Authorization", "Bearer t")], "").0,
+        202
+    );
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let exposition = loop {
+        let m = http_get(port, "/metrics");
+        if m.contains("drcheck_alerts_dead_lettered_total{") && m.contains("drcheck_validator_success{") {
+            break m;
+        }
+        assert!(Instant::now() < deadline, "the run or its dead letter never showed up:\n{m}");
+        std::thread::sleep(Duration::from_millis(300));
+    };
+    d.terminate(Duration::from_secs(60));
+    let exported: BTreeSet<String> = exposition
+        .lines()
+        .filter(|l| l.starts_with("# TYPE "))
+        .filter_map(|l| l.split_whitespace().nth(2))
+        .map(String::from)
+        .collect();
+    for file in ["deploy/prometheus/rules.yml", "deploy/grafana/drcheck.json"] {
+        let text = std::fs::read_to_string(root().join(file)).unwrap();
+        let used = drcheck_names(&text);
+        assert!(!used.is_empty(), "{file} uses no drcheck metric?");
+        let missing: Vec<&String> = used.iter().filter(|n| !exported.contains(*n)).collect();
+        assert!(missing.is_empty(), "{file} uses metrics drcheck does not export: {missing:?}\nexported: {exported:?}");
+    }
+}
+
+#[test]
+fn the_example_overlay_holds_what_deploy_kubernetes_generates() {
+    let dir = root().join("deploy/kubernetes/overlays/example");
+    let env: Vec<(&str, String)> = ["DRCHECK_STATE_URL", "DRCHECK_API_TOKEN", "ORDERS_PW", "INVOICES_PW"]
+        .iter()
+        .map(|k| (*k, "postgres://x@y/z".to_string()))
+        .collect();
+    let (out, _) = drcheck(
+        &[
+            "--config",
+            &dir.join("drcheck.toml").display().to_string(),
+            "deploy",
+            "kubernetes",
+            "--target",
+            "invoices",
+            "--image",
+            "registry.example.com/drcheck:0.1.0",
+        ],
+        &env,
+        Duration::from_secs(30),
+    );
+    assert!(out.status.success());
+    let generated = stdout(&out);
+    let committed = std::fs::read_to_string(dir.join("cronjob-invoices.yaml")).unwrap();
+    let body = |s: &str| s.lines().filter(|l| !l.starts_with('#')).collect::<Vec<_>>().join("\n");
+    assert_eq!(body(&committed), body(&generated), "regenerate cronjob-invoices.yaml with `drcheck deploy kubernetes`");
+    assert!(generated.contains("\"activeDeadlineSeconds\": 9000"), "rto 1h × 2 + 30m validators: {generated}");
+    assert!(generated.contains("\"schedule\": \"30 3 * * *\""), "{generated}");
+}
