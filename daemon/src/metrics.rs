@@ -21,6 +21,7 @@ pub struct Metrics {
     backup_size: GaugeVec,
     validator_success: IntGaugeVec,
     data_lag: GaugeVec,
+    restore_profile: IntGaugeVec,
     pub scheduled_runs_total: IntCounterVec,
     pub runs_in_flight: IntGauge,
     pub breaker_open: IntGaugeVec,
@@ -115,6 +116,12 @@ impl Metrics {
                 "How much newer the primary's data was than the backup's newest row.",
                 &["target"],
             ),
+            restore_profile: int_gauge(
+                &r,
+                "drcheck_restore_profile_info",
+                "The sandbox profile that measured the last RTO (1 for the profile in use).",
+                &["target", "profile"],
+            ),
             scheduled_runs_total: counter(
                 &r,
                 "drcheck_scheduled_runs_total",
@@ -197,6 +204,11 @@ impl Metrics {
         }
         for v in &r.validators {
             self.validator_success.with_label_values(&[t, &v.name]).set((v.status == "passed") as i64);
+        }
+        if let Some(info) = &r.restore {
+            for p in ["production", "fast"] {
+                self.restore_profile.with_label_values(&[t, p]).set((info.profile == p) as i64);
+            }
         }
         if let Some(lag) = r.rpo.data_lag_seconds {
             self.data_lag.with_label_values(&[t]).set(lag);

@@ -56,6 +56,7 @@ fn the_textfile_exposition_has_the_contract_and_satisfies_promtool() {
     assert_eq!(sample(&text, "drcheck_last_run_success", "target=\"orders\""), Some(1.0));
     assert_eq!(sample(&text, "drcheck_validator_success", "validator=\"checksums\""), Some(1.0));
     assert_eq!(sample(&text, "drcheck_validator_success", "validator=\"freshness\""), Some(0.0), "skipped is not 1");
+    assert_eq!(sample(&text, "drcheck_restore_profile_info", "profile=\"production\""), Some(1.0), "{text}");
     let (ok, problems) = promtool_check(&text);
     assert!(ok && problems.trim().is_empty(), "promtool check metrics: {problems}\n{text}");
 }
