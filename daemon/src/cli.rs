@@ -165,9 +165,11 @@ pub async fn run(cli: Cli) -> Result<Exit, CliError> {
 }
 
 fn init_logging(verbose: u8) {
+    // sqlx reports every query over 1 s as a warning; long validator queries are
+    // expected, so those reports only show with -vv.
     let default = match verbose {
-        0 => "warn",
-        1 => "info",
+        0 => "warn,sqlx::query=error",
+        1 => "info,sqlx::query=error",
         _ => "debug",
     };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()

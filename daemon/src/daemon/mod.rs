@@ -139,7 +139,7 @@ pub async fn run(
             })
         });
         let m = shared.clone();
-        let on_fire: Arc<dyn Fn(&str, bool) + Send + Sync> = Arc::new(move |t: &str, started: bool| {
+        let on_fire: schedule::OnFire = Arc::new(move |t: &str, started: bool| {
             if started {
                 m.metrics.scheduled_runs_total.with_label_values(&[t]).inc();
             }

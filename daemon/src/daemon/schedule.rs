@@ -50,6 +50,9 @@ impl Clock for SystemClock {
 /// Starts one run of a target; resolves when the run is over.
 pub type Runner = Arc<dyn Fn(String) -> BoxFuture<'static, ()> + Send + Sync>;
 
+/// Told of each firing: the target, and whether a run started (false: skipped).
+pub type OnFire = Arc<dyn Fn(&str, bool) + Send + Sync>;
+
 /// Targets running now (shared with the trigger API, which must not overlap them either).
 pub type Running = Arc<Mutex<HashSet<String>>>;
 
@@ -62,7 +65,7 @@ pub async fn run(
     running: Running,
     tracker: TaskTracker,
     stop: CancellationToken,
-    on_fire: Arc<dyn Fn(&str, bool) + Send + Sync>,
+    on_fire: OnFire,
 ) {
     let mut next: BTreeMap<String, DateTime<Utc>> = BTreeMap::new();
     let now = clock.now();
@@ -147,7 +150,7 @@ mod tests {
         });
         let skipped = Arc::new(AtomicUsize::new(0));
         let (sk, ft, c2) = (skipped.clone(), fire_times.clone(), clock.clone());
-        let on_fire: Arc<dyn Fn(&str, bool) + Send + Sync> = Arc::new(move |t: &str, started: bool| {
+        let on_fire: OnFire = Arc::new(move |t: &str, started: bool| {
             if !started {
                 sk.fetch_add(1, Ordering::SeqCst);
             }
