@@ -112,6 +112,38 @@ rpo = "{rpo}"
         vec![("ORDERS_PW", self.password.clone())]
     }
 
+    /// Uploads a newer, uncompressed backup of ~15 MB (behind a slow link it keeps a
+    /// restore busy for a while) as `orders/orders-2.dump`.
+    pub fn upload_big_backup(&self) {
+        self.primary.psql(
+            "orders",
+            "create table filler as select g, md5(g::text) || md5((g * 7)::text) as t from generate_series(1, 200000) g",
+        );
+        let big = self.root.path().join("big.dump");
+        self.primary.dump("orders", &big, &["-Z0"]);
+        std::thread::sleep(std::time::Duration::from_millis(1100));
+        self.s3.upload(&big, &self.bucket, "orders/orders-2.dump");
+    }
+
+    /// Waits until `pg_restore` runs against a sandbox of this scene; returns that
+    /// sandbox's socket directory.
+    pub fn wait_for_pg_restore(&self, limit: std::time::Duration) -> Option<String> {
+        let deadline = std::time::Instant::now() + limit;
+        while std::time::Instant::now() < deadline {
+            let found = self
+                .leftover_sandboxes()
+                .first()
+                .and_then(|d| std::fs::read_to_string(self.scratch.join(d).join("socket_dir")).ok());
+            if let Some(sock) = found
+                && crate::processes_mentioning(&sock).iter().any(|(_, cmd)| cmd.contains("pg_restore"))
+            {
+                return Some(sock);
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        None
+    }
+
     /// Sandbox directories left in the scratch directory.
     pub fn leftover_sandboxes(&self) -> Vec<String> {
         std::fs::read_dir(&self.scratch)

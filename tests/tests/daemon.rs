@@ -66,14 +66,7 @@ fn the_daemon_serves_health_metrics_and_the_trigger_api() {
 #[test]
 fn sigterm_during_a_scheduled_run_records_it_aborted_and_leaves_nothing() {
     let scene = Scene::start();
-    scene.primary.psql(
-        "orders",
-        "create table filler as select g, md5(g::text) || md5((g * 7)::text) as t from generate_series(1, 200000) g",
-    );
-    let big = scene.root.path().join("big.dump");
-    scene.primary.dump("orders", &big, &["-Z0"]);
-    std::thread::sleep(Duration::from_millis(1100));
-    scene.s3.upload(&big, &scene.bucket, "orders/orders-2.dump");
+    scene.upload_big_backup();
     let slow = Throttle::start(scene.s3.port, 500_000);
     let port = free_port();
     let config = daemon_config(&scene, port, Some(slow.endpoint()), "schedule = \"* * * * * *\"");
@@ -83,20 +76,7 @@ fn sigterm_during_a_scheduled_run_records_it_aborted_and_leaves_nothing() {
         .replace("path_style = true", "path_style = true\npart_size = \"64KiB\"");
     std::fs::write(&config, text).unwrap();
     let mut d = Daemon::start(&config, port, &scene.env());
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let sock = loop {
-        let found = scene
-            .leftover_sandboxes()
-            .first()
-            .and_then(|s| std::fs::read_to_string(scene.scratch.join(s).join("socket_dir")).ok());
-        if let Some(sock) = found
-            && processes_mentioning(&sock).iter().any(|(_, c)| c.contains("pg_restore"))
-        {
-            break sock;
-        }
-        assert!(Instant::now() < deadline, "no scheduled restore started");
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let sock = scene.wait_for_pg_restore(Duration::from_secs(60)).expect("a scheduled restore started");
     let (status, took) = d.terminate(Duration::from_secs(40));
     assert!(status.success(), "exit 0 after a clean shutdown: {status}: {}", d.stderr_text());
     assert!(took < Duration::from_secs(20), "took {took:?}");

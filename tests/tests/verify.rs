@@ -333,14 +333,7 @@ fn a_dead_s3_endpoint_exits_3_in_bounded_time() {
 fn sigterm_during_a_restore_exits_promptly_and_leaves_nothing() {
     let scene = Scene::start();
     // A bigger dump behind a slow link keeps drcheck inside fetch+restore long enough.
-    scene.primary.psql(
-        "orders",
-        "create table filler as select g, md5(g::text) || md5((g * 7)::text) as t from generate_series(1, 200000) g",
-    );
-    let big = scene.root.path().join("big.dump");
-    scene.primary.dump("orders", &big, &["-Z0"]);
-    std::thread::sleep(Duration::from_millis(1100));
-    scene.s3.upload(&big, &scene.bucket, "orders/orders-2.dump");
+    scene.upload_big_backup();
     let slow = Throttle::start(scene.s3.port, 500_000);
     let mut spec = scene.spec();
     spec.endpoint = slow.endpoint();
@@ -357,22 +350,9 @@ fn sigterm_during_a_restore_exits_promptly_and_leaves_nothing() {
     let err_t = drcheck_e2e::proc::drain(child.stderr.take().unwrap());
 
     // Wait until pg_restore is running against this run's sandbox.
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let socket_dir = loop {
-        let found = scene
-            .leftover_sandboxes()
-            .first()
-            .and_then(|d| std::fs::read_to_string(scene.scratch.join(d).join("socket_dir")).ok());
-        if let Some(sock) = found
-            && processes_mentioning(&sock).iter().any(|(_, cmd)| cmd.contains("pg_restore"))
-        {
-            break sock;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("pg_restore never started; stderr: {}", String::from_utf8_lossy(&err_t.join().unwrap()));
-        }
-        std::thread::sleep(Duration::from_millis(20));
+    let Some(socket_dir) = scene.wait_for_pg_restore(Duration::from_secs(60)) else {
+        let _ = child.kill();
+        panic!("pg_restore never started; stderr: {}", String::from_utf8_lossy(&err_t.join().unwrap()));
     };
     let sent = Instant::now();
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGTERM).unwrap();
