@@ -57,6 +57,19 @@ pub fn redact_url(s: &str) -> String {
     url.to_string()
 }
 
+/// Only the scheme, host and port of a URL, for URLs whose path or query may carry a
+/// token (Slack and other webhooks): `https://hooks.example.com/***`.
+pub fn origin_only(s: &str) -> String {
+    match url::Url::parse(s) {
+        Ok(u) => {
+            let port = u.port().map(|p| format!(":{p}")).unwrap_or_default();
+            let rest = if u.path().len() > 1 || u.query().is_some() { "/***" } else { "" };
+            format!("{}://{}{port}{rest}", u.scheme(), u.host_str().unwrap_or(""))
+        }
+        Err(_) => "***".to_string(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -70,6 +83,12 @@ mod tests {
             assert!(shown.contains("db.internal"), "{shown}");
         }
         assert_eq!(s.expose(), "postgres://verifier:hunter2@db.internal:5432/orders?password=hunter2");
+    }
+
+    #[test]
+    fn webhook_tokens_in_paths_are_hidden() {
+        assert_eq!(origin_only("https://hooks.slack.com/services/T0/B0/XYZ"), "https://hooks.slack.com/***");
+        assert_eq!(origin_only("http://127.0.0.1:9093"), "http://127.0.0.1:9093");
     }
 
     #[test]

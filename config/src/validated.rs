@@ -77,8 +77,9 @@ pub struct AlertConfig {
     /// Unique; names the sink in metrics and the outbox. Default: `KIND` or `KIND-N`.
     pub name: String,
     pub kind: AlertKind,
-    /// The sink's URL; webhook URLs can hold tokens, so it is a secret.
-    #[serde(serialize_with = "ser_secret")]
+    /// The sink's URL; webhook URLs hold tokens in their paths, so it is shown as
+    /// `scheme://host/***` only.
+    #[serde(serialize_with = "ser_url_origin")]
     pub url: Secret,
     /// Webhook only: HMAC-SHA256 key for the `X-Drcheck-Signature` header.
     #[serde(serialize_with = "ser_opt_secret", skip_serializing_if = "Option::is_none")]
@@ -293,6 +294,10 @@ impl Config {
 
 fn ser_secret<S: serde::Serializer>(s: &Secret, ser: S) -> Result<S::Ok, S::Error> {
     ser.serialize_str(&s.redacted())
+}
+
+fn ser_url_origin<S: serde::Serializer>(s: &Secret, ser: S) -> Result<S::Ok, S::Error> {
+    ser.serialize_str(&crate::secret::origin_only(s.expose()))
 }
 
 fn ser_opt_secret<S: serde::Serializer>(s: &Option<Secret>, ser: S) -> Result<S::Ok, S::Error> {

@@ -251,6 +251,7 @@ max_attempts = 3
     assert_eq!((c.alerts[1].name.as_str(), c.alerts[1].max_attempts), ("webhook", 3));
     let shown = c.to_redacted_toml();
     assert!(!shown.contains("hunter2"), "{shown}");
+    assert!(shown.contains("url = \"http://127.0.0.1:8080/***\"") && !shown.contains("/hook"), "{shown}");
     let (key, _, msg) = invalid(&GOOD.replace("rpo = \"26h\"", "rpo = \"26h\"\nschedule = \"every night\""));
     assert_eq!(key, "target[0].schedule");
     assert!(msg.contains("every night"), "{msg}");
