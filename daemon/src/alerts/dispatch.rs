@@ -5,7 +5,7 @@
 
 use super::Alert;
 use super::sinks;
-use crate::history::{History, OutboxRow};
+use crate::history::History;
 use crate::metrics::Metrics;
 use drcheck_config::AlertConfig;
 use drcheck_restore::breaker;
@@ -115,6 +115,3 @@ impl<'a> Dispatcher<'a> {
         }
     }
 }
-
-/// Rows are what the history store hands the dispatcher.
-pub type Row = OutboxRow;

@@ -1,6 +1,6 @@
 //! Backups in a local directory; keys are paths relative to it, with `/` separators.
 
-use super::{BackupObject, BackupReader, BackupStore};
+use super::{BackupObject, BackupStore};
 use crate::error::StoreError;
 use async_trait::async_trait;
 use std::path::{Path, PathBuf};
@@ -75,12 +75,6 @@ impl BackupStore for FsStore {
         }
         let last_modified = meta.modified().map_err(|e| self.err(format!("{key}: {e}")))?;
         Ok(BackupObject { key: key.to_string(), size: meta.len(), last_modified })
-    }
-
-    async fn open(&self, key: &str) -> Result<BackupReader, StoreError> {
-        let path = self.path_of(key)?;
-        let file = tokio::fs::File::open(&path).await.map_err(|e| self.err(format!("{key}: {e}")))?;
-        Ok(Box::pin(tokio::io::BufReader::with_capacity(1 << 20, file)))
     }
 
     async fn read_range(&self, key: &str, offset: u64, len: u64) -> Result<bytes::Bytes, StoreError> {

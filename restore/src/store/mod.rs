@@ -1,11 +1,9 @@
 //! Backup stores: where backups live, how to list them and how to read one.
 
 mod fs;
-mod idle;
 mod s3;
 
 pub use fs::FsStore;
-pub use idle::IdleTimeout;
 pub use s3::S3Store;
 
 use crate::error::StoreError;
@@ -38,9 +36,6 @@ pub trait BackupStore: Send + Sync {
 
     /// The object at `key`, or a not-found error.
     async fn stat(&self, key: &str) -> Result<BackupObject, StoreError>;
-
-    /// Opens `key` for streaming.
-    async fn open(&self, key: &str) -> Result<BackupReader, StoreError>;
 
     /// Reads `len` bytes of `key` from `offset`. A short read is an error.
     async fn read_range(&self, key: &str, offset: u64, len: u64) -> Result<bytes::Bytes, StoreError>;

@@ -3,9 +3,9 @@
 //! The SDK's standard retry mode retries only transient failures (timeouts, resets,
 //! 5xx, throttling) with exponential backoff and full jitter, capped in delay and
 //! attempts; everything else (403, 404, a missing bucket) fails at once. Connect and
-//! per-attempt timeouts bound every call, and a stalled body fails via [`IdleTimeout`].
+//! per-attempt timeouts bound every call, and a stalled body fails after `BODY_IDLE_TIMEOUT` without a byte.
 
-use super::{BackupObject, BackupReader, BackupStore, IdleTimeout};
+use super::{BackupObject, BackupStore};
 use crate::breaker::{self, Breaker};
 use crate::error::StoreError;
 use async_trait::async_trait;
@@ -18,7 +18,7 @@ use drcheck_config::S3Storage;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-/// How long a download may go without receiving a byte before it is treated as dead.
+/// How long a ranged GET's body may go without a byte before it is treated as dead.
 const BODY_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 
 pub struct S3Store {
@@ -122,10 +122,6 @@ impl BackupStore for S3Store {
         self.guarded(self.stat_unguarded(key)).await
     }
 
-    async fn open(&self, key: &str) -> Result<BackupReader, StoreError> {
-        self.guarded(self.open_unguarded(key)).await
-    }
-
     async fn read_range(&self, key: &str, offset: u64, len: u64) -> Result<bytes::Bytes, StoreError> {
         self.guarded(self.read_range_unguarded(key, offset, len)).await
     }
@@ -175,19 +171,6 @@ impl S3Store {
             size: resp.content_length().unwrap_or(0).max(0) as u64,
             last_modified: to_system_time(resp.last_modified()),
         })
-    }
-
-    async fn open_unguarded(&self, key: &str) -> Result<BackupReader, StoreError> {
-        let resp = self
-            .client
-            .get_object()
-            .bucket(&self.bucket)
-            .key(key)
-            .send()
-            .await
-            .map_err(|e| self.error(&format!("get {key:?}"), e))?;
-        let what = format!("{}: get {key:?}", self.describe());
-        Ok(Box::pin(IdleTimeout::new(resp.body.into_async_read(), BODY_IDLE_TIMEOUT, what)))
     }
 
     async fn read_range_unguarded(&self, key: &str, offset: u64, len: u64) -> Result<bytes::Bytes, StoreError> {
