@@ -47,11 +47,12 @@ pub async fn run(config: &Config, args: VerifyArgs) -> Result<Exit, CliError> {
             Ok(_) => {}
             Err(e) => eprintln!("drcheck: warning: delivering alerts: {e:#}"),
         }
-        if let Some(path) = &config.metrics.textfile
-            && let Err(e) = crate::metrics::write_textfile(path, &metrics.render())
-        {
-            eprintln!("drcheck: warning: {e:#}");
-        }
+    }
+    // Written once, after alert delivery, so it includes the alert counters.
+    if let Some(path) = &config.metrics.textfile
+        && let Err(e) = crate::metrics::write_textfile(path, &metrics.render())
+    {
+        eprintln!("drcheck: warning: {e:#}");
     }
     history.close().await;
     if args.json {
@@ -61,7 +62,7 @@ pub async fn run(config: &Config, args: VerifyArgs) -> Result<Exit, CliError> {
     Ok(overall_exit(reports.iter().map(|r| r.result)))
 }
 
-/// One-shot metrics: pushed to the Pushgateway per target and/or written to a
+/// One-shot metrics: pushed to the Pushgateway per target; returns them all for the
 /// node_exporter textfile. A failure to export is reported but does not change the
 /// verdict: the backup's result stands.
 async fn export_metrics(config: &Config, reports: &[crate::report::RunReport]) -> Metrics {
@@ -79,11 +80,6 @@ async fn export_metrics(config: &Config, reports: &[crate::report::RunReport]) -
                 eprintln!("drcheck: warning: {e:#}");
             }
         }
-    }
-    if let Some(path) = &config.metrics.textfile
-        && let Err(e) = crate::metrics::write_textfile(path, &all.render())
-    {
-        eprintln!("drcheck: warning: {e:#}");
     }
     all
 }
