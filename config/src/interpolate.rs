@@ -2,6 +2,16 @@
 
 /// Replaces every `${NAME}` in `s` with `lookup(NAME)`. The error names the variable.
 pub fn interpolate(s: &str, lookup: &dyn Fn(&str) -> Option<String>) -> Result<String, String> {
+    interpolate_with(s, lookup, &|name| format!("environment variable {name} is not set"))
+}
+
+/// [`interpolate`] with the message for an unknown name chosen by the caller (runbooks
+/// look up their own variables before the environment).
+pub fn interpolate_with(
+    s: &str,
+    lookup: &dyn Fn(&str) -> Option<String>,
+    missing: &dyn Fn(&str) -> String,
+) -> Result<String, String> {
     let mut out = String::with_capacity(s.len());
     let mut rest = s;
     while let Some(pos) = rest.find('$') {
@@ -14,9 +24,9 @@ pub fn interpolate(s: &str, lookup: &dyn Fn(&str) -> Option<String>) -> Result<S
             let end = tail.find('}').ok_or_else(|| "unterminated `${`: expected `${NAME}`".to_string())?;
             let name = &tail[..end];
             if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
-                return Err(format!("`${{{name}}}` is not a valid environment variable name"));
+                return Err(format!("`${{{name}}}` is not a valid variable name"));
             }
-            let value = lookup(name).ok_or_else(|| format!("environment variable {name} is not set"))?;
+            let value = lookup(name).ok_or_else(|| missing(name))?;
             out.push_str(&value);
             rest = &tail[end + 1..];
         } else {

@@ -10,9 +10,9 @@ use std::process::ExitCode;
 #[derive(Debug, Parser)]
 #[command(name = "drcheck", version, about = "Proves PostgreSQL backups restore — fast enough and fresh enough")]
 pub struct Cli {
-    /// Config file.
-    #[arg(long, global = true, env = "DRCHECK_CONFIG", default_value = "drcheck.toml")]
-    pub config: PathBuf,
+    /// Config file [default: drcheck.toml].
+    #[arg(long, global = true, env = "DRCHECK_CONFIG")]
+    pub config: Option<PathBuf>,
     /// More logging on stderr (-v info, -vv debug). RUST_LOG overrides.
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     pub verbose: u8,
@@ -40,6 +40,50 @@ pub enum Command {
     /// Deployment manifests generated from the config.
     #[command(subcommand)]
     Deploy(DeployCommand),
+    /// DR-drill runbooks: rehearse recovery with timed, checked, reversible steps.
+    #[command(subcommand)]
+    Drill(DrillCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum DrillCommand {
+    /// Check a runbook without running anything; every problem names its line.
+    Check {
+        file: PathBuf,
+        /// Override a runbook variable (repeatable).
+        #[arg(long = "var", value_name = "NAME=VALUE", value_parser = parse_var)]
+        vars: Vec<(String, String)>,
+    },
+    /// Run a drill: steady state, method, steady state again, rollbacks.
+    Run(DrillRunArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct DrillRunArgs {
+    pub file: PathBuf,
+    /// Print the resolved plan and execute nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Confirm every manual step (unattended runs).
+    #[arg(long)]
+    pub yes: bool,
+    /// Override a runbook variable (repeatable).
+    #[arg(long = "var", value_name = "NAME=VALUE", value_parser = parse_var)]
+    pub vars: Vec<(String, String)>,
+    /// Print the journal as JSON on stdout.
+    #[arg(long)]
+    pub json: bool,
+    /// Where to write the HTML report (the JSON journal goes next to it, as .json)
+    /// [default: drill-<runbook>-<time>.html in the current directory].
+    #[arg(long)]
+    pub report: Option<PathBuf>,
+}
+
+fn parse_var(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((k, v)) if !k.is_empty() => Ok((k.to_string(), v.to_string())),
+        _ => Err(format!("expected NAME=VALUE, got {s:?}")),
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -144,8 +188,14 @@ pub fn main() -> ExitCode {
 }
 
 pub async fn run(cli: Cli) -> Result<Exit, CliError> {
-    let config = drcheck_config::load(&cli.config)?;
-    match cli.command {
+    let path = cli.config_path();
+    // A drill loads the config only if it needs one (verify steps, sql on a target).
+    let command = match cli.command {
+        Command::Drill(cmd) => return commands::drill::run(cli.config.as_deref(), cmd).await,
+        other => other,
+    };
+    let config = drcheck_config::load(&path)?;
+    match command {
         Command::Verify(args) => commands::verify::run(&config, args).await,
         Command::Daemon => commands::daemon::run(config).await,
         Command::Backups(BackupsCommand::List { target, json }) => {
@@ -161,8 +211,18 @@ pub async fn run(cli: Cli) -> Result<Exit, CliError> {
             let o = commands::deploy::Options { image, secret, config_map, scratch_size };
             commands::deploy::run(&config, target.as_deref(), &o)
         }
+        Command::Drill(cmd) => commands::drill::run(Some(&path), cmd).await,
     }
 }
+
+impl Cli {
+    /// `--config`, `DRCHECK_CONFIG`, or `./drcheck.toml`.
+    pub fn config_path(&self) -> PathBuf {
+        self.config.clone().unwrap_or_else(|| PathBuf::from(DEFAULT_CONFIG))
+    }
+}
+
+pub const DEFAULT_CONFIG: &str = "drcheck.toml";
 
 fn init_logging(verbose: u8) {
     // sqlx reports every query over 1 s as a warning; long validator queries are

@@ -250,7 +250,12 @@ fn encode(families: &[prometheus::proto::MetricFamily]) -> String {
 /// Pushes one target's metrics to a Pushgateway (POST: replaces only the pushed names,
 /// so a failed run's push leaves the last success timestamp in place).
 pub async fn push(gateway: &str, target: &str, body: String) -> anyhow::Result<()> {
-    let url = format!("{}/metrics/job/drcheck/target/{target}", gateway.trim_end_matches('/'));
+    push_group(gateway, &format!("job/drcheck/target/{target}"), body).await
+}
+
+/// Pushes `body` to the Pushgateway group `grouping` (`job/…/label/value`).
+pub async fn push_group(gateway: &str, grouping: &str, body: String) -> anyhow::Result<()> {
+    let url = format!("{}/metrics/{grouping}", gateway.trim_end_matches('/'));
     let resp = reqwest::Client::builder()
         .connect_timeout(std::time::Duration::from_secs(5))
         .timeout(std::time::Duration::from_secs(15))
@@ -279,4 +284,37 @@ pub fn write_textfile(path: &Path, body: &str) -> anyhow::Result<()> {
         let _ = std::fs::remove_file(&tmp);
         anyhow::anyhow!("renaming {} into place: {e}", path.display())
     })
+}
+
+/// A drill's metrics (`drcheck_drill_*`), as a text exposition.
+pub fn drill_exposition(j: &drcheck_runbooks::Journal) -> String {
+    let r = Registry::new();
+    let runs = counter(&r, "drcheck_drill_runs_total", "DR drills run, by runbook and result.", &["runbook", "result"]);
+    let duration =
+        gauge(&r, "drcheck_drill_duration_seconds", "How long the last drill took, start to end.", &["runbook"]);
+    let rto_met = int_gauge(
+        &r,
+        "drcheck_drill_rto_met",
+        "1 if the last drill's recovery finished within objectives.rto, else 0.",
+        &["runbook"],
+    );
+    let rto_seconds = gauge(
+        &r,
+        "drcheck_drill_rto_seconds",
+        "The last drill's measured recovery time (first recovery step's start to the last one's end).",
+        &["runbook"],
+    );
+    let name = j.runbook.name.as_str();
+    for result in ["completed", "failed", "aborted"] {
+        runs.with_label_values(&[name, result]);
+    }
+    runs.with_label_values(&[name, j.result.as_str()]).inc();
+    duration.with_label_values(&[name]).set(j.duration_seconds);
+    if let Some(met) = j.rto.met {
+        rto_met.with_label_values(&[name]).set(met as i64);
+    }
+    if let Some(m) = j.rto.measured_seconds {
+        rto_seconds.with_label_values(&[name]).set(m);
+    }
+    encode(&r.gather())
 }

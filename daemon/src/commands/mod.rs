@@ -5,6 +5,7 @@ pub mod backups;
 pub mod config_check;
 pub mod daemon;
 pub mod deploy;
+pub mod drill;
 pub mod history;
 pub mod verify;
 

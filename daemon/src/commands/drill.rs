@@ -1,0 +1,250 @@
+//! `drcheck drill check|run`: DR-drill runbooks. The runbooks crate does the work; this
+//! file loads the config when the runbook needs it, implements `verify` steps with the
+//! verification pipeline, wires Ctrl-C/SIGTERM to the kill switch, and writes the
+//! journal, the report and the drill metrics.
+
+use crate::cli::{DEFAULT_CONFIG, DrillCommand, DrillRunArgs};
+use crate::exit::{CliError, Exit};
+use crate::history::History;
+use crate::progress::Progress;
+use crate::report::RunResult;
+use anyhow::Context;
+use drcheck_config::Config;
+use drcheck_runbooks::live::Live;
+use drcheck_runbooks::{DrillResult, Env, Journal, KillSwitch, Runbook, VerifyOutcome};
+use std::path::{Path, PathBuf};
+use tokio_util::sync::CancellationToken;
+
+pub async fn run(config_path: Option<&Path>, cmd: DrillCommand) -> Result<Exit, CliError> {
+    let config = load_config(config_path)?;
+    match cmd {
+        DrillCommand::Check { file, vars } => {
+            let rb = load_runbook(&file, &vars, config.as_ref())?;
+            let recovery = rb.steps.iter().filter(|s| s.recovery).count();
+            println!(
+                "{}: ok — {:?}: {} steady-state check(s), {} step(s) ({recovery} on the RTO clock), {} rollback(s)",
+                file.display(),
+                rb.title,
+                rb.steady_state.len(),
+                rb.steps.len(),
+                rb.rollbacks.len()
+            );
+            Ok(Exit::Passed)
+        }
+        DrillCommand::Run(args) => run_drill(config, args).await,
+    }
+}
+
+/// The config named by `--config`/`DRCHECK_CONFIG` (which must load), else
+/// `./drcheck.toml` if there is one, else none.
+fn load_config(path: Option<&Path>) -> Result<Option<Config>, CliError> {
+    match path {
+        Some(p) => Ok(Some(drcheck_config::load(p)?)),
+        None if Path::new(DEFAULT_CONFIG).exists() => Ok(Some(drcheck_config::load(Path::new(DEFAULT_CONFIG))?)),
+        None => Ok(None),
+    }
+}
+
+fn load_runbook(file: &Path, vars: &[(String, String)], config: Option<&Config>) -> Result<Runbook, CliError> {
+    drcheck_runbooks::load(file, vars, config).map_err(|e| CliError::usage(anyhow::anyhow!("{e}")))
+}
+
+async fn run_drill(config: Option<Config>, args: DrillRunArgs) -> Result<Exit, CliError> {
+    let rb = load_runbook(&args.file, &args.vars, config.as_ref())?;
+    if args.dry_run {
+        print!("{}", drcheck_runbooks::dry_run::plan_text(&rb));
+        return Ok(Exit::Passed);
+    }
+    let needs_verifier =
+        rb.steps.iter().chain(&rb.steady_state).chain(&rb.rollbacks).any(|s| s.action.kind() == "verify");
+    let verifier = match (&config, needs_verifier) {
+        (Some(c), true) => Some(PipelineVerifier {
+            config: c.clone(),
+            history: History::open(&c.state.url).await.map_err(CliError::incomplete)?,
+        }),
+        _ => None,
+    };
+    let (report_path, journal_path) = output_paths(&rb, args.report.as_deref());
+    let kill = KillSwitch::default();
+    let live = Live::stderr();
+    watch_signals(kill.clone(), live.clone());
+    let mut shell_env = Vec::new();
+    if let Ok(exe) = std::env::current_exe() {
+        shell_env.push(("DRCHECK_BIN".to_string(), exe.display().to_string()));
+    }
+    if let Some(c) = &config {
+        let path = std::fs::canonicalize(&c.path).unwrap_or_else(|_| c.path.clone());
+        shell_env.push(("DRCHECK_CONFIG".to_string(), path.display().to_string()));
+    }
+    let env = Env {
+        config: config.as_ref(),
+        verifier: verifier.as_ref().map(|v| v as &dyn drcheck_runbooks::Verifier),
+        yes: args.yes,
+        live: &live,
+        shell_env,
+    };
+    live.note(&format!("drill {:?} ({}) — Ctrl-C stops the running step and runs the rollbacks", rb.title, rb.name));
+    let journal = drcheck_runbooks::run(&rb, &env, &kill).await;
+    if let Some(v) = verifier {
+        v.history.close().await;
+    }
+
+    let written = write_outputs(&journal, &report_path, &journal_path);
+    if let Some(c) = &config {
+        export_metrics(c, &journal).await;
+    }
+    if args.json {
+        let text = serde_json::to_string_pretty(&journal).map_err(CliError::incomplete)?;
+        println!("{text}");
+    } else {
+        print!("{}", summary(&journal));
+    }
+    match written {
+        Ok(()) => eprintln!("report: {}\njournal: {}", report_path.display(), journal_path.display()),
+        Err(e) => eprintln!("drcheck: warning: {e:#}"),
+    }
+    Ok(match journal.result {
+        DrillResult::Completed => Exit::Passed,
+        DrillResult::Failed => Exit::Failed,
+        DrillResult::Aborted => Exit::Incomplete,
+    })
+}
+
+/// `--report PATH` (journal: PATH with `.json`), or `drill-<runbook>-<time>.html`.
+fn output_paths(rb: &Runbook, report: Option<&Path>) -> (PathBuf, PathBuf) {
+    let report = report.map(Path::to_path_buf).unwrap_or_else(|| {
+        PathBuf::from(format!("drill-{}-{}.html", rb.name, chrono::Utc::now().format("%Y%m%dT%H%M%SZ")))
+    });
+    let journal = report.with_extension("json");
+    (report, journal)
+}
+
+fn write_outputs(j: &Journal, report: &Path, journal: &Path) -> anyhow::Result<()> {
+    let text = serde_json::to_string_pretty(j)?;
+    std::fs::write(journal, text).with_context(|| format!("writing the journal to {}", journal.display()))?;
+    std::fs::write(report, drcheck_runbooks::report::html(j))
+        .with_context(|| format!("writing the report to {}", report.display()))?;
+    Ok(())
+}
+
+/// Pushed like one-shot verification metrics: to the Pushgateway (grouped by runbook)
+/// and/or a textfile next to the configured one. Failures warn; the verdict stands.
+async fn export_metrics(config: &Config, j: &Journal) {
+    let body = crate::metrics::drill_exposition(j);
+    if let Some(gateway) = &config.metrics.pushgateway {
+        let group = format!("job/drcheck_drill/runbook/{}", j.runbook.name);
+        if let Err(e) = crate::metrics::push_group(gateway, &group, body.clone()).await {
+            eprintln!("drcheck: warning: {e:#}");
+        }
+    }
+    if let Some(path) = &config.metrics.textfile {
+        let file = path.with_file_name(format!("drcheck-drill-{}.prom", j.runbook.name));
+        if let Err(e) = crate::metrics::write_textfile(&file, &body) {
+            eprintln!("drcheck: warning: {e:#}");
+        }
+    }
+}
+
+fn summary(j: &Journal) -> String {
+    use drcheck_runbooks::report::secs;
+    let mut o = format!("\ndrill {:?}: {}\n", j.runbook.title, j.result.as_str().to_uppercase());
+    o.push_str(&format!(
+        "  hypothesis: {}\n",
+        match j.hypothesis_held {
+            Some(true) => "held",
+            Some(false) => "did not hold",
+            None => "not tested",
+        }
+    ));
+    match (j.rto.measured_seconds, j.rto.objective_seconds) {
+        (Some(m), Some(o_)) => o.push_str(&format!(
+            "  RTO: {} of {} — {}\n",
+            secs(m),
+            secs(o_),
+            if j.rto.met == Some(true) { "met" } else { "MISSED" }
+        )),
+        (Some(m), None) => o.push_str(&format!("  RTO: {} (no objective)\n", secs(m))),
+        _ => {}
+    }
+    for r in &j.reasons {
+        o.push_str(&format!("  why: {r}\n"));
+    }
+    if !j.action_items.is_empty() {
+        o.push_str("  action items:\n");
+        for i in &j.action_items {
+            o.push_str(&format!("    - {i}\n"));
+        }
+    }
+    o
+}
+
+/// First SIGINT/SIGTERM: stop the method, run the rollbacks. Second: stop the
+/// rollbacks too. Third: exit at once.
+fn watch_signals(kill: KillSwitch, live: Live) {
+    use tokio::signal::unix::{SignalKind, signal};
+    tokio::spawn(async move {
+        let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
+            tracing::warn!("cannot install signal handlers");
+            return;
+        };
+        for n in 0.. {
+            let name = tokio::select! {
+                _ = term.recv() => "SIGTERM",
+                _ = int.recv() => "SIGINT",
+            };
+            match n {
+                0 => live.note(&format!(
+                    "{name}: stopping the running step; the rollbacks run next (again to stop them too)"
+                )),
+                1 => live.note(&format!("{name}: stopping the rollbacks")),
+                _ => std::process::exit(Exit::Incomplete as i32),
+            }
+            kill.trip(name);
+        }
+    });
+}
+
+/// `verify` steps: the same pipeline as `drcheck verify`, recorded in the history store.
+struct PipelineVerifier {
+    config: Config,
+    history: History,
+}
+
+#[async_trait::async_trait]
+impl drcheck_runbooks::Verifier for PipelineVerifier {
+    async fn verify(
+        &self,
+        target: &str,
+        backup: Option<&str>,
+        cancel: CancellationToken,
+    ) -> Result<VerifyOutcome, String> {
+        let t = self.config.target(target).ok_or_else(|| format!("no target {target:?} in the config"))?;
+        let progress = Progress::new(false);
+        let report = crate::pipeline::verify(&self.config, t, backup, &cancel, &progress).await;
+        let sinks: Vec<String> = self.config.alerts.iter().map(|a| a.name.clone()).collect();
+        if let Err(e) = self.history.record_with_alerts(&report, &sinks).await {
+            tracing::warn!(target, "cannot record the drill's verification: {e:#}");
+        }
+        let failed: Vec<&str> =
+            report.validators.iter().filter(|v| v.status == "failed").map(|v| v.name.as_str()).collect();
+        let mut summary = format!("verification {}", report.result.as_str());
+        if let Some(b) = &report.backup {
+            summary.push_str(&format!(" of {} ({} bytes)", b.key, b.size_bytes));
+        }
+        if let Some(m) = report.rto.measured_seconds {
+            summary.push_str(&format!(", restored in {m:.1}s"));
+        }
+        if !failed.is_empty() {
+            summary.push_str(&format!(", failed validators: {}", failed.join(", ")));
+        }
+        if let Some(e) = &report.error {
+            summary.push_str(&format!(", {} failed: {}", e.stage, e.message));
+        }
+        Ok(VerifyOutcome {
+            passed: report.result == RunResult::Passed,
+            summary,
+            backup_age_seconds: report.rpo.backup_age_seconds,
+            report: serde_json::to_value(&report).map_err(|e| e.to_string())?,
+        })
+    }
+}

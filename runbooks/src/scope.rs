@@ -1,0 +1,138 @@
+//! Variables at run time: the runbook's `variables` (after `--var` overrides), values
+//! captured by earlier steps, then the environment. `${name}` in a step's text is
+//! replaced when the step starts; `$$` is a literal `$`; `$name` without braces is left
+//! alone for the shell.
+//!
+//! Names that look like secrets (`password`, `token`, …) are shown as `***` wherever a
+//! resolved text is displayed: the plan, the live output, the journal and the report.
+
+use std::collections::BTreeMap;
+
+#[derive(Debug, Clone, Default)]
+pub struct Scope {
+    vars: BTreeMap<String, String>,
+}
+
+const SECRET_WORDS: &[&str] = &["password", "passwd", "secret", "token", "apikey", "api_key", "credential", "private"];
+
+/// Whether a variable's name says it holds a secret.
+pub fn is_secret_name(name: &str) -> bool {
+    let n = name.to_ascii_lowercase();
+    SECRET_WORDS.iter().any(|w| n.contains(w))
+}
+
+impl Scope {
+    pub fn new(vars: BTreeMap<String, String>) -> Self {
+        Self { vars }
+    }
+
+    pub fn set(&mut self, name: &str, value: String) {
+        self.vars.insert(name.to_string(), value);
+    }
+
+    pub fn get(&self, name: &str) -> Option<String> {
+        self.vars.get(name).cloned().or_else(|| std::env::var(name).ok())
+    }
+
+    /// `text` with every `${name}` replaced; the error names the variable.
+    pub fn resolve(&self, text: &str) -> Result<String, String> {
+        drcheck_config::interpolate_with(text, &|n| self.get(n), &missing)
+    }
+
+    /// `text` resolved for display: secret-looking variables as `***`, passwords in
+    /// URLs redacted. Unresolvable names are shown as written.
+    pub fn display(&self, text: &str) -> String {
+        let shown = drcheck_config::interpolate_with(
+            text,
+            &|n| match self.get(n) {
+                Some(_) if is_secret_name(n) => Some("***".into()),
+                Some(v) => Some(v),
+                None => Some(format!("${{{n}}}")),
+            },
+            &missing,
+        )
+        .unwrap_or_else(|_| text.to_string());
+        redact_urls(&shown)
+    }
+
+    /// The variables for the journal, secrets masked.
+    pub fn masked(&self) -> BTreeMap<String, String> {
+        self.vars
+            .iter()
+            .map(|(k, v)| (k.clone(), if is_secret_name(k) { "***".into() } else { redact_urls(v) }))
+            .collect()
+    }
+
+    /// Every value that must not be shown, for scrubbing command output.
+    pub fn secret_values(&self) -> Vec<String> {
+        self.vars.iter().filter(|(k, v)| is_secret_name(k) && v.len() >= 4).map(|(_, v)| v.clone()).collect()
+    }
+}
+
+fn missing(name: &str) -> String {
+    format!(
+        "variable {name} is not defined (not in `variables`, not captured by an earlier step, not in the environment)"
+    )
+}
+
+/// Redacts the password of every `scheme://user:password@host` URL inside `text`.
+pub fn redact_urls(text: &str) -> String {
+    if !text.contains("://") {
+        return text.to_string();
+    }
+    text.split_inclusive(char::is_whitespace)
+        .map(|word| {
+            let trimmed = word.trim_end();
+            let rest = &word[trimmed.len()..];
+            let (lead, core) = match trimmed.find(|c: char| c.is_ascii_alphabetic()) {
+                Some(i) => trimmed.split_at(i),
+                None => ("", trimmed),
+            };
+            if core.contains("://") {
+                format!("{lead}{}{rest}", drcheck_config::redact_url(core))
+            } else {
+                word.to_string()
+            }
+        })
+        .collect()
+}
+
+/// `text` with every secret value replaced by `***`.
+pub fn scrub(text: &str, secrets: &[String]) -> String {
+    let mut out = text.to_string();
+    for s in secrets {
+        out = out.replace(s.as_str(), "***");
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scope() -> Scope {
+        Scope::new(BTreeMap::from([
+            ("port".to_string(), "5432".to_string()),
+            ("db_password".to_string(), "hunter22".to_string()),
+        ]))
+    }
+
+    #[test]
+    fn resolves_variables_before_the_environment_and_names_the_missing_one() {
+        let s = scope();
+        assert_eq!(s.resolve("p=${port} $$x $HOME").unwrap(), "p=5432 $x $HOME");
+        let e = s.resolve("${nope_not_here}").unwrap_err();
+        assert!(e.contains("nope_not_here is not defined"), "{e}");
+    }
+
+    #[test]
+    fn display_masks_secret_variables_and_url_passwords() {
+        let s = scope();
+        assert_eq!(s.display("pw=${db_password} port=${port}"), "pw=*** port=5432");
+        let shown = s.display("psql 'postgres://app:${port}x@h/db' ok");
+        assert!(!shown.contains("5432x"), "{shown}");
+        assert_eq!(s.display("${later}"), "${later}");
+        assert_eq!(s.masked()["db_password"], "***");
+        assert_eq!(scrub("a hunter22 b", &s.secret_values()), "a *** b");
+    }
+}

@@ -1,0 +1,71 @@
+//! `manual`: an instruction the operator confirms at the terminal (`yes` or `no`);
+//! `--yes` confirms for unattended runs. Who confirmed, how and when is recorded.
+
+use super::{Confirmation, Outcome, Raced, StepCtx, race};
+use crate::format::RawManual;
+use std::io::IsTerminal;
+use tokio::io::AsyncBufReadExt;
+
+pub async fn run(m: &RawManual, ctx: &StepCtx<'_>) -> Result<Outcome, Outcome> {
+    let instruction = ctx.resolve("instruction", &m.instruction)?;
+    let by = operator();
+    if ctx.env.yes {
+        let mut o = Outcome::passed(format!("confirmed by --yes ({by})"));
+        o.confirmation = Some(Confirmation { by, at: now(), how: "--yes".into() });
+        return Ok(o);
+    }
+    if !std::io::stdin().is_terminal() {
+        return Err(Outcome::failed(
+            "needs an operator: run on a terminal to confirm, or pass --yes for an unattended drill",
+        ));
+    }
+    ctx.env.live.prompt(&ctx.scope.display(&instruction));
+    let answer = async {
+        let mut lines = tokio::io::BufReader::new(tokio::io::stdin()).lines();
+        loop {
+            match lines.next_line().await {
+                Ok(Some(l)) => match l.trim().to_ascii_lowercase().as_str() {
+                    "yes" | "y" => return Some(true),
+                    "no" | "n" => return Some(false),
+                    _ => eprint!("    type yes or no: "),
+                },
+                _ => return None,
+            }
+        }
+    };
+    match race(ctx, answer).await {
+        Raced::Done(Some(true)) => {
+            let mut o = Outcome::passed(format!("confirmed by {by} at the terminal"));
+            o.confirmation = Some(Confirmation { by, at: now(), how: "terminal".into() });
+            Ok(o)
+        }
+        Raced::Done(Some(false)) => {
+            let mut o = Outcome::failed(format!("{by} answered no"));
+            o.confirmation = Some(Confirmation { by, at: now(), how: "terminal".into() });
+            Err(o)
+        }
+        Raced::Done(None) => Err(Outcome::failed("the terminal closed before the step was confirmed")),
+        Raced::TimedOut => Err(Outcome::timed_out(ctx)),
+        Raced::Cancelled => Err(Outcome::aborted()),
+    }
+}
+
+/// The person at the keyboard: the user who ran sudo, else the login user.
+fn operator() -> String {
+    for var in ["SUDO_USER", "USER", "LOGNAME"] {
+        if let Ok(v) = std::env::var(var)
+            && !v.is_empty()
+        {
+            return v;
+        }
+    }
+    nix::unistd::User::from_uid(nix::unistd::Uid::current())
+        .ok()
+        .flatten()
+        .map(|u| u.name)
+        .unwrap_or_else(|| format!("uid {}", nix::unistd::Uid::current()))
+}
+
+fn now() -> String {
+    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+}
