@@ -158,7 +158,7 @@ pub fn parse(
         let message = message.strip_prefix("error: ").unwrap_or(&message).to_string();
         CheckError { problems: vec![format!("{file}: {message}")] }
     })?;
-    let mut c = Checker { file, problems: Vec::new(), config };
+    let mut c = Checker { file, problems: Vec::new(), config, vars: BTreeMap::new() };
     let rb = c.runbook(raw, path, overrides);
     if c.problems.is_empty() { Ok(rb) } else { Err(CheckError { problems: c.problems }) }
 }
@@ -167,6 +167,8 @@ struct Checker<'a> {
     file: String,
     problems: Vec<String>,
     config: Option<&'a Config>,
+    /// The resolved variables, to check targets named through them.
+    vars: BTreeMap<String, String>,
 }
 
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
@@ -189,31 +191,8 @@ impl Checker<'_> {
     fn runbook(&mut self, raw: RawRunbook, path: &Path, overrides: &[(String, String)]) -> Runbook {
         let rto = raw.objectives.rto.as_ref().and_then(|d| self.duration("objectives.rto", d));
         let rpo = raw.objectives.rpo.as_ref().and_then(|d| self.duration("objectives.rpo", d));
-        let mut variables = BTreeMap::new();
-        for (name, v) in &raw.variables {
-            let line = v.referenced.line() as usize;
-            if !valid_name(name) {
-                self.err(line, format!("variables.{name}: a variable name is letters, digits and `_`"));
-            }
-            match drcheck_config::interpolate(&v.value, &|n| std::env::var(n).ok()) {
-                Ok(value) => {
-                    variables.insert(name.clone(), value);
-                }
-                Err(e) => self.err(line, format!("variables.{name}: {e}")),
-            }
-        }
-        for (name, value) in overrides {
-            if raw.variables.contains_key(name) {
-                variables.insert(name.clone(), value.clone());
-            } else {
-                let known: Vec<&str> = raw.variables.keys().map(String::as_str).collect();
-                self.problems.push(format!(
-                    "--var {name}: {} has no variable `{name}` (it has: {})",
-                    self.file,
-                    if known.is_empty() { "none".to_string() } else { known.join(", ") }
-                ));
-            }
-        }
+        let variables = self.variables(&raw.variables, overrides);
+        self.vars = variables.clone();
         if raw.steps.is_empty() {
             self.problems.push(format!("{}: `steps` is empty: a drill needs at least one step", self.file));
         }
@@ -241,6 +220,48 @@ impl Checker<'_> {
             steps,
             rollbacks,
         }
+    }
+
+    /// Resolves the variables: `--var` overrides are taken literally; other values may
+    /// refer to other variables and to the environment (`${NAME}`), in any order.
+    fn variables(
+        &mut self,
+        raw: &BTreeMap<String, Spanned<String>>,
+        overrides: &[(String, String)],
+    ) -> BTreeMap<String, String> {
+        for (name, _) in overrides {
+            if !raw.contains_key(name) {
+                let known: Vec<&str> = raw.keys().map(String::as_str).collect();
+                self.problems.push(format!(
+                    "--var {name}: {} has no variable `{name}` (it has: {})",
+                    self.file,
+                    if known.is_empty() { "none".to_string() } else { known.join(", ") }
+                ));
+            }
+        }
+        let fixed: BTreeMap<&str, &str> = overrides.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        let mut out = BTreeMap::new();
+        for (name, v) in raw {
+            let line = v.referenced.line() as usize;
+            if !valid_name(name) {
+                self.err(line, format!("variables.{name}: a variable name is letters, digits and `_`"));
+            }
+            let value = match fixed.get(name.as_str()) {
+                Some(v) => Ok(v.to_string()),
+                None => resolve_variable(name, raw, &fixed, &mut Vec::new()),
+            };
+            match value {
+                Ok(value) => {
+                    out.insert(name.clone(), value);
+                }
+                Err(e) => {
+                    self.err(line, format!("variables.{name}: {e}"));
+                    // Known but empty, so steps using it do not repeat the error.
+                    out.insert(name.clone(), String::new());
+                }
+            }
+        }
+        out
     }
 
     fn section(
@@ -474,9 +495,9 @@ impl Checker<'_> {
     }
 
     fn target_problem(&self, target: &str, needs_primary: bool) -> Option<String> {
-        if target.contains("${") {
-            return None;
-        }
+        // A target named through a captured value is only known at run time.
+        let target = Scope::new(self.vars.clone()).resolve(target).ok()?;
+        let target = target.as_str();
         let Some(config) = self.config else {
             return Some(format!(
                 "target {target:?} needs drcheck's config (--config or DRCHECK_CONFIG), and none was loaded"
@@ -492,6 +513,48 @@ impl Checker<'_> {
             }
             Some(_) => None,
         }
+    }
+}
+
+/// The value of variable `name`: its text with `${other}` replaced by other variables
+/// (overridden or resolved in turn) or the environment; a cycle is an error.
+fn resolve_variable(
+    name: &str,
+    raw: &BTreeMap<String, Spanned<String>>,
+    fixed: &BTreeMap<&str, &str>,
+    stack: &mut Vec<String>,
+) -> Result<String, String> {
+    if stack.iter().any(|s| s == name) {
+        stack.push(name.to_string());
+        return Err(format!("variables refer to each other in a cycle: {}", stack.join(" -> ")));
+    }
+    stack.push(name.to_string());
+    let text = &raw[name].value;
+    let inner_error = std::cell::RefCell::new(None);
+    let result = drcheck_config::interpolate_with(
+        text,
+        &|n| {
+            if let Some(v) = fixed.get(n) {
+                return Some(v.to_string());
+            }
+            if raw.contains_key(n) {
+                let mut st = stack.clone();
+                return match resolve_variable(n, raw, fixed, &mut st) {
+                    Ok(v) => Some(v),
+                    Err(e) => {
+                        inner_error.borrow_mut().get_or_insert(e);
+                        Some(String::new())
+                    }
+                };
+            }
+            std::env::var(n).ok()
+        },
+        &|n| format!("{n} is neither a variable nor set in the environment"),
+    );
+    stack.pop();
+    match (result, inner_error.into_inner()) {
+        (_, Some(e)) => Err(e),
+        (r, None) => r,
     }
 }
 

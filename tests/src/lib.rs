@@ -5,6 +5,7 @@
 //! and is stopped by a drop guard, so tests run in parallel and leave nothing behind
 //! even when they fail.
 
+pub mod drills;
 pub mod faults;
 pub mod proc;
 pub mod proxy;
@@ -92,7 +93,7 @@ impl Default for TempRoot {
     }
 }
 
-fn as_pg(cmd: &mut Command) -> &mut Command {
+pub fn as_pg(cmd: &mut Command) -> &mut Command {
     if let Some((uid, gid)) = pg_owner() {
         cmd.uid(uid).gid(gid);
     }

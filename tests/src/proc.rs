@@ -72,3 +72,48 @@ pub fn processes_mentioning(needle: &str) -> Vec<(i32, String)> {
     }
     found
 }
+
+/// A child process killed (with its group) if the test ends before it exits; its
+/// output is drained from the start so it never blocks on a full pipe.
+pub struct KillOnDrop {
+    child: Option<Child>,
+    out: Option<std::thread::JoinHandle<Vec<u8>>>,
+    err: Option<std::thread::JoinHandle<Vec<u8>>>,
+}
+
+impl KillOnDrop {
+    pub fn new(mut child: Child) -> Self {
+        let out = child.stdout.take().map(drain);
+        let err = child.stderr.take().map(drain);
+        KillOnDrop { child: Some(child), out, err }
+    }
+
+    /// Waits up to `limit` for the exit (panics after killing it otherwise).
+    pub fn wait_with_output(mut self, limit: Duration) -> Output {
+        let mut child = self.child.take().unwrap();
+        let deadline = Instant::now() + limit;
+        let status = loop {
+            if let Some(s) = child.try_wait().unwrap() {
+                break s;
+            }
+            if Instant::now() > deadline {
+                let _ = killpg(Pid::from_raw(child.id() as i32), Signal::SIGKILL);
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("the process did not exit within {limit:?}");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let take = |h: Option<std::thread::JoinHandle<Vec<u8>>>| h.map(|h| h.join().unwrap_or_default()).unwrap_or_default();
+        Output { status, stdout: take(self.out.take()), stderr: take(self.err.take()) }
+    }
+}
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}

@@ -25,6 +25,7 @@ pub struct Recorder {
     pub port: u16,
     requests: Arc<Mutex<Vec<Request>>>,
     status: Arc<AtomicU16>,
+    body: Arc<Mutex<String>>,
     stop: Arc<AtomicBool>,
 }
 
@@ -36,7 +37,8 @@ impl Recorder {
         let requests = Arc::new(Mutex::new(Vec::new()));
         let status = Arc::new(AtomicU16::new(status));
         let stop = Arc::new(AtomicBool::new(false));
-        let (r, st, sp) = (requests.clone(), status.clone(), stop.clone());
+        let body = Arc::new(Mutex::new(String::new()));
+        let (r, st, sp, answer) = (requests.clone(), status.clone(), stop.clone(), body.clone());
         std::thread::spawn(move || {
             while !sp.load(Ordering::Relaxed) {
                 let Ok((conn, _)) = listener.accept() else {
@@ -75,13 +77,18 @@ impl Recorder {
                     body,
                 });
                 let code = st.load(Ordering::Relaxed);
+                let answer = answer.lock().unwrap().clone();
                 let mut conn = conn;
                 let _ = conn.write_all(
-                    format!("HTTP/1.1 {code} X\r\nContent-Length: 0\r\nConnection: close\r\n\r\n").as_bytes(),
+                    format!(
+                        "HTTP/1.1 {code} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{answer}",
+                        answer.len()
+                    )
+                    .as_bytes(),
                 );
             }
         });
-        Recorder { port, requests, status, stop }
+        Recorder { port, requests, status, body, stop }
     }
 
     pub fn url(&self) -> String {
@@ -90,6 +97,11 @@ impl Recorder {
 
     pub fn requests(&self) -> Vec<Request> {
         self.requests.lock().unwrap().clone()
+    }
+
+    /// What every response carries as its body.
+    pub fn set_body(&self, body: &str) {
+        *self.body.lock().unwrap() = body.to_string();
     }
 
     pub fn set_status(&self, code: u16) {

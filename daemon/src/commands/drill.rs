@@ -182,11 +182,12 @@ fn summary(j: &Journal) -> String {
 /// rollbacks too. Third: exit at once.
 fn watch_signals(kill: KillSwitch, live: Live) {
     use tokio::signal::unix::{SignalKind, signal};
+    // Installed before the first step starts, so no signal can kill the drill unhandled.
+    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
+        tracing::warn!("cannot install signal handlers");
+        return;
+    };
     tokio::spawn(async move {
-        let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
-            tracing::warn!("cannot install signal handlers");
-            return;
-        };
         for n in 0.. {
             let name = tokio::select! {
                 _ = term.recv() => "SIGTERM",

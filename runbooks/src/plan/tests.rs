@@ -138,3 +138,13 @@ fn a_yaml_syntax_error_names_its_line() {
     let p = problems("title: t\nsteps: [\n");
     assert!(p.contains("drill.yaml") && p.contains("line 2"), "{p}");
 }
+
+#[test]
+fn variables_refer_to_each_other_and_overrides_flow_through() {
+    let yaml = "title: t\nvariables:\n  url: \"host:${port}\"\n  port: 5432\n  a: \"${b}\"\n  b: \"${a}\"\nsteps:\n  - name: s\n    shell: {command: \"echo ${url}\"}\n";
+    let e = parse(yaml, Path::new("d.yaml"), &[], None).unwrap_err().to_string();
+    assert!(e.contains("d.yaml:5: variables.a: variables refer to each other in a cycle: a -> b -> a"), "{e}");
+    let yaml = "title: t\nvariables:\n  url: \"host:${port}\"\n  port: 5432\nsteps:\n  - name: s\n    shell: {command: \"echo ${url}\"}\n";
+    let rb = parse(yaml, Path::new("d.yaml"), &[("port".into(), "6000".into())], None).unwrap();
+    assert_eq!(rb.variables["url"], "host:6000");
+}
