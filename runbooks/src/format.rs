@@ -85,7 +85,8 @@ pub struct RawShell {
     /// Run as this OS user (drcheck must be root to switch); empty means drcheck's own.
     pub run_as: Option<String>,
     pub expect_exit: Option<i32>,
-    /// A regular expression the output (stdout and stderr) must match.
+    /// A regular expression the output (stdout and stderr) must match; `^` and `$`
+    /// match at line boundaries, as in grep.
     pub expect_output: Option<String>,
     /// A regular expression the output must not match.
     pub reject_output: Option<String>,

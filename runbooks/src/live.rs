@@ -53,7 +53,7 @@ impl Live {
         let (mark, code) = match o.status {
             Status::Passed => ("✔", "32"),
             Status::Failed => ("✘", "31"),
-            Status::TimedOut => ("⧗", "31"),
+            Status::TimedOut => ("✘", "31"),
             Status::Aborted => ("■", "33"),
             Status::Skipped => ("·", "2"),
         };

@@ -304,7 +304,7 @@ impl Checker<'_> {
         };
         for r in regexes.into_iter().flatten() {
             if !r.contains("${")
-                && let Err(e) = regex::Regex::new(r)
+                && let Err(e) = crate::steps::output_regex(r)
             {
                 self.err(step.line, format!("step {:?}: not a valid regular expression: {e}", step.name));
             }

@@ -98,7 +98,7 @@ pub fn secs(s: f64) -> String {
         format!("{s:.0}s")
     } else if s < 3600.0 {
         let t = s.round() as u64;
-        format!("{}m{:02}s", t / 60, t % 60)
+        if t % 60 == 0 { format!("{}m", t / 60) } else { format!("{}m{:02}s", t / 60, t % 60) }
     } else {
         let t = s.round() as u64;
         format!("{}h{:02}m", t / 3600, t / 60 % 60)
@@ -139,7 +139,15 @@ pub fn timeline_svg(j: &Journal) -> String {
     }
     let rto_start = j.rto.started_offset_seconds;
     let budget_end = rto_start.zip(j.rto.objective_seconds).map(|(s, o)| s + o);
-    let t_max = (j.duration_seconds.max(budget_end.unwrap_or(0.0)) * 1.04).max(1.0);
+    // The axis spans the drill; the budget's end is drawn on it when it is near enough,
+    // otherwise the band runs off the right edge (a drill far inside its budget would
+    // otherwise squeeze every step into a sliver at the left).
+    let span = j.duration_seconds.max(j.rto.ended_offset_seconds.unwrap_or(0.0)).max(0.5);
+    let t_max = match budget_end {
+        Some(be) if be <= span * 2.5 => be * 1.04,
+        _ => span * 1.04,
+    };
+    let budget_off_scale = budget_end.is_some_and(|be| be > t_max);
     let x = |t: f64| X0 + t / t_max * plot_w;
     let h = TOP + rows.len() as f64 * ROW + 46.0;
     let mut o = String::new();
@@ -149,7 +157,21 @@ pub fn timeline_svg(j: &Journal) -> String {
     );
     let plot_bottom = TOP + rows.len() as f64 * ROW;
     // The RTO budget band and its end.
-    if let (Some(s), Some(e)) = (rto_start, budget_end) {
+    if let (Some(s), Some(e)) = (rto_start, budget_end)
+        && budget_off_scale
+    {
+        let _ = write!(
+            o,
+            r##"<rect x="{:.1}" y="{}" width="{:.1}" height="{:.1}" fill="#e3f2fd"/><text x="{:.1}" y="{}" fill="#1565c0" text-anchor="end" font-weight="600">RTO budget {} runs on past the drill →</text>"##,
+            x(s),
+            TOP - 8.0,
+            W - RIGHT + 40.0 - x(s),
+            plot_bottom - TOP + 8.0,
+            W - RIGHT + 40.0,
+            TOP - 12.0,
+            esc(&secs(e - s)),
+        );
+    } else if let (Some(s), Some(e)) = (rto_start, budget_end) {
         let missed = j.rto.met == Some(false);
         let _ = write!(
             o,
@@ -172,6 +194,7 @@ pub fn timeline_svg(j: &Journal) -> String {
     // The measured RTO as a bracket above the rows.
     if let (Some(s), Some(e)) = (rto_start, j.rto.ended_offset_seconds) {
         let label = match (j.rto.measured_seconds, j.rto.met) {
+            (Some(m), _) if !j.rto.complete => format!("recovery did not finish ({} on the RTO clock)", secs(m)),
             (Some(m), Some(true)) => format!("RTO measured {} — met", secs(m)),
             (Some(m), Some(false)) => format!("RTO measured {} — MISSED", secs(m)),
             (Some(m), None) => format!("RTO measured {}", secs(m)),
@@ -221,13 +244,15 @@ pub fn timeline_svg(j: &Journal) -> String {
                 );
             }
             Row::Step(s) => {
-                let name = truncate(&s.name, 40);
-                let rec = if s.recovery {
-                    r##"<tspan dx="8" fill="#1565c0" font-weight="600">⟲ recovery</tspan>"##
-                } else {
-                    ""
-                };
-                let _ = write!(o, r##"<text x="20" y="{:.1}" fill="#212121">{}{rec}</text>"##, y + 16.0, esc(&name));
+                let name = truncate(&s.name, 46);
+                if s.recovery {
+                    let _ = write!(
+                        o,
+                        r##"<text x="8" y="{:.1}" fill="#1565c0" font-weight="700">⟲<title>recovery step: on the RTO clock</title></text>"##,
+                        y + 16.0
+                    );
+                }
+                let _ = write!(o, r##"<text x="24" y="{:.1}" fill="#212121">{}</text>"##, y + 16.0, esc(&name));
                 let tip = format!("{} — {} — {}", s.name, s.status.as_str(), s.detail);
                 match (s.offset_seconds, s.duration_seconds) {
                     (Some(off), Some(d)) => {
@@ -280,7 +305,7 @@ pub fn timeline_svg(j: &Journal) -> String {
     }
     let _ = write!(
         o,
-        r##"<rect x="{lx}" y="{:.1}" width="12" height="12" fill="#fff" stroke="#0d47a1" stroke-width="2"/><text x="{:.1}" y="{:.1}" fill="#424242">recovery step (on the RTO clock)</text><rect x="{:.1}" y="{:.1}" width="12" height="12" fill="#e3f2fd"/><text x="{:.1}" y="{:.1}" fill="#424242">RTO budget</text>"##,
+        r##"<rect x="{lx}" y="{:.1}" width="12" height="12" fill="#fff" stroke="#0d47a1" stroke-width="2"/><text x="{:.1}" y="{:.1}" fill="#424242">⟲ recovery step (on the RTO clock)</text><rect x="{:.1}" y="{:.1}" width="12" height="12" fill="#e3f2fd"/><text x="{:.1}" y="{:.1}" fill="#424242">RTO budget</text>"##,
         ly - 10.0,
         lx + 16.0,
         ly,
@@ -293,6 +318,28 @@ pub fn timeline_svg(j: &Journal) -> String {
     o
 }
 
+/// The RTO budget as a gauge: how much of it the recovery used.
+pub fn rto_gauge_svg(j: &Journal) -> Option<String> {
+    let (m, budget) = (j.rto.measured_seconds?, j.rto.objective_seconds?);
+    const W: f64 = 640.0;
+    let full = budget.max(m);
+    let used_w = (m / full * W).max(2.0);
+    let budget_x = budget / full * W;
+    let met = j.rto.met == Some(true);
+    let fill = if met { "#43a047" } else { "#e53935" };
+    let label = format!(
+        "recovery took {} of the {} budget ({:.1}%){}",
+        secs(m),
+        secs(budget),
+        100.0 * m / budget,
+        if j.rto.complete { "" } else { " — and did not finish" }
+    );
+    Some(format!(
+        r##"<svg xmlns="http://www.w3.org/2000/svg" class="gauge" viewBox="0 0 {W} 40" width="{W}" height="40" font-family="system-ui, sans-serif" font-size="12" role="img" aria-label="{l}"><rect x="0" y="4" width="{W}" height="14" fill="#e3f2fd"/><rect x="0" y="4" width="{used_w:.1}" height="14" fill="{fill}"/><line x1="{budget_x:.1}" y1="0" x2="{budget_x:.1}" y2="22" stroke="#1565c0" stroke-width="2"/><text x="0" y="35" fill="#424242">{l}</text></svg>"##,
+        l = esc(&label)
+    ))
+}
+
 enum Row<'a> {
     Header(Phase),
     Step(&'a StepRecord),
@@ -302,7 +349,7 @@ fn mark(s: Status) -> &'static str {
     match s {
         Status::Passed => "✔",
         Status::Failed => "✘ failed",
-        Status::TimedOut => "⧗ timed out",
+        Status::TimedOut => "✘ timed out",
         Status::Aborted => "■ stopped",
         Status::Skipped => "",
     }
@@ -383,7 +430,7 @@ pre{{background:#f5f5f5;padding:8px;overflow-x:auto;font-size:12px;max-height:32
 <p class="muted">{desc}</p>
 <table class="summary">
 <tr><td>Hypothesis</td><td>{hypothesis}</td></tr>
-<tr><td>RTO</td><td>{rto}</td></tr>
+<tr><td>RTO</td><td>{rto}{gauge}</td></tr>
 <tr><td>RPO</td><td>{rpo}</td></tr>
 <tr><td>Started</td><td>{started} (took {took})</td></tr>
 <tr><td>Runbook</td><td><code>{file}</code> (drill {id})</td></tr>
@@ -411,6 +458,7 @@ pre{{background:#f5f5f5;padding:8px;overflow-x:auto;font-size:12px;max-height:32
             )
         },
         svg = timeline_svg(j),
+        gauge = rto_gauge_svg(j).map(|g| format!("<br>{g}")).unwrap_or_default(),
         items = if j.action_items.is_empty() {
             "<p>None: every step passed within its time and the objectives were met.</p>".to_string()
         } else {
@@ -472,6 +520,7 @@ mod tests {
         assert_eq!(secs(0.42), "0.4s");
         assert_eq!(secs(42.0), "42s");
         assert_eq!(secs(185.0), "3m05s");
+        assert_eq!(secs(900.0), "15m");
         assert_eq!(secs(3720.0), "1h02m");
         assert_eq!(tick_step(40.0), 5.0);
         assert_eq!(tick_step(900.0), 120.0);

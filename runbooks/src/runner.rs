@@ -311,7 +311,8 @@ fn rto_measure(rb: &Runbook, steps: &[StepRecord]) -> RtoMeasure {
     let start = ran.iter().map(|r| r.0).reduce(f64::min);
     let end = ran.iter().map(|r| r.1).reduce(f64::max);
     let measured = start.zip(end).map(|(s, e)| e - s);
-    let met = objective.map(|o| complete && measured.is_some_and(|m| m <= o));
+    // Not measured (null) when no recovery step started: the drill stopped before.
+    let met = objective.filter(|_| measured.is_some()).map(|o| complete && measured.is_some_and(|m| m <= o));
     RtoMeasure {
         objective_seconds: objective,
         measured_seconds: measured,

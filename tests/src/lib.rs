@@ -394,9 +394,16 @@ impl PromService {
 
     pub fn start_on(root: &TempRoot, binary: &str, port: u16, extra: &[String]) -> Self {
         let log = std::fs::File::create(root.path().join(format!("{binary}.log"))).unwrap();
+        // Debian's Pushgateway persists to /var/lib/prometheus/pushgateway.data by
+        // default: shared by every test and every earlier run. Each gets its own file.
+        let mut own = Vec::new();
+        if binary == "prometheus-pushgateway" && !extra.iter().any(|a| a.starts_with("--persistence.file")) {
+            own.push(format!("--persistence.file={}", root.path().join(format!("pushgateway-{port}.data")).display()));
+        }
         let child = Command::new(binary)
             .arg(format!("--web.listen-address=127.0.0.1:{port}"))
             .args(extra)
+            .args(&own)
             .stdout(log.try_clone().unwrap())
             .stderr(log)
             .process_group(0)

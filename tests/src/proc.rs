@@ -104,7 +104,8 @@ impl KillOnDrop {
             }
             std::thread::sleep(Duration::from_millis(20));
         };
-        let take = |h: Option<std::thread::JoinHandle<Vec<u8>>>| h.map(|h| h.join().unwrap_or_default()).unwrap_or_default();
+        let take =
+            |h: Option<std::thread::JoinHandle<Vec<u8>>>| h.map(|h| h.join().unwrap_or_default()).unwrap_or_default();
         Output { status, stdout: take(self.out.take()), stderr: take(self.err.take()) }
     }
 }

@@ -11,7 +11,12 @@ use std::time::{Duration, Instant};
 
 const LIMIT: Duration = Duration::from_secs(180);
 
-fn run(root: &TempRoot, file: &Path, extra: &[&str], env: &[(&str, String)]) -> (std::process::Output, serde_json::Value) {
+fn run(
+    root: &TempRoot,
+    file: &Path,
+    extra: &[&str],
+    env: &[(&str, String)],
+) -> (std::process::Output, serde_json::Value) {
     let report = root.path().join(format!("{}.html", file.file_stem().unwrap().to_string_lossy()));
     let mut args = vec!["drill", "run"];
     let f = file.display().to_string();
@@ -299,10 +304,30 @@ rollbacks:
 fn malformed_runbooks_are_refused_with_their_line() {
     let root = TempRoot::new();
     let cases = [
-        ("unknown-key.yaml", "title: t\nsteps:\n  - name: a\n    shell: {command: ls}\n    timout: 5s\n", "line 5", "unknown field `timout`"),
-        ("wrong-type.yaml", "title: t\nsteps:\n  - name: a\n    shell: {command: ls}\n    recovery: sometimes\n", "line 5", "boolean"),
-        ("missing-field.yaml", "title: t\nsteps:\n  - name: a\n    shell: {expect_exit: 0}\n", "line 4", "missing field `command`"),
-        ("bad-duration.yaml", "title: t\nsteps:\n  - name: a\n    shell: {command: ls}\n    timeout: forever\n", ":5:", "timeout"),
+        (
+            "unknown-key.yaml",
+            "title: t\nsteps:\n  - name: a\n    shell: {command: ls}\n    timout: 5s\n",
+            "line 5",
+            "unknown field `timout`",
+        ),
+        (
+            "wrong-type.yaml",
+            "title: t\nsteps:\n  - name: a\n    shell: {command: ls}\n    recovery: sometimes\n",
+            "line 5",
+            "boolean",
+        ),
+        (
+            "missing-field.yaml",
+            "title: t\nsteps:\n  - name: a\n    shell: {expect_exit: 0}\n",
+            "line 4",
+            "missing field `command`",
+        ),
+        (
+            "bad-duration.yaml",
+            "title: t\nsteps:\n  - name: a\n    shell: {command: ls}\n    timeout: forever\n",
+            ":5:",
+            "timeout",
+        ),
     ];
     for (name, yaml, line, what) in cases {
         let file = runbook(&root, name, yaml);
@@ -349,5 +374,7 @@ rollbacks:
     for suffix in ["", "-steady", "-rollback"] {
         assert!(!root.path().join(format!("marker{suffix}")).exists(), "the dry run executed something");
     }
-    assert!(std::fs::read_dir(root.path()).unwrap().all(|e| !e.unwrap().file_name().to_string_lossy().ends_with(".html")));
+    assert!(
+        std::fs::read_dir(root.path()).unwrap().all(|e| !e.unwrap().file_name().to_string_lossy().ends_with(".html"))
+    );
 }

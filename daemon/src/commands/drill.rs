@@ -157,6 +157,9 @@ fn summary(j: &Journal) -> String {
         }
     ));
     match (j.rto.measured_seconds, j.rto.objective_seconds) {
+        (Some(m), Some(o_)) if !j.rto.complete => {
+            o.push_str(&format!("  RTO: recovery did not finish ({} spent of {})\n", secs(m), secs(o_)))
+        }
         (Some(m), Some(o_)) => o.push_str(&format!(
             "  RTO: {} of {} — {}\n",
             secs(m),

@@ -8,6 +8,7 @@ mod sql;
 mod verify;
 mod wait;
 
+pub use shell::output_regex;
 pub use verify::{Verifier, VerifyOutcome};
 
 use crate::live::Live;

@@ -42,7 +42,7 @@ pub async fn run(s: &RawShell, ctx: &StepCtx<'_>) -> Result<Outcome, Outcome> {
             None => Ok(None),
             Some(r) => {
                 let r = ctx.resolve(what, r)?;
-                regex::Regex::new(&r).map(Some).map_err(|e| Outcome::failed(format!("{what}: invalid regex: {e}")))
+                output_regex(&r).map(Some).map_err(|e| Outcome::failed(format!("{what}: invalid regex: {e}")))
             }
         }
     };
@@ -136,6 +136,11 @@ fn judge(
         o.value = Some(c.stdout.trim().to_string());
     }
     o
+}
+
+/// Output patterns are line-oriented, like grep: `^` and `$` match at every line.
+pub fn output_regex(pattern: &str) -> Result<regex::Regex, regex::Error> {
+    regex::RegexBuilder::new(pattern).multi_line(true).build()
 }
 
 /// SIGTERM to the group, SIGKILL after the grace period.

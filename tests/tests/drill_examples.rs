@@ -1,0 +1,186 @@
+//! The example runbooks in `runbooks/examples/`, run as a user would run them, against
+//! PostgreSQL clusters (and moto, and a Pushgateway) that the tests start.
+
+use drcheck_e2e::drills::{PgCtlGuard, journal, psql, run_as, socket_url, step, wait_for};
+use drcheck_e2e::scenario::Scene;
+use drcheck_e2e::{PG_BIN, PromService, TempRoot, as_pg, drcheck, free_port, sample, stderr, stdout};
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
+
+const LIMIT: Duration = Duration::from_secs(300);
+
+fn example(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../runbooks/examples").join(name)
+}
+
+fn var(k: &str, v: impl std::fmt::Display) -> String {
+    format!("{k}={v}")
+}
+
+/// With `DRCHECK_DRILL_REPORTS=DIR`, keeps a copy of a drill's report and journal
+/// (the temporary directory goes away with the test) for a person to look at.
+fn keep(report: &std::path::Path) {
+    if let Ok(dir) = std::env::var("DRCHECK_DRILL_REPORTS") {
+        std::fs::create_dir_all(&dir).unwrap();
+        for p in [report.to_path_buf(), report.with_extension("json")] {
+            std::fs::copy(&p, std::path::Path::new(&dir).join(p.file_name().unwrap())).unwrap();
+        }
+    }
+}
+
+fn all_passed(j: &serde_json::Value) {
+    for section in [&j["steady_state"]["before"], &j["steps"], &j["steady_state"]["after"], &j["rollbacks"]] {
+        for s in section.as_array().unwrap() {
+            assert_eq!(s["status"], "passed", "{s:#}");
+        }
+    }
+}
+
+#[test]
+fn restore_from_backup_example_drill() {
+    let scene = Scene::start();
+    let gateway = PromService::start(&scene.root, "prometheus-pushgateway", &[]);
+    let textfile = scene.root.path().join("drcheck.prom");
+    let mut spec = scene.spec();
+    // The application writes orders during the drill: compare only what the backup holds.
+    spec.extra_target = format!(
+        "[target.as_of]\n\"public.orders\" = \"placed_at\"\n[metrics]\npushgateway = \"{}\"\ntextfile = \"{}\"",
+        gateway.url(),
+        textfile.display()
+    );
+    let config = scene.config(&spec);
+    let app_conf = scene.root.path().join("database.url");
+    let original = format!("{}\n", socket_url(&scene.primary.sock, scene.primary.port, "orders"));
+    std::fs::write(&app_conf, &original).unwrap();
+    let dir = scene.root.pg_dir("restored");
+    let new_data = dir.join("data");
+    let guard = PgCtlGuard::default();
+    guard.watch(&new_data);
+    let report = scene.root.path().join("restore-drill.html");
+    let vars = [
+        var("new_data", new_data.display()),
+        var("socket_dir", dir.display()),
+        var("new_port", free_port()),
+        var("run_as", run_as()),
+        var("app_conf", app_conf.display()),
+        var("work_dir", scene.root.path().join("work").display()),
+    ];
+    let (c, f, r) = (config.display().to_string(), example("restore-from-backup.yaml"), report.display().to_string());
+    let f = f.display().to_string();
+    let mut args = vec!["--config", c.as_str(), "drill", "run", f.as_str(), "--report", r.as_str()];
+    for v in &vars {
+        args.extend(["--var", v.as_str()]);
+    }
+    let (out, took) = drcheck(&args, &scene.env(), LIMIT);
+    assert_eq!(out.status.code(), Some(0), "stdout: {}\nstderr: {}", stdout(&out), stderr(&out));
+    keep(&report);
+    let j = journal(&report);
+    assert_eq!(j["result"], "completed", "{j:#}");
+    assert_eq!(j["hypothesis_held"], true);
+    all_passed(&j);
+    assert_eq!(j["rto"]["complete"], true);
+    assert_eq!(j["rto"]["met"], true);
+    let rto = j["rto"]["measured_seconds"].as_f64().unwrap();
+    assert!(rto > 0.0 && rto < took.as_secs_f64(), "rto {rto}");
+    assert_eq!(j["rpo"]["met"], true);
+    assert_eq!(step(&j, "verify the latest backup before betting on it")["verification"]["result"], "passed");
+    assert!(
+        step(&j, "writes work through the application's config")["output_tail"].as_str().unwrap().contains("written")
+    );
+    // The steady state after the method wrote through the application's config to the
+    // restored database, not the primary; the rollbacks then put the config back.
+    assert_eq!(scene.primary.psql("orders", "select count(*) from orders where total = 0.01"), "1");
+    assert_eq!(std::fs::read_to_string(&app_conf).unwrap(), original);
+    assert!(!new_data.join("postmaster.pid").exists(), "the rollback stops the restored cluster");
+    let html = std::fs::read_to_string(&report).unwrap();
+    assert!(
+        html.contains("<svg") && html.contains("RTO budget 15m runs on past the drill") && html.contains("COMPLETED")
+    );
+    // The drill's metrics went to the Pushgateway and the textfile directory.
+    let pushed = gateway.get("/metrics");
+    assert!(!pushed.contains(r#"job="drcheck","#), "only the drill pushed to this gateway: {pushed}");
+    let label = r#"runbook="restore-from-backup""#;
+    let completed = r#"result="completed",runbook="restore-from-backup""#;
+    assert_eq!(sample(&pushed, "drcheck_drill_runs_total", completed), Some(1.0), "{pushed}");
+    assert_eq!(sample(&pushed, "drcheck_drill_rto_met", label), Some(1.0));
+    assert!(sample(&pushed, "drcheck_drill_duration_seconds", label).unwrap() > rto);
+    let drill_textfile = scene.root.path().join("drcheck-drill-restore-from-backup.prom");
+    let exposition = std::fs::read_to_string(&drill_textfile).unwrap();
+    let mut promtool = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    promtool.stdin.take().unwrap().write_all(exposition.as_bytes()).unwrap();
+    let checked = promtool.wait_with_output().unwrap();
+    assert!(checked.status.success(), "promtool: {}{}", stdout(&checked), stderr(&checked));
+}
+
+#[test]
+fn primary_failover_example_drill() {
+    let root = TempRoot::new();
+    let dir = root.pg_dir("cluster");
+    let (primary, replica) = (dir.join("primary"), dir.join("replica"));
+    let (p1, p2) = (free_port(), free_port());
+    let guard = PgCtlGuard::default();
+    let url1 = guard.init_and_start(&primary, &dir, p1, &dir.join("primary.log"));
+    psql(&url1, "create table ledger (id bigserial primary key, note text not null)");
+    psql(&url1, "insert into ledger (note) select 'row ' || g from generate_series(1, 1000) g");
+    let out = as_pg(&mut Command::new(format!("{PG_BIN}/pg_basebackup")))
+        .args(["-d", &url1, "-D", &replica.display().to_string(), "-R", "-X", "stream", "-c", "fast"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "pg_basebackup: {}", stderr(&out));
+    let url2 = guard.start(&replica, &dir, p2, &dir.join("replica.log"));
+    wait_for(&url1, "select count(*) from pg_stat_replication where state = 'streaming'", "1", Duration::from_secs(30));
+    let app_conf = root.path().join("database.url");
+    std::fs::write(&app_conf, format!("{url1}\n")).unwrap();
+    let report = root.path().join("failover-drill.html");
+    let vars = [
+        var("socket_dir", dir.display()),
+        var("primary_data", primary.display()),
+        var("primary_port", p1),
+        var("replica_data", replica.display()),
+        var("replica_port", p2),
+        var("log_dir", dir.display()),
+        var("run_as", run_as()),
+        var("app_conf", app_conf.display()),
+    ];
+    let (f, r) = (example("primary-failover.yaml").display().to_string(), report.display().to_string());
+    let mut args = vec!["drill", "run", f.as_str(), "--report", r.as_str()];
+    for v in &vars {
+        args.extend(["--var", v.as_str()]);
+    }
+    let (out, _) = drcheck(&args, &[], LIMIT);
+    assert_eq!(out.status.code(), Some(0), "stdout: {}\nstderr: {}", stdout(&out), stderr(&out));
+    keep(&report);
+    let j = journal(&report);
+    assert_eq!(j["result"], "completed", "{j:#}");
+    assert_eq!(j["hypothesis_held"], true);
+    all_passed(&j);
+    // 1000 rows, the steady-state write, the marker: every committed row survived.
+    let kept = step(&j, "no committed row was lost");
+    assert!(kept["detail"].as_str().unwrap().contains("1002 rows"), "{kept:#}");
+    let rto = j["rto"]["measured_seconds"].as_f64().unwrap();
+    assert!(rto > 0.0 && rto < 60.0, "time to writes after promotion: {rto}");
+    assert_eq!(j["rto"]["met"], true);
+    // The application now writes to the promoted replica…
+    assert_eq!(std::fs::read_to_string(&app_conf).unwrap().trim(), url2);
+    assert_eq!(psql(&url2, "select pg_is_in_recovery()"), "f");
+    // …and the rollback rebuilt the old primary as its streaming replica.
+    assert_eq!(psql(&url1, "select pg_is_in_recovery()"), "t");
+    assert_eq!(psql(&url2, "select count(*) from pg_stat_replication where state = 'streaming'"), "1");
+    psql(&url2, "insert into ledger (note) values ('replicated after the drill')");
+    wait_for(
+        &url1,
+        "select count(*) from ledger where note = 'replicated after the drill'",
+        "1",
+        Duration::from_secs(30),
+    );
+    let html = std::fs::read_to_string(&report).unwrap();
+    assert!(html.contains("promote the replica") && html.contains("RTO measured"));
+}
