@@ -97,7 +97,7 @@ pub struct RawShell {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawSql {
-    /// A `postgres://` URL or `key=value` connection string.
+    /// A `postgres://` URL (`?host=/socket/dir` for a unix socket).
     pub dsn: Option<String>,
     /// Or: the primary of this target in drcheck's config.
     pub target: Option<String>,

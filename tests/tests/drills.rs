@@ -155,9 +155,14 @@ rollbacks:
     };
     let p = |name: &str| root.path().join(name);
 
-    let (out, j) = run(&root, &runbook(&root, "continue.yaml", &yaml("continue")), &[], &[]);
+    let (out, j) = run(&root, &runbook(&root, "continue.yaml", &yaml("continue")), &["--json"], &[]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert_eq!(j["result"], "completed");
+    // --json prints the journal; the live output (on stderr) streams each step's output.
+    let printed: serde_json::Value = serde_json::from_str(&stdout(&out)).expect("--json prints the journal");
+    assert_eq!(printed["drill_id"], j["drill_id"]);
+    let live = stderr(&out);
+    assert!(live.contains("│ about to fail") && live.contains("failed in") && live.contains("== rollbacks"), "{live}");
     assert_eq!(step(&j, "breaks")["status"], "failed");
     assert_eq!(step(&j, "breaks")["detail"], "exit 4, expected 0");
     assert!(p("after-continue").exists() && p("rolled-back-continue").exists());
@@ -377,4 +382,54 @@ rollbacks:
     assert!(
         std::fs::read_dir(root.path()).unwrap().all(|e| !e.unwrap().file_name().to_string_lossy().ends_with(".html"))
     );
+}
+
+#[test]
+fn a_manual_step_is_confirmed_at_a_terminal_and_records_who_and_when() {
+    // `script` gives drcheck a terminal; the answers are typed into it.
+    let root = TempRoot::new();
+    let yaml = r#"
+title: Manual
+steps:
+  - name: flip the switch
+    manual: {instruction: "Point the DNS name at the standby"}
+    timeout: 30s
+  - name: refuse
+    manual: {instruction: "Answer no"}
+    timeout: 30s
+    on_failure: continue
+"#;
+    let file = runbook(&root, "manual.yaml", yaml);
+    let report = root.path().join("manual.html");
+    let cmd = format!("{} drill run {} --report {}", drcheck_e2e::drcheck_bin().display(), file.display(), report.display());
+    let mut child = std::process::Command::new("script")
+        .args(["-qec", &cmd, "/dev/null"])
+        .env("USER", "alice")
+        .env_remove("SUDO_USER")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let guard = drcheck_e2e::proc::KillOnDrop::new(child);
+    use std::io::Write;
+    // Each answer once its prompt can have appeared; "maybe" is asked again.
+    for answer in ["yes\n", "maybe\n", "no\n"] {
+        std::thread::sleep(Duration::from_millis(700));
+        stdin.write_all(answer.as_bytes()).unwrap();
+    }
+    let out = guard.wait_with_output(Duration::from_secs(60));
+    drop(stdin);
+    let shown = stdout(&out);
+    assert!(shown.contains("OPERATOR ACTION") && shown.contains("Point the DNS name at the standby"), "{shown}");
+    let j = journal(&report);
+    let flip = step(&j, "flip the switch");
+    assert_eq!(flip["status"], "passed", "{flip:#}");
+    assert_eq!(flip["confirmation"]["by"], "alice");
+    assert_eq!(flip["confirmation"]["how"], "terminal");
+    assert!(flip["confirmation"]["at"].as_str().unwrap().starts_with("20"));
+    let refuse = step(&j, "refuse");
+    assert_eq!(refuse["status"], "failed");
+    assert_eq!(refuse["detail"], "alice answered no");
 }

@@ -31,7 +31,7 @@ pub async fn run(s: &RawSql, ctx: &StepCtx<'_>) -> Result<Outcome, Outcome> {
         (None, None) => return Err(Outcome::failed("sql needs `dsn` or `target`")),
     };
     let opts = PgConnectOptions::from_str(&dsn)
-        .map_err(|_| Outcome::failed(format!("{shown} is not a valid postgres:// URL or connection string")))?;
+        .map_err(|_| Outcome::failed(format!("{shown} is not a valid postgres:// URL")))?;
     let budget = ctx.deadline.saturating_duration_since(tokio::time::Instant::now());
     let opts = opts
         .application_name("drcheck-drill")
