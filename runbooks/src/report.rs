@@ -98,7 +98,7 @@ pub fn secs(s: f64) -> String {
         format!("{s:.0}s")
     } else if s < 3600.0 {
         let t = s.round() as u64;
-        if t % 60 == 0 { format!("{}m", t / 60) } else { format!("{}m{:02}s", t / 60, t % 60) }
+        if t.is_multiple_of(60) { format!("{}m", t / 60) } else { format!("{}m{:02}s", t / 60, t % 60) }
     } else {
         let t = s.round() as u64;
         format!("{}h{:02}m", t / 3600, t / 60 % 60)
@@ -375,10 +375,10 @@ fn tick_label(t: f64, step: f64) -> String {
         format!("{}s", t.round() as u64)
     } else if t < 3600.0 {
         let t = t.round() as u64;
-        if t % 60 == 0 { format!("{}m", t / 60) } else { format!("{}m{:02}s", t / 60, t % 60) }
+        if t.is_multiple_of(60) { format!("{}m", t / 60) } else { format!("{}m{:02}s", t / 60, t % 60) }
     } else {
         let t = t.round() as u64;
-        if t % 3600 == 0 { format!("{}h", t / 3600) } else { format!("{}h{:02}m", t / 3600, t / 60 % 60) }
+        if t.is_multiple_of(3600) { format!("{}h", t / 3600) } else { format!("{}h{:02}m", t / 3600, t / 60 % 60) }
     }
 }
 
@@ -469,9 +469,9 @@ pre{{background:#f5f5f5;padding:8px;overflow-x:auto;font-size:12px;max-height:32
         },
     );
     for s in j.timeline() {
-        let _ = write!(
+        let _ = writeln!(
             o,
-            "<tr><td>{}</td><td>{}{}<br><code>{}</code></td><td>{}</td><td class=\"st-{}\">{}</td><td>{}</td><td>{}</td><td>{}{}</td></tr>\n",
+            "<tr><td>{}</td><td>{}{}<br><code>{}</code></td><td>{}</td><td class=\"st-{}\">{}</td><td>{}</td><td>{}</td><td>{}{}</td></tr>",
             esc(s.phase.title()),
             esc(&s.name),
             if s.recovery { " <span class=\"muted\">(recovery)</span>" } else { "" },
@@ -495,9 +495,9 @@ pre{{background:#f5f5f5;padding:8px;overflow-x:auto;font-size:12px;max-height:32
     }
     o.push_str("</table>\n<h2>Output</h2>\n");
     for s in j.timeline().filter(|s| !s.output_tail.is_empty()) {
-        let _ = write!(
+        let _ = writeln!(
             o,
-            "<details><summary>{} — {}</summary><pre>{}</pre></details>\n",
+            "<details><summary>{} — {}</summary><pre>{}</pre></details>",
             esc(s.phase.title()),
             esc(&s.name),
             esc(&s.output_tail)

@@ -91,13 +91,7 @@ pub async fn run(rb: &Runbook, env: &Env<'_>, kill: &KillSwitch) -> Journal {
     }
 
     let mut after = Vec::new();
-    let mut hypothesis_held = if method_runs {
-        None
-    } else if aborted {
-        None
-    } else {
-        Some(false)
-    };
+    let mut hypothesis_held = if method_runs || aborted { None } else { Some(false) };
     if method_runs && !aborted && stopped_by.is_none() {
         env.live.section(Phase::SteadyStateAfter.title());
         after = r.sequence(&rb.steady_state, Phase::SteadyStateAfter, &kill.stop).await;

@@ -401,7 +401,8 @@ steps:
 "#;
     let file = runbook(&root, "manual.yaml", yaml);
     let report = root.path().join("manual.html");
-    let cmd = format!("{} drill run {} --report {}", drcheck_e2e::drcheck_bin().display(), file.display(), report.display());
+    let cmd =
+        format!("{} drill run {} --report {}", drcheck_e2e::drcheck_bin().display(), file.display(), report.display());
     let mut child = std::process::Command::new("script")
         .args(["-qec", &cmd, "/dev/null"])
         .env("USER", "alice")

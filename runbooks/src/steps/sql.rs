@@ -54,17 +54,14 @@ pub async fn run(s: &RawSql, ctx: &StepCtx<'_>) -> Result<Outcome, Outcome> {
         Raced::Cancelled => return Err(Outcome::aborted()),
     };
     let _ = conn.close().await;
-    let value = match rows.first() {
-        None => None,
-        Some(row) => Some(
-            row.try_get_raw(0)
-                .ok()
-                .and_then(|v| {
-                    if sqlx::ValueRef::is_null(&v) { Some(String::new()) } else { v.as_str().ok().map(str::to_string) }
-                })
-                .unwrap_or_default(),
-        ),
-    };
+    let value = rows.first().map(|row| {
+        row.try_get_raw(0)
+            .ok()
+            .and_then(|v| {
+                if sqlx::ValueRef::is_null(&v) { Some(String::new()) } else { v.as_str().ok().map(str::to_string) }
+            })
+            .unwrap_or_default()
+    });
     let shown_value = value.as_deref().map(|v| format!("{:?}", ctx.scrub(v))).unwrap_or_else(|| "no rows".into());
     let mut o = match (&s.expect, &value) {
         (Some(expect), Some(v)) => {
