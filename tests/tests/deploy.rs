@@ -60,6 +60,21 @@ fn every_metric_in_the_rules_and_the_dashboard_is_exported() {
         std::thread::sleep(Duration::from_millis(300));
     };
     d.terminate(Duration::from_secs(60));
+    // Drills are one-shot and push their own metrics: a drill's exposition too.
+    let mut drill_spec = scene.spec();
+    let textfile = scene.root.path().join("drcheck.prom");
+    drill_spec.extra_target = format!("[metrics]\ntextfile = \"{}\"", textfile.display());
+    let drill_config = scene.config(&drill_spec).display().to_string();
+    let runbook = scene.root.path().join("tiny.yaml");
+    std::fs::write(&runbook, "title: tiny\nobjectives: {rto: 1m}\nsteps:\n  - name: s\n    shell: {command: \"true\"}\n    recovery: true\n").unwrap();
+    let report = scene.root.path().join("tiny.html").display().to_string();
+    let (out, _) = drcheck(
+        &["--config", &drill_config, "drill", "run", &runbook.display().to_string(), "--report", &report],
+        &scene.env(),
+        Duration::from_secs(60),
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", drcheck_e2e::stderr(&out));
+    let exposition = exposition + &std::fs::read_to_string(scene.root.path().join("drcheck-drill-tiny.prom")).unwrap();
     let exported: BTreeSet<String> = exposition
         .lines()
         .filter(|l| l.starts_with("# TYPE "))

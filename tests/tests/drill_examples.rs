@@ -183,4 +183,8 @@ fn primary_failover_example_drill() {
     );
     let html = std::fs::read_to_string(&report).unwrap();
     assert!(html.contains("promote the replica") && html.contains("RTO measured"));
+    // Self-contained: nothing to fetch, nothing to run.
+    for outside in ["<script", "src=", "href=", "@import", "url("] {
+        assert!(!html.contains(outside), "the report refers to something outside itself: {outside}");
+    }
 }
