@@ -66,7 +66,11 @@ fn every_metric_in_the_rules_and_the_dashboard_is_exported() {
     drill_spec.extra_target = format!("[metrics]\ntextfile = \"{}\"", textfile.display());
     let drill_config = scene.config(&drill_spec).display().to_string();
     let runbook = scene.root.path().join("tiny.yaml");
-    std::fs::write(&runbook, "title: tiny\nobjectives: {rto: 1m}\nsteps:\n  - name: s\n    shell: {command: \"true\"}\n    recovery: true\n").unwrap();
+    std::fs::write(
+        &runbook,
+        "title: tiny\nobjectives: {rto: 1m}\nsteps:\n  - name: s\n    shell: {command: \"true\"}\n    recovery: true\n",
+    )
+    .unwrap();
     let report = scene.root.path().join("tiny.html").display().to_string();
     let (out, _) = drcheck(
         &["--config", &drill_config, "drill", "run", &runbook.display().to_string(), "--report", &report],

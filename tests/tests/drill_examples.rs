@@ -120,8 +120,19 @@ fn restore_from_backup_example_drill() {
     assert!(checked.status.success(), "promtool: {}{}", stdout(&checked), stderr(&checked));
 }
 
-#[test]
-fn primary_failover_example_drill() {
+/// A primary with a `ledger` table and a streaming replica built by `pg_basebackup -R`,
+/// both managed with `pg_ctl`, and an application config file pointing at the primary.
+struct FailoverScene {
+    root: TempRoot,
+    _guard: PgCtlGuard,
+    url1: String,
+    url2: String,
+    app_conf: PathBuf,
+    report: PathBuf,
+    vars: Vec<String>,
+}
+
+fn failover_scene() -> FailoverScene {
     let root = TempRoot::new();
     let dir = root.pg_dir("cluster");
     let (primary, replica) = (dir.join("primary"), dir.join("replica"));
@@ -140,7 +151,7 @@ fn primary_failover_example_drill() {
     let app_conf = root.path().join("database.url");
     std::fs::write(&app_conf, format!("{url1}\n")).unwrap();
     let report = root.path().join("failover-drill.html");
-    let vars = [
+    let vars = vec![
         var("socket_dir", dir.display()),
         var("primary_data", primary.display()),
         var("primary_port", p1),
@@ -150,15 +161,30 @@ fn primary_failover_example_drill() {
         var("run_as", run_as()),
         var("app_conf", app_conf.display()),
     ];
-    let (f, r) = (example("primary-failover.yaml").display().to_string(), report.display().to_string());
-    let mut args = vec!["drill", "run", f.as_str(), "--report", r.as_str()];
-    for v in &vars {
-        args.extend(["--var", v.as_str()]);
+    FailoverScene { root, _guard: guard, url1, url2, app_conf, report, vars }
+}
+
+impl FailoverScene {
+    /// Runs the example with the scene's variables, then `extra` ones (later wins).
+    fn drill(&self, extra: &[String]) -> (std::process::Output, serde_json::Value) {
+        let (f, r) = (example("primary-failover.yaml").display().to_string(), self.report.display().to_string());
+        let mut args = vec!["drill", "run", f.as_str(), "--report", r.as_str()];
+        for v in self.vars.iter().chain(extra) {
+            args.extend(["--var", v.as_str()]);
+        }
+        let (out, _) = drcheck(&args, &[], LIMIT);
+        keep(&self.report);
+        let j = journal(&self.report);
+        (out, j)
     }
-    let (out, _) = drcheck(&args, &[], LIMIT);
+}
+
+#[test]
+fn primary_failover_example_drill() {
+    let scene = failover_scene();
+    let (url1, url2, app_conf) = (&scene.url1, &scene.url2, &scene.app_conf);
+    let (out, j) = scene.drill(&[]);
     assert_eq!(out.status.code(), Some(0), "stdout: {}\nstderr: {}", stdout(&out), stderr(&out));
-    keep(&report);
-    let j = journal(&report);
     assert_eq!(j["result"], "completed", "{j:#}");
     assert_eq!(j["hypothesis_held"], true);
     all_passed(&j);
@@ -169,22 +195,58 @@ fn primary_failover_example_drill() {
     assert!(rto > 0.0 && rto < 60.0, "time to writes after promotion: {rto}");
     assert_eq!(j["rto"]["met"], true);
     // The application now writes to the promoted replica…
-    assert_eq!(std::fs::read_to_string(&app_conf).unwrap().trim(), url2);
-    assert_eq!(psql(&url2, "select pg_is_in_recovery()"), "f");
+    assert_eq!(std::fs::read_to_string(app_conf).unwrap().trim(), url2);
+    assert_eq!(psql(url2, "select pg_is_in_recovery()"), "f");
     // …and the rollback rebuilt the old primary as its streaming replica.
-    assert_eq!(psql(&url1, "select pg_is_in_recovery()"), "t");
-    assert_eq!(psql(&url2, "select count(*) from pg_stat_replication where state = 'streaming'"), "1");
-    psql(&url2, "insert into ledger (note) values ('replicated after the drill')");
+    assert_eq!(psql(url1, "select pg_is_in_recovery()"), "t");
+    assert_eq!(psql(url2, "select count(*) from pg_stat_replication where state = 'streaming'"), "1");
+    psql(url2, "insert into ledger (note) values ('replicated after the drill')");
     wait_for(
         &url1,
         "select count(*) from ledger where note = 'replicated after the drill'",
         "1",
         Duration::from_secs(30),
     );
-    let html = std::fs::read_to_string(&report).unwrap();
+    let html = std::fs::read_to_string(&scene.report).unwrap();
     assert!(html.contains("promote the replica") && html.contains("RTO measured"));
     // Self-contained: nothing to fetch, nothing to run.
     for outside in ["<script", "src=", "href=", "@import", "url("] {
         assert!(!html.contains(outside), "the report refers to something outside itself: {outside}");
     }
+}
+
+#[test]
+fn primary_failover_example_rolls_back_when_the_promotion_fails() {
+    // The promotion fails (a wrong data directory): the drill stops, and the rollback
+    // brings the old primary back, which its replica follows again.
+    let scene = failover_scene();
+    let missing = scene.root.path().join("no-such-data-directory");
+    let (out, j) = scene.drill(&[var("replica_data", missing.display())]);
+    assert_eq!(out.status.code(), Some(1), "stdout: {}\nstderr: {}", stdout(&out), stderr(&out));
+    assert_eq!(j["result"], "failed");
+    assert_eq!(step(&j, "the primary fails")["status"], "passed");
+    assert_eq!(step(&j, "promote the replica")["status"], "failed");
+    assert_eq!(step(&j, "point the application at the new primary")["status"], "skipped");
+    assert_eq!(j["rto"]["complete"], false);
+    assert_eq!(j["rto"]["met"], false);
+    for r in j["rollbacks"].as_array().unwrap() {
+        assert_eq!(r["status"], "passed", "{r:#}");
+    }
+    assert!(
+        step(&j, "re-attach the old primary as a replica of the new one")["output_tail"]
+            .as_str()
+            .unwrap()
+            .contains("no failover happened")
+    );
+    // The old primary serves writes again, the application still points at it, and the
+    // replica streams from it.
+    assert_eq!(psql(&scene.url1, "select pg_is_in_recovery()"), "f");
+    assert_eq!(std::fs::read_to_string(&scene.app_conf).unwrap().trim(), scene.url1);
+    psql(&scene.url1, "insert into ledger (note) values ('after the rollback')");
+    wait_for(
+        &scene.url2,
+        "select count(*) from ledger where note = 'after the rollback'",
+        "1",
+        Duration::from_secs(30),
+    );
 }
