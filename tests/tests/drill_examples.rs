@@ -202,7 +202,7 @@ fn primary_failover_example_drill() {
     assert_eq!(psql(url2, "select count(*) from pg_stat_replication where state = 'streaming'"), "1");
     psql(url2, "insert into ledger (note) values ('replicated after the drill')");
     wait_for(
-        &url1,
+        url1,
         "select count(*) from ledger where note = 'replicated after the drill'",
         "1",
         Duration::from_secs(30),
