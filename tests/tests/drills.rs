@@ -434,3 +434,72 @@ steps:
     assert_eq!(refuse["status"], "failed");
     assert_eq!(refuse["detail"], "alice answered no");
 }
+
+#[test]
+fn a_verify_step_past_its_timeout_cancels_the_verification_and_leaves_no_sandbox() {
+    let scene = Scene::start();
+    // A bigger dump behind a slow link: the verification would take ~30 s.
+    scene.upload_big_backup();
+    let slow = drcheck_e2e::Throttle::start(scene.s3.port, 500_000);
+    let mut spec = scene.spec();
+    spec.endpoint = slow.endpoint();
+    let config = scene.config(&spec).display().to_string();
+    let yaml = "title: Slow verify\nsteps:\n  - name: verify\n    verify: {target: orders}\n    timeout: 4s\n";
+    let file = runbook(&scene.root, "slow-verify.yaml", yaml);
+    let started = Instant::now();
+    let (out, j) = run(&scene.root, &file, &["--config", &config], &scene.env());
+    assert!(started.elapsed() < Duration::from_secs(25), "{:?}", started.elapsed());
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let v = step(&j, "verify");
+    assert_eq!(v["status"], "timed_out", "{v:#}");
+    assert!(v["duration_seconds"].as_f64().unwrap() < 15.0);
+    assert!(scene.leftover_sandboxes().is_empty(), "{:?}", scene.leftover_sandboxes());
+    let scratch = scene.scratch.display().to_string();
+    assert!(
+        drcheck_e2e::processes_mentioning(&scratch).is_empty(),
+        "{:?}",
+        drcheck_e2e::processes_mentioning(&scratch)
+    );
+    // The cancelled verification is in the history, as `aborted`.
+    let (h, _) = drcheck(&["--config", &config, "history", "--json"], &scene.env(), LIMIT);
+    assert!(stdout(&h).contains("\"aborted\""), "{}", stdout(&h));
+}
+
+#[test]
+fn sigterm_is_a_kill_switch_too_and_a_second_signal_stops_the_rollbacks() {
+    let root = TempRoot::new();
+    let started_file = root.path().join("started");
+    let rollback_file = root.path().join("rollback-started");
+    let report = root.path().join("twice.html");
+    let yaml = format!(
+        r#"
+title: Twice
+steps:
+  - name: long step
+    shell: {{command: "touch {started}; sleep 300"}}
+rollbacks:
+  - name: slow rollback
+    shell: {{command: "touch {rb}; sleep 300"}}
+  - name: later rollback
+    shell: {{command: "echo never"}}
+"#,
+        started = started_file.display(),
+        rb = rollback_file.display()
+    );
+    let file = runbook(&root, "twice.yaml", &yaml);
+    let child = spawn_drill(&["drill", "run", &file.display().to_string(), "--report", &report.display().to_string()]);
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    let guard = drcheck_e2e::proc::KillOnDrop::new(child);
+    wait_for_file(&started_file, Duration::from_secs(30));
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    wait_for_file(&rollback_file, Duration::from_secs(30));
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    let out = guard.wait_with_output(Duration::from_secs(30));
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    let j = journal(&report);
+    assert_eq!(j["result"], "aborted");
+    assert_eq!(j["interrupted_by"], "SIGTERM");
+    assert_eq!(step(&j, "long step")["status"], "aborted");
+    assert_eq!(step(&j, "slow rollback")["status"], "aborted");
+    assert_eq!(step(&j, "later rollback")["status"], "skipped");
+}
