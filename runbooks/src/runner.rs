@@ -206,9 +206,10 @@ impl Run<'_> {
         if step.recovery && self.rto_start.is_none() {
             self.rto_start = Some(start);
         }
-        let action = steps::describe(&step.action, &self.scope);
+        // Described before it runs: what it was asked to do, with the values of then.
+        let planned = skipped(step, phase, &self.scope);
         let label = format!("{} ({}{})", step.name, step.action.kind(), if step.recovery { ", recovery" } else { "" });
-        self.env.live.started(&label, &action, at);
+        self.env.live.started(&label, &planned.action, at);
         let outcome = {
             let ctx = StepCtx {
                 scope: &self.scope,
@@ -237,24 +238,17 @@ impl Run<'_> {
         };
         self.env.live.finished(&label, &outcome, took, rto);
         StepRecord {
-            name: step.name.clone(),
-            kind: step.action.kind(),
-            line: step.line,
-            phase,
-            recovery: step.recovery,
-            on_failure: step.on_failure,
             status: outcome.status,
-            action,
             started_at: Some(timestamp(began)),
             finished_at: Some(timestamp(SystemTime::now())),
             offset_seconds: Some(at.as_secs_f64()),
             duration_seconds: Some(took.as_secs_f64()),
-            timeout_seconds: step.timeout.as_secs_f64(),
             detail: outcome.detail,
             output_tail: outcome.output,
             captured,
             confirmation: outcome.confirmation,
             verification: with_age(outcome.verification, outcome.backup_age_seconds),
+            ..planned
         }
     }
 }
@@ -273,6 +267,7 @@ fn with_age(report: Option<serde_json::Value>, age: Option<f64>) -> Option<serde
     }
 }
 
+/// The record of a step that did not run (and the base of one that did).
 fn skipped(step: &Step, phase: Phase, scope: &Scope) -> StepRecord {
     StepRecord {
         name: step.name.clone(),

@@ -67,5 +67,5 @@ fn operator() -> String {
 }
 
 fn now() -> String {
-    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+    crate::runner::timestamp(std::time::SystemTime::now())
 }
