@@ -9,24 +9,15 @@ use std::time::Duration;
 #[derive(Clone)]
 pub struct Live {
     color: bool,
-    quiet: bool,
     lock: Arc<std::sync::Mutex<()>>,
 }
 
 impl Live {
     pub fn stderr() -> Self {
-        Live { color: std::io::stderr().is_terminal(), quiet: false, lock: Arc::default() }
-    }
-
-    /// Prints nothing (library tests).
-    pub fn quiet() -> Self {
-        Live { color: false, quiet: true, lock: Arc::default() }
+        Live { color: std::io::stderr().is_terminal(), lock: Arc::default() }
     }
 
     fn write(&self, text: &str) {
-        if self.quiet {
-            return;
-        }
         let _g = self.lock.lock();
         let mut e = std::io::stderr().lock();
         let _ = e.write_all(text.as_bytes());
@@ -49,7 +40,7 @@ impl Live {
         self.write(&format!("      │ {line}\n"));
     }
 
-    pub fn finished(&self, label: &str, o: &Outcome, took: Duration, rto: Option<(Duration, Duration)>) {
+    pub fn finished(&self, o: &Outcome, took: Duration, rto: Option<(Duration, Duration)>) {
         let (mark, code) = match o.status {
             Status::Passed => ("✔", "32"),
             Status::Failed => ("✘", "31"),
@@ -69,7 +60,6 @@ impl Live {
             o.detail,
             rto
         ));
-        let _ = label;
     }
 
     pub fn note(&self, text: &str) {

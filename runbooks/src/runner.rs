@@ -236,7 +236,7 @@ impl Run<'_> {
             (Some(s), Some(b)) if step.recovery => Some((s.elapsed(), b)),
             _ => None,
         };
-        self.env.live.finished(&label, &outcome, took, rto);
+        self.env.live.finished(&outcome, took, rto);
         StepRecord {
             status: outcome.status,
             started_at: Some(timestamp(began)),
