@@ -70,6 +70,8 @@ pub struct RawSandbox {
     pub pg_bindir: Option<Spanned<String>>,
     pub profile: Option<Spanned<String>>,
     pub expansion_factor: Option<Spanned<f64>>,
+    pub require_containment: Option<bool>,
+    pub max_expansion: Option<Spanned<f64>>,
 }
 
 /// One storage. `kind` selects which of the other keys apply; the validation step

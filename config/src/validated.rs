@@ -106,6 +106,11 @@ pub struct SandboxConfig {
     pub profile: Profile,
     /// Free space needed in `scratch_dir`: the backup's size times this.
     pub expansion_factor: f64,
+    /// Refuse to restore (exit 3) where the kernel cannot confine the restore.
+    pub require_containment: bool,
+    /// A restore may write at most the backup's size times this; beyond, it fails as
+    /// a decompression bomb.
+    pub max_expansion: f64,
 }
 
 /// How the sandbox server is tuned.
@@ -384,6 +389,12 @@ pub(crate) fn validate(
         Some(f) if *f.get_ref() >= 0.0 && f.get_ref().is_finite() => *f.get_ref(),
         Some(f) => return Err(cx.err("sandbox.expansion_factor", Some(f.span()), "expected a number ≥ 0")),
     };
+    let require_containment = raw.sandbox.require_containment.unwrap_or(true);
+    let max_expansion = match &raw.sandbox.max_expansion {
+        None => 100.0,
+        Some(f) if *f.get_ref() >= 1.0 && f.get_ref().is_finite() => *f.get_ref(),
+        Some(f) => return Err(cx.err("sandbox.max_expansion", Some(f.span()), "expected a number ≥ 1")),
+    };
 
     let mut storage = BTreeMap::new();
     for (name, s) in &raw.storage {
@@ -497,7 +508,14 @@ pub(crate) fn validate(
         alerts,
         path: path.to_path_buf(),
         state: StateConfig { url: Secret::new(url), keep_runs },
-        sandbox: SandboxConfig { scratch_dir, pg_bindir, profile, expansion_factor },
+        sandbox: SandboxConfig {
+            scratch_dir,
+            pg_bindir,
+            profile,
+            expansion_factor,
+            require_containment,
+            max_expansion,
+        },
         storage,
         targets,
     })

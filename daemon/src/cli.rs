@@ -171,6 +171,7 @@ pub enum ConfigCommand {
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging(cli.verbose);
+    harden_process();
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
@@ -185,6 +186,19 @@ pub fn main() -> ExitCode {
             exit.into()
         }
     }
+}
+
+/// drcheck holds secrets (the primary's password, storage keys, the API token) in its
+/// memory and environment. Non-dumpable, its `/proc` files (`environ`, `mem`) are out of
+/// reach of other processes of the same user — such as a sandbox server when drcheck
+/// runs unprivileged — and it cannot be ptraced by them. The restore's processes are
+/// started through the containment helper, which is this binary.
+fn harden_process() {
+    if let Err(e) = nix::sys::prctl::set_dumpable(false) {
+        tracing::warn!(error = %e, "cannot make drcheck non-dumpable");
+    }
+    let exe = std::env::current_exe().unwrap_or_else(|_| std::path::PathBuf::from("/proc/self/exe"));
+    drcheck_restore::contain::install_helper(exe);
 }
 
 pub async fn run(cli: Cli) -> Result<Exit, CliError> {

@@ -241,6 +241,7 @@ async fn steps(
             scratch_dir: config.sandbox.scratch_dir.clone(),
             run_id: run.report.run_id.clone(),
             profile: config.sandbox.profile,
+            require_containment: config.sandbox.require_containment,
         },
         pg_bindir: config.sandbox.pg_bindir.clone(),
         format: target.format,
@@ -255,6 +256,15 @@ async fn steps(
         progress: progress.byte_counter(),
         sandbox_ready_in: Default::default(),
     };
+    // Which containment the restore runs under is known before it starts, and reported
+    // even when the restore fails.
+    run.report.restore = Some(RestoreInfo {
+        profile: config.sandbox.profile.as_str().into(),
+        jobs: target.restore_jobs,
+        server_major: None,
+        recovered_to: None,
+        containment: Some(drcheck_restore::contain::probe().name()),
+    });
     let outcome = tokio::time::timeout(deadline, job::run(&job)).await;
     if let Some(d) = *job.sandbox_ready_in.lock().unwrap() {
         run.phase("sandbox", d);
@@ -280,12 +290,11 @@ async fn steps(
     };
     run.phase("fetch", restored.fetch);
     run.phase("restore", restored.restore);
-    run.report.restore = Some(RestoreInfo {
-        profile: config.sandbox.profile.as_str().into(),
-        jobs: target.restore_jobs,
-        server_major: restored.sandbox.bin().major,
-        recovered_to: restored.recovered_to.clone(),
-    });
+    if let Some(info) = run.report.restore.as_mut() {
+        info.server_major = restored.sandbox.bin().major;
+        info.recovered_to = restored.recovered_to.clone();
+        info.containment = Some(restored.sandbox.containment().name());
+    }
     progress.phase(&target.name, "checking the restored database");
     let sandbox = restored.sandbox;
     let database = restored.database;
@@ -331,6 +340,7 @@ async fn steps(
             port: sandbox.port(),
             database: database.clone(),
             bindir: sandbox.bin().dir.clone(),
+            passfile: Some(sandbox.passfile()),
         },
         primary,
         backup_time: backup.last_modified,

@@ -77,6 +77,9 @@ pub struct RestoreInfo {
     pub server_major: Option<u32>,
     /// Physical backups replayed from a WAL archive: the last replayed commit's time.
     pub recovered_to: Option<String>,
+    /// How the restore's processes were confined: `landlock-abi7`, or `none`.
+    #[serde(default)]
+    pub containment: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -189,7 +192,12 @@ pub fn render_human(r: &RunReport) -> String {
     if let Some(ri) = &r.restore {
         let server = ri.server_major.map(|m| format!("PostgreSQL {m}, ")).unwrap_or_default();
         let recovered = ri.recovered_to.as_ref().map(|t| format!(", recovered to {t}")).unwrap_or_default();
-        let _ = writeln!(s, "  sandbox     {server}{} profile, {} job(s){recovered}", ri.profile, ri.jobs);
+        let contained = match ri.containment.as_deref() {
+            Some("none") => ", UNCONTAINED".to_string(),
+            Some(c) => format!(", contained ({c})"),
+            None => String::new(),
+        };
+        let _ = writeln!(s, "  sandbox     {server}{} profile, {} job(s){recovered}{contained}", ri.profile, ri.jobs);
     }
     let rto = r.rto.measured_seconds.map(human_secs).unwrap_or_else(|| "—".into());
     let _ = writeln!(

@@ -158,7 +158,7 @@ pub async fn run(job: &RestoreJob<'_>) -> Result<Restored, RestoreError> {
             let major = header_major(&toc)?;
             start_empty(&mut sandbox, job, Some(major)).await?;
             let keep_owners = apply_globals(&sandbox, job).await?;
-            let mut cmd = logical::pg_restore(&sandbox, RESTORED_DB, keep_owners, job.jobs);
+            let mut cmd = logical::pg_restore(&sandbox, RESTORED_DB, keep_owners, job.jobs)?;
             cmd.arg("-Fd").arg(&toc_dir);
             logical::run_tool(cmd, "pg_restore").await?;
             return done(sandbox, RESTORED_DB.into(), shown("directory"));
@@ -181,23 +181,23 @@ pub async fn run(job: &RestoreJob<'_>) -> Result<Restored, RestoreError> {
             // Parallel pg_restore needs a seekable file: stage it while downloading.
             let path = sandbox.root().join("backup.dump");
             logical::stage_to_file(head, reader, &path, &store_name).await?;
-            let mut cmd = logical::pg_restore(&sandbox, RESTORED_DB, keep_owners, job.jobs);
+            let mut cmd = logical::pg_restore(&sandbox, RESTORED_DB, keep_owners, job.jobs)?;
             cmd.arg(&path);
             logical::run_tool(cmd, "pg_restore").await?;
         }
         Kind::Custom => {
-            let cmd = logical::pg_restore(&sandbox, RESTORED_DB, keep_owners, 1);
+            let cmd = logical::pg_restore(&sandbox, RESTORED_DB, keep_owners, 1)?;
             logical::stream_into(cmd, "pg_restore", head, reader, &store_name).await?;
         }
         Kind::DumpTar => {
             let path = sandbox.root().join("backup.tar");
             logical::stage_to_file(head, reader, &path, &store_name).await?;
-            let mut cmd = logical::pg_restore(&sandbox, RESTORED_DB, keep_owners, 1);
+            let mut cmd = logical::pg_restore(&sandbox, RESTORED_DB, keep_owners, 1)?;
             cmd.arg("-Ft").arg(&path);
             logical::run_tool(cmd, "pg_restore").await?;
         }
         Kind::Plain => {
-            let cmd = logical::psql_script(&sandbox, RESTORED_DB);
+            let cmd = logical::psql_script(&sandbox, RESTORED_DB)?;
             logical::stream_into(cmd, "psql", head, reader, &store_name).await?;
         }
         Kind::TarArchive => unreachable!("handled above"),
@@ -237,7 +237,7 @@ async fn apply_globals(sandbox: &Sandbox, job: &RestoreJob<'_>) -> Result<bool, 
     let script = read_small(job.store.as_ref(), key).await?;
     // Without ON_ERROR_STOP: the script recreates roles that exist (postgres) and fails
     // harmlessly on those.
-    let mut cmd = logical::client_command(sandbox, "psql", "postgres");
+    let mut cmd = logical::client_command(sandbox, "psql", "postgres")?;
     cmd.args(["-X", "-q", "-f", "-"]);
     let reader: BackupReader = Box::pin(std::io::Cursor::new(Vec::new()));
     logical::stream_into(cmd, "psql (globals)", script.into_bytes(), reader, &job.store.describe()).await?;

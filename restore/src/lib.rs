@@ -10,6 +10,7 @@
 //! This crate never compares data: that is `drcheck-validators`' job.
 
 pub mod breaker;
+pub mod contain;
 pub mod error;
 pub mod fetch;
 pub mod format;

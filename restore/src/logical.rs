@@ -109,24 +109,21 @@ impl<R: AsyncRead + Unpin> AsyncRead for Counting<R> {
     }
 }
 
-/// A PostgreSQL client tool from the sandbox's bindir, connected to `database` over
-/// the sandbox's socket, in a clean environment.
-pub fn client_command(sandbox: &Sandbox, tool: &str, database: &str) -> tokio::process::Command {
-    let mut cmd = tokio::process::Command::new(sandbox.bin().tool(tool));
-    cmd.arg("-h")
-        .arg(sandbox.socket_dir())
-        .args(["-p", &sandbox.port().to_string(), "-U", "postgres", "-d", database])
-        .env_clear()
-        .env("PATH", "/usr/bin:/bin")
-        .env("LC_ALL", "C.UTF-8")
-        .kill_on_drop(true);
-    cmd
+/// A PostgreSQL client tool from the sandbox's bindir, contained, connected to
+/// `database` over the sandbox's socket, in a clean environment.
+pub fn client_command(sandbox: &Sandbox, tool: &str, database: &str) -> Result<tokio::process::Command, RestoreError> {
+    sandbox.client_command(tool, database)
 }
 
 /// `pg_restore` into `database`. Without the source's roles, ownership and privileges
 /// are left out; with them (a globals file applied first), they are restored too.
-pub fn pg_restore(sandbox: &Sandbox, database: &str, keep_owners: bool, jobs: u32) -> tokio::process::Command {
-    let mut cmd = client_command(sandbox, "pg_restore", database);
+pub fn pg_restore(
+    sandbox: &Sandbox,
+    database: &str,
+    keep_owners: bool,
+    jobs: u32,
+) -> Result<tokio::process::Command, RestoreError> {
+    let mut cmd = client_command(sandbox, "pg_restore", database)?;
     cmd.arg("--exit-on-error");
     if !keep_owners {
         cmd.args(["--no-owner", "--no-privileges"]);
@@ -134,14 +131,14 @@ pub fn pg_restore(sandbox: &Sandbox, database: &str, keep_owners: bool, jobs: u3
     if jobs > 1 {
         cmd.arg(format!("--jobs={jobs}"));
     }
-    cmd
+    Ok(cmd)
 }
 
 /// `psql` running a script from stdin, stopping at the first error.
-pub fn psql_script(sandbox: &Sandbox, database: &str) -> tokio::process::Command {
-    let mut cmd = client_command(sandbox, "psql", database);
+pub fn psql_script(sandbox: &Sandbox, database: &str) -> Result<tokio::process::Command, RestoreError> {
+    let mut cmd = client_command(sandbox, "psql", database)?;
     cmd.args(["-X", "-q", "-v", "ON_ERROR_STOP=1", "-f", "-"]);
-    cmd
+    Ok(cmd)
 }
 
 /// Runs `cmd` to completion; a non-zero exit is the backup's fault, with the tool's

@@ -6,6 +6,7 @@
 //! or, with a WAL archive configured, replays archived WAL (drcheck fetches it into a
 //! spool and serves it through `restore_command`) to the recovery target.
 
+use crate::contain;
 use crate::error::{RestoreError, Stage};
 use crate::fetch;
 use crate::format::{self, BackupFormat};
@@ -90,6 +91,7 @@ pub async fn restore(job: &RestoreJob<'_>, sandbox: Sandbox, started: Instant) -
         unpack_part(job, wal, &data.join("pg_wal"), base.size).await?;
     }
     let fetch_end: FetchEnd = Arc::new(Mutex::new(Some(Instant::now())));
+    sandbox.give_to_server(&data)?;
     if let Some(manifest) = parts.iter().find(|p| name_of(p) == "backup_manifest") {
         let text = read_small(job.store.as_ref(), &manifest.key).await?;
         verify_backup(&sandbox, &data, &text).await?;
@@ -106,9 +108,15 @@ async fn verify_backup(sandbox: &Sandbox, data: &Path, manifest: &str) -> Result
         return Ok(());
     }
     let path = sandbox.root().join("backup_manifest");
-    std::fs::write(&path, manifest)
-        .map_err(|e| RestoreError::infra(Stage::Restore, format!("{}: {e}", path.display())))?;
-    let out = tokio::process::Command::new(&tool)
+    crate::sandbox::write_private(&path, manifest.as_bytes())?;
+    sandbox.give_to_server(&path)?;
+    // pg_verifybackup runs pg_waldump through the shell: both may execute, confined.
+    let mut exec = vec![bin.dir.clone()];
+    exec.extend(["/bin/sh"].iter().filter_map(|p| std::fs::canonicalize(p).ok()));
+    let mut policy = sandbox.policy(&exec);
+    policy.read_only.extend(contain::system_read_paths(&bin.dir));
+    let cmd = contain::command(&tool, &policy).map_err(|m| RestoreError::infra(Stage::Restore, m))?;
+    let out = tokio::process::Command::from(cmd)
         .arg("-q")
         .arg("-m")
         .arg(&path)
@@ -152,34 +160,66 @@ pub async fn restore_unpacked(
     let major = read_major(&data)?;
     let bin = pgbin::for_major(job.pg_bindir.as_deref(), Some(major), true)
         .map_err(|m| RestoreError::infra(Stage::Sandbox, m))?;
-    for stale in ["postmaster.pid", "postmaster.opts"] {
-        let _ = std::fs::remove_file(data.join(stale));
+    // The backup's own configuration is not trusted: it could run commands
+    // (archive/restore/recovery_end_command), load libraries, redirect the data
+    // directory or include other files. It is set aside unread, and so are state files
+    // that would change how the server starts (standby, a shipped recovery.signal).
+    for name in [
+        "postmaster.pid",
+        "postmaster.opts",
+        "postgresql.conf",
+        "postgresql.auto.conf",
+        "standby.signal",
+        "recovery.signal",
+        "pg_hba.conf",
+        "pg_ident.conf",
+    ] {
+        remove_entry(&data.join(name))?;
     }
-    // A Debian-packaged primary keeps its config outside the data directory.
-    if !data.join("postgresql.conf").exists() {
-        std::fs::write(data.join("postgresql.conf"), "# written by drcheck: the backup had none\n")
-            .map_err(|e| infra(e.to_string()))?;
-    }
+    write_new(&data.join("postgresql.conf"), "# written by drcheck: the backup's configuration is not used\n")?;
+    write_new(&data.join("postgresql.auto.conf"), "# written by drcheck\n")?;
+    // Until drcheck has set the run's password, only drcheck's own OS user may log in
+    // (peer); then the server is switched to SCRAM with that password.
     let hba = sandbox.root().join("pg_hba.conf");
     let ident = sandbox.root().join("pg_ident.conf");
-    std::fs::write(&hba, "local all all trust\n").map_err(|e| infra(e.to_string()))?;
-    std::fs::write(&ident, "").map_err(|e| infra(e.to_string()))?;
+    write_new(&hba, "local all postgres peer map=drcheck\n")?;
+    write_new(&ident, &format!("drcheck {} postgres\n", own_user_name()))?;
+    sandbox.give_to_server(&hba)?;
+    sandbox.give_to_server(&ident)?;
     let mut settings: Vec<(String, String)> = vec![
         ("hba_file".into(), hba.display().to_string()),
         ("ident_file".into(), ident.display().to_string()),
+        ("data_directory".into(), data.display().to_string()),
         ("archive_mode".into(), "off".into()),
         ("archive_command".into(), String::new()),
+        ("archive_library".into(), String::new()),
+        ("restore_command".into(), String::new()),
+        ("archive_cleanup_command".into(), String::new()),
+        ("recovery_end_command".into(), String::new()),
         ("shared_preload_libraries".into(), String::new()),
+        ("session_preload_libraries".into(), String::new()),
+        ("local_preload_libraries".into(), String::new()),
+        ("dynamic_library_path".into(), "$libdir".into()),
+        ("external_pid_file".into(), String::new()),
+        ("logging_collector".into(), "off".into()),
+        ("ssl".into(), "off".into()),
+        ("ssl_passphrase_command".into(), String::new()),
+        ("jit".into(), "off".into()),
         ("hot_standby".into(), "off".into()),
         // The WAL being replayed was written at the primary's level.
         ("wal_level".into(), "replica".into()),
         ("max_wal_senders".into(), "0".into()),
         ("primary_conninfo".into(), String::new()),
+        ("primary_slot_name".into(), String::new()),
     ];
     if let Some(wal) = &job.wal {
         let spool = sandbox.root().join("wal-spool");
         let n = spool_wal(job, wal, &data, &spool).await?;
         tracing::info!(segments = n, "archived WAL fetched for replay");
+        // PostgreSQL runs restore_command through the shell: the shell and cp may
+        // execute, confined like the server.
+        sandbox.allow_server_exec(&["/bin/sh", "/usr/bin/cp", "/bin/cp"]);
+        settings.retain(|(k, _)| k != "restore_command");
         settings.push(("restore_command".into(), format!("cp '{}/%f' '%p'", spool.display())));
         match &wal.target {
             RecoveryTarget::Latest => {}
@@ -187,7 +227,7 @@ pub async fn restore_unpacked(
             RecoveryTarget::Time(t) => settings.push(("recovery_target_time".into(), pg_timestamp(t))),
         }
         settings.push(("recovery_target_action".into(), "promote".into()));
-        std::fs::write(data.join("recovery.signal"), "").map_err(|e| infra(e.to_string()))?;
+        write_new(&data.join("recovery.signal"), "")?;
         sandbox.give_to_server(&spool)?;
     }
     *fetch_end.lock().unwrap() = Some(Instant::now());
@@ -199,8 +239,9 @@ pub async fn restore_unpacked(
         RestoreError::Infrastructure { stage: Stage::Restore, message } => RestoreError::bad(Stage::Restore, message),
         other => other,
     })?;
-    let database = job.database_hint.clone().unwrap_or_else(|| "postgres".into());
     let recovered_to = recovered_to(&sandbox).await;
+    require_password(&sandbox, &hba).await?;
+    let database = job.database_hint.clone().unwrap_or_else(|| "postgres".into());
     let fetch = fetch_end.lock().unwrap().map(|t| t - started).unwrap_or_default();
     Ok(Restored {
         sandbox,
@@ -210,6 +251,70 @@ pub async fn restore_unpacked(
         restore: restore_started.elapsed(),
         recovered_to,
     })
+}
+
+/// Sets the run's password on the restored superuser and switches the server from
+/// peer authentication to SCRAM, so from now on only holders of the password get in.
+async fn require_password(sandbox: &Sandbox, hba: &Path) -> Result<(), RestoreError> {
+    use sqlx::Connection;
+    let infra = |m: String| RestoreError::infra(Stage::Restore, m);
+    let mut conn = sqlx::postgres::PgConnection::connect_with(&sandbox.connect_options("postgres"))
+        .await
+        .map_err(|e| infra(format!("cannot connect to the restored server: {e}")))?;
+    // The password is ours (letters and digits only), never the backup's.
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "ALTER ROLE postgres PASSWORD '{}'",
+        sandbox.password()
+    )))
+    .execute(&mut conn)
+    .await
+    .map_err(|e| infra(format!("cannot set the sandbox password: {e}")))?;
+    remove_entry(hba)?;
+    write_new(hba, "local all all scram-sha-256\n")?;
+    sandbox.give_to_server(hba)?;
+    sqlx::query("select pg_reload_conf()")
+        .execute(&mut conn)
+        .await
+        .map_err(|e| infra(format!("cannot reload the sandbox's configuration: {e}")))?;
+    let _ = conn.close().await;
+    // The reload is asynchronous: wait until a password-less login is refused.
+    let mut without = sandbox.connect_options("postgres");
+    without = without.password("");
+    for _ in 0..500 {
+        if sqlx::postgres::PgConnection::connect_with(&without).await.is_err() {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    Err(infra("the sandbox server did not switch to password authentication".into()))
+}
+
+/// The name of the OS user drcheck runs as (peer authentication maps it).
+fn own_user_name() -> String {
+    nix::unistd::User::from_uid(nix::unistd::Uid::effective())
+        .ok()
+        .flatten()
+        .map(|u| u.name)
+        .unwrap_or_else(|| nix::unistd::Uid::effective().to_string())
+}
+
+/// Removes a file or link at `path` without following it; nothing there is fine.
+fn remove_entry(path: &Path) -> Result<(), RestoreError> {
+    match std::fs::symlink_metadata(path) {
+        Err(_) => Ok(()),
+        Ok(m) if m.is_dir() => Err(RestoreError::bad(
+            Stage::Restore,
+            format!("the base backup holds a directory where a file is expected: {}", path.display()),
+        )),
+        Ok(_) => std::fs::remove_file(path)
+            .map_err(|e| RestoreError::infra(Stage::Restore, format!("cannot remove {}: {e}", path.display()))),
+    }
+}
+
+/// Writes a new file that drcheck controls: never through a link the backup planted.
+fn write_new(path: &Path, content: &str) -> Result<(), RestoreError> {
+    remove_entry(path)?;
+    crate::sandbox::write_private(path, content.as_bytes())
 }
 
 /// An RFC 3339 timestamp the way PostgreSQL's `recovery_target_time` accepts it

@@ -8,7 +8,13 @@
 //! first, and drcheck decides how to stop it. Dropping a [`Sandbox`] stops the server
 //! and removes every file it made — on success, failure, panic or cancellation.
 //! [`reap_leftovers`] removes what a crashed earlier run left behind.
+//!
+//! Every process that touches the restored data runs through [`crate::contain`]:
+//! confined to the run's directories, never as root. Each sandbox has a random
+//! password of its own (SCRAM; no `trust`), kept in a 0600 file in its directory, so
+//! a process of one run cannot enter another run's server over its socket.
 
+use crate::contain::{self, Level, Policy};
 use crate::error::{RestoreError, Stage};
 use crate::pgbin::PgBin;
 use drcheck_config::Profile;
@@ -27,6 +33,8 @@ use std::time::{Duration, Instant};
 /// Directory names under `scratch_dir` start with this, so leftovers can be found.
 pub const SANDBOX_PREFIX: &str = "drcheck-sandbox-";
 const OWNER_FILE: &str = "drcheck.pid";
+/// libpq's password file for the clients of this sandbox (0600).
+const PASS_FILE: &str = "pgpass";
 const SOCKET_FILE: &str = "socket_dir";
 /// The port only names the socket file; nothing listens on TCP.
 const PORT: u16 = 5432;
@@ -39,6 +47,8 @@ pub struct SandboxOptions {
     /// Unique per run; part of the directory name.
     pub run_id: String,
     pub profile: Profile,
+    /// Refuse to restore when the kernel cannot confine the restore (no Landlock).
+    pub require_containment: bool,
 }
 
 #[derive(Debug)]
@@ -50,6 +60,10 @@ pub struct Sandbox {
     profile: Profile,
     owner: Option<(Uid, Gid)>,
     server: Option<Child>,
+    containment: Level,
+    password: String,
+    /// Programs the server may execute besides its own binaries (`restore_command`).
+    server_exec: Vec<PathBuf>,
 }
 
 fn infra(message: impl Into<String>) -> RestoreError {
@@ -78,6 +92,20 @@ impl Sandbox {
     /// Makes the sandbox's directories (no server yet). Dropping the result removes them.
     pub fn create(opts: &SandboxOptions) -> Result<Sandbox, RestoreError> {
         let owner = server_owner()?;
+        let containment = contain::probe();
+        if containment == Level::None {
+            if opts.require_containment {
+                return Err(infra(
+                    "cannot confine the restore: this kernel offers no Landlock (Linux ≥ 5.13 with landlock in the \
+                     lsm= list), so a crafted backup could reach the host; refusing to restore. Set \
+                     [sandbox] require_containment = false to restore uncontained",
+                ));
+            }
+            tracing::warn!(
+                "RESTORING UNCONTAINED: this kernel offers no Landlock; a crafted backup can read and write what \
+                 the sandbox user can ([sandbox] require_containment = false)"
+            );
+        }
         let root = opts.scratch_dir.join(format!("{SANDBOX_PREFIX}{}", opts.run_id));
         std::fs::DirBuilder::new()
             .recursive(true)
@@ -93,6 +121,9 @@ impl Sandbox {
             profile: opts.profile,
             owner,
             server: None,
+            containment,
+            password: random_password(),
+            server_exec: Vec::new(),
         };
         std::fs::write(sandbox.root.join(OWNER_FILE), std::process::id().to_string())
             .map_err(|e| infra(format!("cannot write to {}: {e}", sandbox.root.display())))?;
@@ -106,10 +137,54 @@ impl Sandbox {
             .map_err(|e| infra(format!("cannot write to {}: {e}", sandbox.root.display())))?;
         std::fs::set_permissions(&sandbox.socket_dir, std::fs::Permissions::from_mode(0o700))
             .map_err(|e| infra(format!("cannot restrict {}: {e}", sandbox.socket_dir.display())))?;
-        for dir in [sandbox.root.clone(), sandbox.socket_dir.clone()] {
+        let pass = sandbox.root.join(PASS_FILE);
+        write_private(&pass, format!("*:*:*:*:{}\n", sandbox.password).as_bytes())?;
+        for dir in [sandbox.root.clone(), sandbox.socket_dir.clone(), pass] {
             sandbox.give_to_server(&dir)?;
         }
         Ok(sandbox)
+    }
+
+    /// Which containment the sandbox's processes run under.
+    pub fn containment(&self) -> Level {
+        self.containment
+    }
+
+    /// The password of this sandbox's superuser (random, per run).
+    pub fn password(&self) -> &str {
+        &self.password
+    }
+
+    /// libpq's password file for this sandbox (for `PGPASSFILE`).
+    pub fn passfile(&self) -> PathBuf {
+        self.root.join(PASS_FILE)
+    }
+
+    /// Lets the server also execute `programs` (for a `restore_command`), still confined.
+    pub fn allow_server_exec(&mut self, programs: &[&str]) {
+        for p in programs {
+            if let Ok(real) = std::fs::canonicalize(p) {
+                self.server_exec.push(real);
+            }
+        }
+    }
+
+    /// The containment of a process of this run: the run's directories read-write, the
+    /// PostgreSQL installation and system libraries read-only, `execute` executable.
+    pub fn policy(&self, execute: &[PathBuf]) -> Policy {
+        let bindir = self.bin.as_ref().map(|b| b.dir.clone()).unwrap_or_default();
+        let mut exec: Vec<PathBuf> = execute.to_vec();
+        exec.extend(contain::loader_paths());
+        Policy {
+            read_write: vec![self.root.clone(), self.socket_dir.clone()],
+            read_only: contain::system_read_paths(&bindir),
+            execute: exec,
+            user: self.owner.map(|(u, g)| (u.as_raw(), g.as_raw())),
+            require_abi: match self.containment {
+                Level::Landlock(abi) => Some(abi),
+                Level::None => None,
+            },
+        }
     }
 
     /// `initdb` an empty cluster with `bin`, then start it.
@@ -151,27 +226,51 @@ impl Sandbox {
         self.bin.as_ref().expect("the sandbox's binaries are chosen before it starts")
     }
 
-    /// A command for a PostgreSQL server binary, run as the server's owner in a clean
-    /// environment (so no secret of drcheck's reaches it).
-    fn server_command(&self, tool: &str) -> Command {
-        let mut cmd = Command::new(self.bin_ref().tool(tool));
+    /// A command for a PostgreSQL server binary, contained, run as the server's owner
+    /// in a clean environment (so no secret of drcheck's reaches it).
+    pub fn server_command(&self, tool: &str) -> Result<Command, RestoreError> {
+        self.command_with(tool, &self.server_exec)
+    }
+
+    /// [`Self::server_command`], allowed to execute `extra` too.
+    fn command_with(&self, tool: &str, extra: &[PathBuf]) -> Result<Command, RestoreError> {
+        let mut exec = vec![self.bin_ref().dir.clone()];
+        exec.extend(extra.iter().cloned());
+        let mut cmd = contain::command(&self.bin_ref().tool(tool), &self.policy(&exec)).map_err(infra)?;
         cmd.current_dir(&self.root)
             .env_clear()
             .env("PATH", "/usr/bin:/bin")
             .env("LC_ALL", "C.UTF-8")
+            .env("PGPASSFILE", self.passfile())
             .stdin(Stdio::null());
-        if let Some((uid, gid)) = self.owner {
-            cmd.uid(uid.as_raw()).gid(gid.as_raw());
-        }
-        cmd
+        Ok(cmd)
+    }
+
+    /// A PostgreSQL client tool of the sandbox's bindir, contained like the server and
+    /// connected to `database` over the sandbox's socket with the run's password.
+    pub fn client_command(&self, tool: &str, database: &str) -> Result<tokio::process::Command, RestoreError> {
+        let mut cmd = self.server_command(tool)?;
+        cmd.arg("-h")
+            .arg(&self.socket_dir)
+            .args(["-p", &PORT.to_string(), "-U", "postgres", "-d", database]);
+        let mut cmd = tokio::process::Command::from(cmd);
+        cmd.kill_on_drop(true);
+        Ok(cmd)
     }
 
     async fn initdb(&self) -> Result<(), RestoreError> {
-        let mut cmd = self.server_command("initdb");
-        cmd.arg("-D").arg(&self.data_dir).args([
+        let pwfile = self.root.join("initdb.pw");
+        write_private(&pwfile, self.password.as_bytes())?;
+        self.give_to_server(&pwfile)?;
+        // initdb finds `postgres` through the shell (popen); it runs before any backup
+        // content exists, and the server it bootstraps is not the one that restores.
+        let shell: Vec<PathBuf> = std::fs::canonicalize("/bin/sh").into_iter().collect();
+        let mut cmd = self.command_with("initdb", &shell)?;
+        cmd.arg("-D").arg(&self.data_dir).arg(format!("--pwfile={}", pwfile.display())).args([
             "-U",
             "postgres",
-            "--auth=trust",
+            "--auth-local=scram-sha-256",
+            "--auth-host=reject",
             "-E",
             "UTF8",
             "--locale=C.UTF-8",
@@ -184,6 +283,7 @@ impl Sandbox {
             .output()
             .await
             .map_err(|e| infra(format!("cannot run {}: {e}", self.bin_ref().tool("initdb").display())))?;
+        let _ = std::fs::remove_file(&pwfile);
         if !out.status.success() {
             let mut msg = format!("initdb failed ({}): {}", out.status, tail(&out.stderr, 2000));
             if msg.contains("Permission denied") && self.owner.is_some() {
@@ -199,7 +299,7 @@ impl Sandbox {
         let log = std::fs::File::create(&log_path)
             .map_err(|e| infra(format!("cannot create {}: {e}", log_path.display())))?;
         let log2 = log.try_clone().map_err(|e| infra(e.to_string()))?;
-        let mut cmd = self.server_command("postgres");
+        let mut cmd = self.server_command("postgres")?;
         cmd.arg("-D").arg(&self.data_dir).arg("-k").arg(&self.socket_dir).args(["-p", &PORT.to_string()]);
         let base = [("listen_addresses", ""), ("unix_socket_permissions", "0700")];
         let settings = base.iter().chain(profile_settings(self.profile)).map(|(k, v)| (k.to_string(), v.to_string()));
@@ -284,6 +384,7 @@ impl Sandbox {
             .socket(&self.socket_dir)
             .port(PORT)
             .username("postgres")
+            .password(&self.password)
             .database(database)
             .application_name("drcheck")
     }
@@ -321,6 +422,26 @@ impl Drop for Sandbox {
     fn drop(&mut self) {
         self.cleanup();
     }
+}
+
+/// 32 random letters and digits.
+fn random_password() -> String {
+    use rand::Rng;
+    rand::rng().sample_iter(rand::distr::Alphanumeric).take(32).map(char::from).collect()
+}
+
+/// Creates `path` (which must not exist: never follows a planted link) with mode 0600.
+pub(crate) fn write_private(path: &Path, content: &[u8]) -> Result<(), RestoreError> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(nix::libc::O_NOFOLLOW)
+        .open(path)
+        .map_err(|e| infra(format!("cannot create {}: {e}", path.display())))?;
+    f.write_all(content).map_err(|e| infra(format!("cannot write {}: {e}", path.display())))
 }
 
 /// Fast shutdown (SIGINT), then SIGKILL to the whole process group after a grace period.

@@ -17,6 +17,9 @@ pub(crate) fn tool(access: &RestoredAccess, name: &str) -> tokio::process::Comma
         .env("PATH", "/usr/bin:/bin")
         .env("LC_ALL", "C.UTF-8")
         .kill_on_drop(true);
+    if let Some(passfile) = &access.passfile {
+        cmd.env("PGPASSFILE", passfile);
+    }
     cmd
 }
 

@@ -89,6 +89,8 @@ pub struct RestoredAccess {
     pub port: u16,
     pub database: String,
     pub bindir: PathBuf,
+    /// libpq's password file for the sandbox (its password is random per run).
+    pub passfile: Option<PathBuf>,
 }
 
 /// What validators get to look at.
