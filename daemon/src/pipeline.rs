@@ -109,8 +109,14 @@ fn database_of(url: &str) -> Option<String> {
     (!path.is_empty() && !path.contains('@')).then(|| path.to_string())
 }
 
-/// Refuses to start when `scratch_dir` lacks room for the restore.
-fn check_disk(config: &Config, backup: &Backup) -> Result<(), Stop> {
+/// What a restored cluster writes regardless of the backup's size.
+const CLUSTER_ALLOWANCE: u64 = 1 << 30;
+
+/// Refuses to start when `scratch_dir` lacks room for the restore; returns the most
+/// the restore may write: the backup's size × `max_expansion` plus what any cluster
+/// needs (1 GiB: catalogs, WAL up to `max_wal_size`), at most the free space less a
+/// reserve (5 % of the file system, at most 1 GiB), so a bomb never fills the disk.
+fn check_disk(config: &Config, backup: &Backup) -> Result<u64, Stop> {
     let dir = &config.sandbox.scratch_dir;
     let stat = nix::sys::statvfs::statvfs(dir)
         .map_err(|e| Stop::incomplete("sandbox", format!("cannot check free space in {}: {e}", dir.display())))?;
@@ -127,7 +133,11 @@ fn check_disk(config: &Config, backup: &Backup) -> Result<(), Stop> {
             ),
         ));
     }
-    Ok(())
+    let total = stat.blocks() as u64 * stat.fragment_size() as u64;
+    let reserve = (total / 20).min(1 << 30);
+    let ceiling = (backup.size as f64 * config.sandbox.max_expansion).min(u64::MAX as f64) as u64;
+    let ceiling = ceiling.saturating_add(CLUSTER_ALLOWANCE);
+    Ok(ceiling.min(free.saturating_sub(reserve)).max(1 << 20))
 }
 
 /// Verifies `target`: the latest backup, or `backup_key` when given.
@@ -222,7 +232,7 @@ async fn steps(
         format: None,
     });
 
-    check_disk(config, &backup)?;
+    let max_write_bytes = check_disk(config, &backup)?;
     for dir in reap_leftovers(&config.sandbox.scratch_dir) {
         tracing::warn!(dir = %dir.display(), "removed a sandbox left by an earlier run");
     }
@@ -255,6 +265,7 @@ async fn steps(
         on_format: &on_format,
         progress: progress.byte_counter(),
         sandbox_ready_in: Default::default(),
+        max_write_bytes,
     };
     // Which containment the restore runs under is known before it starts, and reported
     // even when the restore fails.

@@ -34,6 +34,9 @@ pub struct RestoreJob<'a> {
     pub progress: Arc<dyn Fn(u64) + Send + Sync>,
     /// Set to how long `initdb` and the server start took, for logical restores.
     pub sandbox_ready_in: Mutex<Option<Duration>>,
+    /// The most the restore may write into its directory (the backup's size ×
+    /// `max_expansion`, at most the free space less a reserve); beyond, it fails.
+    pub max_write_bytes: u64,
 }
 
 /// A restored database, running in its sandbox.
@@ -81,7 +84,53 @@ fn check_expected(expected: FormatSetting, found: &str) -> Result<(), RestoreErr
     ))
 }
 
+/// Restores `job`'s backup; fails it as soon as the run's directory grows beyond
+/// `max_write_bytes` (whatever writes there: unpacking, staging, the server itself).
 pub async fn run(job: &RestoreJob<'_>) -> Result<Restored, RestoreError> {
+    let root = job.sandbox.scratch_dir.join(format!("{}{}", crate::sandbox::SANDBOX_PREFIX, job.sandbox.run_id));
+    tokio::select! {
+        r = run_inner(job) => r,
+        e = watch_usage(root, job.max_write_bytes) => Err(e),
+    }
+}
+
+/// Polls the disk usage of `root` and returns once it exceeds `limit`.
+async fn watch_usage(root: PathBuf, limit: u64) -> RestoreError {
+    loop {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        let dir = root.clone();
+        let used = tokio::task::spawn_blocking(move || disk_usage(&dir)).await.unwrap_or(0);
+        if used > limit {
+            return RestoreError::bad(
+                Stage::Restore,
+                format!(
+                    "{} {limit} bytes: the restore wrote {used} bytes (its size × sandbox.max_expansion, or the free space in scratch_dir less a reserve)",
+                    logical::EXPANSION_EXCEEDED
+                ),
+            );
+        }
+    }
+}
+
+/// Bytes allocated beneath `dir`, never following links.
+fn disk_usage(dir: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    let mut total = 0;
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else { continue };
+        for e in entries.flatten() {
+            let Ok(m) = e.path().symlink_metadata() else { continue };
+            total += m.blocks() * 512;
+            if m.is_dir() {
+                stack.push(e.path());
+            }
+        }
+    }
+    total
+}
+
+async fn run_inner(job: &RestoreJob<'_>) -> Result<Restored, RestoreError> {
     let started = Instant::now();
     let store_name = job.store.describe();
     let mut sandbox = Sandbox::create(&job.sandbox)?;
@@ -112,6 +161,7 @@ pub async fn run(job: &RestoreJob<'_>) -> Result<Restored, RestoreError> {
     } else {
         (reader, head)
     };
+    let reader: BackupReader = Box::pin(logical::Bounded::new(reader, job.max_write_bytes));
     let inner = format::detect(&head);
     let kind = match inner {
         BackupFormat::Custom => Kind::Custom,
@@ -163,7 +213,7 @@ pub async fn run(job: &RestoreJob<'_>) -> Result<Restored, RestoreError> {
             logical::run_tool(cmd, "pg_restore").await?;
             return done(sandbox, RESTORED_DB.into(), shown("directory"));
         }
-        if dest.join("PG_VERSION").is_file() {
+        if std::fs::symlink_metadata(dest.join("PG_VERSION")).is_ok_and(|m| m.file_type().is_file()) {
             (job.on_format)(&shown("physical"));
             check_expected(job.format, "physical")?;
             return physical::restore_unpacked(job, sandbox, &dest, started, fetch_end, restore_started).await;
@@ -212,12 +262,19 @@ fn header_major(header: &[u8]) -> Result<u32, RestoreError> {
         .ok_or_else(|| RestoreError::bad(Stage::Restore, "the pg_dump archive header names no server version"))
 }
 
-/// A `toc.dat` at the top of the unpacked tree or one directory down.
+/// A `toc.dat` at the top of the unpacked tree or one directory down — a real file in
+/// a real directory: a dump reached through a symbolic link is not looked at.
 fn find_toc(dir: &Path) -> Option<PathBuf> {
-    if dir.join("toc.dat").is_file() {
+    let real_file = |p: &Path| std::fs::symlink_metadata(p).is_ok_and(|m| m.file_type().is_file());
+    if real_file(&dir.join("toc.dat")) {
         return Some(dir.to_path_buf());
     }
-    std::fs::read_dir(dir).ok()?.filter_map(Result::ok).map(|e| e.path()).find(|p| p.join("toc.dat").is_file())
+    std::fs::read_dir(dir)
+        .ok()?
+        .filter_map(Result::ok)
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .map(|e| e.path())
+        .find(|p| real_file(&p.join("toc.dat")))
 }
 
 async fn start_empty(sandbox: &mut Sandbox, job: &RestoreJob<'_>, major: Option<u32>) -> Result<(), RestoreError> {

@@ -21,6 +21,7 @@ pub mod physical;
 pub mod retry;
 pub mod sandbox;
 pub mod store;
+pub mod unpack;
 
 pub use error::{RestoreError, Stage, StoreError};
 pub use format::BackupFormat;

@@ -6,6 +6,7 @@
 use crate::error::{RestoreError, Stage, StoreError};
 use crate::format::{self, BackupFormat};
 use crate::sandbox::{Sandbox, tail};
+use crate::unpack;
 use crate::store::BackupReader;
 use async_compression::tokio::bufread::{GzipDecoder, Lz4Decoder, ZstdDecoder};
 use std::io;
@@ -42,6 +43,9 @@ pub async fn read_head(reader: &mut BackupReader, store: &str) -> Result<Vec<u8>
 /// A read error: corrupt data (a checksum or decompression failure) is the backup's
 /// fault; anything else is the store's.
 pub fn read_error(store: &str, e: io::Error) -> RestoreError {
+    if e.kind() == io::ErrorKind::InvalidData && e.to_string().starts_with(EXPANSION_EXCEEDED) {
+        return RestoreError::bad(Stage::Restore, e.to_string());
+    }
     if e.kind() == io::ErrorKind::InvalidData {
         return RestoreError::bad(Stage::Fetch, format!("the backup is corrupt: {e}"));
     }
@@ -270,27 +274,70 @@ impl AsyncRead for Tap {
     }
 }
 
-/// Unpacks a tar stream into `dest`, refusing entries that would escape it.
+/// Unpacks a tar stream into `dest` with [`crate::unpack`]'s rules (nothing leaves
+/// `dest`, no privilege bits, no device nodes). Dropping the returned future stops the
+/// unpacking thread within one chunk.
 pub async fn extract_tar(head: Vec<u8>, reader: BackupReader, dest: &Path, store: &str) -> Result<(), RestoreError> {
     let seen = Arc::new(Mutex::new(None));
     let tap = Tap { inner: rejoin(head, reader), seen: seen.clone() };
     let src = tokio_util::io::SyncIoBridge::new(tap);
     let dest = dest.to_path_buf();
-    let r = tokio::task::spawn_blocking(move || -> io::Result<()> {
-        std::fs::create_dir_all(&dest)?;
-        let mut archive = tar::Archive::new(src);
-        archive.set_preserve_permissions(true);
-        archive.set_overwrite(true);
-        for entry in archive.entries()? {
-            // `unpack_in` refuses paths with `..` or absolute paths.
-            entry?.unpack_in(&dest)?;
+    let stop = unpack::StopOnDrop(Arc::new(std::sync::atomic::AtomicBool::new(false)));
+    let flag = stop.0.clone();
+    let r = tokio::task::spawn_blocking(move || unpack::unpack(src, &dest, &flag))
+        .await
+        .map_err(|e| RestoreError::infra(Stage::Restore, format!("tar extraction panicked: {e}")))?;
+    drop(stop);
+    match r {
+        Ok(_) => Ok(()),
+        Err(unpack::UnpackError::Archive(m)) => Err(RestoreError::bad(Stage::Restore, m)),
+        Err(unpack::UnpackError::Cancelled) => Err(RestoreError::infra(Stage::Restore, "unpacking cancelled")),
+        Err(unpack::UnpackError::Io(e)) => Err(match seen.lock().unwrap().take() {
+            Some((kind, msg)) => read_error(store, io::Error::new(kind, msg)),
+            None if e.kind() == io::ErrorKind::UnexpectedEof || e.kind() == io::ErrorKind::InvalidData
+                || e.kind() == io::ErrorKind::Other =>
+            {
+                RestoreError::bad(Stage::Restore, format!("the tar archive is corrupt or truncated: {e}"))
+            }
+            None => RestoreError::infra(Stage::Restore, format!("unpacking into the sandbox failed: {e}")),
+        }),
+    }
+}
+
+/// Fails the stream once more than `limit` bytes came through: a backup that expands
+/// beyond what its size explains (a decompression bomb) fails the run, as the backup's
+/// fault, before it fills the disk.
+pub struct Bounded {
+    inner: BackupReader,
+    seen: u64,
+    limit: u64,
+}
+
+impl Bounded {
+    pub fn new(inner: BackupReader, limit: u64) -> Self {
+        Self { inner, seen: 0, limit }
+    }
+}
+
+/// The message of [`Bounded`]'s error, recognised by [`read_error`].
+pub const EXPANSION_EXCEEDED: &str = "the backup expands beyond";
+
+impl AsyncRead for Bounded {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        let r = self.inner.as_mut().poll_read(cx, buf);
+        if let Poll::Ready(Ok(())) = &r {
+            self.seen += (buf.filled().len() - before) as u64;
+            if self.seen > self.limit {
+                return Poll::Ready(Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!(
+                        "{EXPANSION_EXCEEDED} {} bytes (its size × sandbox.max_expansion, or the free space in scratch_dir)",
+                        self.limit
+                    ),
+                )));
+            }
         }
-        Ok(())
-    })
-    .await
-    .map_err(|e| RestoreError::infra(Stage::Restore, format!("tar extraction panicked: {e}")))?;
-    r.map_err(|e| match seen.lock().unwrap().take() {
-        Some((kind, msg)) => read_error(store, io::Error::new(kind, msg)),
-        None => RestoreError::bad(Stage::Restore, format!("the tar archive is corrupt or truncated: {e}")),
-    })
+        r
+    }
 }

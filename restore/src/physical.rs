@@ -20,7 +20,6 @@ use futures::stream::{self, StreamExt, TryStreamExt};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tokio::io::AsyncReadExt;
 
 /// Archived WAL to replay after a base backup.
 #[cfg(test)]
@@ -61,6 +60,7 @@ async fn unpack_part(job: &RestoreJob<'_>, part: &BackupObject, dest: &Path, don
         }
         _ => (reader, head),
     };
+    let reader: BackupReader = Box::pin(logical::Bounded::new(reader, job.max_write_bytes));
     if format::detect(&head) != BackupFormat::Tar {
         return Err(RestoreError::bad(
             Stage::Restore,
@@ -350,8 +350,12 @@ fn start_segment(data: &Path) -> Result<String, RestoreError> {
         .ok_or_else(|| RestoreError::bad(Stage::Restore, "backup_label names no START WAL LOCATION"))
 }
 
+/// Most a single archived WAL file may expand to: PostgreSQL's largest segment size.
+const MAX_WAL_FILE: u64 = 1 << 30;
+
 /// Downloads archived WAL from the backup's start on into `spool` (decompressing
-/// `.gz`/`.zst`/`.lz4`); returns how many files.
+/// `.gz`/`.zst`/`.lz4`), streamed to disk — never a whole segment in memory; returns
+/// how many files.
 async fn spool_wal(job: &RestoreJob<'_>, wal: &WalReplay, data: &Path, spool: &Path) -> Result<usize, RestoreError> {
     let start = start_segment(data)?;
     std::fs::create_dir_all(spool)
@@ -367,33 +371,49 @@ async fn spool_wal(job: &RestoreJob<'_>, wal: &WalReplay, data: &Path, spool: &P
                 .unwrap_or(&name)
                 .to_string();
             let segment = plain.len() == 24 && plain.chars().all(|c| c.is_ascii_hexdigit());
-            let keep = (segment && plain[8..] >= start[8..] && plain[..8] >= start[..8]) || plain.ends_with(".history");
+            let history = plain.len() == 16 && plain.ends_with(".history") && plain[..8].chars().all(|c| c.is_ascii_hexdigit());
+            let keep = (segment && plain[8..] >= start[8..] && plain[..8] >= start[..8]) || history;
             keep.then_some((o, plain))
         })
         .collect();
     let n = wanted.len();
+    let store = job.store.describe();
+    // Each file is itself fetched in parallel parts: two at a time keeps memory bounded.
+    let fetch = crate::fetch::FetchOptions { concurrency: job.fetch.concurrency.clamp(1, 2), ..job.fetch };
     stream::iter(wanted)
-        .map(|(obj, plain)| async move {
-            let bytes =
-                if obj.size == 0 { Default::default() } else { job.store.read_range(&obj.key, 0, obj.size).await? };
-            let head = bytes.to_vec();
-            let fmt = format::detect(&head);
-            let content = match fmt {
-                BackupFormat::Gzip | BackupFormat::Zstd | BackupFormat::Lz4 => {
-                    let mut d = logical::decompress(fmt, head, Box::pin(std::io::Cursor::new(Vec::new())));
-                    let mut out = Vec::new();
-                    d.read_to_end(&mut out).await.map_err(|e| {
-                        RestoreError::bad(Stage::Fetch, format!("{}: corrupt {fmt} data: {e}", obj.key))
-                    })?;
-                    out
+        .map(|(obj, plain)| {
+            let store = store.clone();
+            async move {
+                let path = spool.join(&plain);
+                if obj.size == 0 {
+                    return tokio::fs::write(&path, b"")
+                        .await
+                        .map_err(|e| RestoreError::infra(Stage::Fetch, format!("spooling {plain}: {e}")));
                 }
-                _ => head,
-            };
-            tokio::fs::write(spool.join(&plain), content)
-                .await
-                .map_err(|e| RestoreError::infra(Stage::Fetch, format!("spooling {plain}: {e}")))
+                let mut reader = fetch::parallel(job.store.clone(), &obj.key, obj.size, fetch);
+                let head = logical::read_head(&mut reader, &store).await?;
+                let fmt = format::detect(&head);
+                let (reader, head) = match fmt {
+                    BackupFormat::Gzip | BackupFormat::Zstd | BackupFormat::Lz4 => {
+                        let mut d = logical::decompress(fmt, head, reader);
+                        let h = logical::read_head(&mut d, &store).await.map_err(|e| {
+                            RestoreError::bad(Stage::Fetch, format!("{}: corrupt {fmt} data: {e}", obj.key))
+                        })?;
+                        (d, h)
+                    }
+                    _ => (reader, head),
+                };
+                let bounded: BackupReader = Box::pin(logical::Bounded::new(reader, MAX_WAL_FILE));
+                logical::stage_to_file(head, bounded, &path, &store).await.map_err(|e| match e {
+                    RestoreError::BadBackup { stage, message } => {
+                        RestoreError::BadBackup { stage, message: format!("archived WAL {}: {message}", obj.key) }
+                    }
+                    other => other,
+                })?;
+                Ok(())
+            }
         })
-        .buffer_unordered(job.fetch.concurrency.max(1))
+        .buffer_unordered(2)
         .try_collect::<Vec<()>>()
         .await?;
     Ok(n)
