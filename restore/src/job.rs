@@ -87,7 +87,8 @@ fn check_expected(expected: FormatSetting, found: &str) -> Result<(), RestoreErr
 /// Restores `job`'s backup; fails it as soon as the run's directory grows beyond
 /// `max_write_bytes` (whatever writes there: unpacking, staging, the server itself).
 pub async fn run(job: &RestoreJob<'_>) -> Result<Restored, RestoreError> {
-    let root = job.sandbox.scratch_dir.join(format!("{}{}", crate::sandbox::SANDBOX_PREFIX, job.sandbox.run_id));
+    let root = crate::leftovers::private_dir(&job.sandbox.scratch_dir)
+        .join(format!("{}{}", crate::sandbox::SANDBOX_PREFIX, job.sandbox.run_id));
     tokio::select! {
         r = run_inner(job) => r,
         e = watch_usage(root, job.max_write_bytes) => Err(e),
@@ -201,6 +202,8 @@ async fn run_inner(job: &RestoreJob<'_>) -> Result<Restored, RestoreError> {
     if kind == Kind::TarArchive {
         let dest = sandbox.root().join("unpacked");
         logical::extract_tar(head, reader, &dest, &store_name).await?;
+        // The contained tools run as the sandbox user: the unpacked files are theirs.
+        sandbox.give_to_server(&dest)?;
         if let Some(toc_dir) = find_toc(&dest) {
             (job.on_format)(&shown("directory"));
             check_expected(job.format, "directory")?;
@@ -231,6 +234,7 @@ async fn run_inner(job: &RestoreJob<'_>) -> Result<Restored, RestoreError> {
             // Parallel pg_restore needs a seekable file: stage it while downloading.
             let path = sandbox.root().join("backup.dump");
             logical::stage_to_file(head, reader, &path, &store_name).await?;
+            sandbox.give_to_server(&path)?;
             let mut cmd = logical::pg_restore(&sandbox, RESTORED_DB, keep_owners, job.jobs)?;
             cmd.arg(&path);
             logical::run_tool(cmd, "pg_restore").await?;
@@ -242,6 +246,7 @@ async fn run_inner(job: &RestoreJob<'_>) -> Result<Restored, RestoreError> {
         Kind::DumpTar => {
             let path = sandbox.root().join("backup.tar");
             logical::stage_to_file(head, reader, &path, &store_name).await?;
+            sandbox.give_to_server(&path)?;
             let mut cmd = logical::pg_restore(&sandbox, RESTORED_DB, keep_owners, 1)?;
             cmd.arg("-Ft").arg(&path);
             logical::run_tool(cmd, "pg_restore").await?;

@@ -15,6 +15,7 @@ pub mod error;
 pub mod fetch;
 pub mod format;
 pub mod job;
+pub mod leftovers;
 pub mod logical;
 pub mod pgbin;
 pub mod physical;

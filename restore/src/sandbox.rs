@@ -16,6 +16,7 @@
 
 use crate::contain::{self, Level, Policy};
 use crate::error::{RestoreError, Stage};
+use crate::leftovers;
 use crate::pgbin::PgBin;
 use drcheck_config::Profile;
 use drcheck_config::quote_ident;
@@ -30,12 +31,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// Directory names under `scratch_dir` start with this, so leftovers can be found.
-pub const SANDBOX_PREFIX: &str = "drcheck-sandbox-";
-const OWNER_FILE: &str = "drcheck.pid";
+pub use crate::leftovers::SANDBOX_PREFIX;
 /// libpq's password file for the clients of this sandbox (0600).
 const PASS_FILE: &str = "pgpass";
-const SOCKET_FILE: &str = "socket_dir";
 /// The port only names the socket file; nothing listens on TCP.
 const PORT: u16 = 5432;
 const READY_TIMEOUT: Duration = Duration::from_secs(60);
@@ -106,9 +104,10 @@ impl Sandbox {
                  the sandbox user can ([sandbox] require_containment = false)"
             );
         }
-        let root = opts.scratch_dir.join(format!("{SANDBOX_PREFIX}{}", opts.run_id));
+        let root = sandbox_root(opts)?;
+        // The owner record first: a sandbox directory without one is never reaped.
+        leftovers::write_owner(&root, &leftovers::Owner::current(None)).map_err(infra)?;
         std::fs::DirBuilder::new()
-            .recursive(true)
             .mode(0o700)
             .create(&root)
             .map_err(|e| infra(format!("cannot create sandbox directory {}: {e}", root.display())))?;
@@ -125,16 +124,14 @@ impl Sandbox {
             password: random_password(),
             server_exec: Vec::new(),
         };
-        std::fs::write(sandbox.root.join(OWNER_FILE), std::process::id().to_string())
-            .map_err(|e| infra(format!("cannot write to {}: {e}", sandbox.root.display())))?;
         let socket_dir = tempfile::Builder::new()
             .prefix("drcheck-")
             .tempdir_in("/tmp")
             .map_err(|e| infra(format!("cannot create socket directory in /tmp: {e}")))?
             .keep();
         sandbox.socket_dir = socket_dir;
-        std::fs::write(sandbox.root.join(SOCKET_FILE), sandbox.socket_dir.as_os_str().as_encoded_bytes())
-            .map_err(|e| infra(format!("cannot write to {}: {e}", sandbox.root.display())))?;
+        leftovers::write_owner(&sandbox.root, &leftovers::Owner::current(Some(sandbox.socket_dir.clone())))
+            .map_err(infra)?;
         std::fs::set_permissions(&sandbox.socket_dir, std::fs::Permissions::from_mode(0o700))
             .map_err(|e| infra(format!("cannot restrict {}: {e}", sandbox.socket_dir.display())))?;
         let pass = sandbox.root.join(PASS_FILE);
@@ -415,6 +412,9 @@ impl Sandbox {
         if !self.socket_dir.as_os_str().is_empty() {
             let _ = std::fs::remove_dir_all(&self.socket_dir);
         }
+        if !self.root.as_os_str().is_empty() {
+            let _ = std::fs::remove_file(leftovers::owner_file(&self.root));
+        }
     }
 }
 
@@ -480,47 +480,14 @@ pub fn tail(bytes: &[u8], max: usize) -> String {
     String::from_utf8_lossy(&bytes[start..]).trim().to_string()
 }
 
-/// Removes sandboxes left by drcheck processes that no longer exist: stops their
-/// servers and deletes their directories. Returns the directories removed.
+/// The directory a run's sandbox lives in: `scratch_dir/drcheck-<uid>/sandbox-<run>`.
+pub fn sandbox_root(opts: &SandboxOptions) -> Result<PathBuf, RestoreError> {
+    let private = leftovers::ensure_private_dir(&opts.scratch_dir).map_err(infra)?;
+    Ok(private.join(format!("{SANDBOX_PREFIX}{}", opts.run_id)))
+}
+
+/// Removes sandboxes left by drcheck processes that no longer exist (see
+/// [`crate::leftovers`]). Returns the directories removed.
 pub fn reap_leftovers(scratch_dir: &Path) -> Vec<PathBuf> {
-    let Ok(entries) = std::fs::read_dir(scratch_dir) else {
-        return Vec::new();
-    };
-    let mut reaped = Vec::new();
-    for entry in entries.filter_map(Result::ok) {
-        let name = entry.file_name();
-        if !name.to_string_lossy().starts_with(SANDBOX_PREFIX) {
-            continue;
-        }
-        let root = entry.path();
-        let owner = read_pid(&root.join(OWNER_FILE));
-        if owner.is_some_and(process_alive) {
-            continue;
-        }
-        if let Some(postmaster) = read_pid(&root.join("data").join("postmaster.pid"))
-            && process_alive(postmaster)
-        {
-            let _ = killpg(postmaster, Signal::SIGKILL);
-            let _ = kill(postmaster, Signal::SIGKILL);
-        }
-        if let Ok(sock) = std::fs::read_to_string(root.join(SOCKET_FILE))
-            && sock.starts_with("/tmp/drcheck-")
-        {
-            let _ = std::fs::remove_dir_all(sock.trim());
-        }
-        if std::fs::remove_dir_all(&root).is_ok() {
-            reaped.push(root);
-        }
-    }
-    reaped
-}
-
-fn read_pid(path: &Path) -> Option<Pid> {
-    let text = std::fs::read_to_string(path).ok()?;
-    let pid: i32 = text.lines().next()?.trim().parse().ok()?;
-    (pid > 0).then(|| Pid::from_raw(pid))
-}
-
-fn process_alive(pid: Pid) -> bool {
-    kill(pid, None).is_ok()
+    leftovers::reap(scratch_dir)
 }

@@ -133,7 +133,9 @@ rpo = "{rpo}"
             let found = self
                 .leftover_sandboxes()
                 .first()
-                .and_then(|d| std::fs::read_to_string(self.scratch.join(d).join("socket_dir")).ok());
+                .and_then(|d| std::fs::read_to_string(self.private_dir().join(format!("{d}.owner"))).ok())
+                .and_then(|owner| owner.lines().nth(1).map(str::to_string))
+                .filter(|s| !s.is_empty());
             if let Some(sock) = found
                 && crate::processes_mentioning(&sock).iter().any(|(_, cmd)| cmd.contains("pg_restore"))
             {
@@ -144,13 +146,18 @@ rpo = "{rpo}"
         None
     }
 
-    /// Sandbox directories left in the scratch directory.
+    /// drcheck's private directory in the scratch directory, where its sandboxes live.
+    pub fn private_dir(&self) -> std::path::PathBuf {
+        self.scratch.join(format!("drcheck-{}", nix::unistd::Uid::effective().as_raw()))
+    }
+
+    /// Sandbox directories (and owner records) left in drcheck's private directory.
     pub fn leftover_sandboxes(&self) -> Vec<String> {
-        std::fs::read_dir(&self.scratch)
-            .unwrap()
+        let Ok(entries) = std::fs::read_dir(self.private_dir()) else { return Vec::new() };
+        entries
             .filter_map(Result::ok)
             .map(|e| e.file_name().to_string_lossy().into_owned())
-            .filter(|n| n.starts_with("drcheck-sandbox-"))
+            .filter(|n| n.starts_with("sandbox-") && !n.ends_with(".owner"))
             .collect()
     }
 }

@@ -461,10 +461,14 @@ fn too_little_scratch_space_is_refused_before_fetching() {
 #[test]
 fn the_fast_profile_is_reported_and_leftovers_of_a_crashed_run_are_reaped() {
     let scene = Scene::start();
-    // What a crashed run leaves: a sandbox directory whose owner process is gone.
-    let leftover = scene.scratch.join("drcheck-sandbox-crashed");
+    // What a crashed run leaves: a sandbox directory in drcheck's private directory
+    // whose owner process is gone.
+    let private = scene.private_dir();
+    std::fs::create_dir_all(&private).unwrap();
+    std::fs::set_permissions(&private, std::os::unix::fs::PermissionsExt::from_mode(0o711)).unwrap();
+    let leftover = private.join("sandbox-crashed");
     std::fs::create_dir_all(leftover.join("data")).unwrap();
-    std::fs::write(leftover.join("drcheck.pid"), "999999999").unwrap();
+    std::fs::write(private.join("sandbox-crashed.owner"), "999999999 12345\n\n").unwrap();
     let c = scene.config(&scene.spec());
     let text = std::fs::read_to_string(&c).unwrap().replace("[sandbox]\n", "[sandbox]\nprofile = \"fast\"\n");
     std::fs::write(&c, text).unwrap();

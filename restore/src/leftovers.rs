@@ -1,0 +1,208 @@
+//! Where sandboxes live on disk, and reaping what crashed runs left behind.
+//!
+//! `scratch_dir` may be shared (the default is the system temp directory), so nothing
+//! in it is trusted. drcheck keeps its sandboxes in a directory of its own,
+//! `scratch_dir/drcheck-<uid>`: created by drcheck, owned by its uid, mode 0711 (the
+//! sandbox user may pass through to its own sandbox, nobody else may list or create
+//! anything there). Beside each sandbox directory lies its owner record
+//! (`sandbox-<run>.owner`, 0600): the drcheck process (pid and start time, so a reused
+//! pid or drcheck being PID 1 in a container is told apart) and the sandbox's socket
+//! directory. Files *inside* a sandbox belong to the sandbox user and are never read
+//! by the reaper: a restored backup could have written them.
+//!
+//! The reaper stops only processes whose working directory lies inside the leftover
+//! sandbox (a sandbox server and its tools chdir there), never pid ≤ 1 or itself, and
+//! removes only paths inside the private directory plus socket directories named
+//! `/tmp/drcheck-*`.
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::{Pid, Uid};
+use std::io::Write;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+/// Sandbox directories inside the private directory start with this.
+pub const SANDBOX_PREFIX: &str = "sandbox-";
+const OWNER_SUFFIX: &str = ".owner";
+const SOCKET_PREFIX: &str = "/tmp/drcheck-";
+
+/// `scratch_dir/drcheck-<uid>`, drcheck's private directory in the scratch directory.
+pub fn private_dir(scratch_dir: &Path) -> PathBuf {
+    scratch_dir.join(format!("drcheck-{}", Uid::effective().as_raw()))
+}
+
+/// Creates (or checks) the private directory: a real directory owned by drcheck's
+/// uid that no one else may write to.
+pub fn ensure_private_dir(scratch_dir: &Path) -> Result<PathBuf, String> {
+    let dir = private_dir(scratch_dir);
+    match std::fs::DirBuilder::new().mode(0o711).create(&dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => {
+            std::fs::create_dir_all(scratch_dir)
+                .map_err(|e2| format!("cannot create sandbox.scratch_dir {}: {e2} ({e})", scratch_dir.display()))?;
+            std::fs::DirBuilder::new()
+                .mode(0o711)
+                .create(&dir)
+                .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        }
+    }
+    check_private(&dir)?;
+    // The mode was masked by the umask on creation; set it exactly.
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o711))
+        .map_err(|e| format!("cannot restrict {}: {e}", dir.display()))?;
+    Ok(dir)
+}
+
+fn check_private(dir: &Path) -> Result<(), String> {
+    let m = std::fs::symlink_metadata(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    if !m.is_dir() || m.uid() != Uid::effective().as_raw() || m.mode() & 0o022 != 0 {
+        return Err(format!(
+            "{} is not drcheck's own private directory (a link, another user's, or writable by others): \
+             refusing to use it; remove it or choose another sandbox.scratch_dir",
+            dir.display()
+        ));
+    }
+    Ok(())
+}
+
+/// Who made a sandbox: a drcheck process, identified by pid and start time.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Owner {
+    pub pid: i32,
+    pub start: u64,
+    pub socket_dir: Option<PathBuf>,
+}
+
+impl Owner {
+    pub fn current(socket_dir: Option<PathBuf>) -> Owner {
+        let pid = std::process::id() as i32;
+        Owner { pid, start: start_time(pid).unwrap_or(0), socket_dir }
+    }
+
+    fn alive(&self) -> bool {
+        self.pid > 0 && kill(Pid::from_raw(self.pid), None).is_ok() && start_time(self.pid) == Some(self.start)
+    }
+
+    fn parse(text: &str) -> Option<Owner> {
+        let mut lines = text.lines();
+        let mut first = lines.next()?.split_whitespace();
+        let pid = first.next()?.parse().ok()?;
+        let start = first.next()?.parse().ok()?;
+        let socket_dir = lines.next().filter(|l| !l.is_empty()).map(PathBuf::from);
+        Some(Owner { pid, start, socket_dir })
+    }
+}
+
+/// The owner record of the sandbox directory `root`.
+pub fn owner_file(root: &Path) -> PathBuf {
+    let mut name = root.file_name().unwrap_or_default().to_os_string();
+    name.push(OWNER_SUFFIX);
+    root.with_file_name(name)
+}
+
+/// Writes `root`'s owner record (replacing it atomically).
+pub fn write_owner(root: &Path, owner: &Owner) -> Result<(), String> {
+    let path = owner_file(root);
+    let tmp = path.with_extension("owner.tmp");
+    let _ = std::fs::remove_file(&tmp);
+    let text = format!(
+        "{} {}\n{}\n",
+        owner.pid,
+        owner.start,
+        owner.socket_dir.as_ref().map(|p| p.display().to_string()).unwrap_or_default()
+    );
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(nix::libc::O_NOFOLLOW)
+        .open(&tmp)
+        .map_err(|e| format!("cannot write {}: {e}", tmp.display()))?;
+    f.write_all(text.as_bytes()).map_err(|e| format!("cannot write {}: {e}", tmp.display()))?;
+    std::fs::rename(&tmp, &path).map_err(|e| format!("cannot write {}: {e}", path.display()))
+}
+
+/// A process's start time (clock ticks after boot), field 22 of `/proc/PID/stat`.
+fn start_time(pid: i32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) may hold spaces and parentheses: skip past its end.
+    let after = &stat[stat.rfind(')')? + 2..];
+    after.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// Removes sandboxes whose drcheck process is gone: stops the processes working inside
+/// them and deletes their directories. Returns the directories removed.
+pub fn reap(scratch_dir: &Path) -> Vec<PathBuf> {
+    let dir = private_dir(scratch_dir);
+    if check_private(&dir).is_err() {
+        return Vec::new();
+    }
+    let Ok(entries) = std::fs::read_dir(&dir) else { return Vec::new() };
+    let mut reaped = Vec::new();
+    for entry in entries.filter_map(Result::ok) {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some(stem) = name.strip_suffix(OWNER_SUFFIX) else { continue };
+        if !stem.starts_with(SANDBOX_PREFIX) || stem.contains('/') {
+            continue;
+        }
+        let record = entry.path();
+        let owner = std::fs::read_to_string(&record).ok().and_then(|t| Owner::parse(&t));
+        if owner.as_ref().is_some_and(Owner::alive) {
+            continue;
+        }
+        let root = dir.join(stem);
+        stop_processes_in(&root);
+        if let Some(sock) = owner.and_then(|o| o.socket_dir) {
+            let text = sock.to_string_lossy();
+            let plain = text.strip_prefix(SOCKET_PREFIX).is_some_and(|rest| !rest.is_empty() && !rest.contains('/'));
+            if plain && std::fs::symlink_metadata(&sock).is_ok_and(|m| m.is_dir()) {
+                let _ = std::fs::remove_dir_all(&sock);
+            }
+        }
+        let gone = match std::fs::symlink_metadata(&root) {
+            Ok(m) if m.is_dir() => std::fs::remove_dir_all(&root).is_ok(),
+            Ok(_) => std::fs::remove_file(&root).is_ok(),
+            Err(_) => true,
+        };
+        if gone {
+            let _ = std::fs::remove_file(&record);
+            reaped.push(root);
+        }
+    }
+    reaped
+}
+
+/// SIGKILLs every process (other than pid ≤ 1 and this one) whose working directory is
+/// `root` or beneath it: the leftover sandbox's server, its backends, its tools.
+fn stop_processes_in(root: &Path) {
+    let Ok(procs) = std::fs::read_dir("/proc") else { return };
+    let me = std::process::id() as i32;
+    for p in procs.filter_map(Result::ok) {
+        let Some(pid) = p.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else { continue };
+        if pid <= 1 || pid == me {
+            continue;
+        }
+        if let Ok(cwd) = std::fs::read_link(p.path().join("cwd"))
+            && cwd.starts_with(root)
+        {
+            let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn owner_records_round_trip_and_tell_a_reused_pid_apart() {
+        let me = Owner::current(Some(PathBuf::from("/tmp/drcheck-abc")));
+        let text = format!("{} {}\n/tmp/drcheck-abc\n", me.pid, me.start);
+        assert_eq!(Owner::parse(&text), Some(me.clone()));
+        assert!(me.alive());
+        assert!(!Owner { start: me.start + 1, ..me.clone() }.alive(), "same pid, other start time");
+        assert!(!Owner { pid: 0, ..me }.alive());
+        assert_eq!(Owner::parse("1\n"), None);
+    }
+}
