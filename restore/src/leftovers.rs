@@ -13,7 +13,7 @@
 //! The reaper stops only processes whose working directory lies inside the leftover
 //! sandbox (a sandbox server and its tools chdir there), never pid ≤ 1 or itself, and
 //! removes only paths inside the private directory plus socket directories named
-//! `/tmp/drcheck-*`.
+//! `/tmp/drcheck-*` that hold nothing but a server's socket and lock files.
 
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::{Pid, Uid};
@@ -156,7 +156,7 @@ pub fn reap(scratch_dir: &Path) -> Vec<PathBuf> {
         if let Some(sock) = owner.and_then(|o| o.socket_dir) {
             let text = sock.to_string_lossy();
             let plain = text.strip_prefix(SOCKET_PREFIX).is_some_and(|rest| !rest.is_empty() && !rest.contains('/'));
-            if plain && std::fs::symlink_metadata(&sock).is_ok_and(|m| m.is_dir()) {
+            if plain && std::fs::symlink_metadata(&sock).is_ok_and(|m| m.is_dir()) && only_sockets(&sock) {
                 let _ = std::fs::remove_dir_all(&sock);
             }
         }
@@ -171,6 +171,13 @@ pub fn reap(scratch_dir: &Path) -> Vec<PathBuf> {
         }
     }
     reaped
+}
+
+/// Whether `dir` holds nothing but a PostgreSQL server's socket and lock files.
+fn only_sockets(dir: &Path) -> bool {
+    std::fs::read_dir(dir).is_ok_and(|entries| {
+        entries.filter_map(Result::ok).all(|e| e.file_name().to_string_lossy().starts_with(".s.PGSQL."))
+    })
 }
 
 /// SIGKILLs every process (other than pid ≤ 1 and this one) whose working directory is

@@ -7,6 +7,7 @@
 
 pub mod drills;
 pub mod faults;
+pub mod hostile;
 pub mod proc;
 pub mod proxy;
 pub mod recorder;

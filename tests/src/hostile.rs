@@ -1,0 +1,212 @@
+//! A lab for adversarial tests: a directory store that crafted backups are put into,
+//! a scratch directory, drcheck's config for them, and builders of hostile archives.
+//! Each attack is built from scratch by the test that uses it.
+
+use crate::{TempRoot, drcheck, drcheck_bin, make_world_enterable, only_run, stderr, stdout};
+use std::io::Write;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::Output;
+use std::time::Duration;
+
+pub const LIMIT: Duration = Duration::from_secs(180);
+
+pub struct Lab {
+    pub root: TempRoot,
+    pub store: PathBuf,
+    pub scratch: PathBuf,
+    /// A directory outside everything drcheck may touch, writable by anyone: where
+    /// an escaped write would land (so a failed containment shows, whoever runs it).
+    pub outside: PathBuf,
+}
+
+impl Lab {
+    pub fn new() -> Lab {
+        let root = TempRoot::new();
+        let store = root.path().join("store");
+        let scratch = root.path().join("scratch");
+        let outside = root.path().join("outside");
+        for d in [&store, &scratch, &outside] {
+            std::fs::create_dir_all(d).unwrap();
+        }
+        make_world_enterable(&scratch);
+        std::fs::set_permissions(&outside, std::fs::Permissions::from_mode(0o777)).unwrap();
+        Lab { root, store, scratch, outside }
+    }
+
+    /// Puts a backup object at `key` in the store.
+    pub fn put(&self, key: &str, bytes: &[u8]) {
+        let path = self.store.join(key);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, bytes).unwrap();
+    }
+
+    /// A config for one target `t` over the store, with `extra` lines in the target.
+    pub fn config(&self, sandbox_extra: &str, target_extra: &str) -> PathBuf {
+        let text = format!(
+            "[state]\nurl = \"sqlite://{root}/history.db\"\n[sandbox]\nscratch_dir = \"{scratch}\"\n{sandbox_extra}\n\
+             [storage.local]\nkind = \"filesystem\"\npath = \"{store}\"\n\
+             [[target]]\nname = \"t\"\nstorage = \"local\"\nrto = \"10m\"\nrpo = \"3650d\"\n{target_extra}\n",
+            root = self.root.path().display(),
+            scratch = self.scratch.display(),
+            store = self.store.display(),
+        );
+        let path = self.root.path().join(format!("{}.toml", crate::unique("c")));
+        std::fs::write(&path, text).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        path
+    }
+
+    /// `drcheck verify --backup KEY --json`: the exit code, the run, and all output.
+    pub fn verify(&self, config: &Path, key: &str) -> (Option<i32>, serde_json::Value, String) {
+        let c = config.display().to_string();
+        let (out, _) = drcheck(&["--config", &c, "verify", "--target", "t", "--backup", key, "--json"], &[], LIMIT);
+        let all = format!("{}\n{}", stdout(&out), stderr(&out));
+        (out.status.code(), only_run(&out), all)
+    }
+
+    /// Files in the outside directory (anything there got out of a sandbox).
+    pub fn escaped(&self) -> Vec<String> {
+        std::fs::read_dir(&self.outside)
+            .unwrap()
+            .filter_map(Result::ok)
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect()
+    }
+
+    /// What is left in drcheck's private directory after a run.
+    pub fn leftovers(&self) -> Vec<String> {
+        let private = self.scratch.join(format!("drcheck-{}", nix::unistd::Uid::effective().as_raw()));
+        std::fs::read_dir(private)
+            .map(|d| d.filter_map(Result::ok).map(|e| e.file_name().to_string_lossy().into_owned()).collect())
+            .unwrap_or_default()
+    }
+}
+
+impl Default for Lab {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Asserts the run got as far as a running sandbox (so a contained attack is not a
+/// crash in disguise) and ended as `result` with exit `code`.
+pub fn assert_ran(run: &serde_json::Value, code: Option<i32>, want_code: i32, all: &str) {
+    assert_eq!(code, Some(want_code), "{run}\n{all}");
+    assert!(run["restore"]["containment"].as_str().is_some_and(|c| c.starts_with("landlock")), "{run}");
+}
+
+/// A tar archive, entry by entry, written the way a crafted backup would be: raw
+/// names (even `..`), any mode, links anywhere.
+#[derive(Default)]
+pub struct TarBuilder {
+    b: Option<tar::Builder<Vec<u8>>>,
+}
+
+impl TarBuilder {
+    pub fn new() -> Self {
+        Self { b: Some(tar::Builder::new(Vec::new())) }
+    }
+
+    fn header(kind: tar::EntryType, path: &str, size: u64, mode: u32) -> tar::Header {
+        let mut h = tar::Header::new_gnu();
+        h.set_entry_type(kind);
+        h.set_size(size);
+        h.set_mode(mode);
+        h.set_mtime(1_700_000_000);
+        let name = &mut h.as_old_mut().name;
+        name[..path.len()].copy_from_slice(path.as_bytes());
+        h
+    }
+
+    fn add(&mut self, mut h: tar::Header, data: &[u8]) -> &mut Self {
+        h.set_cksum();
+        self.b.as_mut().unwrap().append(&h, data).unwrap();
+        self
+    }
+
+    pub fn dir(&mut self, path: &str) -> &mut Self {
+        self.add(Self::header(tar::EntryType::Directory, path, 0, 0o755), &[])
+    }
+
+    pub fn file(&mut self, path: &str, data: &[u8], mode: u32) -> &mut Self {
+        self.add(Self::header(tar::EntryType::Regular, path, data.len() as u64, mode), data)
+    }
+
+    pub fn symlink(&mut self, path: &str, target: &str) -> &mut Self {
+        let mut h = Self::header(tar::EntryType::Symlink, path, 0, 0o777);
+        h.set_link_name(target).unwrap();
+        self.add(h, &[])
+    }
+
+    pub fn hardlink(&mut self, path: &str, target: &str) -> &mut Self {
+        let mut h = Self::header(tar::EntryType::Link, path, 0, 0o644);
+        h.set_link_name(target).unwrap();
+        self.add(h, &[])
+    }
+
+    pub fn device(&mut self, path: &str) -> &mut Self {
+        let mut h = Self::header(tar::EntryType::Char, path, 0, 0o666);
+        h.set_device_major(1).unwrap();
+        h.set_device_minor(3).unwrap();
+        self.add(h, &[])
+    }
+
+    /// Every entry of an existing tar archive, except those `skip` names.
+    pub fn copy_from(&mut self, tar_bytes: &[u8], skip: &[&str]) -> &mut Self {
+        let mut a = tar::Archive::new(tar_bytes);
+        for e in a.entries().unwrap() {
+            let mut e = e.unwrap();
+            let path = e.path().unwrap().to_string_lossy().into_owned();
+            if skip.contains(&path.trim_start_matches("./")) {
+                continue;
+            }
+            let mut data = Vec::new();
+            std::io::Read::read_to_end(&mut e, &mut data).unwrap();
+            let h = e.header().clone();
+            self.b.as_mut().unwrap().append(&h, &data[..]).unwrap();
+        }
+        self
+    }
+
+    pub fn finish(&mut self) -> Vec<u8> {
+        self.b.take().unwrap().into_inner().unwrap()
+    }
+}
+
+/// Runs a shell command, failing the test if it fails.
+pub fn sh(cmd: &str) -> String {
+    let out = std::process::Command::new("sh").args(["-c", cmd]).output().unwrap();
+    assert!(out.status.success(), "{cmd}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Runs `program args` as another run's contained process would: through drcheck's
+/// containment helper, confined to `own_dir`, as the sandbox user.
+pub fn as_other_run(own_dir: &Path, program: &str, args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut cmd = std::process::Command::new(drcheck_bin());
+    cmd.arg("__drcheck-contain").arg("--rw").arg(own_dir);
+    for p in ["/usr/lib", "/usr/share", "/lib", "/lib64", "/etc/ld.so.cache", "/etc/passwd", "/etc/group"] {
+        cmd.args(["--ro", p]);
+    }
+    cmd.args(["--exec", crate::PG_BIN]);
+    for l in ["/lib64/ld-linux-x86-64.so.2", "/lib/ld-linux-aarch64.so.1"] {
+        if Path::new(l).exists() {
+            cmd.args(["--exec", l]);
+        }
+    }
+    if nix::unistd::Uid::effective().is_root() {
+        let u = nix::unistd::User::from_name("postgres").unwrap().unwrap();
+        cmd.arg("--user").arg(format!("{}:{}", u.uid, u.gid));
+    }
+    cmd.args(["--abi", "7", "--", program]).args(args).env_clear().envs(env.iter().copied());
+    cmd.output().unwrap()
+}
+
+/// Writes `bytes` to a new file in `dir`, returning its path.
+pub fn write_file(dir: &Path, name: &str, bytes: &[u8]) -> PathBuf {
+    let p = dir.join(name);
+    let mut f = std::fs::File::create(&p).unwrap();
+    f.write_all(bytes).unwrap();
+    p
+}

@@ -1,0 +1,330 @@
+//! The adversarial corpus: crafted backups and a crafted environment, each built here
+//! from scratch, against the built binary. Each test fails when its defence is removed
+//! (the attack lands outside, or passes), and checks the run really got to the sandbox
+//! (a crash is not a contained attack). See SECURITY.md for the threat model.
+
+use drcheck_e2e::hostile::{Lab, TarBuilder, as_other_run, assert_ran, sh, write_file};
+use drcheck_e2e::{PG_BIN, PgPrimary, TempRoot, unique};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+/// A plain SQL dump as pg_dump starts one, then `body`.
+fn plain(body: &str) -> Vec<u8> {
+    format!("--\n-- PostgreSQL database dump\n--\n\n-- Dumped from database version 15.18\n\n{body}").into_bytes()
+}
+
+/// A plain SQL dump is a psql script: its meta-commands run in psql. Contained, the
+/// shell, writes outside the run and reads of files outside all fail.
+#[test]
+fn plain_dump_meta_commands_cannot_reach_outside_the_sandbox() {
+    let lab = Lab::new();
+    let secret = unique("TOPSECRET-");
+    let secret_file = write_file(lab.root.path(), "secret.txt", secret.as_bytes());
+    std::fs::set_permissions(&secret_file, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let out = lab.outside.display().to_string();
+    let attacks = [
+        ("shell", format!("\\! touch {out}/shell-marker")),
+        ("output", format!("\\o {out}/o-marker\nselect 1;")),
+        ("copy", format!("\\copy (select 1) to '{out}/copy-marker'")),
+        ("include", format!("\\i {}", secret_file.display())),
+    ];
+    let config = lab.config("", "");
+    for (name, attack) in &attacks {
+        let key = format!("{name}.sql");
+        lab.put(&key, &plain(&format!("create table t (id int);\n{attack}\ninsert into t values (1);\n")));
+        let (code, run, all) = lab.verify(&config, &key);
+        assert_eq!(run["backup"]["format"], "plain", "{name}: {run}");
+        if *name == "shell" {
+            // psql reports a failed `\!` but does not stop on it: the run may pass,
+            // with the command contained (no marker below).
+            assert_ran(&run, code, code.filter(|c| *c == 0 || *c == 1).unwrap_or(-1), &all);
+            assert!(run["phases"].as_array().unwrap().iter().any(|p| p["name"] == "restore"), "{run}");
+        } else {
+            assert_ran(&run, code, 1, &all);
+            let msg = run["error"]["message"].as_str().unwrap_or_default();
+            assert!(msg.to_lowercase().contains("permission denied"), "{name}: {msg}");
+        }
+        assert!(!all.contains(&secret), "{name}: the secret file's content reached the output: {all}");
+    }
+    assert!(lab.escaped().is_empty(), "escaped: {:?}", lab.escaped());
+    assert!(lab.leftovers().is_empty(), "{:?}", lab.leftovers());
+}
+
+/// Server-side code in a custom dump (a CHECK constraint calling a function that runs
+/// `COPY … TO PROGRAM` in the restored database only) and file reads by the server:
+/// no program runs, no file outside the run is read.
+#[test]
+fn server_side_programs_and_reads_outside_fail_inside_the_sandbox() {
+    let lab = Lab::new();
+    let primary = PgPrimary::start(&lab.root);
+    let marker = lab.outside.join("program-marker");
+    primary.psql("postgres", "create database orders");
+    primary.psql(
+        "orders",
+        &format!(
+            "create function evil() returns boolean language plpgsql as $$ begin \
+               if current_database() = 'restored' then \
+                 execute format('copy (select 1) to program %L', 'touch {}'); \
+               end if; return true; end $$",
+            marker.display()
+        ),
+    );
+    primary.psql("orders", "create table t (id int primary key, check (evil()))");
+    primary.psql("orders", "insert into t values (1), (2)");
+    let dump = lab.root.path().join("evil.dump");
+    primary.dump("orders", &dump, &[]);
+    lab.put("evil.dump", &std::fs::read(&dump).unwrap());
+
+    let config = lab.config("", "");
+    let (code, run, all) = lab.verify(&config, "evil.dump");
+    assert_eq!(run["backup"]["format"], "custom", "{run}");
+    assert_ran(&run, code, 1, &all);
+    assert!(!marker.exists(), "COPY TO PROGRAM ran a program outside the sandbox");
+    let msg = run["error"]["message"].as_str().unwrap_or_default();
+    assert!(msg.contains("evil") || msg.contains("program"), "{msg}");
+
+    // The server reading drcheck's own config (it holds the primary's password) and
+    // its process's environment.
+    let config_text = std::fs::read_to_string(&config).unwrap();
+    let reads = [
+        ("config", format!("select pg_read_file('{}')", config.display())),
+        ("environ", "select pg_read_file('/proc/' || split_part(pg_read_file('/proc/self/stat'), ' ', 4) || '/environ')".to_string()),
+    ];
+    for (name, read) in reads {
+        let key = format!("read-{name}.sql");
+        lab.put(&key, &plain(&format!("create table leak as {read};\n")));
+        let (code, run, all) = lab.verify(&config, &key);
+        assert_ran(&run, code, 1, &all);
+        let msg = run["error"]["message"].as_str().unwrap_or_default();
+        assert!(msg.to_lowercase().contains("permission denied"), "{name}: {msg}");
+        assert!(!all.contains(config_text.lines().next().unwrap()), "{name}: config leaked: {all}");
+    }
+    assert!(lab.escaped().is_empty(), "escaped: {:?}", lab.escaped());
+}
+
+/// Another run's contained process (same user as every sandbox server) can reach this
+/// run's socket, but not log in: each sandbox has its own password, and the file that
+/// holds it is out of the other run's reach.
+#[test]
+fn another_runs_process_cannot_enter_a_running_sandbox() {
+    let lab = Lab::new();
+    lab.put("slow.sql", &plain("create table t (id int);\ninsert into t values (1);\nselect pg_sleep(8);\n"));
+    let config = lab.config("", "");
+    let bin = drcheck_e2e::drcheck_bin();
+    let child = std::process::Command::new(&bin)
+        .args(["--config", &config.display().to_string(), "verify", "--target", "t", "--backup", "slow.sql", "--json"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let private = lab.scratch.join(format!("drcheck-{}", nix::unistd::Uid::effective().as_raw()));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let (sock, passfile) = loop {
+        assert!(Instant::now() < deadline, "no running sandbox appeared");
+        let found = std::fs::read_dir(&private).ok().and_then(|d| {
+            d.filter_map(Result::ok).find(|e| e.file_name().to_string_lossy().ends_with(".owner")).map(|e| e.path())
+        });
+        if let Some(owner) = found
+            && let Some(sock) = std::fs::read_to_string(&owner).ok().and_then(|t| t.lines().nth(1).map(String::from))
+            && Path::new(&sock).join(".s.PGSQL.5432").exists()
+        {
+            let root = owner.with_extension("");
+            break (sock, root.join("pgpass"));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    std::thread::sleep(Duration::from_millis(300));
+    let other = lab.root.path().join("other-run");
+    std::fs::create_dir_all(&other).unwrap();
+    std::fs::set_permissions(&other, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let psql = format!("{PG_BIN}/psql");
+    let passfile = passfile.display().to_string();
+    for env in [vec![], vec![("PGPASSFILE", passfile.as_str())]] {
+        let out = as_other_run(
+            &other,
+            &psql,
+            &["-h", &sock, "-p", "5432", "-U", "postgres", "-d", "postgres", "-w", "-Atc", "select 'got in'"],
+            &env,
+        );
+        let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert!(!out.status.success(), "another run's process logged in ({env:?}): {text}");
+        assert!(text.contains("password"), "refused for another reason ({env:?}): {text}");
+    }
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// Archives that try to write or read outside their directory, or carry device nodes:
+/// the run fails as the backup's fault and nothing outside changes.
+#[test]
+fn archive_entries_never_leave_the_run_directory() {
+    let lab = Lab::new();
+    let victim = lab.outside.display().to_string();
+    let config = lab.config("", "");
+    let case = |key: &str, bytes: Vec<u8>, expect: &str| {
+        lab.put(key, &bytes);
+        let (code, run, all) = lab.verify(&config, key.trim_end_matches("base.tar"));
+        assert_ran(&run, code, 1, &all);
+        let msg = run["error"]["message"].as_str().unwrap_or_default();
+        assert!(msg.contains(expect), "{key}: expected {expect:?} in {msg}");
+        assert!(lab.escaped().is_empty(), "{key}: escaped: {:?}", lab.escaped());
+    };
+
+    // A base backup whose pg_wal is a link out; pg_wal.tar would unpack through it.
+    let base = TarBuilder::new().file("PG_VERSION", b"15\n", 0o600).symlink("pg_wal", &victim).finish();
+    let wal = TarBuilder::new().file("000000010000000000000001", &[0u8; 512], 0o600).finish();
+    lab.put("walescape/b1/pg_wal.tar", &wal);
+    case("walescape/b1/base.tar", base, "outside");
+
+    // postgresql.conf shipped as a dangling link: writing the sandbox's own config
+    // through it would create a file outside.
+    let base = TarBuilder::new()
+        .file("PG_VERSION", b"15\n", 0o600)
+        .symlink("postgresql.conf", &format!("{victim}/created-by-drcheck"))
+        .finish();
+    case("confescape/b1/base.tar", base, "outside");
+
+    // A tar holding only a link to a directory dump on the host.
+    let host_dump = lab.root.path().join("host-dump");
+    std::fs::create_dir_all(&host_dump).unwrap();
+    std::fs::write(host_dump.join("toc.dat"), b"PGDMP").unwrap();
+    case("hostdir.tar", TarBuilder::new().symlink("dump", &host_dump.display().to_string()).finish(), "outside");
+
+    // `..` entries, hard links to host files, device nodes.
+    case("dotdot.tar", TarBuilder::new().file(&format!("../../{}/x", lab.outside.display()), b"x", 0o644).finish(), "..");
+    case("hardlink.tar", TarBuilder::new().dir("d/").hardlink("d/passwd", "/etc/passwd").finish(), "would leave");
+    case("device.tar", TarBuilder::new().dir("d/").file("d/toc.dat", b"PGDMP", 0o644).device("d/null").finish(), "device");
+}
+
+/// A base backup that brings its own postgresql.auto.conf with a restore_command and
+/// recovery_end_command, and a recovery.signal: none of it runs, and the backup —
+/// otherwise sound — still restores and passes.
+#[test]
+fn a_base_backups_own_recovery_commands_never_run() {
+    let lab = Lab::new();
+    let primary = PgPrimary::start(&lab.root);
+    primary.psql("postgres", "create table t as select g from generate_series(1, 100) g");
+    let bb = lab.root.pg_dir("bb").join("b");
+    primary.tool("pg_basebackup", &["-D", &bb.display().to_string(), "-Ft", "-X", "stream", "--checkpoint=fast"]);
+    let marker = |n: &str| lab.outside.join(n).display().to_string();
+    let auto = format!(
+        "restore_command = 'touch {}'\nrecovery_end_command = 'touch {}'\narchive_mode = on\narchive_command = 'touch {}'\n",
+        marker("restore"),
+        marker("end"),
+        marker("archive")
+    );
+    let original = std::fs::read(bb.join("base.tar")).unwrap();
+    let base = TarBuilder::new()
+        .copy_from(&original, &["postgresql.auto.conf", "recovery.signal"])
+        .file("postgresql.auto.conf", auto.as_bytes(), 0o600)
+        .file("recovery.signal", b"", 0o600)
+        .finish();
+    lab.put("phys/b1/base.tar", &base);
+    lab.put("phys/b1/pg_wal.tar", &std::fs::read(bb.join("pg_wal.tar")).unwrap());
+    let config = lab.config("", "");
+    let (code, run, all) = lab.verify(&config, "phys/b1/");
+    assert_eq!(run["backup"]["format"], "physical", "{run}");
+    assert_ran(&run, code, 0, &all);
+    assert!(lab.escaped().is_empty(), "the backup's commands ran: {:?}", lab.escaped());
+}
+
+/// A tiny archive that expands to gigabytes stops at the configured ceiling, as the
+/// backup's fault, long before the disk fills; nothing is left behind.
+#[test]
+fn a_decompression_bomb_stops_at_the_ceiling() {
+    let lab = Lab::new();
+    let work = lab.root.path().join("bomb");
+    std::fs::create_dir_all(&work).unwrap();
+    sh(&format!(
+        "cd {w} && mkdir d && truncate -s 3G d/toc.dat && tar -cf - d | zstd -q -1 -T2 -o bomb.tar.zst && rm -r d",
+        w = work.display()
+    ));
+    let bomb = std::fs::read(work.join("bomb.tar.zst")).unwrap();
+    assert!(bomb.len() < 1 << 20, "the bomb is {} bytes", bomb.len());
+    lab.put("bomb.tar.zst", &bomb);
+    let config = lab.config("max_expansion = 10", "");
+    let t = Instant::now();
+    let (code, run, all) = lab.verify(&config, "bomb.tar.zst");
+    assert_ran(&run, code, 1, &all);
+    let msg = run["error"]["message"].as_str().unwrap_or_default();
+    assert!(msg.contains("expands beyond"), "{msg}");
+    assert!(t.elapsed() < Duration::from_secs(120), "took {:?}", t.elapsed());
+    assert!(lab.leftovers().is_empty(), "{:?}", lab.leftovers());
+}
+
+/// Leftover reaping trusts nothing in a shared scratch directory: planted "sandboxes"
+/// naming an unrelated process (and pid 1) and an unrelated directory are left alone.
+#[test]
+fn planted_leftovers_neither_kill_nor_delete() {
+    let lab = Lab::new();
+    lab.put("ok.sql", &plain("create table t (id int);\n"));
+    // An unrelated process in its own process group, and an unrelated directory that
+    // looks like a socket directory.
+    let bystander = std::process::Command::new("sleep").arg("120").process_group(0).spawn().unwrap();
+    let bystander = Bystander(bystander);
+    let victim = tempfile::Builder::new().prefix("drcheck-").tempdir_in("/tmp").unwrap();
+    std::fs::write(victim.path().join("keep"), b"keep").unwrap();
+    let pid = bystander.0.id().to_string();
+    // The old layout, planted in the (shared) scratch directory.
+    for (name, owner) in [("drcheck-sandbox-bait", "999999999"), ("drcheck-sandbox-one", "1")] {
+        let d = lab.scratch.join(name);
+        std::fs::create_dir_all(d.join("data")).unwrap();
+        std::fs::write(d.join("drcheck.pid"), owner).unwrap();
+        std::fs::write(d.join("data/postmaster.pid"), format!("{pid}\n")).unwrap();
+        std::fs::write(d.join("socket_dir"), victim.path().display().to_string()).unwrap();
+    }
+    // A planted owner record inside drcheck's private directory naming pid 1 and the
+    // victim, and a "sandbox" that is a link to the victim.
+    let private = lab.scratch.join(format!("drcheck-{}", nix::unistd::Uid::effective().as_raw()));
+    std::fs::create_dir_all(&private).unwrap();
+    std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o711)).unwrap();
+    std::fs::write(private.join("sandbox-bait.owner"), format!("1 0\n{}\n", victim.path().display())).unwrap();
+    std::os::unix::fs::symlink(victim.path(), private.join("sandbox-bait")).unwrap();
+
+    let config = lab.config("", "");
+    let (code, run, all) = lab.verify(&config, "ok.sql");
+    assert_ran(&run, code, 0, &all);
+    let alive = nix::sys::signal::kill(nix::unistd::Pid::from_raw(bystander.0.id() as i32), None).is_ok();
+    assert!(alive, "the reaper killed an unrelated process");
+    assert!(victim.path().join("keep").exists(), "the reaper deleted an unrelated directory");
+    assert!(!private.join("sandbox-bait").exists(), "the planted link itself is reaped");
+}
+
+/// A WAL archive whose one segment expands to gigabytes: streamed to disk, bounded,
+/// never held in memory.
+#[test]
+fn a_wal_bomb_is_bounded_and_never_held_in_memory() {
+    let lab = Lab::new();
+    let primary = PgPrimary::start(&lab.root);
+    let bb = lab.root.pg_dir("bb").join("b");
+    primary.tool("pg_basebackup", &["-D", &bb.display().to_string(), "-Ft", "-X", "stream", "--checkpoint=fast"]);
+    lab.put("phys/b1/base.tar", &std::fs::read(bb.join("base.tar")).unwrap());
+    lab.put("phys/b1/pg_wal.tar", &std::fs::read(bb.join("pg_wal.tar")).unwrap());
+    let work = TempRoot::new();
+    sh(&format!(
+        "cd {w} && truncate -s 2G seg && zstd -q -1 -T2 seg -o seg.zst && rm seg",
+        w = work.path().display()
+    ));
+    lab.put("wal/0000000100000000000000FF.zst", &std::fs::read(work.path().join("seg.zst")).unwrap());
+    let config = lab.config("", "wal_prefix = \"wal/\"");
+    let (code, run, all) = lab.verify(&config, "phys/b1/");
+    assert_ran(&run, code, 1, &all);
+    let msg = run["error"]["message"].as_str().unwrap_or_default();
+    assert!(msg.contains("0000000100000000000000FF") && msg.contains("expands beyond"), "{msg}");
+    let usage = nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_CHILDREN).unwrap();
+    let peak_mib = usage.max_rss() / 1024;
+    assert!(peak_mib < 256, "a child (drcheck) peaked at {peak_mib} MiB");
+    assert!(lab.leftovers().is_empty(), "{:?}", lab.leftovers());
+}
+
+/// Stops the test's bystander process however the test ends.
+struct Bystander(std::process::Child);
+
+impl Drop for Bystander {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
