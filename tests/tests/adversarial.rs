@@ -3,7 +3,7 @@
 //! (the attack lands outside, or passes), and checks the run really got to the sandbox
 //! (a crash is not a contained attack). See SECURITY.md for the threat model.
 
-use drcheck_e2e::hostile::{Lab, TarBuilder, as_other_run, assert_ran, sh, write_file};
+use drcheck_e2e::hostile::{Lab, TarBuilder, as_other_run, assert_contained, assert_ran, sh, write_file};
 use drcheck_e2e::{PG_BIN, PgPrimary, TempRoot, unique};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
@@ -36,6 +36,8 @@ fn plain_dump_meta_commands_cannot_reach_outside_the_sandbox() {
         lab.put(&key, &plain(&format!("create table t (id int);\n{attack}\ninsert into t values (1);\n")));
         let (code, run, all) = lab.verify(&config, &key);
         assert_eq!(run["backup"]["format"], "plain", "{name}: {run}");
+        assert!(lab.escaped().is_empty(), "{name}: escaped: {:?}", lab.escaped());
+        assert!(!all.contains(&secret), "{name}: the secret file's content reached the output: {all}");
         if *name == "shell" {
             // psql reports a failed `\!` but does not stop on it: the run may pass,
             // with the command contained (no marker below).
@@ -46,9 +48,8 @@ fn plain_dump_meta_commands_cannot_reach_outside_the_sandbox() {
             let msg = run["error"]["message"].as_str().unwrap_or_default();
             assert!(msg.to_lowercase().contains("permission denied"), "{name}: {msg}");
         }
-        assert!(!all.contains(&secret), "{name}: the secret file's content reached the output: {all}");
+        assert_contained(&run);
     }
-    assert!(lab.escaped().is_empty(), "escaped: {:?}", lab.escaped());
     assert!(lab.leftovers().is_empty(), "{:?}", lab.leftovers());
 }
 
@@ -80,8 +81,9 @@ fn server_side_programs_and_reads_outside_fail_inside_the_sandbox() {
     let config = lab.config("", "");
     let (code, run, all) = lab.verify(&config, "evil.dump");
     assert_eq!(run["backup"]["format"], "custom", "{run}");
-    assert_ran(&run, code, 1, &all);
     assert!(!marker.exists(), "COPY TO PROGRAM ran a program outside the sandbox");
+    assert_ran(&run, code, 1, &all);
+    assert_contained(&run);
     let msg = run["error"]["message"].as_str().unwrap_or_default();
     assert!(msg.contains("evil") || msg.contains("program"), "{msg}");
 
@@ -96,10 +98,10 @@ fn server_side_programs_and_reads_outside_fail_inside_the_sandbox() {
         let key = format!("read-{name}.sql");
         lab.put(&key, &plain(&format!("create table leak as {read};\n")));
         let (code, run, all) = lab.verify(&config, &key);
+        assert!(!all.contains(config_text.lines().next().unwrap()), "{name}: config leaked: {all}");
         assert_ran(&run, code, 1, &all);
         let msg = run["error"]["message"].as_str().unwrap_or_default();
         assert!(msg.to_lowercase().contains("permission denied"), "{name}: {msg}");
-        assert!(!all.contains(config_text.lines().next().unwrap()), "{name}: config leaked: {all}");
     }
     assert!(lab.escaped().is_empty(), "escaped: {:?}", lab.escaped());
 }
@@ -132,6 +134,14 @@ fn another_runs_process_cannot_enter_a_running_sandbox() {
         {
             let root = owner.with_extension("");
             break (sock, root.join("pgpass"));
+        }
+        // drcheck before the private directory kept sandboxes in the scratch directory.
+        let old = std::fs::read_dir(&lab.scratch).unwrap().filter_map(Result::ok).find_map(|e| {
+            let sock = std::fs::read_to_string(e.path().join("socket_dir")).ok()?;
+            Path::new(&sock).join(".s.PGSQL.5432").exists().then(|| (sock, e.path().join("pgpass")))
+        });
+        if let Some(found) = old {
+            break found;
         }
         std::thread::sleep(Duration::from_millis(50));
     };
@@ -166,10 +176,10 @@ fn archive_entries_never_leave_the_run_directory() {
     let case = |key: &str, bytes: Vec<u8>, expect: &str| {
         lab.put(key, &bytes);
         let (code, run, all) = lab.verify(&config, key.trim_end_matches("base.tar"));
+        assert!(lab.escaped().is_empty(), "{key}: escaped: {:?}", lab.escaped());
         assert_ran(&run, code, 1, &all);
         let msg = run["error"]["message"].as_str().unwrap_or_default();
         assert!(msg.contains(expect), "{key}: expected {expect:?} in {msg}");
-        assert!(lab.escaped().is_empty(), "{key}: escaped: {:?}", lab.escaped());
     };
 
     // A base backup whose pg_wal is a link out; pg_wal.tar would unpack through it.
@@ -226,8 +236,9 @@ fn a_base_backups_own_recovery_commands_never_run() {
     let config = lab.config("", "");
     let (code, run, all) = lab.verify(&config, "phys/b1/");
     assert_eq!(run["backup"]["format"], "physical", "{run}");
-    assert_ran(&run, code, 0, &all);
     assert!(lab.escaped().is_empty(), "the backup's commands ran: {:?}", lab.escaped());
+    assert_ran(&run, code, 0, &all);
+    assert_contained(&run);
 }
 
 /// A tiny archive that expands to gigabytes stops at the configured ceiling, as the
@@ -244,10 +255,13 @@ fn a_decompression_bomb_stops_at_the_ceiling() {
     let bomb = std::fs::read(work.join("bomb.tar.zst")).unwrap();
     assert!(bomb.len() < 1 << 20, "the bomb is {} bytes", bomb.len());
     lab.put("bomb.tar.zst", &bomb);
-    let config = lab.config("max_expansion = 10", "");
+    // The default ceiling: size × 200 plus 1 GiB for any cluster.
+    let config = lab.config("", "");
     let t = Instant::now();
     let (code, run, all) = lab.verify(&config, "bomb.tar.zst");
+    assert!(t.elapsed() < Duration::from_secs(120), "took {:?}", t.elapsed());
     assert_ran(&run, code, 1, &all);
+    assert_contained(&run);
     let msg = run["error"]["message"].as_str().unwrap_or_default();
     assert!(msg.contains("expands beyond"), "{msg}");
     assert!(t.elapsed() < Duration::from_secs(120), "took {:?}", t.elapsed());
@@ -285,11 +299,12 @@ fn planted_leftovers_neither_kill_nor_delete() {
 
     let config = lab.config("", "");
     let (code, run, all) = lab.verify(&config, "ok.sql");
-    assert_ran(&run, code, 0, &all);
     let alive = nix::sys::signal::kill(nix::unistd::Pid::from_raw(bystander.0.id() as i32), None).is_ok();
     assert!(alive, "the reaper killed an unrelated process");
     assert!(victim.path().join("keep").exists(), "the reaper deleted an unrelated directory");
     assert!(!private.join("sandbox-bait").exists(), "the planted link itself is reaped");
+    assert_ran(&run, code, 0, &all);
+    assert_contained(&run);
 }
 
 /// A WAL archive whose one segment expands to gigabytes: streamed to disk, bounded,
@@ -310,12 +325,13 @@ fn a_wal_bomb_is_bounded_and_never_held_in_memory() {
     lab.put("wal/0000000100000000000000FF.zst", &std::fs::read(work.path().join("seg.zst")).unwrap());
     let config = lab.config("", "wal_prefix = \"wal/\"");
     let (code, run, all) = lab.verify(&config, "phys/b1/");
-    assert_ran(&run, code, 1, &all);
-    let msg = run["error"]["message"].as_str().unwrap_or_default();
-    assert!(msg.contains("0000000100000000000000FF") && msg.contains("expands beyond"), "{msg}");
     let usage = nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_CHILDREN).unwrap();
     let peak_mib = usage.max_rss() / 1024;
     assert!(peak_mib < 256, "a child (drcheck) peaked at {peak_mib} MiB");
+    assert_ran(&run, code, 1, &all);
+    let msg = run["error"]["message"].as_str().unwrap_or_default();
+    assert!(msg.contains("0000000100000000000000FF") && msg.contains("expands beyond"), "{msg}");
+    assert_contained(&run);
     assert!(lab.leftovers().is_empty(), "{:?}", lab.leftovers());
 }
 
