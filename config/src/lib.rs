@@ -17,7 +17,7 @@ mod validated;
 pub use duration::{format_duration, parse_duration};
 pub use error::ConfigError;
 pub use interpolate::{interpolate, interpolate_with};
-pub use secret::{Secret, redact_url};
+pub use secret::{Secret, redact_url, redact_userinfo};
 pub use validated::{
     ALL_VALIDATORS, AlertConfig, AlertKind, ApiConfig, Config, CustomCheck, DEFAULT_STATE_URL, DaemonConfig,
     FormatSetting, MetricsConfig, Profile, RecoveryTarget, S3Storage, SandboxConfig, StateConfig, StorageConfig,

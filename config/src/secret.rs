@@ -57,6 +57,19 @@ pub fn redact_url(s: &str) -> String {
     url.to_string()
 }
 
+/// A URL with its userinfo (user name and password) replaced by `***`: endpoint and
+/// gateway URLs may carry credentials there. Unparseable text is redacted whole.
+pub fn redact_userinfo(s: &str) -> String {
+    let Ok(mut url) = url::Url::parse(s) else {
+        return "***".to_string();
+    };
+    if !url.username().is_empty() || url.password().is_some() {
+        let _ = url.set_username("***");
+        let _ = url.set_password(None);
+    }
+    redact_url(url.as_str())
+}
+
 /// Only the scheme, host and port of a URL, for URLs whose path or query may carry a
 /// token (Slack and other webhooks): `https://hooks.example.com/***`.
 pub fn origin_only(s: &str) -> String {
@@ -89,6 +102,14 @@ mod tests {
     fn webhook_tokens_in_paths_are_hidden() {
         assert_eq!(origin_only("https://hooks.slack.com/services/T0/B0/XYZ"), "https://hooks.slack.com/***");
         assert_eq!(origin_only("http://127.0.0.1:9093"), "http://127.0.0.1:9093");
+    }
+
+    #[test]
+    fn userinfo_is_redacted_whole() {
+        let shown = redact_userinfo("http://AKIAKEY:s3cr3t@127.0.0.1:9000/");
+        assert!(!shown.contains("AKIAKEY") && !shown.contains("s3cr3t"), "{shown}");
+        assert_eq!(shown, "http://***@127.0.0.1:9000/");
+        assert_eq!(redact_userinfo("http://127.0.0.1:9000"), "http://127.0.0.1:9000/");
     }
 
     #[test]

@@ -36,7 +36,7 @@ pub struct Config {
 pub struct MetricsConfig {
     /// The daemon's HTTP address: /metrics, /healthz, /readyz, /api/v1/…
     pub listen: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none", serialize_with = "ser_opt_userinfo")]
     pub pushgateway: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub textfile: Option<PathBuf>,
@@ -179,7 +179,7 @@ pub enum StorageConfig {
 #[derive(Debug, Clone, Serialize)]
 pub struct S3Storage {
     pub bucket: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none", serialize_with = "ser_opt_userinfo")]
     pub endpoint: Option<String>,
     pub region: String,
     pub path_style: bool,
@@ -308,6 +308,13 @@ fn ser_url_origin<S: serde::Serializer>(s: &Secret, ser: S) -> Result<S::Ok, S::
 fn ser_opt_secret<S: serde::Serializer>(s: &Option<Secret>, ser: S) -> Result<S::Ok, S::Error> {
     match s {
         Some(s) => ser.serialize_str(&s.redacted()),
+        None => ser.serialize_none(),
+    }
+}
+
+fn ser_opt_userinfo<S: serde::Serializer>(s: &Option<String>, ser: S) -> Result<S::Ok, S::Error> {
+    match s {
+        Some(s) => ser.serialize_str(&crate::secret::redact_userinfo(s)),
         None => ser.serialize_none(),
     }
 }

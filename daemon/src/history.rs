@@ -274,6 +274,15 @@ impl History {
         Ok(r.rows_affected() == 1)
     }
 
+    /// Who holds a live lease on `target`, if anyone.
+    pub async fn lease_holder(&self, target: &str) -> anyhow::Result<Option<String>> {
+        Ok(sqlx::query_scalar::<_, String>("select holder from leases where target = $1 and expires_at >= $2")
+            .bind(target)
+            .bind(ts(SystemTime::now()))
+            .fetch_optional(&self.pool)
+            .await?)
+    }
+
     pub async fn release_lease(&self, target: &str, holder: &str) -> anyhow::Result<()> {
         sqlx::query("delete from leases where target = $1 and holder = $2")
             .bind(target)

@@ -256,6 +256,8 @@ pub async fn push(gateway: &str, target: &str, body: String) -> anyhow::Result<(
 /// Pushes `body` to the Pushgateway group `grouping` (`job/…/label/value`).
 pub async fn push_group(gateway: &str, grouping: &str, body: String) -> anyhow::Result<()> {
     let url = format!("{}/metrics/{grouping}", gateway.trim_end_matches('/'));
+    // Errors name the gateway without the credentials its URL may carry.
+    let gateway = &drcheck_config::redact_userinfo(gateway);
     let resp = reqwest::Client::builder()
         .connect_timeout(std::time::Duration::from_secs(5))
         .timeout(std::time::Duration::from_secs(15))

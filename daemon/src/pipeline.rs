@@ -109,6 +109,30 @@ fn database_of(url: &str) -> Option<String> {
     (!path.is_empty() && !path.contains('@')).then(|| path.to_string())
 }
 
+/// The most of an error message a report, the history and alerts keep. Messages quote
+/// tools' output, and that output quotes the backup: whoever wrote the backup must not
+/// be able to fill the history or an alert with it.
+pub const MAX_ERROR_CHARS: usize = 2000;
+
+/// `message` cut to [`MAX_ERROR_CHARS`] characters (head and tail kept: the tool's
+/// name leads, its last words are usually the reason), saying how much was left out.
+fn cap_message(message: &str) -> String {
+    let chars: Vec<char> = message.chars().collect();
+    if chars.len() <= MAX_ERROR_CHARS {
+        return message.to_string();
+    }
+    let keep = MAX_ERROR_CHARS / 2;
+    let head: String = chars[..keep].iter().collect();
+    let tail: String = chars[chars.len() - keep..].iter().collect();
+    format!("{head} […{} characters left out…] {tail}", chars.len() - 2 * keep)
+}
+
+/// How long a run may hold its target's lease: past its deadline and every validator's
+/// timeout, with room to record it.
+pub fn lease_ttl(t: &TargetConfig) -> Duration {
+    t.rto.mul_f64(t.abort_factor) + t.validators.timeout * 9 + Duration::from_secs(600)
+}
+
 /// What a restored cluster writes regardless of the backup's size.
 const CLUSTER_ALLOWANCE: u64 = 1 << 30;
 
@@ -195,7 +219,7 @@ pub async fn verify_as(
     r.result = match outcome {
         Err(stop) => {
             let result = stop.result;
-            r.error = Some(RunError { stage: stop.stage, message: stop.message });
+            r.error = Some(RunError { stage: stop.stage, message: cap_message(&stop.message) });
             result
         }
         Ok(()) if r.rpo.met == Some(false) || r.rto.met == Some(false) || r.validator_failed() => RunResult::Failed,
@@ -396,4 +420,17 @@ async fn select(store: &dyn BackupStore, target: &TargetConfig, backup_key: Opti
             ),
         )
     })
+}
+
+#[cfg(test)]
+mod cap_tests {
+    #[test]
+    fn long_messages_keep_head_and_tail() {
+        let long = format!("pg_restore failed: {}the reason", "x".repeat(10_000));
+        let capped = super::cap_message(&long);
+        assert!(capped.chars().count() < super::MAX_ERROR_CHARS + 60, "{}", capped.len());
+        assert!(capped.starts_with("pg_restore failed") && capped.ends_with("the reason"));
+        assert!(capped.contains("characters left out"));
+        assert_eq!(super::cap_message("short"), "short");
+    }
 }

@@ -13,6 +13,9 @@ pub struct Scope {
     vars: BTreeMap<String, String>,
 }
 
+/// Runbook variables reach shell steps as environment variables with this prefix.
+pub const SHELL_VAR_PREFIX: &str = "DRCHECK_VAR_";
+
 const SECRET_WORDS: &[&str] = &["password", "passwd", "secret", "token", "apikey", "api_key", "credential", "private"];
 
 /// Whether a variable's name says it holds a secret.
@@ -37,6 +40,25 @@ impl Scope {
     /// `text` with every `${name}` replaced; the error names the variable.
     pub fn resolve(&self, text: &str) -> Result<String, String> {
         drcheck_config::interpolate_with(text, &|n| self.get(n), &missing)
+    }
+
+    /// `text` for `/bin/sh -c`: every `${name}` becomes a reference to an environment
+    /// variable (`${DRCHECK_VAR_name}`) that carries the value, so the shell expands
+    /// values as data — a value such as `$(rm -rf ~)` or `'; reboot` is never run as
+    /// shell code. Returns the command and the variables to set.
+    pub fn resolve_for_shell(&self, text: &str) -> Result<(String, Vec<(String, String)>), String> {
+        let found = std::cell::RefCell::new(Vec::new());
+        let command = drcheck_config::interpolate_with(
+            text,
+            &|n| {
+                let value = self.get(n)?;
+                let env = format!("{SHELL_VAR_PREFIX}{n}");
+                found.borrow_mut().push((env.clone(), value));
+                Some(format!("${{{env}}}"))
+            },
+            &missing,
+        )?;
+        Ok((command, found.into_inner()))
     }
 
     /// `text` resolved for display: secret-looking variables as `***`, passwords in
@@ -115,6 +137,16 @@ mod tests {
             ("port".to_string(), "5432".to_string()),
             ("db_password".to_string(), "hunter22".to_string()),
         ]))
+    }
+
+    #[test]
+    fn shell_commands_get_values_through_the_environment_not_as_code() {
+        let mut s = Scope::default();
+        s.set("evil", "$(touch /tmp/x); echo 'hi".into());
+        let (cmd, env) = s.resolve_for_shell("echo \"${evil}\" $$HOME").unwrap();
+        assert_eq!(cmd, "echo \"${DRCHECK_VAR_evil}\" $HOME");
+        assert_eq!(env, vec![("DRCHECK_VAR_evil".to_string(), "$(touch /tmp/x); echo 'hi".to_string())]);
+        assert!(s.resolve_for_shell("${nope_not_here}").is_err());
     }
 
     #[test]

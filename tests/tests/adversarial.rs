@@ -344,3 +344,141 @@ impl Drop for Bystander {
         let _ = self.0.wait();
     }
 }
+
+/// Credentials in a storage endpoint's or a Pushgateway's URL (userinfo) are shown
+/// nowhere: not by `config check`, not in a run's error, not in the history, not in
+/// the warnings of a failed push.
+#[test]
+fn userinfo_in_endpoint_and_gateway_urls_is_never_shown() {
+    let lab = Lab::new();
+    let dead = drcheck_e2e::free_port();
+    let key_id = unique("AKIAUSER");
+    let secret = unique("s3cr3tpass");
+    let text = format!(
+        "[state]\nurl = \"sqlite://{root}/history.db\"\n[sandbox]\nscratch_dir = \"{scratch}\"\n\
+         [metrics]\npushgateway = \"http://{key_id}:{secret}@127.0.0.1:{dead}\"\n\
+         [storage.s3]\nkind = \"s3\"\nbucket = \"b\"\nendpoint = \"http://{key_id}:{secret}@127.0.0.1:{dead}\"\npath_style = true\n\
+         [[target]]\nname = \"t\"\nstorage = \"s3\"\nrto = \"10m\"\nrpo = \"1d\"\n",
+        root = lab.root.path().display(),
+        scratch = lab.scratch.display(),
+    );
+    let config = lab.root.path().join("c.toml");
+    std::fs::write(&config, text).unwrap();
+    let c = config.display().to_string();
+    let mut shown = String::new();
+    for args in [vec!["--config", &c, "config", "check"], vec!["--config", &c, "verify", "--json"], vec![
+        "--config", &c, "history", "--json",
+    ]] {
+        let (out, _) = drcheck_e2e::drcheck(&args, &[], Duration::from_secs(120));
+        shown.push_str(&drcheck_e2e::stdout(&out));
+        shown.push_str(&drcheck_e2e::stderr(&out));
+    }
+    assert!(shown.contains("127.0.0.1"), "the commands showed nothing: {shown}");
+    assert!(shown.contains("\"stage\""), "no run error was shown: {shown}");
+    assert!(!shown.contains(&secret) && !shown.contains(&key_id), "credentials shown: {shown}");
+    let db = std::fs::read(lab.root.path().join("history.db")).unwrap();
+    let db = String::from_utf8_lossy(&db);
+    assert!(!db.contains(&secret) && !db.contains(&key_id), "credentials in the history store");
+}
+
+/// Error text quoted from a backup is capped: a dump cannot fill the report, the
+/// history or an alert with its own bytes.
+#[test]
+fn error_text_quoted_from_a_backup_is_capped() {
+    let lab = Lab::new();
+    let filler = "A".repeat(100_000);
+    lab.put("loud.sql", &plain(&format!("select '{filler}'::int;\n")));
+    let config = lab.config("", "");
+    let (code, run, all) = lab.verify(&config, "loud.sql");
+    assert_ran(&run, code, 1, &all);
+    let msg = run["error"]["message"].as_str().unwrap();
+    assert!(msg.starts_with("psql failed") && msg.contains("characters left out"), "{msg}");
+    assert!(msg.chars().count() <= 2100, "{} characters", msg.chars().count());
+}
+
+/// `--var` values and captured values reach shell steps as data: a value holding shell
+/// syntax is printed, not run.
+#[test]
+fn drill_variables_are_never_run_as_shell_code() {
+    let lab = Lab::new();
+    let marker = lab.outside.join("injected");
+    let yaml = "title: Injection\nvariables:\n  who: nobody\nsteps:\n  - name: greet\n    shell:\n      command: 'echo \"hello ${who}\"; echo hello ${who}'\n      capture: said\n  - name: again\n    shell:\n      command: 'echo ${said}'\n";
+    let file = write_file(lab.root.path(), "inject.yaml", yaml.as_bytes());
+    let evil = format!("$(touch {m}); touch {m}2 `touch {m}3`", m = marker.display());
+    let report = lab.root.path().join("r.html");
+    let (out, _) = drcheck_e2e::drcheck(
+        &[
+            "drill",
+            "run",
+            &file.display().to_string(),
+            "--report",
+            &report.display().to_string(),
+            "--var",
+            &format!("who={evil}"),
+        ],
+        &[],
+        Duration::from_secs(120),
+    );
+    let all = format!("{}{}", drcheck_e2e::stdout(&out), drcheck_e2e::stderr(&out));
+    assert!(lab.escaped().is_empty(), "a variable ran as shell code: {:?}\n{all}", lab.escaped());
+    assert_eq!(out.status.code(), Some(0), "{all}");
+    assert!(all.contains(&format!("hello {evil}")), "the value was not passed through literally: {all}");
+}
+
+/// A one-shot `verify` takes the target's lease in the history store, like the daemon:
+/// a second one while the first restores says who holds it and exits 3.
+#[test]
+fn a_second_verify_of_the_same_target_waits_for_the_lease() {
+    let lab = Lab::new();
+    lab.put("slow.sql", &plain("create table t (id int);\nselect pg_sleep(6);\n"));
+    let config = lab.config("", "");
+    let c = config.display().to_string();
+    let first = std::process::Command::new(drcheck_e2e::drcheck_bin())
+        .args(["--config", &c, "verify", "--target", "t", "--backup", "slow.sql", "--json"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let private = lab.scratch.join(format!("drcheck-{}", nix::unistd::Uid::effective().as_raw()));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while std::fs::read_dir(&private).map(|d| d.count()).unwrap_or(0) == 0 {
+        assert!(Instant::now() < deadline, "the first run never started restoring");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let (second, _) = drcheck_e2e::drcheck(
+        &["--config", &c, "verify", "--target", "t", "--backup", "slow.sql", "--json"],
+        &[],
+        Duration::from_secs(60),
+    );
+    let err = drcheck_e2e::stderr(&second);
+    let first = first.wait_with_output().unwrap();
+    assert_eq!(second.status.code(), Some(3), "{err}");
+    assert!(err.contains("drcheck verify pid") && err.contains("is verifying it"), "{err}");
+    assert_eq!(first.status.code(), Some(0), "{}", String::from_utf8_lossy(&first.stderr));
+}
+
+/// With `[api] token`, every API route needs it; only /metrics, /healthz and /readyz
+/// stay open.
+#[test]
+fn the_api_token_guards_every_api_route() {
+    let lab = Lab::new();
+    let port = drcheck_e2e::free_port();
+    let config = lab.config("", "");
+    let mut text = std::fs::read_to_string(&config).unwrap();
+    text.push_str(&format!("[metrics]\nlisten = \"127.0.0.1:{port}\"\n[api]\ntoken = \"tok-{port}\"\n"));
+    std::fs::write(&config, text).unwrap();
+    let _daemon = drcheck_e2e::Daemon::start(&config, port, &[]);
+    let auth = format!("Bearer tok-{port}");
+    for (method, path) in [("GET", "/api/v1/runs"), ("POST", "/api/v1/targets/t/verify")] {
+        let (status, _) = drcheck_e2e::http_request(port, method, path, &[], "");
+        assert_eq!(status, 401, "{method} {path} without the token");
+        let (status, _) = drcheck_e2e::http_request(port, method, path, &[("Authorization", "Bearer wrong")], "");
+        assert_eq!(status, 401, "{method} {path} with a wrong token");
+    }
+    let (status, body) = drcheck_e2e::http_request(port, "GET", "/api/v1/runs", &[("Authorization", &auth)], "");
+    assert_eq!(status, 200, "{body}");
+    for path in ["/metrics", "/healthz", "/readyz"] {
+        let (status, _) = drcheck_e2e::http_request(port, "GET", path, &[], "");
+        assert_eq!(status, 200, "{path}");
+    }
+}

@@ -16,13 +16,32 @@ pub async fn run(config: &Config, args: VerifyArgs) -> Result<Exit, CliError> {
     let history = History::open(&config.state.url).await.map_err(CliError::incomplete)?;
     let cancel = crate::shutdown::on_signals();
     let mut reports = Vec::new();
+    let mut not_run = Vec::new();
+    // The same per-target lease as the daemon: a CronJob and a daemon (or two
+    // CronJobs) never restore the same target at once.
+    let holder = format!("drcheck verify pid {} ({})", std::process::id(), &pipeline::new_run_id()[..8]);
     for target in targets {
         if cancel.is_cancelled() {
             break;
         }
+        match history.acquire_lease(&target.name, &holder, pipeline::lease_ttl(target)).await {
+            Ok(true) => {}
+            Ok(false) => {
+                let who = history.lease_holder(&target.name).await.ok().flatten().unwrap_or_else(|| "another process".into());
+                eprintln!("drcheck: {}: not verified: {who} is verifying it (lease in the history store)", target.name);
+                not_run.push(RunResult::Error);
+                continue;
+            }
+            Err(e) => {
+                eprintln!("drcheck: {}: not verified: cannot take the lease: {e:#}", target.name);
+                not_run.push(RunResult::Error);
+                continue;
+            }
+        }
         let progress = Progress::new(!args.json);
         let report = pipeline::verify(config, target, args.backup.as_deref(), &cancel, &progress).await;
         drop(progress);
+        let _ = history.release_lease(&target.name, &holder).await;
         if let Err(e) = history.record_with_alerts(&report, &sink_names(config)).await {
             tracing::error!(target = %report.target, run_id = %report.run_id, "cannot record the run: {e:#}");
             eprintln!("drcheck: cannot record run {} in the history store: {e:#}", report.run_id);
@@ -59,7 +78,7 @@ pub async fn run(config: &Config, args: VerifyArgs) -> Result<Exit, CliError> {
         let out = serde_json::json!({ "runs": reports });
         println!("{}", serde_json::to_string_pretty(&out).map_err(CliError::incomplete)?);
     }
-    Ok(overall_exit(reports.iter().map(|r| r.result)))
+    Ok(overall_exit(reports.iter().map(|r| r.result).chain(not_run)))
 }
 
 /// One-shot metrics: pushed to the Pushgateway per target; returns them all for the

@@ -1,6 +1,10 @@
 //! The daemon's HTTP surface: `/metrics`, `/healthz`, `/readyz`, `GET /api/v1/runs`,
 //! `POST /api/v1/targets/{name}/verify` (bearer token; 401 without it, 404 for an
 //! unknown target, 409 while that target runs, 202 with the run id otherwise).
+//!
+//! With `[api] token` set, every route under `/api` needs it (a layer over the whole
+//! `/api` tree, so a new route cannot forget it); only `/metrics`, `/healthz` and
+//! `/readyz` stay open. Without a token, `GET /api/v1/runs` is open and triggering is off.
 
 use super::{Shared, run_target};
 use axum::Json;
@@ -11,13 +15,41 @@ use axum::routing::{get, post};
 use std::sync::Arc;
 
 pub fn router(shared: Arc<Shared>) -> axum::Router {
+    let api = axum::Router::new()
+        .route("/api/v1/runs", get(runs))
+        .route("/api/v1/targets/{name}/verify", post(trigger))
+        .route_layer(axum::middleware::from_fn_with_state(shared.clone(), require_token));
     axum::Router::new()
         .route("/metrics", get(metrics))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
-        .route("/api/v1/runs", get(runs))
-        .route("/api/v1/targets/{name}/verify", post(trigger))
+        .merge(api)
         .with_state(shared)
+}
+
+/// The bearer token check of every `/api` route, when a token is configured.
+async fn require_token(
+    State(s): State<Arc<Shared>>,
+    headers: HeaderMap,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    if let Some(token) = &s.config().api.token
+        && !bearer_matches(&headers, token.expose())
+    {
+        return unauthorized();
+    }
+    next.run(request).await
+}
+
+fn bearer_matches(headers: &HeaderMap, token: &str) -> bool {
+    let given =
+        headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "));
+    given.is_some_and(|g| same(g.as_bytes(), token.as_bytes()))
+}
+
+fn unauthorized() -> Response {
+    (StatusCode::UNAUTHORIZED, [(header::WWW_AUTHENTICATE, "Bearer")], "missing or wrong bearer token\n").into_response()
 }
 
 async fn metrics(State(s): State<Arc<Shared>>) -> Response {
@@ -57,11 +89,8 @@ async fn trigger(State(s): State<Arc<Shared>>, Path(name): Path<String>, headers
     let Some(token) = &config.api.token else {
         return (StatusCode::UNAUTHORIZED, "the trigger API is off: set [api] token\n").into_response();
     };
-    let given =
-        headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "));
-    if !given.is_some_and(|g| same(g.as_bytes(), token.expose().as_bytes())) {
-        return (StatusCode::UNAUTHORIZED, [(header::WWW_AUTHENTICATE, "Bearer")], "missing or wrong bearer token\n")
-            .into_response();
+    if !bearer_matches(&headers, token.expose()) {
+        return unauthorized();
     }
     if config.target(&name).is_none() {
         return (StatusCode::NOT_FOUND, format!("no target {name:?}\n")).into_response();

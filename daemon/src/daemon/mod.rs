@@ -55,7 +55,7 @@ pub async fn run_target(shared: Arc<Shared>, target: String, run_id: String) -> 
     let config = shared.config();
     let Some(t) = config.target(&target).cloned() else { return Err(format!("no target {target:?}")) };
     let _permit = shared.restores.clone().acquire_owned().await.map_err(|_| "shutting down".to_string())?;
-    let ttl = t.rto.mul_f64(t.abort_factor) + t.validators.timeout * 9 + Duration::from_secs(600);
+    let ttl = crate::pipeline::lease_ttl(&t);
     match shared.history.acquire_lease(&target, &shared.holder, ttl).await {
         Ok(true) => {}
         Ok(false) => {
@@ -105,7 +105,7 @@ pub async fn run(
         history,
         metrics: Metrics::new(),
         running: Default::default(),
-        holder: format!("{}-{}", std::process::id(), &pipeline::new_run_id()[..8]),
+        holder: format!("drcheck daemon pid {} ({})", std::process::id(), &pipeline::new_run_id()[..8]),
         tracker: TaskTracker::new(),
         runs_cancel: CancellationToken::new(),
     });

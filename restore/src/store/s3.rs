@@ -25,6 +25,8 @@ pub struct S3Store {
     client: aws_sdk_s3::Client,
     bucket: String,
     endpoint: String,
+    /// As configured (userinfo and all): only to scrub it out of the SDK's messages.
+    raw_endpoint: String,
     breaker: Arc<Breaker>,
 }
 
@@ -52,9 +54,21 @@ impl S3Store {
         if let Some(endpoint) = &cfg.endpoint {
             builder = builder.endpoint_url(endpoint);
         }
-        let endpoint = cfg.endpoint.clone().unwrap_or_else(|| format!("AWS {}", cfg.region));
+        // Shown in errors, logs and the breaker's metric label: never its userinfo.
+        let endpoint = cfg
+            .endpoint
+            .as_deref()
+            .map(drcheck_config::redact_userinfo)
+            .unwrap_or_else(|| format!("AWS {}", cfg.region));
+        let raw_endpoint = cfg.endpoint.clone().unwrap_or_default();
         let breaker = breaker::for_dependency(&format!("s3 {endpoint}"));
-        Self { client: aws_sdk_s3::Client::from_conf(builder.build()), bucket: cfg.bucket.clone(), endpoint, breaker }
+        Self {
+            client: aws_sdk_s3::Client::from_conf(builder.build()),
+            bucket: cfg.bucket.clone(),
+            endpoint,
+            raw_endpoint,
+            breaker,
+        }
     }
 
     fn error<E>(&self, what: &str, e: SdkError<E, HttpResponse>) -> StoreError
@@ -77,11 +91,24 @@ impl S3Store {
             }
             _ => (format!("{what}: {}", DisplayErrorContext(&e)), false),
         };
+        let message = self.scrub(message);
         StoreError { store: self.describe(), message, unreachable }
     }
 }
 
 impl S3Store {
+    /// The SDK's messages may quote the endpoint URL: never with its userinfo.
+    fn scrub(&self, message: String) -> String {
+        let Ok(url) = url::Url::parse(&self.raw_endpoint) else { return message };
+        let mut message = message.replace(&self.raw_endpoint, &self.endpoint);
+        for part in [url.username(), url.password().unwrap_or("")] {
+            if part.len() >= 3 {
+                message = message.replace(part, "***");
+            }
+        }
+        message
+    }
+
     /// Runs a call through the endpoint's circuit breaker. Only failures to reach the
     /// store count against it; a 404 is the store working.
     async fn guarded<T>(

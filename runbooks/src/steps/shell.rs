@@ -18,11 +18,16 @@ const TAIL_BYTES: usize = 4096;
 const GRACE: Duration = Duration::from_secs(5);
 
 pub async fn run(s: &RawShell, ctx: &StepCtx<'_>) -> Result<Outcome, Outcome> {
-    let command = ctx.resolve("command", &s.command)?;
+    // Values reach the shell as environment variables, never spliced into its code.
+    let (command, values) =
+        ctx.scope.resolve_for_shell(&s.command).map_err(|e| Outcome::failed(format!("command: {e}")))?;
     let mut cmd = Command::new("/bin/sh");
     cmd.arg("-c").arg(&command).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
     cmd.process_group(0).kill_on_drop(true);
     for (k, v) in &ctx.env.shell_env {
+        cmd.env(k, v);
+    }
+    for (k, v) in values {
         cmd.env(k, v);
     }
     for (k, v) in &s.env {
