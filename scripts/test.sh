@@ -8,4 +8,9 @@ bash scripts/setup.sh
 bash deploy/check.sh
 # The end-to-end tests run the built binary, so build it first.
 cargo build --locked --bin drcheck
-cargo nextest run --locked --workspace --no-fail-fast "$@"
+status=0
+cargo nextest run --locked --workspace --no-fail-fast "$@" || status=$?
+# The adversarial corpus a second time, with drcheck as an unprivileged user (as in the
+# shipped container): the run above is as root.
+bash tests/unprivileged.sh || status=$?
+exit "$status"

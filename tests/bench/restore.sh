@@ -9,6 +9,8 @@
 # BENCH_DIR (default /var/tmp/drcheck-bench) keeps the generated dump between runs;
 # BENCH_FRESH=1 regenerates it. BENCH_JOBS (default 2) is pg_restore -j for both sides.
 # BENCH_BLOB_ROWS (default 900000, ~1 KiB each) sizes the data.
+# DRCHECK_BASELINE_BIN: another drcheck (e.g. one built before the restore containment)
+# run on the same dump in the same run; the ratio line says what the difference costs.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 root=$PWD
@@ -121,9 +123,9 @@ plain=$(elapsed "$t0" "$t1")
 as_pg "$pgbin/pg_ctl" -D "$work/plain" -m fast stop >/dev/null
 rm -rf "$work/plain" "$work/plain.dump"
 
-run_drcheck() { # PROFILE JOBS → prints "rto peak_rss_kib"
-  local out=$work/run.json rss=$work/rss.json
-  python3 tests/bench/peak_rss.py "$rss" "$drcheck" --config "$(config "$1" "$2")" verify --json >"$out" || true
+run_drcheck() { # PROFILE JOBS [BINARY] → prints "rto peak_rss_kib"
+  local out=$work/run.json rss=$work/rss.json bin=${3:-$drcheck}
+  python3 tests/bench/peak_rss.py "$rss" "$bin" --config "$(config "$1" "$2")" verify --json >"$out" || true
   python3 - "$out" "$rss" <<'PY'
 import json, sys
 run = json.load(open(sys.argv[1]))["runs"][0]
@@ -138,6 +140,16 @@ echo "bench: drcheck verify, production profile, streamed (restore_jobs=1)…"
 read -r dr_stream dr_stream_rss < <(run_drcheck production 1)
 echo "bench: drcheck verify, fast profile, restore_jobs=$jobs…"
 read -r dr_fast dr_fast_rss < <(run_drcheck fast "$jobs")
+
+base_prod=0
+if [ -n "${DRCHECK_BASELINE_BIN:-}" ]; then
+  echo "bench: baseline drcheck ($DRCHECK_BASELINE_BIN) verify, production profile, restore_jobs=$jobs…"
+  read -r base_prod _ < <(run_drcheck production "$jobs" "$DRCHECK_BASELINE_BIN")
+  echo "bench: drcheck verify again, production profile, restore_jobs=$jobs (interleaved with the baseline)…"
+  read -r dr_prod2 _ < <(run_drcheck production "$jobs")
+  echo "bench: baseline again…"
+  read -r base_prod2 _ < <(run_drcheck production "$jobs" "$DRCHECK_BASELINE_BIN")
+fi
 
 python3 - <<PY
 size = $size
@@ -160,4 +172,9 @@ print(f"ratio drcheck/plain fetch+restore (streamed):        {$dr_stream / $plai
 print(f"ratio download speed drcheck/aws:                    {$aws_dl / $dr_dl:.3f}   (target >= 1.0)")
 print(f"peak RSS (max of runs):                              {max($dr_prod_rss, $dr_stream_rss, $dr_fast_rss) / 1024:.1f} MiB (target <= 64 MiB)")
 print(f"ratio fast/production restore time:                  {$dr_fast / $dr_prod:.3f}")
+if $base_prod > 0:
+    mine = ($dr_prod + ${dr_prod2:-0}) / 2
+    base = ($base_prod + ${base_prod2:-0}) / 2
+    r = mine / base
+    print(f"ratio drcheck/baseline fetch+restore (mean of 2 each): {r:.3f}   (target <= 1.05) {'met' if r <= 1.05 else 'MISSED'}")
 PY

@@ -31,7 +31,15 @@ impl Lab {
         }
         make_world_enterable(&scratch);
         std::fs::set_permissions(&outside, std::fs::Permissions::from_mode(0o777)).unwrap();
+        // drcheck may run as another, unprivileged user (see `drcheck_user`): it writes
+        // its history and reports here.
+        std::fs::set_permissions(root.path(), std::fs::Permissions::from_mode(0o1777)).unwrap();
         Lab { root, store, scratch, outside }
+    }
+
+    /// drcheck's private directory in the scratch directory (named after its uid).
+    pub fn private_dir(&self) -> PathBuf {
+        self.scratch.join(format!("drcheck-{}", drcheck_user().0))
     }
 
     /// Puts a backup object at `key` in the store.
@@ -76,8 +84,7 @@ impl Lab {
 
     /// What is left in drcheck's private directory after a run.
     pub fn leftovers(&self) -> Vec<String> {
-        let private = self.scratch.join(format!("drcheck-{}", nix::unistd::Uid::effective().as_raw()));
-        std::fs::read_dir(private)
+        std::fs::read_dir(self.private_dir())
             .map(|d| d.filter_map(Result::ok).map(|e| e.file_name().to_string_lossy().into_owned()).collect())
             .unwrap_or_default()
     }
@@ -87,6 +94,28 @@ impl Default for Lab {
     fn default() -> Self {
         Self::new()
     }
+}
+
+/// The uid and gid drcheck runs as: `$DRCHECK_TEST_USER` (a user name; the CI runs
+/// the adversarial tests a second time with drcheck unprivileged), else this process's.
+pub fn drcheck_user() -> (u32, u32) {
+    match std::env::var("DRCHECK_TEST_USER") {
+        Ok(name) => {
+            let u = nix::unistd::User::from_name(&name).unwrap().expect("DRCHECK_TEST_USER names no user");
+            (u.uid.as_raw(), u.gid.as_raw())
+        }
+        Err(_) => (nix::unistd::Uid::effective().as_raw(), nix::unistd::Gid::effective().as_raw()),
+    }
+}
+
+/// The user a sandbox server runs as: `postgres` when drcheck is root, else drcheck's.
+pub fn sandbox_user() -> (u32, u32) {
+    let (uid, gid) = drcheck_user();
+    if uid != 0 {
+        return (uid, gid);
+    }
+    let u = nix::unistd::User::from_name("postgres").unwrap().unwrap();
+    (u.uid.as_raw(), u.gid.as_raw())
 }
 
 /// Asserts the run ended with exit `want_code` and a JSON report (a crash is not a
@@ -207,8 +236,8 @@ pub fn as_other_run(own_dir: &Path, program: &str, args: &[&str], env: &[(&str, 
         }
     }
     if nix::unistd::Uid::effective().is_root() {
-        let u = nix::unistd::User::from_name("postgres").unwrap().unwrap();
-        cmd.arg("--user").arg(format!("{}:{}", u.uid, u.gid));
+        let (uid, gid) = sandbox_user();
+        cmd.arg("--user").arg(format!("{uid}:{gid}"));
     }
     cmd.args(["--abi", "7", "--", program]).args(args).env_clear().envs(env.iter().copied());
     cmd.output().unwrap()

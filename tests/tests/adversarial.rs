@@ -3,7 +3,9 @@
 //! (the attack lands outside, or passes), and checks the run really got to the sandbox
 //! (a crash is not a contained attack). See SECURITY.md for the threat model.
 
-use drcheck_e2e::hostile::{Lab, TarBuilder, as_other_run, assert_contained, assert_ran, sh, write_file};
+use drcheck_e2e::hostile::{
+    Lab, TarBuilder, as_other_run, assert_contained, assert_ran, drcheck_user, sh, write_file,
+};
 use drcheck_e2e::{PG_BIN, PgPrimary, TempRoot, unique};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
@@ -121,7 +123,7 @@ fn another_runs_process_cannot_enter_a_running_sandbox() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let private = lab.scratch.join(format!("drcheck-{}", nix::unistd::Uid::effective().as_raw()));
+    let private = lab.private_dir();
     let deadline = Instant::now() + Duration::from_secs(60);
     let (sock, passfile) = loop {
         assert!(Instant::now() < deadline, "no running sandbox appeared");
@@ -291,11 +293,16 @@ fn planted_leftovers_neither_kill_nor_delete() {
     }
     // A planted owner record inside drcheck's private directory naming pid 1 and the
     // victim, and a "sandbox" that is a link to the victim.
-    let private = lab.scratch.join(format!("drcheck-{}", nix::unistd::Uid::effective().as_raw()));
+    let private = lab.private_dir();
     std::fs::create_dir_all(&private).unwrap();
     std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o711)).unwrap();
     std::fs::write(private.join("sandbox-bait.owner"), format!("1 0\n{}\n", victim.path().display())).unwrap();
     std::os::unix::fs::symlink(victim.path(), private.join("sandbox-bait")).unwrap();
+    // Planted as drcheck's own user would have (only it can write there).
+    let (uid, gid) = drcheck_user();
+    for p in [private.clone(), private.join("sandbox-bait.owner"), private.join("sandbox-bait")] {
+        std::os::unix::fs::lchown(&p, Some(uid), Some(gid)).unwrap();
+    }
 
     let config = lab.config("", "");
     let (code, run, all) = lab.verify(&config, "ok.sql");
@@ -439,7 +446,7 @@ fn a_second_verify_of_the_same_target_waits_for_the_lease() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let private = lab.scratch.join(format!("drcheck-{}", nix::unistd::Uid::effective().as_raw()));
+    let private = lab.private_dir();
     let deadline = Instant::now() + Duration::from_secs(60);
     while std::fs::read_dir(&private).map(|d| d.count()).unwrap_or(0) == 0 {
         assert!(Instant::now() < deadline, "the first run never started restoring");

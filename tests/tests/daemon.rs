@@ -16,7 +16,16 @@ fn daemon_config(scene: &Scene, port: u16, endpoint: Option<String>, target_extr
 }
 
 fn runs(port: u16) -> Vec<serde_json::Value> {
-    let v: serde_json::Value = serde_json::from_str(&http_get(port, "/api/v1/runs?target=orders&limit=100")).unwrap();
+    // With a token configured, every API route needs it.
+    let (status, body) = drcheck_e2e::http_request(
+        port,
+        "GET",
+        "/api/v1/runs?target=orders&limit=100",
+        &[("Authorization", "Bearer tok-123")],
+        "",
+    );
+    assert_eq!(status, 200, "{body}");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
     v["runs"].as_array().unwrap().clone()
 }
 

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# The adversarial corpus again, with drcheck running as an unprivileged user (the
+# shipped container's case: drcheck and the sandbox server share one uid, so Landlock,
+# non-dumpability and the per-run password are all that stand between them).
+# Needs root (to create the user and switch to it); elsewhere the main run already is
+# the unprivileged case.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if [ "$(id -u)" != 0 ]; then
+  echo "unprivileged.sh: already unprivileged; the main test run covers it" >&2
+  exit 0
+fi
+user=drcheck-ci
+id -u "$user" >/dev/null 2>&1 || useradd --system --user-group --no-create-home --shell /usr/sbin/nologin "$user"
+uid=$(id -u "$user")
+gid=$(id -g "$user")
+# The checkout may live where the user cannot enter (/root): run a copy of the binary.
+dir=$(mktemp -d /tmp/drcheck-unprivileged.XXXXXX)
+trap 'rm -rf "$dir"' EXIT
+chmod 755 "$dir"
+install -m 755 target/debug/drcheck "$dir/drcheck"
+cat >"$dir/drcheck-as-$user" <<WRAP
+#!/bin/sh
+exec setpriv --reuid=$uid --regid=$gid --clear-groups -- $dir/drcheck "\$@"
+WRAP
+chmod 755 "$dir/drcheck-as-$user"
+echo "unprivileged.sh: the adversarial tests with drcheck as $user (uid $uid)" >&2
+DRCHECK_BIN="$dir/drcheck-as-$user" DRCHECK_TEST_USER="$user" DRCHECK_HELPER_BIN="$dir/drcheck" \
+  cargo nextest run --locked -p drcheck-e2e --test adversarial --no-fail-fast "$@"
