@@ -376,6 +376,11 @@ async fn steps(
             database: database.clone(),
             bindir: sandbox.bin().dir.clone(),
             passfile: Some(sandbox.passfile()),
+            launcher: Some({
+                // pg_amcheck and pg_dump read restored data: contained like the restore.
+                let policy = sandbox.policy(&[sandbox.bin().dir.clone()]);
+                std::sync::Arc::new(move |program: &std::path::Path| drcheck_restore::contain::command(program, &policy))
+            }),
         },
         primary,
         backup_time: backup.last_modified,

@@ -137,14 +137,14 @@ pub fn loader_paths() -> Vec<PathBuf> {
 
 /// A command that runs `program` under `policy`: the helper when containment is on,
 /// or `program` itself (as the policy's user) when it is off.
-pub fn command(program: &Path, policy: &Policy) -> Result<std::process::Command, String> {
+pub fn command(program: &Path, policy: &Policy) -> std::process::Command {
     use std::os::unix::process::CommandExt;
     let Some(helper) = HELPER.get().filter(|_| policy.require_abi.is_some() || policy.user.is_some()) else {
         let mut cmd = std::process::Command::new(program);
         if let Some((uid, gid)) = policy.user {
             cmd.uid(uid).gid(gid);
         }
-        return Ok(cmd);
+        return cmd;
     };
     let mut cmd = std::process::Command::new(helper);
     cmd.arg(HELPER_ARG);
@@ -161,7 +161,7 @@ pub fn command(program: &Path, policy: &Policy) -> Result<std::process::Command,
         None => cmd.arg("--uncontained"),
     };
     cmd.arg("--").arg(program);
-    Ok(cmd)
+    cmd
 }
 
 /// The helper's side. Returns `None` when `args` do not ask for the helper; otherwise it

@@ -115,7 +115,7 @@ async fn verify_backup(sandbox: &Sandbox, data: &Path, manifest: &str) -> Result
     exec.extend(["/bin/sh"].iter().filter_map(|p| std::fs::canonicalize(p).ok()));
     let mut policy = sandbox.policy(&exec);
     policy.read_only.extend(contain::system_read_paths(&bin.dir));
-    let cmd = contain::command(&tool, &policy).map_err(|m| RestoreError::infra(Stage::Restore, m))?;
+    let cmd = contain::command(&tool, &policy);
     let out = tokio::process::Command::from(cmd)
         .arg("-q")
         .arg("-m")

@@ -233,7 +233,7 @@ impl Sandbox {
     fn command_with(&self, tool: &str, extra: &[PathBuf]) -> Result<Command, RestoreError> {
         let mut exec = vec![self.bin_ref().dir.clone()];
         exec.extend(extra.iter().cloned());
-        let mut cmd = contain::command(&self.bin_ref().tool(tool), &self.policy(&exec)).map_err(infra)?;
+        let mut cmd = contain::command(&self.bin_ref().tool(tool), &self.policy(&exec));
         cmd.current_dir(&self.root)
             .env_clear()
             .env("PATH", "/usr/bin:/bin")

@@ -9,7 +9,11 @@ pub struct Amcheck;
 
 /// A PostgreSQL client tool against the restored database, in a clean environment.
 pub(crate) fn tool(access: &RestoredAccess, name: &str) -> tokio::process::Command {
-    let mut cmd = tokio::process::Command::new(access.bindir.join(name));
+    let program = access.bindir.join(name);
+    let mut cmd = match &access.launcher {
+        Some(launch) => tokio::process::Command::from(launch(&program)),
+        None => tokio::process::Command::new(&program),
+    };
     cmd.arg("-h")
         .arg(&access.socket_dir)
         .args(["-p", &access.port.to_string(), "-U", "postgres"])

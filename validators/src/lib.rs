@@ -82,8 +82,12 @@ pub enum Primary {
     Unavailable(String),
 }
 
+/// Builds the command for a client tool (its path given): the binary passes one that
+/// runs the tool inside the sandbox's containment, since the tools read restored data.
+pub type ToolLauncher = std::sync::Arc<dyn Fn(&std::path::Path) -> std::process::Command + Send + Sync>;
+
 /// How to reach the restored database with command-line tools (pg_amcheck, pg_dump).
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct RestoredAccess {
     pub socket_dir: PathBuf,
     pub port: u16,
@@ -91,6 +95,18 @@ pub struct RestoredAccess {
     pub bindir: PathBuf,
     /// libpq's password file for the sandbox (its password is random per run).
     pub passfile: Option<PathBuf>,
+    /// How tools are started; `None` runs them directly.
+    pub launcher: Option<ToolLauncher>,
+}
+
+impl std::fmt::Debug for RestoredAccess {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RestoredAccess")
+            .field("socket_dir", &self.socket_dir)
+            .field("database", &self.database)
+            .field("contained", &self.launcher.is_some())
+            .finish()
+    }
 }
 
 /// What validators get to look at.
