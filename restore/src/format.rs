@@ -40,6 +40,42 @@ impl fmt::Display for BackupFormat {
 /// How many leading bytes [`detect`] wants to see (a tar header's magic sits at 257).
 pub const DETECT_BYTES: usize = 8192;
 
+/// How many bytes a compressed backup says it expands to, where its format records it:
+/// gzip's trailer (ISIZE, the size modulo 4 GiB: a lower bound), a zstd frame's content
+/// size. `head` is the object's first bytes, `tail` its last four.
+pub fn declared_expanded_size(head: &[u8], tail: &[u8]) -> Option<u64> {
+    match detect(head) {
+        BackupFormat::Gzip => {
+            let t: [u8; 4] = tail.get(tail.len().checked_sub(4)?..)?.try_into().ok()?;
+            Some(u64::from(u32::from_le_bytes(t)))
+        }
+        BackupFormat::Zstd => zstd_content_size(head),
+        _ => None,
+    }
+}
+
+/// The Frame_Content_Size of the first zstd frame, when the header carries one.
+fn zstd_content_size(head: &[u8]) -> Option<u64> {
+    let descriptor = *head.get(4)?;
+    let fcs_flag = descriptor >> 6;
+    let single_segment = descriptor & 0x20 != 0;
+    let dict_len = [0usize, 1, 2, 4][usize::from(descriptor & 0x03)];
+    let fcs_len = match (fcs_flag, single_segment) {
+        (0, false) => return None,
+        (0, true) => 1,
+        (1, _) => 2,
+        (2, _) => 4,
+        _ => 8,
+    };
+    let at = 5 + usize::from(!single_segment) + dict_len;
+    let bytes = head.get(at..at + fcs_len)?;
+    let mut v = 0u64;
+    for (i, b) in bytes.iter().enumerate() {
+        v |= u64::from(*b) << (8 * i);
+    }
+    Some(if fcs_len == 2 { v + 256 } else { v })
+}
+
 /// Detects the format from the first bytes of a backup.
 pub fn detect(head: &[u8]) -> BackupFormat {
     if head.starts_with(b"PGDMP") {
@@ -201,5 +237,22 @@ mod tests {
         let mut tar = vec![0u8; 512];
         tar[..7].copy_from_slice(b"toc.dat");
         assert_eq!(first_tar_member(&tar).as_deref(), Some("toc.dat"));
+    }
+
+    #[test]
+    fn declared_sizes_of_gzip_and_zstd() {
+        // `printf 'hello' | gzip | tail -c4` holds 5; a zstd frame of 5 bytes (single
+        // segment, 1-byte size) as `zstd` writes for a known input size.
+        let gz_head = [0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 3];
+        assert_eq!(super::declared_expanded_size(&gz_head, &[5, 0, 0, 0]), Some(5));
+        let zst = [0x28, 0xb5, 0x2f, 0xfd, 0x20, 0x05, 0x29, 0x00, 0x00];
+        assert_eq!(super::declared_expanded_size(&zst, &[]), Some(5));
+        // 4-byte size, windowed: 3 GiB.
+        let big = [0x28, 0xb5, 0x2f, 0xfd, 0x80, 0x58, 0x00, 0x00, 0x00, 0xc0];
+        assert_eq!(super::declared_expanded_size(&big, &[]), Some(3 << 30));
+        // A streamed frame without a size, and truncated headers, say nothing.
+        assert_eq!(super::declared_expanded_size(&[0x28, 0xb5, 0x2f, 0xfd, 0x00, 0x58], &[]), None);
+        assert_eq!(super::declared_expanded_size(&[0x28, 0xb5, 0x2f, 0xfd, 0x80], &[]), None);
+        assert_eq!(super::declared_expanded_size(&gz_head, &[1]), None);
     }
 }

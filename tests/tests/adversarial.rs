@@ -248,15 +248,7 @@ fn a_base_backups_own_recovery_commands_never_run() {
 #[test]
 fn a_decompression_bomb_stops_at_the_ceiling() {
     let lab = Lab::new();
-    let work = lab.root.path().join("bomb");
-    std::fs::create_dir_all(&work).unwrap();
-    sh(&format!(
-        "cd {w} && mkdir d && truncate -s 3G d/toc.dat && tar -cf - d | zstd -q -1 -T2 -o bomb.tar.zst && rm -r d",
-        w = work.display()
-    ));
-    let bomb = std::fs::read(work.join("bomb.tar.zst")).unwrap();
-    assert!(bomb.len() < 1 << 20, "the bomb is {} bytes", bomb.len());
-    lab.put("bomb.tar.zst", &bomb);
+    lab.put("bomb.tar.zst", &tar_zst_bomb(&lab));
     // The default ceiling: size × 200 plus 1 GiB for any cluster.
     let config = lab.config("", "");
     let t = Instant::now();
@@ -268,6 +260,60 @@ fn a_decompression_bomb_stops_at_the_ceiling() {
     assert!(msg.contains("expands beyond"), "{msg}");
     assert!(t.elapsed() < Duration::from_secs(120), "took {:?}", t.elapsed());
     assert!(lab.leftovers().is_empty(), "{:?}", lab.leftovers());
+}
+
+/// A directory dump in a tar, zstd-compressed from a stream (so no size in its header),
+/// whose toc.dat is 3 GiB of zeros: about 100 KiB.
+fn tar_zst_bomb(lab: &Lab) -> Vec<u8> {
+    let work = lab.root.path().join("bomb");
+    std::fs::create_dir_all(&work).unwrap();
+    sh(&format!(
+        "cd {w} && mkdir d && truncate -s 3G d/toc.dat && tar -cf - d | zstd -q -1 -T2 -o bomb.tar.zst && rm -r d",
+        w = work.display()
+    ));
+    let bomb = std::fs::read(work.join("bomb.tar.zst")).unwrap();
+    assert!(bomb.len() < 1 << 20, "the bomb is {} bytes", bomb.len());
+    bomb
+}
+
+/// SIGTERM while an archive is being unpacked: drcheck exits within seconds, the
+/// unpacking thread stops with it, and nothing is written after the run is gone.
+#[test]
+fn sigterm_during_unpacking_stops_every_write() {
+    let lab = Lab::new();
+    lab.put("bomb.tar.zst", &tar_zst_bomb(&lab));
+    let config = lab.config("", "");
+    let mut child = std::process::Command::new(drcheck_e2e::drcheck_bin())
+        .args(["--config", &config.display().to_string(), "verify", "--target", "t", "--backup", "bomb.tar.zst"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Wait until the unpacking is well under way.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let big = sh(&format!("du -sb {} 2>/dev/null | cut -f1; true", lab.private_dir().display())).trim().parse::<u64>().unwrap_or(0);
+        if big > 200 << 20 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the unpacking never got going");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGTERM).unwrap();
+    let t = Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if t.elapsed() > Duration::from_secs(10) {
+            let _ = child.kill();
+            panic!("drcheck did not exit within 10 s of SIGTERM");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(status.code(), Some(3), "an interrupted run is incomplete");
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(lab.leftovers().is_empty(), "written after the run ended: {:?}", lab.leftovers());
 }
 
 /// Leftover reaping trusts nothing in a shared scratch directory: planted "sandboxes"
