@@ -403,7 +403,9 @@ async fn steps(
             launcher: Some({
                 // pg_amcheck and pg_dump read restored data: contained like the restore.
                 let policy = sandbox.policy(&[sandbox.bin().dir.clone()]);
-                std::sync::Arc::new(move |program: &std::path::Path| drcheck_restore::contain::command(program, &policy))
+                std::sync::Arc::new(move |program: &std::path::Path| {
+                    drcheck_restore::contain::command(program, &policy)
+                })
             }),
         },
         primary,

@@ -75,7 +75,10 @@ pub fn probe() -> Level {
         match out {
             Ok(o) if o.status.success() => {
                 let text = String::from_utf8_lossy(&o.stdout);
-                text.trim().strip_prefix("landlock-abi").and_then(|v| v.parse().ok()).map_or(Level::None, Level::Landlock)
+                text.trim()
+                    .strip_prefix("landlock-abi")
+                    .and_then(|v| v.parse().ok())
+                    .map_or(Level::None, Level::Landlock)
             }
             _ => Level::None,
         }
@@ -102,10 +105,8 @@ pub struct Policy {
 /// time zones and locales, and the few files of `/etc` that libc reads. Nothing else
 /// of `/etc` (drcheck's config may live there), no `/proc`, no `/home`, no `/root`.
 pub fn system_read_paths(pg_bindir: &Path) -> Vec<PathBuf> {
-    let mut paths: Vec<PathBuf> = ["/usr/lib", "/usr/lib64", "/usr/share", "/lib", "/lib64"]
-        .iter()
-        .map(PathBuf::from)
-        .collect();
+    let mut paths: Vec<PathBuf> =
+        ["/usr/lib", "/usr/lib64", "/usr/share", "/lib", "/lib64"].iter().map(PathBuf::from).collect();
     for f in [
         "/etc/ld.so.cache",
         "/etc/localtime",
@@ -259,16 +260,14 @@ fn landlock_restrict(policy: &Policy, require: Option<u8>) -> Result<Level, Stri
     };
     let level = if require.is_some() { CompatLevel::HardRequirement } else { CompatLevel::BestEffort };
     let err = |e: landlock::RulesetError| format!("landlock: {e}");
-    let ruleset = Ruleset::default()
-        .set_compatibility(level)
-        .handle_access(AccessFs::from_all(abi))
-        .map_err(err)?;
+    let ruleset = Ruleset::default().set_compatibility(level).handle_access(AccessFs::from_all(abi)).map_err(err)?;
     let ruleset = if AccessNet::from_all(abi).is_empty() {
         ruleset
     } else {
         ruleset.handle_access(AccessNet::from_all(abi)).map_err(err)?
     };
-    let ruleset = if Scope::from_all(abi).is_empty() { ruleset } else { ruleset.scope(Scope::from_all(abi)).map_err(err)? };
+    let ruleset =
+        if Scope::from_all(abi).is_empty() { ruleset } else { ruleset.scope(Scope::from_all(abi)).map_err(err)? };
     let ruleset = ruleset.create().map_err(err)?;
 
     let read: BitFlags<AccessFs> = AccessFs::ReadFile | AccessFs::ReadDir;

@@ -87,8 +87,11 @@ fn check_expected(expected: FormatSetting, found: &str) -> Result<(), RestoreErr
 /// Restores `job`'s backup; fails it as soon as the run's directory grows beyond
 /// `max_write_bytes` (whatever writes there: unpacking, staging, the server itself).
 pub async fn run(job: &RestoreJob<'_>) -> Result<Restored, RestoreError> {
-    let root = crate::leftovers::private_dir(&job.sandbox.scratch_dir)
-        .join(format!("{}{}", crate::sandbox::SANDBOX_PREFIX, job.sandbox.run_id));
+    let root = crate::leftovers::private_dir(&job.sandbox.scratch_dir).join(format!(
+        "{}{}",
+        crate::sandbox::SANDBOX_PREFIX,
+        job.sandbox.run_id
+    ));
     tokio::select! {
         r = run_inner(job) => r,
         e = watch_usage(root, job.max_write_bytes) => Err(e),

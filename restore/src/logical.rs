@@ -6,8 +6,8 @@
 use crate::error::{RestoreError, Stage, StoreError};
 use crate::format::{self, BackupFormat};
 use crate::sandbox::{Sandbox, tail};
-use crate::unpack;
 use crate::store::BackupReader;
+use crate::unpack;
 use async_compression::tokio::bufread::{GzipDecoder, Lz4Decoder, ZstdDecoder};
 use std::io;
 use std::path::Path;
@@ -294,7 +294,8 @@ pub async fn extract_tar(head: Vec<u8>, reader: BackupReader, dest: &Path, store
         Err(unpack::UnpackError::Cancelled) => Err(RestoreError::infra(Stage::Restore, "unpacking cancelled")),
         Err(unpack::UnpackError::Io(e)) => Err(match seen.lock().unwrap().take() {
             Some((kind, msg)) => read_error(store, io::Error::new(kind, msg)),
-            None if e.kind() == io::ErrorKind::UnexpectedEof || e.kind() == io::ErrorKind::InvalidData
+            None if e.kind() == io::ErrorKind::UnexpectedEof
+                || e.kind() == io::ErrorKind::InvalidData
                 || e.kind() == io::ErrorKind::Other =>
             {
                 RestoreError::bad(Stage::Restore, format!("the tar archive is corrupt or truncated: {e}"))

@@ -262,13 +262,10 @@ async fn require_password(sandbox: &Sandbox, hba: &Path) -> Result<(), RestoreEr
         .await
         .map_err(|e| infra(format!("cannot connect to the restored server: {e}")))?;
     // The password is ours (letters and digits only), never the backup's.
-    sqlx::query(sqlx::AssertSqlSafe(format!(
-        "ALTER ROLE postgres PASSWORD '{}'",
-        sandbox.password()
-    )))
-    .execute(&mut conn)
-    .await
-    .map_err(|e| infra(format!("cannot set the sandbox password: {e}")))?;
+    sqlx::query(sqlx::AssertSqlSafe(format!("ALTER ROLE postgres PASSWORD '{}'", sandbox.password())))
+        .execute(&mut conn)
+        .await
+        .map_err(|e| infra(format!("cannot set the sandbox password: {e}")))?;
     remove_entry(hba)?;
     write_new(hba, "local all all scram-sha-256\n")?;
     sandbox.give_to_server(hba)?;
@@ -371,7 +368,8 @@ async fn spool_wal(job: &RestoreJob<'_>, wal: &WalReplay, data: &Path, spool: &P
                 .unwrap_or(&name)
                 .to_string();
             let segment = plain.len() == 24 && plain.chars().all(|c| c.is_ascii_hexdigit());
-            let history = plain.len() == 16 && plain.ends_with(".history") && plain[..8].chars().all(|c| c.is_ascii_hexdigit());
+            let history =
+                plain.len() == 16 && plain.ends_with(".history") && plain[..8].chars().all(|c| c.is_ascii_hexdigit());
             let keep = (segment && plain[8..] >= start[8..] && plain[..8] >= start[..8]) || history;
             keep.then_some((o, plain))
         })

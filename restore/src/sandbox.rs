@@ -247,9 +247,7 @@ impl Sandbox {
     /// connected to `database` over the sandbox's socket with the run's password.
     pub fn client_command(&self, tool: &str, database: &str) -> Result<tokio::process::Command, RestoreError> {
         let mut cmd = self.server_command(tool)?;
-        cmd.arg("-h")
-            .arg(&self.socket_dir)
-            .args(["-p", &PORT.to_string(), "-U", "postgres", "-d", database]);
+        cmd.arg("-h").arg(&self.socket_dir).args(["-p", &PORT.to_string(), "-U", "postgres", "-d", database]);
         let mut cmd = tokio::process::Command::from(cmd);
         cmd.kill_on_drop(true);
         Ok(cmd)

@@ -131,7 +131,10 @@ pub fn unpack(src: impl Read, dest: &Path, stop: &AtomicBool) -> Result<u64, Unp
                     _ => {
                         return Err(hostile(
                             &raw_path,
-                            format!("a hard link to {:?}, which is not a file unpacked before it", link.display().to_string()),
+                            format!(
+                                "a hard link to {:?}, which is not a file unpacked before it",
+                                link.display().to_string()
+                            ),
                         ));
                     }
                 }

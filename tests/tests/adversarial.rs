@@ -3,9 +3,7 @@
 //! (the attack lands outside, or passes), and checks the run really got to the sandbox
 //! (a crash is not a contained attack). See SECURITY.md for the threat model.
 
-use drcheck_e2e::hostile::{
-    Lab, TarBuilder, as_other_run, assert_contained, assert_ran, drcheck_user, sh, write_file,
-};
+use drcheck_e2e::hostile::{Lab, TarBuilder, as_other_run, assert_contained, assert_ran, drcheck_user, sh, write_file};
 use drcheck_e2e::{PG_BIN, PgPrimary, TempRoot, unique};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
@@ -94,7 +92,11 @@ fn server_side_programs_and_reads_outside_fail_inside_the_sandbox() {
     let config_text = std::fs::read_to_string(&config).unwrap();
     let reads = [
         ("config", format!("select pg_read_file('{}')", config.display())),
-        ("environ", "select pg_read_file('/proc/' || split_part(pg_read_file('/proc/self/stat'), ' ', 4) || '/environ')".to_string()),
+        (
+            "environ",
+            "select pg_read_file('/proc/' || split_part(pg_read_file('/proc/self/stat'), ' ', 4) || '/environ')"
+                .to_string(),
+        ),
     ];
     for (name, read) in reads {
         let key = format!("read-{name}.sql");
@@ -205,9 +207,17 @@ fn archive_entries_never_leave_the_run_directory() {
     case("hostdir.tar", TarBuilder::new().symlink("dump", &host_dump.display().to_string()).finish(), "outside");
 
     // `..` entries, hard links to host files, device nodes.
-    case("dotdot.tar", TarBuilder::new().file(&format!("../../{}/x", lab.outside.display()), b"x", 0o644).finish(), "..");
+    case(
+        "dotdot.tar",
+        TarBuilder::new().file(&format!("../../{}/x", lab.outside.display()), b"x", 0o644).finish(),
+        "..",
+    );
     case("hardlink.tar", TarBuilder::new().dir("d/").hardlink("d/passwd", "/etc/passwd").finish(), "would leave");
-    case("device.tar", TarBuilder::new().dir("d/").file("d/toc.dat", b"PGDMP", 0o644).device("d/null").finish(), "device");
+    case(
+        "device.tar",
+        TarBuilder::new().dir("d/").file("d/toc.dat", b"PGDMP", 0o644).device("d/null").finish(),
+        "device",
+    );
 }
 
 /// A base backup that brings its own postgresql.auto.conf with a restore_command and
@@ -292,7 +302,10 @@ fn sigterm_during_unpacking_stops_every_write() {
     // Wait until the unpacking is well under way.
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let big = sh(&format!("du -sb {} 2>/dev/null | cut -f1; true", lab.private_dir().display())).trim().parse::<u64>().unwrap_or(0);
+        let big = sh(&format!("du -sb {} 2>/dev/null | cut -f1; true", lab.private_dir().display()))
+            .trim()
+            .parse::<u64>()
+            .unwrap_or(0);
         if big > 200 << 20 {
             break;
         }
@@ -371,10 +384,7 @@ fn a_wal_bomb_is_bounded_and_never_held_in_memory() {
     lab.put("phys/b1/base.tar", &std::fs::read(bb.join("base.tar")).unwrap());
     lab.put("phys/b1/pg_wal.tar", &std::fs::read(bb.join("pg_wal.tar")).unwrap());
     let work = TempRoot::new();
-    sh(&format!(
-        "cd {w} && truncate -s 2G seg && zstd -q -1 -T2 seg -o seg.zst && rm seg",
-        w = work.path().display()
-    ));
+    sh(&format!("cd {w} && truncate -s 2G seg && zstd -q -1 -T2 seg -o seg.zst && rm seg", w = work.path().display()));
     lab.put("wal/0000000100000000000000FF.zst", &std::fs::read(work.path().join("seg.zst")).unwrap());
     let config = lab.config("", "wal_prefix = \"wal/\"");
     let (code, run, all) = lab.verify(&config, "phys/b1/");
@@ -419,9 +429,11 @@ fn userinfo_in_endpoint_and_gateway_urls_is_never_shown() {
     std::fs::write(&config, text).unwrap();
     let c = config.display().to_string();
     let mut shown = String::new();
-    for args in [vec!["--config", &c, "config", "check"], vec!["--config", &c, "verify", "--json"], vec![
-        "--config", &c, "history", "--json",
-    ]] {
+    for args in [
+        vec!["--config", &c, "config", "check"],
+        vec!["--config", &c, "verify", "--json"],
+        vec!["--config", &c, "history", "--json"],
+    ] {
         let (out, _) = drcheck_e2e::drcheck(&args, &[], Duration::from_secs(120));
         shown.push_str(&drcheck_e2e::stdout(&out));
         shown.push_str(&drcheck_e2e::stderr(&out));

@@ -27,7 +27,8 @@ pub async fn run(config: &Config, args: VerifyArgs) -> Result<Exit, CliError> {
         match history.acquire_lease(&target.name, &holder, pipeline::lease_ttl(target)).await {
             Ok(true) => {}
             Ok(false) => {
-                let who = history.lease_holder(&target.name).await.ok().flatten().unwrap_or_else(|| "another process".into());
+                let who =
+                    history.lease_holder(&target.name).await.ok().flatten().unwrap_or_else(|| "another process".into());
                 eprintln!("drcheck: {}: not verified: {who} is verifying it (lease in the history store)", target.name);
                 not_run.push(RunResult::Error);
                 continue;

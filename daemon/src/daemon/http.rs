@@ -49,7 +49,8 @@ fn bearer_matches(headers: &HeaderMap, token: &str) -> bool {
 }
 
 fn unauthorized() -> Response {
-    (StatusCode::UNAUTHORIZED, [(header::WWW_AUTHENTICATE, "Bearer")], "missing or wrong bearer token\n").into_response()
+    (StatusCode::UNAUTHORIZED, [(header::WWW_AUTHENTICATE, "Bearer")], "missing or wrong bearer token\n")
+        .into_response()
 }
 
 async fn metrics(State(s): State<Arc<Shared>>) -> Response {
