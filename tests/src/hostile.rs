@@ -73,6 +73,16 @@ impl Lab {
         (out.status.code(), only_run(&out), all)
     }
 
+    /// `drcheck verify --backup KEY --json` started in the background (output piped).
+    pub fn spawn_verify(&self, config: &Path, key: &str) -> std::process::Child {
+        std::process::Command::new(drcheck_bin())
+            .args(["--config", &config.display().to_string(), "verify", "--target", "t", "--backup", key, "--json"])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
+    }
+
     /// Files in the outside directory (anything there got out of a sandbox).
     pub fn escaped(&self) -> Vec<String> {
         std::fs::read_dir(&self.outside)

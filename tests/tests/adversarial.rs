@@ -118,13 +118,7 @@ fn another_runs_process_cannot_enter_a_running_sandbox() {
     let lab = Lab::new();
     lab.put("slow.sql", &plain("create table t (id int);\ninsert into t values (1);\nselect pg_sleep(8);\n"));
     let config = lab.config("", "");
-    let bin = drcheck_e2e::drcheck_bin();
-    let child = std::process::Command::new(&bin)
-        .args(["--config", &config.display().to_string(), "verify", "--target", "t", "--backup", "slow.sql", "--json"])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let child = lab.spawn_verify(&config, "slow.sql");
     let private = lab.private_dir();
     let deadline = Instant::now() + Duration::from_secs(60);
     let (sock, passfile) = loop {
@@ -498,12 +492,7 @@ fn a_second_verify_of_the_same_target_waits_for_the_lease() {
     lab.put("slow.sql", &plain("create table t (id int);\nselect pg_sleep(6);\n"));
     let config = lab.config("", "");
     let c = config.display().to_string();
-    let first = std::process::Command::new(drcheck_e2e::drcheck_bin())
-        .args(["--config", &c, "verify", "--target", "t", "--backup", "slow.sql", "--json"])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let first = lab.spawn_verify(&config, "slow.sql");
     let private = lab.private_dir();
     let deadline = Instant::now() + Duration::from_secs(60);
     while std::fs::read_dir(&private).map(|d| d.count()).unwrap_or(0) == 0 {
