@@ -40,20 +40,33 @@ pub async fn read_head(reader: &mut BackupReader, store: &str) -> Result<Vec<u8>
     Ok(head)
 }
 
-/// A read error: corrupt data (a checksum or decompression failure) is the backup's
-/// fault; anything else is the store's.
+/// A read error while streaming a backup. The store's own failures reach here as
+/// `StoreError`s (the world's fault); everything else came from undoing the backup's
+/// framing — a corrupt or truncated compressed stream, a checksum mismatch, an
+/// expansion past the ceiling — and is the backup's fault.
 pub fn read_error(store: &str, e: io::Error) -> RestoreError {
-    if e.kind() == io::ErrorKind::InvalidData && e.to_string().starts_with(EXPANSION_EXCEEDED) {
-        return RestoreError::bad(Stage::Restore, e.to_string());
+    if let Some(se) = e.get_ref().and_then(|inner| inner.downcast_ref::<StoreError>()) {
+        return RestoreError::Store(StoreError {
+            store: se.store.clone(),
+            message: se.message.clone(),
+            unreachable: se.unreachable,
+        });
     }
-    if e.kind() == io::ErrorKind::InvalidData {
-        return RestoreError::bad(Stage::Fetch, format!("the backup is corrupt: {e}"));
+    match e.kind() {
+        io::ErrorKind::InvalidData if e.to_string().starts_with(EXPANSION_EXCEEDED) => {
+            RestoreError::bad(Stage::Restore, e.to_string())
+        }
+        io::ErrorKind::InvalidData => RestoreError::bad(Stage::Fetch, format!("the backup is corrupt: {e}")),
+        io::ErrorKind::UnexpectedEof => RestoreError::bad(
+            Stage::Fetch,
+            format!("the backup is truncated: its compressed data ends early ({e})"),
+        ),
+        _ => RestoreError::Store(StoreError {
+            store: store.to_string(),
+            message: format!("download failed: {e}"),
+            unreachable: true,
+        }),
     }
-    RestoreError::Store(StoreError {
-        store: store.to_string(),
-        message: format!("download failed: {e}"),
-        unreachable: true,
-    })
 }
 
 /// The head bytes put back in front of the rest of the stream.
