@@ -5,6 +5,7 @@
 //! - [`pipeline`]: one verification of one target — select, fetch, restore into a
 //!   sandbox, validate, measure RTO/RPO — producing a [`report::RunReport`].
 //! - [`history`]: every run, its phases and validator results, in SQLite through sqlx.
+//! - [`out`]: standard output that a closed pipe silences instead of panicking.
 //! - [`shutdown`]: SIGTERM/SIGINT become a cancellation token, so sandboxes are torn down.
 
 pub mod alerts;
@@ -14,6 +15,7 @@ pub mod daemon;
 pub mod exit;
 pub mod history;
 pub mod metrics;
+pub mod out;
 pub mod pipeline;
 pub mod progress;
 pub mod report;

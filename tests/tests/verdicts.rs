@@ -42,3 +42,25 @@ fn a_truncated_compressed_backup_is_the_backups_fault() {
         assert!(!msg.contains("download failed"), "{ext}: blamed the store: {msg}");
     }
 }
+
+/// A reader that stops early (`| head -1`) ends the command quietly: no panic, exit 0.
+#[test]
+fn a_closed_stdout_ends_the_command_quietly() {
+    let lab = Lab::new();
+    for i in 0..3000 {
+        lab.put(&format!("orders/{i:05}-a-backup-with-a-rather-long-name-to-fill-the-pipe.dump"), b"PGDMP");
+    }
+    let config = lab.config("", "prefix = \"orders/\"");
+    let out = std::process::Command::new("bash")
+        .arg("-c")
+        .arg(format!(
+            "{} --config {} backups list --target t | head -1 >/dev/null; echo \"status=${{PIPESTATUS[0]}}\"",
+            drcheck_e2e::drcheck_bin().display(),
+            config.display()
+        ))
+        .output()
+        .unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains("status=0"), "{text}");
+    assert!(!text.contains("panicked") && !text.contains("Broken pipe"), "{text}");
+}

@@ -19,6 +19,6 @@ pub async fn run(config: &Config, cmd: AlertsCommand) -> Result<Exit, CliError> 
         }
     };
     history.close().await;
-    println!("{}", serde_json::to_string_pretty(&out).map_err(CliError::incomplete)?);
+    crate::outln!("{}", serde_json::to_string_pretty(&out).map_err(CliError::incomplete)?);
     Ok(Exit::Passed)
 }

@@ -22,11 +22,11 @@ pub async fn list(config: &Config, target: Option<&str>, json: bool) -> Result<E
                 .collect();
             out.push(serde_json::json!({"target": t.name, "store": store, "backups": items}));
         } else {
-            println!("{} — {} under {:?}: {} backups", t.name, store, t.prefix, backups.len());
+            crate::outln!("{} — {} under {:?}: {} backups", t.name, store, t.prefix, backups.len());
             for (i, b) in backups.iter().enumerate() {
                 let age = SystemTime::now().duration_since(b.last_modified).unwrap_or_default();
                 let marker = if i == 0 { "latest" } else { "" };
-                println!(
+                crate::outln!(
                     "  {:<6} {}  {:>12} B  {}  (age {})",
                     marker,
                     b.key,
@@ -38,7 +38,7 @@ pub async fn list(config: &Config, target: Option<&str>, json: bool) -> Result<E
         }
     }
     if json {
-        println!(
+        crate::outln!(
             "{}",
             serde_json::to_string_pretty(&serde_json::json!({"targets": out})).map_err(CliError::incomplete)?
         );
@@ -69,7 +69,7 @@ pub async fn fetch(
     }
     let bytes = crate::pipeline::download(config, t, &backup, output).await.map_err(CliError::incomplete)?;
     let secs = started.elapsed().as_secs_f64();
-    println!(
+    crate::outln!(
         "{} → {}: {bytes} bytes in {secs:.2}s ({:.1} MiB/s)",
         backup.key,
         output.display(),

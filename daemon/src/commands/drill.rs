@@ -21,7 +21,7 @@ pub async fn run(config_path: Option<&Path>, cmd: DrillCommand) -> Result<Exit, 
         DrillCommand::Check { file, vars } => {
             let rb = load_runbook(&file, &vars, config.as_ref())?;
             let recovery = rb.steps.iter().filter(|s| s.recovery).count();
-            println!(
+            crate::outln!(
                 "{}: ok — {:?}: {} steady-state check(s), {} step(s) ({recovery} on the RTO clock), {} rollback(s)",
                 file.display(),
                 rb.title,
@@ -52,7 +52,7 @@ fn load_runbook(file: &Path, vars: &[(String, String)], config: Option<&Config>)
 async fn run_drill(config: Option<Config>, args: DrillRunArgs) -> Result<Exit, CliError> {
     let rb = load_runbook(&args.file, &args.vars, config.as_ref())?;
     if args.dry_run {
-        print!("{}", drcheck_runbooks::dry_run::plan_text(&rb));
+        crate::out!("{}", drcheck_runbooks::dry_run::plan_text(&rb));
         return Ok(Exit::Passed);
     }
     let needs_verifier =
@@ -95,9 +95,9 @@ async fn run_drill(config: Option<Config>, args: DrillRunArgs) -> Result<Exit, C
     }
     if args.json {
         let text = serde_json::to_string_pretty(&journal).map_err(CliError::incomplete)?;
-        println!("{text}");
+        crate::outln!("{text}");
     } else {
-        print!("{}", summary(&journal));
+        crate::out!("{}", summary(&journal));
     }
     match written {
         Ok(()) => eprintln!("report: {}\njournal: {}", report_path.display(), journal_path.display()),

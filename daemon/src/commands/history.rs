@@ -14,17 +14,17 @@ pub async fn run(config: &Config, args: HistoryArgs) -> Result<Exit, CliError> {
     history.close().await;
     if args.json {
         let out = serde_json::json!({ "runs": runs });
-        println!("{}", serde_json::to_string_pretty(&out).map_err(CliError::incomplete)?);
+        crate::outln!("{}", serde_json::to_string_pretty(&out).map_err(CliError::incomplete)?);
         return Ok(Exit::Passed);
     }
     if runs.is_empty() {
-        println!("no runs recorded");
+        crate::outln!("no runs recorded");
     }
     for r in &runs {
         let rto = r.rto.measured_seconds.map(|s| format!("{s:.1}s")).unwrap_or_else(|| "—".into());
         let backup = r.backup.as_ref().map(|b| b.key.as_str()).unwrap_or("—");
         let error = r.error.as_ref().map(|e| format!("  [{}] {}", e.stage, first_line(&e.message))).unwrap_or_default();
-        println!(
+        crate::outln!(
             "{}  {:<16} {:<8} rto {:>8}  {}  {}{}",
             r.started_at,
             r.target,

@@ -48,7 +48,7 @@ pub async fn run(config: &Config, args: VerifyArgs) -> Result<Exit, CliError> {
             eprintln!("drcheck: cannot record run {} in the history store: {e:#}", report.run_id);
         }
         if !args.json {
-            print!("{}", render_human(&report));
+            crate::out!("{}", render_human(&report));
         }
         reports.push(report);
     }
@@ -77,7 +77,7 @@ pub async fn run(config: &Config, args: VerifyArgs) -> Result<Exit, CliError> {
     history.close().await;
     if args.json {
         let out = serde_json::json!({ "runs": reports });
-        println!("{}", serde_json::to_string_pretty(&out).map_err(CliError::incomplete)?);
+        crate::outln!("{}", serde_json::to_string_pretty(&out).map_err(CliError::incomplete)?);
     }
     Ok(overall_exit(reports.iter().map(|r| r.result).chain(not_run)))
 }
