@@ -398,7 +398,7 @@ pub(crate) fn validate(
     };
     let require_containment = raw.sandbox.require_containment.unwrap_or(true);
     let max_expansion = match &raw.sandbox.max_expansion {
-        None => 100.0,
+        None => 200.0,
         Some(f) if *f.get_ref() >= 1.0 && f.get_ref().is_finite() => *f.get_ref(),
         Some(f) => return Err(cx.err("sandbox.max_expansion", Some(f.span()), "expected a number ≥ 1")),
     };
@@ -790,6 +790,15 @@ fn validate_validators(cx: &Ctx<'_>, i: usize, t: &RawTarget) -> Result<Validato
         };
         if c.sql.get_ref().trim().is_empty() {
             return Err(cx.err(&format!("{k}.sql"), Some(c.sql.span()), "must not be empty"));
+        }
+        // Each check is its own finding, recorded under its name: two of one name would
+        // collide in the history store and lose the run.
+        if checks.iter().any(|o: &CustomCheck| o.name == *c.name.get_ref()) {
+            return Err(cx.err(
+                &format!("{k}.name"),
+                Some(c.name.span()),
+                format!("duplicate check name {:?} (each check needs its own name)", c.name.get_ref()),
+            ));
         }
         checks.push(CustomCheck { name: c.name.get_ref().clone(), sql: c.sql.get_ref().clone(), expect });
     }

@@ -268,3 +268,34 @@ fn schedules_normalise() {
     assert_eq!(normalize_schedule("@daily").unwrap(), "@daily");
     assert!(normalize_schedule("61 3 * * *").is_err());
 }
+
+#[test]
+fn duplicate_check_names_are_an_error_naming_the_line() {
+    let text = format!(
+        "{GOOD}[[target.check]]\nname = \"no orphans\"\nsql = \"select 0\"\nexpect = \"0\"\n\
+         [[target.check]]\nname = \"no orphans\"\nsql = \"select 1\"\nexpect = \"1\"\n"
+    );
+    let e = parse(&text).unwrap_err().to_string();
+    assert!(e.contains("duplicate check name \"no orphans\""), "{e}");
+    assert!(e.contains("target[0].check[1].name"), "{e}");
+    let line = text.lines().position(|l| l == "name = \"no orphans\"").unwrap();
+    let second = text.lines().enumerate().filter(|(_, l)| *l == "name = \"no orphans\"").nth(1).unwrap().0 + 1;
+    assert!(line + 1 < second && e.contains(&format!("drcheck.toml:{second}:")), "{e}");
+}
+
+#[test]
+fn sandbox_containment_and_expansion_keys() {
+    let c = parse(GOOD).unwrap();
+    assert!(c.sandbox.require_containment, "containment is required by default");
+    assert_eq!(c.sandbox.max_expansion, 200.0);
+    let text = GOOD.replace(
+        "scratch_dir = \"/var/tmp/drcheck\"",
+        "scratch_dir = \"/var/tmp/drcheck\"\nrequire_containment = false\nmax_expansion = 50",
+    );
+    let c = parse(&text).unwrap();
+    assert!(!c.sandbox.require_containment);
+    assert_eq!(c.sandbox.max_expansion, 50.0);
+    let bad = GOOD.replace("scratch_dir = \"/var/tmp/drcheck\"", "scratch_dir = \"/var/tmp/drcheck\"\nmax_expansion = 0.5");
+    let e = parse(&bad).unwrap_err().to_string();
+    assert!(e.contains("sandbox.max_expansion") && e.contains("expected a number ≥ 1"), "{e}");
+}
