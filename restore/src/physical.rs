@@ -25,6 +25,21 @@ use std::time::{Duration, Instant};
 #[cfg(test)]
 mod tests {
     #[test]
+    fn malformed_backup_labels_are_errors_not_panics() {
+        let good = "START WAL LOCATION: 0/2000028 (file 000000010000000000000002)\nCHECKPOINT LOCATION: 0/2000060\n";
+        assert_eq!(super::parse_start_segment(good).unwrap(), "000000010000000000000002");
+        for bad in [
+            "",
+            "START WAL LOCATION: 0/2000028 (file abc)",
+            "START WAL LOCATION: 0/2000028 (file é00000010000000000000002)",
+            "START WAL LOCATION: 0/2000028",
+            "START WAL LOCATION: (file 0000000100000000000000020000)",
+        ] {
+            assert!(super::parse_start_segment(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
     fn recovery_target_time_is_in_postgres_form() {
         assert_eq!(super::pg_timestamp("2026-11-30T08:36:06.268191Z"), "2026-11-30 08:36:06.268191+00");
     }
@@ -337,14 +352,26 @@ async fn recovered_to(sandbox: &Sandbox) -> Option<String> {
 
 /// The WAL segment a base backup starts at, from its `backup_label`.
 fn start_segment(data: &Path) -> Result<String, RestoreError> {
-    let label = std::fs::read_to_string(data.join("backup_label"))
+    let label = std::fs::read(data.join("backup_label"))
         .map_err(|e| RestoreError::bad(Stage::Restore, format!("the base backup has no backup_label: {e}")))?;
-    label
-        .lines()
-        .find_map(|l| l.strip_prefix("START WAL LOCATION: "))
-        .and_then(|l| l.split("(file ").nth(1))
-        .map(|s| s.trim_end_matches(')').trim().to_string())
-        .ok_or_else(|| RestoreError::bad(Stage::Restore, "backup_label names no START WAL LOCATION"))
+    parse_start_segment(&String::from_utf8_lossy(&label))
+}
+
+/// The `(file …)` of `START WAL LOCATION:` — 24 hex digits, or the backup is bad.
+fn parse_start_segment(label: &str) -> Result<String, RestoreError> {
+    let line = label.lines().find_map(|l| l.strip_prefix("START WAL LOCATION: "));
+    let segment = line.and_then(|l| l.split("(file ").nth(1)).map(|s| s.trim_end_matches(')').trim().to_string());
+    match segment {
+        Some(s) if s.len() == 24 && s.chars().all(|c| c.is_ascii_hexdigit()) => Ok(s.to_ascii_uppercase()),
+        Some(s) => Err(RestoreError::bad(
+            Stage::Restore,
+            format!("backup_label: START WAL LOCATION names {s:?}, expected a WAL file name of 24 hex digits"),
+        )),
+        None => Err(RestoreError::bad(
+            Stage::Restore,
+            "backup_label names no START WAL LOCATION (expected `START WAL LOCATION: 0/2000028 (file 000000010000000000000002)`)",
+        )),
+    }
 }
 
 /// Most a single archived WAL file may expand to: PostgreSQL's largest segment size.
