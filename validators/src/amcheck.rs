@@ -27,6 +27,16 @@ pub(crate) fn tool(access: &RestoredAccess, name: &str) -> tokio::process::Comma
     cmd
 }
 
+/// The N of pg_amcheck's `N/M relations` progress (what it checked), 0 if absent.
+fn leading_count(progress: &str, unit: &str) -> u64 {
+    progress
+        .split(',')
+        .find(|p| p.contains(unit))
+        .and_then(|p| p.trim().split('/').next())
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or(0)
+}
+
 pub(crate) fn tail(bytes: &[u8], max: usize) -> String {
     let start = bytes.len().saturating_sub(max);
     String::from_utf8_lossy(&bytes[start..]).trim().to_string()
@@ -62,7 +72,10 @@ impl Validator for Amcheck {
         // With --progress, the last progress line says how many relations were checked.
         let progress = stderr.rsplit(['\r', '\n']).find(|l| l.contains("relations")).unwrap_or("").trim().to_string();
         match out.status.code() {
-            Some(0) => vec![Finding::new(name, Status::Passed, format!("no corruption found ({progress})"))],
+            Some(0) => vec![
+                Finding::new(name, Status::Passed, format!("no corruption found ({progress})"))
+                    .covered("relations", leading_count(&progress, "relations")),
+            ],
             // pg_amcheck exits 2 when it found corruption, and says where on stdout.
             Some(2) => {
                 vec![Finding::new(name, Status::Failed, format!("corruption found: {}", tail(stdout.as_bytes(), 3000)))]

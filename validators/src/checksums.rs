@@ -189,7 +189,9 @@ impl Validator for Checksums {
                     Status::Passed,
                     format!("{} tables, {rows} rows hash the same{sampled}", outcomes.len()),
                 )
-                .with("rows_compared", rows as f64),
+                .with("rows_compared", rows as f64)
+                .covered("tables", outcomes.len() as u64)
+                .covered("rows", rows as u64),
             ]
         }
     }

@@ -51,7 +51,7 @@ impl Validator for Custom {
             };
             let finding = match &check.expect {
                 Some(expected) if restored.trim() == expected.trim() => {
-                    Finding::new(&name, Status::Passed, format!("got {restored:?} as expected"))
+                    Finding::new(&name, Status::Passed, format!("got {restored:?} as expected")).covered("queries", 1)
                 }
                 Some(expected) => {
                     Finding::new(&name, Status::Failed, format!("expected {expected:?}, got {restored:?}"))
@@ -60,7 +60,7 @@ impl Validator for Custom {
                     Err(skip) => skip,
                     Ok(p) => match p.timed(first_value(&p.pool, &check.sql)).await {
                         Ok(pv) if pv == restored => {
-                            Finding::new(&name, Status::Passed, format!("{restored:?} on both"))
+                            Finding::new(&name, Status::Passed, format!("{restored:?} on both")).covered("queries", 2)
                         }
                         Ok(pv) => Finding::new(&name, Status::Failed, format!("primary {pv:?}, restored {restored:?}")),
                         Err(e) => Finding::new(&name, Status::Error, format!("on the primary: {e}")),

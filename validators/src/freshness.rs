@@ -64,7 +64,7 @@ impl Validator for Freshness {
             return vec![Finding::new(name, Status::Skipped, "the as_of columns hold no rows in the restored copy")];
         };
         let behind_backup = (backup_epoch - restored).max(0.0);
-        let mut f = Finding::new(name, Status::Passed, "");
+        let mut f = Finding::new(name, Status::Passed, "").covered("tables", cx.settings.as_of.len() as u64);
         let mut detail = format!("newest row in the backup is {behind_backup:.0}s older than the backup itself");
         if let Some(p) = primary_newest {
             let lag = (p - restored).max(0.0);

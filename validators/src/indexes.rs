@@ -51,7 +51,9 @@ impl Validator for Indexes {
                 name,
                 Status::Passed,
                 format!("{indexes} indexes valid, {constraints} constraints validated"),
-            )]
+            )
+            .covered("indexes", indexes as u64)
+            .covered("constraints", constraints as u64)]
         } else {
             vec![Finding::new(name, Status::Failed, some_of(&problems, 20))]
         }

@@ -74,6 +74,34 @@ impl Finding {
         self.measurements.insert(key.to_string(), value);
         self
     }
+
+    /// Records what the check covered (`covered_tables`, `covered_rows`, …). A passed
+    /// finding must say what it covered, and cover something: see [`enforce_coverage`].
+    pub fn covered(self, what: &str, n: u64) -> Self {
+        self.with(&format!("{COVERED}{what}"), n as f64)
+    }
+}
+
+/// Measurements named like this say what a finding covered.
+pub const COVERED: &str = "covered_";
+
+/// `passed` means "checked, and it held": a passed finding that covered nothing (every
+/// `covered_*` is 0) or did not say what it covered is `skipped` instead, with why. It
+/// is applied to every finding by [`run_all`], so no validator can pass over nothing.
+pub fn enforce_coverage(mut f: Finding) -> Finding {
+    if f.status != Status::Passed {
+        return f;
+    }
+    let covered: Vec<(&String, &f64)> = f.measurements.iter().filter(|(k, _)| k.starts_with(COVERED)).collect();
+    if covered.is_empty() {
+        f.status = Status::Skipped;
+        f.detail = format!("{} — not counted as passed: the check did not say what it covered", f.detail);
+    } else if covered.iter().all(|(_, v)| **v <= 0.0) {
+        let what: Vec<String> = covered.iter().map(|(k, _)| format!("0 {}", &k[COVERED.len()..])).collect();
+        f.status = Status::Skipped;
+        f.detail = format!("covered nothing ({}): {}", what.join(", "), f.detail);
+    }
+    f
 }
 
 /// The primary, if it could be reached; otherwise why not.
@@ -201,11 +229,9 @@ pub async fn run_all(validators: &[Box<dyn Validator>], cx: &Context, timeout: D
         for f in &findings {
             tracing::info!(validator = %f.name, status = f.status.as_str(), seconds = started.elapsed().as_secs_f64(), "validator finished");
         }
-        out.extend(
-            findings
-                .into_iter()
-                .map(|f| f.with("seconds", (started.elapsed().as_secs_f64() * 1000.0).round() / 1000.0)),
-        );
+        out.extend(findings.into_iter().map(|f| {
+            enforce_coverage(f).with("seconds", (started.elapsed().as_secs_f64() * 1000.0).round() / 1000.0)
+        }));
     }
     out
 }
@@ -236,4 +262,24 @@ pub(crate) fn some_of(items: &[String], n: usize) -> String {
         s.push(format!("and {} more", items.len() - n));
     }
     s.join("; ")
+}
+
+#[cfg(test)]
+mod coverage_tests {
+    use super::*;
+
+    #[test]
+    fn a_pass_over_nothing_is_not_a_pass() {
+        let f = enforce_coverage(Finding::new("row_counts", Status::Passed, "0 tables match").covered("tables", 0));
+        assert_eq!(f.status, Status::Skipped);
+        assert!(f.detail.starts_with("covered nothing (0 tables)"), "{}", f.detail);
+        let f = enforce_coverage(Finding::new("x", Status::Passed, "fine"));
+        assert_eq!(f.status, Status::Skipped, "a pass that does not say what it covered");
+        let f = enforce_coverage(
+            Finding::new("checksums", Status::Passed, "ok").covered("tables", 3).covered("rows", 0),
+        );
+        assert_eq!(f.status, Status::Passed, "three empty tables were still compared");
+        let f = enforce_coverage(Finding::new("schema", Status::Failed, "differs"));
+        assert_eq!(f.status, Status::Failed);
+    }
 }

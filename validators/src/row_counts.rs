@@ -92,7 +92,10 @@ impl Validator for RowCounts {
         } else if !errors.is_empty() {
             vec![Finding::new(name, Status::Error, format!("could not count: {}", some_of(&errors, 10)))]
         } else {
-            vec![Finding::new(name, Status::Passed, format!("{} tables match ({how})", results.len()))]
+            vec![
+                Finding::new(name, Status::Passed, format!("{} tables match ({how})", results.len()))
+                    .covered("tables", results.len() as u64),
+            ]
         }
     }
 }

@@ -120,7 +120,11 @@ impl Validator for Schema {
         let differences = diff(&p, &r);
         if differences.is_empty() {
             let tables = r.keys().filter(|k| k.starts_with("table ") || k.starts_with("partitioned table ")).count();
-            vec![Finding::new(name, Status::Passed, format!("{} objects match the primary ({tables} tables)", r.len()))]
+            vec![
+                Finding::new(name, Status::Passed, format!("{} objects match the primary ({tables} tables)", r.len()))
+                    .covered("objects", r.len() as u64)
+                    .covered("tables", tables as u64),
+            ]
         } else {
             vec![Finding::new(
                 name,

@@ -60,7 +60,8 @@ impl Validator for Sequences {
                 name,
                 Status::Passed,
                 format!("{} column sequences at or past their columns", rows.len()),
-            )]
+            )
+            .covered("sequences", rows.len() as u64)]
         } else {
             vec![Finding::new(name, Status::Failed, format!("{} behind: {}", behind.len(), some_of(&behind, 20)))]
         }
