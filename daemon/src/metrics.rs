@@ -6,7 +6,7 @@ use crate::report::{RunReport, RunResult};
 use drcheck_config::TargetConfig;
 use prometheus::{Encoder, GaugeVec, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder};
 use std::path::Path;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::UNIX_EPOCH;
 
 pub struct Metrics {
     registry: Registry,
@@ -178,13 +178,34 @@ impl Metrics {
 
     /// Records a finished run.
     pub fn observe(&self, r: &RunReport, target: &TargetConfig) {
+        self.runs_total.with_label_values(&[r.target.as_str(), r.result.as_str()]).inc();
+        self.show(r, target);
+    }
+
+    /// Every target's series from the history store: its last success and its latest
+    /// run's gauges. The daemon calls it at start-up and a one-shot run before writing
+    /// its textfile, so a failed run or `--target` never drops another target's series
+    /// (and `DrcheckVerificationStale` can fire while runs keep failing).
+    pub async fn seed_from_history(&self, config: &drcheck_config::Config, history: &crate::history::History) {
+        for t in &config.targets {
+            if let Ok(mut latest) = history.recent(Some(&t.name), 1).await
+                && let Some(r) = latest.pop()
+            {
+                self.show(&r, t);
+            }
+            if let Ok(Some(last)) = history.last_success(&t.name).await {
+                self.set_last_success(&t.name, &last);
+            }
+        }
+    }
+
+    /// A run's gauges (not its counters).
+    fn show(&self, r: &RunReport, target: &TargetConfig) {
         let t = r.target.as_str();
-        self.runs_total.with_label_values(&[t, r.result.as_str()]).inc();
         let passed = r.result == RunResult::Passed;
         self.last_run_success.with_label_values(&[t]).set(passed as i64);
         if passed {
-            let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_secs_f64();
-            self.last_success_timestamp.with_label_values(&[t]).set(now);
+            self.set_last_success(t, &r.finished_at);
         }
         if let Some(m) = r.rto.measured_seconds {
             self.restore_duration.with_label_values(&[t]).set(m);

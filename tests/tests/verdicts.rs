@@ -2,6 +2,7 @@
 //! limits (exit 3). Each test here pins a case that once blamed the wrong one.
 
 use drcheck_e2e::hostile::{Lab, sh};
+use std::time::Duration;
 
 /// A plain dump big enough that half of it, compressed, is a truncated stream.
 fn dump_text() -> String {
@@ -63,4 +64,79 @@ fn a_closed_stdout_ends_the_command_quietly() {
     let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert!(text.contains("status=0"), "{text}");
     assert!(!text.contains("panicked") && !text.contains("Broken pipe"), "{text}");
+}
+
+/// The value of `metric{target="…"}` in a text exposition.
+fn sample(text: &str, metric: &str, target: &str) -> Option<f64> {
+    drcheck_e2e::sample(text, metric, &format!("target=\"{target}\""))
+}
+
+/// The textfile keeps every target's last success across runs and `--target`: after
+/// pass → fail → fail (and a run of another target) the last success is still the
+/// first run's, and promtool shows `DrcheckVerificationStale` firing on that exposition.
+#[test]
+fn the_textfile_keeps_last_success_and_the_stale_alert_fires() {
+    let lab = Lab::new();
+    let prom = lab.root.path().join("drcheck.prom");
+    let text = format!(
+        "[state]\nurl = \"sqlite://{root}/history.db\"\n[sandbox]\nscratch_dir = \"{scratch}\"\n\
+         [metrics]\ntextfile = \"{prom}\"\n\
+         [storage.local]\nkind = \"filesystem\"\npath = \"{store}\"\n\
+         [[target]]\nname = \"a\"\nstorage = \"local\"\nprefix = \"a/\"\nrto = \"10m\"\nrpo = \"3650d\"\n\
+         [[target]]\nname = \"b\"\nstorage = \"local\"\nprefix = \"b/\"\nrto = \"10m\"\nrpo = \"3650d\"\n",
+        root = lab.root.path().display(),
+        scratch = lab.scratch.display(),
+        prom = prom.display(),
+        store = lab.store.display(),
+    );
+    let config = lab.root.path().join("two.toml");
+    std::fs::write(&config, text).unwrap();
+    let c = config.display().to_string();
+    let good = "--\n-- PostgreSQL database dump\n--\n\ncreate table t (id int primary key);\ninsert into t values (1);\n";
+    lab.put("a/1.sql", good.as_bytes());
+    lab.put("b/1.sql", good.as_bytes());
+    let verify = |target: &str| {
+        let (out, _) = drcheck_e2e::drcheck(&["--config", &c, "verify", "--target", target], &[], Duration::from_secs(120));
+        out.status.code()
+    };
+    assert_eq!(verify("a"), Some(0));
+    let exposition = std::fs::read_to_string(&prom).unwrap();
+    let first = sample(&exposition, "drcheck_last_success_timestamp_seconds", "a").expect("a's last success");
+
+    std::thread::sleep(Duration::from_millis(1100));
+    lab.put("a/2.sql", b"--\n-- PostgreSQL database dump\n--\n\nthis is not sql;\n");
+    assert_eq!(verify("a"), Some(1));
+    assert_eq!(verify("a"), Some(1));
+    assert_eq!(verify("b"), Some(0));
+    let exposition = std::fs::read_to_string(&prom).unwrap();
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64();
+    assert_eq!(sample(&exposition, "drcheck_last_success_timestamp_seconds", "a"), Some(first), "{exposition}");
+    assert_eq!(sample(&exposition, "drcheck_last_run_success", "a"), Some(0.0), "{exposition}");
+    assert!(sample(&exposition, "drcheck_last_success_timestamp_seconds", "b").is_some(), "{exposition}");
+
+    // promtool's clock starts at 0: shift the series so that its age now is its age then.
+    let age = (now - first).round() as i64;
+    let at = 40 * 3600 + age; // what `time() - last` is at eval_time 40h
+    let human = format!("{}d {}h {}m {}s", at / 86400, at % 86400 / 3600, at % 3600 / 60, at % 60);
+    let rules = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/prometheus/rules.yml");
+    let test = format!(
+        "rule_files: [{rules}]\nevaluation_interval: 1m\ntests:\n  - interval: 1m\n    input_series:\n\
+         \x20     - series: 'drcheck_last_success_timestamp_seconds{{target=\"a\"}}'\n        values: '{v}x2500'\n\
+         \x20   alert_rule_test:\n      - eval_time: 35h\n        alertname: DrcheckVerificationStale\n        exp_alerts: []\n\
+         \x20     - eval_time: 40h\n        alertname: DrcheckVerificationStale\n        exp_alerts:\n\
+         \x20         - exp_labels: {{severity: critical, target: a}}\n            exp_annotations:\n\
+         \x20             summary: \"No successful backup verification of a for 36h\"\n\
+         \x20             description: \"a last passed {human} ago.\"\n",
+        rules = rules.display(),
+        v = -age,
+    );
+    let file = lab.root.path().join("stale_test.yml");
+    std::fs::write(&file, test).unwrap();
+    let out = std::process::Command::new("promtool").args(["test", "rules"]).arg(&file).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

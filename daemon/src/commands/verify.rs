@@ -55,7 +55,7 @@ pub async fn run(config: &Config, args: VerifyArgs) -> Result<Exit, CliError> {
     if let Err(e) = history.prune(config.state.keep_runs).await {
         eprintln!("drcheck: warning: pruning the history store: {e:#}");
     }
-    let metrics = export_metrics(config, &reports).await;
+    let metrics = export_metrics(config, &history, &reports).await;
     // Alerts go out after every verification is done, within a bounded time; whatever
     // is left stays in the outbox for the next run or the daemon.
     if !config.alerts.is_empty() {
@@ -85,9 +85,10 @@ pub async fn run(config: &Config, args: VerifyArgs) -> Result<Exit, CliError> {
 /// One-shot metrics: pushed to the Pushgateway per target; returns them all for the
 /// node_exporter textfile. A failure to export is reported but does not change the
 /// verdict: the backup's result stands.
-async fn export_metrics(config: &Config, reports: &[crate::report::RunReport]) -> Metrics {
+async fn export_metrics(config: &Config, history: &History, reports: &[crate::report::RunReport]) -> Metrics {
     let all = Metrics::new();
     all.init(config);
+    all.seed_from_history(config, history).await;
     for r in reports {
         let Some(target) = config.target(&r.target) else { continue };
         all.observe(r, target);

@@ -111,11 +111,7 @@ pub async fn run(
     });
     let config = shared.config();
     shared.metrics.init(&config);
-    for t in &config.targets {
-        if let Ok(Some(last)) = shared.history.last_success(&t.name).await {
-            shared.metrics.set_last_success(&t.name, &last);
-        }
-    }
+    shared.metrics.seed_from_history(&config, &shared.history).await;
     let listener = tokio::net::TcpListener::bind(listen).await.with_context(|| format!("cannot listen on {listen}"))?;
     tracing::info!(%listen, "daemon listening");
     let http_stop = CancellationToken::new();
