@@ -296,8 +296,8 @@ impl History {
     pub async fn prune(&self, keep: u32) -> anyhow::Result<u64> {
         let r = sqlx::query(
             "delete from runs where run_id in (
-               select run_id from (select run_id, row_number() over (partition by target order by started_at desc) as n from runs)
-                where n > $1)",
+               select run_id from (select run_id, row_number() over (partition by target order by started_at desc) as n from runs) as ranked
+                where ranked.n > $1)",
         )
         .bind(keep as i64)
         .execute(&self.pool)

@@ -140,3 +140,35 @@ fn the_textfile_keeps_last_success_and_the_stale_alert_fires() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// `keep_runs` prunes a PostgreSQL history store too (PostgreSQL 15 wants an alias on
+/// every subquery), and a pruning failure would show on stderr.
+#[test]
+fn pruning_works_on_a_postgresql_history_store() {
+    let lab = Lab::new();
+    let primary = drcheck_e2e::PgPrimary::start(&lab.root);
+    let pw = drcheck_e2e::unique("statepw");
+    primary.psql("postgres", &format!("create role drcheck_state login password '{pw}'"));
+    primary.psql("postgres", "create database drcheck_state owner drcheck_state");
+    lab.put("ok.sql", b"--\n-- PostgreSQL database dump\n--\n\ncreate table t (id int primary key);\n");
+    let config = lab.config("", "");
+    let text = std::fs::read_to_string(&config).unwrap();
+    let start = text.find("url = \"sqlite").unwrap();
+    let end = start + text[start..].find('\n').unwrap();
+    let text = format!(
+        "{}url = \"{}\"\nkeep_runs = 2{}",
+        &text[..start],
+        primary.url("drcheck_state", &pw, "drcheck_state"),
+        &text[end..]
+    );
+    std::fs::write(&config, text).unwrap();
+    let c = config.display().to_string();
+    for _ in 0..3 {
+        let (out, _) = drcheck_e2e::drcheck(&["--config", &c, "verify", "--target", "t"], &[], Duration::from_secs(120));
+        let err = drcheck_e2e::stderr(&out);
+        assert_eq!(out.status.code(), Some(0), "{err}");
+        assert!(!err.contains("pruning"), "{err}");
+    }
+    let kept = primary.psql("drcheck_state", "select count(*) from runs");
+    assert_eq!(kept, "2", "keep_runs = 2 kept {kept} runs");
+}
