@@ -172,3 +172,29 @@ fn pruning_works_on_a_postgresql_history_store() {
     let kept = primary.psql("drcheck_state", "select count(*) from runs");
     assert_eq!(kept, "2", "keep_runs = 2 kept {kept} runs");
 }
+
+/// A sink that answers a permanent 4xx (here 400) is not retried: each alert is tried
+/// once and dead-lettered at once with the reason; the sink's breaker stays closed.
+#[test]
+fn a_permanent_sink_error_dead_letters_at_once() {
+    let lab = Lab::new();
+    let hook = drcheck_e2e::recorder::Recorder::start(400);
+    lab.put("bad.sql", b"--\n-- PostgreSQL database dump\n--\n\nthis is not sql;\n");
+    let config = lab.config("", "");
+    let mut text = std::fs::read_to_string(&config).unwrap();
+    text.push_str(&format!("[[alert]]\nkind = \"webhook\"\nurl = \"{}\"\nmax_attempts = 5\n", hook.url()));
+    std::fs::write(&config, text).unwrap();
+    let c = config.display().to_string();
+    let (out, _) = drcheck_e2e::drcheck(&["--config", &c, "verify", "--target", "t"], &[], Duration::from_secs(120));
+    assert_eq!(out.status.code(), Some(1), "{}", drcheck_e2e::stderr(&out));
+    let (out, _) = drcheck_e2e::drcheck(&["--config", &c, "alerts", "list"], &[], Duration::from_secs(60));
+    let l: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let dead = l["dead_letters"].as_array().unwrap();
+    assert!(!dead.is_empty(), "{l}");
+    assert_eq!(l["pending"].as_array().unwrap().len(), 0, "nothing waits for a retry: {l}");
+    for d in dead {
+        assert_eq!(d["attempts"], 1, "tried once: {l}");
+        assert!(d.to_string().contains("permanent"), "{d}");
+    }
+    assert_eq!(hook.requests().len(), dead.len(), "one request per alert");
+}

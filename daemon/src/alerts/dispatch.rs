@@ -71,17 +71,34 @@ impl<'a> Dispatcher<'a> {
                     }
                     round.delivered += 1;
                 }
-                Err(e) => {
-                    br.failure();
-                    tracing::warn!(sink = %sink.name, alert = %alert.alertname, attempt = row.attempts + 1, "alert delivery failed: {e}");
-                    if row.attempts + 1 >= sink.max_attempts as i64 {
-                        self.history.dead_letter(&row, &e).await?;
+                Err(err) => {
+                    let permanent = matches!(err, sinks::SinkError::Permanent(_));
+                    let e = err.message().to_string();
+                    // A sink that answered (even "no") is up: only transient failures
+                    // count against its breaker.
+                    if permanent {
+                        br.success();
+                    } else {
+                        br.failure();
+                    }
+                    if permanent || row.attempts + 1 >= sink.max_attempts as i64 {
+                        let why = if permanent { format!("{e} (permanent: not retried)") } else { e.clone() };
+                        tracing::warn!(sink = %sink.name, alert = %alert.alertname, attempt = row.attempts + 1, "alert dead-lettered: {why}");
+                        self.history.dead_letter(&row, &why).await?;
                         if let Some(m) = self.metrics {
                             m.alerts_dead_lettered_total.with_label_values(&[&sink.name]).inc();
                         }
                         round.dead += 1;
                     } else {
-                        let next = SystemTime::now() + self.backoff.delay(row.attempts.clamp(0, 30) as u32);
+                        let delay = self.backoff.delay(row.attempts.clamp(0, 30) as u32);
+                        tracing::warn!(
+                            sink = %sink.name,
+                            alert = %alert.alertname,
+                            attempt = row.attempts + 1,
+                            delay_seconds = delay.as_secs_f64(),
+                            "alert delivery failed, will retry: {e}"
+                        );
+                        let next = SystemTime::now() + delay;
                         self.history.mark_failed(&row, &e, next).await?;
                         round.failed += 1;
                     }

@@ -40,12 +40,38 @@ pub fn signature(secret: &str, body: &[u8]) -> String {
     format!("sha256={}", hex::encode(mac.finalize().into_bytes()))
 }
 
-pub async fn deliver(client: &reqwest::Client, sink: &AlertConfig, a: &Alert) -> Result<(), String> {
+/// Why a delivery failed, and whether trying again can help.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SinkError {
+    /// Timeouts, refused connections, 5xx, 408 and 429: the next attempt may work.
+    Transient(String),
+    /// Any other 4xx (a wrong URL, a rejected payload, bad credentials): it will not.
+    Permanent(String),
+}
+
+impl SinkError {
+    pub fn message(&self) -> &str {
+        match self {
+            SinkError::Transient(m) | SinkError::Permanent(m) => m,
+        }
+    }
+
+    /// An HTTP answer's class: only 408, 429 and 5xx are worth retrying.
+    pub fn for_status(status: u16, message: String) -> SinkError {
+        if status == 408 || status == 429 || status >= 500 {
+            SinkError::Transient(message)
+        } else {
+            SinkError::Permanent(message)
+        }
+    }
+}
+
+pub async fn deliver(client: &reqwest::Client, sink: &AlertConfig, a: &Alert) -> Result<(), SinkError> {
     let url = match sink.kind {
         AlertKind::Alertmanager => format!("{}/api/v2/alerts", sink.url.expose().trim_end_matches('/')),
         _ => sink.url.expose().to_string(),
     };
-    let payload = serde_json::to_vec(&body(sink, a)).map_err(|e| e.to_string())?;
+    let payload = serde_json::to_vec(&body(sink, a)).map_err(|e| SinkError::Permanent(e.to_string()))?;
     let mut req = client
         .post(&url)
         .timeout(sink.timeout)
@@ -54,18 +80,34 @@ pub async fn deliver(client: &reqwest::Client, sink: &AlertConfig, a: &Alert) ->
     if let Some(secret) = &sink.secret {
         req = req.header("X-Drcheck-Signature", signature(secret.expose(), &payload));
     }
-    let resp = req.body(payload).send().await.map_err(|e| format!("{}: {}", sink.name, e.without_url()))?;
+    let resp = req
+        .body(payload)
+        .send()
+        .await
+        .map_err(|e| SinkError::Transient(format!("{}: {}", sink.name, e.without_url())))?;
     let status = resp.status();
     if status.is_success() {
         Ok(())
     } else {
         let text = resp.text().await.unwrap_or_default();
-        Err(format!("{}: HTTP {status}: {}", sink.name, text.chars().take(300).collect::<String>()))
+        let message = format!("{}: HTTP {status}: {}", sink.name, text.chars().take(300).collect::<String>());
+        Err(SinkError::for_status(status.as_u16(), message))
     }
 }
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn only_408_429_and_5xx_are_transient() {
+        use super::SinkError;
+        for s in [408, 429, 500, 502, 503] {
+            assert!(matches!(SinkError::for_status(s, String::new()), SinkError::Transient(_)), "{s}");
+        }
+        for s in [400, 401, 403, 404, 410, 422] {
+            assert!(matches!(SinkError::for_status(s, String::new()), SinkError::Permanent(_)), "{s}");
+        }
+    }
+
     #[test]
     fn signature_is_the_documented_hmac() {
         // RFC 4231 test case 2.
