@@ -25,6 +25,9 @@ pub struct Runbook {
     pub steady_state: Vec<Step>,
     pub steps: Vec<Step>,
     pub rollbacks: Vec<Step>,
+    /// Targets the runbook names that could not be checked because no config was
+    /// loaded: `(line, target)`. `drill check` lists them; `drill run` refuses them.
+    pub unresolved_targets: Vec<(usize, String)>,
 }
 
 #[derive(Debug, Clone)]
@@ -158,7 +161,7 @@ pub fn parse(
         let message = message.strip_prefix("error: ").unwrap_or(&message).to_string();
         CheckError { problems: vec![format!("{file}: {message}")] }
     })?;
-    let mut c = Checker { file, problems: Vec::new(), config, vars: BTreeMap::new() };
+    let mut c = Checker { file, problems: Vec::new(), config, vars: BTreeMap::new(), unresolved: Vec::new() };
     let rb = c.runbook(raw, path, overrides);
     if c.problems.is_empty() { Ok(rb) } else { Err(CheckError { problems: c.problems }) }
 }
@@ -169,6 +172,8 @@ struct Checker<'a> {
     config: Option<&'a Config>,
     /// The resolved variables, to check targets named through them.
     vars: BTreeMap<String, String>,
+    /// Targets named while no config was loaded, with their lines.
+    unresolved: Vec<(usize, String)>,
 }
 
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
@@ -219,6 +224,7 @@ impl Checker<'_> {
             steady_state,
             steps,
             rollbacks,
+            unresolved_targets: std::mem::take(&mut self.unresolved),
         }
     }
 
@@ -471,14 +477,14 @@ impl Checker<'_> {
                     self.err(line, format!("step {name:?}: sql needs exactly one of `dsn` and `target`"))
                 }
                 (None, Some(t)) => {
-                    if let Some(msg) = self.target_problem(t, true) {
+                    if let Some(msg) = self.target_problem(t, true, line) {
                         self.err(line, format!("step {name:?}: sql.target: {msg}"));
                     }
                 }
                 _ => {}
             },
             Action::Verify(v) => {
-                if let Some(msg) = self.target_problem(&v.target, false) {
+                if let Some(msg) = self.target_problem(&v.target, false, line) {
                     self.err(line, format!("step {name:?}: verify.target: {msg}"));
                 }
             }
@@ -494,14 +500,14 @@ impl Checker<'_> {
         }
     }
 
-    fn target_problem(&self, target: &str, needs_primary: bool) -> Option<String> {
+    fn target_problem(&mut self, target: &str, needs_primary: bool, line: usize) -> Option<String> {
         // A target named through a captured value is only known at run time.
         let target = Scope::new(self.vars.clone()).resolve(target).ok()?;
         let target = target.as_str();
         let Some(config) = self.config else {
-            return Some(format!(
-                "target {target:?} needs drcheck's config (--config or DRCHECK_CONFIG), and none was loaded"
-            ));
+            // Checked once a config is loaded: `drill check` lists it, `drill run` needs it.
+            self.unresolved.push((line, target.to_string()));
+            return None;
         };
         match config.target(target) {
             None => {

@@ -198,3 +198,23 @@ fn a_permanent_sink_error_dead_letters_at_once() {
     }
     assert_eq!(hook.requests().len(), dead.len(), "one request per alert");
 }
+
+/// `drill check` without a config checks everything else, lists the target references
+/// it could not resolve and exits 0; with a config an unknown target is an error.
+#[test]
+fn drill_check_without_a_config_lists_unresolved_targets() {
+    let lab = Lab::new();
+    let example = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../runbooks/examples/restore-from-backup.yaml");
+    let e = example.display().to_string();
+    let (out, _) = drcheck_e2e::drcheck(&["drill", "check", &e], &[], Duration::from_secs(60));
+    let text = drcheck_e2e::stdout(&out);
+    assert_eq!(out.status.code(), Some(0), "{text}{}", drcheck_e2e::stderr(&out));
+    assert!(text.contains(": ok") && text.contains("target \"orders\" not checked"), "{text}");
+    // With a config that has no `orders`, the same reference is an error naming the line.
+    let config = lab.config("", "");
+    let c = config.display().to_string();
+    let (out, _) = drcheck_e2e::drcheck(&["--config", &c, "drill", "check", &e], &[], Duration::from_secs(60));
+    let err = drcheck_e2e::stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("no target \"orders\""), "{err}");
+}

@@ -29,6 +29,12 @@ pub async fn run(config_path: Option<&Path>, cmd: DrillCommand) -> Result<Exit, 
                 rb.steps.len(),
                 rb.rollbacks.len()
             );
+            for (line, target) in &rb.unresolved_targets {
+                crate::outln!(
+                    "{}:{line}: target {target:?} not checked: no config loaded (--config or DRCHECK_CONFIG checks it)",
+                    file.display()
+                );
+            }
             Ok(Exit::Passed)
         }
         DrillCommand::Run(args) => run_drill(config, args).await,
@@ -51,6 +57,17 @@ fn load_runbook(file: &Path, vars: &[(String, String)], config: Option<&Config>)
 
 async fn run_drill(config: Option<Config>, args: DrillRunArgs) -> Result<Exit, CliError> {
     let rb = load_runbook(&args.file, &args.vars, config.as_ref())?;
+    if !rb.unresolved_targets.is_empty() {
+        let list: Vec<String> = rb
+            .unresolved_targets
+            .iter()
+            .map(|(line, t)| format!("{}:{line}: target {t:?}", args.file.display()))
+            .collect();
+        return Err(CliError::usage(anyhow::anyhow!(
+            "the runbook needs drcheck's config (--config or DRCHECK_CONFIG) for: {}",
+            list.join("; ")
+        )));
+    }
     if args.dry_run {
         crate::out!("{}", drcheck_runbooks::dry_run::plan_text(&rb));
         return Ok(Exit::Passed);

@@ -106,9 +106,15 @@ fn var_overrides_replace_values_and_typos_are_refused() {
 }
 
 #[test]
-fn verify_and_target_steps_need_a_config() {
-    let p = problems("title: t\nsteps:\n  - name: v\n    verify: {target: orders}\n");
-    assert!(p.contains("drill.yaml:3") && p.contains("needs drcheck's config"), "{p}");
+fn targets_without_a_config_are_listed_not_refused() {
+    let yaml = "title: t\nsteps:\n  - name: v\n    verify: {target: orders}\n  - name: bad\n    shell: {command: \"echo ${nope}\"}\n";
+    // Everything else is still checked...
+    let p = problems(yaml);
+    assert!(p.contains("nope") && !p.contains("orders"), "{p}");
+    // ...and a valid runbook names the targets it could not check, with their lines.
+    let rb = parse("title: t\nsteps:\n  - name: v\n    verify: {target: orders}\n", Path::new("d.yaml"), &[], None)
+        .unwrap();
+    assert_eq!(rb.unresolved_targets, vec![(3, "orders".to_string())]);
 }
 
 #[test]
