@@ -5,12 +5,17 @@
 #
 #   DEMO_SCALE=10 scripts/demo.sh        # pgbench scale (default 1)
 #   DEMO_KEEP=1 scripts/demo.sh          # leave primary and S3 running; prints how to stop them
+#   DEMO_DIR=/var/tmp/demo scripts/demo.sh   # where the demo's files go (default: the temp dir)
+#   DRCHECK_BIN=/path/to/drcheck scripts/demo.sh   # use that binary instead of building one
+#
+# The demo's files live outside the checkout, in a directory the postgres user can enter,
+# so the demo works wherever the checkout is (even in root's 0700 home).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 bash scripts/setup.sh
 
-demo=$root/.demo
+demo=${DEMO_DIR:-${TMPDIR:-/tmp}/drcheck-demo-$(id -u)}
 scale=${DEMO_SCALE:-1}
 pgbin=/usr/lib/postgresql/15/bin
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
@@ -28,6 +33,11 @@ trap cleanup EXIT
 rm -rf "$demo"
 mkdir -p "$demo/scratch" "$demo/sock"
 chmod 755 "$demo" "$demo/scratch"
+# The postgres user must be able to reach the demo directory through its parents.
+if [ "$(id -u)" = 0 ] && ! runuser -u postgres -- test -x "$demo"; then
+  echo "demo: the postgres user cannot enter $demo; set DEMO_DIR to a directory it can reach" >&2
+  exit 1
+fi
 [ "$(id -u)" = 0 ] && chown postgres: "$demo/sock" "$demo"
 chmod 1777 "$demo/scratch"
 
@@ -79,8 +89,12 @@ rpo = "26h"
 TOML
 export ORDERS_PW=$password
 
-cargo build -q --bin drcheck
-drcheck=$root/target/debug/drcheck
+if [ -n "${DRCHECK_BIN:-}" ]; then
+  drcheck=$DRCHECK_BIN
+else
+  cargo build -q --bin drcheck
+  drcheck=$root/target/debug/drcheck
+fi
 echo "demo: drcheck backups list"
 "$drcheck" --config "$demo/drcheck.toml" backups list --target orders
 echo "demo: drcheck verify"

@@ -218,3 +218,28 @@ fn drill_check_without_a_config_lists_unresolved_targets() {
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("no target \"orders\""), "{err}");
 }
+
+/// The README's first command works from a checkout the postgres user cannot enter
+/// (a clone in a 0700 directory, like root's home): the demo's cluster files live
+/// elsewhere.
+#[test]
+fn the_demo_runs_from_a_checkout_in_a_private_directory() {
+    let root = drcheck_e2e::TempRoot::new();
+    let private = root.path().join("home");
+    std::fs::create_dir(&private).unwrap();
+    std::fs::set_permissions(&private, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+    let checkout = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let clone = private.join("drcheck");
+    sh(&format!("git clone -q {} {}", checkout.display(), clone.display()));
+    let demo_dir = root.path().join("demo");
+    let out = std::process::Command::new("bash")
+        .arg(clone.join("scripts/demo.sh"))
+        .env("DRCHECK_BIN", drcheck_e2e::drcheck_bin())
+        .env("DEMO_DIR", &demo_dir)
+        .output()
+        .unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("orders: PASSED"), "{text}");
+    assert!(!clone.join(".demo").exists(), "the demo wrote into the checkout");
+}
