@@ -140,7 +140,7 @@ const CLUSTER_ALLOWANCE: u64 = 1 << 30;
 /// the restore may write: the backup's size × `max_expansion` plus what any cluster
 /// needs (1 GiB: catalogs, WAL up to `max_wal_size`), at most the free space less a
 /// reserve (5 % of the file system, at most 1 GiB), so a bomb never fills the disk.
-async fn check_disk(config: &Config, store: &dyn BackupStore, backup: &Backup) -> Result<u64, Stop> {
+fn check_disk(config: &Config, backup: &Backup) -> Result<(u64, u64), Stop> {
     let dir = &config.sandbox.scratch_dir;
     let stat = nix::sys::statvfs::statvfs(dir)
         .map_err(|e| Stop::incomplete("sandbox", format!("cannot check free space in {}: {e}", dir.display())))?;
@@ -149,20 +149,7 @@ async fn check_disk(config: &Config, store: &dyn BackupStore, backup: &Backup) -
     let reserve = (total / 20).min(1 << 30);
     let ceiling = (backup.size as f64 * config.sandbox.max_expansion).min(u64::MAX as f64) as u64;
     let ceiling = ceiling.saturating_add(CLUSTER_ALLOWANCE);
-    // Where the compression format records the expanded size, that is what it needs.
-    let declared = declared_size(store, backup).await;
-    if let Some(expanded) = declared
-        && expanded > ceiling
-    {
-        return Err(Stop::failed(
-            "fetch",
-            format!(
-                "{} declares it expands to {expanded} bytes, beyond {ceiling} (its size {} × sandbox.max_expansion {} + 1 GiB): refused before fetching",
-                backup.key, backup.size, config.sandbox.max_expansion
-            ),
-        ));
-    }
-    let need = ((backup.size as f64 * config.sandbox.expansion_factor) as u64).max(declared.unwrap_or(0));
+    let need = (backup.size as f64 * config.sandbox.expansion_factor) as u64;
     if free < need {
         return Err(Stop::incomplete(
             "sandbox",
@@ -174,18 +161,7 @@ async fn check_disk(config: &Config, store: &dyn BackupStore, backup: &Backup) -
             ),
         ));
     }
-    Ok(ceiling.min(free.saturating_sub(reserve)).max(1 << 20))
-}
-
-/// The expanded size a single-object backup's compression header or trailer records.
-async fn declared_size(store: &dyn BackupStore, backup: &Backup) -> Option<u64> {
-    let [object] = backup.parts.as_slice() else { return None };
-    if object.size < 18 {
-        return None;
-    }
-    let head = store.read_range(&object.key, 0, 18).await.ok()?;
-    let tail = store.read_range(&object.key, object.size - 4, 4).await.ok()?;
-    drcheck_restore::format::declared_expanded_size(&head, &tail)
+    Ok((ceiling, free.saturating_sub(reserve)))
 }
 
 /// Verifies `target`: the latest backup, or `backup_key` when given.
@@ -280,7 +256,7 @@ async fn steps(
         format: None,
     });
 
-    let max_write_bytes = check_disk(config, store.as_ref(), &backup).await?;
+    let (expansion_ceiling, free_for_restore) = check_disk(config, &backup)?;
     for dir in reap_leftovers(&config.sandbox.scratch_dir) {
         tracing::warn!(dir = %dir.display(), "removed a sandbox left by an earlier run");
     }
@@ -313,7 +289,8 @@ async fn steps(
         on_format: &on_format,
         progress: progress.byte_counter(),
         sandbox_ready_in: Default::default(),
-        max_write_bytes,
+        max_write_bytes: expansion_ceiling.min(free_for_restore).max(1 << 20),
+        expansion_ceiling,
     };
     // Which containment the restore runs under is known before it starts, and reported
     // even when the restore fails.

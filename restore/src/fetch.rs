@@ -45,7 +45,11 @@ pub fn parallel(store: Arc<dyn BackupStore>, key: &str, size: u64, opts: FetchOp
             // `buffered` bounds how many exist at once.
             let task = tokio::spawn(async move {
                 opts.backoff
-                    .run(|_| store.read_range(&key, offset, len), |e: &StoreError| e.unreachable)
+                    .run(
+                        &format!("GET {key} bytes {offset}+{len}"),
+                        |_| store.read_range(&key, offset, len),
+                        |e: &StoreError| e.unreachable,
+                    )
                     .await
                     .map_err(to_io)
             });

@@ -9,7 +9,7 @@ use crate::logical::{self, Counting};
 use crate::pgbin;
 use crate::physical::{self, WalReplay};
 use crate::sandbox::{Sandbox, SandboxOptions};
-use crate::store::{Backup, BackupReader, BackupStore};
+use crate::store::{Backup, BackupObject, BackupReader, BackupStore};
 use drcheck_config::FormatSetting;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -37,6 +37,9 @@ pub struct RestoreJob<'a> {
     /// The most the restore may write into its directory (the backup's size ×
     /// `max_expansion`, at most the free space less a reserve); beyond, it fails.
     pub max_write_bytes: u64,
+    /// The part of that limit that comes from the backup's size (× `max_expansion`, plus
+    /// what any cluster needs): beyond it the backup is to blame, below it the disk.
+    pub expansion_ceiling: u64,
 }
 
 /// A restored database, running in its sandbox.
@@ -158,6 +161,9 @@ async fn run_inner(job: &RestoreJob<'_>) -> Result<Restored, RestoreError> {
     let head = logical::read_head(&mut reader, &store_name).await?;
     let outer = format::detect(&head);
     let compressed = matches!(outer, BackupFormat::Gzip | BackupFormat::Zstd | BackupFormat::Lz4);
+    if compressed {
+        check_declared_size(job, object, &head).await?;
+    }
     let (reader, head) = if compressed {
         let mut d = logical::decompress(outer, head, reader);
         let inner_head = logical::read_head(&mut d, &store_name).await?;
@@ -261,6 +267,39 @@ async fn run_inner(job: &RestoreJob<'_>) -> Result<Restored, RestoreError> {
         Kind::TarArchive => unreachable!("handled above"),
     }
     done(sandbox, RESTORED_DB.into(), shown(kind_name(kind)))
+}
+
+/// Where the compression format records the expanded size (a zstd frame header, a gzip
+/// trailer), a backup that says it will not fit fails before anything is unpacked.
+async fn check_declared_size(job: &RestoreJob<'_>, object: &BackupObject, head: &[u8]) -> Result<(), RestoreError> {
+    // gzip keeps its size at the end: one small extra read (zstd's is in the head).
+    let tail = if format::detect(head) == BackupFormat::Gzip && object.size >= 4 {
+        job.store.read_range(&object.key, object.size - 4, 4).await.map(|b| b.to_vec()).unwrap_or_default()
+    } else {
+        Vec::new()
+    };
+    let Some(declared) = format::declared_expanded_size(head, &tail) else { return Ok(()) };
+    if declared > job.expansion_ceiling {
+        return Err(RestoreError::bad(
+            Stage::Fetch,
+            format!(
+                "{} {} bytes: its {} header declares {declared} bytes (sandbox.max_expansion × its size, plus 1 GiB)",
+                logical::EXPANSION_EXCEEDED,
+                job.expansion_ceiling,
+                format::detect(head)
+            ),
+        ));
+    }
+    if declared > job.max_write_bytes {
+        return Err(RestoreError::infra(
+            Stage::Sandbox,
+            format!(
+                "not enough space in scratch_dir: the backup declares it expands to {declared} bytes, {} may be written",
+                job.max_write_bytes
+            ),
+        ));
+    }
+    Ok(())
 }
 
 fn header_major(header: &[u8]) -> Result<u32, RestoreError> {

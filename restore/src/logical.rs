@@ -57,10 +57,9 @@ pub fn read_error(store: &str, e: io::Error) -> RestoreError {
             RestoreError::bad(Stage::Restore, e.to_string())
         }
         io::ErrorKind::InvalidData => RestoreError::bad(Stage::Fetch, format!("the backup is corrupt: {e}")),
-        io::ErrorKind::UnexpectedEof => RestoreError::bad(
-            Stage::Fetch,
-            format!("the backup is truncated: its compressed data ends early ({e})"),
-        ),
+        io::ErrorKind::UnexpectedEof => {
+            RestoreError::bad(Stage::Fetch, format!("the backup is truncated: its compressed data ends early ({e})"))
+        }
         _ => RestoreError::Store(StoreError {
             store: store.to_string(),
             message: format!("download failed: {e}"),

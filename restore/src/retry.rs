@@ -1,4 +1,6 @@
-//! Exponential backoff with full jitter, capped in delay and in attempts.
+//! Exponential backoff with full jitter, capped in delay and in attempts. This is the
+//! one retry layer for a store (the AWS SDK's own retries are off): every retry is
+//! logged at warn with what, the attempt, the delay and the cause.
 
 use std::time::Duration;
 
@@ -12,7 +14,7 @@ pub struct Backoff {
 
 impl Default for Backoff {
     fn default() -> Self {
-        Self { base: Duration::from_millis(200), cap: Duration::from_secs(2), attempts: 4 }
+        Self { base: Duration::from_millis(200), cap: Duration::from_secs(2), attempts: 6 }
     }
 }
 
@@ -24,9 +26,11 @@ impl Backoff {
     }
 
     /// Runs `op` until it succeeds, fails with an error `retryable` rejects, or the
-    /// attempts are used up; returns the last error.
-    pub async fn run<T, E, F, Fut>(&self, mut op: F, retryable: impl Fn(&E) -> bool) -> Result<T, E>
+    /// attempts are used up; returns the last error. `what` names the operation in the
+    /// warning logged before each retry.
+    pub async fn run<T, E, F, Fut>(&self, what: &str, mut op: F, retryable: impl Fn(&E) -> bool) -> Result<T, E>
     where
+        E: std::fmt::Display,
         F: FnMut(u32) -> Fut,
         Fut: std::future::Future<Output = Result<T, E>>,
     {
@@ -35,7 +39,16 @@ impl Backoff {
             match op(attempt).await {
                 Ok(v) => return Ok(v),
                 Err(e) if attempt + 1 < self.attempts && retryable(&e) => {
-                    tokio::time::sleep(self.delay(attempt)).await;
+                    let delay = self.delay(attempt);
+                    tracing::warn!(
+                        what,
+                        attempt = attempt + 1,
+                        of = self.attempts,
+                        delay_ms = delay.as_millis() as u64,
+                        cause = %e,
+                        "transient failure, retrying"
+                    );
+                    tokio::time::sleep(delay).await;
                     attempt += 1;
                 }
                 Err(e) => return Err(e),
@@ -66,6 +79,7 @@ mod tests {
         let mut calls = 0;
         let r: Result<(), &str> = b
             .run(
+                "test",
                 |_| {
                     calls += 1;
                     async { Err("transient") }
@@ -77,6 +91,7 @@ mod tests {
         let mut calls = 0;
         let r: Result<(), &str> = b
             .run(
+                "test",
                 |_| {
                     calls += 1;
                     async { Err("403") }
@@ -85,7 +100,8 @@ mod tests {
             )
             .await;
         assert_eq!((r, calls), (Err("403"), 1));
-        let r: Result<u32, &str> = b.run(|n| async move { if n < 2 { Err("x") } else { Ok(n) } }, |_| true).await;
+        let r: Result<u32, &str> =
+            b.run("test", |n| async move { if n < 2 { Err("x") } else { Ok(n) } }, |_| true).await;
         assert_eq!(r, Ok(2));
     }
 }

@@ -280,6 +280,28 @@ fn tar_zst_bomb(lab: &Lab) -> Vec<u8> {
     bomb
 }
 
+/// A compressed backup whose zstd header declares it expands past the ceiling is
+/// refused before anything is unpacked.
+#[test]
+fn a_bomb_that_declares_its_size_is_refused_before_unpacking() {
+    let lab = Lab::new();
+    let work = lab.root.path().join("declared");
+    std::fs::create_dir_all(&work).unwrap();
+    sh(&format!(
+        "head -c 3221225472 /dev/zero | zstd -q -1 -T2 --stream-size=3221225472 -o {}/bomb.sql.zst",
+        work.display()
+    ));
+    lab.put("bomb.sql.zst", &std::fs::read(work.join("bomb.sql.zst")).unwrap());
+    let config = lab.config("", "");
+    let t = Instant::now();
+    let (code, run, all) = lab.verify(&config, "bomb.sql.zst");
+    assert_ran(&run, code, 1, &all);
+    let msg = run["error"]["message"].as_str().unwrap_or_default();
+    assert!(msg.contains("expands beyond") && msg.contains("declares 3221225472"), "{msg}");
+    assert!(t.elapsed() < Duration::from_secs(30), "took {:?}", t.elapsed());
+    assert!(run["phases"].as_array().unwrap().iter().all(|p| p["name"] != "restore"), "{run}");
+}
+
 /// SIGTERM while an archive is being unpacked: drcheck exits within seconds, the
 /// unpacking thread stops with it, and nothing is written after the run is gone.
 #[test]

@@ -47,6 +47,12 @@ fn transient_faults_are_retried_and_the_run_passes() {
     assert_eq!(out.status.code(), Some(0), "{}\n{}", drcheck_e2e::stdout(&out), stderr(&out));
     assert_eq!(only_run(&out)["result"], "passed");
     assert_eq!(proxy.injected(), 7, "every planned fault was injected: {:?}", proxy.requests());
+    // Every retry is logged, with the attempt and the delay.
+    let err = stderr(&out);
+    assert!(
+        err.contains("transient failure, retrying") && err.contains("attempt") && err.contains("delay_ms"),
+        "{err}"
+    );
     let size = std::fs::metadata(&scene.dump).unwrap().len() as usize;
     assert!(object_gets(&proxy) > size.div_ceil(65536), "faulted parts were fetched again: {:?}", proxy.requests());
 }
@@ -65,6 +71,10 @@ fn persistent_faults_end_in_a_clear_error_in_bounded_time() {
     let msg = run["error"]["message"].as_str().unwrap();
     assert!(msg.contains("503") && msg.contains("SlowDown"), "{msg}");
     assert!(msg.contains(&format!("127.0.0.1:{}", proxy.port)), "names the endpoint: {msg}");
+    // One retry layer: at most 6 attempts for each of the 3 parts in flight (the SDK's
+    // own 3 stacked under 4 made it up to 12 a part).
+    let gets = object_gets(&proxy);
+    assert!(gets <= 3 * 6, "{gets} object GETs: {:?}", proxy.requests());
 
     // Truncated bodies every time: also transient, also bounded.
     let proxy = FaultProxy::start(scene.s3.port, vec![rule(Match::ObjectGet, Fault::TruncateBody, None)]);

@@ -92,11 +92,13 @@ fn the_textfile_keeps_last_success_and_the_stale_alert_fires() {
     let config = lab.root.path().join("two.toml");
     std::fs::write(&config, text).unwrap();
     let c = config.display().to_string();
-    let good = "--\n-- PostgreSQL database dump\n--\n\ncreate table t (id int primary key);\ninsert into t values (1);\n";
+    let good =
+        "--\n-- PostgreSQL database dump\n--\n\ncreate table t (id int primary key);\ninsert into t values (1);\n";
     lab.put("a/1.sql", good.as_bytes());
     lab.put("b/1.sql", good.as_bytes());
     let verify = |target: &str| {
-        let (out, _) = drcheck_e2e::drcheck(&["--config", &c, "verify", "--target", target], &[], Duration::from_secs(120));
+        let (out, _) =
+            drcheck_e2e::drcheck(&["--config", &c, "verify", "--target", target], &[], Duration::from_secs(120));
         out.status.code()
     };
     assert_eq!(verify("a"), Some(0));
@@ -133,12 +135,7 @@ fn the_textfile_keeps_last_success_and_the_stale_alert_fires() {
     let file = lab.root.path().join("stale_test.yml");
     std::fs::write(&file, test).unwrap();
     let out = std::process::Command::new("promtool").args(["test", "rules"]).arg(&file).output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(out.status.success(), "{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
 }
 
 /// `keep_runs` prunes a PostgreSQL history store too (PostgreSQL 15 wants an alias on
@@ -164,7 +161,8 @@ fn pruning_works_on_a_postgresql_history_store() {
     std::fs::write(&config, text).unwrap();
     let c = config.display().to_string();
     for _ in 0..3 {
-        let (out, _) = drcheck_e2e::drcheck(&["--config", &c, "verify", "--target", "t"], &[], Duration::from_secs(120));
+        let (out, _) =
+            drcheck_e2e::drcheck(&["--config", &c, "verify", "--target", "t"], &[], Duration::from_secs(120));
         let err = drcheck_e2e::stderr(&out);
         assert_eq!(out.status.code(), Some(0), "{err}");
         assert!(!err.contains("pruning"), "{err}");
@@ -204,7 +202,8 @@ fn a_permanent_sink_error_dead_letters_at_once() {
 #[test]
 fn drill_check_without_a_config_lists_unresolved_targets() {
     let lab = Lab::new();
-    let example = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../runbooks/examples/restore-from-backup.yaml");
+    let example =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../runbooks/examples/restore-from-backup.yaml");
     let e = example.display().to_string();
     let (out, _) = drcheck_e2e::drcheck(&["drill", "check", &e], &[], Duration::from_secs(60));
     let text = drcheck_e2e::stdout(&out);

@@ -31,7 +31,8 @@ impl Validator for FullRead {
         };
         match cmd.output().await {
             Ok(out) if out.status.success() => vec![
-                Finding::new(name, Status::Passed, format!("all {tables} tables read end to end")).covered("tables", tables),
+                Finding::new(name, Status::Passed, format!("all {tables} tables read end to end"))
+                    .covered("tables", tables),
             ],
             Ok(out) => vec![Finding::new(
                 name,

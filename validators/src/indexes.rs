@@ -47,13 +47,15 @@ impl Validator for Indexes {
         };
         let problems: Vec<String> = invalid.into_iter().chain(unvalidated).map(|(s,)| s).collect();
         if problems.is_empty() {
-            vec![Finding::new(
-                name,
-                Status::Passed,
-                format!("{indexes} indexes valid, {constraints} constraints validated"),
-            )
-            .covered("indexes", indexes as u64)
-            .covered("constraints", constraints as u64)]
+            vec![
+                Finding::new(
+                    name,
+                    Status::Passed,
+                    format!("{indexes} indexes valid, {constraints} constraints validated"),
+                )
+                .covered("indexes", indexes as u64)
+                .covered("constraints", constraints as u64),
+            ]
         } else {
             vec![Finding::new(name, Status::Failed, some_of(&problems, 20))]
         }

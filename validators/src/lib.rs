@@ -229,9 +229,11 @@ pub async fn run_all(validators: &[Box<dyn Validator>], cx: &Context, timeout: D
         for f in &findings {
             tracing::info!(validator = %f.name, status = f.status.as_str(), seconds = started.elapsed().as_secs_f64(), "validator finished");
         }
-        out.extend(findings.into_iter().map(|f| {
-            enforce_coverage(f).with("seconds", (started.elapsed().as_secs_f64() * 1000.0).round() / 1000.0)
-        }));
+        out.extend(
+            findings.into_iter().map(|f| {
+                enforce_coverage(f).with("seconds", (started.elapsed().as_secs_f64() * 1000.0).round() / 1000.0)
+            }),
+        );
     }
     out
 }
@@ -275,9 +277,8 @@ mod coverage_tests {
         assert!(f.detail.starts_with("covered nothing (0 tables)"), "{}", f.detail);
         let f = enforce_coverage(Finding::new("x", Status::Passed, "fine"));
         assert_eq!(f.status, Status::Skipped, "a pass that does not say what it covered");
-        let f = enforce_coverage(
-            Finding::new("checksums", Status::Passed, "ok").covered("tables", 3).covered("rows", 0),
-        );
+        let f =
+            enforce_coverage(Finding::new("checksums", Status::Passed, "ok").covered("tables", 3).covered("rows", 0));
         assert_eq!(f.status, Status::Passed, "three empty tables were still compared");
         let f = enforce_coverage(Finding::new("schema", Status::Failed, "differs"));
         assert_eq!(f.status, Status::Failed);

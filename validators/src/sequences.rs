@@ -56,12 +56,10 @@ impl Validator for Sequences {
             }
         }
         if behind.is_empty() {
-            vec![Finding::new(
-                name,
-                Status::Passed,
-                format!("{} column sequences at or past their columns", rows.len()),
-            )
-            .covered("sequences", rows.len() as u64)]
+            vec![
+                Finding::new(name, Status::Passed, format!("{} column sequences at or past their columns", rows.len()))
+                    .covered("sequences", rows.len() as u64),
+            ]
         } else {
             vec![Finding::new(name, Status::Failed, format!("{} behind: {}", behind.len(), some_of(&behind, 20)))]
         }

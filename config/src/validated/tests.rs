@@ -295,7 +295,8 @@ fn sandbox_containment_and_expansion_keys() {
     let c = parse(&text).unwrap();
     assert!(!c.sandbox.require_containment);
     assert_eq!(c.sandbox.max_expansion, 50.0);
-    let bad = GOOD.replace("scratch_dir = \"/var/tmp/drcheck\"", "scratch_dir = \"/var/tmp/drcheck\"\nmax_expansion = 0.5");
+    let bad =
+        GOOD.replace("scratch_dir = \"/var/tmp/drcheck\"", "scratch_dir = \"/var/tmp/drcheck\"\nmax_expansion = 0.5");
     let e = parse(&bad).unwrap_err().to_string();
     assert!(e.contains("sandbox.max_expansion") && e.contains("expected a number ≥ 1"), "{e}");
 }

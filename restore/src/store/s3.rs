@@ -8,6 +8,7 @@
 use super::{BackupObject, BackupStore};
 use crate::breaker::{self, Breaker};
 use crate::error::StoreError;
+use crate::retry::Backoff;
 use async_trait::async_trait;
 use aws_sdk_s3::config::http::HttpResponse;
 use aws_sdk_s3::config::retry::RetryConfig;
@@ -28,6 +29,8 @@ pub struct S3Store {
     /// As configured (userinfo and all): only to scrub it out of the SDK's messages.
     raw_endpoint: String,
     breaker: Arc<Breaker>,
+    /// The last failure that counted against the breaker: said again while it is open.
+    last_failure: std::sync::Mutex<Option<String>>,
 }
 
 impl S3Store {
@@ -36,10 +39,9 @@ impl S3Store {
             .connect_timeout(Duration::from_secs(3))
             .operation_attempt_timeout(Duration::from_secs(60))
             .build();
-        let retries = RetryConfig::standard()
-            .with_max_attempts(3)
-            .with_initial_backoff(Duration::from_millis(200))
-            .with_max_backoff(Duration::from_secs(2));
+        // One retry layer: drcheck's own (`retry.rs`), which logs every retry. Stacked
+        // under it, the SDK's would multiply the attempts (3 × 4 GETs a part) unseen.
+        let retries = RetryConfig::disabled();
         let shared = aws_config::defaults(BehaviorVersion::latest())
             .region(Region::new(cfg.region.clone()))
             .timeout_config(timeouts)
@@ -68,6 +70,7 @@ impl S3Store {
             endpoint,
             raw_endpoint,
             breaker,
+            last_failure: Default::default(),
         }
     }
 
@@ -116,15 +119,22 @@ impl S3Store {
         call: impl std::future::Future<Output = Result<T, StoreError>>,
     ) -> Result<T, StoreError> {
         if let Err(wait) = self.breaker.admit() {
+            let last = self.last_failure.lock().unwrap().clone().unwrap_or_default();
             return Err(StoreError {
                 store: self.describe(),
-                message: format!("circuit open after repeated failures; next attempt in {}s", wait.as_secs()),
+                message: format!(
+                    "circuit open after repeated failures (the last: {last}); next attempt in {}s",
+                    wait.as_secs()
+                ),
                 unreachable: true,
             });
         }
         let r = call.await;
         match &r {
-            Err(e) if e.unreachable => self.breaker.failure(),
+            Err(e) if e.unreachable => {
+                *self.last_failure.lock().unwrap() = Some(e.message.clone());
+                self.breaker.failure()
+            }
             _ => self.breaker.success(),
         }
         r
@@ -142,12 +152,18 @@ impl BackupStore for S3Store {
     }
 
     async fn list(&self, prefix: &str) -> Result<Vec<BackupObject>, StoreError> {
-        self.guarded(self.list_unguarded(prefix)).await
+        let what = format!("list {prefix:?}");
+        Backoff::default()
+            .run(&what, |_| self.guarded(self.list_unguarded(prefix)), |e: &StoreError| e.unreachable)
+            .await
     }
 
     async fn stat(&self, key: &str) -> Result<BackupObject, StoreError> {
-        self.guarded(self.stat_unguarded(key)).await
+        let what = format!("stat {key}");
+        Backoff::default().run(&what, |_| self.guarded(self.stat_unguarded(key)), |e: &StoreError| e.unreachable).await
     }
+
+    /// One attempt: callers retry (the fetcher per part, with its own backoff).
 
     async fn read_range(&self, key: &str, offset: u64, len: u64) -> Result<bytes::Bytes, StoreError> {
         self.guarded(self.read_range_unguarded(key, offset, len)).await

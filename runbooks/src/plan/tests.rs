@@ -112,8 +112,8 @@ fn targets_without_a_config_are_listed_not_refused() {
     let p = problems(yaml);
     assert!(p.contains("nope") && !p.contains("orders"), "{p}");
     // ...and a valid runbook names the targets it could not check, with their lines.
-    let rb = parse("title: t\nsteps:\n  - name: v\n    verify: {target: orders}\n", Path::new("d.yaml"), &[], None)
-        .unwrap();
+    let rb =
+        parse("title: t\nsteps:\n  - name: v\n    verify: {target: orders}\n", Path::new("d.yaml"), &[], None).unwrap();
     assert_eq!(rb.unresolved_targets, vec![(3, "orders".to_string())]);
 }
 
