@@ -164,7 +164,6 @@ impl BackupStore for S3Store {
     }
 
     /// One attempt: callers retry (the fetcher per part, with its own backoff).
-
     async fn read_range(&self, key: &str, offset: u64, len: u64) -> Result<bytes::Bytes, StoreError> {
         self.guarded(self.read_range_unguarded(key, offset, len)).await
     }
