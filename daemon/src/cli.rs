@@ -179,13 +179,18 @@ pub fn main() -> ExitCode {
             return Exit::Incomplete.into();
         }
     };
-    match runtime.block_on(run(cli)) {
-        Ok(exit) => exit.into(),
+    let exit = match runtime.block_on(run(cli)) {
+        Ok(exit) => exit,
         Err(CliError { exit, error }) => {
             eprintln!("drcheck: {error:#}");
-            exit.into()
+            exit
         }
-    }
+    };
+    // Blocking work still running (an unpacking thread told to stop) gets a bounded
+    // time; sandbox teardowns (their own threads) are waited for, so nothing is left.
+    runtime.shutdown_timeout(std::time::Duration::from_secs(10));
+    drcheck_restore::sandbox::finish_teardowns();
+    exit.into()
 }
 
 /// drcheck holds secrets (the primary's password, storage keys, the API token) in its

@@ -42,8 +42,9 @@ pub fn parallel(store: Arc<dyn BackupStore>, key: &str, size: u64, opts: FetchOp
             let store = store.clone();
             let key = key.clone();
             // Spawned so parts download in parallel even while the consumer is busy;
-            // `buffered` bounds how many exist at once.
-            let task = tokio::spawn(async move {
+            // `buffered` bounds how many exist at once. Aborted when dropped: a cancelled
+            // restore stops downloading.
+            let task = tokio_util::task::AbortOnDropHandle::new(tokio::spawn(async move {
                 opts.backoff
                     .run(
                         &format!("GET {key} bytes {offset}+{len}"),
@@ -52,7 +53,7 @@ pub fn parallel(store: Arc<dyn BackupStore>, key: &str, size: u64, opts: FetchOp
                     )
                     .await
                     .map_err(to_io)
-            });
+            }));
             async move { task.await.map_err(io::Error::other)? }
         })
         .buffered(opts.concurrency.max(1));

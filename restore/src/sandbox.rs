@@ -400,18 +400,22 @@ impl Sandbox {
         self.cleanup();
     }
 
+    /// Stopping the server waits for it and deleting a cluster takes seconds: never on
+    /// an async worker (it would stall `/healthz` and every other run). The work goes to
+    /// a thread of its own, which [`finish_teardowns`] waits for before the process exits.
     fn cleanup(&mut self) {
-        if let Some(mut child) = self.server.take() {
-            stop_server(&mut child);
+        let work = Teardown {
+            server: self.server.take(),
+            root: std::mem::take(&mut self.root),
+            socket_dir: std::mem::take(&mut self.socket_dir),
+        };
+        if work.server.is_none() && work.root.as_os_str().is_empty() && work.socket_dir.as_os_str().is_empty() {
+            return;
         }
-        if !self.root.as_os_str().is_empty() {
-            let _ = std::fs::remove_dir_all(&self.root);
-        }
-        if !self.socket_dir.as_os_str().is_empty() {
-            let _ = std::fs::remove_dir_all(&self.socket_dir);
-        }
-        if !self.root.as_os_str().is_empty() {
-            let _ = std::fs::remove_file(leftovers::owner_file(&self.root));
+        match std::thread::Builder::new().name("sandbox-teardown".into()).spawn(move || work.run()) {
+            Ok(handle) => TEARDOWNS.lock().unwrap_or_else(|e| e.into_inner()).push(handle),
+            // No thread to be had: tear down here rather than leave anything behind.
+            Err(e) => tracing::warn!("cannot start a teardown thread ({e}); tearing down in place"),
         }
     }
 }
@@ -420,6 +424,63 @@ impl Drop for Sandbox {
     fn drop(&mut self) {
         self.cleanup();
     }
+}
+
+/// What tearing a sandbox down takes, moved off the sandbox.
+struct Teardown {
+    server: Option<Child>,
+    root: PathBuf,
+    socket_dir: PathBuf,
+}
+
+impl Teardown {
+    fn run(mut self) {
+        let (root, socket_dir) = (std::mem::take(&mut self.root), std::mem::take(&mut self.socket_dir));
+        if let Some(mut child) = self.server.take() {
+            stop_server(&mut child);
+        }
+        if !root.as_os_str().is_empty() {
+            let _ = std::fs::remove_dir_all(&root);
+        }
+        if !socket_dir.as_os_str().is_empty() {
+            let _ = std::fs::remove_dir_all(&socket_dir);
+        }
+        if !root.as_os_str().is_empty() {
+            let _ = std::fs::remove_file(leftovers::owner_file(&root));
+        }
+    }
+}
+
+impl Drop for Teardown {
+    fn drop(&mut self) {
+        // Only when the thread could not be started: `run` took everything otherwise.
+        if self.server.is_some() || !self.root.as_os_str().is_empty() || !self.socket_dir.as_os_str().is_empty() {
+            let work = Teardown {
+                server: self.server.take(),
+                root: std::mem::take(&mut self.root),
+                socket_dir: std::mem::take(&mut self.socket_dir),
+            };
+            work.run();
+        }
+    }
+}
+
+static TEARDOWNS: std::sync::Mutex<Vec<std::thread::JoinHandle<()>>> = std::sync::Mutex::new(Vec::new());
+
+/// Waits for every sandbox teardown started so far (call before the process exits, and
+/// in tests that check nothing is left).
+pub fn finish_teardowns() {
+    let handles: Vec<_> = std::mem::take(&mut *TEARDOWNS.lock().unwrap_or_else(|e| e.into_inner()));
+    for h in handles {
+        let _ = h.join();
+    }
+}
+
+/// Teardowns still running (finished threads are forgotten).
+pub fn teardowns_pending() -> usize {
+    let mut list = TEARDOWNS.lock().unwrap_or_else(|e| e.into_inner());
+    list.retain(|h| !h.is_finished());
+    list.len()
 }
 
 /// 32 random letters and digits.
