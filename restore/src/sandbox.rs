@@ -413,7 +413,12 @@ impl Sandbox {
             return;
         }
         match std::thread::Builder::new().name("sandbox-teardown".into()).spawn(move || work.run()) {
-            Ok(handle) => TEARDOWNS.lock().unwrap_or_else(|e| e.into_inner()).push(handle),
+            Ok(handle) => {
+                let mut list = TEARDOWNS.lock().unwrap_or_else(|e| e.into_inner());
+                // A daemon tears down one sandbox a run: forget the finished ones.
+                list.retain(|h| !h.is_finished());
+                list.push(handle);
+            }
             // No thread to be had: tear down here rather than leave anything behind.
             Err(e) => tracing::warn!("cannot start a teardown thread ({e}); tearing down in place"),
         }
