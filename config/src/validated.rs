@@ -1,9 +1,18 @@
 //! Raw config → validated config, in one step, with errors that name the key and line.
+//! The types and the top-level step live here; `ctx` holds the shared checks, `storage`
+//! and `target` the checks of their sections.
 
-use crate::duration::{format_duration, parse_duration};
+mod ctx;
+mod storage;
+mod target;
+
+use ctx::Ctx;
+use storage::validate_storage;
+use target::validate_target;
+
+use crate::duration::format_duration;
 use crate::error::ConfigError;
-use crate::interpolate::interpolate;
-use crate::raw::{RawConfig, RawStorage, RawTarget};
+use crate::raw::RawConfig;
 use crate::secret::Secret;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -323,41 +332,6 @@ fn ser_duration<S: serde::Serializer>(d: &Duration, ser: S) -> Result<S::Ok, S::
     ser.serialize_str(&format_duration(*d))
 }
 
-/// Carries what every error needs: the file, its text (for line numbers) and the env.
-struct Ctx<'a> {
-    path: &'a Path,
-    text: &'a str,
-    env: &'a dyn Fn(&str) -> Option<String>,
-}
-
-impl Ctx<'_> {
-    fn line_of(&self, offset: usize) -> usize {
-        self.text[..offset.min(self.text.len())].matches('\n').count() + 1
-    }
-
-    fn err(&self, key: &str, span: Option<std::ops::Range<usize>>, message: impl Into<String>) -> ConfigError {
-        ConfigError::Invalid {
-            path: self.path.to_path_buf(),
-            line: span.map(|s| self.line_of(s.start)),
-            key: key.to_string(),
-            message: message.into(),
-        }
-    }
-
-    /// Interpolates `${ENV}` in a spanned string value.
-    fn string(&self, key: &str, v: &Spanned<String>) -> Result<String, ConfigError> {
-        interpolate(v.get_ref(), self.env).map_err(|m| self.err(key, Some(v.span()), m))
-    }
-
-    fn opt_string(&self, key: &str, v: &Option<Spanned<String>>) -> Result<Option<String>, ConfigError> {
-        v.as_ref().map(|v| self.string(key, v)).transpose()
-    }
-
-    fn duration(&self, key: &str, v: &Spanned<String>) -> Result<Duration, ConfigError> {
-        parse_duration(v.get_ref()).map_err(|m| self.err(key, Some(v.span()), m))
-    }
-}
-
 pub(crate) fn validate(
     raw: RawConfig,
     text: &str,
@@ -391,17 +365,10 @@ pub(crate) fn validate(
             }
         },
     };
-    let expansion_factor = match &raw.sandbox.expansion_factor {
-        None => 5.0,
-        Some(f) if *f.get_ref() >= 0.0 && f.get_ref().is_finite() => *f.get_ref(),
-        Some(f) => return Err(cx.err("sandbox.expansion_factor", Some(f.span()), "expected a number ≥ 0")),
-    };
+    let expansion_factor =
+        cx.number_at_least("sandbox.expansion_factor", raw.sandbox.expansion_factor.as_ref(), 5.0, 0.0)?;
     let require_containment = raw.sandbox.require_containment.unwrap_or(true);
-    let max_expansion = match &raw.sandbox.max_expansion {
-        None => 200.0,
-        Some(f) if *f.get_ref() >= 1.0 && f.get_ref().is_finite() => *f.get_ref(),
-        Some(f) => return Err(cx.err("sandbox.max_expansion", Some(f.span()), "expected a number ≥ 1")),
-    };
+    let max_expansion = cx.number_at_least("sandbox.max_expansion", raw.sandbox.max_expansion.as_ref(), 200.0, 1.0)?;
 
     let mut storage = BTreeMap::new();
     for (name, s) in &raw.storage {
@@ -421,11 +388,7 @@ pub(crate) fn validate(
         targets.push(target);
     }
 
-    let keep_runs = match &raw.state.keep_runs {
-        None => 1000,
-        Some(n) if (1..=10_000_000).contains(n.get_ref()) => *n.get_ref() as u32,
-        Some(n) => return Err(cx.err("state.keep_runs", Some(n.span()), "expected a whole number from 1 to 10000000")),
-    };
+    let keep_runs = cx.whole_in("state.keep_runs", raw.state.keep_runs.as_ref(), 1000, 1, 10_000_000)? as u32;
     let listen = cx.opt_string("metrics.listen", &raw.metrics.listen)?.unwrap_or_else(|| "127.0.0.1:9187".into());
     if listen.parse::<std::net::SocketAddr>().is_err() {
         let span = raw.metrics.listen.as_ref().map(|l| l.span());
@@ -449,17 +412,13 @@ pub(crate) fn validate(
     let api =
         ApiConfig { token: cx.opt_string("api.token", &raw.api.token)?.filter(|t| !t.is_empty()).map(Secret::new) };
     let daemon = DaemonConfig {
-        max_concurrent_restores: match &raw.daemon.max_concurrent_restores {
-            None => 1,
-            Some(n) if (1..=64).contains(n.get_ref()) => *n.get_ref() as usize,
-            Some(n) => {
-                return Err(cx.err(
-                    "daemon.max_concurrent_restores",
-                    Some(n.span()),
-                    "expected a whole number from 1 to 64",
-                ));
-            }
-        },
+        max_concurrent_restores: cx.whole_in(
+            "daemon.max_concurrent_restores",
+            raw.daemon.max_concurrent_restores.as_ref(),
+            1,
+            1,
+            64,
+        )? as usize,
     };
     let mut alerts: Vec<AlertConfig> = Vec::new();
     for (i, a) in raw.alerts.iter().enumerate() {
@@ -495,13 +454,7 @@ pub(crate) fn validate(
             kind,
             url: Secret::new(url),
             secret: cx.opt_string(&key("secret"), &a.secret)?.map(Secret::new),
-            max_attempts: match &a.max_attempts {
-                None => 8,
-                Some(n) if (1..=1000).contains(n.get_ref()) => *n.get_ref() as u32,
-                Some(n) => {
-                    return Err(cx.err(&key("max_attempts"), Some(n.span()), "expected a whole number from 1 to 1000"));
-                }
-            },
+            max_attempts: cx.whole_in(&key("max_attempts"), a.max_attempts.as_ref(), 8, 1, 1000)? as u32,
             timeout: match &a.timeout {
                 None => Duration::from_secs(10),
                 Some(t) => cx.duration(&key("timeout"), t)?,
@@ -526,334 +479,6 @@ pub(crate) fn validate(
         storage,
         targets,
     })
-}
-
-fn validate_storage(cx: &Ctx<'_>, name: &str, s: &RawStorage) -> Result<StorageConfig, ConfigError> {
-    let key = |k: &str| format!("storage.{name}.{k}");
-    let reject = |k: &str, present: bool, kind: &str| -> Result<(), ConfigError> {
-        if present {
-            Err(cx.err(&key(k), Some(s.kind.span()), format!("not a key of kind = {kind:?}")))
-        } else {
-            Ok(())
-        }
-    };
-    match s.kind.get_ref().as_str() {
-        "s3" => {
-            reject("path", s.path.is_some(), "s3")?;
-            let bucket = s
-                .bucket
-                .as_ref()
-                .ok_or_else(|| cx.err(&key("bucket"), Some(s.kind.span()), "missing: kind = \"s3\" needs a bucket"))?;
-            let bucket = cx.string(&key("bucket"), bucket)?;
-            if bucket.is_empty() {
-                return Err(cx.err(&key("bucket"), s.bucket.as_ref().map(|b| b.span()), "must not be empty"));
-            }
-            let endpoint = cx.opt_string(&key("endpoint"), &s.endpoint)?;
-            if let (Some(e), Some(span)) = (&endpoint, &s.endpoint)
-                && !(e.starts_with("http://") || e.starts_with("https://"))
-            {
-                return Err(cx.err(
-                    &key("endpoint"),
-                    Some(span.span()),
-                    format!("expected an http:// or https:// URL, got {e:?}"),
-                ));
-            }
-            let region = cx
-                .opt_string(&key("region"), &s.region)?
-                .or_else(|| (cx.env)("AWS_REGION"))
-                .unwrap_or_else(|| "us-east-1".to_string());
-            let part_size = match &s.part_size {
-                None => 8 << 20,
-                Some(v) => parse_size(v.get_ref()).map_err(|m| cx.err(&key("part_size"), Some(v.span()), m))?,
-            };
-            if part_size < 64 << 10 {
-                let span = s.part_size.as_ref().map(|v| v.span());
-                return Err(cx.err(&key("part_size"), span, "must be at least 64KiB"));
-            }
-            let concurrency = match &s.concurrency {
-                None => 4,
-                Some(v) if (1..=64).contains(v.get_ref()) => *v.get_ref() as usize,
-                Some(v) => {
-                    return Err(cx.err(&key("concurrency"), Some(v.span()), "expected a whole number from 1 to 64"));
-                }
-            };
-            Ok(StorageConfig::S3(S3Storage {
-                bucket,
-                endpoint,
-                region,
-                path_style: s.path_style.unwrap_or(false),
-                part_size,
-                concurrency,
-            }))
-        }
-        "filesystem" => {
-            for (k, present) in [
-                ("bucket", s.bucket.is_some()),
-                ("endpoint", s.endpoint.is_some()),
-                ("region", s.region.is_some()),
-                ("path_style", s.path_style.is_some()),
-                ("part_size", s.part_size.is_some()),
-                ("concurrency", s.concurrency.is_some()),
-            ] {
-                reject(k, present, "filesystem")?;
-            }
-            let path = s.path.as_ref().ok_or_else(|| {
-                cx.err(&key("path"), Some(s.kind.span()), "missing: kind = \"filesystem\" needs a path")
-            })?;
-            Ok(StorageConfig::Filesystem { path: PathBuf::from(cx.string(&key("path"), path)?) })
-        }
-        other => {
-            Err(cx.err(&key("kind"), Some(s.kind.span()), format!("expected \"s3\" or \"filesystem\", got {other:?}")))
-        }
-    }
-}
-
-fn validate_target(
-    cx: &Ctx<'_>,
-    i: usize,
-    t: &RawTarget,
-    storage: &BTreeMap<String, StorageConfig>,
-) -> Result<TargetConfig, ConfigError> {
-    let key = |k: &str| format!("target[{i}].{k}");
-    let name = t.name.get_ref().clone();
-    let valid_name = !name.is_empty()
-        && name.len() <= 63
-        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.');
-    if !valid_name {
-        return Err(cx.err(
-            &key("name"),
-            Some(t.name.span()),
-            format!("expected 1-63 characters of A-Z a-z 0-9 - _ . (it is used in metric labels and file names), got {name:?}"),
-        ));
-    }
-    let storage_name = t.storage.get_ref();
-    if !storage.contains_key(storage_name) {
-        let known: Vec<&str> = storage.keys().map(String::as_str).collect();
-        return Err(cx.err(
-            &key("storage"),
-            Some(t.storage.span()),
-            format!("unknown storage {storage_name:?}; defined: [{}]", known.join(", ")),
-        ));
-    }
-    let primary = cx.opt_string(&key("primary"), &t.primary)?;
-    if let (Some(p), Some(span)) = (&primary, &t.primary)
-        && !(p.starts_with("postgres://") || p.starts_with("postgresql://"))
-    {
-        // The value itself is not echoed: it may hold a password.
-        return Err(cx.err(&key("primary"), Some(span.span()), "expected a postgres:// URL"));
-    }
-    let tolerance = match &t.row_count_tolerance {
-        None => 0.001,
-        Some(v) => parse_percent(v.get_ref()).map_err(|m| cx.err(&key("row_count_tolerance"), Some(v.span()), m))?,
-    };
-    let abort_factor = match &t.abort_factor {
-        None => 2.0,
-        Some(v) if *v.get_ref() >= 1.0 && v.get_ref().is_finite() => *v.get_ref(),
-        Some(v) => {
-            return Err(cx.err(
-                &key("abort_factor"),
-                Some(v.span()),
-                format!("expected a number ≥ 1, got {}", v.get_ref()),
-            ));
-        }
-    };
-    let format = match &t.format {
-        None => FormatSetting::Auto,
-        Some(f) => match f.get_ref().as_str() {
-            "auto" => FormatSetting::Auto,
-            "custom" => FormatSetting::Custom,
-            "tar" => FormatSetting::Tar,
-            "directory" => FormatSetting::Directory,
-            "plain" => FormatSetting::Plain,
-            "physical" => FormatSetting::Physical,
-            other => {
-                return Err(cx.err(
-                    &key("format"),
-                    Some(f.span()),
-                    format!("expected one of auto, custom, tar, directory, plain, physical; got {other:?}"),
-                ));
-            }
-        },
-    };
-    let restore_jobs = match &t.restore_jobs {
-        None => 1,
-        Some(v) if (1..=64).contains(v.get_ref()) => *v.get_ref() as u32,
-        Some(v) => return Err(cx.err(&key("restore_jobs"), Some(v.span()), "expected a whole number from 1 to 64")),
-    };
-    let recovery_target = match &t.recovery_target {
-        None => RecoveryTarget::Latest,
-        Some(v) => {
-            match v.get_ref().as_str() {
-                "latest" => RecoveryTarget::Latest,
-                "immediate" => RecoveryTarget::Immediate,
-                ts if humantime::parse_rfc3339_weak(ts).is_ok() => RecoveryTarget::Time(ts.to_string()),
-                other => {
-                    return Err(cx.err(
-                    &key("recovery_target"),
-                    Some(v.span()),
-                    format!("expected \"latest\", \"immediate\" or a timestamp like \"2026-11-30T03:00:00Z\", got {other:?}"),
-                ));
-                }
-            }
-        }
-    };
-    let validators = validate_validators(cx, i, t)?;
-    let schedule = match &t.schedule {
-        None => None,
-        Some(s) => Some(normalize_schedule(s.get_ref()).map_err(|m| cx.err(&key("schedule"), Some(s.span()), m))?),
-    };
-    let jitter = match &t.jitter {
-        None => Duration::ZERO,
-        Some(j) => cx.duration(&key("jitter"), j)?,
-    };
-    let stale_after = t.stale_after.as_ref().map(|s| cx.duration(&key("stale_after"), s)).transpose()?;
-    Ok(TargetConfig {
-        schedule,
-        jitter,
-        stale_after,
-        validators,
-        format,
-        restore_jobs,
-        recovery_target,
-        wal_prefix: cx.opt_string(&key("wal_prefix"), &t.wal_prefix)?,
-        globals_key: cx.opt_string(&key("globals_key"), &t.globals_key)?,
-        name,
-        primary: primary.map(Secret::new),
-        storage: storage_name.clone(),
-        prefix: cx.opt_string(&key("prefix"), &t.prefix)?.unwrap_or_default(),
-        rto: cx.duration(&key("rto"), &t.rto)?,
-        rpo: cx.duration(&key("rpo"), &t.rpo)?,
-        row_count_tolerance: tolerance,
-        abort_factor,
-    })
-}
-
-fn validate_validators(cx: &Ctx<'_>, i: usize, t: &RawTarget) -> Result<ValidatorsConfig, ConfigError> {
-    let key = |k: &str| format!("target[{i}].validators.{k}");
-    let v = t.validators.as_ref();
-    let enabled = match v.and_then(|v| v.enabled.as_ref()) {
-        None => ALL_VALIDATORS.iter().map(|s| s.to_string()).collect(),
-        Some(list) => {
-            for name in list.get_ref() {
-                if !ALL_VALIDATORS.contains(&name.as_str()) {
-                    return Err(cx.err(
-                        &key("enabled"),
-                        Some(list.span()),
-                        format!("unknown validator {name:?}; known: {}", ALL_VALIDATORS.join(", ")),
-                    ));
-                }
-            }
-            list.get_ref().clone()
-        }
-    };
-    let dur = |k: &str, f: Option<&Spanned<String>>, default: u64| match f {
-        None => Ok(Duration::from_secs(default)),
-        Some(s) => cx.duration(&key(k), s),
-    };
-    let count = |k: &str, f: Option<&Spanned<i64>>, default: u64, max: i64| match f {
-        None => Ok(default),
-        Some(n) if (1..=max).contains(n.get_ref()) => Ok(*n.get_ref() as u64),
-        Some(n) => Err(cx.err(&key(k), Some(n.span()), format!("expected a whole number from 1 to {max}"))),
-    };
-    let mut as_of = Vec::new();
-    for (table, column) in t.as_of.iter().flatten() {
-        let (schema, name) = table.split_once('.').unwrap_or(("public", table));
-        if name.is_empty() || schema.is_empty() || column.get_ref().is_empty() {
-            return Err(cx.err(
-                &format!("target[{i}].as_of"),
-                Some(column.span()),
-                format!("expected \"schema.table\" = \"column\", got {table:?}"),
-            ));
-        }
-        as_of.push((schema.to_string(), name.to_string(), column.get_ref().clone()));
-    }
-    let mut checks = Vec::new();
-    for (j, c) in t.checks.iter().enumerate() {
-        let k = format!("target[{i}].check[{j}]");
-        let expect = match (&c.expect, &c.compare) {
-            (Some(e), None) => Some(e.clone()),
-            (None, Some(cmp)) if cmp.get_ref() == "primary" => None,
-            (None, Some(cmp)) => {
-                return Err(cx.err(
-                    &format!("{k}.compare"),
-                    Some(cmp.span()),
-                    format!("expected \"primary\", got {:?}", cmp.get_ref()),
-                ));
-            }
-            _ => {
-                return Err(cx.err(
-                    &k,
-                    Some(c.name.span()),
-                    "needs exactly one of `expect = \"…\"` or `compare = \"primary\"`",
-                ));
-            }
-        };
-        if c.sql.get_ref().trim().is_empty() {
-            return Err(cx.err(&format!("{k}.sql"), Some(c.sql.span()), "must not be empty"));
-        }
-        // Each check is its own finding, recorded under its name: two of one name would
-        // collide in the history store and lose the run.
-        if checks.iter().any(|o: &CustomCheck| o.name == *c.name.get_ref()) {
-            return Err(cx.err(
-                &format!("{k}.name"),
-                Some(c.name.span()),
-                format!("duplicate check name {:?} (each check needs its own name)", c.name.get_ref()),
-            ));
-        }
-        checks.push(CustomCheck { name: c.name.get_ref().clone(), sql: c.sql.get_ref().clone(), expect });
-    }
-    Ok(ValidatorsConfig {
-        enabled,
-        timeout: dur("timeout", v.and_then(|v| v.timeout.as_ref()), 1800)?,
-        statement_timeout: dur("statement_timeout", v.and_then(|v| v.statement_timeout.as_ref()), 60)?,
-        primary_concurrency: count("primary_concurrency", v.and_then(|v| v.primary_concurrency.as_ref()), 2, 16)?
-            as u32,
-        checksum_chunk_rows: count(
-            "checksum_chunk_rows",
-            v.and_then(|v| v.checksum_chunk_rows.as_ref()),
-            100_000,
-            100_000_000,
-        )?,
-        checksum_sample_rows: count(
-            "checksum_sample_rows",
-            v.and_then(|v| v.checksum_sample_rows.as_ref()),
-            5_000_000,
-            i64::MAX,
-        )?,
-        exclude: v.and_then(|v| v.exclude.clone()).unwrap_or_default(),
-        as_of,
-        checks,
-    })
-}
-
-/// `"8MiB"` → 8388608. Units: B, KiB, MiB, GiB (and KB, MB, GB as powers of 1000).
-fn parse_size(s: &str) -> Result<u64, String> {
-    let expected = || format!("expected a size like \"8MiB\", got {s:?}");
-    let t = s.trim();
-    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let n: u64 = num.parse().map_err(|_| expected())?;
-    let mult: u64 = match unit.trim() {
-        "" | "B" => 1,
-        "KiB" => 1 << 10,
-        "MiB" => 1 << 20,
-        "GiB" => 1 << 30,
-        "KB" => 1_000,
-        "MB" => 1_000_000,
-        "GB" => 1_000_000_000,
-        _ => return Err(expected()),
-    };
-    n.checked_mul(mult).ok_or_else(expected)
-}
-
-/// `"0.1%"` → 0.001.
-fn parse_percent(s: &str) -> Result<f64, String> {
-    let expected = || format!("expected a percentage like \"0.1%\", got {s:?}");
-    let n: f64 = s.trim().strip_suffix('%').ok_or_else(expected)?.trim().parse().map_err(|_| expected())?;
-    if !(0.0..=100.0).contains(&n) {
-        return Err(format!("expected a percentage between 0% and 100%, got {s:?}"));
-    }
-    Ok(n / 100.0)
 }
 
 #[cfg(test)]

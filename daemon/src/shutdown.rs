@@ -28,7 +28,9 @@ pub fn on_signals() -> CancellationToken {
                 _ = int.recv() => {},
             }
             if n == 2 {
-                tracing::warn!("second signal: already stopping; sandboxes are being torn down (a third exits at once)");
+                tracing::warn!(
+                    "second signal: already stopping; sandboxes are being torn down (a third exits at once)"
+                );
             }
         }
         tracing::warn!("third signal: exiting now, leaving cleanup to the next run's reaper");

@@ -1,0 +1,79 @@
+//! `[storage.NAME]`: S3 or a filesystem directory, each with only its own keys.
+
+use super::ctx::{Ctx, parse_size};
+use super::*;
+use crate::raw::RawStorage;
+
+pub(super) fn validate_storage(cx: &Ctx<'_>, name: &str, s: &RawStorage) -> Result<StorageConfig, ConfigError> {
+    let key = |k: &str| format!("storage.{name}.{k}");
+    let reject = |k: &str, present: bool, kind: &str| -> Result<(), ConfigError> {
+        if present {
+            Err(cx.err(&key(k), Some(s.kind.span()), format!("not a key of kind = {kind:?}")))
+        } else {
+            Ok(())
+        }
+    };
+    match s.kind.get_ref().as_str() {
+        "s3" => {
+            reject("path", s.path.is_some(), "s3")?;
+            let bucket = s
+                .bucket
+                .as_ref()
+                .ok_or_else(|| cx.err(&key("bucket"), Some(s.kind.span()), "missing: kind = \"s3\" needs a bucket"))?;
+            let bucket = cx.string(&key("bucket"), bucket)?;
+            if bucket.is_empty() {
+                return Err(cx.err(&key("bucket"), s.bucket.as_ref().map(|b| b.span()), "must not be empty"));
+            }
+            let endpoint = cx.opt_string(&key("endpoint"), &s.endpoint)?;
+            if let (Some(e), Some(span)) = (&endpoint, &s.endpoint)
+                && !(e.starts_with("http://") || e.starts_with("https://"))
+            {
+                return Err(cx.err(
+                    &key("endpoint"),
+                    Some(span.span()),
+                    format!("expected an http:// or https:// URL, got {e:?}"),
+                ));
+            }
+            let region = cx
+                .opt_string(&key("region"), &s.region)?
+                .or_else(|| (cx.env)("AWS_REGION"))
+                .unwrap_or_else(|| "us-east-1".to_string());
+            let part_size = match &s.part_size {
+                None => 8 << 20,
+                Some(v) => parse_size(v.get_ref()).map_err(|m| cx.err(&key("part_size"), Some(v.span()), m))?,
+            };
+            if part_size < 64 << 10 {
+                let span = s.part_size.as_ref().map(|v| v.span());
+                return Err(cx.err(&key("part_size"), span, "must be at least 64KiB"));
+            }
+            let concurrency = cx.whole_in(&key("concurrency"), s.concurrency.as_ref(), 4, 1, 64)? as usize;
+            Ok(StorageConfig::S3(S3Storage {
+                bucket,
+                endpoint,
+                region,
+                path_style: s.path_style.unwrap_or(false),
+                part_size,
+                concurrency,
+            }))
+        }
+        "filesystem" => {
+            for (k, present) in [
+                ("bucket", s.bucket.is_some()),
+                ("endpoint", s.endpoint.is_some()),
+                ("region", s.region.is_some()),
+                ("path_style", s.path_style.is_some()),
+                ("part_size", s.part_size.is_some()),
+                ("concurrency", s.concurrency.is_some()),
+            ] {
+                reject(k, present, "filesystem")?;
+            }
+            let path = s.path.as_ref().ok_or_else(|| {
+                cx.err(&key("path"), Some(s.kind.span()), "missing: kind = \"filesystem\" needs a path")
+            })?;
+            Ok(StorageConfig::Filesystem { path: PathBuf::from(cx.string(&key("path"), path)?) })
+        }
+        other => {
+            Err(cx.err(&key("kind"), Some(s.kind.span()), format!("expected \"s3\" or \"filesystem\", got {other:?}")))
+        }
+    }
+}

@@ -1,0 +1,207 @@
+//! `[[target]]` and its `[target.validators]`, `[target.as_of]`, `[[target.check]]`.
+
+use super::ctx::{Ctx, parse_percent};
+use super::*;
+use crate::raw::RawTarget;
+
+pub(super) fn validate_target(
+    cx: &Ctx<'_>,
+    i: usize,
+    t: &RawTarget,
+    storage: &BTreeMap<String, StorageConfig>,
+) -> Result<TargetConfig, ConfigError> {
+    let key = |k: &str| format!("target[{i}].{k}");
+    let name = t.name.get_ref().clone();
+    let valid_name = !name.is_empty()
+        && name.len() <= 63
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.');
+    if !valid_name {
+        return Err(cx.err(
+            &key("name"),
+            Some(t.name.span()),
+            format!("expected 1-63 characters of A-Z a-z 0-9 - _ . (it is used in metric labels and file names), got {name:?}"),
+        ));
+    }
+    let storage_name = t.storage.get_ref();
+    if !storage.contains_key(storage_name) {
+        let known: Vec<&str> = storage.keys().map(String::as_str).collect();
+        return Err(cx.err(
+            &key("storage"),
+            Some(t.storage.span()),
+            format!("unknown storage {storage_name:?}; defined: [{}]", known.join(", ")),
+        ));
+    }
+    let primary = cx.opt_string(&key("primary"), &t.primary)?;
+    if let (Some(p), Some(span)) = (&primary, &t.primary)
+        && !(p.starts_with("postgres://") || p.starts_with("postgresql://"))
+    {
+        // The value itself is not echoed: it may hold a password.
+        return Err(cx.err(&key("primary"), Some(span.span()), "expected a postgres:// URL"));
+    }
+    let tolerance = match &t.row_count_tolerance {
+        None => 0.001,
+        Some(v) => parse_percent(v.get_ref()).map_err(|m| cx.err(&key("row_count_tolerance"), Some(v.span()), m))?,
+    };
+    let abort_factor = cx.number_at_least(&key("abort_factor"), t.abort_factor.as_ref(), 2.0, 1.0)?;
+    let format = match &t.format {
+        None => FormatSetting::Auto,
+        Some(f) => match f.get_ref().as_str() {
+            "auto" => FormatSetting::Auto,
+            "custom" => FormatSetting::Custom,
+            "tar" => FormatSetting::Tar,
+            "directory" => FormatSetting::Directory,
+            "plain" => FormatSetting::Plain,
+            "physical" => FormatSetting::Physical,
+            other => {
+                return Err(cx.err(
+                    &key("format"),
+                    Some(f.span()),
+                    format!("expected one of auto, custom, tar, directory, plain, physical; got {other:?}"),
+                ));
+            }
+        },
+    };
+    let restore_jobs = cx.whole_in(&key("restore_jobs"), t.restore_jobs.as_ref(), 1, 1, 64)? as u32;
+    let recovery_target = match &t.recovery_target {
+        None => RecoveryTarget::Latest,
+        Some(v) => {
+            match v.get_ref().as_str() {
+                "latest" => RecoveryTarget::Latest,
+                "immediate" => RecoveryTarget::Immediate,
+                ts if humantime::parse_rfc3339_weak(ts).is_ok() => RecoveryTarget::Time(ts.to_string()),
+                other => {
+                    return Err(cx.err(
+                    &key("recovery_target"),
+                    Some(v.span()),
+                    format!("expected \"latest\", \"immediate\" or a timestamp like \"2026-11-30T03:00:00Z\", got {other:?}"),
+                ));
+                }
+            }
+        }
+    };
+    let validators = validate_validators(cx, i, t)?;
+    let schedule = match &t.schedule {
+        None => None,
+        Some(s) => Some(normalize_schedule(s.get_ref()).map_err(|m| cx.err(&key("schedule"), Some(s.span()), m))?),
+    };
+    let jitter = match &t.jitter {
+        None => Duration::ZERO,
+        Some(j) => cx.duration(&key("jitter"), j)?,
+    };
+    let stale_after = t.stale_after.as_ref().map(|s| cx.duration(&key("stale_after"), s)).transpose()?;
+    Ok(TargetConfig {
+        schedule,
+        jitter,
+        stale_after,
+        validators,
+        format,
+        restore_jobs,
+        recovery_target,
+        wal_prefix: cx.opt_string(&key("wal_prefix"), &t.wal_prefix)?,
+        globals_key: cx.opt_string(&key("globals_key"), &t.globals_key)?,
+        name,
+        primary: primary.map(Secret::new),
+        storage: storage_name.clone(),
+        prefix: cx.opt_string(&key("prefix"), &t.prefix)?.unwrap_or_default(),
+        rto: cx.duration(&key("rto"), &t.rto)?,
+        rpo: cx.duration(&key("rpo"), &t.rpo)?,
+        row_count_tolerance: tolerance,
+        abort_factor,
+    })
+}
+
+fn validate_validators(cx: &Ctx<'_>, i: usize, t: &RawTarget) -> Result<ValidatorsConfig, ConfigError> {
+    let key = |k: &str| format!("target[{i}].validators.{k}");
+    let v = t.validators.as_ref();
+    let enabled = match v.and_then(|v| v.enabled.as_ref()) {
+        None => ALL_VALIDATORS.iter().map(|s| s.to_string()).collect(),
+        Some(list) => {
+            for name in list.get_ref() {
+                if !ALL_VALIDATORS.contains(&name.as_str()) {
+                    return Err(cx.err(
+                        &key("enabled"),
+                        Some(list.span()),
+                        format!("unknown validator {name:?}; known: {}", ALL_VALIDATORS.join(", ")),
+                    ));
+                }
+            }
+            list.get_ref().clone()
+        }
+    };
+    let dur = |k: &str, f: Option<&Spanned<String>>, default: u64| match f {
+        None => Ok(Duration::from_secs(default)),
+        Some(s) => cx.duration(&key(k), s),
+    };
+    let count = |k: &str, f: Option<&Spanned<i64>>, default: u64, max: i64| {
+        cx.whole_in(&key(k), f, default as i64, 1, max).map(|n| n as u64)
+    };
+    let mut as_of = Vec::new();
+    for (table, column) in t.as_of.iter().flatten() {
+        let (schema, name) = table.split_once('.').unwrap_or(("public", table));
+        if name.is_empty() || schema.is_empty() || column.get_ref().is_empty() {
+            return Err(cx.err(
+                &format!("target[{i}].as_of"),
+                Some(column.span()),
+                format!("expected \"schema.table\" = \"column\", got {table:?}"),
+            ));
+        }
+        as_of.push((schema.to_string(), name.to_string(), column.get_ref().clone()));
+    }
+    let mut checks = Vec::new();
+    for (j, c) in t.checks.iter().enumerate() {
+        let k = format!("target[{i}].check[{j}]");
+        let expect = match (&c.expect, &c.compare) {
+            (Some(e), None) => Some(e.clone()),
+            (None, Some(cmp)) if cmp.get_ref() == "primary" => None,
+            (None, Some(cmp)) => {
+                return Err(cx.err(
+                    &format!("{k}.compare"),
+                    Some(cmp.span()),
+                    format!("expected \"primary\", got {:?}", cmp.get_ref()),
+                ));
+            }
+            _ => {
+                return Err(cx.err(
+                    &k,
+                    Some(c.name.span()),
+                    "needs exactly one of `expect = \"…\"` or `compare = \"primary\"`",
+                ));
+            }
+        };
+        if c.sql.get_ref().trim().is_empty() {
+            return Err(cx.err(&format!("{k}.sql"), Some(c.sql.span()), "must not be empty"));
+        }
+        // Each check is its own finding, recorded under its name: two of one name would
+        // collide in the history store and lose the run.
+        if checks.iter().any(|o: &CustomCheck| o.name == *c.name.get_ref()) {
+            return Err(cx.err(
+                &format!("{k}.name"),
+                Some(c.name.span()),
+                format!("duplicate check name {:?} (each check needs its own name)", c.name.get_ref()),
+            ));
+        }
+        checks.push(CustomCheck { name: c.name.get_ref().clone(), sql: c.sql.get_ref().clone(), expect });
+    }
+    Ok(ValidatorsConfig {
+        enabled,
+        timeout: dur("timeout", v.and_then(|v| v.timeout.as_ref()), 1800)?,
+        statement_timeout: dur("statement_timeout", v.and_then(|v| v.statement_timeout.as_ref()), 60)?,
+        primary_concurrency: count("primary_concurrency", v.and_then(|v| v.primary_concurrency.as_ref()), 2, 16)?
+            as u32,
+        checksum_chunk_rows: count(
+            "checksum_chunk_rows",
+            v.and_then(|v| v.checksum_chunk_rows.as_ref()),
+            100_000,
+            100_000_000,
+        )?,
+        checksum_sample_rows: count(
+            "checksum_sample_rows",
+            v.and_then(|v| v.checksum_sample_rows.as_ref()),
+            5_000_000,
+            i64::MAX,
+        )?,
+        exclude: v.and_then(|v| v.exclude.clone()).unwrap_or_default(),
+        as_of,
+        checks,
+    })
+}
