@@ -8,6 +8,8 @@ bash scripts/setup.sh
 bash deploy/check.sh
 # The end-to-end tests run the built binary, so build it first.
 cargo build --locked --bin drcheck
+# The parsers' property tests (a bounded fuzz run) spend this long each.
+export DRCHECK_FUZZ_SECONDS=${DRCHECK_FUZZ_SECONDS:-30}
 status=0
 cargo nextest run --locked --workspace --no-fail-fast "$@" || status=$?
 # The adversarial corpus a second time, with drcheck as an unprivileged user (as in the

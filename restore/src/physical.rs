@@ -358,7 +358,7 @@ fn start_segment(data: &Path) -> Result<String, RestoreError> {
 }
 
 /// The `(file …)` of `START WAL LOCATION:` — 24 hex digits, or the backup is bad.
-fn parse_start_segment(label: &str) -> Result<String, RestoreError> {
+pub fn parse_start_segment(label: &str) -> Result<String, RestoreError> {
     let line = label.lines().find_map(|l| l.strip_prefix("START WAL LOCATION: "));
     let segment = line.and_then(|l| l.split("(file ").nth(1)).map(|s| s.trim_end_matches(')').trim().to_string());
     match segment {
