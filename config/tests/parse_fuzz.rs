@@ -48,8 +48,8 @@ expect = "1"
 "#;
 
 fn texts() -> impl Strategy<Value = String> {
-    let mutated = (proptest::collection::vec((any::<u16>(), any::<char>()), 1..8), any::<u16>()).prop_map(
-        |(edits, cut)| {
+    let mutated =
+        (proptest::collection::vec((any::<u16>(), any::<char>()), 1..8), any::<u16>()).prop_map(|(edits, cut)| {
             let mut chars: Vec<char> = EXAMPLE.chars().collect();
             for (at, c) in edits {
                 let n = chars.len();
@@ -58,8 +58,7 @@ fn texts() -> impl Strategy<Value = String> {
             let keep = (cut as usize % chars.len()).max(chars.len() / 2);
             chars.truncate(keep);
             chars.into_iter().collect()
-        },
-    );
+        });
     prop_oneof![any::<String>(), mutated]
 }
 

@@ -6,6 +6,7 @@
 //!   sandbox, validate, measure RTO/RPO — producing a [`report::RunReport`].
 //! - [`history`]: every run, its phases and validator results, in SQLite through sqlx.
 //! - [`out`]: standard output that a closed pipe silences instead of panicking.
+//! - [`validate`]: the validate step, on every database of a restored cluster.
 //! - [`shutdown`]: SIGTERM/SIGINT become a cancellation token, so sandboxes are torn down.
 
 pub mod alerts;
@@ -20,3 +21,4 @@ pub mod pipeline;
 pub mod progress;
 pub mod report;
 pub mod shutdown;
+pub mod validate;

@@ -6,8 +6,8 @@
 //! RTO deadline drop the in-flight work, and the sandbox's drop guard tears it down.
 
 use crate::progress::Progress;
+use crate::report::RestoreInfo;
 use crate::report::{BackupInfo, Phase, Rpo, Rto, RunError, RunReport, RunResult, ValidatorReport, secs, timestamp};
-use crate::report::{PrimaryQueries, RestoreInfo};
 use drcheck_config::{Config, StorageConfig, TargetConfig};
 use drcheck_restore::fetch::FetchOptions;
 use drcheck_restore::job::{self, RestoreJob};
@@ -15,8 +15,7 @@ use drcheck_restore::physical::WalReplay;
 use drcheck_restore::sandbox::reap_leftovers;
 use drcheck_restore::store::backups_newest_first;
 use drcheck_restore::{Backup, BackupStore, RestoreError, SandboxOptions, Stage, StoreError, open_store};
-use drcheck_validators::primary::{self, canonical_session};
-use drcheck_validators::{Context, Primary, RestoredAccess};
+use drcheck_validators::primary::canonical_session;
 use sqlx::postgres::PgPoolOptions;
 use std::time::{Duration, Instant, SystemTime};
 use tokio_util::sync::CancellationToken;
@@ -332,6 +331,7 @@ async fn steps(
         info.containment = Some(restored.sandbox.containment().name());
     }
     progress.phase(&target.name, "checking the restored database");
+    let physical = restored.format.contains("physical");
     let sandbox = restored.sandbox;
     let database = restored.database;
     let pool = PgPoolOptions::new()
@@ -347,60 +347,17 @@ async fn steps(
     let rto = fetch_start.elapsed();
     run.report.rto.measured_seconds = Some(secs(rto));
     run.report.rto.met = Some(rto <= target.rto);
-    let restored = pool;
+    pool.close().await;
 
     progress.phase(&target.name, "validating");
     let t = Instant::now();
-    let settings = &target.validators;
-    let primary = match &target.primary {
-        None => Primary::Unavailable("no primary configured for this target".into()),
-        Some(url) => {
-            let limits = primary::PrimaryLimits {
-                statement_timeout: settings.statement_timeout,
-                max_concurrency: settings.primary_concurrency,
-                ..Default::default()
-            };
-            match primary::connect(url.expose(), &limits).await {
-                Ok(db) => Primary::Available(db),
-                Err(why) => {
-                    tracing::warn!(target = %target.name, reason = %why, "primary unreachable: comparisons skipped");
-                    Primary::Unavailable(format!("cannot connect to {}: {why}", url.redacted()))
-                }
-            }
-        }
-    };
-    let cx = Context {
-        restored,
-        access: RestoredAccess {
-            socket_dir: sandbox.socket_dir().to_path_buf(),
-            port: sandbox.port(),
-            database: database.clone(),
-            bindir: sandbox.bin().dir.clone(),
-            passfile: Some(sandbox.passfile()),
-            launcher: Some({
-                // pg_amcheck and pg_dump read restored data: contained like the restore.
-                let policy = sandbox.policy(&[sandbox.bin().dir.clone()]);
-                std::sync::Arc::new(move |program: &std::path::Path| {
-                    drcheck_restore::contain::command(program, &policy)
-                })
-            }),
-        },
-        primary,
-        backup_time: backup.last_modified,
-        rpo: target.rpo,
-        row_count_tolerance: target.row_count_tolerance,
-        settings: settings.clone(),
-    };
-    let validators = drcheck_validators::selected(&settings.enabled);
-    let findings = drcheck_validators::run_all(&validators, &cx, settings.timeout).await;
-    run.report.validators = findings.iter().map(ValidatorReport::from).collect();
-    run.report.rpo.data_lag_seconds = findings.iter().find_map(|f| f.measurements.get("data_lag_seconds").copied());
-    cx.restored.close().await;
-    if let Primary::Available(p) = &cx.primary {
-        let stats = p.stats();
-        run.report.primary_queries = Some(PrimaryQueries { count: stats.count, longest_seconds: secs(stats.longest) });
-        p.close().await;
-    }
+    let validated = crate::validate::run(target, &sandbox, &database, physical, backup.last_modified)
+        .await
+        .map_err(|e| Stop::incomplete("validate", e))?;
+    run.report.validators = validated.findings.iter().map(ValidatorReport::from).collect();
+    run.report.rpo.data_lag_seconds =
+        validated.findings.iter().find_map(|f| f.measurements.get("data_lag_seconds").copied());
+    run.report.primary_queries = validated.primary_queries;
     run.phase("validate", t.elapsed());
     if cancel.is_cancelled() {
         return Err(Stop::aborted("validate"));

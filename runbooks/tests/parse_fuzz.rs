@@ -11,7 +11,11 @@ fn examples() -> Vec<String> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples");
     let mut files: Vec<_> = std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().path()).collect();
     files.sort();
-    files.iter().filter(|p| p.extension().is_some_and(|e| e == "yaml")).map(|p| std::fs::read_to_string(p).unwrap()).collect()
+    files
+        .iter()
+        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
+        .map(|p| std::fs::read_to_string(p).unwrap())
+        .collect()
 }
 
 #[test]

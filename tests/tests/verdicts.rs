@@ -242,3 +242,38 @@ fn the_demo_runs_from_a_checkout_in_a_private_directory() {
     assert!(text.contains("orders: PASSED"), "{text}");
     assert!(!clone.join(".demo").exists(), "the demo wrote into the checkout");
 }
+
+/// A physical backup is checked on every database it holds, not just `postgres`: the
+/// self-checks cover both application databases, and each finding says so.
+#[test]
+fn a_physical_backup_is_checked_on_every_database() {
+    let lab = Lab::new();
+    let primary = drcheck_e2e::PgPrimary::start(&lab.root);
+    for (db, n) in [("orders", 3), ("billing", 2)] {
+        primary.psql("postgres", &format!("create database {db}"));
+        for i in 0..n {
+            primary.psql(
+                db,
+                &format!("create table t{i} (id serial primary key, v text); insert into t{i} (v) values ('x')"),
+            );
+        }
+    }
+    let bb = lab.root.pg_dir("bb").join("b");
+    primary.tool("pg_basebackup", &["-D", &bb.display().to_string(), "-Ft", "-X", "stream", "--checkpoint=fast"]);
+    lab.put("phys/b1/base.tar", &std::fs::read(bb.join("base.tar")).unwrap());
+    lab.put("phys/b1/pg_wal.tar", &std::fs::read(bb.join("pg_wal.tar")).unwrap());
+    let config = lab.config("", "");
+    let (code, run, all) = lab.verify(&config, "phys/b1/");
+    assert_eq!(code, Some(0), "{run}\n{all}");
+    let finding = |name: &str| {
+        run["validators"].as_array().unwrap().iter().find(|v| v["name"] == name).cloned().unwrap_or_default()
+    };
+    let full_read = finding("full_read");
+    assert_eq!(full_read["status"], "passed", "{full_read}");
+    let detail = full_read["detail"].as_str().unwrap();
+    assert!(detail.contains("orders: passed") && detail.contains("billing: passed"), "{detail}");
+    assert_eq!(full_read["measurements"]["covered_tables"], 5.0, "{full_read}");
+    assert!(full_read["measurements"]["covered_databases"].as_f64().unwrap() >= 2.0, "{full_read}");
+    let sequences = finding("sequences");
+    assert_eq!(sequences["measurements"]["covered_sequences"], 5.0, "{sequences}");
+}

@@ -13,6 +13,7 @@
 //! and timed. Every identifier reaching SQL is quoted with `quote_ident`.
 
 pub mod catalog;
+pub mod databases;
 pub mod primary;
 
 mod amcheck;

@@ -1,0 +1,182 @@
+//! The validate step of a verification. A logical dump is one database; a physical
+//! backup is a whole cluster, so the validators that apply to any database run on every
+//! database it holds, comparisons on every one the primary (its URL's credentials) also
+//! has, and the findings are merged per validator (`drcheck_validators::databases`).
+//! Validators configured with one database's tables (`freshness`, `custom`) run on the
+//! target's own database: the primary URL's, or the restored dump.
+
+use crate::report::PrimaryQueries;
+use drcheck_config::TargetConfig;
+use drcheck_restore::Sandbox;
+use drcheck_validators::primary::{self, PrimaryLimits, canonical_session};
+use drcheck_validators::{Context, Finding, Primary, RestoredAccess, databases};
+use sqlx::postgres::PgPoolOptions;
+use std::time::{Duration, SystemTime};
+
+/// What validating found, and what it cost the primary.
+pub struct Validated {
+    pub findings: Vec<Finding>,
+    pub primary_queries: Option<PrimaryQueries>,
+}
+
+/// Runs the target's validators on `main` (the restored database the target names) and,
+/// for a physical backup, on every other database of the restored cluster.
+pub async fn run(
+    target: &TargetConfig,
+    sandbox: &Sandbox,
+    main: &str,
+    physical: bool,
+    backup_time: SystemTime,
+) -> Result<Validated, String> {
+    let settings = &target.validators;
+    let mut names = vec![main.to_string()];
+    if physical {
+        for db in cluster_databases(sandbox).await? {
+            if !names.contains(&db) {
+                names.push(db);
+            }
+        }
+    }
+    let primary_dbs = match (&target.primary, physical) {
+        (Some(url), true) => primary_databases(url.expose(), target).await,
+        _ => None,
+    };
+    let mut per_database = Vec::new();
+    let mut queries: Option<PrimaryQueries> = None;
+    for (i, db) in names.iter().enumerate() {
+        let is_main = i == 0;
+        let pool = PgPoolOptions::new()
+            .max_connections(4)
+            .acquire_timeout(Duration::from_secs(30))
+            .connect_with(canonical_session(sandbox.connect_options(db)))
+            .await
+            .map_err(|e| format!("the restored database {db:?} does not accept connections: {e}"))?;
+        let primary = primary_for(target, db, is_main, physical, primary_dbs.as_deref()).await;
+        let cx = Context {
+            restored: pool,
+            access: access(sandbox, db),
+            primary,
+            backup_time,
+            rpo: target.rpo,
+            row_count_tolerance: target.row_count_tolerance,
+            settings: settings.clone(),
+        };
+        let validators: Vec<_> = drcheck_validators::selected(&settings.enabled)
+            .into_iter()
+            .filter(|v| is_main || databases::runs_everywhere(v.name()))
+            .collect();
+        let findings = drcheck_validators::run_all(&validators, &cx, settings.timeout).await;
+        cx.restored.close().await;
+        if let Primary::Available(p) = &cx.primary {
+            let s = p.stats();
+            let q = queries.get_or_insert(PrimaryQueries { count: 0, longest_seconds: 0.0 });
+            q.count += s.count;
+            q.longest_seconds = q.longest_seconds.max(crate::report::secs(s.longest));
+            p.close().await;
+        }
+        per_database.push((db.clone(), findings));
+    }
+    Ok(Validated { findings: databases::merge(per_database), primary_queries: queries })
+}
+
+/// The databases a restored cluster holds (not templates, only those that take connections).
+async fn cluster_databases(sandbox: &Sandbox) -> Result<Vec<String>, String> {
+    use sqlx::Connection;
+    let mut conn = sqlx::postgres::PgConnection::connect_with(&sandbox.connect_options("postgres"))
+        .await
+        .map_err(|e| format!("the restored cluster does not accept connections: {e}"))?;
+    let dbs = sqlx::query_scalar("select datname from pg_database where datallowconn and not datistemplate order by 1")
+        .fetch_all(&mut conn)
+        .await
+        .map_err(|e| format!("listing the restored cluster's databases: {e}"))?;
+    let _ = conn.close().await;
+    Ok(dbs)
+}
+
+/// The databases on the primary, as its URL's user sees them; `None` if it cannot say.
+async fn primary_databases(url: &str, target: &TargetConfig) -> Option<Vec<String>> {
+    let p = primary::connect(url, &limits(target)).await.ok()?;
+    let dbs = p
+        .timed(
+            sqlx::query_scalar::<_, String>("select datname from pg_database where datallowconn and not datistemplate")
+                .fetch_all(&p.pool),
+        )
+        .await
+        .ok();
+    p.close().await;
+    dbs
+}
+
+fn limits(target: &TargetConfig) -> PrimaryLimits {
+    PrimaryLimits {
+        statement_timeout: target.validators.statement_timeout,
+        max_concurrency: target.validators.primary_concurrency,
+        ..Default::default()
+    }
+}
+
+/// The primary to compare restored database `db` with: the URL's own database for the
+/// target's database; for the other databases of a cluster, the same server and user
+/// with the database swapped, if the primary has it.
+async fn primary_for(
+    target: &TargetConfig,
+    db: &str,
+    is_main: bool,
+    physical: bool,
+    on_primary: Option<&[String]>,
+) -> Primary {
+    let Some(url) = &target.primary else {
+        return Primary::Unavailable("no primary configured for this target".into());
+    };
+    let url_for_db = if is_main || !physical {
+        url.expose().to_string()
+    } else {
+        if on_primary.is_some_and(|dbs| !dbs.iter().any(|d| d == db)) {
+            return Primary::Unavailable(format!("database {db:?} is not on the primary"));
+        }
+        match with_database(url.expose(), db) {
+            Some(u) => u,
+            None => return Primary::Unavailable("the primary URL names no database to swap".into()),
+        }
+    };
+    match primary::connect(&url_for_db, &limits(target)).await {
+        Ok(p) => Primary::Available(p),
+        Err(why) => {
+            tracing::warn!(target = %target.name, database = db, reason = %why, "primary unreachable: comparisons skipped");
+            Primary::Unavailable(format!("cannot connect to {} (database {db:?}): {why}", url.redacted()))
+        }
+    }
+}
+
+/// `url` with its database (the path) replaced by `db`.
+fn with_database(url: &str, db: &str) -> Option<String> {
+    let mut u = url::Url::parse(url).ok()?;
+    u.path_segments_mut().ok()?.clear().push(db);
+    Some(u.to_string())
+}
+
+fn access(sandbox: &Sandbox, db: &str) -> RestoredAccess {
+    RestoredAccess {
+        socket_dir: sandbox.socket_dir().to_path_buf(),
+        port: sandbox.port(),
+        database: db.to_string(),
+        bindir: sandbox.bin().dir.clone(),
+        passfile: Some(sandbox.passfile()),
+        launcher: Some({
+            // pg_amcheck and pg_dump read restored data: contained like the restore.
+            let policy = sandbox.policy(&[sandbox.bin().dir.clone()]);
+            std::sync::Arc::new(move |program: &std::path::Path| drcheck_restore::contain::command(program, &policy))
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_database_of_a_url_is_swapped() {
+        assert_eq!(
+            super::with_database("postgres://v:pw@db:5432/orders?sslmode=disable", "billing").unwrap(),
+            "postgres://v:pw@db:5432/billing?sslmode=disable"
+        );
+    }
+}
