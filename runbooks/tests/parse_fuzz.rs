@@ -36,9 +36,9 @@ fn parsing_any_text_never_panics() {
     let strategy = prop_oneof![any::<String>(), mutated];
     let secs: u64 = std::env::var("DRCHECK_FUZZ_SECONDS").ok().and_then(|s| s.parse().ok()).unwrap_or(3);
     let deadline = Instant::now() + Duration::from_secs(secs);
-    let mut runner = TestRunner::new(Config { cases: 256, failure_persistence: None, ..Config::default() });
+    // A runner runs its 256 cases once: a fresh one (freshly seeded) per round.
     while Instant::now() < deadline {
-        runner
+        TestRunner::new(Config { cases: 256, failure_persistence: None, ..Config::default() })
             .run(&strategy, |t| {
                 let _ = drcheck_runbooks::plan::parse(&t, Path::new("fuzz.yaml"), &[], None);
                 Ok(())
