@@ -6,6 +6,12 @@
 //! rows, so no query on the primary runs long; tables larger than
 //! `checksum_sample_rows` are sampled in whole chunks spread over the key range, and
 //! the detail says how many rows were compared.
+//!
+//! Tables without such a key (UUID or composite keys, no key) are hashed in block
+//! ranges (`ctid`) of about `checksum_chunk_rows` rows on each side: the two copies lay
+//! rows out differently, but count and hash sum add up, so each side's totals are
+//! compared. Past `checksum_sample_rows`, both sides keep the same rows — those whose
+//! own hash falls in a slice of the hash space — so the sample is comparable too.
 
 use crate::{Context, Finding, Status, TableName, Validator, catalog, some_of};
 use async_trait::async_trait;
@@ -89,6 +95,92 @@ enum Outcome {
     Failed(String),
 }
 
+/// Rows per 1024 kept when sampling a table of `rows` rows down to `sample_rows`.
+pub(crate) fn sample_slice(rows: f64, sample_rows: u64) -> Option<u32> {
+    (rows > sample_rows as f64).then(|| ((sample_rows as f64 / rows * 1024.0).ceil() as u32).clamp(1, 1024))
+}
+
+/// Count and hash sum of `t` on one side, in block ranges of about `chunk_rows` rows.
+/// On the primary (`primary` given) each query is counted and timed.
+async fn block_totals(
+    pool: &PgPool,
+    primary: Option<&crate::primary::PrimaryDb>,
+    t: &TableName,
+    as_of: Option<&str>,
+    backup_time: &str,
+    chunk_rows: u64,
+    slice: Option<u32>,
+) -> Result<(i64, i128), sqlx::Error> {
+    let size = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "select (pg_relation_size('{0}'::regclass) / current_setting('block_size')::int)::bigint,
+                greatest(reltuples, 0)::float8 from pg_class where oid = '{0}'::regclass",
+        t.quoted().replace('\'', "''")
+    )))
+    .fetch_one(pool);
+    let (blocks, tuples): (i64, f64) = match primary {
+        Some(p) => p.timed(size).await?,
+        None => size.await?,
+    };
+    let per_block = if blocks > 0 && tuples >= 1.0 { tuples / blocks as f64 } else { 100.0 };
+    let step = ((chunk_rows as f64 / per_block.max(1.0)).ceil() as i64).max(1);
+    let (mut count, mut sum) = (0i64, 0i128);
+    let mut lo = 0i64;
+    // One more range past the end: rows of pages added since the size was read.
+    while lo <= blocks {
+        let hi = if lo + step > blocks { i64::from(u32::MAX) } else { lo + step };
+        let mut conds = vec!["ctid >= $1::tid and ctid < $2::tid".to_string()];
+        let mut binds = vec![format!("({lo},0)"), format!("({hi},0)")];
+        if let Some(col) = as_of {
+            binds.push(backup_time.to_string());
+            conds.push(format!("{} <= ${}::timestamptz", quote_ident(col), binds.len()));
+        }
+        if let Some(k) = slice {
+            conds.push(format!("(hashtextextended(t::text, 42) & 1023) < {k}"));
+        }
+        let q = Query {
+            sql: format!(
+                "select count(*), coalesce(sum(hashtextextended(t::text, 0)), 0)::text from {} t where {}",
+                t.quoted(),
+                conds.join(" and ")
+            ),
+            binds,
+        };
+        let (c, s) = match primary {
+            Some(p) => p.timed(run(pool, &q)).await?,
+            None => run(pool, &q).await?,
+        };
+        count += c;
+        sum += s.parse::<i128>().unwrap_or(0);
+        lo = hi;
+    }
+    Ok((count, sum))
+}
+
+/// A table without an integer key: each side's totals over its own block ranges.
+async fn compare_by_blocks(
+    cx: &Context,
+    primary: &crate::primary::PrimaryDb,
+    t: &TableName,
+    estimated: f64,
+) -> Outcome {
+    let as_of = cx.as_of(t);
+    let backup_time = cx.backup_time_text();
+    let slice = sample_slice(estimated, cx.settings.checksum_sample_rows);
+    let chunk = cx.settings.checksum_chunk_rows;
+    let (p, r) = tokio::join!(
+        block_totals(&primary.pool, Some(primary), t, as_of, &backup_time, chunk, slice),
+        block_totals(&cx.restored, None, t, as_of, &backup_time, chunk, slice)
+    );
+    match (p, r) {
+        (Ok(p), Ok(r)) if p == r => {
+            Outcome::Match { rows: p.0, sampled: slice.is_some(), estimated: estimated.max(p.0 as f64) }
+        }
+        (Ok(p), Ok(r)) if p.0 != r.0 => Outcome::Differs(format!("{t}: primary {} rows, restored {}", p.0, r.0)),
+        (Ok(p), Ok(_)) => Outcome::Differs(format!("{t}: same {} rows, different content", p.0)),
+        (Err(e), _) | (_, Err(e)) => Outcome::Failed(format!("{t}: {e}")),
+    }
+}
+
 async fn compare_table(cx: &Context, primary: &crate::primary::PrimaryDb, t: &TableName) -> Outcome {
     let as_of = cx.as_of(t);
     let backup_time = cx.backup_time_text();
@@ -98,7 +190,7 @@ async fn compare_table(cx: &Context, primary: &crate::primary::PrimaryDb, t: &Ta
     };
     let estimated = primary.timed(catalog::estimated_rows(&primary.pool, t)).await.unwrap_or(0.0);
     let (ranges, sampled) = match &key {
-        None => (vec![Range::Whole], false),
+        None => return compare_by_blocks(cx, primary, t, estimated).await,
         Some(k) => {
             let sql = format!("select min({0})::bigint, max({0})::bigint from {1}", quote_ident(k), t.quoted());
             let mm: Result<(Option<i64>, Option<i64>), _> =
@@ -200,6 +292,13 @@ impl Validator for Checksums {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn keyless_tables_are_sampled_by_a_slice_of_the_hash_space() {
+        assert_eq!(sample_slice(1000.0, 5000), None);
+        assert_eq!(sample_slice(10_000_000.0, 5_000_000), Some(512));
+        assert_eq!(sample_slice(1e12, 10), Some(1), "never an empty sample");
+    }
 
     #[test]
     fn small_tables_are_chunked_whole() {

@@ -33,6 +33,9 @@ pub fn canonical_session(opts: PgConnectOptions) -> PgConnectOptions {
         ("IntervalStyle", "postgres"),
         ("extra_float_digits", "3"),
         ("bytea_output", "hex"),
+        // money's text depends on the session's lc_monetary; bytea inside XML on xmlbinary.
+        ("lc_monetary", "C"),
+        ("xmlbinary", "base64"),
     ])
 }
 
