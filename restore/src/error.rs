@@ -52,13 +52,19 @@ pub enum RestoreError {
     /// The machinery failed: a sandbox or tool that would not start.
     #[error("{message}")]
     Infrastructure { stage: Stage, message: String },
+    /// The backup may be fine, but drcheck cannot restore this kind of it (yet): its
+    /// own limit, not the backup's fault.
+    #[error("unsupported: {message}")]
+    Unsupported { stage: Stage, message: String },
 }
 
 impl RestoreError {
     pub fn stage(&self) -> Stage {
         match self {
             RestoreError::Store(_) => Stage::Fetch,
-            RestoreError::BadBackup { stage, .. } | RestoreError::Infrastructure { stage, .. } => *stage,
+            RestoreError::BadBackup { stage, .. }
+            | RestoreError::Infrastructure { stage, .. }
+            | RestoreError::Unsupported { stage, .. } => *stage,
         }
     }
 
@@ -70,6 +76,10 @@ impl RestoreError {
 
     pub(crate) fn infra(stage: Stage, message: impl Into<String>) -> Self {
         RestoreError::Infrastructure { stage, message: message.into() }
+    }
+
+    pub(crate) fn unsupported(stage: Stage, message: impl Into<String>) -> Self {
+        RestoreError::Unsupported { stage, message: message.into() }
     }
 
     pub(crate) fn bad(stage: Stage, message: impl Into<String>) -> Self {

@@ -94,9 +94,12 @@ pub async fn restore(job: &RestoreJob<'_>, sandbox: Sandbox, started: Instant) -
         let n = name_of(p);
         n.contains(".tar") && !is_base_tar(n) && !n.starts_with("pg_wal.tar") && !n.ends_with(".sha256")
     }) {
-        return Err(RestoreError::bad(
+        return Err(RestoreError::unsupported(
             Stage::Restore,
-            format!("{}: backups with tablespaces (extra tar files) are not supported yet", extra.key),
+            format!(
+                "{}: base backups with tablespaces (one tar per tablespace) cannot be restored by this drcheck yet",
+                extra.key
+            ),
         ));
     }
     let restore_started = Instant::now();

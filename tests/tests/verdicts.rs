@@ -313,3 +313,26 @@ fn keyless_tables_are_checksummed_in_bounded_chunks() {
     let detail = run["validators"][0]["detail"].as_str().unwrap().to_string();
     assert!(detail.contains("items") && detail.contains("different content"), "{detail}");
 }
+
+/// A base backup with a tablespace (one more tar) is drcheck's own limit, not a bad
+/// backup: exit 3 and `error`, saying it is unsupported — never "failed".
+#[test]
+fn a_base_backup_with_a_tablespace_is_unsupported_not_bad() {
+    let lab = Lab::new();
+    let primary = drcheck_e2e::PgPrimary::start(&lab.root);
+    let ts = lab.root.pg_dir("ts");
+    primary.psql("postgres", &format!("create tablespace extra location '{}'", ts.display()));
+    primary.psql("postgres", "create table t (id int) tablespace extra");
+    let bb = lab.root.pg_dir("bb").join("b");
+    primary.tool("pg_basebackup", &["-D", &bb.display().to_string(), "-Ft", "-X", "stream", "--checkpoint=fast"]);
+    for e in std::fs::read_dir(&bb).unwrap().filter_map(Result::ok) {
+        let name = e.file_name().to_string_lossy().into_owned();
+        lab.put(&format!("phys/b1/{name}"), &std::fs::read(e.path()).unwrap());
+    }
+    let config = lab.config("", "");
+    let (code, run, all) = lab.verify(&config, "phys/b1/");
+    assert_eq!(code, Some(3), "{run}\n{all}");
+    assert_eq!(run["result"], "error", "{run}");
+    let msg = run["error"]["message"].as_str().unwrap();
+    assert!(msg.starts_with("unsupported:") && msg.contains("tablespace"), "{msg}");
+}
