@@ -90,31 +90,91 @@ pub async fn restore(job: &RestoreJob<'_>, sandbox: Sandbox, started: Instant) -
     let base = parts.iter().find(|p| is_base_tar(name_of(p)));
     let base = base.ok_or_else(|| RestoreError::bad(Stage::Select, format!("{} has no base.tar", job.backup.key)))?;
     let wal = parts.iter().find(|p| name_of(p).starts_with("pg_wal.tar"));
-    if let Some(extra) = parts.iter().find(|p| {
+    let mut tablespaces: Vec<(u32, &BackupObject)> = Vec::new();
+    for p in parts {
         let n = name_of(p);
-        n.contains(".tar") && !is_base_tar(n) && !n.starts_with("pg_wal.tar") && !n.ends_with(".sha256")
-    }) {
-        return Err(RestoreError::unsupported(
-            Stage::Restore,
-            format!(
-                "{}: base backups with tablespaces (one tar per tablespace) cannot be restored by this drcheck yet",
-                extra.key
-            ),
-        ));
+        if !n.contains(".tar") || is_base_tar(n) || n.starts_with("pg_wal.tar") || n.ends_with(".sha256") {
+            continue;
+        }
+        // pg_basebackup -Ft writes one OID.tar[.gz|.zst|.lz4] per tablespace.
+        match n.split('.').next().and_then(|oid| oid.parse::<u32>().ok()) {
+            Some(oid) => tablespaces.push((oid, p)),
+            None => {
+                return Err(RestoreError::unsupported(
+                    Stage::Restore,
+                    format!("{}: a tar file drcheck does not know in a base backup", p.key),
+                ));
+            }
+        }
     }
     let restore_started = Instant::now();
     let data = sandbox.data_dir().to_path_buf();
     unpack_part(job, base, &data, 0).await?;
+    let mut done = base.size;
     if let Some(wal) = wal {
-        unpack_part(job, wal, &data.join("pg_wal"), base.size).await?;
+        unpack_part(job, wal, &data.join("pg_wal"), done).await?;
+        done += wal.size;
     }
+    let new_map = if tablespaces.is_empty() {
+        None
+    } else {
+        Some(remap_tablespaces(job, &sandbox, &data, &tablespaces, done).await?)
+    };
     let fetch_end: FetchEnd = Arc::new(Mutex::new(Some(Instant::now())));
     sandbox.give_to_server(&data)?;
     if let Some(manifest) = parts.iter().find(|p| name_of(p) == "backup_manifest") {
         let text = read_small(job.store.as_ref(), &manifest.key).await?;
         verify_backup(&sandbox, &data, &text).await?;
     }
+    // After the check against the manifest, which knows the original map.
+    if let Some(map) = new_map {
+        let path = data.join("tablespace_map");
+        write_new(&path, &map)?;
+        sandbox.give_to_server(&path)?;
+    }
     restore_unpacked(job, sandbox, &data, started, fetch_end, restore_started).await
+}
+
+/// Tablespaces go into the run's own directory (`tablespaces/OID`): each `OID.tar` is
+/// unpacked there and `pg_tblspc/OID` links to it; returns the `tablespace_map` (which
+/// PostgreSQL reads at start-up) naming it instead of the primary's location. A map and
+/// tars that disagree are the backup's fault.
+async fn remap_tablespaces(
+    job: &RestoreJob<'_>,
+    sandbox: &Sandbox,
+    data: &Path,
+    tablespaces: &[(u32, &BackupObject)],
+    mut done: u64,
+) -> Result<String, RestoreError> {
+    let bad = |m: String| RestoreError::bad(Stage::Restore, m);
+    let map = std::fs::symlink_metadata(data.join("tablespace_map"))
+        .ok()
+        .filter(|m| m.file_type().is_file())
+        .and_then(|_| std::fs::read_to_string(data.join("tablespace_map")).ok())
+        .ok_or_else(|| bad("the base backup has tablespace tars but no tablespace_map".into()))?;
+    let mapped: Vec<u32> = map.lines().filter_map(|l| l.split(' ').next()?.parse().ok()).collect();
+    let have: Vec<u32> = tablespaces.iter().map(|(oid, _)| *oid).collect();
+    if let Some(missing) = mapped.iter().find(|oid| !have.contains(oid)) {
+        return Err(bad(format!("tablespace_map names tablespace {missing}, but the backup has no {missing}.tar")));
+    }
+    let root = sandbox.root().join("tablespaces");
+    let mut new_map = String::new();
+    for (oid, part) in tablespaces {
+        if !mapped.contains(oid) {
+            return Err(bad(format!("{}: tablespace {oid} is not in tablespace_map", part.key)));
+        }
+        let dest = root.join(oid.to_string());
+        unpack_part(job, part, &dest, done).await?;
+        done += part.size;
+        let link = data.join("pg_tblspc").join(oid.to_string());
+        remove_entry(&link)?;
+        std::fs::create_dir_all(data.join("pg_tblspc"))
+            .map_err(|e| RestoreError::infra(Stage::Restore, e.to_string()))?;
+        std::os::unix::fs::symlink(&dest, &link).map_err(|e| RestoreError::infra(Stage::Restore, e.to_string()))?;
+        new_map.push_str(&format!("{oid} {}\n", dest.display()));
+    }
+    sandbox.give_to_server(&root)?;
+    Ok(new_map)
 }
 
 /// Checks the unpacked files against the backup's manifest with `pg_verifybackup`.
