@@ -343,3 +343,31 @@ fn a_base_backup_with_a_tablespace_restores() {
     // Nothing was written where the primary keeps its tablespace.
     assert!(lab.leftovers().is_empty(), "{:?}", lab.leftovers());
 }
+
+/// Comparing databases that have no table on either side compared nothing: `row_counts`
+/// and `checksums` are skipped ("covered nothing"), never passed.
+#[test]
+fn comparisons_over_no_tables_are_skipped_not_passed() {
+    let lab = Lab::new();
+    let primary = drcheck_e2e::PgPrimary::start(&lab.root);
+    let pw = drcheck_e2e::unique("pw");
+    primary.psql("postgres", &format!("create role verifier login password '{pw}'"));
+    primary.psql("postgres", "create database empty");
+    let dump = lab.root.path().join("empty.dump");
+    primary.dump("empty", &dump, &[]);
+    lab.put("empty.dump", &std::fs::read(&dump).unwrap());
+    let target = format!(
+        "primary = \"{}\"\n[target.validators]\nenabled = [\"row_counts\", \"checksums\", \"schema\"]\n",
+        primary.url("verifier", &pw, "empty")
+    );
+    let config = lab.config("", &target);
+    let (_, run, all) = lab.verify(&config, "empty.dump");
+    for name in ["row_counts", "checksums"] {
+        let f = run["validators"].as_array().unwrap().iter().find(|v| v["name"] == name).unwrap().clone();
+        assert_eq!(f["status"], "skipped", "{name}: {f}\n{all}");
+        assert!(f["detail"].as_str().unwrap().contains("covered nothing"), "{f}");
+    }
+    // The schema still compared something (the database's objects): that one passed.
+    let schema = run["validators"].as_array().unwrap().iter().find(|v| v["name"] == "schema").unwrap().clone();
+    assert_eq!(schema["status"], "passed", "{schema}");
+}
