@@ -186,9 +186,11 @@ pub fn main() -> ExitCode {
             exit
         }
     };
-    // Blocking work still running (an unpacking thread told to stop) gets a bounded
-    // time; sandbox teardowns (their own threads) are waited for, so nothing is left.
-    runtime.shutdown_timeout(std::time::Duration::from_secs(10));
+    // Blocking work still running gets a bounded time: an unpacking thread told to stop
+    // ends within a chunk, and a drill's manual step may still be blocked reading the
+    // terminal (it must not hold the exit). Sandbox teardowns run on threads of their
+    // own and are waited for, so nothing is left.
+    runtime.shutdown_timeout(std::time::Duration::from_secs(3));
     drcheck_restore::sandbox::finish_teardowns();
     exit.into()
 }
