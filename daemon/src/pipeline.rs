@@ -299,6 +299,7 @@ async fn steps(
         server_major: None,
         recovered_to: None,
         containment: Some(drcheck_restore::contain::probe().name()),
+        manifest: None,
     });
     let outcome = tokio::time::timeout(deadline, job::run(&job)).await;
     if let Some(d) = *job.sandbox_ready_in.lock().unwrap() {
@@ -329,6 +330,7 @@ async fn steps(
         info.server_major = restored.sandbox.bin().major;
         info.recovered_to = restored.recovered_to.clone();
         info.containment = Some(restored.sandbox.containment().name());
+        info.manifest = restored.manifest.clone();
     }
     progress.phase(&target.name, "checking the restored database");
     let physical = restored.format.contains("physical");

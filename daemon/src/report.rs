@@ -80,6 +80,9 @@ pub struct RestoreInfo {
     /// How the restore's processes were confined: `landlock-abi7`, or `none`.
     #[serde(default)]
     pub containment: Option<String>,
+    /// Base backups: the check against `backup_manifest`, or why it was not done.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub manifest: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -198,6 +201,9 @@ pub fn render_human(r: &RunReport) -> String {
             None => String::new(),
         };
         let _ = writeln!(s, "  sandbox     {server}{} profile, {} job(s){recovered}{contained}", ri.profile, ri.jobs);
+        if let Some(m) = &ri.manifest {
+            let _ = writeln!(s, "  manifest    {m}");
+        }
     }
     let rto = r.rto.measured_seconds.map(human_secs).unwrap_or_else(|| "—".into());
     let _ = writeln!(

@@ -53,6 +53,9 @@ pub struct Restored {
     pub restore: Duration,
     /// Physical backups replayed from a WAL archive: the last replayed commit's time.
     pub recovered_to: Option<String>,
+    /// Base backups: what checking the files against `backup_manifest` found — said
+    /// even when it could not be done.
+    pub manifest: Option<String>,
 }
 
 /// The database logical dumps are restored into, inside the sandbox.
@@ -205,7 +208,15 @@ async fn run_inner(job: &RestoreJob<'_>) -> Result<Restored, RestoreError> {
     let restore_started = Instant::now();
     let done = |sandbox: Sandbox, database: String, format: String| {
         let fetch = fetch_end.lock().unwrap().map(|t| t - started).unwrap_or_else(|| started.elapsed());
-        Ok(Restored { sandbox, database, format, fetch, restore: restore_started.elapsed(), recovered_to: None })
+        Ok(Restored {
+            sandbox,
+            database,
+            format,
+            fetch,
+            restore: restore_started.elapsed(),
+            recovered_to: None,
+            manifest: None,
+        })
     };
 
     if kind == Kind::TarArchive {

@@ -122,17 +122,22 @@ pub async fn restore(job: &RestoreJob<'_>, sandbox: Sandbox, started: Instant) -
     };
     let fetch_end: FetchEnd = Arc::new(Mutex::new(Some(Instant::now())));
     sandbox.give_to_server(&data)?;
-    if let Some(manifest) = parts.iter().find(|p| name_of(p) == "backup_manifest") {
-        let text = read_small(job.store.as_ref(), &manifest.key).await?;
-        verify_backup(&sandbox, &data, &text).await?;
-    }
+    let manifest = match parts.iter().find(|p| name_of(p) == "backup_manifest") {
+        Some(m) => {
+            let text = read_small(job.store.as_ref(), &m.key).await?;
+            verify_backup(&sandbox, &data, &text).await?
+        }
+        None => "not checked: the backup has no backup_manifest".to_string(),
+    };
     // After the check against the manifest, which knows the original map.
     if let Some(map) = new_map {
         let path = data.join("tablespace_map");
         write_new(&path, &map)?;
         sandbox.give_to_server(&path)?;
     }
-    restore_unpacked(job, sandbox, &data, started, fetch_end, restore_started).await
+    let mut restored = restore_unpacked(job, sandbox, &data, started, fetch_end, restore_started).await?;
+    restored.manifest = Some(manifest);
+    Ok(restored)
 }
 
 /// Tablespaces go into the run's own directory (`tablespaces/OID`): each `OID.tar` is
@@ -178,12 +183,15 @@ async fn remap_tablespaces(
 }
 
 /// Checks the unpacked files against the backup's manifest with `pg_verifybackup`.
-async fn verify_backup(sandbox: &Sandbox, data: &Path, manifest: &str) -> Result<(), RestoreError> {
+async fn verify_backup(sandbox: &Sandbox, data: &Path, manifest: &str) -> Result<String, RestoreError> {
     let major = read_major(data)?;
-    let Ok(bin) = pgbin::for_major(None, Some(major), true) else { return Ok(()) };
+    let Ok(bin) = pgbin::for_major(None, Some(major), true) else {
+        return Ok(format!("not checked: no PostgreSQL {major} binaries for pg_verifybackup"));
+    };
     let tool = bin.tool("pg_verifybackup");
     if !tool.is_file() {
-        return Ok(());
+        tracing::warn!(tool = %tool.display(), "pg_verifybackup not found: the backup is not checked against its manifest");
+        return Ok(format!("not checked: {} not found", tool.display()));
     }
     let path = sandbox.root().join("backup_manifest");
     crate::sandbox::write_private(&path, manifest.as_bytes())?;
@@ -211,7 +219,7 @@ async fn verify_backup(sandbox: &Sandbox, data: &Path, manifest: &str) -> Result
             format!("pg_verifybackup found the backup does not match its manifest: {}", tail(&out.stderr, 4000)),
         ));
     }
-    Ok(())
+    Ok("verified with pg_verifybackup against backup_manifest".to_string())
 }
 
 fn read_major(dir: &Path) -> Result<u32, RestoreError> {
@@ -328,6 +336,7 @@ pub async fn restore_unpacked(
         fetch,
         restore: restore_started.elapsed(),
         recovered_to,
+        manifest: None,
     })
 }
 

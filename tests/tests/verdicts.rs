@@ -276,6 +276,8 @@ fn a_physical_backup_is_checked_on_every_database() {
     assert!(full_read["measurements"]["covered_databases"].as_f64().unwrap() >= 2.0, "{full_read}");
     let sequences = finding("sequences");
     assert_eq!(sequences["measurements"]["covered_sequences"], 5.0, "{sequences}");
+    // No backup_manifest was uploaded: the report says the check was not done.
+    assert_eq!(run["restore"]["manifest"], "not checked: the backup has no backup_manifest", "{run}");
 }
 
 /// A table without an integer key (text key) is hashed in bounded block ranges on each
@@ -340,6 +342,7 @@ fn a_base_backup_with_a_tablespace_restores() {
     let full_read = run["validators"].as_array().unwrap().iter().find(|v| v["name"] == "full_read").unwrap().clone();
     assert_eq!(full_read["status"], "passed", "{full_read}");
     assert!(full_read["measurements"]["covered_tables"].as_f64().unwrap() >= 1.0, "{full_read}");
+    assert_eq!(run["restore"]["manifest"], "verified with pg_verifybackup against backup_manifest", "{run}");
     // Nothing was written where the primary keeps its tablespace.
     assert!(lab.leftovers().is_empty(), "{:?}", lab.leftovers());
 }
