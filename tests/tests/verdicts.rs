@@ -374,3 +374,79 @@ fn comparisons_over_no_tables_are_skipped_not_passed() {
     let schema = run["validators"].as_array().unwrap().iter().find(|v| v["name"] == "schema").unwrap().clone();
     assert_eq!(schema["status"], "passed", "{schema}");
 }
+
+/// SIGTERM during a physical restore (a base backup streaming in over a slow link and
+/// being unpacked): drcheck exits within 10 s, as `aborted`/incomplete, and leaves no
+/// sandbox, no file and no process behind.
+#[test]
+fn sigterm_during_a_physical_restore_exits_within_seconds_leaving_nothing() {
+    let lab = Lab::new();
+    let primary = drcheck_e2e::PgPrimary::start(&lab.root);
+    primary.psql("postgres", "create table filler as select g, md5(g::text) as t from generate_series(1, 200000) g");
+    let bb = lab.root.pg_dir("bb").join("b");
+    primary.tool("pg_basebackup", &["-D", &bb.display().to_string(), "-Ft", "-X", "stream", "--checkpoint=fast"]);
+    let s3 = drcheck_e2e::S3Server::start(&lab.root);
+    let bucket = drcheck_e2e::unique("phys");
+    s3.make_bucket(&bucket);
+    for f in ["base.tar", "pg_wal.tar"] {
+        s3.upload(&bb.join(f), &bucket, &format!("phys/b1/{f}"));
+    }
+    let slow = drcheck_e2e::Throttle::start(s3.port, 2_000_000);
+    let text = format!(
+        "[state]\nurl = \"sqlite://{root}/history.db\"\n[sandbox]\nscratch_dir = \"{scratch}\"\n\
+         [storage.s3]\nkind = \"s3\"\nbucket = \"{bucket}\"\nendpoint = \"{endpoint}\"\npath_style = true\n\
+         [[target]]\nname = \"t\"\nstorage = \"s3\"\nprefix = \"phys/\"\nrto = \"10m\"\nrpo = \"1d\"\n",
+        root = lab.root.path().display(),
+        scratch = lab.scratch.display(),
+        endpoint = slow.endpoint(),
+    );
+    let config = lab.root.path().join("phys.toml");
+    std::fs::write(&config, text).unwrap();
+    let mut child = std::process::Command::new(drcheck_e2e::drcheck_bin())
+        .args(["--config", &config.display().to_string(), "verify", "--json"])
+        .envs(drcheck_e2e::AWS_ENV)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Wait until the base backup is being unpacked into the sandbox.
+    let private = lab.private_dir();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let unpacking = std::fs::read_dir(&private).ok().is_some_and(|d| {
+            d.filter_map(Result::ok)
+                .any(|e| std::fs::read_dir(e.path().join("data")).is_ok_and(|mut f| f.next().is_some()))
+        });
+        if unpacking {
+            break;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("the physical restore never started unpacking");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let sandbox: Vec<_> =
+        std::fs::read_dir(&private).unwrap().filter_map(Result::ok).map(|e| e.path().display().to_string()).collect();
+    let sent = std::time::Instant::now();
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGTERM).unwrap();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if sent.elapsed() > Duration::from_secs(10) {
+            let _ = child.kill();
+            panic!("drcheck did not exit within 10 s of SIGTERM");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(status.code(), Some(3), "an interrupted run is incomplete");
+    let mut out = String::new();
+    std::io::Read::read_to_string(&mut child.stdout.take().unwrap(), &mut out).unwrap();
+    assert!(out.contains("\"aborted\""), "{out}");
+    std::thread::sleep(Duration::from_secs(1));
+    assert!(lab.leftovers().is_empty(), "left behind: {:?}", lab.leftovers());
+    for dir in sandbox {
+        assert!(drcheck_e2e::processes_mentioning(&dir).is_empty(), "a process of {dir} is still running");
+    }
+}
