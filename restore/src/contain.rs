@@ -50,11 +50,6 @@ impl Level {
             Level::None => "none".to_string(),
         }
     }
-
-    /// Whether the filesystem, TCP and signal rules all apply (ABI ≥ 6).
-    pub fn is_complete(self) -> bool {
-        matches!(self, Level::Landlock(abi) if abi >= 6)
-    }
 }
 
 /// Tells the library which binary acts as the helper (normally `/proc/self/exe`).

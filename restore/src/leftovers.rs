@@ -112,15 +112,21 @@ pub fn write_owner(root: &Path, owner: &Owner) -> Result<(), String> {
         owner.start,
         owner.socket_dir.as_ref().map(|p| p.display().to_string()).unwrap_or_default()
     );
+    create_private(&tmp, text.as_bytes())?;
+    std::fs::rename(&tmp, &path).map_err(|e| format!("cannot write {}: {e}", path.display()))
+}
+
+/// Creates `path` with mode 0600 and `content`. It must not exist: a link planted there
+/// is never followed (`O_NOFOLLOW | O_EXCL`).
+pub(crate) fn create_private(path: &Path, content: &[u8]) -> Result<(), String> {
     let mut f = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
         .mode(0o600)
         .custom_flags(nix::libc::O_NOFOLLOW)
-        .open(&tmp)
-        .map_err(|e| format!("cannot write {}: {e}", tmp.display()))?;
-    f.write_all(text.as_bytes()).map_err(|e| format!("cannot write {}: {e}", tmp.display()))?;
-    std::fs::rename(&tmp, &path).map_err(|e| format!("cannot write {}: {e}", path.display()))
+        .open(path)
+        .map_err(|e| format!("cannot create {}: {e}", path.display()))?;
+    f.write_all(content).map_err(|e| format!("cannot write {}: {e}", path.display()))
 }
 
 /// A process's start time (clock ticks after boot), field 22 of `/proc/PID/stat`.

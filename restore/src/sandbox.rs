@@ -481,13 +481,6 @@ pub fn finish_teardowns() {
     }
 }
 
-/// Teardowns still running (finished threads are forgotten).
-pub fn teardowns_pending() -> usize {
-    let mut list = TEARDOWNS.lock().unwrap_or_else(|e| e.into_inner());
-    list.retain(|h| !h.is_finished());
-    list.len()
-}
-
 /// 32 random letters and digits.
 fn random_password() -> String {
     use rand::Rng;
@@ -496,16 +489,7 @@ fn random_password() -> String {
 
 /// Creates `path` (which must not exist: never follows a planted link) with mode 0600.
 pub(crate) fn write_private(path: &Path, content: &[u8]) -> Result<(), RestoreError> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .custom_flags(nix::libc::O_NOFOLLOW)
-        .open(path)
-        .map_err(|e| infra(format!("cannot create {}: {e}", path.display())))?;
-    f.write_all(content).map_err(|e| infra(format!("cannot write {}: {e}", path.display())))
+    leftovers::create_private(path, content).map_err(infra)
 }
 
 /// Fast shutdown (SIGINT), then SIGKILL to the whole process group after a grace period.

@@ -233,7 +233,6 @@ pub fn as_other_run(own_dir: &Path, program: &str, args: &[&str], env: &[(&str, 
         let exe = std::env::current_exe().unwrap();
         exe.parent().and_then(Path::parent).unwrap().join("drcheck")
     });
-    let _ = drcheck_bin;
     let mut cmd = std::process::Command::new(helper);
     cmd.arg("__drcheck-contain").arg("--rw").arg(own_dir);
     for p in ["/usr/lib", "/usr/share", "/lib", "/lib64", "/etc/ld.so.cache", "/etc/passwd", "/etc/group"] {

@@ -36,6 +36,24 @@ pub fn drain(mut r: impl Read + Send + 'static) -> std::thread::JoinHandle<Vec<u
     })
 }
 
+/// Sends `signal` to `child` and waits up to `limit` for it to exit; kills it and
+/// panics (naming `what`) if it does not.
+pub fn signal_and_wait(child: &mut Child, signal: Signal, limit: Duration, what: &str) -> std::process::ExitStatus {
+    let _ = kill(Pid::from_raw(child.id() as i32), signal);
+    let sent = Instant::now();
+    loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            return s;
+        }
+        if sent.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{what} did not exit within {limit:?} of {signal}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// SIGINT to the child, then SIGKILL to its process group after `grace`.
 pub fn stop_group(mut child: Child, grace: Duration) {
     let pid = Pid::from_raw(child.id() as i32);

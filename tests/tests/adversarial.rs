@@ -328,18 +328,12 @@ fn sigterm_during_unpacking_stops_every_write() {
         assert!(Instant::now() < deadline, "the unpacking never got going");
         std::thread::sleep(Duration::from_millis(20));
     }
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGTERM).unwrap();
-    let t = Instant::now();
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        if t.elapsed() > Duration::from_secs(10) {
-            let _ = child.kill();
-            panic!("drcheck did not exit within 10 s of SIGTERM");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let status = drcheck_e2e::proc::signal_and_wait(
+        &mut child,
+        nix::sys::signal::Signal::SIGTERM,
+        Duration::from_secs(10),
+        "drcheck",
+    );
     assert_eq!(status.code(), Some(3), "an interrupted run is incomplete");
     std::thread::sleep(Duration::from_secs(2));
     assert!(lab.leftovers().is_empty(), "written after the run ended: {:?}", lab.leftovers());

@@ -428,18 +428,12 @@ fn sigterm_during_a_physical_restore_exits_within_seconds_leaving_nothing() {
     }
     let sandbox: Vec<_> =
         std::fs::read_dir(&private).unwrap().filter_map(Result::ok).map(|e| e.path().display().to_string()).collect();
-    let sent = std::time::Instant::now();
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGTERM).unwrap();
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        if sent.elapsed() > Duration::from_secs(10) {
-            let _ = child.kill();
-            panic!("drcheck did not exit within 10 s of SIGTERM");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let status = drcheck_e2e::proc::signal_and_wait(
+        &mut child,
+        nix::sys::signal::Signal::SIGTERM,
+        Duration::from_secs(10),
+        "drcheck",
+    );
     assert_eq!(status.code(), Some(3), "an interrupted run is incomplete");
     let mut out = String::new();
     std::io::Read::read_to_string(&mut child.stdout.take().unwrap(), &mut out).unwrap();
