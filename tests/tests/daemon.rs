@@ -193,3 +193,66 @@ fn a_target_without_a_success_goes_stale_and_a_passing_run_resolves_it() {
     }
     d.terminate(Duration::from_secs(60));
 }
+
+/// Tearing sandboxes down (stopping a server, deleting its cluster) is blocking work: it
+/// runs off the async runtime, so on two cores `/healthz` still answers within a second
+/// while two sandboxes of a larger backup are torn down at once.
+#[test]
+fn healthz_answers_within_a_second_while_two_sandboxes_are_torn_down() {
+    let scene = Scene::start();
+    scene.upload_big_backup();
+    let port = free_port();
+    let config = daemon_config(&scene, port, None, "");
+    let mut text = std::fs::read_to_string(&config).unwrap();
+    text.push_str(&format!(
+        "\n[daemon]\nmax_concurrent_restores = 2\n[[target]]\nname = \"orders-copy\"\nprimary = \"{}\"\nstorage = \"backups\"\nprefix = \"orders/\"\nrto = \"10m\"\nrpo = \"26h\"\n",
+        scene.spec().primary
+    ));
+    std::fs::write(&config, text).unwrap();
+    let mut d = Daemon::start(&config, port, &scene.env());
+    let auth = [("Authorization", "Bearer tok-123")];
+    for t in ["orders", "orders-copy"] {
+        let (status, body) = http_request(port, "POST", &format!("/api/v1/targets/{t}/verify"), &auth, "");
+        assert_eq!(status, 202, "{t}: {body}");
+    }
+    // Probe /healthz every 50 ms until both runs are recorded and their sandboxes gone.
+    let mut worst = Duration::ZERO;
+    let mut probes = 0;
+    let mut saw_teardown = false;
+    let deadline = Instant::now() + Duration::from_secs(180);
+    loop {
+        let t0 = Instant::now();
+        let (status, _) = http_request(port, "GET", "/healthz", &[], "");
+        let took = t0.elapsed();
+        assert_eq!(status, 200);
+        worst = worst.max(took);
+        probes += 1;
+        let left = scene.leftover_sandboxes().len();
+        let recorded = ["orders", "orders-copy"]
+            .iter()
+            .filter(|t| {
+                let (s, body) =
+                    http_request(port, "GET", &format!("/api/v1/runs?target={t}&limit=5"), &auth, "");
+                s == 200 && body.contains("\"result\"")
+            })
+            .count();
+        if left > 0 && recorded > 0 {
+            saw_teardown = true;
+        }
+        if recorded == 2 && left == 0 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "runs not finished in 180 s: {}", d.stderr_text());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    eprintln!("healthz: {probes} probes, worst {worst:?}, saw a teardown: {saw_teardown}");
+    assert!(probes > 20, "only {probes} probes: the runs were not observed");
+    assert!(worst < Duration::from_secs(1), "/healthz took {worst:?} during the teardowns (saw teardown: {saw_teardown})");
+    let (status, _) = d.terminate(Duration::from_secs(60));
+    assert!(status.success(), "{status}: {}", d.stderr_text());
+    let c = config.display().to_string();
+    let (out, _) = drcheck_e2e::drcheck(&["--config", &c, "history", "--json"], &scene.env(), Duration::from_secs(30));
+    let h: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let passed = h["runs"].as_array().unwrap().iter().filter(|r| r["result"] == "passed").count();
+    assert_eq!(passed, 2, "{h}");
+}
