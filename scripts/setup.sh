@@ -17,6 +17,8 @@ command -v prometheus-pushgateway >/dev/null 2>&1 || need_apt+=(prometheus-pushg
 command -v prometheus-alertmanager >/dev/null 2>&1 || need_apt+=(prometheus-alertmanager)
 # kubectl for `kubectl kustomize` in the deploy checks.
 command -v kubectl >/dev/null 2>&1 || need_apt+=(kubectl)
+# A non-C locale (de_DE.UTF-8) for the test that a primary's lc_monetary cannot skew checksums.
+command -v localedef >/dev/null 2>&1 && [ -d /usr/share/i18n/locales ] || need_apt+=(locales)
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then
     echo "setup: need ${need_apt[*]} (run as root, or install them)" >&2
@@ -26,6 +28,14 @@ if [ ${#need_apt[@]} -gt 0 ]; then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
+fi
+
+if ! locale -a 2>/dev/null | grep -qi '^de_DE\.utf8$'; then
+  if [ "$(id -u)" = 0 ]; then
+    localedef -i de_DE -f UTF-8 de_DE.UTF-8
+  else
+    echo "setup: the de_DE.UTF-8 locale is missing (run as root: localedef -i de_DE -f UTF-8 de_DE.UTF-8)" >&2
+  fi
 fi
 
 need_pip=()

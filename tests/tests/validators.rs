@@ -215,3 +215,37 @@ fn an_overwritten_page_in_a_physical_backup_is_caught() {
         assert!(v["detail"].as_str().unwrap().contains("invalid page in block 1"), "{v}");
     }
 }
+
+/// `money` renders per the session's `lc_monetary`: a primary whose database sets a German
+/// money format must still hash like the restored copy (C). Needs the `de_DE.UTF-8`
+/// locale, which `scripts/setup.sh` generates.
+#[test]
+fn money_hashes_alike_whatever_the_primarys_lc_monetary() {
+    let have = Command::new("locale").arg("-a").output().unwrap();
+    assert!(
+        String::from_utf8_lossy(&have.stdout).to_lowercase().contains("de_de.utf8"),
+        "the de_DE.UTF-8 locale is missing: run scripts/setup.sh"
+    );
+    let scene = Scene::start();
+    scene.primary.psql(
+        "orders",
+        "create table prices (id int primary key, amount money not null);
+         insert into prices select g, (g * 1234.5)::numeric::money from generate_series(1, 300) g;",
+    );
+    let dump = scene.root.path().join("money.dump");
+    scene.primary.dump("orders", &dump, &[]);
+    // Set after the dump: only the primary's sessions see it.
+    scene.primary.psql("postgres", "alter database orders set lc_monetary = 'de_DE.UTF-8'");
+    let shown = scene.primary.psql("orders", "select 1234.5::numeric::money::text");
+    assert!(shown.contains('€') || shown.contains("1.234,50"), "the primary does not render German money: {shown}");
+    std::thread::sleep(Duration::from_millis(1100));
+    scene.s3.upload(&dump, &scene.bucket, "orders/money.dump");
+    let c = scene.config(&scene.spec()).display().to_string();
+    let (out, _) = drcheck(&["--config", &c, "verify", "--json"], &scene.env(), LIMIT);
+    let run = only_run(&out);
+    let sums = validator(&run, "checksums");
+    assert_eq!(sums["status"], "passed", "{sums}\n{}", stderr(&out));
+    // customers, orders, "Sales"."Invoices" and prices: 500 + 5000 + 1000 + 300 rows.
+    assert_eq!(sums["measurements"]["covered_rows"], 6800.0, "{sums}");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+}
