@@ -87,6 +87,8 @@ pub struct RawStorage {
     pub path: Option<Spanned<String>>,
     pub part_size: Option<Spanned<String>>,
     pub concurrency: Option<Spanned<i64>>,
+    pub ca_file: Option<Spanned<String>>,
+    pub verify_tls: Option<bool>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -113,6 +115,12 @@ pub struct RawTarget {
     pub schedule: Option<Spanned<String>>,
     pub jitter: Option<Spanned<String>>,
     pub stale_after: Option<Spanned<String>>,
+    pub source: Option<Spanned<String>>,
+    pub stanza: Option<Spanned<String>>,
+    pub repo_path: Option<Spanned<String>>,
+    pub cipher_pass: Option<Spanned<String>>,
+    pub server_name: Option<Spanned<String>>,
+    pub select: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Deserialize)]

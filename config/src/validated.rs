@@ -176,6 +176,8 @@ pub enum RecoveryTarget {
     Immediate,
     /// To this moment (RFC 3339).
     Time(String),
+    /// To this WAL position (`0/3000028`).
+    Lsn(String),
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -196,6 +198,47 @@ pub struct S3Storage {
     pub part_size: u64,
     /// …this many at once.
     pub concurrency: usize,
+    /// Trust this CA for an https endpoint (handed to backup tools too).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ca_file: Option<PathBuf>,
+    pub verify_tls: bool,
+}
+
+/// Where a target's backups come from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum SourceConfig {
+    /// One object (or one base-backup directory) per backup under `prefix`.
+    Objects,
+    /// A pgBackRest repository on the target's storage, read through `pgbackrest`.
+    Pgbackrest {
+        stanza: String,
+        repo_path: String,
+        /// The repository's `cipher-pass` (encrypted repositories).
+        #[serde(skip)]
+        cipher_pass: Option<Secret>,
+    },
+    /// A barman-cloud catalog: `s3://bucket/prefix` + `server_name`.
+    BarmanCloud { server_name: String },
+}
+
+impl SourceConfig {
+    pub fn name(&self) -> &'static str {
+        match self {
+            SourceConfig::Objects => "objects",
+            SourceConfig::Pgbackrest { .. } => "pgbackrest",
+            SourceConfig::BarmanCloud { .. } => "barman-cloud",
+        }
+    }
+}
+
+/// Which backup of the catalog a run verifies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Selection {
+    Latest,
+    /// A random backup finished within this window (so old backups are proven too).
+    Random(#[serde(serialize_with = "ser_duration")] Duration),
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -233,6 +276,8 @@ pub struct TargetConfig {
     /// Daemon mode: alert when no verification succeeded for this long.
     #[serde(serialize_with = "ser_opt_duration", skip_serializing_if = "Option::is_none")]
     pub stale_after: Option<Duration>,
+    pub source: SourceConfig,
+    pub select: Selection,
 }
 
 fn ser_opt_duration<S: serde::Serializer>(d: &Option<Duration>, ser: S) -> Result<S::Ok, S::Error> {

@@ -8,7 +8,8 @@
 use crate::progress::Progress;
 use crate::report::RestoreInfo;
 use crate::report::{BackupInfo, Phase, Rpo, Rto, RunError, RunReport, RunResult, ValidatorReport, secs, timestamp};
-use drcheck_config::{Config, StorageConfig, TargetConfig};
+use drcheck_config::{Config, Selection, SourceConfig, StorageConfig, TargetConfig};
+use drcheck_restore::pgbackrest::{Catalog, Repo};
 use drcheck_restore::fetch::FetchOptions;
 use drcheck_restore::job::{self, RestoreJob};
 use drcheck_restore::physical::WalReplay;
@@ -70,9 +71,48 @@ impl Run<'_> {
 
 /// Lists the backups of a target, newest first.
 pub async fn list_backups(config: &Config, target: &TargetConfig) -> Result<(String, Vec<Backup>), StoreError> {
+    if let Some(repo) = pgbackrest_repo(config, target) {
+        let catalog = read_catalog(config, &repo, &new_run_id()).await?;
+        let mut backups = catalog.backups;
+        backups.reverse();
+        return Ok((repo.describe(), backups));
+    }
     let store = open_store(&target.storage, &config.storage[&target.storage]).await;
     let all = store.list(&target.prefix).await?;
     Ok((store.describe(), backups_newest_first(&all)))
+}
+
+/// The pgBackRest repository a target reads, if its source is one.
+pub fn pgbackrest_repo(config: &Config, target: &TargetConfig) -> Option<Repo> {
+    let SourceConfig::Pgbackrest { stanza, repo_path, cipher_pass } = &target.source else { return None };
+    let StorageConfig::S3(s3) = &config.storage[&target.storage] else { return None };
+    Some(Repo {
+        stanza: stanza.clone(),
+        repo_path: repo_path.clone(),
+        bucket: s3.bucket.clone(),
+        endpoint: s3.endpoint.clone(),
+        region: s3.region.clone(),
+        path_style: s3.path_style,
+        ca_file: s3.ca_file.clone(),
+        verify_tls: s3.verify_tls,
+        cipher_pass: cipher_pass.as_ref().map(|p| p.expose().to_string()),
+    })
+}
+
+/// The repository's catalog, read by `pgbackrest info` in a sandbox directory of its own
+/// (the tool runs contained, as for a restore).
+async fn read_catalog(config: &Config, repo: &Repo, run_id: &str) -> Result<Catalog, StoreError> {
+    let opts = SandboxOptions {
+        scratch_dir: config.sandbox.scratch_dir.clone(),
+        run_id: format!("{run_id}-catalog"),
+        profile: config.sandbox.profile,
+        require_containment: config.sandbox.require_containment,
+    };
+    let sandbox = drcheck_restore::Sandbox::create(&opts)
+        .map_err(|e| StoreError { store: repo.describe(), message: e.to_string(), unreachable: false })?;
+    let catalog = repo.catalog(&sandbox).await;
+    sandbox.teardown();
+    catalog
 }
 
 /// Downloads a single-object backup to `output` with the concurrent fetcher.
@@ -200,7 +240,14 @@ pub async fn verify_as(
             backup: None,
             phases: Vec::new(),
             rto: Rto { target_seconds: secs(target.rto), measured_seconds: None, met: None },
-            rpo: Rpo { target_seconds: secs(target.rpo), backup_age_seconds: None, met: None, data_lag_seconds: None },
+            rpo: Rpo {
+                target_seconds: secs(target.rpo),
+                backup_age_seconds: None,
+                met: None,
+                data_lag_seconds: None,
+                recoverable_point_age_seconds: None,
+                recovery_window_start: None,
+            },
             validators: Vec::new(),
             restore: None,
             primary_queries: None,
@@ -244,7 +291,22 @@ async fn steps(
     let target = run.target;
     progress.phase(&target.name, "selecting backup");
     let store = open_store(&target.storage, &config.storage[&target.storage]).await;
-    let backup = select(store.as_ref(), target, backup_key).await?;
+    let repo = pgbackrest_repo(config, target);
+    let (backup, catalog) = match &repo {
+        Some(repo) => {
+            let catalog = read_catalog(config, repo, &run.report.run_id)
+                .await
+                .map_err(|e| store_stop(Stage::Select, e))?;
+            let backup = select_from_catalog(&catalog.backups, target, backup_key, &repo.describe())?;
+            run.report.rpo.recovery_window_start = catalog
+                .backups
+                .iter()
+                .find(|b| b.catalog.as_ref().is_some_and(|c| c.status == "ok"))
+                .map(|b| timestamp(b.last_modified));
+            (backup, Some(catalog))
+        }
+        None => (select(store.as_ref(), target, backup_key).await?, None),
+    };
     let age = SystemTime::now().duration_since(backup.last_modified).unwrap_or_default();
     run.report.rpo.backup_age_seconds = Some(secs(age));
     run.report.rpo.met = Some(age <= target.rpo);
@@ -253,6 +315,8 @@ async fn steps(
         size_bytes: backup.size,
         created_at: timestamp(backup.last_modified),
         format: None,
+        kind: backup.catalog.as_ref().map(|c| c.kind.clone()),
+        source: backup.catalog.as_ref().map(|c| c.tool.to_string()),
     });
 
     let (expansion_ceiling, free_for_restore) = check_disk(config, &backup)?;
@@ -284,6 +348,8 @@ async fn steps(
             .wal_prefix
             .as_ref()
             .map(|p| WalReplay { prefix: p.clone(), target: target.recovery_target.clone() }),
+        pgbackrest: repo.zip(catalog),
+        recovery_target: target.recovery_target.clone(),
         database_hint: target.primary.as_ref().and_then(|p| database_of(p.expose())),
         on_format: &on_format,
         progress: progress.byte_counter(),
@@ -329,6 +395,12 @@ async fn steps(
     if let Some(info) = run.report.restore.as_mut() {
         info.server_major = restored.sandbox.bin().major;
         info.recovered_to = restored.recovered_to.clone();
+        // What a restore right now would lose: everything after the last replayed commit.
+        if let Some(at) = restored.recovered_to.as_deref().and_then(|t| humantime::parse_rfc3339_weak(t).ok()) {
+            let lost = SystemTime::now().duration_since(at).unwrap_or_default();
+            run.report.rpo.recoverable_point_age_seconds = Some(secs(lost));
+            run.report.rpo.met = Some(lost <= target.rpo);
+        }
         info.containment = Some(restored.sandbox.containment().name());
         info.manifest = restored.manifest.clone();
     }
@@ -366,6 +438,50 @@ async fn steps(
     }
     sandbox.teardown();
     Ok(())
+}
+
+/// The backup a run verifies from a tool's catalog (oldest first): never one the tool
+/// marks in error; the latest, a random one finished within the window, or the named one.
+fn select_from_catalog(
+    all: &[Backup],
+    target: &TargetConfig,
+    backup_key: Option<&str>,
+    store: &str,
+) -> Result<Backup, Stop> {
+    if let Some(key) = backup_key {
+        return all.iter().find(|b| b.key == key).cloned().ok_or_else(|| {
+            let known: Vec<&str> = all.iter().rev().take(5).map(|b| b.key.as_str()).collect();
+            Stop::failed("select", format!("no backup {key:?} in the catalog of {store} (newest: {})", known.join(", ")))
+        });
+    }
+    let usable: Vec<&Backup> = all.iter().filter(|b| b.catalog.as_ref().is_some_and(|c| c.status == "ok")).collect();
+    let skipped = all.len() - usable.len();
+    if skipped > 0 {
+        tracing::warn!(skipped, "backups the catalog marks in error were skipped");
+    }
+    let chosen = match target.select {
+        Selection::Latest => usable.last().copied(),
+        Selection::Random(window) => {
+            let since = SystemTime::now() - window;
+            let recent: Vec<&Backup> = usable.iter().copied().filter(|b| b.last_modified >= since).collect();
+            if recent.is_empty() {
+                usable.last().copied()
+            } else {
+                Some(recent[rand_index(recent.len())])
+            }
+        }
+    };
+    chosen.cloned().ok_or_else(|| {
+        Stop::failed(
+            "select",
+            format!("no usable backup in the catalog of {store} ({} listed, {skipped} marked in error)", all.len()),
+        )
+    })
+}
+
+/// A random index below `n` (uniform enough for picking a backup to prove).
+fn rand_index(n: usize) -> usize {
+    uuid::Uuid::new_v4().as_u128() as usize % n.max(1)
 }
 
 async fn select(store: &dyn BackupStore, target: &TargetConfig, backup_key: Option<&str>) -> Result<Backup, Stop> {

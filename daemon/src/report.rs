@@ -34,6 +34,12 @@ pub struct BackupInfo {
     pub created_at: String,
     /// Detected from the content; `null` when the run never got to read it.
     pub format: Option<String>,
+    /// Backups from a tool's catalog: `full`, `diff` or `incr`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+    /// Backups from a tool's catalog: which tool (`pgbackrest`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -59,6 +65,13 @@ pub struct Rpo {
     /// backup's newest row — what a restore right now would lose.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub data_lag_seconds: Option<f64>,
+    /// Physical restores with WAL replay: now − `restore.recovered_to`, what a restore
+    /// right now would lose. When known, `met` judges this rather than the backup's age.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recoverable_point_age_seconds: Option<f64>,
+    /// Backups from a tool's catalog: when the oldest restorable backup finished.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recovery_window_start: Option<String>,
 }
 
 /// How hard the run leaned on the primary.
@@ -253,12 +266,16 @@ mod tests {
                 size_bytes: 3 << 20,
                 created_at: "x".into(),
                 format: Some("custom".into()),
+                kind: None,
+                source: None,
             }),
             phases: vec![Phase { name: "fetch".into(), seconds: 1.25 }],
             rto: Rto { target_seconds: 1800.0, measured_seconds: Some(8.0), met: Some(true) },
             rpo: Rpo {
                 target_seconds: 3600.0,
                 backup_age_seconds: Some(7200.0),
+                recoverable_point_age_seconds: None,
+                recovery_window_start: None,
                 met: Some(false),
                 data_lag_seconds: None,
             },

@@ -94,6 +94,9 @@ pub struct Policy {
     /// The Landlock ABI the helper must enforce; `None` runs uncontained (only when the
     /// configuration allows it).
     pub require_abi: Option<u8>,
+    /// TCP ports the process may connect to (a backup tool reaching its object store);
+    /// empty for everything that reads restored data: no network at all.
+    pub connect_tcp: Vec<u16>,
 }
 
 /// Paths every PostgreSQL binary needs to read: the installation, shared libraries,
@@ -152,6 +155,9 @@ pub fn command(program: &Path, policy: &Policy) -> std::process::Command {
     if let Some((uid, gid)) = policy.user {
         cmd.arg("--user").arg(format!("{uid}:{gid}"));
     }
+    for port in &policy.connect_tcp {
+        cmd.arg("--connect").arg(port.to_string());
+    }
     match policy.require_abi {
         Some(abi) => cmd.arg("--abi").arg(abi.to_string()),
         None => cmd.arg("--uncontained"),
@@ -201,6 +207,10 @@ pub fn helper_main(args: &[OsString]) -> Option<std::convert::Infallible> {
                 let v = value.to_string_lossy();
                 let parsed = v.split_once(':').and_then(|(u, g)| Some((u.parse().ok()?, g.parse().ok()?)));
                 policy.user = Some(parsed.unwrap_or_else(|| fail(format!("bad --user {v}"))));
+            }
+            b"--connect" => {
+                let v = value.to_string_lossy();
+                policy.connect_tcp.push(v.parse().unwrap_or_else(|_| fail(format!("bad --connect {v}"))));
             }
             b"--abi" => {
                 let v = value.to_string_lossy();
@@ -292,7 +302,12 @@ fn landlock_restrict(policy: &Policy, require: Option<u8>) -> Result<Level, Stri
     grant(Path::new("/dev/null"), AccessFs::ReadFile | AccessFs::WriteFile | AccessFs::Truncate);
     // PostgreSQL's dynamic shared memory segments live in /dev/shm.
     grant(Path::new("/dev/shm"), write);
-    let ruleset = ruleset.add_rules(rules.into_iter().map(Ok::<_, landlock::RulesetError>)).map_err(err)?;
+    let mut ruleset = ruleset.add_rules(rules.into_iter().map(Ok::<_, landlock::RulesetError>)).map_err(err)?;
+    if !AccessNet::from_all(abi).is_empty() {
+        for port in &policy.connect_tcp {
+            ruleset = ruleset.add_rule(landlock::NetPort::new(*port, AccessNet::ConnectTcp)).map_err(err)?;
+        }
+    }
     let status = ruleset.restrict_self().map_err(err)?;
     let effective = match status.landlock {
         LandlockStatus::Available { effective_abi, .. } => (effective_abi as u8).min(MAX_ABI),

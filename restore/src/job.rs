@@ -27,6 +27,11 @@ pub struct RestoreJob<'a> {
     /// A `pg_dumpall --globals-only` script in the store, applied before the restore.
     pub globals_key: Option<String>,
     pub wal: Option<WalReplay>,
+    /// A backup of a pgBackRest repository (with the catalog it was chosen from):
+    /// restored by `pgbackrest restore`, its WAL by `archive-get`.
+    pub pgbackrest: Option<(crate::pgbackrest::Repo, crate::pgbackrest::Catalog)>,
+    /// How far WAL is replayed (physical restores with an archive).
+    pub recovery_target: drcheck_config::RecoveryTarget,
     /// For physical backups: the database validators will look at.
     pub database_hint: Option<String>,
     /// Told the detected format as soon as it is known (so a failed run still reports it).
@@ -144,6 +149,26 @@ async fn run_inner(job: &RestoreJob<'_>) -> Result<Restored, RestoreError> {
     let started = Instant::now();
     let store_name = job.store.describe();
     let mut sandbox = Sandbox::create(&job.sandbox)?;
+    if let Some((repo, catalog)) = &job.pgbackrest {
+        let kind = job.backup.catalog.as_ref().map_or("", |c| c.kind.as_str());
+        let format = format!("physical (pgbackrest {kind})");
+        (job.on_format)(&format);
+        let r = repo.restore(&mut sandbox, job.pg_bindir.as_deref(), job.backup, catalog, &job.recovery_target).await?;
+        let database = job.database_hint.clone().unwrap_or_else(|| "postgres".into());
+        return Ok(Restored {
+            sandbox,
+            database,
+            format,
+            fetch: r.fetched_in,
+            restore: started.elapsed().saturating_sub(r.fetched_in),
+            recovered_to: r.recovered_to,
+            manifest: Some(format!(
+                "checked by pgbackrest restore against its manifest; {} WAL files replayed{}",
+                r.wal_files,
+                r.wal_gap.map(|g| format!(" (the archive has a gap at {g}: recovery stopped before it)")).unwrap_or_default()
+            )),
+        });
+    }
     if job.backup.is_physical() {
         check_expected(job.format, "physical")?;
         (job.on_format)("physical");

@@ -13,13 +13,14 @@ use crate::format::{self, BackupFormat};
 use crate::job::{FetchEnd, RestoreJob, Restored, read_small};
 use crate::logical::{self, Counting};
 use crate::pgbin;
+use crate::recovery::{self, read_major, remove_entry, write_new};
 use crate::sandbox::{Sandbox, tail};
 use crate::store::{BackupObject, BackupReader, is_base_tar};
 use drcheck_config::RecoveryTarget;
 use futures::stream::{self, StreamExt, TryStreamExt};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// Archived WAL to replay after a base backup.
 #[cfg(test)]
@@ -38,11 +39,6 @@ mod tests {
             assert!(super::parse_start_segment(bad).is_err(), "{bad:?}");
         }
     }
-
-    #[test]
-    fn recovery_target_time_is_in_postgres_form() {
-        assert_eq!(super::pg_timestamp("2026-11-30T08:36:06.268191Z"), "2026-11-30 08:36:06.268191+00");
-    }
 }
 
 #[derive(Debug, Clone)]
@@ -51,8 +47,6 @@ pub struct WalReplay {
     pub target: RecoveryTarget,
 }
 
-/// Recovery can take long; the pipeline's RTO deadline is what bounds it.
-const RECOVERY_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
 
 fn name_of(o: &BackupObject) -> &str {
     o.key.rsplit('/').next().unwrap_or(&o.key)
@@ -222,13 +216,6 @@ async fn verify_backup(sandbox: &Sandbox, data: &Path, manifest: &str) -> Result
     Ok("verified with pg_verifybackup against backup_manifest".to_string())
 }
 
-fn read_major(dir: &Path) -> Result<u32, RestoreError> {
-    let v = std::fs::read_to_string(dir.join("PG_VERSION"))
-        .map_err(|e| RestoreError::bad(Stage::Restore, format!("the base backup has no readable PG_VERSION: {e}")))?;
-    format::major_of(v.trim())
-        .ok_or_else(|| RestoreError::bad(Stage::Restore, format!("PG_VERSION holds {:?}, not a version", v.trim())))
-}
-
 /// Starts a sandbox server on an unpacked base backup in `dir` and waits for recovery.
 pub async fn restore_unpacked(
     job: &RestoreJob<'_>,
@@ -243,90 +230,19 @@ pub async fn restore_unpacked(
     if dir != data {
         std::fs::rename(dir, &data).map_err(|e| infra(format!("moving the unpacked backup into place: {e}")))?;
     }
-    let major = read_major(&data)?;
-    let bin = pgbin::for_major(job.pg_bindir.as_deref(), Some(major), true)
-        .map_err(|m| RestoreError::infra(Stage::Sandbox, m))?;
-    // The backup's own configuration is not trusted: it could run commands
-    // (archive/restore/recovery_end_command), load libraries, redirect the data
-    // directory or include other files. It is set aside unread, and so are state files
-    // that would change how the server starts (standby, a shipped recovery.signal).
-    for name in [
-        "postmaster.pid",
-        "postmaster.opts",
-        "postgresql.conf",
-        "postgresql.auto.conf",
-        "standby.signal",
-        "recovery.signal",
-        "pg_hba.conf",
-        "pg_ident.conf",
-    ] {
-        remove_entry(&data.join(name))?;
-    }
-    write_new(&data.join("postgresql.conf"), "# written by drcheck: the backup's configuration is not used\n")?;
-    write_new(&data.join("postgresql.auto.conf"), "# written by drcheck\n")?;
-    // Until drcheck has set the run's password, only drcheck's own OS user may log in
-    // (peer); then the server is switched to SCRAM with that password.
-    let hba = sandbox.root().join("pg_hba.conf");
-    let ident = sandbox.root().join("pg_ident.conf");
-    write_new(&hba, "local all postgres peer map=drcheck\n")?;
-    write_new(&ident, &format!("drcheck {} postgres\n", own_user_name()))?;
-    sandbox.give_to_server(&hba)?;
-    sandbox.give_to_server(&ident)?;
-    let mut settings: Vec<(String, String)> = vec![
-        ("hba_file".into(), hba.display().to_string()),
-        ("ident_file".into(), ident.display().to_string()),
-        ("data_directory".into(), data.display().to_string()),
-        ("archive_mode".into(), "off".into()),
-        ("archive_command".into(), String::new()),
-        ("archive_library".into(), String::new()),
-        ("restore_command".into(), String::new()),
-        ("archive_cleanup_command".into(), String::new()),
-        ("recovery_end_command".into(), String::new()),
-        ("shared_preload_libraries".into(), String::new()),
-        ("session_preload_libraries".into(), String::new()),
-        ("local_preload_libraries".into(), String::new()),
-        ("dynamic_library_path".into(), "$libdir".into()),
-        ("external_pid_file".into(), String::new()),
-        ("logging_collector".into(), "off".into()),
-        ("ssl".into(), "off".into()),
-        ("ssl_passphrase_command".into(), String::new()),
-        ("jit".into(), "off".into()),
-        ("hot_standby".into(), "off".into()),
-        // The WAL being replayed was written at the primary's level.
-        ("wal_level".into(), "replica".into()),
-        ("max_wal_senders".into(), "0".into()),
-        ("primary_conninfo".into(), String::new()),
-        ("primary_slot_name".into(), String::new()),
-    ];
-    if let Some(wal) = &job.wal {
-        let spool = sandbox.root().join("wal-spool");
-        let n = spool_wal(job, wal, &data, &spool).await?;
-        tracing::info!(segments = n, "archived WAL fetched for replay");
-        // PostgreSQL runs restore_command through the shell: the shell and cp may
-        // execute, confined like the server.
-        sandbox.allow_server_exec(&["/bin/sh", "/usr/bin/cp", "/bin/cp"]);
-        settings.retain(|(k, _)| k != "restore_command");
-        settings.push(("restore_command".into(), format!("cp '{}/%f' '%p'", spool.display())));
-        match &wal.target {
-            RecoveryTarget::Latest => {}
-            RecoveryTarget::Immediate => settings.push(("recovery_target".into(), "immediate".into())),
-            RecoveryTarget::Time(t) => settings.push(("recovery_target_time".into(), pg_timestamp(t))),
+    recovery::read_major(&data)?;
+    let spool = match &job.wal {
+        Some(wal) => {
+            let spool = recovery::spool_dir(&sandbox)?;
+            let n = spool_wal(job, wal, &data, &spool).await?;
+            tracing::info!(segments = n, "archived WAL fetched for replay");
+            Some((spool, wal.target.clone()))
         }
-        settings.push(("recovery_target_action".into(), "promote".into()));
-        write_new(&data.join("recovery.signal"), "")?;
-        sandbox.give_to_server(&spool)?;
-    }
+        None => None,
+    };
     *fetch_end.lock().unwrap() = Some(Instant::now());
-    sandbox.give_to_server(&data)?;
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&data, std::fs::Permissions::from_mode(0o700)).map_err(|e| infra(e.to_string()))?;
-    sandbox.start_existing(bin, &settings, RECOVERY_TIMEOUT).await.map_err(|e| match e {
-        // The server giving up on a restored data directory is the backup's failure.
-        RestoreError::Infrastructure { stage: Stage::Restore, message } => RestoreError::bad(Stage::Restore, message),
-        other => other,
-    })?;
-    let recovered_to = recovered_to(&sandbox).await;
-    require_password(&sandbox, &hba).await?;
+    let replay = spool.as_ref().map(|(spool, target)| recovery::Replay { spool, target });
+    let recovered_to = recovery::start_restored(&mut sandbox, job.pg_bindir.as_deref(), replay).await?;
     let database = job.database_hint.clone().unwrap_or_else(|| "postgres".into());
     let fetch = fetch_end.lock().unwrap().map(|t| t - started).unwrap_or_default();
     Ok(Restored {
@@ -338,88 +254,6 @@ pub async fn restore_unpacked(
         recovered_to,
         manifest: None,
     })
-}
-
-/// Sets the run's password on the restored superuser and switches the server from
-/// peer authentication to SCRAM, so from now on only holders of the password get in.
-async fn require_password(sandbox: &Sandbox, hba: &Path) -> Result<(), RestoreError> {
-    use sqlx::Connection;
-    let infra = |m: String| RestoreError::infra(Stage::Restore, m);
-    let mut conn = sqlx::postgres::PgConnection::connect_with(&sandbox.connect_options("postgres"))
-        .await
-        .map_err(|e| infra(format!("cannot connect to the restored server: {e}")))?;
-    // The password is ours (letters and digits only), never the backup's.
-    sqlx::query(sqlx::AssertSqlSafe(format!("ALTER ROLE postgres PASSWORD '{}'", sandbox.password())))
-        .execute(&mut conn)
-        .await
-        .map_err(|e| infra(format!("cannot set the sandbox password: {e}")))?;
-    remove_entry(hba)?;
-    write_new(hba, "local all all scram-sha-256\n")?;
-    sandbox.give_to_server(hba)?;
-    sqlx::query("select pg_reload_conf()")
-        .execute(&mut conn)
-        .await
-        .map_err(|e| infra(format!("cannot reload the sandbox's configuration: {e}")))?;
-    let _ = conn.close().await;
-    // The reload is asynchronous: wait until a password-less login is refused.
-    let mut without = sandbox.connect_options("postgres");
-    without = without.password("");
-    for _ in 0..500 {
-        if sqlx::postgres::PgConnection::connect_with(&without).await.is_err() {
-            return Ok(());
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    Err(infra("the sandbox server did not switch to password authentication".into()))
-}
-
-/// The name of the OS user drcheck runs as (peer authentication maps it).
-fn own_user_name() -> String {
-    nix::unistd::User::from_uid(nix::unistd::Uid::effective())
-        .ok()
-        .flatten()
-        .map(|u| u.name)
-        .unwrap_or_else(|| nix::unistd::Uid::effective().to_string())
-}
-
-/// Removes a file or link at `path` without following it; nothing there is fine.
-fn remove_entry(path: &Path) -> Result<(), RestoreError> {
-    match std::fs::symlink_metadata(path) {
-        Err(_) => Ok(()),
-        Ok(m) if m.is_dir() => Err(RestoreError::bad(
-            Stage::Restore,
-            format!("the base backup holds a directory where a file is expected: {}", path.display()),
-        )),
-        Ok(_) => std::fs::remove_file(path)
-            .map_err(|e| RestoreError::infra(Stage::Restore, format!("cannot remove {}: {e}", path.display()))),
-    }
-}
-
-/// Writes a new file that drcheck controls: never through a link the backup planted.
-fn write_new(path: &Path, content: &str) -> Result<(), RestoreError> {
-    remove_entry(path)?;
-    crate::sandbox::write_private(path, content.as_bytes())
-}
-
-/// An RFC 3339 timestamp the way PostgreSQL's `recovery_target_time` accepts it
-/// (`2026-11-30 03:00:00.000000+00`: no `T`, no `Z`).
-fn pg_timestamp(rfc3339: &str) -> String {
-    match humantime::parse_rfc3339_weak(rfc3339) {
-        Ok(t) => humantime::format_rfc3339_micros(t).to_string().replace('T', " ").replace('Z', "+00"),
-        Err(_) => rfc3339.to_string(),
-    }
-}
-
-async fn recovered_to(sandbox: &Sandbox) -> Option<String> {
-    use sqlx::Connection;
-    let mut conn = sqlx::postgres::PgConnection::connect_with(&sandbox.connect_options("postgres")).await.ok()?;
-    sqlx::query_scalar::<_, Option<String>>(
-        "select to_char(pg_last_xact_replay_timestamp() at time zone 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"')",
-    )
-    .fetch_one(&mut conn)
-    .await
-    .ok()
-    .flatten()
 }
 
 /// The WAL segment a base backup starts at, from its `backup_label`.

@@ -181,6 +181,7 @@ impl Sandbox {
                 Level::Landlock(abi) => Some(abi),
                 Level::None => None,
             },
+            connect_tcp: Vec::new(),
         }
     }
 

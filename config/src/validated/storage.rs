@@ -47,7 +47,19 @@ pub(super) fn validate_storage(cx: &Ctx<'_>, name: &str, s: &RawStorage) -> Resu
                 return Err(cx.err(&key("part_size"), span, "must be at least 64KiB"));
             }
             let concurrency = cx.whole_in(&key("concurrency"), s.concurrency.as_ref(), 4, 1, 64)? as usize;
+            let ca_file = cx.opt_string(&key("ca_file"), &s.ca_file)?.map(PathBuf::from);
+            if let (Some(path), Some(span)) = (&ca_file, &s.ca_file)
+                && !path.is_file()
+            {
+                return Err(cx.err(
+                    &key("ca_file"),
+                    Some(span.span()),
+                    format!("{} is not a readable file (expected a PEM CA certificate)", path.display()),
+                ));
+            }
             Ok(StorageConfig::S3(S3Storage {
+                ca_file,
+                verify_tls: s.verify_tls.unwrap_or(true),
                 bucket,
                 endpoint,
                 region,
@@ -64,6 +76,8 @@ pub(super) fn validate_storage(cx: &Ctx<'_>, name: &str, s: &RawStorage) -> Resu
                 ("path_style", s.path_style.is_some()),
                 ("part_size", s.part_size.is_some()),
                 ("concurrency", s.concurrency.is_some()),
+                ("ca_file", s.ca_file.is_some()),
+                ("verify_tls", s.verify_tls.is_some()),
             ] {
                 reject(k, present, "filesystem")?;
             }

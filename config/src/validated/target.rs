@@ -68,12 +68,13 @@ pub(super) fn validate_target(
             match v.get_ref().as_str() {
                 "latest" => RecoveryTarget::Latest,
                 "immediate" => RecoveryTarget::Immediate,
+                lsn if lsn.strip_prefix("lsn:").is_some_and(is_lsn) => RecoveryTarget::Lsn(lsn[4..].to_string()),
                 ts if humantime::parse_rfc3339_weak(ts).is_ok() => RecoveryTarget::Time(ts.to_string()),
                 other => {
                     return Err(cx.err(
                     &key("recovery_target"),
                     Some(v.span()),
-                    format!("expected \"latest\", \"immediate\" or a timestamp like \"2026-11-30T03:00:00Z\", got {other:?}"),
+                    format!("expected \"latest\", \"immediate\", a timestamp like \"2026-11-30T03:00:00Z\" or \"lsn:0/3000028\", got {other:?}"),
                 ));
                 }
             }
@@ -89,7 +90,27 @@ pub(super) fn validate_target(
         Some(j) => cx.duration(&key("jitter"), j)?,
     };
     let stale_after = t.stale_after.as_ref().map(|s| cx.duration(&key("stale_after"), s)).transpose()?;
+    let source = validate_source(cx, i, t, &storage[storage_name])?;
+    let select = match &t.select {
+        None => Selection::Latest,
+        Some(v) => match v.get_ref().as_str() {
+            "latest" => Selection::Latest,
+            "random" => Selection::Random(Duration::from_secs(7 * 86400)),
+            other => match other.strip_prefix("random:").map(crate::parse_duration) {
+                Some(Ok(d)) if !d.is_zero() => Selection::Random(d),
+                _ => {
+                    return Err(cx.err(
+                        &key("select"),
+                        Some(v.span()),
+                        format!("expected \"latest\", \"random\" or \"random:7d\" (a window), got {other:?}"),
+                    ));
+                }
+            },
+        },
+    };
     Ok(TargetConfig {
+        source,
+        select,
         schedule,
         jitter,
         stale_after,
@@ -203,5 +224,70 @@ fn validate_validators(cx: &Ctx<'_>, i: usize, t: &RawTarget) -> Result<Validato
         exclude: v.and_then(|v| v.exclude.clone()).unwrap_or_default(),
         as_of,
         checks,
+    })
+}
+
+/// `0/3000028`: two hex numbers, the WAL position syntax of `pg_lsn`.
+fn is_lsn(s: &str) -> bool {
+    let hex = |p: &str| !p.is_empty() && p.len() <= 8 && p.chars().all(|c| c.is_ascii_hexdigit());
+    s.split_once('/').is_some_and(|(a, b)| hex(a) && hex(b))
+}
+
+/// `source` and the keys that belong to it; keys of another source are errors.
+fn validate_source(
+    cx: &Ctx<'_>,
+    i: usize,
+    t: &RawTarget,
+    storage: &StorageConfig,
+) -> Result<SourceConfig, ConfigError> {
+    let key = |k: &str| format!("target[{i}].{k}");
+    let kind = t.source.as_ref().map(|s| s.get_ref().as_str()).unwrap_or("objects");
+    let span = t.source.as_ref().map(|s| s.span()).or(Some(t.name.span()));
+    let own: &[&str] = match kind {
+        "objects" => &[],
+        "pgbackrest" => &["stanza", "repo_path", "cipher_pass"],
+        "barman-cloud" => &["server_name"],
+        other => {
+            return Err(cx.err(
+                &key("source"),
+                span,
+                format!("expected \"objects\", \"pgbackrest\" or \"barman-cloud\", got {other:?}"),
+            ));
+        }
+    };
+    for (k, present) in [
+        ("stanza", t.stanza.is_some()),
+        ("repo_path", t.repo_path.is_some()),
+        ("cipher_pass", t.cipher_pass.is_some()),
+        ("server_name", t.server_name.is_some()),
+    ] {
+        if present && !own.contains(&k) {
+            return Err(cx.err(&key(k), span, format!("not a key of source = {kind:?}")));
+        }
+    }
+    if kind != "objects" {
+        if !matches!(storage, StorageConfig::S3(_)) {
+            return Err(cx.err(&key("storage"), Some(t.storage.span()), format!("source = {kind:?} needs an s3 storage")));
+        }
+        for (k, present) in [("wal_prefix", t.wal_prefix.is_some()), ("format", t.format.is_some())] {
+            if present {
+                return Err(cx.err(&key(k), span, format!("not a key of source = {kind:?} (the tool's catalog says)")));
+            }
+        }
+    }
+    let required = |k: &str, v: &Option<Spanned<String>>| -> Result<String, ConfigError> {
+        match v {
+            Some(v) if !v.get_ref().trim().is_empty() => cx.string(&key(k), v),
+            _ => Err(cx.err(&key(k), span, format!("missing: source = {kind:?} needs {k}"))),
+        }
+    };
+    Ok(match kind {
+        "pgbackrest" => SourceConfig::Pgbackrest {
+            stanza: required("stanza", &t.stanza)?,
+            repo_path: cx.opt_string(&key("repo_path"), &t.repo_path)?.unwrap_or_else(|| "/var/lib/pgbackrest".into()),
+            cipher_pass: cx.opt_string(&key("cipher_pass"), &t.cipher_pass)?.filter(|p| !p.is_empty()).map(Secret::new),
+        },
+        "barman-cloud" => SourceConfig::BarmanCloud { server_name: required("server_name", &t.server_name)? },
+        _ => SourceConfig::Objects,
     })
 }

@@ -18,16 +18,35 @@ pub async fn list(config: &Config, target: Option<&str>, json: bool) -> Result<E
         if json {
             let items: Vec<_> = backups
                 .iter()
-                .map(|b| serde_json::json!({"key": b.key, "size_bytes": b.size, "created_at": timestamp(b.last_modified)}))
+                .map(|b| {
+                    let mut v = serde_json::json!({"key": b.key, "size_bytes": b.size, "created_at": timestamp(b.last_modified)});
+                    if let Some(c) = &b.catalog {
+                        v["source"] = c.tool.into();
+                        v["type"] = c.kind.clone().into();
+                        v["started_at"] = timestamp(c.started).into();
+                        v["status"] = c.status.clone().into();
+                        v["wal_start"] = c.wal_start.clone().into();
+                        v["wal_stop"] = c.wal_stop.clone().into();
+                    }
+                    v
+                })
                 .collect();
             out.push(serde_json::json!({"target": t.name, "store": store, "backups": items}));
         } else {
             crate::outln!("{} — {} under {:?}: {} backups", t.name, store, t.prefix, backups.len());
+            let latest = backups.iter().position(|b| b.catalog.as_ref().is_none_or(|c| c.status == "ok"));
             for (i, b) in backups.iter().enumerate() {
                 let age = SystemTime::now().duration_since(b.last_modified).unwrap_or_default();
-                let marker = if i == 0 { "latest" } else { "" };
+                let marker = if Some(i) == latest { "latest" } else { "" };
+                let catalog = b
+                    .catalog
+                    .as_ref()
+                    .map(|c| format!("  {:<4} {} → ", c.kind, timestamp(c.started)))
+                    .unwrap_or_default();
+                let status =
+                    b.catalog.as_ref().filter(|c| c.status != "ok").map(|c| format!("  [{}]", c.status)).unwrap_or_default();
                 crate::outln!(
-                    "  {:<6} {}  {:>12} B  {}  (age {})",
+                    "  {:<6} {}{catalog}  {:>12} B  {}  (age {}){status}",
                     marker,
                     b.key,
                     b.size,
@@ -61,6 +80,14 @@ pub async fn fetch(
         None => backups.into_iter().next(),
     }
     .ok_or_else(|| CliError { exit: Exit::Failed, error: anyhow::anyhow!("no such backup in {store}") })?;
+    if let Some(c) = &backup.catalog {
+        return Err(CliError::usage(anyhow::anyhow!(
+            "{} is a {} backup: its files live in the tool's repository; `drcheck verify --backup {}` restores it",
+            backup.key,
+            c.tool,
+            backup.key
+        )));
+    }
     if backup.is_physical() {
         return Err(CliError::usage(anyhow::anyhow!(
             "{} is a physical backup of several files; fetch them one by one with --backup KEY",

@@ -61,6 +61,23 @@ pub struct Backup {
     pub parts: Vec<BackupObject>,
     /// A `KEY.sha256` sidecar next to a single-object backup.
     pub sha256_key: Option<String>,
+    /// A backup from a backup tool's catalog (pgBackRest): restored by the tool.
+    pub catalog: Option<CatalogEntry>,
+}
+
+/// What a backup tool's catalog says about one backup.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CatalogEntry {
+    /// `pgbackrest` or `barman-cloud`.
+    pub tool: &'static str,
+    /// `full`, `diff` or `incr`.
+    pub kind: String,
+    pub started: SystemTime,
+    /// `ok`, or why the tool marks it unusable.
+    pub status: String,
+    /// The first and last WAL file the backup needs to become consistent.
+    pub wal_start: Option<String>,
+    pub wal_stop: Option<String>,
 }
 
 impl Backup {
@@ -98,6 +115,7 @@ pub fn group_backups(objects: &[BackupObject]) -> Vec<Backup> {
             last_modified: parts.iter().map(|p| p.last_modified).max().unwrap_or(SystemTime::UNIX_EPOCH),
             parts,
             sha256_key: None,
+            catalog: None,
         });
     }
     for o in objects {
@@ -112,6 +130,7 @@ pub fn group_backups(objects: &[BackupObject]) -> Vec<Backup> {
             last_modified: o.last_modified,
             parts: vec![o.clone()],
             sha256_key: keys.contains(sidecar.as_str()).then_some(sidecar),
+            catalog: None,
         });
     }
     out

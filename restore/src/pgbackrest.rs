@@ -1,0 +1,488 @@
+//! pgBackRest repositories, read and restored through pgBackRest's own CLI (2.45+).
+//!
+//! drcheck never parses the repository's files: the catalog comes from `pgbackrest info
+//! --output=json` (never from object timestamps), the data directory from `pgbackrest
+//! restore` and archived WAL from `pgbackrest archive-get`. Every call runs contained
+//! like the sandbox's own tools — as the sandbox user, Landlock-confined to the run's
+//! directory — with one more right: a TCP connection to the repository's port. The
+//! credentials reach it through its environment (`PGBACKREST_REPO1_*`), never its
+//! command line; its configuration file is `/dev/null`, so nothing of the host's
+//! `/etc/pgbackrest` applies. The restored server itself never reaches the repository:
+//! drcheck spools the WAL first and recovery reads the spool (see [`crate::recovery`]).
+//!
+//! pgBackRest's exit code is not trusted where it is known to lie (`info` exits 0 on
+//! a repository it reports as broken): the JSON's status is read.
+
+use crate::contain;
+use crate::error::{RestoreError, Stage, StoreError};
+use crate::recovery::{self, next_segment};
+use crate::sandbox::{Sandbox, tail};
+use crate::store::{Backup, CatalogEntry};
+use drcheck_config::RecoveryTarget;
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+/// The `pgbackrest` binary.
+const PGBACKREST: &str = "/usr/bin/pgbackrest";
+
+/// A pgBackRest repository on S3-compatible storage.
+#[derive(Clone)]
+pub struct Repo {
+    pub stanza: String,
+    pub repo_path: String,
+    pub bucket: String,
+    /// `https://host:port`; `None` is AWS's regional endpoint.
+    pub endpoint: Option<String>,
+    pub region: String,
+    pub path_style: bool,
+    pub ca_file: Option<PathBuf>,
+    pub verify_tls: bool,
+    pub cipher_pass: Option<String>,
+}
+
+impl std::fmt::Debug for Repo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "pgbackrest stanza {} in s3://{}{}", self.stanza, self.bucket, self.repo_path)
+    }
+}
+
+/// What `pgbackrest info` says about a stanza.
+#[derive(Debug, Clone)]
+pub struct Catalog {
+    /// Oldest first, as pgBackRest lists them.
+    pub backups: Vec<Backup>,
+    /// The archive id (`15-1`) and the newest archived WAL file.
+    pub archive_id: Option<String>,
+    pub archive_max: Option<String>,
+    pub archive_min: Option<String>,
+}
+
+impl Repo {
+    pub fn describe(&self) -> String {
+        format!("{self:?}")
+    }
+
+    /// Host and port of the endpoint: pgBackRest 2.45 speaks only HTTPS to S3.
+    fn host_port(&self) -> Result<(String, u16), String> {
+        let Some(url) = &self.endpoint else { return Ok((format!("s3.{}.amazonaws.com", self.region), 443)) };
+        let rest = url.strip_prefix("https://").ok_or_else(|| {
+            format!(
+                "pgBackRest 2.45 reaches S3 only over https; the storage endpoint is {}",
+                drcheck_config::redact_userinfo(url)
+            )
+        })?;
+        let hostport = rest.split('/').next().unwrap_or(rest);
+        let hostport = hostport.rsplit('@').next().unwrap_or(hostport);
+        match hostport.rsplit_once(':') {
+            Some((h, p)) if !h.ends_with(']') || h.starts_with('[') => {
+                Ok((h.to_string(), p.parse().map_err(|_| format!("bad port in endpoint {hostport:?}"))?))
+            }
+            _ => Ok((hostport.to_string(), 443)),
+        }
+    }
+
+    /// The tool's environment: the repository, its credentials (from drcheck's own
+    /// environment), and work paths inside the run's directory.
+    fn env(&self, work: &Path) -> Result<Vec<(String, String)>, String> {
+        let (host, port) = self.host_port()?;
+        let mut env: Vec<(String, String)> = vec![
+            ("PGBACKREST_STANZA".into(), self.stanza.clone()),
+            ("PGBACKREST_REPO1_TYPE".into(), "s3".into()),
+            ("PGBACKREST_REPO1_PATH".into(), self.repo_path.clone()),
+            ("PGBACKREST_REPO1_S3_BUCKET".into(), self.bucket.clone()),
+            ("PGBACKREST_REPO1_S3_ENDPOINT".into(), host),
+            ("PGBACKREST_REPO1_STORAGE_PORT".into(), port.to_string()),
+            ("PGBACKREST_REPO1_S3_REGION".into(), self.region.clone()),
+            ("PGBACKREST_REPO1_S3_URI_STYLE".into(), if self.path_style { "path" } else { "host" }.into()),
+            ("PGBACKREST_REPO1_STORAGE_VERIFY_TLS".into(), if self.verify_tls { "y" } else { "n" }.into()),
+            ("PGBACKREST_LOG_PATH".into(), work.display().to_string()),
+            ("PGBACKREST_LOCK_PATH".into(), work.display().to_string()),
+            ("PGBACKREST_SPOOL_PATH".into(), work.display().to_string()),
+            ("PGBACKREST_LOG_LEVEL_CONSOLE".into(), "warn".into()),
+            ("PGBACKREST_LOG_LEVEL_STDERR".into(), "error".into()),
+            ("PGBACKREST_LOG_LEVEL_FILE".into(), "off".into()),
+            ("PGBACKREST_IO_TIMEOUT".into(), "30".into()),
+        ];
+        if let Some(ca) = &self.ca_file {
+            env.push(("PGBACKREST_REPO1_STORAGE_CA_FILE".into(), ca.display().to_string()));
+        }
+        match (std::env::var("AWS_ACCESS_KEY_ID"), std::env::var("AWS_SECRET_ACCESS_KEY")) {
+            (Ok(k), Ok(s)) => {
+                env.push(("PGBACKREST_REPO1_S3_KEY".into(), k));
+                env.push(("PGBACKREST_REPO1_S3_KEY_SECRET".into(), s));
+                if let Ok(t) = std::env::var("AWS_SESSION_TOKEN") {
+                    env.push(("PGBACKREST_REPO1_S3_TOKEN".into(), t));
+                }
+            }
+            // No static keys: the instance's or pod's role.
+            _ => env.push(("PGBACKREST_REPO1_S3_KEY_TYPE".into(), "auto".into())),
+        }
+        if let Some(pass) = &self.cipher_pass {
+            env.push(("PGBACKREST_REPO1_CIPHER_TYPE".into(), "aes-256-cbc".into()));
+            env.push(("PGBACKREST_REPO1_CIPHER_PASS".into(), pass.clone()));
+        }
+        Ok(env)
+    }
+
+    /// `pgbackrest ARGS`, contained in `sandbox`'s directory with a connection to the
+    /// repository's port only. Returns stdout; a failure is classified by what it says.
+    async fn run(&self, sandbox: &Sandbox, args: &[String]) -> Result<Output, RestoreError> {
+        let work = sandbox.root().join("pgbackrest");
+        if !work.exists() {
+            std::fs::create_dir_all(&work).map_err(|e| infra(format!("{}: {e}", work.display())))?;
+            sandbox.give_to_server(&work)?;
+        }
+        let (_, port) = self.host_port().map_err(|m| RestoreError::Unsupported { stage: Stage::Fetch, message: m })?;
+        let mut policy = sandbox.policy(&[PathBuf::from(PGBACKREST)]);
+        policy.connect_tcp.push(port);
+        policy.read_only.extend(network_read_paths());
+        if let Some(ca) = &self.ca_file {
+            policy.read_only.push(ca.clone());
+        }
+        let mut cmd = tokio::process::Command::from(contain::command(Path::new(PGBACKREST), &policy));
+        cmd.current_dir(sandbox.root())
+            .env_clear()
+            .env("PATH", "/usr/bin:/bin")
+            .envs(self.env(&work).map_err(|m| RestoreError::Unsupported { stage: Stage::Fetch, message: m })?)
+            .arg("--config=/dev/null")
+            .args(args)
+            .stdin(std::process::Stdio::null())
+            .kill_on_drop(true);
+        let out =
+            cmd.output().await.map_err(|e| infra(format!("cannot run {PGBACKREST}: {e} (is pgbackrest installed?)")))?;
+        Ok(Output { code: out.status.code(), stdout: out.stdout, stderr: out.stderr })
+    }
+
+    /// The stanza's catalog. Backups pgBackRest marks in error are kept, with their
+    /// status, so `backups list` can show them; [`select`] skips them.
+    pub async fn catalog(&self, sandbox: &Sandbox) -> Result<Catalog, StoreError> {
+        let out = self
+            .run(sandbox, &["info".into(), "--output=json".into()])
+            .await
+            .map_err(|e| StoreError { store: self.describe(), message: e.to_string(), unreachable: true })?;
+        if out.code != Some(0) {
+            return Err(StoreError {
+                store: self.describe(),
+                message: format!("pgbackrest info failed ({:?}): {}", out.code, out.text()),
+                unreachable: true,
+            });
+        }
+        parse_info(&out.stdout, &self.stanza).map_err(|m| StoreError { store: self.describe(), message: m, unreachable: false })
+    }
+
+    /// Restores `backup` into the sandbox's data directory, spools the WAL recovery
+    /// needs (up to `target`), and starts the server. Returns the recovered point and
+    /// how many WAL files were spooled.
+    pub async fn restore(
+        &self,
+        sandbox: &mut Sandbox,
+        pg_bindir: Option<&Path>,
+        backup: &Backup,
+        catalog: &Catalog,
+        target: &RecoveryTarget,
+    ) -> Result<Restored, RestoreError> {
+        let began = std::time::Instant::now();
+        let data = sandbox.data_dir().to_path_buf();
+        let tablespaces = sandbox.root().join("tablespaces");
+        let out = self
+            .run(
+                sandbox,
+                &[
+                    "restore".into(),
+                    format!("--set={}", backup.key),
+                    format!("--pg1-path={}", data.display()),
+                    // Tablespaces go inside the run's directory, never their original paths.
+                    format!("--tablespace-map-all={}", tablespaces.display()),
+                    // The restored cluster must never push WAL into the repository.
+                    "--archive-mode=off".into(),
+                    "--type=immediate".into(),
+                ],
+            )
+            .await?;
+        if out.code != Some(0) {
+            return Err(classify(&format!("pgbackrest restore of {}", backup.key), &out));
+        }
+        let wal_start = backup.catalog.as_ref().and_then(|c| c.wal_start.clone());
+        let wal_stop = backup.catalog.as_ref().and_then(|c| c.wal_stop.clone());
+        let (Some(start), Some(stop)) = (wal_start, wal_stop) else {
+            return Err(RestoreError::bad(Stage::Restore, format!("the catalog names no WAL range for {}", backup.key)));
+        };
+        let archived = self.archived_segments(sandbox, catalog).await?;
+        let last = match target {
+            RecoveryTarget::Immediate => stop.clone(),
+            _ => catalog.archive_max.clone().unwrap_or_else(|| stop.clone()),
+        };
+        let plan = plan_segments(&start, &stop, &last, &archived).map_err(|missing| {
+            RestoreError::bad(
+                Stage::Fetch,
+                format!(
+                    "WAL file {missing} is missing from the repository: backup {} needs {start} to {stop} to become consistent",
+                    backup.key
+                ),
+            )
+        })?;
+        if let Some(gap) = &plan.gap {
+            tracing::warn!(backup = %backup.key, missing = %gap, "the WAL archive has a gap after the backup: recovery stops before it");
+        }
+        let spool = recovery::spool_dir(sandbox)?;
+        let n = plan.segments.len();
+        let names: Vec<String> = plan.segments.iter().chain(archived.history.iter()).cloned().collect();
+        // Four at a time: each is one short-lived pgbackrest process.
+        for chunk in names.chunks(4) {
+            futures::future::try_join_all(chunk.iter().map(|name| self.fetch_wal(sandbox, &spool, name))).await?;
+        }
+        tracing::info!(segments = n, backup = %backup.key, "archived WAL fetched for replay");
+        let fetched_in = began.elapsed();
+        let recovered_to = recovery::start_restored(
+            sandbox,
+            pg_bindir,
+            Some(recovery::Replay { spool: &spool, target }),
+        )
+        .await?;
+        Ok(Restored { recovered_to, wal_files: n, wal_gap: plan.gap, fetched_in })
+    }
+
+    /// `pgbackrest archive-get NAME` into the spool.
+    async fn fetch_wal(&self, sandbox: &Sandbox, spool: &Path, name: &str) -> Result<(), RestoreError> {
+        let dest = spool.join(name);
+        let out = self.run(sandbox, &["archive-get".into(), name.to_string(), dest.display().to_string()]).await?;
+        match out.code {
+            Some(0) => Ok(()),
+            _ => Err(classify(&format!("pgbackrest archive-get {name}"), &out)),
+        }
+    }
+
+    /// The WAL files (and timeline history files) in the stanza's current archive.
+    async fn archived_segments(&self, sandbox: &Sandbox, catalog: &Catalog) -> Result<Archived, RestoreError> {
+        let Some(id) = &catalog.archive_id else { return Ok(Archived::default()) };
+        let out = self
+            .run(
+                sandbox,
+                &["repo-ls".into(), format!("archive/{}/{id}", self.stanza), "--recurse".into(), "--output=json".into()],
+            )
+            .await?;
+        if out.code != Some(0) {
+            return Err(classify("pgbackrest repo-ls of the WAL archive", &out));
+        }
+        parse_repo_ls(&out.stdout).map_err(|m| RestoreError::infra(Stage::Fetch, m))
+    }
+}
+
+/// The outcome of a delegated restore.
+pub struct Restored {
+    pub recovered_to: Option<String>,
+    pub wal_files: usize,
+    /// The first WAL file missing after the backup's own (recovery stopped before it).
+    pub wal_gap: Option<String>,
+    /// How long `pgbackrest restore` and the WAL fetch took (the rest is recovery).
+    pub fetched_in: Duration,
+}
+
+struct Output {
+    code: Option<i32>,
+    stdout: Vec<u8>,
+    stderr: Vec<u8>,
+}
+
+impl Output {
+    fn text(&self) -> String {
+        let mut all = self.stderr.clone();
+        all.extend_from_slice(&self.stdout);
+        tail(&all, 2000)
+    }
+}
+
+fn infra(m: String) -> RestoreError {
+    RestoreError::infra(Stage::Fetch, m)
+}
+
+/// What pgBackRest's failure says about who is to blame: the repository being
+/// unreachable, refusing us or misconfigured is the world's (exit 3); anything else —
+/// checksums, a missing file, an unreadable manifest — is the backup's.
+fn classify(what: &str, out: &Output) -> RestoreError {
+    let text = out.text();
+    let world = [
+        "unable to connect",
+        "unable to get address",
+        "TLS",
+        "timeout",
+        "timed out",
+        "HostConnectError",
+        "HTTP request failed with 403",
+        "HTTP request failed with 5",
+        "unable to find hostname",
+        "certificate",
+        "cannot run",
+        "drcheck containment",
+    ];
+    let message = format!("{what} failed (exit {}): {text}", out.code.map_or("signal".into(), |c| c.to_string()));
+    if world.iter().any(|w| text.contains(w)) {
+        RestoreError::infra(Stage::Fetch, message)
+    } else {
+        RestoreError::bad(Stage::Restore, message)
+    }
+}
+
+/// Paths a TLS client reads besides the system libraries: the CA store and the
+/// resolver's configuration.
+fn network_read_paths() -> Vec<PathBuf> {
+    ["/etc/ssl", "/usr/lib/ssl", "/etc/resolv.conf", "/etc/hosts", "/etc/host.conf", "/etc/gai.conf"]
+        .iter()
+        .map(PathBuf::from)
+        .filter(|p| p.exists())
+        .collect()
+}
+
+#[derive(Debug, Default)]
+struct Archived {
+    segments: BTreeSet<String>,
+    history: Vec<String>,
+}
+
+/// `repo-ls --output=json` of an archive: `0000000100000000/000000010000000000000003-<sha1>.gz`
+/// entries give the segment names; `00000002.history` the timeline histories.
+fn parse_repo_ls(json: &[u8]) -> Result<Archived, String> {
+    let v: serde_json::Value =
+        serde_json::from_slice(json).map_err(|e| format!("pgbackrest repo-ls printed no JSON: {e}"))?;
+    let map = v.as_object().ok_or("pgbackrest repo-ls: expected a JSON object")?;
+    let mut out = Archived::default();
+    for (path, info) in map {
+        if info["type"] != "file" {
+            continue;
+        }
+        let name = path.rsplit('/').next().unwrap_or(path);
+        let seg = name.split(['-', '.']).next().unwrap_or("");
+        if seg.len() == 24 && seg.chars().all(|c| c.is_ascii_hexdigit()) && name.as_bytes().get(24) == Some(&b'-') {
+            out.segments.insert(seg.to_ascii_uppercase());
+        } else if name.len() == 16 && name.ends_with(".history") {
+            out.history.push(name.to_string());
+        }
+    }
+    Ok(out)
+}
+
+struct Plan {
+    segments: Vec<String>,
+    gap: Option<String>,
+}
+
+/// The WAL files to fetch: `start..=stop` must all be there (else `Err(missing)`);
+/// after `stop`, as far as the archive is continuous up to `last`.
+fn plan_segments(start: &str, stop: &str, last: &str, archived: &Archived) -> Result<Plan, String> {
+    let mut segments = Vec::new();
+    let mut seg = start.to_string();
+    let last = if last < stop { stop } else { last };
+    loop {
+        if !archived.segments.contains(&seg) {
+            if seg.as_str() <= stop {
+                return Err(seg);
+            }
+            return Ok(Plan { segments, gap: Some(seg) });
+        }
+        segments.push(seg.clone());
+        if seg.as_str() >= last {
+            return Ok(Plan { segments, gap: None });
+        }
+        match next_segment(&seg) {
+            Some(n) => seg = n,
+            None => return Ok(Plan { segments, gap: None }),
+        }
+    }
+}
+
+/// `pgbackrest info --output=json` for `stanza` → the catalog. A stanza pgBackRest
+/// reports in error (missing, no valid backups is fine) is an error, whatever its exit code.
+fn parse_info(json: &[u8], stanza: &str) -> Result<Catalog, String> {
+    let v: serde_json::Value =
+        serde_json::from_slice(json).map_err(|e| format!("pgbackrest info printed no JSON: {e}"))?;
+    let s = v
+        .as_array()
+        .and_then(|a| a.iter().find(|s| s["name"] == stanza))
+        .ok_or_else(|| format!("pgbackrest info knows no stanza {stanza:?}"))?;
+    let code = s["status"]["code"].as_i64().unwrap_or(-1);
+    // 0 ok, 2 no valid backups (an empty catalog, said as such by the caller).
+    if code != 0 && code != 2 {
+        return Err(format!(
+            "pgbackrest reports stanza {stanza:?} as {} (status {code})",
+            s["status"]["message"].as_str().unwrap_or("broken")
+        ));
+    }
+    let time = |t: &serde_json::Value| SystemTime::UNIX_EPOCH + Duration::from_secs(t.as_u64().unwrap_or(0));
+    let text = |t: &serde_json::Value| t.as_str().map(str::to_string);
+    let backups = s["backup"]
+        .as_array()
+        .map(|a| a.as_slice())
+        .unwrap_or_default()
+        .iter()
+        .map(|b| Backup {
+            key: b["label"].as_str().unwrap_or_default().to_string(),
+            size: b["info"]["size"].as_u64().unwrap_or(0),
+            last_modified: time(&b["timestamp"]["stop"]),
+            parts: Vec::new(),
+            sha256_key: None,
+            catalog: Some(CatalogEntry {
+                tool: "pgbackrest",
+                kind: b["type"].as_str().unwrap_or("unknown").to_string(),
+                started: time(&b["timestamp"]["start"]),
+                status: if b["error"].as_bool() == Some(true) { "error".into() } else { "ok".into() },
+                wal_start: text(&b["archive"]["start"]),
+                wal_stop: text(&b["archive"]["stop"]),
+            }),
+        })
+        .filter(|b| !b.key.is_empty())
+        .collect();
+    // The archive of the current database (the last `db` entry).
+    let db_id = s["db"].as_array().and_then(|d| d.last()).and_then(|d| d["id"].as_u64());
+    let archive = s["archive"]
+        .as_array()
+        .and_then(|a| a.iter().rev().find(|x| db_id.is_none() || x["database"]["id"].as_u64() == db_id));
+    Ok(Catalog {
+        backups,
+        archive_id: archive.and_then(|a| text(&a["id"])),
+        archive_max: archive.and_then(|a| text(&a["max"])),
+        archive_min: archive.and_then(|a| text(&a["min"])),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const INFO: &str = r#"[{"archive":[{"database":{"id":1,"repo-key":1},"id":"15-1","max":"000000010000000000000008","min":"000000010000000000000002"}],
+      "backup":[{"archive":{"start":"000000010000000000000003","stop":"000000010000000000000003"},"error":false,"info":{"size":100},"label":"20261130-163959F","timestamp":{"start":1796056799,"stop":1796056802},"type":"full"},
+                {"archive":{"start":"000000010000000000000006","stop":"000000010000000000000007"},"error":true,"info":{"size":200},"label":"20261130-163959F_20261130-164005I","timestamp":{"start":1796056805,"stop":1796056807},"type":"incr"}],
+      "db":[{"id":1,"system-id":1,"version":"15"}],"name":"main","status":{"code":0,"message":"ok"}}]"#;
+
+    #[test]
+    fn info_gives_the_catalog_with_types_statuses_and_wal_ranges() {
+        let c = parse_info(INFO.as_bytes(), "main").unwrap();
+        assert_eq!(c.backups.len(), 2);
+        let incr = c.backups[1].catalog.as_ref().unwrap();
+        assert_eq!((incr.kind.as_str(), incr.status.as_str()), ("incr", "error"));
+        assert_eq!(incr.wal_stop.as_deref(), Some("000000010000000000000007"));
+        assert_eq!(c.archive_max.as_deref(), Some("000000010000000000000008"));
+        assert_eq!(c.archive_id.as_deref(), Some("15-1"));
+        assert!(parse_info(INFO.as_bytes(), "other").is_err());
+        let broken = INFO.replace(r#""code":0,"message":"ok""#, r#""code":99,"message":"other""#);
+        assert!(parse_info(broken.as_bytes(), "main").unwrap_err().contains("status 99"));
+        assert!(parse_info(b"not json", "main").is_err());
+    }
+
+    #[test]
+    fn missing_wal_inside_the_backup_fails_after_it_stops_recovery() {
+        let ls = r#"{".":{"type":"path"},"0000000100000000/000000010000000000000003-aa.gz":{"type":"file"},
+            "0000000100000000/000000010000000000000004-bb.gz":{"type":"file"},
+            "0000000100000000/000000010000000000000003.00000028.backup":{"type":"file"},
+            "0000000100000000/000000010000000000000006-cc.gz":{"type":"file"},"00000002.history":{"type":"file"}}"#;
+        let a = parse_repo_ls(ls.as_bytes()).unwrap();
+        assert_eq!(a.segments.len(), 3);
+        assert_eq!(a.history, vec!["00000002.history".to_string()]);
+        let p = plan_segments("000000010000000000000003", "000000010000000000000004", "000000010000000000000006", &a)
+            .unwrap();
+        assert_eq!(p.segments.len(), 2);
+        assert_eq!(p.gap.as_deref(), Some("000000010000000000000005"));
+        let err = plan_segments("000000010000000000000003", "000000010000000000000005", "000000010000000000000006", &a);
+        assert_eq!(err.err().as_deref(), Some("000000010000000000000005"));
+    }
+}

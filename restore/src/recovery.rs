@@ -1,0 +1,253 @@
+//! Recovery, shared by every physical restore method (base backups from objects,
+//! pgBackRest, barman-cloud): the data directory is in place in the sandbox; this sets
+//! the backup's own configuration aside, writes drcheck's (no command, library or file
+//! outside the run; archiving off), serves archived WAL from a spool drcheck filled
+//! (the restored server never reaches the store), sets the recovery target, starts the
+//! server, waits until it is consistent and promoted, reads the recovered point and
+//! switches the server to the run's password.
+
+use crate::error::{RestoreError, Stage};
+use crate::format;
+use crate::pgbin;
+use crate::sandbox::Sandbox;
+use drcheck_config::RecoveryTarget;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// Recovery can take long; the pipeline's RTO deadline is what bounds it.
+const RECOVERY_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
+
+/// Archived WAL to replay: the spool drcheck filled, and how far to go.
+pub struct Replay<'a> {
+    pub spool: &'a Path,
+    pub target: &'a RecoveryTarget,
+}
+
+/// The major version in a data directory's `PG_VERSION`.
+pub fn read_major(dir: &Path) -> Result<u32, RestoreError> {
+    let v = std::fs::read_to_string(dir.join("PG_VERSION"))
+        .map_err(|e| RestoreError::bad(Stage::Restore, format!("the base backup has no readable PG_VERSION: {e}")))?;
+    format::major_of(v.trim())
+        .ok_or_else(|| RestoreError::bad(Stage::Restore, format!("PG_VERSION holds {:?}, not a version", v.trim())))
+}
+
+/// Starts the sandbox's server on the restored data directory (already in
+/// `sandbox.data_dir()`), replaying `replay` if given; returns the last replayed
+/// commit's time, when the WAL had one.
+pub async fn start_restored(
+    sandbox: &mut Sandbox,
+    pg_bindir: Option<&Path>,
+    replay: Option<Replay<'_>>,
+) -> Result<Option<String>, RestoreError> {
+    let infra = |m: String| RestoreError::infra(Stage::Restore, m);
+    let data = sandbox.data_dir().to_path_buf();
+    let major = read_major(&data)?;
+    let bin =
+        pgbin::for_major(pg_bindir, Some(major), true).map_err(|m| RestoreError::infra(Stage::Sandbox, m))?;
+    // The backup's own configuration is not trusted: it could run commands
+    // (archive/restore/recovery_end_command), load libraries, redirect the data
+    // directory or include other files. It is set aside unread, and so are state files
+    // that would change how the server starts (standby, a shipped recovery.signal).
+    for name in [
+        "postmaster.pid",
+        "postmaster.opts",
+        "postgresql.conf",
+        "postgresql.auto.conf",
+        "standby.signal",
+        "recovery.signal",
+        "pg_hba.conf",
+        "pg_ident.conf",
+    ] {
+        remove_entry(&data.join(name))?;
+    }
+    write_new(&data.join("postgresql.conf"), "# written by drcheck: the backup's configuration is not used\n")?;
+    write_new(&data.join("postgresql.auto.conf"), "# written by drcheck\n")?;
+    // Until drcheck has set the run's password, only drcheck's own OS user may log in
+    // (peer); then the server is switched to SCRAM with that password.
+    let hba = sandbox.root().join("pg_hba.conf");
+    let ident = sandbox.root().join("pg_ident.conf");
+    write_new(&hba, "local all postgres peer map=drcheck\n")?;
+    write_new(&ident, &format!("drcheck {} postgres\n", own_user_name()))?;
+    sandbox.give_to_server(&hba)?;
+    sandbox.give_to_server(&ident)?;
+    let mut settings: Vec<(String, String)> = vec![
+        ("hba_file".into(), hba.display().to_string()),
+        ("ident_file".into(), ident.display().to_string()),
+        ("data_directory".into(), data.display().to_string()),
+        ("archive_mode".into(), "off".into()),
+        ("archive_command".into(), String::new()),
+        ("archive_library".into(), String::new()),
+        ("restore_command".into(), String::new()),
+        ("archive_cleanup_command".into(), String::new()),
+        ("recovery_end_command".into(), String::new()),
+        ("shared_preload_libraries".into(), String::new()),
+        ("session_preload_libraries".into(), String::new()),
+        ("local_preload_libraries".into(), String::new()),
+        ("dynamic_library_path".into(), "$libdir".into()),
+        ("external_pid_file".into(), String::new()),
+        ("logging_collector".into(), "off".into()),
+        ("ssl".into(), "off".into()),
+        ("ssl_passphrase_command".into(), String::new()),
+        ("jit".into(), "off".into()),
+        ("hot_standby".into(), "off".into()),
+        // The WAL being replayed was written at the primary's level.
+        ("wal_level".into(), "replica".into()),
+        ("max_wal_senders".into(), "0".into()),
+        ("primary_conninfo".into(), String::new()),
+        ("primary_slot_name".into(), String::new()),
+        // One sync of the file system at start-up instead of an fsync per file.
+        ("recovery_init_sync_method".into(), "syncfs".into()),
+    ];
+    if let Some(replay) = replay {
+        // PostgreSQL runs restore_command through the shell: the shell and cp may
+        // execute, confined like the server.
+        sandbox.allow_server_exec(&["/bin/sh", "/usr/bin/cp", "/bin/cp"]);
+        settings.retain(|(k, _)| k != "restore_command");
+        settings.push(("restore_command".into(), format!("cp '{}/%f' '%p'", replay.spool.display())));
+        settings.extend(target_settings(replay.target));
+        settings.push(("recovery_target_action".into(), "promote".into()));
+        write_new(&data.join("recovery.signal"), "")?;
+        sandbox.give_to_server(replay.spool)?;
+    }
+    sandbox.give_to_server(&data)?;
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&data, std::fs::Permissions::from_mode(0o700)).map_err(|e| infra(e.to_string()))?;
+    sandbox.start_existing(bin, &settings, RECOVERY_TIMEOUT).await.map_err(|e| match e {
+        // The server giving up on a restored data directory is the backup's failure.
+        RestoreError::Infrastructure { stage: Stage::Restore, message } => RestoreError::bad(Stage::Restore, message),
+        other => other,
+    })?;
+    let recovered_to = recovered_to(sandbox).await;
+    require_password(sandbox, &hba).await?;
+    Ok(recovered_to)
+}
+
+/// The `recovery_target*` settings of a target (none for `latest`).
+pub fn target_settings(target: &RecoveryTarget) -> Vec<(String, String)> {
+    match target {
+        RecoveryTarget::Latest => vec![],
+        RecoveryTarget::Immediate => vec![("recovery_target".into(), "immediate".into())],
+        RecoveryTarget::Time(t) => vec![("recovery_target_time".into(), pg_timestamp(t))],
+        RecoveryTarget::Lsn(l) => vec![("recovery_target_lsn".into(), l.clone())],
+    }
+}
+
+/// A spool directory for archived WAL in the sandbox.
+pub fn spool_dir(sandbox: &Sandbox) -> Result<PathBuf, RestoreError> {
+    let spool = sandbox.root().join("wal-spool");
+    std::fs::create_dir_all(&spool)
+        .map_err(|e| RestoreError::infra(Stage::Fetch, format!("{}: {e}", spool.display())))?;
+    sandbox.give_to_server(&spool)?;
+    Ok(spool)
+}
+
+/// The WAL file after `segment` (24 hex digits) for 16 MiB segments: the low part
+/// counts 00000000..000000FF, then the middle part increments.
+pub fn next_segment(segment: &str) -> Option<String> {
+    if segment.len() != 24 {
+        return None;
+    }
+    let tli = &segment[..8];
+    let log = u32::from_str_radix(&segment[8..16], 16).ok()?;
+    let seg = u32::from_str_radix(&segment[16..], 16).ok()?;
+    let (log, seg) = if seg >= 0xFF { (log.checked_add(1)?, 0) } else { (log, seg + 1) };
+    Some(format!("{tli}{log:08X}{seg:08X}"))
+}
+
+/// Sets the run's password on the restored superuser and switches the server from
+/// peer authentication to SCRAM, so from now on only holders of the password get in.
+async fn require_password(sandbox: &Sandbox, hba: &Path) -> Result<(), RestoreError> {
+    use sqlx::Connection;
+    let infra = |m: String| RestoreError::infra(Stage::Restore, m);
+    let mut conn = sqlx::postgres::PgConnection::connect_with(&sandbox.connect_options("postgres"))
+        .await
+        .map_err(|e| infra(format!("cannot connect to the restored server: {e}")))?;
+    // The password is ours (letters and digits only), never the backup's.
+    sqlx::query(sqlx::AssertSqlSafe(format!("ALTER ROLE postgres PASSWORD '{}'", sandbox.password())))
+        .execute(&mut conn)
+        .await
+        .map_err(|e| infra(format!("cannot set the sandbox password: {e}")))?;
+    remove_entry(hba)?;
+    write_new(hba, "local all all scram-sha-256\n")?;
+    sandbox.give_to_server(hba)?;
+    sqlx::query("select pg_reload_conf()")
+        .execute(&mut conn)
+        .await
+        .map_err(|e| infra(format!("cannot reload the sandbox's configuration: {e}")))?;
+    let _ = conn.close().await;
+    // The reload is asynchronous: wait until a password-less login is refused.
+    let mut without = sandbox.connect_options("postgres");
+    without = without.password("");
+    for _ in 0..500 {
+        if sqlx::postgres::PgConnection::connect_with(&without).await.is_err() {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    Err(infra("the sandbox server did not switch to password authentication".into()))
+}
+
+/// The name of the OS user drcheck runs as (peer authentication maps it).
+fn own_user_name() -> String {
+    nix::unistd::User::from_uid(nix::unistd::Uid::effective())
+        .ok()
+        .flatten()
+        .map(|u| u.name)
+        .unwrap_or_else(|| nix::unistd::Uid::effective().to_string())
+}
+
+/// Removes a file or link at `path` without following it; nothing there is fine.
+pub fn remove_entry(path: &Path) -> Result<(), RestoreError> {
+    match std::fs::symlink_metadata(path) {
+        Err(_) => Ok(()),
+        Ok(m) if m.is_dir() => Err(RestoreError::bad(
+            Stage::Restore,
+            format!("the base backup holds a directory where a file is expected: {}", path.display()),
+        )),
+        Ok(_) => std::fs::remove_file(path)
+            .map_err(|e| RestoreError::infra(Stage::Restore, format!("cannot remove {}: {e}", path.display()))),
+    }
+}
+
+/// Writes a new file that drcheck controls: never through a link the backup planted.
+pub fn write_new(path: &Path, content: &str) -> Result<(), RestoreError> {
+    remove_entry(path)?;
+    crate::sandbox::write_private(path, content.as_bytes())
+}
+
+/// An RFC 3339 timestamp the way PostgreSQL's `recovery_target_time` accepts it
+/// (`2026-11-30 03:00:00.000000+00`: no `T`, no `Z`).
+fn pg_timestamp(rfc3339: &str) -> String {
+    match humantime::parse_rfc3339_weak(rfc3339) {
+        Ok(t) => humantime::format_rfc3339_micros(t).to_string().replace('T', " ").replace('Z', "+00"),
+        Err(_) => rfc3339.to_string(),
+    }
+}
+
+async fn recovered_to(sandbox: &Sandbox) -> Option<String> {
+    use sqlx::Connection;
+    let mut conn = sqlx::postgres::PgConnection::connect_with(&sandbox.connect_options("postgres")).await.ok()?;
+    sqlx::query_scalar::<_, Option<String>>(
+        "select to_char(pg_last_xact_replay_timestamp() at time zone 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"')",
+    )
+    .fetch_one(&mut conn)
+    .await
+    .ok()
+    .flatten()
+}
+
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn segments_follow_each_other() {
+        assert_eq!(super::next_segment("000000010000000000000002").unwrap(), "000000010000000000000003");
+        assert_eq!(super::next_segment("0000000100000000000000FF").unwrap(), "000000010000000100000000");
+        assert_eq!(super::next_segment("short"), None);
+    }
+
+    #[test]
+    fn recovery_target_time_is_in_postgres_form() {
+        assert_eq!(super::pg_timestamp("2026-11-30T08:36:06.268191Z"), "2026-11-30 08:36:06.268191+00");
+    }
+}
