@@ -246,7 +246,8 @@ impl Repo {
     /// `pgbackrest archive-get NAME` into the spool.
     async fn fetch_wal(&self, sandbox: &Sandbox, spool: &Path, name: &str) -> Result<(), RestoreError> {
         let dest = spool.join(name);
-        let out = self.run(sandbox, &["archive-get".into(), name.to_string(), dest.display().to_string()]).await?;
+        let pg1 = format!("--pg1-path={}", sandbox.data_dir().display());
+        let out = self.run(sandbox, &["archive-get".into(), pg1, name.to_string(), dest.display().to_string()]).await?;
         match out.code {
             Some(0) => Ok(()),
             _ => Err(classify(&format!("pgbackrest archive-get {name}"), &out)),
@@ -315,6 +316,9 @@ fn classify(what: &str, out: &Output) -> RestoreError {
         "certificate",
         "cannot run",
         "drcheck containment",
+        // drcheck's own use of the tool (a missing or invalid option) is not the backup's fault.
+        "requires option",
+        "invalid value",
     ];
     let message = format!("{what} failed (exit {}): {text}", out.code.map_or("signal".into(), |c| c.to_string()));
     if world.iter().any(|w| text.contains(w)) {

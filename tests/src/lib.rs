@@ -11,6 +11,7 @@ pub mod hostile;
 pub mod proc;
 pub mod proxy;
 pub mod recorder;
+pub mod repos;
 pub mod scenario;
 
 use nix::unistd::{Uid, User, chown};
