@@ -21,6 +21,8 @@ pub struct Metrics {
     backup_size: GaugeVec,
     validator_success: IntGaugeVec,
     data_lag: GaugeVec,
+    recoverable_point: GaugeVec,
+    recovery_window_start: GaugeVec,
     restore_profile: IntGaugeVec,
     pub scheduled_runs_total: IntCounterVec,
     pub runs_in_flight: IntGauge,
@@ -114,6 +116,18 @@ impl Metrics {
                 &r,
                 "drcheck_data_lag_seconds",
                 "How much newer the primary's data was than the backup's newest row.",
+                &["target"],
+            ),
+            recoverable_point: gauge(
+                &r,
+                "drcheck_recoverable_point_timestamp_seconds",
+                "The last commit a verified restore replayed to (Unix time): what a restore now would keep.",
+                &["target"],
+            ),
+            recovery_window_start: gauge(
+                &r,
+                "drcheck_recovery_window_start_timestamp_seconds",
+                "When the oldest restorable backup in the tool's catalog finished (Unix time).",
                 &["target"],
             ),
             restore_profile: int_gauge(
@@ -230,6 +244,16 @@ impl Metrics {
             for p in ["production", "fast"] {
                 self.restore_profile.with_label_values(&[t, p]).set((info.profile == p) as i64);
             }
+        }
+        let unix = |s: &str| {
+            humantime::parse_rfc3339_weak(s).ok().map(|t| t.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs_f64())
+        };
+        // Only a passing run proves its recovered point restorable.
+        if passed && let Some(at) = r.restore.as_ref().and_then(|i| i.recovered_to.as_deref()).and_then(unix) {
+            self.recoverable_point.with_label_values(&[t]).set(at);
+        }
+        if let Some(at) = r.rpo.recovery_window_start.as_deref().and_then(unix) {
+            self.recovery_window_start.with_label_values(&[t]).set(at);
         }
         if let Some(lag) = r.rpo.data_lag_seconds {
             self.data_lag.with_label_values(&[t]).set(lag);

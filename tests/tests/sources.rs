@@ -69,8 +69,9 @@ fn the_latest_pgbackrest_backup_restores_replays_its_wal_and_measures_the_recove
     let (out, run) = verify(
         &scene,
         &format!(
-            "{}[[target.check]]\nname = \"all events\"\nsql = \"select count(*) from events\"\nexpect = \"3577\"\n",
-            primary_line(&scene)
+            "{}[[target.check]]\nname = \"all events\"\nsql = \"select count(*) from events\"\nexpect = \"3577\"\n[metrics]\ntextfile = \"{}\"\n",
+            primary_line(&scene),
+            scene.root.path().join("drcheck.prom").display()
         ),
     );
     assert_eq!(run["result"], "passed", "{run}\n{}", stderr(&out));
@@ -91,7 +92,16 @@ fn the_latest_pgbackrest_backup_restores_replays_its_wal_and_measures_the_recove
     let age = run["rpo"]["recoverable_point_age_seconds"].as_f64().expect("recoverable point age");
     let since_commit = std::time::SystemTime::now().duration_since(ts(&last_commit)).unwrap().as_secs_f64();
     assert!((age - since_commit).abs() < 60.0 && age <= since_commit + 1.0, "age {age}, since the commit {since_commit}");
-    assert!(run["rpo"]["recovery_window_start"].is_string(), "{run}");
+    let window = run["rpo"]["recovery_window_start"].as_str().expect("recovery_window_start");
+    let full_stop = scene.info()[0]["backup"][0]["timestamp"]["stop"].as_u64().unwrap() as f64;
+    let unix = |s: &str| ts(s).duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64();
+    assert_eq!(unix(window), full_stop, "the window starts at the full backup");
+    // The same points as metrics (the Grafana panel and DrcheckRecoverablePointStale read them).
+    let prom = std::fs::read_to_string(scene.root.path().join("drcheck.prom")).unwrap();
+    let point = drcheck_e2e::sample(&prom, "drcheck_recoverable_point_timestamp_seconds", "target=\"orders\"");
+    assert!(point.is_some_and(|p| (p - unix(recovered)).abs() < 0.01), "{prom}");
+    let start = drcheck_e2e::sample(&prom, "drcheck_recovery_window_start_timestamp_seconds", "target=\"orders\"");
+    assert_eq!(start, Some(full_stop), "{prom}");
 }
 
 /// `aws s3` against moto's plain port (the bucket pgBackRest writes through TLS).
