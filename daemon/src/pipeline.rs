@@ -9,7 +9,10 @@ use crate::progress::Progress;
 use crate::report::RestoreInfo;
 use crate::report::{BackupInfo, Phase, Rpo, Rto, RunError, RunReport, RunResult, ValidatorReport, secs, timestamp};
 use drcheck_config::{Config, Selection, SourceConfig, StorageConfig, TargetConfig};
-use drcheck_restore::pgbackrest::{Catalog, Repo};
+use drcheck_restore::barman::Catalog as BarmanCatalog;
+use drcheck_restore::job::Delegated;
+use drcheck_restore::pgbackrest::Repo;
+use std::sync::Arc;
 use drcheck_restore::fetch::FetchOptions;
 use drcheck_restore::job::{self, RestoreJob};
 use drcheck_restore::physical::WalReplay;
@@ -71,48 +74,71 @@ impl Run<'_> {
 
 /// Lists the backups of a target, newest first.
 pub async fn list_backups(config: &Config, target: &TargetConfig) -> Result<(String, Vec<Backup>), StoreError> {
-    if let Some(repo) = pgbackrest_repo(config, target) {
-        let catalog = read_catalog(config, &repo, &new_run_id()).await?;
-        let mut backups = catalog.backups;
-        backups.reverse();
-        return Ok((repo.describe(), backups));
-    }
     let store = open_store(&target.storage, &config.storage[&target.storage]).await;
+    if let Some((described, mut backups, _)) = tool_catalog(config, target, &store, &new_run_id()).await? {
+        backups.reverse();
+        return Ok((described, backups));
+    }
     let all = store.list(&target.prefix).await?;
     Ok((store.describe(), backups_newest_first(&all)))
 }
 
-/// The pgBackRest repository a target reads, if its source is one.
-pub fn pgbackrest_repo(config: &Config, target: &TargetConfig) -> Option<Repo> {
-    let SourceConfig::Pgbackrest { stanza, repo_path, cipher_pass } = &target.source else { return None };
-    let StorageConfig::S3(s3) = &config.storage[&target.storage] else { return None };
-    Some(Repo {
-        stanza: stanza.clone(),
-        repo_path: repo_path.clone(),
-        bucket: s3.bucket.clone(),
-        endpoint: s3.endpoint.clone(),
-        region: s3.region.clone(),
-        path_style: s3.path_style,
-        ca_file: s3.ca_file.clone(),
-        verify_tls: s3.verify_tls,
-        cipher_pass: cipher_pass.as_ref().map(|p| p.expose().to_string()),
-    })
+/// For a target whose backups come from a backup tool: its catalog (oldest first), read
+/// by the tool itself in a sandbox directory of its own (contained, as for a restore),
+/// with what the restore needs to delegate to the tool. `None` for `source = "objects"`.
+async fn tool_catalog(
+    config: &Config,
+    target: &TargetConfig,
+    store: &Arc<dyn BackupStore>,
+    run_id: &str,
+) -> Result<Option<(String, Vec<Backup>, Delegated)>, StoreError> {
+    let StorageConfig::S3(s3) = &config.storage[&target.storage] else { return Ok(None) };
+    let delegated = match &target.source {
+        SourceConfig::Objects => return Ok(None),
+        SourceConfig::Pgbackrest { stanza, repo_path, cipher_pass } => Repo {
+            stanza: stanza.clone(),
+            repo_path: repo_path.clone(),
+            bucket: s3.bucket.clone(),
+            endpoint: s3.endpoint.clone(),
+            region: s3.region.clone(),
+            path_style: s3.path_style,
+            ca_file: s3.ca_file.clone(),
+            verify_tls: s3.verify_tls,
+            cipher_pass: cipher_pass.as_ref().map(|p| p.expose().to_string()),
+        },
+        SourceConfig::BarmanCloud { server_name } => {
+            let catalog = BarmanCatalog {
+                bucket: s3.bucket.clone(),
+                prefix: target.prefix.trim_matches('/').to_string(),
+                server_name: server_name.clone(),
+                endpoint: s3.endpoint.clone(),
+                region: s3.region.clone(),
+                ca_file: s3.ca_file.clone(),
+            };
+            let sandbox = catalog_sandbox(config, &catalog.describe(), run_id)?;
+            let backups = catalog.catalog(&sandbox, store).await;
+            sandbox.teardown();
+            return Ok(Some((catalog.describe(), backups?, Delegated::Barman(catalog))));
+        }
+    };
+    let repo = delegated;
+    let sandbox = catalog_sandbox(config, &repo.describe(), run_id)?;
+    let catalog = repo.catalog(&sandbox).await;
+    sandbox.teardown();
+    let catalog = catalog?;
+    Ok(Some((repo.describe(), catalog.backups.clone(), Delegated::Pgbackrest(repo, catalog))))
 }
 
-/// The repository's catalog, read by `pgbackrest info` in a sandbox directory of its own
-/// (the tool runs contained, as for a restore).
-async fn read_catalog(config: &Config, repo: &Repo, run_id: &str) -> Result<Catalog, StoreError> {
+/// A sandbox directory (no server) for a backup tool listing its catalog.
+fn catalog_sandbox(config: &Config, store: &str, run_id: &str) -> Result<drcheck_restore::Sandbox, StoreError> {
     let opts = SandboxOptions {
         scratch_dir: config.sandbox.scratch_dir.clone(),
         run_id: format!("{run_id}-catalog"),
         profile: config.sandbox.profile,
         require_containment: config.sandbox.require_containment,
     };
-    let sandbox = drcheck_restore::Sandbox::create(&opts)
-        .map_err(|e| StoreError { store: repo.describe(), message: e.to_string(), unreachable: false })?;
-    let catalog = repo.catalog(&sandbox).await;
-    sandbox.teardown();
-    catalog
+    drcheck_restore::Sandbox::create(&opts)
+        .map_err(|e| StoreError { store: store.to_string(), message: e.to_string(), unreachable: false })
 }
 
 /// Downloads a single-object backup to `output` with the concurrent fetcher.
@@ -291,19 +317,17 @@ async fn steps(
     let target = run.target;
     progress.phase(&target.name, "selecting backup");
     let store = open_store(&target.storage, &config.storage[&target.storage]).await;
-    let repo = pgbackrest_repo(config, target);
-    let (backup, catalog) = match &repo {
-        Some(repo) => {
-            let catalog = read_catalog(config, repo, &run.report.run_id)
-                .await
-                .map_err(|e| store_stop(Stage::Select, e))?;
-            let backup = select_from_catalog(&catalog.backups, target, backup_key, &repo.describe())?;
-            run.report.rpo.recovery_window_start = catalog
-                .backups
+    let tool = tool_catalog(config, target, &store, &run.report.run_id)
+        .await
+        .map_err(|e| store_stop(Stage::Select, e))?;
+    let (backup, delegated) = match tool {
+        Some((described, backups, delegated)) => {
+            let backup = select_from_catalog(&backups, target, backup_key, &described)?;
+            run.report.rpo.recovery_window_start = backups
                 .iter()
                 .find(|b| b.catalog.as_ref().is_some_and(|c| c.status == "ok"))
                 .map(|b| timestamp(b.last_modified));
-            (backup, Some(catalog))
+            (backup, Some(delegated))
         }
         None => (select(store.as_ref(), target, backup_key).await?, None),
     };
@@ -348,7 +372,7 @@ async fn steps(
             .wal_prefix
             .as_ref()
             .map(|p| WalReplay { prefix: p.clone(), target: target.recovery_target.clone() }),
-        pgbackrest: repo.zip(catalog),
+        delegated,
         recovery_target: target.recovery_target.clone(),
         database_hint: target.primary.as_ref().and_then(|p| database_of(p.expose())),
         on_format: &on_format,

@@ -27,9 +27,8 @@ pub struct RestoreJob<'a> {
     /// A `pg_dumpall --globals-only` script in the store, applied before the restore.
     pub globals_key: Option<String>,
     pub wal: Option<WalReplay>,
-    /// A backup of a pgBackRest repository (with the catalog it was chosen from):
-    /// restored by `pgbackrest restore`, its WAL by `archive-get`.
-    pub pgbackrest: Option<(crate::pgbackrest::Repo, crate::pgbackrest::Catalog)>,
+    /// A backup from a backup tool's catalog: restored by the tool's own CLI.
+    pub delegated: Option<Delegated>,
     /// How far WAL is replayed (physical restores with an archive).
     pub recovery_target: drcheck_config::RecoveryTarget,
     /// For physical backups: the database validators will look at.
@@ -45,6 +44,22 @@ pub struct RestoreJob<'a> {
     /// The part of that limit that comes from the backup's size (× `max_expansion`, plus
     /// what any cluster needs): beyond it the backup is to blame, below it the disk.
     pub expansion_ceiling: u64,
+}
+
+/// A backup tool that restores a backup of its own catalog.
+pub enum Delegated {
+    /// The repository, and the catalog the backup was chosen from (WAL range, archive id).
+    Pgbackrest(crate::pgbackrest::Repo, crate::pgbackrest::Catalog),
+    Barman(crate::barman::Catalog),
+}
+
+impl Delegated {
+    pub fn tool(&self) -> &'static str {
+        match self {
+            Delegated::Pgbackrest(..) => "pgbackrest",
+            Delegated::Barman(_) => "barman-cloud",
+        }
+    }
 }
 
 /// A restored database, running in its sandbox.
@@ -149,23 +164,36 @@ async fn run_inner(job: &RestoreJob<'_>) -> Result<Restored, RestoreError> {
     let started = Instant::now();
     let store_name = job.store.describe();
     let mut sandbox = Sandbox::create(&job.sandbox)?;
-    if let Some((repo, catalog)) = &job.pgbackrest {
+    if let Some(d) = &job.delegated {
         let kind = job.backup.catalog.as_ref().map_or("", |c| c.kind.as_str());
-        let format = format!("physical (pgbackrest {kind})");
+        let format = format!("physical ({} {kind})", d.tool());
         (job.on_format)(&format);
-        let r = repo.restore(&mut sandbox, job.pg_bindir.as_deref(), job.backup, catalog, &job.recovery_target).await?;
+        let (recovered_to, wal_files, wal_gap, fetched_in) = match d {
+            Delegated::Pgbackrest(repo, catalog) => {
+                let r = repo
+                    .restore(&mut sandbox, job.pg_bindir.as_deref(), job.backup, catalog, &job.recovery_target)
+                    .await?;
+                (r.recovered_to, r.wal_files, r.wal_gap, r.fetched_in)
+            }
+            Delegated::Barman(catalog) => {
+                let r = catalog
+                    .restore(&mut sandbox, &job.store, job.pg_bindir.as_deref(), job.backup, &job.recovery_target)
+                    .await?;
+                (r.recovered_to, r.wal_files, r.wal_gap, r.fetched_in)
+            }
+        };
         let database = job.database_hint.clone().unwrap_or_else(|| "postgres".into());
         return Ok(Restored {
             sandbox,
             database,
             format,
-            fetch: r.fetched_in,
-            restore: started.elapsed().saturating_sub(r.fetched_in),
-            recovered_to: r.recovered_to,
+            fetch: fetched_in,
+            restore: started.elapsed().saturating_sub(fetched_in),
+            recovered_to,
             manifest: Some(format!(
-                "checked by pgbackrest restore against its manifest; {} WAL files replayed{}",
-                r.wal_files,
-                r.wal_gap.map(|g| format!(" (the archive has a gap at {g}: recovery stopped before it)")).unwrap_or_default()
+                "restored by {}; {wal_files} WAL files replayed{}",
+                d.tool(),
+                wal_gap.map(|g| format!(" (the archive has a gap at {g}: recovery stopped before it)")).unwrap_or_default()
             )),
         });
     }

@@ -9,8 +9,10 @@
 //!
 //! This crate never compares data: that is `drcheck-validators`' job.
 
+pub mod barman;
 pub mod breaker;
 pub mod contain;
+pub mod delegate;
 pub mod error;
 pub mod fetch;
 pub mod format;

@@ -13,13 +13,12 @@
 //! pgBackRest's exit code is not trusted where it is known to lie (`info` exits 0 on
 //! a repository it reports as broken): the JSON's status is read.
 
-use crate::contain;
 use crate::error::{RestoreError, Stage, StoreError};
-use crate::recovery::{self, next_segment};
-use crate::sandbox::{Sandbox, tail};
+use crate::delegate::{self, Archived, Output, Tool, plan_segments};
+use crate::recovery;
+use crate::sandbox::Sandbox;
 use crate::store::{Backup, CatalogEntry};
 use drcheck_config::RecoveryTarget;
-use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
@@ -126,32 +125,21 @@ impl Repo {
     }
 
     /// `pgbackrest ARGS`, contained in `sandbox`'s directory with a connection to the
-    /// repository's port only. Returns stdout; a failure is classified by what it says.
+    /// repository's port only.
     async fn run(&self, sandbox: &Sandbox, args: &[String]) -> Result<Output, RestoreError> {
-        let work = sandbox.root().join("pgbackrest");
-        if !work.exists() {
-            std::fs::create_dir_all(&work).map_err(|e| infra(format!("{}: {e}", work.display())))?;
-            sandbox.give_to_server(&work)?;
-        }
-        let (_, port) = self.host_port().map_err(|m| RestoreError::Unsupported { stage: Stage::Fetch, message: m })?;
-        let mut policy = sandbox.policy(&[PathBuf::from(PGBACKREST)]);
-        policy.connect_tcp.push(port);
-        policy.read_only.extend(network_read_paths());
-        if let Some(ca) = &self.ca_file {
-            policy.read_only.push(ca.clone());
-        }
-        let mut cmd = tokio::process::Command::from(contain::command(Path::new(PGBACKREST), &policy));
-        cmd.current_dir(sandbox.root())
-            .env_clear()
-            .env("PATH", "/usr/bin:/bin")
-            .envs(self.env(&work).map_err(|m| RestoreError::Unsupported { stage: Stage::Fetch, message: m })?)
-            .arg("--config=/dev/null")
-            .args(args)
-            .stdin(std::process::Stdio::null())
-            .kill_on_drop(true);
-        let out =
-            cmd.output().await.map_err(|e| infra(format!("cannot run {PGBACKREST}: {e} (is pgbackrest installed?)")))?;
-        Ok(Output { code: out.status.code(), stdout: out.stdout, stderr: out.stderr })
+        let unsupported = |m| RestoreError::Unsupported { stage: Stage::Fetch, message: m };
+        let (_, port) = self.host_port().map_err(unsupported)?;
+        let work = delegate::work_dir(sandbox)?;
+        let tool = Tool {
+            program: Path::new(PGBACKREST),
+            exec: vec![],
+            read: self.ca_file.iter().cloned().collect(),
+            port,
+            env: self.env(&work).map_err(unsupported)?,
+        };
+        let mut all = vec!["--config=/dev/null".to_string()];
+        all.extend(args.iter().cloned());
+        delegate::run(sandbox, &tool, &all).await
     }
 
     /// The stanza's catalog. Backups pgBackRest marks in error are kept, with their
@@ -161,7 +149,7 @@ impl Repo {
             .run(sandbox, &["info".into(), "--output=json".into()])
             .await
             .map_err(|e| StoreError { store: self.describe(), message: e.to_string(), unreachable: true })?;
-        if out.code != Some(0) {
+        if !out.ok() {
             return Err(StoreError {
                 store: self.describe(),
                 message: format!("pgbackrest info failed ({:?}): {}", out.code, out.text()),
@@ -200,7 +188,7 @@ impl Repo {
                 ],
             )
             .await?;
-        if out.code != Some(0) {
+        if !out.ok() {
             return Err(classify(&format!("pgbackrest restore of {}", backup.key), &out));
         }
         let wal_start = backup.catalog.as_ref().and_then(|c| c.wal_start.clone());
@@ -263,7 +251,7 @@ impl Repo {
                 &["repo-ls".into(), format!("archive/{}/{id}", self.stanza), "--recurse".into(), "--output=json".into()],
             )
             .await?;
-        if out.code != Some(0) {
+        if !out.ok() {
             return Err(classify("pgbackrest repo-ls of the WAL archive", &out));
         }
         parse_repo_ls(&out.stdout).map_err(|m| RestoreError::infra(Stage::Fetch, m))
@@ -280,68 +268,25 @@ pub struct Restored {
     pub fetched_in: Duration,
 }
 
-struct Output {
-    code: Option<i32>,
-    stdout: Vec<u8>,
-    stderr: Vec<u8>,
-}
-
-impl Output {
-    fn text(&self) -> String {
-        let mut all = self.stderr.clone();
-        all.extend_from_slice(&self.stdout);
-        tail(&all, 2000)
-    }
-}
-
-fn infra(m: String) -> RestoreError {
-    RestoreError::infra(Stage::Fetch, m)
-}
-
-/// What pgBackRest's failure says about who is to blame: the repository being
-/// unreachable, refusing us or misconfigured is the world's (exit 3); anything else —
-/// checksums, a missing file, an unreadable manifest — is the backup's.
+/// pgBackRest's failure judged: unreachable or refusing repository, or drcheck's own
+/// use of the tool, is the world's; anything else (checksums, missing files) the backup's.
 fn classify(what: &str, out: &Output) -> RestoreError {
-    let text = out.text();
-    let world = [
-        "unable to connect",
-        "unable to get address",
-        "TLS",
-        "timeout",
-        "timed out",
-        "HostConnectError",
-        "HTTP request failed with 403",
-        "HTTP request failed with 5",
-        "unable to find hostname",
-        "certificate",
-        "cannot run",
-        "drcheck containment",
-        // drcheck's own use of the tool (a missing or invalid option) is not the backup's fault.
-        "requires option",
-        "invalid value",
-    ];
-    let message = format!("{what} failed (exit {}): {text}", out.code.map_or("signal".into(), |c| c.to_string()));
-    if world.iter().any(|w| text.contains(w)) {
-        RestoreError::infra(Stage::Fetch, message)
-    } else {
-        RestoreError::bad(Stage::Restore, message)
-    }
-}
-
-/// Paths a TLS client reads besides the system libraries: the CA store and the
-/// resolver's configuration.
-fn network_read_paths() -> Vec<PathBuf> {
-    ["/etc/ssl", "/usr/lib/ssl", "/etc/resolv.conf", "/etc/hosts", "/etc/host.conf", "/etc/gai.conf"]
-        .iter()
-        .map(PathBuf::from)
-        .filter(|p| p.exists())
-        .collect()
-}
-
-#[derive(Debug, Default)]
-struct Archived {
-    segments: BTreeSet<String>,
-    history: Vec<String>,
+    delegate::classify(
+        what,
+        out,
+        &[
+            "unable to connect",
+            "unable to get address",
+            "timeout",
+            "HostConnectError",
+            "HTTP request failed with 403",
+            "HTTP request failed with 5",
+            "unable to find hostname",
+            "cannot run",
+            "requires option",
+            "invalid value",
+        ],
+    )
 }
 
 /// `repo-ls --output=json` of an archive: `0000000100000000/000000010000000000000003-<sha1>.gz`
@@ -351,48 +296,10 @@ fn parse_repo_ls(json: &[u8]) -> Result<Archived, String> {
         serde_json::from_slice(json).map_err(|e| format!("pgbackrest repo-ls printed no JSON: {e}"))?;
     let map = v.as_object().ok_or("pgbackrest repo-ls: expected a JSON object")?;
     let mut out = Archived::default();
-    for (path, info) in map {
-        if info["type"] != "file" {
-            continue;
-        }
-        let name = path.rsplit('/').next().unwrap_or(path);
-        let seg = name.split(['-', '.']).next().unwrap_or("");
-        if seg.len() == 24 && seg.chars().all(|c| c.is_ascii_hexdigit()) && name.as_bytes().get(24) == Some(&b'-') {
-            out.segments.insert(seg.to_ascii_uppercase());
-        } else if name.len() == 16 && name.ends_with(".history") {
-            out.history.push(name.to_string());
-        }
+    for (path, _) in map.iter().filter(|(_, i)| i["type"] == "file") {
+        out.add(path.rsplit('/').next().unwrap_or(path));
     }
     Ok(out)
-}
-
-struct Plan {
-    segments: Vec<String>,
-    gap: Option<String>,
-}
-
-/// The WAL files to fetch: `start..=stop` must all be there (else `Err(missing)`);
-/// after `stop`, as far as the archive is continuous up to `last`.
-fn plan_segments(start: &str, stop: &str, last: &str, archived: &Archived) -> Result<Plan, String> {
-    let mut segments = Vec::new();
-    let mut seg = start.to_string();
-    let last = if last < stop { stop } else { last };
-    loop {
-        if !archived.segments.contains(&seg) {
-            if seg.as_str() <= stop {
-                return Err(seg);
-            }
-            return Ok(Plan { segments, gap: Some(seg) });
-        }
-        segments.push(seg.clone());
-        if seg.as_str() >= last {
-            return Ok(Plan { segments, gap: None });
-        }
-        match next_segment(&seg) {
-            Some(n) => seg = n,
-            None => return Ok(Plan { segments, gap: None }),
-        }
-    }
 }
 
 /// `pgbackrest info --output=json` for `stanza` → the catalog. A stanza pgBackRest
@@ -474,19 +381,14 @@ mod tests {
     }
 
     #[test]
-    fn missing_wal_inside_the_backup_fails_after_it_stops_recovery() {
+    fn repo_ls_lists_segments_and_histories() {
         let ls = r#"{".":{"type":"path"},"0000000100000000/000000010000000000000003-aa.gz":{"type":"file"},
-            "0000000100000000/000000010000000000000004-bb.gz":{"type":"file"},
+            "0000000100000000":{"type":"path"},
             "0000000100000000/000000010000000000000003.00000028.backup":{"type":"file"},
-            "0000000100000000/000000010000000000000006-cc.gz":{"type":"file"},"00000002.history":{"type":"file"}}"#;
+            "00000002.history":{"type":"file"}}"#;
         let a = parse_repo_ls(ls.as_bytes()).unwrap();
-        assert_eq!(a.segments.len(), 3);
-        assert_eq!(a.history, vec!["00000002.history".to_string()]);
-        let p = plan_segments("000000010000000000000003", "000000010000000000000004", "000000010000000000000006", &a)
-            .unwrap();
-        assert_eq!(p.segments.len(), 2);
-        assert_eq!(p.gap.as_deref(), Some("000000010000000000000005"));
-        let err = plan_segments("000000010000000000000003", "000000010000000000000005", "000000010000000000000006", &a);
-        assert_eq!(err.err().as_deref(), Some("000000010000000000000005"));
+        assert_eq!(a.segments.len(), 1);
+        assert_eq!(a.history.len(), 1);
+        assert!(parse_repo_ls(b"[]").is_err());
     }
 }

@@ -244,3 +244,138 @@ rpo = "26h"
         env
     }
 }
+
+/// A primary archiving its WAL with barman-cloud into moto (plain HTTP), with backups
+/// taken by `barman-cloud-backup` — the layout CloudNativePG writes.
+pub struct BarmanScene {
+    pub root: TempRoot,
+    pub s3: S3Server,
+    pub bucket: String,
+    pub prefix: String,
+    pub server: String,
+    pub primary: PgPrimary,
+    pub scratch: PathBuf,
+}
+
+impl BarmanScene {
+    pub fn start() -> BarmanScene {
+        let root = TempRoot::new();
+        let s3 = S3Server::start(&root);
+        let bucket = unique("barman");
+        s3.make_bucket(&bucket);
+        let prefix = "clusters".to_string();
+        let server = "pg".to_string();
+        let archive = format!(
+            "AWS_ACCESS_KEY_ID={} AWS_SECRET_ACCESS_KEY={} AWS_DEFAULT_REGION=us-east-1 barman-cloud-wal-archive \
+             --endpoint-url {} --gzip s3://{bucket}/{prefix} {server} %p",
+            AWS_ENV[0].1,
+            AWS_ENV[1].1,
+            s3.endpoint()
+        );
+        let primary = PgPrimary::start_with(
+            &root,
+            &[("archive_mode", "on"), ("archive_command", &archive), ("wal_level", "replica")],
+        );
+        let scratch = root.path().join("scratch");
+        std::fs::create_dir_all(&scratch).unwrap();
+        crate::make_world_enterable(&scratch);
+        BarmanScene { root, s3, bucket, prefix, server, primary, scratch }
+    }
+
+    fn tool(&self, program: &str, args: &[&str]) -> String {
+        let out = Command::new(program)
+            .arg("--endpoint-url")
+            .arg(self.s3.endpoint())
+            .args(args)
+            .envs(AWS_ENV)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{program} {args:?}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    fn destination(&self) -> String {
+        format!("s3://{}/{}", self.bucket, self.prefix)
+    }
+
+    /// `barman-cloud-backup` of the primary; returns the backup id.
+    pub fn backup(&self) -> String {
+        let before = self.backup_ids();
+        let sock = self.primary.sock.display().to_string();
+        let port = self.primary.port.to_string();
+        self.tool(
+            "barman-cloud-backup",
+            &["--gzip", "--immediate-checkpoint", "-h", &sock, "-p", &port, "-U", "postgres", &self.destination(), &self.server],
+        );
+        let after = self.backup_ids();
+        after.into_iter().find(|id| !before.contains(id)).expect("a new backup id")
+    }
+
+    /// The ids `barman-cloud-backup-list` knows, oldest first.
+    pub fn backup_ids(&self) -> Vec<String> {
+        let json = self.tool("barman-cloud-backup-list", &["--format", "json", &self.destination(), &self.server]);
+        let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+        let mut ids: Vec<String> =
+            v["backups_list"].as_array().unwrap().iter().map(|b| b["backup_id"].as_str().unwrap().to_string()).collect();
+        ids.sort();
+        ids
+    }
+
+    /// Switches WAL and waits until it is archived.
+    pub fn archive_now(&self) -> String {
+        let seg = self.primary.psql("postgres", "select pg_walfile_name(pg_switch_wal())");
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let last = self.primary.psql("postgres", "select coalesce(last_archived_wal, '') from pg_stat_archiver");
+            if last.as_str() >= seg.as_str() {
+                return seg;
+            }
+            assert!(Instant::now() < deadline, "{seg} was not archived in 60 s (last: {last})");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// The object key of `name` under the server's prefix.
+    pub fn key(&self, name: &str) -> String {
+        format!("{}/{}/{name}", self.prefix, self.server)
+    }
+
+    pub fn config(&self, extra: &str) -> PathBuf {
+        let text = format!(
+            r#"[state]
+url = "sqlite://{root}/history.db"
+[sandbox]
+scratch_dir = "{scratch}"
+[storage.cnpg]
+kind = "s3"
+bucket = "{bucket}"
+endpoint = "{endpoint}"
+region = "us-east-1"
+path_style = true
+[[target]]
+name = "orders"
+source = "barman-cloud"
+storage = "cnpg"
+server_name = "{server}"
+prefix = "{prefix}/"
+rto = "10m"
+rpo = "26h"
+{extra}
+"#,
+            root = self.root.path().display(),
+            scratch = self.scratch.display(),
+            bucket = self.bucket,
+            endpoint = self.s3.endpoint(),
+            server = self.server,
+            prefix = self.prefix,
+        );
+        let path = self.root.path().join(format!("{}.toml", unique("drcheck")));
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+}

@@ -197,3 +197,112 @@ fn an_encrypted_repository_restores_with_the_passphrase_from_the_environment() {
     let all = format!("{}{}", stdout(&out), stderr(&out));
     assert!(!all.contains("s3cret-Passphrase-42") && !all.contains("wrong-pass"), "{all}");
 }
+
+// ---- barman-cloud (CloudNativePG's layout) ----
+
+use drcheck_e2e::repos::BarmanScene;
+
+fn barman_with_two_backups() -> (BarmanScene, String, String) {
+    let scene = BarmanScene::start();
+    let p = &scene.primary;
+    p.psql("postgres", "create database app");
+    p.psql("postgres", "create role verifier login password 'vpw-123'; grant pg_read_all_data to verifier");
+    p.psql("app", "create table events (id bigserial primary key, at timestamptz not null default clock_timestamp(), note text)");
+    p.psql("app", "insert into events (note) select 'one ' || g from generate_series(1, 1000) g");
+    let first = scene.backup();
+    p.psql("app", "insert into events (note) select 'two ' || g from generate_series(1, 500) g");
+    let second = scene.backup();
+    (scene, first, second)
+}
+
+fn barman_verify(scene: &BarmanScene, extra: &str) -> (std::process::Output, serde_json::Value) {
+    let c = scene.config(extra).display().to_string();
+    let (out, _) = drcheck(&["--config", &c, "verify", "--json"], &[], LIMIT);
+    let run = only_run(&out);
+    (out, run)
+}
+
+const BARMAN_CHECK: &str = "[[target.check]]\nname = \"events\"\nsql = \"select count(*) from events\"\n";
+
+#[test]
+fn the_latest_barman_cloud_backup_restores_with_its_wal_and_the_recoverable_point() {
+    let (scene, first, second) = barman_with_two_backups();
+    scene.primary.psql("app", "insert into events (note) select 'after ' || g from generate_series(1, 33) g");
+    let last_commit = scene.primary.psql(
+        "app",
+        "select to_char(max(at) at time zone 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"') from events",
+    );
+    scene.archive_now();
+    let c = scene.config("").display().to_string();
+    let (out, _) = drcheck(&["--config", &c, "backups", "list", "--json"], &[], LIMIT);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let listed: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let keys: Vec<&str> =
+        listed["targets"][0]["backups"].as_array().unwrap().iter().map(|b| b["key"].as_str().unwrap()).collect();
+    assert_eq!(keys, [second.as_str(), first.as_str()], "{listed}");
+    assert!(listed["targets"][0]["backups"][0]["size_bytes"].as_u64().unwrap() > 100_000, "{listed}");
+
+    let primary = format!("primary = \"postgres://verifier:vpw-123@127.0.0.1:{}/app\"\n", scene.primary.port);
+    let (out, run) = barman_verify(&scene, &format!("{primary}{BARMAN_CHECK}expect = \"1533\"\n"));
+    assert_eq!(run["result"], "passed", "{run}\n{}", stderr(&out));
+    assert_eq!(run["backup"]["key"], second.as_str());
+    assert_eq!(run["backup"]["source"], "barman-cloud");
+    assert_eq!(run["restore"]["containment"], "landlock-abi7");
+    for v in ["amcheck", "full_read", "schema", "row_counts", "checksums", "check: events"] {
+        assert_eq!(validator(&run, v)["status"], "passed", "{v}: {run}");
+    }
+    let recovered = run["restore"]["recovered_to"].as_str().expect("recovered_to");
+    let gap = ts(&last_commit).duration_since(ts(recovered)).unwrap_or_else(|e| e.duration());
+    assert!(gap < Duration::from_secs(3), "recovered to {recovered}, the last commit was {last_commit}");
+    // The backup's time comes from backup.info (with its zone), not the listing's local time.
+    let created = ts(run["backup"]["created_at"].as_str().unwrap());
+    let age = std::time::SystemTime::now().duration_since(created).unwrap();
+    assert!(age < Duration::from_secs(120), "backup age {age:?}");
+}
+
+#[test]
+fn a_failed_barman_backup_is_skipped_and_a_tar_without_backup_info_changes_nothing() {
+    let (scene, first, second) = barman_with_two_backups();
+    scene.archive_now();
+    // The newest backup marked FAILED, as barman does when a backup breaks.
+    let info_key = scene.key(&format!("base/{second}/backup.info"));
+    let local = scene.root.path().join("backup.info");
+    let url = format!("s3://{}/{info_key}", scene.bucket);
+    scene.s3.aws(&["cp", "--only-show-errors", &url, &local.display().to_string()]);
+    let text = std::fs::read_to_string(&local).unwrap().replace("status=DONE", "status=FAILED");
+    std::fs::write(&local, text).unwrap();
+    scene.s3.aws(&["cp", "--only-show-errors", &local.display().to_string(), &url]);
+    // A backup still uploading: its data.tar.gz is there (and newest), its backup.info not yet.
+    std::thread::sleep(Duration::from_millis(1100));
+    let tar = scene.root.path().join("data.tar.gz");
+    std::fs::write(&tar, b"\x1f\x8b not yet complete").unwrap();
+    scene.s3.upload(&tar, &scene.bucket, &scene.key("base/20991231T000000/data.tar.gz"));
+
+    let c = scene.config("").display().to_string();
+    let (out, _) = drcheck(&["--config", &c, "backups", "list"], &[], LIMIT);
+    let text = stdout(&out);
+    assert!(text.contains(&format!("latest {first}")) && text.contains("[failed]"), "{text}");
+    assert!(!text.contains("20991231T000000"), "{text}");
+    let (out, run) = barman_verify(&scene, "");
+    assert_eq!(run["result"], "passed", "{run}\n{}", stderr(&out));
+    assert_eq!(run["backup"]["key"], first.as_str(), "the FAILED backup is never chosen");
+}
+
+#[test]
+fn a_missing_barman_wal_file_fails_the_run_naming_it() {
+    let (scene, _, second) = barman_with_two_backups();
+    scene.archive_now();
+    let ids = scene.backup_ids();
+    assert_eq!(ids.last(), Some(&second));
+    let info_key = scene.key(&format!("base/{second}/backup.info"));
+    let local = scene.root.path().join("backup.info");
+    scene.s3.aws(&["cp", "--only-show-errors", &format!("s3://{}/{info_key}", scene.bucket), &local.display().to_string()]);
+    let info = std::fs::read_to_string(&local).unwrap();
+    let begin = info.lines().find_map(|l| l.strip_prefix("begin_wal=")).unwrap().trim().to_string();
+    let wal_key = scene.key(&format!("wals/{}/{begin}.gz", &begin[..16]));
+    scene.s3.aws(&["rm", "--only-show-errors", &format!("s3://{}/{wal_key}", scene.bucket)]);
+    let (out, run) = barman_verify(&scene, "");
+    assert_eq!(out.status.code(), Some(1), "{run}\n{}", stderr(&out));
+    let msg = run["error"]["message"].as_str().unwrap();
+    assert!(msg.contains(&begin) && msg.contains("missing"), "{msg}");
+}

@@ -1,0 +1,227 @@
+//! What restoring by delegation to a backup tool's own CLI (pgBackRest, barman-cloud)
+//! shares: running the tool contained, judging its failures, and planning which
+//! archived WAL files recovery needs.
+//!
+//! The tool reads backup content, so it runs like every other such process (see
+//! [`crate::contain`]): as the sandbox user, confined to the run's directory, with a
+//! clean environment — plus the one thing it needs that the restored server never
+//! gets: a TCP connection to the store's port. Its credentials reach it through its
+//! environment, never its command line.
+
+use crate::contain;
+use crate::error::{RestoreError, Stage};
+use crate::recovery::next_segment;
+use crate::sandbox::{Sandbox, tail};
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+/// One contained run of a backup tool.
+pub struct Tool<'a> {
+    /// The program (a binary, or a script whose interpreter is in `exec`).
+    pub program: &'a Path,
+    /// More it may execute (an interpreter).
+    pub exec: Vec<PathBuf>,
+    /// More it may read (a CA file, an interpreter's libraries).
+    pub read: Vec<PathBuf>,
+    /// The store's TCP port.
+    pub port: u16,
+    pub env: Vec<(String, String)>,
+}
+
+/// What a tool printed and how it exited.
+pub struct Output {
+    pub code: Option<i32>,
+    pub stdout: Vec<u8>,
+    pub stderr: Vec<u8>,
+}
+
+impl Output {
+    /// The end of what it said (stderr first), bounded.
+    pub fn text(&self) -> String {
+        let mut all = self.stderr.clone();
+        all.extend_from_slice(&self.stdout);
+        tail(&all, 2000)
+    }
+
+    pub fn ok(&self) -> bool {
+        self.code == Some(0)
+    }
+}
+
+/// The tool's working directory in the sandbox (logs, locks, HOME), made on first use.
+pub fn work_dir(sandbox: &Sandbox) -> Result<PathBuf, RestoreError> {
+    let work = sandbox.root().join("tool");
+    if !work.exists() {
+        std::fs::create_dir_all(&work).map_err(|e| infra(format!("{}: {e}", work.display())))?;
+        sandbox.give_to_server(&work)?;
+    }
+    Ok(work)
+}
+
+/// Runs `tool` with `args`, contained in `sandbox`'s directory.
+pub async fn run(sandbox: &Sandbox, tool: &Tool<'_>, args: &[String]) -> Result<Output, RestoreError> {
+    let work = work_dir(sandbox)?;
+    let mut exec = vec![tool.program.to_path_buf()];
+    exec.extend(tool.exec.iter().cloned());
+    let mut policy = sandbox.policy(&exec);
+    policy.connect_tcp.push(tool.port);
+    policy.read_only.extend(network_read_paths());
+    policy.read_only.extend(tool.read.iter().cloned());
+    let mut cmd = tokio::process::Command::from(contain::command(tool.program, &policy));
+    cmd.current_dir(&work)
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .env("HOME", &work)
+        .env("LC_ALL", "C.UTF-8")
+        .envs(tool.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true);
+    let out = cmd
+        .output()
+        .await
+        .map_err(|e| infra(format!("cannot run {}: {e} (is it installed?)", tool.program.display())))?;
+    Ok(Output { code: out.status.code(), stdout: out.stdout, stderr: out.stderr })
+}
+
+pub fn infra(m: String) -> RestoreError {
+    RestoreError::infra(Stage::Fetch, m)
+}
+
+/// What a tool's failure says about who is to blame: the store being unreachable,
+/// refusing us, or drcheck's own use of the tool is the world's (exit 3); anything
+/// else — checksums, a missing or unreadable file — is the backup's.
+pub fn classify(what: &str, out: &Output, world: &[&str]) -> RestoreError {
+    let text = out.text();
+    const ALWAYS: [&str; 6] =
+        ["drcheck containment", "TLS", "certificate", "timed out", "Could not connect", "Connection refused"];
+    let message = format!("{what} failed (exit {}): {text}", out.code.map_or("signal".into(), |c| c.to_string()));
+    if ALWAYS.iter().chain(world).any(|w| text.contains(w)) {
+        RestoreError::infra(Stage::Fetch, message)
+    } else {
+        RestoreError::bad(Stage::Restore, message)
+    }
+}
+
+/// The TCP port of an `http(s)://host[:port]/…` endpoint.
+pub fn endpoint_port(url: &str) -> Option<u16> {
+    let (scheme, rest) = url.split_once("://")?;
+    let hostport = rest.split('/').next()?.rsplit('@').next()?;
+    match hostport.rsplit_once(':') {
+        Some((h, p)) if !h.ends_with(']') || h.starts_with('[') && !p.contains(']') => p.parse().ok(),
+        _ => Some(if scheme == "https" { 443 } else { 80 }),
+    }
+}
+
+/// Paths a TLS client reads besides the system libraries: the CA store and the
+/// resolver's configuration.
+fn network_read_paths() -> Vec<PathBuf> {
+    ["/etc/ssl", "/usr/lib/ssl", "/etc/resolv.conf", "/etc/hosts", "/etc/host.conf", "/etc/gai.conf"]
+        .iter()
+        .map(PathBuf::from)
+        .filter(|p| p.exists())
+        .collect()
+}
+
+/// The WAL files (and timeline history files) an archive holds.
+#[derive(Debug, Default)]
+pub struct Archived {
+    pub segments: BTreeSet<String>,
+    pub history: BTreeSet<String>,
+}
+
+impl Archived {
+    /// Adds an archived file by its name: `<24 hex>` followed by nothing, `.gz`-like
+    /// suffixes or pgBackRest's `-<sha1>…`; `<8 hex>.history…`. Backup history files
+    /// (`….00000028.backup`) and partial segments are not WAL to replay.
+    pub fn add(&mut self, name: &str) {
+        let hex = |s: &str| s.chars().all(|c| c.is_ascii_hexdigit());
+        if name.len() >= 24 && hex(&name[..24]) {
+            let rest = &name[24..];
+            if rest.is_empty() || rest.starts_with('-') || [".gz", ".bz2", ".xz", ".zst", ".lz4", ".snappy"].contains(&rest)
+            {
+                self.segments.insert(name[..24].to_ascii_uppercase());
+            }
+        } else if name.len() >= 16 && hex(&name[..8]) && name[8..].starts_with(".history") {
+            self.history.insert(name[..16].to_string());
+        }
+    }
+}
+
+/// Which WAL files recovery gets.
+pub struct Plan {
+    pub segments: Vec<String>,
+    /// The first file missing after the backup's own: recovery stops before it.
+    pub gap: Option<String>,
+}
+
+/// The WAL files to fetch: `start..=stop` must all be there (else `Err(missing)`);
+/// after `stop`, as far as the archive is continuous up to `last`.
+pub fn plan_segments(start: &str, stop: &str, last: &str, archived: &Archived) -> Result<Plan, String> {
+    let mut segments = Vec::new();
+    let mut seg = start.to_string();
+    let last = if last < stop { stop } else { last };
+    loop {
+        if !archived.segments.contains(&seg) {
+            if seg.as_str() <= stop {
+                return Err(seg);
+            }
+            return Ok(Plan { segments, gap: Some(seg) });
+        }
+        segments.push(seg.clone());
+        if seg.as_str() >= last {
+            return Ok(Plan { segments, gap: None });
+        }
+        match next_segment(&seg) {
+            Some(n) => seg = n,
+            None => return Ok(Plan { segments, gap: None }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn archive_names_of_both_tools_give_segments() {
+        let mut a = Archived::default();
+        for n in [
+            "000000010000000000000003-aa.gz",
+            "000000010000000000000004.gz",
+            "000000010000000000000005",
+            "000000010000000000000003.00000028.backup",
+            "000000010000000000000003.00000028.backup.gz",
+            "000000010000000000000006.partial",
+            "00000002.history.gz",
+            "00000002.history",
+            "backup.info",
+        ] {
+            a.add(n);
+        }
+        assert_eq!(a.segments.len(), 3, "{a:?}");
+        assert_eq!(a.history.iter().collect::<Vec<_>>(), ["00000002.history"]);
+    }
+
+    #[test]
+    fn missing_wal_inside_the_backup_fails_after_it_stops_recovery() {
+        let mut a = Archived::default();
+        for n in ["000000010000000000000003", "000000010000000000000004", "000000010000000000000006"] {
+            a.add(n);
+        }
+        let p = plan_segments("000000010000000000000003", "000000010000000000000004", "000000010000000000000006", &a)
+            .unwrap();
+        assert_eq!(p.segments.len(), 2);
+        assert_eq!(p.gap.as_deref(), Some("000000010000000000000005"));
+        let err = plan_segments("000000010000000000000003", "000000010000000000000005", "000000010000000000000006", &a);
+        assert_eq!(err.err().as_deref(), Some("000000010000000000000005"));
+    }
+
+    #[test]
+    fn endpoint_ports() {
+        assert_eq!(endpoint_port("https://127.0.0.1:9443"), Some(9443));
+        assert_eq!(endpoint_port("http://minio.local/bucket"), Some(80));
+        assert_eq!(endpoint_port("https://s3.amazonaws.com"), Some(443));
+        assert_eq!(endpoint_port("http://user:pw@h:9000/"), Some(9000));
+    }
+}
