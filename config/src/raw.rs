@@ -121,6 +121,7 @@ pub struct RawTarget {
     pub cipher_pass: Option<Spanned<String>>,
     pub server_name: Option<Spanned<String>>,
     pub select: Option<Spanned<String>>,
+    pub integrity_schedule: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Deserialize)]

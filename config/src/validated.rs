@@ -278,6 +278,9 @@ pub struct TargetConfig {
     pub stale_after: Option<Duration>,
     pub source: SourceConfig,
     pub select: Selection,
+    /// Daemon mode: when to check the backup tool's repository without a restore.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub integrity_schedule: Option<String>,
 }
 
 fn ser_opt_duration<S: serde::Serializer>(d: &Option<Duration>, ser: S) -> Result<S::Ok, S::Error> {
@@ -303,8 +306,18 @@ pub fn normalize_schedule(s: &str) -> Result<String, String> {
 }
 
 /// Every validator drcheck has, in the order they run.
-pub const ALL_VALIDATORS: [&str; 9] =
-    ["amcheck", "full_read", "sequences", "indexes", "schema", "row_counts", "checksums", "freshness", "custom"];
+pub const ALL_VALIDATORS: [&str; 10] = [
+    "amcheck",
+    "full_read",
+    "sequences",
+    "indexes",
+    "schema",
+    "row_counts",
+    "checksums",
+    "freshness",
+    "custom",
+    "repository",
+];
 
 /// Which validators run for a target, and how.
 #[derive(Debug, Clone, Serialize)]

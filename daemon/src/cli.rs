@@ -128,6 +128,10 @@ pub struct VerifyArgs {
     /// Print `{"runs": [...]}` instead of the summary.
     #[arg(long)]
     pub json: bool,
+    /// Check the backup tool's repository only (the `repository` validator: the tool's
+    /// own verification, WAL continuity), without restoring; not recorded as a run.
+    #[arg(long, conflicts_with = "backup")]
+    pub integrity_only: bool,
 }
 
 #[derive(Debug, Subcommand)]

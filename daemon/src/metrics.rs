@@ -23,6 +23,8 @@ pub struct Metrics {
     data_lag: GaugeVec,
     recoverable_point: GaugeVec,
     recovery_window_start: GaugeVec,
+    repository_check_success: IntGaugeVec,
+    repository_check_timestamp: GaugeVec,
     restore_profile: IntGaugeVec,
     pub scheduled_runs_total: IntCounterVec,
     pub runs_in_flight: IntGauge,
@@ -128,6 +130,18 @@ impl Metrics {
                 &r,
                 "drcheck_recovery_window_start_timestamp_seconds",
                 "When the oldest restorable backup in the tool's catalog finished (Unix time).",
+                &["target"],
+            ),
+            repository_check_success: int_gauge(
+                &r,
+                "drcheck_repository_check_success",
+                "1 if the last check of the backup tool's repository (no restore) passed, else 0.",
+                &["target"],
+            ),
+            repository_check_timestamp: gauge(
+                &r,
+                "drcheck_repository_check_timestamp_seconds",
+                "When the backup tool's repository was last checked (Unix time).",
                 &["target"],
             ),
             restore_profile: int_gauge(
@@ -239,6 +253,13 @@ impl Metrics {
         }
         for v in &r.validators {
             self.validator_success.with_label_values(&[t, &v.name]).set((v.status == "passed") as i64);
+            if v.name == "repository"
+                && let Ok(at) = humantime::parse_rfc3339_weak(&r.finished_at)
+            {
+                self.repository_check_success.with_label_values(&[t]).set((v.status == "passed") as i64);
+                let at = at.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs_f64();
+                self.repository_check_timestamp.with_label_values(&[t]).set(at);
+            }
         }
         if let Some(info) = &r.restore {
             for p in ["production", "fast"] {
@@ -258,6 +279,14 @@ impl Metrics {
         if let Some(lag) = r.rpo.data_lag_seconds {
             self.data_lag.with_label_values(&[t]).set(lag);
         }
+    }
+
+    /// Records a repository check (the `repository` validator, alone or in a run).
+    pub fn observe_integrity(&self, target: &str, f: &drcheck_validators::Finding) {
+        let passed = f.status == drcheck_validators::Status::Passed;
+        self.repository_check_success.with_label_values(&[target]).set(passed as i64);
+        let now = std::time::SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_secs_f64();
+        self.repository_check_timestamp.with_label_values(&[target]).set(now);
     }
 
     /// Sets each dependency's breaker gauge from the restore crate's breakers.

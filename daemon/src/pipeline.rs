@@ -129,6 +129,65 @@ async fn tool_catalog(
     Ok(Some((repo.describe(), catalog.backups.clone(), Delegated::Pgbackrest(repo, catalog))))
 }
 
+/// The `repository` validator on its own (`verify --integrity-only`, `integrity_schedule`).
+pub async fn integrity_only(config: &Config, target: &TargetConfig) -> drcheck_validators::Finding {
+    use drcheck_validators::{Finding, Status};
+    let store = open_store(&target.storage, &config.storage[&target.storage]).await;
+    let run_id = new_run_id();
+    match tool_catalog(config, target, &store, &run_id).await {
+        Ok(Some((_, backups, delegated))) => check_repository(config, &store, &run_id, &backups, &delegated).await,
+        Ok(None) => Finding::new(
+            "repository",
+            Status::Error,
+            format!("target {} reads objects (source = \"objects\"): there is no backup tool's repository to check", target.name),
+        ),
+        Err(e) => Finding::new("repository", Status::Error, e.to_string()),
+    }
+}
+
+/// The `repository` validator: the tool's repository checked without a restore (the
+/// tool's own verification where it has one, read line by line; WAL continuity).
+pub async fn check_repository(
+    config: &Config,
+    store: &Arc<dyn BackupStore>,
+    run_id: &str,
+    backups: &[Backup],
+    delegated: &Delegated,
+) -> drcheck_validators::Finding {
+    use drcheck_validators::{Finding, Status};
+    let t = Instant::now();
+    let result = match delegated {
+        Delegated::Pgbackrest(repo, catalog) => match catalog_sandbox(config, &repo.describe(), &format!("{run_id}-verify")) {
+            Ok(sandbox) => {
+                let r = repo.integrity(&sandbox, catalog).await;
+                sandbox.teardown();
+                r
+            }
+            Err(e) => Err(RestoreError::Store(e)),
+        },
+        Delegated::Barman(catalog) => catalog.integrity(store, backups).await,
+    };
+    let finding = match result {
+        Err(e) if e.is_backup_fault() => Finding::new("repository", Status::Failed, e.to_string()),
+        Err(e) => Finding::new("repository", Status::Error, e.to_string()),
+        Ok(i) if !i.problems.is_empty() => Finding::new("repository", Status::Failed, i.problems.join("; "))
+            .covered("backups", i.backups)
+            .covered("wal_files", i.wal_files),
+        Ok(i) => {
+            let mut detail =
+                format!("{} restorable backups, WAL continuous over {} files", i.backups, i.wal_files);
+            for n in &i.notes {
+                detail.push_str("; ");
+                detail.push_str(n);
+            }
+            Finding::new("repository", Status::Passed, detail)
+                .covered("backups", i.backups)
+                .covered("wal_files", i.wal_files)
+        }
+    };
+    finding.with("seconds", t.elapsed().as_secs_f64())
+}
+
 /// A sandbox directory (no server) for a backup tool listing its catalog.
 fn catalog_sandbox(config: &Config, store: &str, run_id: &str) -> Result<drcheck_restore::Sandbox, StoreError> {
     let opts = SandboxOptions {
@@ -317,11 +376,13 @@ async fn steps(
     let target = run.target;
     progress.phase(&target.name, "selecting backup");
     let store = open_store(&target.storage, &config.storage[&target.storage]).await;
+    let mut repository = None;
     let tool = tool_catalog(config, target, &store, &run.report.run_id)
         .await
         .map_err(|e| store_stop(Stage::Select, e))?;
     let (backup, delegated) = match tool {
         Some((described, backups, delegated)) => {
+            repository = Some((backups.clone(), delegated.clone()));
             let backup = select_from_catalog(&backups, target, backup_key, &described)?;
             run.report.rpo.recovery_window_start = backups
                 .iter()
@@ -456,6 +517,12 @@ async fn steps(
     run.report.rpo.data_lag_seconds =
         validated.findings.iter().find_map(|f| f.measurements.get("data_lag_seconds").copied());
     run.report.primary_queries = validated.primary_queries;
+    if let Some((backups, delegated)) = &repository
+        && target.validators.enabled.iter().any(|v| v == "repository")
+    {
+        let f = check_repository(config, &store, &run.report.run_id, backups, delegated).await;
+        run.report.validators.push(ValidatorReport::from(&f));
+    }
     run.phase("validate", t.elapsed());
     if cancel.is_cancelled() {
         return Err(Stop::aborted("validate"));

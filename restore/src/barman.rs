@@ -10,7 +10,7 @@
 //! missing) and the backup's objects (for its size); it reads `backup.info` for the
 //! time zone the JSON listing drops.
 
-use crate::delegate::{self, Archived, Output, Tool, plan_segments};
+use crate::delegate::{self, Archived, Integrity, Output, Tool, plan_segments};
 use crate::error::{RestoreError, Stage, StoreError};
 use crate::recovery;
 use crate::sandbox::Sandbox;
@@ -192,6 +192,23 @@ impl Catalog {
         let recovered_to =
             recovery::start_restored(sandbox, pg_bindir, Some(recovery::Replay { spool: &spool, target })).await?;
         Ok(Restored { recovered_to, wal_files: plan.segments.len(), wal_gap: plan.gap, fetched_in })
+    }
+
+    /// The catalog checked without a restore: the newest backup's status, and WAL
+    /// continuity from the oldest restorable backup to the newest archived file.
+    pub async fn integrity(&self, store: &Arc<dyn BackupStore>, backups: &[Backup]) -> Result<Integrity, RestoreError> {
+        let mut integrity = Integrity::default();
+        if let Some(newest) = backups.last()
+            && let Some(c) = newest.catalog.as_ref().filter(|c| c.status != "ok")
+        {
+            integrity.notes.push(format!("the newest backup {} is {}: not restorable", newest.key, c.status));
+        }
+        let mut archived = Archived::default();
+        for o in store.list(&format!("{}wals/", self.server_prefix())).await? {
+            archived.add(o.key.rsplit('/').next().unwrap_or(&o.key));
+        }
+        delegate::continuity(backups, &archived, &mut integrity);
+        Ok(integrity)
     }
 
     async fn fetch_wal(&self, sandbox: &Sandbox, spool: &Path, name: &str) -> Result<(), RestoreError> {

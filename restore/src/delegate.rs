@@ -179,6 +179,56 @@ pub fn plan_segments(start: &str, stop: &str, last: &str, archived: &Archived) -
     }
 }
 
+/// What a repository check found, without restoring anything.
+#[derive(Debug, Clone, Default)]
+pub struct Integrity {
+    /// Problems, each naming what is wrong (a WAL file, a backup).
+    pub problems: Vec<String>,
+    /// What was looked at, for the finding's coverage.
+    pub backups: u64,
+    pub wal_files: u64,
+    /// What the tool itself said, summarised.
+    pub notes: Vec<String>,
+}
+
+/// WAL continuity over a catalog (oldest first): every restorable backup's own WAL must
+/// be archived, and the archive must run without a gap from the oldest restorable
+/// backup's start to its newest file — a gap means no point in time after it can be
+/// recovered from the backups before it.
+pub fn continuity(backups: &[crate::store::Backup], archived: &Archived, integrity: &mut Integrity) {
+    let usable: Vec<_> = backups
+        .iter()
+        .filter_map(|b| b.catalog.as_ref().filter(|c| c.status == "ok").map(|c| (b, c)))
+        .collect();
+    integrity.backups += usable.len() as u64;
+    let Some(newest) = archived.segments.iter().next_back() else {
+        if !usable.is_empty() {
+            integrity.problems.push("the WAL archive is empty".into());
+        }
+        return;
+    };
+    for (b, c) in &usable {
+        if let (Some(start), Some(stop)) = (&c.wal_start, &c.wal_stop)
+            && let Err(missing) = plan_segments(start, stop, stop, archived)
+        {
+            integrity.problems.push(format!(
+                "backup {} cannot become consistent: WAL file {missing} (of {start}..{stop}) is missing",
+                b.key
+            ));
+        }
+    }
+    if let Some(start) = usable.first().and_then(|(_, c)| c.wal_start.clone())
+        && let Ok(plan) = plan_segments(&start, &start, newest, archived)
+    {
+        integrity.wal_files += plan.segments.len() as u64;
+        if let Some(gap) = plan.gap {
+            integrity.problems.push(format!(
+                "the WAL archive has a gap at {gap} (archived up to {newest}): recovery cannot pass it"
+            ));
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -215,6 +265,44 @@ mod tests {
         assert_eq!(p.gap.as_deref(), Some("000000010000000000000005"));
         let err = plan_segments("000000010000000000000003", "000000010000000000000005", "000000010000000000000006", &a);
         assert_eq!(err.err().as_deref(), Some("000000010000000000000005"));
+    }
+
+    #[test]
+    fn continuity_names_the_missing_file_and_the_gap() {
+        use crate::store::{Backup, CatalogEntry};
+        let backup = |key: &str, start: &str, stop: &str| Backup {
+            key: key.into(),
+            size: 1,
+            last_modified: std::time::SystemTime::UNIX_EPOCH,
+            parts: vec![],
+            sha256_key: None,
+            catalog: Some(CatalogEntry {
+                tool: "pgbackrest",
+                kind: "full".into(),
+                started: std::time::SystemTime::UNIX_EPOCH,
+                status: "ok".into(),
+                wal_start: Some(start.into()),
+                wal_stop: Some(stop.into()),
+            }),
+        };
+        let mut a = Archived::default();
+        for n in ["000000010000000000000002", "000000010000000000000003", "000000010000000000000005"] {
+            a.add(n);
+        }
+        let backups = [
+            backup("F", "000000010000000000000002", "000000010000000000000002"),
+            backup("I", "000000010000000000000004", "000000010000000000000004"),
+        ];
+        let mut i = Integrity::default();
+        continuity(&backups, &a, &mut i);
+        assert_eq!(i.problems.len(), 2, "{:?}", i.problems);
+        assert!(i.problems[0].contains("backup I") && i.problems[0].contains("000000010000000000000004"));
+        assert!(i.problems[1].contains("gap at 000000010000000000000004"));
+        a.add("000000010000000000000004");
+        let mut i = Integrity::default();
+        continuity(&backups, &a, &mut i);
+        assert!(i.problems.is_empty(), "{:?}", i.problems);
+        assert_eq!((i.backups, i.wal_files), (2, 4));
     }
 
     #[test]

@@ -47,6 +47,7 @@ pub struct RestoreJob<'a> {
 }
 
 /// A backup tool that restores a backup of its own catalog.
+#[derive(Clone)]
 pub enum Delegated {
     /// The repository, and the catalog the backup was chosen from (WAL range, archive id).
     Pgbackrest(crate::pgbackrest::Repo, crate::pgbackrest::Catalog),

@@ -14,7 +14,7 @@
 //! a repository it reports as broken): the JSON's status is read.
 
 use crate::error::{RestoreError, Stage, StoreError};
-use crate::delegate::{self, Archived, Output, Tool, plan_segments};
+use crate::delegate::{self, Archived, Integrity, Output, Tool, plan_segments};
 use crate::recovery;
 use crate::sandbox::Sandbox;
 use crate::store::{Backup, CatalogEntry};
@@ -231,6 +231,21 @@ impl Repo {
         Ok(Restored { recovered_to, wal_files: n, wal_gap: plan.gap, fetched_in })
     }
 
+    /// The repository checked without a restore: `pgbackrest verify`'s report read
+    /// line by line (its exit code is 0 whatever it finds), and WAL continuity checked
+    /// by drcheck (verify calls backups valid whose WAL is gone).
+    pub async fn integrity(&self, sandbox: &Sandbox, catalog: &Catalog) -> Result<Integrity, RestoreError> {
+        let mut integrity = Integrity::default();
+        let out = self.run(sandbox, &["verify".into(), "--output=text".into(), "--verbose=y".into()]).await?;
+        if !out.ok() {
+            return Err(classify("pgbackrest verify", &out));
+        }
+        read_verify(&String::from_utf8_lossy(&out.stdout), &mut integrity);
+        let archived = self.archived_segments(sandbox, catalog).await?;
+        delegate::continuity(&catalog.backups, &archived, &mut integrity);
+        Ok(integrity)
+    }
+
     /// `pgbackrest archive-get NAME` into the spool.
     async fn fetch_wal(&self, sandbox: &Sandbox, spool: &Path, name: &str) -> Result<(), RestoreError> {
         let dest = spool.join(name);
@@ -300,6 +315,35 @@ fn parse_repo_ls(json: &[u8]) -> Result<Archived, String> {
         out.add(path.rsplit('/').next().unwrap_or(path));
     }
     Ok(out)
+}
+
+/// `pgbackrest verify --output=text --verbose=y`: `status: error`, any non-zero count of
+/// missing or invalid files, or a backup whose status is not `valid` is a problem.
+fn read_verify(text: &str, integrity: &mut Integrity) {
+    let mut context = String::new();
+    for line in text.lines().map(str::trim) {
+        if let Some(status) = line.strip_prefix("status: ") {
+            integrity.notes.push(format!("pgbackrest verify: status {status}"));
+            if status != "ok" {
+                integrity.problems.push(format!("pgbackrest verify reports status {status}"));
+            }
+        } else if line.starts_with("archiveId:") || line.starts_with("backup:") {
+            context = line.split(',').next().unwrap_or(line).to_string();
+            if let Some(status) = line.split(", ").find_map(|p| p.strip_prefix("status: "))
+                && status != "valid"
+            {
+                integrity.problems.push(format!("pgbackrest verify: {context} is {status}"));
+            }
+        } else if line.starts_with("missing:") {
+            let bad: Vec<&str> = line
+                .split(", ")
+                .filter(|p| p.rsplit(' ').next().is_some_and(|n| n.parse::<u64>().is_ok_and(|n| n > 0)))
+                .collect();
+            if !bad.is_empty() {
+                integrity.problems.push(format!("pgbackrest verify: {context}: {}", bad.join(", ")));
+            }
+        }
+    }
 }
 
 /// `pgbackrest info --output=json` for `stanza` → the catalog. A stanza pgBackRest
@@ -378,6 +422,22 @@ mod tests {
         let broken = INFO.replace(r#""code":0,"message":"ok""#, r#""code":99,"message":"other""#);
         assert!(parse_info(broken.as_bytes(), "main").unwrap_err().contains("status 99"));
         assert!(parse_info(b"not json", "main").is_err());
+    }
+
+    #[test]
+    fn verify_reports_are_read_not_their_exit_code() {
+        let ok = "stanza: main\nstatus: ok\n  archiveId: 15-1, total WAL checked: 7, total valid WAL: 7\n    missing: 0, checksum invalid: 0, size invalid: 0, other: 0\n  backup: 20261130-163959F, status: valid, total files checked: 1265, total valid files: 1265\n    missing: 0, checksum invalid: 0, size invalid: 0, other: 0\n";
+        let mut i = Integrity::default();
+        read_verify(ok, &mut i);
+        assert!(i.problems.is_empty(), "{:?}", i.problems);
+        let bad = ok
+            .replace("status: ok", "status: error")
+            .replacen("missing: 0, checksum invalid: 0", "missing: 0, checksum invalid: 2", 2)
+            .replace("status: valid", "status: invalid");
+        let mut i = Integrity::default();
+        read_verify(&bad, &mut i);
+        assert_eq!(i.problems.len(), 4, "{:?}", i.problems);
+        assert!(i.problems.iter().any(|p| p.contains("backup: 20261130-163959F: checksum invalid: 2")), "{:?}", i.problems);
     }
 
     #[test]

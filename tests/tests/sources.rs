@@ -102,6 +102,11 @@ fn the_latest_pgbackrest_backup_restores_replays_its_wal_and_measures_the_recove
     assert!(point.is_some_and(|p| (p - unix(recovered)).abs() < 0.01), "{prom}");
     let start = drcheck_e2e::sample(&prom, "drcheck_recovery_window_start_timestamp_seconds", "target=\"orders\"");
     assert_eq!(start, Some(full_stop), "{prom}");
+    // The repository itself: three restorable backups, WAL continuous.
+    let repo = validator(&run, "repository");
+    assert_eq!(repo["status"], "passed", "{repo}");
+    assert_eq!(repo["measurements"]["covered_backups"], 3.0, "{repo}");
+    assert_eq!(drcheck_e2e::sample(&prom, "drcheck_repository_check_success", "target=\"orders\""), Some(1.0));
 }
 
 /// `aws s3` against moto's plain port (the bucket pgBackRest writes through TLS).
@@ -123,8 +128,16 @@ fn a_wal_file_the_latest_backup_needs_is_missing_the_run_fails_naming_it() {
         .find(|k| k.rsplit('/').next().unwrap().starts_with(&format!("{needed}-")))
         .expect("the segment is archived");
     aws(&scene, &["rm", "--only-show-errors", &format!("s3://{}/{key}", scene.bucket)]);
-    // pgBackRest's own check does not see it (it exits 0 whatever it finds).
-    let _ = scene.pgbackrest(&["verify"]);
+    // pgBackRest's own check does not see it (and it exits 0 whatever it finds)…
+    let own = scene.pgbackrest(&["verify", "--output=text", "--verbose=y"]);
+    assert!(own.contains("status: ok"), "{own}");
+    // …drcheck's repository check does, in seconds and without a restore.
+    let c = scene.config("").display().to_string();
+    let (out, _) = drcheck(&["--config", &c, "verify", "--integrity-only", "--json"], &scene.env(), LIMIT);
+    assert_eq!(out.status.code(), Some(1), "{}{}", stdout(&out), stderr(&out));
+    let checks: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let detail = checks["checks"][0]["detail"].as_str().unwrap();
+    assert!(detail.contains(&needed) && detail.contains("missing"), "{checks}");
     let (out, run) = verify(&scene, "");
     assert_eq!(out.status.code(), Some(1), "the backup is to blame: {run}\n{}", stderr(&out));
     assert_eq!(run["result"], "failed");
@@ -286,6 +299,9 @@ fn a_failed_barman_backup_is_skipped_and_a_tar_without_backup_info_changes_nothi
     let (out, run) = barman_verify(&scene, "");
     assert_eq!(run["result"], "passed", "{run}\n{}", stderr(&out));
     assert_eq!(run["backup"]["key"], first.as_str(), "the FAILED backup is never chosen");
+    let repo = validator(&run, "repository");
+    assert_eq!(repo["status"], "passed", "{repo}");
+    assert!(repo["detail"].as_str().unwrap().contains(&format!("the newest backup {second} is failed")), "{repo}");
 }
 
 #[test]
@@ -305,4 +321,34 @@ fn a_missing_barman_wal_file_fails_the_run_naming_it() {
     assert_eq!(out.status.code(), Some(1), "{run}\n{}", stderr(&out));
     let msg = run["error"]["message"].as_str().unwrap();
     assert!(msg.contains(&begin) && msg.contains("missing"), "{msg}");
+    let c = scene.config("").display().to_string();
+    let (out, _) = drcheck(&["--config", &c, "verify", "--integrity-only"], &[], LIMIT);
+    assert_eq!(out.status.code(), Some(1), "{}{}", stdout(&out), stderr(&out));
+    assert!(stdout(&out).contains(&format!("backup {second} cannot become consistent: WAL file {begin}")), "{}", stdout(&out));
+}
+
+/// `integrity_schedule`: the daemon checks the repository on its own schedule, without
+/// restoring, and exports the verdict.
+#[test]
+fn the_daemon_checks_the_repository_on_its_integrity_schedule() {
+    let scene = PgbrScene::start(None);
+    three_backups(&scene);
+    scene.archive_now();
+    let port = drcheck_e2e::free_port();
+    let config = scene.config(&format!("integrity_schedule = \"* * * * * *\"\n[metrics]\nlisten = \"127.0.0.1:{port}\"\n"));
+    let mut d = drcheck_e2e::Daemon::start(&config, port, &scene.env());
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let m = drcheck_e2e::http_get(port, "/metrics");
+        if drcheck_e2e::sample(&m, "drcheck_repository_check_success", "target=\"orders\"") == Some(1.0) {
+            assert!(drcheck_e2e::sample(&m, "drcheck_repository_check_timestamp_seconds", "target=\"orders\"").is_some());
+            // A check is not a verification: no run was recorded or counted.
+            assert_eq!(drcheck_e2e::sample(&m, "drcheck_verification_runs_total", "result=\"passed\""), Some(0.0), "{m}");
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "no repository check in 60 s: {}", d.stderr_text());
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    let (status, _) = d.terminate(Duration::from_secs(30));
+    assert!(status.success(), "{}", d.stderr_text());
 }

@@ -108,7 +108,21 @@ pub(super) fn validate_target(
             },
         },
     };
+    let integrity_schedule = match &t.integrity_schedule {
+        None => None,
+        Some(s) if source == SourceConfig::Objects => {
+            return Err(cx.err(
+                &key("integrity_schedule"),
+                Some(s.span()),
+                "needs a backup tool's repository (source = \"pgbackrest\" or \"barman-cloud\")",
+            ));
+        }
+        Some(s) => Some(
+            normalize_schedule(s.get_ref()).map_err(|m| cx.err(&key("integrity_schedule"), Some(s.span()), m))?,
+        ),
+    };
     Ok(TargetConfig {
+        integrity_schedule,
         source,
         select,
         schedule,

@@ -12,6 +12,9 @@ use drcheck_config::Config;
 
 pub async fn run(config: &Config, args: VerifyArgs) -> Result<Exit, CliError> {
     let targets = super::select_targets(config, args.target.as_deref())?;
+    if args.integrity_only {
+        return integrity(config, &targets, args.json).await;
+    }
     // Open the history store first: a run that cannot be recorded should not start.
     let history = History::open(&config.state.url).await.map_err(CliError::incomplete)?;
     let cancel = crate::shutdown::on_signals();
@@ -140,4 +143,36 @@ mod tests {
         assert_eq!(overall_exit([Error, Failed, Aborted].into_iter()), Exit::Failed);
         assert_eq!(overall_exit([Aborted].into_iter()), Exit::Incomplete);
     }
+}
+
+/// `verify --integrity-only`: the `repository` validator of each target, no restore.
+/// Exit 0 when every repository holds, 1 when one is broken, 3 when one could not be
+/// checked (unreachable, or not a backup tool's repository).
+async fn integrity(config: &Config, targets: &[&drcheck_config::TargetConfig], json: bool) -> Result<Exit, CliError> {
+    use drcheck_validators::Status;
+    let mut checks = Vec::new();
+    let mut results = Vec::new();
+    for t in targets {
+        let f = pipeline::integrity_only(config, t).await;
+        results.push(match f.status {
+            Status::Passed => RunResult::Passed,
+            Status::Failed => RunResult::Failed,
+            _ => RunResult::Error,
+        });
+        if !json {
+            crate::outln!("{}: repository {} — {}", t.name, f.status.as_str(), f.detail);
+        }
+        checks.push(serde_json::json!({
+            "target": t.name,
+            "checked_at": crate::report::timestamp(std::time::SystemTime::now()),
+            "status": f.status.as_str(),
+            "detail": f.detail,
+            "measurements": f.measurements,
+        }));
+    }
+    if json {
+        let text = serde_json::to_string_pretty(&serde_json::json!({"checks": checks})).map_err(CliError::incomplete)?;
+        crate::outln!("{text}");
+    }
+    Ok(overall_exit(results.into_iter()))
 }

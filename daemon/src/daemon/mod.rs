@@ -79,15 +79,34 @@ pub async fn run_target(shared: Arc<Shared>, target: String, run_id: String) -> 
     Ok(())
 }
 
+/// Schedule entries of repository checks are named `integrity:TARGET`.
+const INTEGRITY: &str = "integrity:";
+
 fn entries(config: &Config) -> Vec<Entry> {
-    config
+    let restores = config.targets.iter().filter_map(|t| Some((t.name.clone(), t.schedule.as_ref()?, t.jitter)));
+    let checks = config
         .targets
         .iter()
-        .filter_map(|t| {
-            let s = t.schedule.as_ref()?;
-            Entry::new(&t.name, s, t.jitter).map_err(|e| tracing::error!(target = %t.name, "bad schedule: {e}")).ok()
+        .filter_map(|t| Some((format!("{INTEGRITY}{}", t.name), t.integrity_schedule.as_ref()?, t.jitter)));
+    restores
+        .chain(checks)
+        .filter_map(|(name, s, jitter)| {
+            Entry::new(&name, s, jitter).map_err(|e| tracing::error!(target = %name, "bad schedule: {e}")).ok()
         })
         .collect()
+}
+
+/// A scheduled repository check: the `repository` validator, no restore, no lease (it
+/// only reads the repository); its verdict goes to the metrics and the log.
+async fn check_target(shared: Arc<Shared>, target: &str) {
+    let config = shared.config();
+    let Some(t) = config.target(target) else { return };
+    let finding = pipeline::integrity_only(&config, t).await;
+    shared.metrics.observe_integrity(target, &finding);
+    match finding.status {
+        drcheck_validators::Status::Passed => tracing::info!(target, detail = %finding.detail, "repository check passed"),
+        _ => tracing::warn!(target, status = finding.status.as_str(), detail = %finding.detail, "repository check did not pass"),
+    }
 }
 
 /// Runs the daemon until `shutdown` fires. `reload` fires on SIGHUP.
@@ -129,6 +148,9 @@ pub async fn run(
         let runner: schedule::Runner = Arc::new(move |t: String| {
             let sh = sh.clone();
             Box::pin(async move {
+                if let Some(name) = t.strip_prefix(INTEGRITY) {
+                    return check_target(sh, name).await;
+                }
                 if let Err(e) = run_target(sh, t.clone(), pipeline::new_run_id()).await {
                     tracing::warn!(target = %t, "scheduled run did not start: {e}");
                 }
@@ -136,7 +158,7 @@ pub async fn run(
         });
         let m = shared.clone();
         let on_fire: schedule::OnFire = Arc::new(move |t: &str, started: bool| {
-            if started {
+            if started && !t.starts_with(INTEGRITY) {
                 m.metrics.scheduled_runs_total.with_label_values(&[t]).inc();
             }
         });
