@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-for k in kubernetes/base kubernetes/overlays/example; do
+for k in kubernetes/base kubernetes/overlays/example kubernetes/overlays/cloudnativepg; do
   kubectl kustomize "$k" >"$tmp/rendered.yaml"
   out=$(kubernetes-validate --strict "$tmp/rendered.yaml" 2>&1) || { echo "$out"; echo "deploy: $k is not valid" >&2; exit 1; }
   if echo "$out" | grep -Eq '^(WARN|ERROR)'; then echo "$out"; echo "deploy: $k: warnings count as failures" >&2; exit 1; fi

@@ -15,6 +15,11 @@ command -v sha256sum >/dev/null 2>&1 || need_apt+=(coreutils)
 command -v promtool >/dev/null 2>&1 || need_apt+=(prometheus)
 command -v prometheus-pushgateway >/dev/null 2>&1 || need_apt+=(prometheus-pushgateway)
 command -v prometheus-alertmanager >/dev/null 2>&1 || need_apt+=(prometheus-alertmanager)
+# Backup tools whose repositories drcheck restores by delegation, and openssl for the
+# test TLS terminator's certificate (pgBackRest 2.45 reaches S3 only over HTTPS).
+command -v pgbackrest >/dev/null 2>&1 || need_apt+=(pgbackrest)
+command -v barman-cloud-restore >/dev/null 2>&1 || need_apt+=(barman-cli-cloud)
+command -v openssl >/dev/null 2>&1 || need_apt+=(openssl)
 # kubectl for `kubectl kustomize` in the deploy checks.
 command -v kubectl >/dev/null 2>&1 || need_apt+=(kubectl)
 # A non-C locale (de_DE.UTF-8) for the test that a primary's lc_monetary cannot skew checksums.

@@ -300,3 +300,80 @@ fn sandbox_containment_and_expansion_keys() {
     let e = parse(&bad).unwrap_err().to_string();
     assert!(e.contains("sandbox.max_expansion") && e.contains("expected a number ≥ 1"), "{e}");
 }
+
+const PGBR: &str = r#"
+[storage.repo]
+kind = "s3"
+bucket = "pgbr"
+endpoint = "https://127.0.0.1:9443"
+path_style = true
+verify_tls = false
+[[target]]
+name = "orders"
+source = "pgbackrest"
+storage = "repo"
+stanza = "main"
+repo_path = "/pgbackrest"
+cipher_pass = "${ORDERS_PW}"
+rto = "30m"
+rpo = "26h"
+recovery_target = "lsn:0/3000028"
+select = "random:3d"
+integrity_schedule = "*/15 * * * *"
+"#;
+
+#[test]
+fn backup_tool_sources_validate_with_their_own_keys() {
+    let c = parse(PGBR).unwrap();
+    let t = c.target("orders").unwrap();
+    match &t.source {
+        SourceConfig::Pgbackrest { stanza, repo_path, cipher_pass } => {
+            assert_eq!((stanza.as_str(), repo_path.as_str()), ("main", "/pgbackrest"));
+            assert_eq!(cipher_pass.as_ref().unwrap().expose(), "hunter2");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(t.recovery_target, RecoveryTarget::Lsn("0/3000028".into()));
+    assert_eq!(t.select, Selection::Random(Duration::from_secs(3 * 86400)));
+    assert_eq!(t.integrity_schedule.as_deref(), Some("0 */15 * * * *"));
+    let StorageConfig::S3(s3) = &c.storage["repo"] else { panic!() };
+    assert!(!s3.verify_tls);
+    // The passphrase never shows in the redacted config.
+    assert!(!c.to_redacted_toml().contains("hunter2"));
+
+    let barman = r#"
+[storage.cnpg]
+kind = "s3"
+bucket = "b"
+[[target]]
+name = "pg"
+source = "barman-cloud"
+storage = "cnpg"
+server_name = "cluster-example"
+prefix = "clusters/"
+rto = "1h"
+rpo = "1h"
+"#;
+    let c = parse(barman).unwrap();
+    assert_eq!(c.targets[0].source, SourceConfig::BarmanCloud { server_name: "cluster-example".into() });
+}
+
+#[test]
+fn backup_tool_source_mistakes_are_named() {
+    let cases = [
+        (PGBR.replace("source = \"pgbackrest\"", "source = \"pgbackrst\""), "source", "expected \"objects\""),
+        (PGBR.replace("stanza = \"main\"\n", ""), "stanza", "needs stanza"),
+        (PGBR.replace("stanza = \"main\"", "stanza = \"main\"\nserver_name = \"x\""), "server_name", "not a key of source"),
+        (PGBR.replace("select = \"random:3d\"", "select = \"newest\""), "select", "random:7d"),
+        (PGBR.replace("lsn:0/3000028", "lsn:zz"), "recovery_target", "lsn:0/3000028"),
+        (PGBR.replace("source = \"pgbackrest\"\n", "").replace("stanza = \"main\"\nrepo_path = \"/pgbackrest\"\ncipher_pass = \"${ORDERS_PW}\"\n", ""), "integrity_schedule", "needs a backup tool"),
+        (PGBR.replace("path_style = true", "path_style = true\nca_file = \"/nonexistent/ca.pem\""), "ca_file", "not a readable file"),
+        (PGBR.replace("rto = \"30m\"", "rto = \"30m\"\nwal_prefix = \"wal/\""), "wal_prefix", "the tool's catalog says"),
+    ];
+    for (text, key, says) in cases {
+        let (k, line, msg) = invalid(&text);
+        assert!(k.ends_with(key), "{key}: got {k}: {msg}");
+        assert!(line.is_some(), "{key}: no line");
+        assert!(msg.contains(says), "{key}: {msg}");
+    }
+}
