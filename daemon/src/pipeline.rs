@@ -608,3 +608,60 @@ mod cap_tests {
         assert_eq!(super::cap_message("short"), "short");
     }
 }
+
+#[cfg(test)]
+mod select_tests {
+    use super::*;
+    use drcheck_restore::store::CatalogEntry;
+
+    fn target(select: &str) -> TargetConfig {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.toml");
+        std::fs::write(
+            &path,
+            format!(
+                "[storage.r]\nkind = \"s3\"\nbucket = \"b\"\nendpoint = \"https://h:1\"\n[[target]]\nname = \"t\"\nsource = \"pgbackrest\"\nstanza = \"main\"\nstorage = \"r\"\nrto = \"1h\"\nrpo = \"1h\"\nselect = \"{select}\"\n"
+            ),
+        )
+        .unwrap();
+        drcheck_config::load(&path).unwrap().targets.remove(0)
+    }
+
+    fn backup(key: &str, age_days: u64, status: &str) -> Backup {
+        let at = SystemTime::now() - Duration::from_secs(age_days * 86400);
+        Backup {
+            key: key.into(),
+            size: 1,
+            last_modified: at,
+            parts: vec![],
+            sha256_key: None,
+            catalog: Some(CatalogEntry {
+                tool: "pgbackrest",
+                kind: "full".into(),
+                started: at,
+                status: status.into(),
+                wal_start: None,
+                wal_stop: None,
+            }),
+        }
+    }
+
+    #[test]
+    fn the_catalog_selection_skips_errors_and_picks_within_the_window() {
+        let all = [backup("old", 30, "ok"), backup("a", 5, "ok"), backup("b", 2, "ok"), backup("broken", 1, "error")];
+        let latest = select_from_catalog(&all, &target("latest"), None, "repo").unwrap_or_else(|_| panic!());
+        assert_eq!(latest.key, "b", "never the one in error");
+        let mut seen = std::collections::BTreeSet::new();
+        for _ in 0..200 {
+            let b = select_from_catalog(&all, &target("random:7d"), None, "repo").unwrap_or_else(|_| panic!());
+            seen.insert(b.key);
+        }
+        assert_eq!(seen.into_iter().collect::<Vec<_>>(), ["a", "b"], "random within the window, never old or broken");
+        let named = select_from_catalog(&all, &target("latest"), Some("old"), "repo").unwrap_or_else(|_| panic!());
+        assert_eq!(named.key, "old");
+        assert!(select_from_catalog(&all, &target("latest"), Some("nope"), "repo").is_err());
+        let none = [backup("broken", 1, "error")];
+        let Err(stop) = select_from_catalog(&none, &target("latest"), None, "repo") else { panic!() };
+        assert!(stop.message.contains("1 marked in error"), "{}", stop.message);
+    }
+}
