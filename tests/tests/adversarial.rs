@@ -552,3 +552,38 @@ fn the_api_token_guards_every_api_route() {
         assert_eq!(status, 200, "{path}");
     }
 }
+
+/// A backup tool restoring by delegation (pgBackRest, barman-cloud) reads backup content
+/// and holds the store's credentials: contained, it may connect to the store's port and
+/// nowhere else (not the primary, not the metadata service, not another port on the host).
+#[test]
+fn a_delegated_backup_tool_connects_to_the_store_port_only() {
+    let store = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let elsewhere = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let (store_port, other_port) = (store.local_addr().unwrap().port(), elsewhere.local_addr().unwrap().port());
+    let root = TempRoot::new();
+    let python = std::fs::canonicalize("/usr/bin/python3").unwrap();
+    let probe = |port: u16| {
+        let mut cmd = std::process::Command::new(drcheck_e2e::drcheck_bin());
+        cmd.arg("__drcheck-contain").arg("--rw").arg(root.path());
+        for ro in ["/usr/lib", "/usr/local/lib", "/lib", "/lib64", "/etc/ld.so.cache", "/usr/share"] {
+            cmd.args(["--ro", ro]);
+        }
+        cmd.arg("--exec").arg(&python);
+        for l in ["/lib64/ld-linux-x86-64.so.2", "/lib/ld-linux-aarch64.so.1"].iter().filter(|p| Path::new(p).exists()) {
+            cmd.args(["--exec", l]);
+        }
+        cmd.args(["--connect", &store_port.to_string(), "--abi", "7", "--"]).arg(&python).args([
+            "-c",
+            &format!(
+                "import socket,sys\ntry:\n socket.create_connection(('127.0.0.1', {port}), timeout=5).close(); print('connected')\nexcept OSError as e:\n print('refused', e)"
+            ),
+        ]);
+        let out = cmd.env_clear().output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    assert_eq!(probe(store_port), "connected", "the store's port is reachable");
+    let other = probe(other_port);
+    assert!(other.starts_with("refused") && other.contains("Permission denied"), "another port: {other}");
+}
