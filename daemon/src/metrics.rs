@@ -267,7 +267,9 @@ impl Metrics {
             }
         }
         let unix = |s: &str| {
-            humantime::parse_rfc3339_weak(s).ok().map(|t| t.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs_f64())
+            humantime::parse_rfc3339_weak(s)
+                .ok()
+                .map(|t| t.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs_f64())
         };
         // Only a passing run proves its recovered point restorable.
         if passed && let Some(at) = r.restore.as_ref().and_then(|i| i.recovered_to.as_deref()).and_then(unix) {

@@ -10,17 +10,17 @@ use crate::report::RestoreInfo;
 use crate::report::{BackupInfo, Phase, Rpo, Rto, RunError, RunReport, RunResult, ValidatorReport, secs, timestamp};
 use drcheck_config::{Config, Selection, SourceConfig, StorageConfig, TargetConfig};
 use drcheck_restore::barman::Catalog as BarmanCatalog;
-use drcheck_restore::job::Delegated;
-use drcheck_restore::pgbackrest::Repo;
-use std::sync::Arc;
 use drcheck_restore::fetch::FetchOptions;
+use drcheck_restore::job::Delegated;
 use drcheck_restore::job::{self, RestoreJob};
+use drcheck_restore::pgbackrest::Repo;
 use drcheck_restore::physical::WalReplay;
 use drcheck_restore::sandbox::reap_leftovers;
 use drcheck_restore::store::backups_newest_first;
 use drcheck_restore::{Backup, BackupStore, RestoreError, SandboxOptions, Stage, StoreError, open_store};
 use drcheck_validators::primary::canonical_session;
 use sqlx::postgres::PgPoolOptions;
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 use tokio_util::sync::CancellationToken;
 
@@ -139,7 +139,10 @@ pub async fn integrity_only(config: &Config, target: &TargetConfig) -> drcheck_v
         Ok(None) => Finding::new(
             "repository",
             Status::Error,
-            format!("target {} reads objects (source = \"objects\"): there is no backup tool's repository to check", target.name),
+            format!(
+                "target {} reads objects (source = \"objects\"): there is no backup tool's repository to check",
+                target.name
+            ),
         ),
         Err(e) => Finding::new("repository", Status::Error, e.to_string()),
     }
@@ -157,14 +160,16 @@ pub async fn check_repository(
     use drcheck_validators::{Finding, Status};
     let t = Instant::now();
     let result = match delegated {
-        Delegated::Pgbackrest(repo, catalog) => match catalog_sandbox(config, &repo.describe(), &format!("{run_id}-verify")) {
-            Ok(sandbox) => {
-                let r = repo.integrity(&sandbox, catalog).await;
-                sandbox.teardown();
-                r
+        Delegated::Pgbackrest(repo, catalog) => {
+            match catalog_sandbox(config, &repo.describe(), &format!("{run_id}-verify")) {
+                Ok(sandbox) => {
+                    let r = repo.integrity(&sandbox, catalog).await;
+                    sandbox.teardown();
+                    r
+                }
+                Err(e) => Err(RestoreError::Store(e)),
             }
-            Err(e) => Err(RestoreError::Store(e)),
-        },
+        }
         Delegated::Barman(catalog) => catalog.integrity(store, backups).await,
     };
     let finding = match result {
@@ -174,8 +179,7 @@ pub async fn check_repository(
             .covered("backups", i.backups)
             .covered("wal_files", i.wal_files),
         Ok(i) => {
-            let mut detail =
-                format!("{} restorable backups, WAL continuous over {} files", i.backups, i.wal_files);
+            let mut detail = format!("{} restorable backups, WAL continuous over {} files", i.backups, i.wal_files);
             for n in &i.notes {
                 detail.push_str("; ");
                 detail.push_str(n);
@@ -196,8 +200,11 @@ fn catalog_sandbox(config: &Config, store: &str, run_id: &str) -> Result<drcheck
         profile: config.sandbox.profile,
         require_containment: config.sandbox.require_containment,
     };
-    drcheck_restore::Sandbox::create(&opts)
-        .map_err(|e| StoreError { store: store.to_string(), message: e.to_string(), unreachable: false })
+    drcheck_restore::Sandbox::create(&opts).map_err(|e| StoreError {
+        store: store.to_string(),
+        message: e.to_string(),
+        unreachable: false,
+    })
 }
 
 /// Downloads a single-object backup to `output` with the concurrent fetcher.
@@ -377,9 +384,8 @@ async fn steps(
     progress.phase(&target.name, "selecting backup");
     let store = open_store(&target.storage, &config.storage[&target.storage]).await;
     let mut repository = None;
-    let tool = tool_catalog(config, target, &store, &run.report.run_id)
-        .await
-        .map_err(|e| store_stop(Stage::Select, e))?;
+    let tool =
+        tool_catalog(config, target, &store, &run.report.run_id).await.map_err(|e| store_stop(Stage::Select, e))?;
     let (backup, delegated) = match tool {
         Some((described, backups, delegated)) => {
             repository = Some((backups.clone(), delegated.clone()));
@@ -542,7 +548,10 @@ fn select_from_catalog(
     if let Some(key) = backup_key {
         return all.iter().find(|b| b.key == key).cloned().ok_or_else(|| {
             let known: Vec<&str> = all.iter().rev().take(5).map(|b| b.key.as_str()).collect();
-            Stop::failed("select", format!("no backup {key:?} in the catalog of {store} (newest: {})", known.join(", ")))
+            Stop::failed(
+                "select",
+                format!("no backup {key:?} in the catalog of {store} (newest: {})", known.join(", ")),
+            )
         });
     }
     let usable: Vec<&Backup> = all.iter().filter(|b| b.catalog.as_ref().is_some_and(|c| c.status == "ok")).collect();
@@ -555,11 +564,7 @@ fn select_from_catalog(
         Selection::Random(window) => {
             let since = SystemTime::now() - window;
             let recent: Vec<&Backup> = usable.iter().copied().filter(|b| b.last_modified >= since).collect();
-            if recent.is_empty() {
-                usable.last().copied()
-            } else {
-                Some(recent[rand_index(recent.len())])
-            }
+            if recent.is_empty() { usable.last().copied() } else { Some(recent[rand_index(recent.len())]) }
         }
     };
     chosen.cloned().ok_or_else(|| {

@@ -55,7 +55,11 @@ impl Catalog {
     }
 
     fn destination(&self) -> String {
-        if self.prefix.is_empty() { format!("s3://{}", self.bucket) } else { format!("s3://{}/{}", self.bucket, self.prefix) }
+        if self.prefix.is_empty() {
+            format!("s3://{}", self.bucket)
+        } else {
+            format!("s3://{}/{}", self.bucket, self.prefix)
+        }
     }
 
     /// Where the server's objects live in the bucket.
@@ -109,7 +113,11 @@ impl Catalog {
     pub async fn catalog(&self, sandbox: &Sandbox, store: &Arc<dyn BackupStore>) -> Result<Vec<Backup>, StoreError> {
         let store_err = |message: String, unreachable| StoreError { store: self.describe(), message, unreachable };
         let out = self
-            .run(sandbox, "barman-cloud-backup-list", &["--format=json".into(), self.destination(), self.server_name.clone()])
+            .run(
+                sandbox,
+                "barman-cloud-backup-list",
+                &["--format=json".into(), self.destination(), self.server_name.clone()],
+            )
             .await
             .map_err(|e| store_err(e.to_string(), true))?;
         if !out.ok() {
@@ -120,7 +128,11 @@ impl Catalog {
         let objects = store.list(&format!("{}base/", self.server_prefix())).await?;
         for b in &mut backups {
             let dir = format!("{}base/{}/", self.server_prefix(), b.key);
-            b.size = objects.iter().filter(|o| o.key.starts_with(&dir) && !o.key.ends_with("backup.info")).map(|o| o.size).sum();
+            b.size = objects
+                .iter()
+                .filter(|o| o.key.starts_with(&dir) && !o.key.ends_with("backup.info"))
+                .map(|o| o.size)
+                .sum();
             let info_key = format!("{dir}backup.info");
             let info_size = objects.iter().find(|o| o.key == info_key).map(|o| o.size.min(64 << 10));
             if let Some(size) = info_size.filter(|s| *s > 0)
@@ -162,8 +174,12 @@ impl Catalog {
             return Err(classify(&format!("barman-cloud-restore of {}", backup.key), &out));
         }
         let c = backup.catalog.as_ref();
-        let (Some(start), Some(stop)) = (c.and_then(|c| c.wal_start.clone()), c.and_then(|c| c.wal_stop.clone())) else {
-            return Err(RestoreError::bad(Stage::Restore, format!("the catalog names no WAL range for {}", backup.key)));
+        let (Some(start), Some(stop)) = (c.and_then(|c| c.wal_start.clone()), c.and_then(|c| c.wal_stop.clone()))
+        else {
+            return Err(RestoreError::bad(
+                Stage::Restore,
+                format!("the catalog names no WAL range for {}", backup.key),
+            ));
         };
         let mut archived = Archived::default();
         for o in store.list(&format!("{}wals/", self.server_prefix())).await? {
@@ -225,7 +241,14 @@ fn classify(what: &str, out: &Output) -> RestoreError {
     delegate::classify(
         what,
         out,
-        &["Can't connect", "AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "NoSuchBucket", "EndpointConnectionError"],
+        &[
+            "Can't connect",
+            "AccessDenied",
+            "InvalidAccessKeyId",
+            "SignatureDoesNotMatch",
+            "NoSuchBucket",
+            "EndpointConnectionError",
+        ],
     )
 }
 
@@ -245,7 +268,11 @@ fn chrono_free_parse(v: &str) -> Option<SystemTime> {
     let sign = if offset.starts_with('-') { -1 } else { 1 };
     let (h, m) = offset[1..].split_once(':').unwrap_or((&offset[1..], "0"));
     let secs = sign * (h.parse::<i64>().ok()? * 3600 + m.parse::<i64>().ok()? * 60);
-    if secs >= 0 { base.checked_sub(Duration::from_secs(secs as u64)) } else { base.checked_add(Duration::from_secs((-secs) as u64)) }
+    if secs >= 0 {
+        base.checked_sub(Duration::from_secs(secs as u64))
+    } else {
+        base.checked_add(Duration::from_secs((-secs) as u64))
+    }
 }
 
 /// `barman-cloud-backup-list --format json` → backups (times read as UTC; the caller
@@ -254,11 +281,7 @@ fn parse_list(json: &[u8]) -> Result<Vec<Backup>, String> {
     let v: serde_json::Value =
         serde_json::from_slice(json).map_err(|e| format!("barman-cloud-backup-list printed no JSON: {e}"))?;
     let list = v["backups_list"].as_array().ok_or("barman-cloud-backup-list: no backups_list")?;
-    let time = |t: &serde_json::Value| {
-        t.as_str()
-            .and_then(parse_ctime)
-            .unwrap_or(SystemTime::UNIX_EPOCH)
-    };
+    let time = |t: &serde_json::Value| t.as_str().and_then(parse_ctime).unwrap_or(SystemTime::UNIX_EPOCH);
     Ok(list
         .iter()
         .filter_map(|b| {
@@ -307,10 +330,7 @@ mod tests {
         assert_eq!(b.len(), 2);
         assert_eq!(b[0].catalog.as_ref().unwrap().status, "ok");
         assert_eq!(b[1].catalog.as_ref().unwrap().status, "failed");
-        assert_eq!(
-            b[0].last_modified,
-            humantime::parse_rfc3339("2026-11-30T16:50:24Z").unwrap()
-        );
+        assert_eq!(b[0].last_modified, humantime::parse_rfc3339("2026-11-30T16:50:24Z").unwrap());
         assert!(parse_list(b"{}").is_err());
     }
 

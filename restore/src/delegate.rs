@@ -138,7 +138,9 @@ impl Archived {
         let hex = |s: &str| s.chars().all(|c| c.is_ascii_hexdigit());
         if name.len() >= 24 && hex(&name[..24]) {
             let rest = &name[24..];
-            if rest.is_empty() || rest.starts_with('-') || [".gz", ".bz2", ".xz", ".zst", ".lz4", ".snappy"].contains(&rest)
+            if rest.is_empty()
+                || rest.starts_with('-')
+                || [".gz", ".bz2", ".xz", ".zst", ".lz4", ".snappy"].contains(&rest)
             {
                 self.segments.insert(name[..24].to_ascii_uppercase());
             }
@@ -196,10 +198,8 @@ pub struct Integrity {
 /// backup's start to its newest file — a gap means no point in time after it can be
 /// recovered from the backups before it.
 pub fn continuity(backups: &[crate::store::Backup], archived: &Archived, integrity: &mut Integrity) {
-    let usable: Vec<_> = backups
-        .iter()
-        .filter_map(|b| b.catalog.as_ref().filter(|c| c.status == "ok").map(|c| (b, c)))
-        .collect();
+    let usable: Vec<_> =
+        backups.iter().filter_map(|b| b.catalog.as_ref().filter(|c| c.status == "ok").map(|c| (b, c))).collect();
     integrity.backups += usable.len() as u64;
     let Some(newest) = archived.segments.iter().next_back() else {
         if !usable.is_empty() {
@@ -222,9 +222,9 @@ pub fn continuity(backups: &[crate::store::Backup], archived: &Archived, integri
     {
         integrity.wal_files += plan.segments.len() as u64;
         if let Some(gap) = plan.gap {
-            integrity.problems.push(format!(
-                "the WAL archive has a gap at {gap} (archived up to {newest}): recovery cannot pass it"
-            ));
+            integrity
+                .problems
+                .push(format!("the WAL archive has a gap at {gap} (archived up to {newest}): recovery cannot pass it"));
         }
     }
 }

@@ -13,8 +13,8 @@
 //! pgBackRest's exit code is not trusted where it is known to lie (`info` exits 0 on
 //! a repository it reports as broken): the JSON's status is read.
 
-use crate::error::{RestoreError, Stage, StoreError};
 use crate::delegate::{self, Archived, Integrity, Output, Tool, plan_segments};
+use crate::error::{RestoreError, Stage, StoreError};
 use crate::recovery;
 use crate::sandbox::Sandbox;
 use crate::store::{Backup, CatalogEntry};
@@ -145,10 +145,11 @@ impl Repo {
     /// The stanza's catalog. Backups pgBackRest marks in error are kept, with their
     /// status, so `backups list` can show them; [`select`] skips them.
     pub async fn catalog(&self, sandbox: &Sandbox) -> Result<Catalog, StoreError> {
-        let out = self
-            .run(sandbox, &["info".into(), "--output=json".into()])
-            .await
-            .map_err(|e| StoreError { store: self.describe(), message: e.to_string(), unreachable: true })?;
+        let out = self.run(sandbox, &["info".into(), "--output=json".into()]).await.map_err(|e| StoreError {
+            store: self.describe(),
+            message: e.to_string(),
+            unreachable: true,
+        })?;
         if !out.ok() {
             return Err(StoreError {
                 store: self.describe(),
@@ -156,7 +157,11 @@ impl Repo {
                 unreachable: true,
             });
         }
-        parse_info(&out.stdout, &self.stanza).map_err(|m| StoreError { store: self.describe(), message: m, unreachable: false })
+        parse_info(&out.stdout, &self.stanza).map_err(|m| StoreError {
+            store: self.describe(),
+            message: m,
+            unreachable: false,
+        })
     }
 
     /// Restores `backup` into the sandbox's data directory, spools the WAL recovery
@@ -194,7 +199,10 @@ impl Repo {
         let wal_start = backup.catalog.as_ref().and_then(|c| c.wal_start.clone());
         let wal_stop = backup.catalog.as_ref().and_then(|c| c.wal_stop.clone());
         let (Some(start), Some(stop)) = (wal_start, wal_stop) else {
-            return Err(RestoreError::bad(Stage::Restore, format!("the catalog names no WAL range for {}", backup.key)));
+            return Err(RestoreError::bad(
+                Stage::Restore,
+                format!("the catalog names no WAL range for {}", backup.key),
+            ));
         };
         let archived = self.archived_segments(sandbox, catalog).await?;
         let last = match target {
@@ -222,12 +230,8 @@ impl Repo {
         }
         tracing::info!(segments = n, backup = %backup.key, "archived WAL fetched for replay");
         let fetched_in = began.elapsed();
-        let recovered_to = recovery::start_restored(
-            sandbox,
-            pg_bindir,
-            Some(recovery::Replay { spool: &spool, target }),
-        )
-        .await?;
+        let recovered_to =
+            recovery::start_restored(sandbox, pg_bindir, Some(recovery::Replay { spool: &spool, target })).await?;
         Ok(Restored { recovered_to, wal_files: n, wal_gap: plan.gap, fetched_in })
     }
 
@@ -263,7 +267,12 @@ impl Repo {
         let out = self
             .run(
                 sandbox,
-                &["repo-ls".into(), format!("archive/{}/{id}", self.stanza), "--recurse".into(), "--output=json".into()],
+                &[
+                    "repo-ls".into(),
+                    format!("archive/{}/{id}", self.stanza),
+                    "--recurse".into(),
+                    "--output=json".into(),
+                ],
             )
             .await?;
         if !out.ok() {
@@ -437,7 +446,11 @@ mod tests {
         let mut i = Integrity::default();
         read_verify(&bad, &mut i);
         assert_eq!(i.problems.len(), 4, "{:?}", i.problems);
-        assert!(i.problems.iter().any(|p| p.contains("backup: 20261130-163959F: checksum invalid: 2")), "{:?}", i.problems);
+        assert!(
+            i.problems.iter().any(|p| p.contains("backup: 20261130-163959F: checksum invalid: 2")),
+            "{:?}",
+            i.problems
+        );
     }
 
     #[test]

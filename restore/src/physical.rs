@@ -10,10 +10,10 @@ use crate::contain;
 use crate::error::{RestoreError, Stage};
 use crate::fetch;
 use crate::format::{self, BackupFormat};
-use crate::job::{FetchEnd, RestoreJob, Restored, read_small};
 use crate::logical::{self, Counting};
 use crate::pgbin;
 use crate::recovery::{self, read_major, remove_entry, write_new};
+use crate::request::{FetchEnd, RestoreJob, Restored, read_small};
 use crate::sandbox::{Sandbox, tail};
 use crate::store::{BackupObject, BackupReader, is_base_tar};
 use drcheck_config::RecoveryTarget;
@@ -46,7 +46,6 @@ pub struct WalReplay {
     pub prefix: String,
     pub target: RecoveryTarget,
 }
-
 
 fn name_of(o: &BackupObject) -> &str {
     o.key.rsplit('/').next().unwrap_or(&o.key)

@@ -42,8 +42,7 @@ pub async fn start_restored(
     let infra = |m: String| RestoreError::infra(Stage::Restore, m);
     let data = sandbox.data_dir().to_path_buf();
     let major = read_major(&data)?;
-    let bin =
-        pgbin::for_major(pg_bindir, Some(major), true).map_err(|m| RestoreError::infra(Stage::Sandbox, m))?;
+    let bin = pgbin::for_major(pg_bindir, Some(major), true).map_err(|m| RestoreError::infra(Stage::Sandbox, m))?;
     // The backup's own configuration is not trusted: it could run commands
     // (archive/restore/recovery_end_command), load libraries, redirect the data
     // directory or include other files. It is set aside unread, and so are state files
@@ -235,7 +234,6 @@ async fn recovered_to(sandbox: &Sandbox) -> Option<String> {
     .ok()
     .flatten()
 }
-
 
 #[cfg(test)]
 mod tests {

@@ -88,9 +88,8 @@ impl PgbrScene {
         let repo_path = format!("/{}", unique("repo"));
         let work = root.pg_dir("pgbackrest");
         let conf = root.path().join("pgbackrest.conf");
-        let cipher = cipher_pass
-            .map(|p| format!("repo1-cipher-type=aes-256-cbc\nrepo1-cipher-pass={p}\n"))
-            .unwrap_or_default();
+        let cipher =
+            cipher_pass.map(|p| format!("repo1-cipher-type=aes-256-cbc\nrepo1-cipher-pass={p}\n")).unwrap_or_default();
         // The primary's data directory is known only once it runs: the [stanza] section
         // is completed below.
         let global = format!(
@@ -111,7 +110,12 @@ impl PgbrScene {
         let archive = format!("pgbackrest --config={} --stanza={stanza} archive-push %p", conf.display());
         let primary = PgPrimary::start_with(
             &root,
-            &[("archive_mode", "on"), ("archive_command", &archive), ("wal_level", "replica"), ("archive_timeout", "0")],
+            &[
+                ("archive_mode", "on"),
+                ("archive_command", &archive),
+                ("wal_level", "replica"),
+                ("archive_timeout", "0"),
+            ],
         );
         std::fs::write(
             &conf,
@@ -310,7 +314,18 @@ impl BarmanScene {
         let port = self.primary.port.to_string();
         self.tool(
             "barman-cloud-backup",
-            &["--gzip", "--immediate-checkpoint", "-h", &sock, "-p", &port, "-U", "postgres", &self.destination(), &self.server],
+            &[
+                "--gzip",
+                "--immediate-checkpoint",
+                "-h",
+                &sock,
+                "-p",
+                &port,
+                "-U",
+                "postgres",
+                &self.destination(),
+                &self.server,
+            ],
         );
         let after = self.backup_ids();
         after.into_iter().find(|id| !before.contains(id)).expect("a new backup id")
@@ -320,8 +335,12 @@ impl BarmanScene {
     pub fn backup_ids(&self) -> Vec<String> {
         let json = self.tool("barman-cloud-backup-list", &["--format", "json", &self.destination(), &self.server]);
         let v: serde_json::Value = serde_json::from_str(&json).unwrap();
-        let mut ids: Vec<String> =
-            v["backups_list"].as_array().unwrap().iter().map(|b| b["backup_id"].as_str().unwrap().to_string()).collect();
+        let mut ids: Vec<String> = v["backups_list"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|b| b["backup_id"].as_str().unwrap().to_string())
+            .collect();
         ids.sort();
         ids
     }

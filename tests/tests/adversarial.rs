@@ -570,7 +570,8 @@ fn a_delegated_backup_tool_connects_to_the_store_port_only() {
             cmd.args(["--ro", ro]);
         }
         cmd.arg("--exec").arg(&python);
-        for l in ["/lib64/ld-linux-x86-64.so.2", "/lib/ld-linux-aarch64.so.1"].iter().filter(|p| Path::new(p).exists()) {
+        for l in ["/lib64/ld-linux-x86-64.so.2", "/lib/ld-linux-aarch64.so.1"].iter().filter(|p| Path::new(p).exists())
+        {
             cmd.args(["--exec", l]);
         }
         cmd.args(["--connect", &store_port.to_string(), "--abi", "7", "--"]).arg(&python).args([

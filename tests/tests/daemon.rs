@@ -231,8 +231,7 @@ fn healthz_answers_within_a_second_while_two_sandboxes_are_torn_down() {
         let recorded = ["orders", "orders-copy"]
             .iter()
             .filter(|t| {
-                let (s, body) =
-                    http_request(port, "GET", &format!("/api/v1/runs?target={t}&limit=5"), &auth, "");
+                let (s, body) = http_request(port, "GET", &format!("/api/v1/runs?target={t}&limit=5"), &auth, "");
                 s == 200 && body.contains("\"result\"")
             })
             .count();
@@ -247,7 +246,10 @@ fn healthz_answers_within_a_second_while_two_sandboxes_are_torn_down() {
     }
     eprintln!("healthz: {probes} probes, worst {worst:?}, saw a teardown: {saw_teardown}");
     assert!(probes > 20, "only {probes} probes: the runs were not observed");
-    assert!(worst < Duration::from_secs(1), "/healthz took {worst:?} during the teardowns (saw teardown: {saw_teardown})");
+    assert!(
+        worst < Duration::from_secs(1),
+        "/healthz took {worst:?} during the teardowns (saw teardown: {saw_teardown})"
+    );
     let (status, _) = d.terminate(Duration::from_secs(60));
     assert!(status.success(), "{status}: {}", d.stderr_text());
     let c = config.display().to_string();

@@ -137,15 +137,13 @@ fn the_example_overlay_holds_what_deploy_kubernetes_generates() {
 #[test]
 fn the_cloudnativepg_example_config_is_valid() {
     let config = root().join("deploy/kubernetes/overlays/cloudnativepg/drcheck.toml");
-    let env: Vec<(&str, String)> = [
-        ("DRCHECK_STATE_URL", "postgres://drcheck:x@state/drcheck"),
-        ("DRCHECK_API_TOKEN", "t"),
-        ("PG_MAIN_PW", "p"),
-    ]
-    .iter()
-    .map(|(k, v)| (*k, v.to_string()))
-    .collect();
-    let (out, _) = drcheck(&["--config", &config.display().to_string(), "config", "check"], &env, Duration::from_secs(30));
+    let env: Vec<(&str, String)> =
+        [("DRCHECK_STATE_URL", "postgres://drcheck:x@state/drcheck"), ("DRCHECK_API_TOKEN", "t"), ("PG_MAIN_PW", "p")]
+            .iter()
+            .map(|(k, v)| (*k, v.to_string()))
+            .collect();
+    let (out, _) =
+        drcheck(&["--config", &config.display().to_string(), "config", "check"], &env, Duration::from_secs(30));
     assert!(out.status.success(), "{}", drcheck_e2e::stderr(&out));
     let shown = stdout(&out);
     assert!(shown.contains("barman-cloud") && shown.contains("integrity_schedule"), "{shown}");

@@ -47,10 +47,9 @@ fn the_latest_pgbackrest_backup_restores_replays_its_wal_and_measures_the_recove
     three_backups(&scene);
     // Written after the last backup: only WAL replay brings these back.
     scene.primary.psql("app", "insert into events (note) select 'after ' || g from generate_series(1, 77) g");
-    let last_commit = scene.primary.psql(
-        "app",
-        "select to_char(max(at) at time zone 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"') from events",
-    );
+    let last_commit = scene
+        .primary
+        .psql("app", "select to_char(max(at) at time zone 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"') from events");
     scene.archive_now();
 
     let c = scene.config("").display().to_string();
@@ -91,7 +90,10 @@ fn the_latest_pgbackrest_backup_restores_replays_its_wal_and_measures_the_recove
     assert!(gap < Duration::from_secs(3), "recovered to {recovered}, the last commit was {last_commit}");
     let age = run["rpo"]["recoverable_point_age_seconds"].as_f64().expect("recoverable point age");
     let since_commit = std::time::SystemTime::now().duration_since(ts(&last_commit)).unwrap().as_secs_f64();
-    assert!((age - since_commit).abs() < 60.0 && age <= since_commit + 1.0, "age {age}, since the commit {since_commit}");
+    assert!(
+        (age - since_commit).abs() < 60.0 && age <= since_commit + 1.0,
+        "age {age}, since the commit {since_commit}"
+    );
     let window = run["rpo"]["recovery_window_start"].as_str().expect("recovery_window_start");
     let full_stop = scene.info()[0]["backup"][0]["timestamp"]["stop"].as_u64().unwrap() as f64;
     let unix = |s: &str| ts(s).duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64();
@@ -180,7 +182,8 @@ fn a_recovery_target_time_stops_replay_there() {
     three_backups(&scene);
     scene.primary.psql("app", "insert into events (note) values ('before the target')");
     std::thread::sleep(Duration::from_millis(1500));
-    let target = scene.primary.psql("postgres", "select to_char(now() at time zone 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')");
+    let target =
+        scene.primary.psql("postgres", "select to_char(now() at time zone 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')");
     std::thread::sleep(Duration::from_millis(1500));
     scene.primary.psql("app", "insert into events (note) values ('after the target')");
     scene.archive_now();
@@ -220,7 +223,10 @@ fn barman_with_two_backups() -> (BarmanScene, String, String) {
     let p = &scene.primary;
     p.psql("postgres", "create database app");
     p.psql("postgres", "create role verifier login password 'vpw-123'; grant pg_read_all_data to verifier");
-    p.psql("app", "create table events (id bigserial primary key, at timestamptz not null default clock_timestamp(), note text)");
+    p.psql(
+        "app",
+        "create table events (id bigserial primary key, at timestamptz not null default clock_timestamp(), note text)",
+    );
     p.psql("app", "insert into events (note) select 'one ' || g from generate_series(1, 1000) g");
     let first = scene.backup();
     p.psql("app", "insert into events (note) select 'two ' || g from generate_series(1, 500) g");
@@ -241,10 +247,9 @@ const BARMAN_CHECK: &str = "[[target.check]]\nname = \"events\"\nsql = \"select 
 fn the_latest_barman_cloud_backup_restores_with_its_wal_and_the_recoverable_point() {
     let (scene, first, second) = barman_with_two_backups();
     scene.primary.psql("app", "insert into events (note) select 'after ' || g from generate_series(1, 33) g");
-    let last_commit = scene.primary.psql(
-        "app",
-        "select to_char(max(at) at time zone 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"') from events",
-    );
+    let last_commit = scene
+        .primary
+        .psql("app", "select to_char(max(at) at time zone 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"') from events");
     scene.archive_now();
     let c = scene.config("").display().to_string();
     let (out, _) = drcheck(&["--config", &c, "backups", "list", "--json"], &[], LIMIT);
@@ -312,7 +317,12 @@ fn a_missing_barman_wal_file_fails_the_run_naming_it() {
     assert_eq!(ids.last(), Some(&second));
     let info_key = scene.key(&format!("base/{second}/backup.info"));
     let local = scene.root.path().join("backup.info");
-    scene.s3.aws(&["cp", "--only-show-errors", &format!("s3://{}/{info_key}", scene.bucket), &local.display().to_string()]);
+    scene.s3.aws(&[
+        "cp",
+        "--only-show-errors",
+        &format!("s3://{}/{info_key}", scene.bucket),
+        &local.display().to_string(),
+    ]);
     let info = std::fs::read_to_string(&local).unwrap();
     let begin = info.lines().find_map(|l| l.strip_prefix("begin_wal=")).unwrap().trim().to_string();
     let wal_key = scene.key(&format!("wals/{}/{begin}.gz", &begin[..16]));
@@ -324,7 +334,11 @@ fn a_missing_barman_wal_file_fails_the_run_naming_it() {
     let c = scene.config("").display().to_string();
     let (out, _) = drcheck(&["--config", &c, "verify", "--integrity-only"], &[], LIMIT);
     assert_eq!(out.status.code(), Some(1), "{}{}", stdout(&out), stderr(&out));
-    assert!(stdout(&out).contains(&format!("backup {second} cannot become consistent: WAL file {begin}")), "{}", stdout(&out));
+    assert!(
+        stdout(&out).contains(&format!("backup {second} cannot become consistent: WAL file {begin}")),
+        "{}",
+        stdout(&out)
+    );
 }
 
 /// `integrity_schedule`: the daemon checks the repository on its own schedule, without
@@ -335,15 +349,22 @@ fn the_daemon_checks_the_repository_on_its_integrity_schedule() {
     three_backups(&scene);
     scene.archive_now();
     let port = drcheck_e2e::free_port();
-    let config = scene.config(&format!("integrity_schedule = \"* * * * * *\"\n[metrics]\nlisten = \"127.0.0.1:{port}\"\n"));
+    let config =
+        scene.config(&format!("integrity_schedule = \"* * * * * *\"\n[metrics]\nlisten = \"127.0.0.1:{port}\"\n"));
     let mut d = drcheck_e2e::Daemon::start(&config, port, &scene.env());
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
     loop {
         let m = drcheck_e2e::http_get(port, "/metrics");
         if drcheck_e2e::sample(&m, "drcheck_repository_check_success", "target=\"orders\"") == Some(1.0) {
-            assert!(drcheck_e2e::sample(&m, "drcheck_repository_check_timestamp_seconds", "target=\"orders\"").is_some());
+            assert!(
+                drcheck_e2e::sample(&m, "drcheck_repository_check_timestamp_seconds", "target=\"orders\"").is_some()
+            );
             // A check is not a verification: no run was recorded or counted.
-            assert_eq!(drcheck_e2e::sample(&m, "drcheck_verification_runs_total", "result=\"passed\""), Some(0.0), "{m}");
+            assert_eq!(
+                drcheck_e2e::sample(&m, "drcheck_verification_runs_total", "result=\"passed\""),
+                Some(0.0),
+                "{m}"
+            );
             break;
         }
         assert!(std::time::Instant::now() < deadline, "no repository check in 60 s: {}", d.stderr_text());

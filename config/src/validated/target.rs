@@ -64,21 +64,19 @@ pub(super) fn validate_target(
     let restore_jobs = cx.whole_in(&key("restore_jobs"), t.restore_jobs.as_ref(), 1, 1, 64)? as u32;
     let recovery_target = match &t.recovery_target {
         None => RecoveryTarget::Latest,
-        Some(v) => {
-            match v.get_ref().as_str() {
-                "latest" => RecoveryTarget::Latest,
-                "immediate" => RecoveryTarget::Immediate,
-                lsn if lsn.strip_prefix("lsn:").is_some_and(is_lsn) => RecoveryTarget::Lsn(lsn[4..].to_string()),
-                ts if humantime::parse_rfc3339_weak(ts).is_ok() => RecoveryTarget::Time(ts.to_string()),
-                other => {
-                    return Err(cx.err(
+        Some(v) => match v.get_ref().as_str() {
+            "latest" => RecoveryTarget::Latest,
+            "immediate" => RecoveryTarget::Immediate,
+            lsn if lsn.strip_prefix("lsn:").is_some_and(is_lsn) => RecoveryTarget::Lsn(lsn[4..].to_string()),
+            ts if humantime::parse_rfc3339_weak(ts).is_ok() => RecoveryTarget::Time(ts.to_string()),
+            other => {
+                return Err(cx.err(
                     &key("recovery_target"),
                     Some(v.span()),
                     format!("expected \"latest\", \"immediate\", a timestamp like \"2026-11-30T03:00:00Z\" or \"lsn:0/3000028\", got {other:?}"),
                 ));
-                }
             }
-        }
+        },
     };
     let validators = validate_validators(cx, i, t)?;
     let schedule = match &t.schedule {
@@ -117,9 +115,9 @@ pub(super) fn validate_target(
                 "needs a backup tool's repository (source = \"pgbackrest\" or \"barman-cloud\")",
             ));
         }
-        Some(s) => Some(
-            normalize_schedule(s.get_ref()).map_err(|m| cx.err(&key("integrity_schedule"), Some(s.span()), m))?,
-        ),
+        Some(s) => {
+            Some(normalize_schedule(s.get_ref()).map_err(|m| cx.err(&key("integrity_schedule"), Some(s.span()), m))?)
+        }
     };
     Ok(TargetConfig {
         integrity_schedule,
@@ -281,7 +279,11 @@ fn validate_source(
     }
     if kind != "objects" {
         if !matches!(storage, StorageConfig::S3(_)) {
-            return Err(cx.err(&key("storage"), Some(t.storage.span()), format!("source = {kind:?} needs an s3 storage")));
+            return Err(cx.err(
+                &key("storage"),
+                Some(t.storage.span()),
+                format!("source = {kind:?} needs an s3 storage"),
+            ));
         }
         for (k, present) in [("wal_prefix", t.wal_prefix.is_some()), ("format", t.format.is_some())] {
             if present {

@@ -363,12 +363,29 @@ fn backup_tool_source_mistakes_are_named() {
     let cases = [
         (PGBR.replace("source = \"pgbackrest\"", "source = \"pgbackrst\""), "source", "expected \"objects\""),
         (PGBR.replace("stanza = \"main\"\n", ""), "stanza", "needs stanza"),
-        (PGBR.replace("stanza = \"main\"", "stanza = \"main\"\nserver_name = \"x\""), "server_name", "not a key of source"),
+        (
+            PGBR.replace("stanza = \"main\"", "stanza = \"main\"\nserver_name = \"x\""),
+            "server_name",
+            "not a key of source",
+        ),
         (PGBR.replace("select = \"random:3d\"", "select = \"newest\""), "select", "random:7d"),
         (PGBR.replace("lsn:0/3000028", "lsn:zz"), "recovery_target", "lsn:0/3000028"),
-        (PGBR.replace("source = \"pgbackrest\"\n", "").replace("stanza = \"main\"\nrepo_path = \"/pgbackrest\"\ncipher_pass = \"${ORDERS_PW}\"\n", ""), "integrity_schedule", "needs a backup tool"),
-        (PGBR.replace("path_style = true", "path_style = true\nca_file = \"/nonexistent/ca.pem\""), "ca_file", "not a readable file"),
-        (PGBR.replace("rto = \"30m\"", "rto = \"30m\"\nwal_prefix = \"wal/\""), "wal_prefix", "the tool's catalog says"),
+        (
+            PGBR.replace("source = \"pgbackrest\"\n", "")
+                .replace("stanza = \"main\"\nrepo_path = \"/pgbackrest\"\ncipher_pass = \"${ORDERS_PW}\"\n", ""),
+            "integrity_schedule",
+            "needs a backup tool",
+        ),
+        (
+            PGBR.replace("path_style = true", "path_style = true\nca_file = \"/nonexistent/ca.pem\""),
+            "ca_file",
+            "not a readable file",
+        ),
+        (
+            PGBR.replace("rto = \"30m\"", "rto = \"30m\"\nwal_prefix = \"wal/\""),
+            "wal_prefix",
+            "the tool's catalog says",
+        ),
     ];
     for (text, key, says) in cases {
         let (k, line, msg) = invalid(&text);

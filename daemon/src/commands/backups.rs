@@ -43,8 +43,12 @@ pub async fn list(config: &Config, target: Option<&str>, json: bool) -> Result<E
                     .as_ref()
                     .map(|c| format!("  {:<4} {} → ", c.kind, timestamp(c.started)))
                     .unwrap_or_default();
-                let status =
-                    b.catalog.as_ref().filter(|c| c.status != "ok").map(|c| format!("  [{}]", c.status)).unwrap_or_default();
+                let status = b
+                    .catalog
+                    .as_ref()
+                    .filter(|c| c.status != "ok")
+                    .map(|c| format!("  [{}]", c.status))
+                    .unwrap_or_default();
                 crate::outln!(
                     "  {:<6} {}{catalog}  {:>12} B  {}  (age {}){status}",
                     marker,

@@ -131,20 +131,6 @@ pub fn overall_exit(results: impl Iterator<Item = RunResult>) -> Exit {
         })
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn failed_outranks_incomplete() {
-        use RunResult::*;
-        assert_eq!(overall_exit([Passed, Passed].into_iter()), Exit::Passed);
-        assert_eq!(overall_exit([Passed, Error].into_iter()), Exit::Incomplete);
-        assert_eq!(overall_exit([Error, Failed, Aborted].into_iter()), Exit::Failed);
-        assert_eq!(overall_exit([Aborted].into_iter()), Exit::Incomplete);
-    }
-}
-
 /// `verify --integrity-only`: the `repository` validator of each target, no restore.
 /// Exit 0 when every repository holds, 1 when one is broken, 3 when one could not be
 /// checked (unreachable, or not a backup tool's repository).
@@ -171,8 +157,23 @@ async fn integrity(config: &Config, targets: &[&drcheck_config::TargetConfig], j
         }));
     }
     if json {
-        let text = serde_json::to_string_pretty(&serde_json::json!({"checks": checks})).map_err(CliError::incomplete)?;
+        let text =
+            serde_json::to_string_pretty(&serde_json::json!({"checks": checks})).map_err(CliError::incomplete)?;
         crate::outln!("{text}");
     }
     Ok(overall_exit(results.into_iter()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn failed_outranks_incomplete() {
+        use RunResult::*;
+        assert_eq!(overall_exit([Passed, Passed].into_iter()), Exit::Passed);
+        assert_eq!(overall_exit([Passed, Error].into_iter()), Exit::Incomplete);
+        assert_eq!(overall_exit([Error, Failed, Aborted].into_iter()), Exit::Failed);
+        assert_eq!(overall_exit([Aborted].into_iter()), Exit::Incomplete);
+    }
 }

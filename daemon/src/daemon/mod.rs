@@ -104,8 +104,12 @@ async fn check_target(shared: Arc<Shared>, target: &str) {
     let finding = pipeline::integrity_only(&config, t).await;
     shared.metrics.observe_integrity(target, &finding);
     match finding.status {
-        drcheck_validators::Status::Passed => tracing::info!(target, detail = %finding.detail, "repository check passed"),
-        _ => tracing::warn!(target, status = finding.status.as_str(), detail = %finding.detail, "repository check did not pass"),
+        drcheck_validators::Status::Passed => {
+            tracing::info!(target, detail = %finding.detail, "repository check passed")
+        }
+        _ => {
+            tracing::warn!(target, status = finding.status.as_str(), detail = %finding.detail, "repository check did not pass")
+        }
     }
 }
 

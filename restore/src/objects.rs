@@ -1,0 +1,264 @@
+//! Backups kept as objects (one object, or one base-backup directory, per backup):
+//! fetch, detect what it is by content (magic bytes, never the name), pick the server
+//! binaries its version needs, and restore it by the method the format calls for —
+//! logical dumps here, base backups in [`crate::physical`].
+
+use crate::error::{RestoreError, Stage};
+use crate::fetch::{self, Sha256Verify};
+use crate::format::{self, BackupFormat};
+use crate::logical::{self, Counting};
+use crate::pgbin;
+use crate::physical;
+use crate::request::{RESTORED_DB, RestoreJob, Restored, read_small};
+use crate::sandbox::Sandbox;
+use crate::store::{BackupObject, BackupReader};
+use drcheck_config::FormatSetting;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+/// What a single-object backup turned out to be.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Custom,
+    DumpTar,
+    /// A tar holding a directory-format dump or a base backup; known after unpacking.
+    TarArchive,
+    Plain,
+}
+
+fn kind_name(kind: Kind) -> &'static str {
+    match kind {
+        Kind::Custom => "custom",
+        Kind::DumpTar => "tar",
+        Kind::TarArchive => "tar archive",
+        Kind::Plain => "plain",
+    }
+}
+
+fn check_expected(expected: FormatSetting, found: &str) -> Result<(), RestoreError> {
+    if expected == FormatSetting::Auto || expected.as_str() == found {
+        return Ok(());
+    }
+    Err(RestoreError::bad(
+        Stage::Restore,
+        format!("the target's format is {}, but the backup is a {found} backup", expected.as_str()),
+    ))
+}
+
+/// Restores a backup of objects (a dump, or a base backup) into `sandbox`.
+pub async fn restore(job: &RestoreJob<'_>, mut sandbox: Sandbox, started: Instant) -> Result<Restored, RestoreError> {
+    let store_name = job.store.describe();
+    if job.backup.is_physical() {
+        check_expected(job.format, "physical")?;
+        (job.on_format)("physical");
+        return physical::restore(job, sandbox, started).await;
+    }
+
+    let object = &job.backup.parts[0];
+    let mut raw = fetch::parallel(job.store.clone(), &object.key, object.size, job.fetch);
+    if let Some(sidecar) = &job.backup.sha256_key {
+        let text = read_small(job.store.as_ref(), sidecar).await?;
+        let digest = fetch::parse_sidecar(&text).ok_or_else(|| {
+            RestoreError::bad(Stage::Fetch, format!("{sidecar} holds no sha256 digest (expected 64 hex digits)"))
+        })?;
+        raw = Box::pin(Sha256Verify::new(raw, &digest));
+    }
+    let (counted, fetch_end) = Counting::new(raw, job.progress.clone());
+    let mut reader: BackupReader = Box::pin(counted);
+    let head = logical::read_head(&mut reader, &store_name).await?;
+    let outer = format::detect(&head);
+    let compressed = matches!(outer, BackupFormat::Gzip | BackupFormat::Zstd | BackupFormat::Lz4);
+    if compressed {
+        check_declared_size(job, object, &head).await?;
+    }
+    let (reader, head) = if compressed {
+        let mut d = logical::decompress(outer, head, reader);
+        let inner_head = logical::read_head(&mut d, &store_name).await?;
+        (d, inner_head)
+    } else {
+        (reader, head)
+    };
+    let reader: BackupReader = Box::pin(logical::Bounded::new(reader, job.max_write_bytes));
+    let inner = format::detect(&head);
+    let kind = match inner {
+        BackupFormat::Custom => Kind::Custom,
+        BackupFormat::Tar if format::first_tar_member(&head).as_deref() == Some("toc.dat") => Kind::DumpTar,
+        BackupFormat::Tar => Kind::TarArchive,
+        BackupFormat::PlainSql => Kind::Plain,
+        other => {
+            let what = if compressed { format!("{outer}-compressed {other}") } else { other.to_string() };
+            (job.on_format)(&what);
+            return Err(RestoreError::bad(
+                Stage::Restore,
+                format!(
+                    "not a PostgreSQL backup: found {what} data (expected a pg_dump custom, tar, directory or plain SQL dump, or a base backup)"
+                ),
+            ));
+        }
+    };
+    let shown = |k: &str| if compressed { format!("{k}+{outer}") } else { k.to_string() };
+    if kind != Kind::TarArchive {
+        (job.on_format)(&shown(kind_name(kind)));
+        let name = if kind == Kind::DumpTar { "tar" } else { kind_name(kind) };
+        check_expected(job.format, name)?;
+    }
+
+    let major = match kind {
+        Kind::Custom => Some(header_major(&head)?),
+        Kind::DumpTar => Some(header_major(head.get(512..).unwrap_or_default())?),
+        Kind::Plain => format::plain_dump_server_major(&head),
+        Kind::TarArchive => None,
+    };
+    let restore_started = Instant::now();
+    let done = |sandbox: Sandbox, database: String, format: String| {
+        let fetch = fetch_end.lock().unwrap().map(|t| t - started).unwrap_or_else(|| started.elapsed());
+        Ok(Restored {
+            sandbox,
+            database,
+            format,
+            fetch,
+            restore: restore_started.elapsed(),
+            recovered_to: None,
+            manifest: None,
+        })
+    };
+
+    if kind == Kind::TarArchive {
+        let dest = sandbox.root().join("unpacked");
+        logical::extract_tar(head, reader, &dest, &store_name).await?;
+        // The contained tools run as the sandbox user: the unpacked files are theirs.
+        sandbox.give_to_server(&dest)?;
+        if let Some(toc_dir) = find_toc(&dest) {
+            (job.on_format)(&shown("directory"));
+            check_expected(job.format, "directory")?;
+            let toc = std::fs::read(toc_dir.join("toc.dat")).unwrap_or_default();
+            let major = header_major(&toc)?;
+            start_empty(&mut sandbox, job, Some(major)).await?;
+            let keep_owners = apply_globals(&sandbox, job).await?;
+            let mut cmd = logical::pg_restore(&sandbox, RESTORED_DB, keep_owners, job.jobs)?;
+            cmd.arg("-Fd").arg(&toc_dir);
+            logical::run_tool(cmd, "pg_restore").await?;
+            return done(sandbox, RESTORED_DB.into(), shown("directory"));
+        }
+        if std::fs::symlink_metadata(dest.join("PG_VERSION")).is_ok_and(|m| m.file_type().is_file()) {
+            (job.on_format)(&shown("physical"));
+            check_expected(job.format, "physical")?;
+            return physical::restore_unpacked(job, sandbox, &dest, started, fetch_end, restore_started).await;
+        }
+        return Err(RestoreError::bad(
+            Stage::Restore,
+            "the tar archive holds neither a pg_dump directory dump (toc.dat) nor a base backup (PG_VERSION)",
+        ));
+    }
+
+    start_empty(&mut sandbox, job, major).await?;
+    let keep_owners = apply_globals(&sandbox, job).await?;
+    match kind {
+        Kind::Custom if job.jobs > 1 => {
+            // Parallel pg_restore needs a seekable file: stage it while downloading.
+            let path = sandbox.root().join("backup.dump");
+            logical::stage_to_file(head, reader, &path, &store_name).await?;
+            sandbox.give_to_server(&path)?;
+            let mut cmd = logical::pg_restore(&sandbox, RESTORED_DB, keep_owners, job.jobs)?;
+            cmd.arg(&path);
+            logical::run_tool(cmd, "pg_restore").await?;
+        }
+        Kind::Custom => {
+            let cmd = logical::pg_restore(&sandbox, RESTORED_DB, keep_owners, 1)?;
+            logical::stream_into(cmd, "pg_restore", head, reader, &store_name).await?;
+        }
+        Kind::DumpTar => {
+            let path = sandbox.root().join("backup.tar");
+            logical::stage_to_file(head, reader, &path, &store_name).await?;
+            sandbox.give_to_server(&path)?;
+            let mut cmd = logical::pg_restore(&sandbox, RESTORED_DB, keep_owners, 1)?;
+            cmd.arg("-Ft").arg(&path);
+            logical::run_tool(cmd, "pg_restore").await?;
+        }
+        Kind::Plain => {
+            let cmd = logical::psql_script(&sandbox, RESTORED_DB)?;
+            logical::stream_into(cmd, "psql", head, reader, &store_name).await?;
+        }
+        Kind::TarArchive => unreachable!("handled above"),
+    }
+    done(sandbox, RESTORED_DB.into(), shown(kind_name(kind)))
+}
+
+/// Where the compression format records the expanded size (a zstd frame header, a gzip
+/// trailer), a backup that says it will not fit fails before anything is unpacked.
+async fn check_declared_size(job: &RestoreJob<'_>, object: &BackupObject, head: &[u8]) -> Result<(), RestoreError> {
+    // gzip keeps its size at the end: one small extra read (zstd's is in the head).
+    let tail = if format::detect(head) == BackupFormat::Gzip && object.size >= 4 {
+        job.store.read_range(&object.key, object.size - 4, 4).await.map(|b| b.to_vec()).unwrap_or_default()
+    } else {
+        Vec::new()
+    };
+    let Some(declared) = format::declared_expanded_size(head, &tail) else { return Ok(()) };
+    if declared > job.expansion_ceiling {
+        return Err(RestoreError::bad(
+            Stage::Fetch,
+            format!(
+                "{} {} bytes: its {} header declares {declared} bytes (sandbox.max_expansion × its size, plus 1 GiB)",
+                logical::EXPANSION_EXCEEDED,
+                job.expansion_ceiling,
+                format::detect(head)
+            ),
+        ));
+    }
+    if declared > job.max_write_bytes {
+        return Err(RestoreError::infra(
+            Stage::Sandbox,
+            format!(
+                "not enough space in scratch_dir: the backup declares it expands to {declared} bytes, {} may be written",
+                job.max_write_bytes
+            ),
+        ));
+    }
+    Ok(())
+}
+
+fn header_major(header: &[u8]) -> Result<u32, RestoreError> {
+    let h = format::parse_dump_header(header)
+        .map_err(|e| RestoreError::bad(Stage::Restore, format!("unreadable pg_dump archive header: {e}")))?;
+    h.server_major()
+        .ok_or_else(|| RestoreError::bad(Stage::Restore, "the pg_dump archive header names no server version"))
+}
+
+/// A `toc.dat` at the top of the unpacked tree or one directory down — a real file in
+/// a real directory: a dump reached through a symbolic link is not looked at.
+fn find_toc(dir: &Path) -> Option<PathBuf> {
+    let real_file = |p: &Path| std::fs::symlink_metadata(p).is_ok_and(|m| m.file_type().is_file());
+    if real_file(&dir.join("toc.dat")) {
+        return Some(dir.to_path_buf());
+    }
+    std::fs::read_dir(dir)
+        .ok()?
+        .filter_map(Result::ok)
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .map(|e| e.path())
+        .find(|p| real_file(&p.join("toc.dat")))
+}
+
+async fn start_empty(sandbox: &mut Sandbox, job: &RestoreJob<'_>, major: Option<u32>) -> Result<(), RestoreError> {
+    let bin =
+        pgbin::for_major(job.pg_bindir.as_deref(), major, false).map_err(|m| RestoreError::infra(Stage::Sandbox, m))?;
+    let t = Instant::now();
+    sandbox.init_and_start(bin).await?;
+    sandbox.create_database(RESTORED_DB).await?;
+    *job.sandbox_ready_in.lock().unwrap() = Some(t.elapsed());
+    Ok(())
+}
+
+/// Applies the configured globals script (roles, tablespaces); returns whether the
+/// restore may then keep owners and privileges.
+async fn apply_globals(sandbox: &Sandbox, job: &RestoreJob<'_>) -> Result<bool, RestoreError> {
+    let Some(key) = &job.globals_key else { return Ok(false) };
+    let script = read_small(job.store.as_ref(), key).await?;
+    // Without ON_ERROR_STOP: the script recreates roles that exist (postgres) and fails
+    // harmlessly on those.
+    let mut cmd = logical::client_command(sandbox, "psql", "postgres")?;
+    cmd.args(["-X", "-q", "-f", "-"]);
+    let reader: BackupReader = Box::pin(std::io::Cursor::new(Vec::new()));
+    logical::stream_into(cmd, "psql (globals)", script.into_bytes(), reader, &job.store.describe()).await?;
+    Ok(true)
+}

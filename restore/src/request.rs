@@ -1,0 +1,95 @@
+//! What a restore is asked ([`RestoreJob`]) and what it gives back ([`Restored`]),
+//! shared by every restore method; the dispatch ([`crate::job`]) depends on the
+//! methods, and the methods only on this.
+
+use crate::error::{RestoreError, Stage};
+use crate::fetch::FetchOptions;
+use crate::physical::WalReplay;
+use crate::sandbox::{Sandbox, SandboxOptions};
+use crate::store::{Backup, BackupStore};
+use drcheck_config::FormatSetting;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Everything a restore needs to know.
+pub struct RestoreJob<'a> {
+    pub store: Arc<dyn BackupStore>,
+    pub backup: &'a Backup,
+    pub fetch: FetchOptions,
+    pub sandbox: SandboxOptions,
+    pub pg_bindir: Option<PathBuf>,
+    pub format: FormatSetting,
+    pub jobs: u32,
+    /// A `pg_dumpall --globals-only` script in the store, applied before the restore.
+    pub globals_key: Option<String>,
+    pub wal: Option<WalReplay>,
+    /// A backup from a backup tool's catalog: restored by the tool's own CLI.
+    pub delegated: Option<Delegated>,
+    /// How far WAL is replayed (physical restores with an archive).
+    pub recovery_target: drcheck_config::RecoveryTarget,
+    /// For physical backups: the database validators will look at.
+    pub database_hint: Option<String>,
+    /// Told the detected format as soon as it is known (so a failed run still reports it).
+    pub on_format: &'a (dyn Fn(&str) + Send + Sync),
+    pub progress: Arc<dyn Fn(u64) + Send + Sync>,
+    /// Set to how long `initdb` and the server start took, for logical restores.
+    pub sandbox_ready_in: Mutex<Option<Duration>>,
+    /// The most the restore may write into its directory (the backup's size ×
+    /// `max_expansion`, at most the free space less a reserve); beyond, it fails.
+    pub max_write_bytes: u64,
+    /// The part of that limit that comes from the backup's size (× `max_expansion`, plus
+    /// what any cluster needs): beyond it the backup is to blame, below it the disk.
+    pub expansion_ceiling: u64,
+}
+
+/// A backup tool that restores a backup of its own catalog.
+#[derive(Clone)]
+pub enum Delegated {
+    /// The repository, and the catalog the backup was chosen from (WAL range, archive id).
+    Pgbackrest(crate::pgbackrest::Repo, crate::pgbackrest::Catalog),
+    Barman(crate::barman::Catalog),
+}
+
+impl Delegated {
+    pub fn tool(&self) -> &'static str {
+        match self {
+            Delegated::Pgbackrest(..) => "pgbackrest",
+            Delegated::Barman(_) => "barman-cloud",
+        }
+    }
+}
+
+/// A restored database, running in its sandbox.
+pub struct Restored {
+    pub sandbox: Sandbox,
+    pub database: String,
+    pub format: String,
+    /// From the first request to the last byte received from the store.
+    pub fetch: Duration,
+    /// From the start of the restore method to a database that accepts connections.
+    pub restore: Duration,
+    /// Physical backups replayed from a WAL archive: the last replayed commit's time.
+    pub recovered_to: Option<String>,
+    /// Base backups: what checking the files against `backup_manifest` found — said
+    /// even when it could not be done.
+    pub manifest: Option<String>,
+}
+
+/// The database logical dumps are restored into, inside the sandbox.
+pub const RESTORED_DB: &str = "restored";
+
+/// Reads a small object (a sidecar, a globals script) whole.
+pub(crate) async fn read_small(store: &dyn BackupStore, key: &str) -> Result<String, RestoreError> {
+    let obj = store.stat(key).await?;
+    if obj.size > 64 << 20 {
+        return Err(RestoreError::bad(
+            Stage::Fetch,
+            format!("{key} is {} bytes; expected a small text file", obj.size),
+        ));
+    }
+    let bytes = if obj.size == 0 { Default::default() } else { store.read_range(key, 0, obj.size).await? };
+    String::from_utf8(bytes.to_vec()).map_err(|_| RestoreError::bad(Stage::Fetch, format!("{key} is not UTF-8 text")))
+}
+
+pub(crate) type FetchEnd = Arc<Mutex<Option<Instant>>>;
