@@ -1,0 +1,179 @@
+#!/usr/bin/env bash
+# pgBackRest restore benchmark: on the same pgBackRest backup of a ≥ 1 GB database (in
+# moto behind the TLS terminator pgBackRest 2.45 needs), drcheck's restore-to-consistent
+# time against the hand-written way — `pgbackrest restore` + start with pgBackRest's own
+# `restore_command` + recovery done — interleaved in one run. Prints both and the ratio
+# (target ≤ 1.05).
+#
+#   tests/bench/pgbackrest.sh
+#
+# DRCHECK_BIN runs that binary instead of building target/release/drcheck.
+# BENCH_DIR (default /var/tmp/drcheck-bench) keeps the generated cluster between runs;
+# BENCH_FRESH=1 regenerates it. BENCH_SCALE (default 70, ≈ 1.05 GB) is pgbench's scale.
+# BENCH_ROUNDS (default 2) restores each way this many times, alternating.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+root=$PWD
+bash scripts/setup.sh
+if [ -n "${DRCHECK_BIN:-}" ]; then drcheck=$DRCHECK_BIN; else cargo build -q --release --bin drcheck; drcheck=$root/target/release/drcheck; fi
+
+work=${BENCH_DIR:-/var/tmp/drcheck-bench}/pgbackrest
+scale=${BENCH_SCALE:-70}
+rounds=${BENCH_ROUNDS:-2}
+pgbin=/usr/lib/postgresql/15/bin
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+as_pg() { if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi; }
+now() { date +%s.%N; }
+elapsed() { python3 -c "print(f'{$2 - $1:.2f}')"; }
+
+pids=()
+clusters=()
+cleanup() {
+  for c in "${clusters[@]}"; do as_pg "$pgbin/pg_ctl" -D "$c" -m immediate stop >/dev/null 2>&1 || true; done
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+}
+trap cleanup EXIT
+
+mkdir -p "$work"
+chmod 755 "${BENCH_DIR:-/var/tmp/drcheck-bench}" "$work"
+[ "$(id -u)" = 0 ] && chown postgres: "$work"
+
+export AWS_ACCESS_KEY_ID=bench AWS_SECRET_ACCESS_KEY=bench AWS_DEFAULT_REGION=us-east-1 AWS_EC2_METADATA_DISABLED=true
+s3_port=$(free_port)
+moto_server -H 127.0.0.1 -p "$s3_port" >"$work/moto.log" 2>&1 &
+pids+=($!)
+for _ in $(seq 100); do (echo >"/dev/tcp/127.0.0.1/$s3_port") 2>/dev/null && break; sleep 0.1; done
+aws --endpoint-url "http://127.0.0.1:$s3_port" s3 mb s3://pgbr >/dev/null
+[ -s "$work/cert.pem" ] || openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj /CN=127.0.0.1 \
+  -addext "subjectAltName=DNS:127.0.0.1,IP:127.0.0.1" -keyout "$work/key.pem" -out "$work/cert.pem" 2>/dev/null
+chmod 644 "$work/cert.pem"
+tls_port=$(free_port)
+python3 tests/tools/tls_terminator.py "$tls_port" "$s3_port" "$work/cert.pem" "$work/key.pem" >/dev/null 2>&1 &
+pids+=($!)
+for _ in $(seq 100); do (echo >"/dev/tcp/127.0.0.1/$tls_port") 2>/dev/null && break; sleep 0.1; done
+
+port=$(free_port)
+conf=$work/pgbackrest.conf
+mkdir -p "$work/pgbr-work"; [ "$(id -u)" = 0 ] && chown postgres: "$work/pgbr-work"
+cat >"$conf" <<CONF
+[global]
+repo1-type=s3
+repo1-s3-bucket=pgbr
+repo1-s3-endpoint=127.0.0.1
+repo1-storage-port=$tls_port
+repo1-s3-region=us-east-1
+repo1-s3-uri-style=path
+repo1-s3-key=bench
+repo1-s3-key-secret=bench
+repo1-storage-ca-file=$work/cert.pem
+repo1-path=/pgbackrest
+repo1-bundle=y
+repo1-retention-full=9
+log-path=$work/pgbr-work
+lock-path=$work/pgbr-work
+spool-path=$work/pgbr-work
+log-level-console=warn
+log-level-file=off
+start-fast=y
+compress-type=gz
+compress-level=1
+process-max=2
+[main]
+pg1-path=$work/primary
+pg1-socket-path=$work
+pg1-port=$port
+CONF
+chmod 644 "$conf"
+pgbr() { as_pg pgbackrest --config="$conf" --stanza=main "$@"; }
+
+if [ -n "${BENCH_FRESH:-}" ] || [ ! -s "$work/primary/PG_VERSION" ]; then
+  echo "bench: generating the primary (pgbench scale $scale)…"
+  rm -rf "$work/primary"
+  as_pg "$pgbin/initdb" -D "$work/primary" -U postgres --auth=trust -E UTF8 --locale=C.UTF-8 --no-sync >/dev/null
+fi
+as_pg "$pgbin/pg_ctl" -D "$work/primary" -l "$work/primary.log" -w -o "-c listen_addresses= -p $port -k $work \
+  -c archive_mode=on -c wal_level=replica -c max_wal_size=4GB \
+  -c archive_command='pgbackrest --config=$conf --stanza=main archive-push %p'" start >/dev/null
+clusters+=("$work/primary")
+psql_p() { psql -X -q -h "$work" -p "$port" -U postgres -v ON_ERROR_STOP=1 "$@"; }
+if [ "$(psql_p -d postgres -Atc "select count(*) from pg_database where datname = 'bench'")" = 0 ]; then
+  psql_p -d postgres -c "create database bench"
+  pgbench -q -i -s "$scale" -h "$work" -p "$port" -U postgres bench 2>/dev/null
+fi
+db_size=$(psql_p -d bench -Atc "select pg_database_size('bench')")
+echo "bench: database is $db_size bytes"
+[ "$db_size" -ge 1000000000 ] || echo "bench: WARNING: the database is under 1 GB"
+pgbr stanza-create
+t0=$(now)
+pgbr backup --type=full
+echo "bench: pgbackrest full backup took $(elapsed "$t0" "$(now)") s"
+# WAL after the backup, as in production: recovery replays it.
+pgbench -n -T 10 -c 2 -h "$work" -p "$port" -U postgres bench >/dev/null 2>&1
+seg=$(psql_p -d postgres -Atc "select pg_walfile_name(pg_switch_wal())")
+for _ in $(seq 600); do
+  [ "$(psql_p -d postgres -Atc "select coalesce(last_archived_wal, '') >= '$seg' from pg_stat_archiver")" = t ] && break
+  sleep 0.2
+done
+repo_bytes=$(aws --endpoint-url "http://127.0.0.1:$s3_port" s3 ls --recursive --summarize s3://pgbr/ | awk '/Total Size/ {print $3}')
+echo "bench: repository holds $repo_bytes bytes"
+
+# By hand: restore, start with pgBackRest's restore_command, wait until out of recovery.
+by_hand() {
+  local dir=$work/hand hport
+  hport=$(free_port)
+  rm -rf "$dir"
+  local t0; t0=$(now)
+  pgbr restore --pg1-path="$dir" --archive-mode=off >/dev/null
+  as_pg "$pgbin/pg_ctl" -D "$dir" -l "$dir.log" -o "-c listen_addresses= -p $hport -k $work -c archive_mode=off" start >/dev/null
+  clusters+=("$dir")
+  until [ "$(psql -X -h "$work" -p "$hport" -U postgres -d postgres -Atc 'select not pg_is_in_recovery()' 2>/dev/null)" = t ]; do sleep 0.05; done
+  local t1; t1=$(now)
+  as_pg "$pgbin/pg_ctl" -D "$dir" -m fast stop >/dev/null
+  rm -rf "$dir"
+  elapsed "$t0" "$t1"
+}
+
+mkdir -p "$work/scratch"; chmod 1777 "$work/scratch"
+cat >"$work/drcheck.toml" <<TOML
+[state]
+url = "sqlite://$work/history.db"
+[sandbox]
+scratch_dir = "$work/scratch"
+[storage.repo]
+kind = "s3"
+bucket = "pgbr"
+endpoint = "https://127.0.0.1:$tls_port"
+ca_file = "$work/cert.pem"
+path_style = true
+[[target]]
+name = "bench"
+source = "pgbackrest"
+storage = "repo"
+stanza = "main"
+repo_path = "/pgbackrest"
+rto = "1h"
+rpo = "26h"
+[target.validators]
+enabled = ["indexes"]
+TOML
+with_drcheck() {
+  local out
+  out=$("$drcheck" --config "$work/drcheck.toml" verify --json)
+  echo "$out" | python3 -c 'import json,sys; r=json.load(sys.stdin)["runs"][0]; assert r["result"]=="passed", r; print(r["rto"]["measured_seconds"])'
+}
+
+hand=()
+mine=()
+for i in $(seq "$rounds"); do
+  h=$(by_hand); hand+=("$h"); echo "bench: round $i: by hand $h s"
+  d=$(with_drcheck); mine+=("$d"); echo "bench: round $i: drcheck $d s"
+done
+python3 - "${hand[*]}" "${mine[*]}" <<'PY'
+import statistics, sys
+hand = [float(x) for x in sys.argv[1].split()]
+mine = [float(x) for x in sys.argv[2].split()]
+h, d = statistics.median(hand), statistics.median(mine)
+ratio = d / h
+print(f"pgbackrest restore to consistent: by hand (pgbackrest restore + start + recovery) {h:.2f} s, drcheck {d:.2f} s")
+print(f"ratio drcheck/hand {ratio:.3f} (target <= 1.05) {'met' if ratio <= 1.05 else 'MISSED'}")
+PY
