@@ -9,8 +9,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// The repository tests' TLS terminator (`tests/tools/tls_terminator.py`) with a fresh
-/// self-signed certificate for `DNS:127.0.0.1,IP:127.0.0.1` (pgBackRest checks DNS SANs only).
+/// The repository tests' TLS terminator (`tests/tools/tls_terminator.py`) with a server
+/// certificate for `DNS:127.0.0.1,IP:127.0.0.1` signed by a fresh private CA (`ca`).
 pub struct Tls {
     pub port: u16,
     pub ca: PathBuf,
@@ -21,20 +21,48 @@ impl Tls {
     pub fn start(root: &TempRoot, upstream: u16) -> Tls {
         let dir = root.path().join(unique("tls"));
         std::fs::create_dir_all(&dir).unwrap();
-        let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
-        let out = Command::new("openssl")
-            .args(["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=127.0.0.1"])
-            .args(["-addext", "subjectAltName=DNS:127.0.0.1,IP:127.0.0.1", "-keyout"])
-            .arg(&key)
-            .arg("-out")
-            .arg(&cert)
-            .output()
+        // A private CA and a server certificate it signed, as an operator's internal PKI
+        // would issue (pgBackRest checks only DNS-type SANs: both kinds are given).
+        let (ca, ca_key, cert, key) =
+            (dir.join("ca.pem"), dir.join("ca.key"), dir.join("cert.pem"), dir.join("key.pem"));
+        let (csr, ext) = (dir.join("server.csr"), dir.join("server.ext"));
+        std::fs::write(&ext, "subjectAltName=DNS:127.0.0.1,IP:127.0.0.1\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n")
             .unwrap();
-        assert!(out.status.success(), "openssl: {}", String::from_utf8_lossy(&out.stderr));
+        let steps: [Vec<std::ffi::OsString>; 3] = [
+            ["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=drcheck-test-ca", "-keyout"]
+                .iter()
+                .map(Into::into)
+                .chain([ca_key.clone().into(), "-out".into(), ca.clone().into()])
+                .collect(),
+            ["req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=127.0.0.1", "-keyout"]
+                .iter()
+                .map(Into::into)
+                .chain([key.clone().into(), "-out".into(), csr.clone().into()])
+                .collect(),
+            ["x509", "-req", "-days", "2", "-CAcreateserial", "-in"]
+                .iter()
+                .map(Into::into)
+                .chain([
+                    csr.into(),
+                    "-CA".into(),
+                    ca.clone().into(),
+                    "-CAkey".into(),
+                    ca_key.into(),
+                    "-extfile".into(),
+                    ext.into(),
+                    "-out".into(),
+                    cert.clone().into(),
+                ])
+                .collect(),
+        ];
+        for args in steps {
+            let out = Command::new("openssl").args(&args).current_dir(&dir).output().unwrap();
+            assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        }
         // The certificate is public: the sandbox user reads it as the CA file.
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
-        std::fs::set_permissions(&cert, std::fs::Permissions::from_mode(0o644)).unwrap();
+        std::fs::set_permissions(&ca, std::fs::Permissions::from_mode(0o644)).unwrap();
         let port = free_port();
         let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tools/tls_terminator.py");
         let child = Command::new("python3")
@@ -53,7 +81,7 @@ impl Tls {
             assert!(Instant::now() < deadline, "the TLS terminator did not start");
             std::thread::sleep(Duration::from_millis(50));
         }
-        Tls { port, ca: cert, _proc: proc }
+        Tls { port, ca, _proc: proc }
     }
 
     pub fn endpoint(&self) -> String {
@@ -365,6 +393,12 @@ impl BarmanScene {
     }
 
     pub fn config(&self, extra: &str) -> PathBuf {
+        self.config_via(&self.s3.endpoint(), "", extra)
+    }
+
+    /// A config reaching the store at `endpoint` (e.g. through [`Tls`]), with
+    /// `storage_extra` in the storage section (e.g. `ca_file = "…"`).
+    pub fn config_via(&self, endpoint: &str, storage_extra: &str, extra: &str) -> PathBuf {
         let text = format!(
             r#"[state]
 url = "sqlite://{root}/history.db"
@@ -374,6 +408,7 @@ scratch_dir = "{scratch}"
 kind = "s3"
 bucket = "{bucket}"
 endpoint = "{endpoint}"
+{storage_extra}
 region = "us-east-1"
 path_style = true
 [[target]]
@@ -389,7 +424,6 @@ rpo = "26h"
             root = self.root.path().display(),
             scratch = self.scratch.display(),
             bucket = self.bucket,
-            endpoint = self.s3.endpoint(),
             server = self.server,
             prefix = self.prefix,
         );

@@ -198,7 +198,13 @@ fn a_physical_backup_replays_archived_wal_to_a_timestamp() {
     assert_eq!(run["backup"]["key"], "phys/b1/");
     assert_eq!(run["backup"]["format"], "physical");
     assert_eq!(validator(&run, "row_counts")["status"], "passed", "{run}");
-    assert!(run["restore"]["recovered_to"].as_str().unwrap() > target_time.as_str(), "{run}");
+    let recovered = run["restore"]["recovered_to"].as_str().unwrap();
+    assert!(recovered > target_time.as_str(), "{run}");
+    // What a restore now would lose: the time since the last replayed commit.
+    let at = humantime::parse_rfc3339_weak(recovered).unwrap();
+    let lost = std::time::SystemTime::now().duration_since(at).unwrap().as_secs_f64();
+    let age = run["rpo"]["recoverable_point_age_seconds"].as_f64().expect("recoverable_point_age_seconds");
+    assert!(age <= lost + 0.5 && age > lost - 60.0, "age {age}, since the recovered point {lost}");
 
     // To the timestamp: batch C is not there. With C deleted on the primary too, the
     // counts match only if the replay stopped in the right place.

@@ -373,3 +373,22 @@ fn the_daemon_checks_the_repository_on_its_integrity_schedule() {
     let (status, _) = d.terminate(Duration::from_secs(30));
     assert!(status.success(), "{}", d.stderr_text());
 }
+
+/// An object store behind a private CA: `ca_file` is trusted by drcheck's own client
+/// (which lists the archive) and handed to barman-cloud; without it, the TLS failure is
+/// the world's (exit 3), never the backup's.
+#[test]
+fn a_barman_store_behind_a_private_ca_is_trusted_through_ca_file() {
+    let (scene, _, second) = barman_with_two_backups();
+    scene.archive_now();
+    let tls = drcheck_e2e::repos::Tls::start(&scene.root, scene.s3.port);
+    let ca = format!("ca_file = \"{}\"", tls.ca.display());
+    let c = scene.config_via(&tls.endpoint(), &ca, "").display().to_string();
+    let (out, _) = drcheck(&["--config", &c, "verify", "--json"], &[], LIMIT);
+    let run = only_run(&out);
+    assert_eq!(run["result"], "passed", "{run}\n{}", stderr(&out));
+    assert_eq!(run["backup"]["key"], second.as_str());
+    let c = scene.config_via(&tls.endpoint(), "", "").display().to_string();
+    let (out, _) = drcheck(&["--config", &c, "verify", "--json"], &[], LIMIT);
+    assert_eq!(out.status.code(), Some(3), "{}{}", stdout(&out), stderr(&out));
+}

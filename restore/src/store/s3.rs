@@ -56,6 +56,28 @@ impl S3Store {
         if let Some(endpoint) = &cfg.endpoint {
             builder = builder.endpoint_url(endpoint);
         }
+        // A private CA (the same file the backup tools are handed): trusted besides the
+        // system's roots. The config check made sure the file exists; an unreadable or
+        // non-PEM file leaves the system roots, and the TLS error then says why.
+        if let Some(ca) = &cfg.ca_file {
+            match std::fs::read(ca) {
+                Ok(pem) => {
+                    use aws_smithy_http_client::tls;
+                    let store = tls::TrustStore::default().with_pem_certificate(pem);
+                    match tls::TlsContext::builder().with_trust_store(store).build() {
+                        Ok(ctx) => {
+                            let http = aws_smithy_http_client::Builder::new()
+                                .tls_provider(tls::Provider::Rustls(tls::rustls_provider::CryptoMode::AwsLc))
+                                .tls_context(ctx)
+                                .build_https();
+                            builder = builder.http_client(http);
+                        }
+                        Err(e) => tracing::warn!(ca = %ca.display(), "cannot use the CA file: {e}"),
+                    }
+                }
+                Err(e) => tracing::warn!(ca = %ca.display(), "cannot read the CA file: {e}"),
+            }
+        }
         // Shown in errors, logs and the breaker's metric label: never its userinfo.
         let endpoint = cfg
             .endpoint
@@ -81,7 +103,14 @@ impl S3Store {
         let (message, unreachable) = match &e {
             SdkError::TimeoutError(_) => (format!("{what}: timed out"), true),
             SdkError::DispatchFailure(_) => {
-                (format!("{what}: cannot reach the endpoint after retries: {}", DisplayErrorContext(&e)), true)
+                let detail = DisplayErrorContext(&e).to_string();
+                // A certificate the client does not trust stays untrusted: asking again
+                // cannot help (set ca_file), unlike a refused or reset connection.
+                if detail.contains("invalid peer certificate") || detail.contains("UnknownIssuer") {
+                    (format!("{what}: TLS: the endpoint's certificate is not trusted (set ca_file?): {detail}"), false)
+                } else {
+                    (format!("{what}: cannot reach the endpoint after retries: {detail}"), true)
+                }
             }
             SdkError::ResponseError(_) => (format!("{what}: invalid response: {}", DisplayErrorContext(&e)), true),
             SdkError::ServiceError(s) => {
