@@ -177,10 +177,11 @@ fn a_corrupted_repository_file_fails_the_run() {
 }
 
 #[test]
-fn a_recovery_target_time_stops_replay_there() {
+fn recovery_targets_in_time_and_lsn_stop_replay_there() {
     let scene = PgbrScene::start(None);
     three_backups(&scene);
     scene.primary.psql("app", "insert into events (note) values ('before the target')");
+    let lsn = scene.primary.psql("postgres", "select pg_current_wal_lsn()");
     std::thread::sleep(Duration::from_millis(1500));
     let target =
         scene.primary.psql("postgres", "select to_char(now() at time zone 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')");
@@ -196,6 +197,12 @@ fn a_recovery_target_time_stops_replay_there() {
     assert_eq!(validator(&run, "check: before")["status"], "passed", "{run}");
     let recovered = run["restore"]["recovered_to"].as_str().expect("recovered_to");
     assert!(ts(recovered) <= ts(&target), "recovered to {recovered}, after the target {target}");
+
+    // The same cut by WAL position.
+    let extra = extra.replacen(&format!("recovery_target = \"{target}\""), &format!("recovery_target = \"lsn:{lsn}\""), 1);
+    let (out, run) = verify(&scene, &extra);
+    assert_eq!(validator(&run, "check: after")["status"], "passed", "{run}\n{}", stderr(&out));
+    assert_eq!(validator(&run, "check: before")["status"], "passed", "{run}");
 }
 
 #[test]
