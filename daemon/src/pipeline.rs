@@ -647,6 +647,7 @@ mod select_tests {
                 status: status.into(),
                 wal_start: None,
                 wal_stop: None,
+                tablespaces: vec![],
             }),
         }
     }

@@ -163,13 +163,15 @@ impl Catalog {
     ) -> Result<Restored, RestoreError> {
         let began = std::time::Instant::now();
         let data = sandbox.data_dir().to_path_buf();
-        let out = self
-            .run(
-                sandbox,
-                "barman-cloud-restore",
-                &[self.destination(), self.server_name.clone(), backup.key.clone(), data.display().to_string()],
-            )
-            .await?;
+        let mut args = vec![self.destination(), self.server_name.clone(), backup.key.clone(), data.display().to_string()];
+        // Tablespaces go inside the run's directory, never their original paths.
+        for name in backup.catalog.as_ref().map(|c| c.tablespaces.as_slice()).unwrap_or_default() {
+            if name.contains(['/', ':']) || name.starts_with('.') {
+                return Err(RestoreError::bad(Stage::Restore, format!("the catalog names a tablespace {name:?}")));
+            }
+            args.push(format!("--tablespace={name}:{}", sandbox.root().join("tablespaces").join(name).display()));
+        }
+        let out = self.run(sandbox, "barman-cloud-restore", &args).await?;
         if !out.ok() {
             return Err(classify(&format!("barman-cloud-restore of {}", backup.key), &out));
         }
@@ -300,10 +302,22 @@ fn parse_list(json: &[u8]) -> Result<Vec<Backup>, String> {
                     status: if status == "DONE" { "ok".into() } else { status.to_ascii_lowercase() },
                     wal_start: b["begin_wal"].as_str().map(str::to_string),
                     wal_stop: b["end_wal"].as_str().map(str::to_string),
+                    tablespaces: tablespace_names(&b["tablespaces"]),
                 }),
             })
         })
         .collect())
+}
+
+/// Tablespace names from the listing: `[["tbs", 16385, "/path"], …]` (or objects with
+/// a `name`); `null` when there are none.
+fn tablespace_names(v: &serde_json::Value) -> Vec<String> {
+    v.as_array()
+        .map(|a| a.as_slice())
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|t| t.get(0).or_else(|| t.get("name")).and_then(|n| n.as_str()).map(str::to_string))
+        .collect()
 }
 
 /// `Mon Nov 30 16:50:24 2026` (ctime form, as the listing prints it).
@@ -332,6 +346,9 @@ mod tests {
         assert_eq!(b[1].catalog.as_ref().unwrap().status, "failed");
         assert_eq!(b[0].last_modified, humantime::parse_rfc3339("2026-11-30T16:50:24Z").unwrap());
         assert!(parse_list(b"{}").is_err());
+        let with = serde_json::json!([["tbs1", 16385, "/srv/tbs1"], {"name": "tbs2", "oid": 16386}]);
+        assert_eq!(tablespace_names(&with), ["tbs1", "tbs2"]);
+        assert!(tablespace_names(&serde_json::Value::Null).is_empty());
     }
 
     #[test]

@@ -283,6 +283,7 @@ mod tests {
                 status: "ok".into(),
                 wal_start: Some(start.into()),
                 wal_stop: Some(stop.into()),
+                tablespaces: vec![],
             }),
         };
         let mut a = Archived::default();

@@ -392,6 +392,7 @@ fn parse_info(json: &[u8], stanza: &str) -> Result<Catalog, String> {
                 status: if b["error"].as_bool() == Some(true) { "error".into() } else { "ok".into() },
                 wal_start: text(&b["archive"]["start"]),
                 wal_stop: text(&b["archive"]["stop"]),
+                tablespaces: vec![],
             }),
         })
         .filter(|b| !b.key.is_empty())

@@ -399,3 +399,29 @@ fn a_barman_store_behind_a_private_ca_is_trusted_through_ca_file() {
     let (out, _) = drcheck(&["--config", &c, "verify", "--json"], &[], LIMIT);
     assert_eq!(out.status.code(), Some(3), "{}{}", stdout(&out), stderr(&out));
 }
+
+/// A barman backup with a tablespace: restored inside the run's directory (never at the
+/// primary's path), and its table is there.
+#[test]
+fn a_barman_backup_with_a_tablespace_restores_it_inside_the_run() {
+    let scene = BarmanScene::start();
+    let location = scene.root.pg_dir("tbs-location");
+    let p = &scene.primary;
+    p.psql("postgres", &format!("create tablespace fast location '{}'", location.display()));
+    p.psql("postgres", "create database app");
+    p.psql("postgres", "create role verifier login password 'vpw-123'; grant pg_read_all_data to verifier");
+    p.psql("app", "create table hot (id int primary key, v text) tablespace fast");
+    p.psql("app", "insert into hot select g, md5(g::text) from generate_series(1, 4321) g");
+    scene.backup();
+    scene.archive_now();
+    let before: Vec<_> = std::fs::read_dir(&location).unwrap().filter_map(Result::ok).map(|e| e.path()).collect();
+    let primary = format!("primary = \"postgres://verifier:vpw-123@127.0.0.1:{}/app\"\n", scene.primary.port);
+    let (out, run) = barman_verify(
+        &scene,
+        &format!("{primary}[[target.check]]\nname = \"hot\"\nsql = \"select count(*) from hot\"\nexpect = \"4321\"\n"),
+    );
+    assert_eq!(run["result"], "passed", "{run}\n{}", stderr(&out));
+    assert_eq!(validator(&run, "check: hot")["status"], "passed", "{run}");
+    let after: Vec<_> = std::fs::read_dir(&location).unwrap().filter_map(Result::ok).map(|e| e.path()).collect();
+    assert_eq!(before, after, "the primary's tablespace directory was not touched");
+}

@@ -78,6 +78,8 @@ pub struct CatalogEntry {
     /// The first and last WAL file the backup needs to become consistent.
     pub wal_start: Option<String>,
     pub wal_stop: Option<String>,
+    /// barman-cloud: the backup's tablespaces, by name (restored inside the run's directory).
+    pub tablespaces: Vec<String>,
 }
 
 impl Backup {
