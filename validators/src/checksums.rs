@@ -7,6 +7,10 @@
 //! `checksum_sample_rows` are sampled in whole chunks spread over the key range, and
 //! the detail says how many rows were compared.
 //!
+//! Rows are hashed by value (`hash_record_extended`) where every column type has a hash
+//! function, else by their text; both sides run each chunk at the same time, and a
+//! table's chunks run up to `primary_concurrency` at once.
+//!
 //! Tables without such a key (UUID or composite keys, no key) are hashed in block
 //! ranges (`ctid`) of about `checksum_chunk_rows` rows on each side: the two copies lay
 //! rows out differently, but count and hash sum add up, so each side's totals are
@@ -58,7 +62,33 @@ struct Query {
     binds: Vec<String>,
 }
 
-fn query_for(t: &TableName, key: Option<&str>, as_of: Option<&str>, range: Range, backup_time: &str) -> Query {
+/// How a row is hashed: by its values (`hash_record_extended`: each column's own hash
+/// function, no text rendering — about twice as fast), or by its text
+/// (`hashtextextended(row::text)`) for tables with a column type that has no hash
+/// function (json, xml, point, …). Both sides always use the same.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Hash {
+    Record,
+    Text,
+}
+
+impl Hash {
+    fn expr(self) -> &'static str {
+        match self {
+            Hash::Record => "hash_record_extended(t, 0)",
+            Hash::Text => "hashtextextended(t::text, 0)",
+        }
+    }
+}
+
+fn query_for(
+    t: &TableName,
+    key: Option<&str>,
+    as_of: Option<&str>,
+    range: Range,
+    backup_time: &str,
+    hash: Hash,
+) -> Query {
     let mut conds = Vec::new();
     let mut binds = Vec::new();
     if let (Range::Keys(lo, hi), Some(k)) = (range, key) {
@@ -72,12 +102,33 @@ fn query_for(t: &TableName, key: Option<&str>, as_of: Option<&str>, range: Range
     }
     let filter = if conds.is_empty() { String::new() } else { format!(" where {}", conds.join(" and ")) };
     Query {
-        sql: format!(
-            "select count(*), coalesce(sum(hashtextextended(t::text, 0)), 0)::text from {} t{filter}",
-            t.quoted()
-        ),
+        sql: format!("select count(*), coalesce(sum({}), 0)::text from {} t{filter}", hash.expr(), t.quoted()),
         binds,
     }
+}
+
+/// Whether every column of `t` can be hashed by value: asked of the primary's catalog
+/// (each column type, or its array element type, has a default hash operator class).
+async fn hash_for(primary: &crate::primary::PrimaryDb, t: &TableName) -> Result<Hash, sqlx::Error> {
+    // The type whose hash function is used: an array's element, a domain's base type;
+    // enums and ranges hash through their polymorphic classes; composites are left to text.
+    let sql = format!(
+        "with cols as (
+           select ty.typtype, coalesce(nullif(b.typbasetype, 0), b.oid) as t, b.typtype as btype
+             from pg_attribute a
+             join pg_type ty on ty.oid = a.atttypid
+             join pg_type b on b.oid = case when ty.typcategory = 'A' then ty.typelem else a.atttypid end
+            where a.attrelid = '{}'::regclass and a.attnum > 0 and not a.attisdropped)
+         select coalesce(bool_and(btype <> 'c' and exists (
+             select 1 from pg_opclass c join pg_am am on am.oid = c.opcmethod
+              where am.amname = 'hash' and c.opcdefault
+                and c.opcintype in (cols.t, case when btype = 'e' then 'anyenum'::regtype end,
+                                    case when btype = 'r' then 'anyrange'::regtype end))), true)
+           from cols",
+        t.quoted().replace('\'', "''")
+    );
+    let by_value: bool = primary.timed(sqlx::query_scalar(sqlx::AssertSqlSafe(sql)).fetch_one(&primary.pool)).await?;
+    Ok(if by_value { Hash::Record } else { Hash::Text })
 }
 
 async fn run(pool: &PgPool, q: &Query) -> Result<(i64, String), sqlx::Error> {
@@ -110,6 +161,7 @@ async fn block_totals(
     backup_time: &str,
     chunk_rows: u64,
     slice: Option<u32>,
+    hash: Hash,
 ) -> Result<(i64, i128), sqlx::Error> {
     let size = sqlx::query_as(sqlx::AssertSqlSafe(format!(
         "select (pg_relation_size('{0}'::regclass) / current_setting('block_size')::int)::bigint,
@@ -139,7 +191,8 @@ async fn block_totals(
         }
         let q = Query {
             sql: format!(
-                "select count(*), coalesce(sum(hashtextextended(t::text, 0)), 0)::text from {} t where {}",
+                "select count(*), coalesce(sum({}), 0)::text from {} t where {}",
+                hash.expr(),
                 t.quoted(),
                 conds.join(" and ")
             ),
@@ -162,14 +215,15 @@ async fn compare_by_blocks(
     primary: &crate::primary::PrimaryDb,
     t: &TableName,
     estimated: f64,
+    hash: Hash,
 ) -> Outcome {
     let as_of = cx.as_of(t);
     let backup_time = cx.backup_time_text();
     let slice = sample_slice(estimated, cx.settings.checksum_sample_rows);
     let chunk = cx.settings.checksum_chunk_rows;
     let (p, r) = tokio::join!(
-        block_totals(&primary.pool, Some(primary), t, as_of, &backup_time, chunk, slice),
-        block_totals(&cx.restored, None, t, as_of, &backup_time, chunk, slice)
+        block_totals(&primary.pool, Some(primary), t, as_of, &backup_time, chunk, slice, hash),
+        block_totals(&cx.restored, None, t, as_of, &backup_time, chunk, slice, hash)
     );
     match (p, r) {
         (Ok(p), Ok(r)) if p == r => {
@@ -182,6 +236,25 @@ async fn compare_by_blocks(
 }
 
 async fn compare_table(cx: &Context, primary: &crate::primary::PrimaryDb, t: &TableName) -> Outcome {
+    let hash = match hash_for(primary, t).await {
+        Ok(h) => h,
+        Err(e) => return Outcome::Failed(format!("{t}: {e}")),
+    };
+    match compare_table_with(cx, primary, t, hash).await {
+        // A type the catalog check let through without a usable hash: by text, then.
+        Outcome::Failed(e) if hash == Hash::Record && e.contains("hash function for type") => {
+            compare_table_with(cx, primary, t, Hash::Text).await
+        }
+        other => other,
+    }
+}
+
+async fn compare_table_with(
+    cx: &Context,
+    primary: &crate::primary::PrimaryDb,
+    t: &TableName,
+    hash: Hash,
+) -> Outcome {
     let as_of = cx.as_of(t);
     let backup_time = cx.backup_time_text();
     let key = match primary.timed(catalog::integer_key(&primary.pool, t)).await {
@@ -190,7 +263,7 @@ async fn compare_table(cx: &Context, primary: &crate::primary::PrimaryDb, t: &Ta
     };
     let estimated = primary.timed(catalog::estimated_rows(&primary.pool, t)).await.unwrap_or(0.0);
     let (ranges, sampled) = match &key {
-        None => return compare_by_blocks(cx, primary, t, estimated).await,
+        None => return compare_by_blocks(cx, primary, t, estimated, hash).await,
         Some(k) => {
             let sql = format!("select min({0})::bigint, max({0})::bigint from {1}", quote_ident(k), t.quoted());
             let mm: Result<(Option<i64>, Option<i64>), _> =
@@ -204,11 +277,19 @@ async fn compare_table(cx: &Context, primary: &crate::primary::PrimaryDb, t: &Ta
             }
         }
     };
+    // Chunks in order, several at a time (the pools bound the connections on each side:
+    // the primary's is `primary_concurrency`); each chunk hashed on both sides at once.
+    let mut chunks = stream::iter(ranges)
+        .map(|range| {
+            let q = query_for(t, key.as_deref(), as_of, range, &backup_time, hash);
+            async move {
+                let (p, r) = tokio::join!(primary.timed(run(&primary.pool, &q)), run(&cx.restored, &q));
+                (range, p, r)
+            }
+        })
+        .buffered(cx.settings.primary_concurrency.max(1) as usize);
     let mut rows = 0;
-    for range in ranges {
-        let q = query_for(t, key.as_deref(), as_of, range, &backup_time);
-        let p = primary.timed(run(&primary.pool, &q)).await;
-        let r = run(&cx.restored, &q).await;
+    while let Some((range, p, r)) = chunks.next().await {
         match (p, r) {
             (Ok(p), Ok(r)) if p == r => rows += p.0,
             (Ok(p), Ok(r)) => {
@@ -327,10 +408,11 @@ mod tests {
     #[test]
     fn queries_quote_and_bind() {
         let t = TableName { schema: "Sales".into(), name: "Inv\"oices".into() };
-        let q = query_for(&t, Some("id"), Some("at"), Range::Keys(5, 10), "2026-11-30T00:00:00Z");
+        let q = query_for(&t, Some("id"), Some("at"), Range::Keys(5, 10), "2026-11-30T00:00:00Z", Hash::Text);
         assert!(q.sql.contains(r#"from "Sales"."Inv""oices" t where "id" >= $1::bigint and "id" < $2::bigint and "at" <= $3::timestamptz"#), "{}", q.sql);
         assert_eq!(q.binds, ["5", "10", "2026-11-30T00:00:00Z"]);
-        let q = query_for(&t, None, Some("at"), Range::Whole, "x");
+        let q = query_for(&t, None, Some("at"), Range::Whole, "x", Hash::Record);
         assert!(q.sql.ends_with(r#"where "at" <= $1::timestamptz"#), "{}", q.sql);
+        assert!(q.sql.contains("sum(hash_record_extended(t, 0))"), "{}", q.sql);
     }
 }

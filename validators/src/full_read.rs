@@ -13,6 +13,10 @@ impl Validator for FullRead {
         "full_read"
     }
 
+    fn self_check(&self) -> bool {
+        true
+    }
+
     async fn validate(&self, cx: &Context) -> Vec<Finding> {
         let name = self.name();
         let mut cmd = tool(&cx.access, "pg_dump");

@@ -12,6 +12,10 @@ impl Validator for Indexes {
         "indexes"
     }
 
+    fn self_check(&self) -> bool {
+        true
+    }
+
     async fn validate(&self, cx: &Context) -> Vec<Finding> {
         let name = self.name();
         let invalid: Result<Vec<(String,)>, _> = sqlx::query_as(

@@ -195,6 +195,10 @@ impl Context {
 #[async_trait]
 pub trait Validator: Send + Sync {
     fn name(&self) -> &'static str;
+    /// Reads only the restored copy (never the primary): runs beside the comparisons.
+    fn self_check(&self) -> bool {
+        false
+    }
     async fn validate(&self, cx: &Context) -> Vec<Finding>;
 }
 
@@ -220,8 +224,24 @@ pub fn selected(enabled: &[String]) -> Vec<Box<dyn Validator>> {
 
 /// Runs every validator, each under `timeout`; one failing or erroring never stops the others.
 pub async fn run_all(validators: &[Box<dyn Validator>], cx: &Context, timeout: Duration) -> Vec<Finding> {
+    // Self-checks (sandbox only) and comparisons (sandbox and primary) run side by side,
+    // each group one validator at a time: the work overlaps where cores allow, and the
+    // primary sees no more than before. Findings keep the validators' order.
+    let (own, compare): (Vec<(usize, &Box<dyn Validator>)>, Vec<_>) =
+        validators.iter().enumerate().partition(|(_, v)| v.self_check());
+    let (mut a, b) = tokio::join!(run_group(own, cx, timeout), run_group(compare, cx, timeout));
+    a.extend(b);
+    a.sort_by_key(|(i, _)| *i);
+    a.into_iter().flat_map(|(_, f)| f).collect()
+}
+
+async fn run_group(
+    validators: Vec<(usize, &Box<dyn Validator>)>,
+    cx: &Context,
+    timeout: Duration,
+) -> Vec<(usize, Vec<Finding>)> {
     let mut out = Vec::with_capacity(validators.len());
-    for v in validators {
+    for (i, v) in validators {
         let started = std::time::Instant::now();
         let findings = match tokio::time::timeout(timeout, v.validate(cx)).await {
             Ok(f) => f,
@@ -230,11 +250,11 @@ pub async fn run_all(validators: &[Box<dyn Validator>], cx: &Context, timeout: D
         for f in &findings {
             tracing::info!(validator = %f.name, status = f.status.as_str(), seconds = started.elapsed().as_secs_f64(), "validator finished");
         }
-        out.extend(
-            findings.into_iter().map(|f| {
-                enforce_coverage(f).with("seconds", (started.elapsed().as_secs_f64() * 1000.0).round() / 1000.0)
-            }),
-        );
+        let findings = findings
+            .into_iter()
+            .map(|f| enforce_coverage(f).with("seconds", (started.elapsed().as_secs_f64() * 1000.0).round() / 1000.0))
+            .collect();
+        out.push((i, findings));
     }
     out
 }

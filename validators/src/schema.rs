@@ -64,6 +64,7 @@ select 'trigger', n.nspname || '.' || c.relname || '.' || tg.tgname, pg_get_trig
  where not tg.tgisinternal
 union all
 select 'extension', e.extname::text, e.extversion from pg_extension e
+ where obj_description(e.oid, 'pg_extension') is distinct from 'drcheck: temporary, for amcheck'
 "#;
 
 /// `kind name` → definition.

@@ -13,6 +13,10 @@ impl Validator for Sequences {
         "sequences"
     }
 
+    fn self_check(&self) -> bool {
+        true
+    }
+
     async fn validate(&self, cx: &Context) -> Vec<Finding> {
         let name = self.name();
         let rows: Result<Vec<(String, String, Option<String>, i64, String, String, String)>, _> = sqlx::query_as(
