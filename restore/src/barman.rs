@@ -163,7 +163,8 @@ impl Catalog {
     ) -> Result<Restored, RestoreError> {
         let began = std::time::Instant::now();
         let data = sandbox.data_dir().to_path_buf();
-        let mut args = vec![self.destination(), self.server_name.clone(), backup.key.clone(), data.display().to_string()];
+        let mut args =
+            vec![self.destination(), self.server_name.clone(), backup.key.clone(), data.display().to_string()];
         // Tablespaces go inside the run's directory, never their original paths.
         for name in backup.catalog.as_ref().map(|c| c.tablespaces.as_slice()).unwrap_or_default() {
             if name.contains(['/', ':']) || name.starts_with('.') {

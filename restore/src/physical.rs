@@ -52,11 +52,28 @@ fn name_of(o: &BackupObject) -> &str {
 }
 
 /// Fetches and unpacks one tar part (compressed or not) into `dest`.
-async fn unpack_part(job: &RestoreJob<'_>, part: &BackupObject, dest: &Path, done: u64) -> Result<(), RestoreError> {
+/// Bytes received so far over every part of a restore (parts download side by side).
+type Received = Arc<std::sync::atomic::AtomicU64>;
+
+async fn unpack_part(
+    job: &RestoreJob<'_>,
+    part: &BackupObject,
+    dest: &Path,
+    received: &Received,
+) -> Result<(), RestoreError> {
+    use std::sync::atomic::Ordering;
     let store = job.store.describe();
     let raw = fetch::parallel(job.store.clone(), &part.key, part.size, job.fetch);
     let progress = job.progress.clone();
-    let (counted, _) = Counting::new(raw, Arc::new(move |n| progress(done + n)));
+    let (received, seen) = (received.clone(), Arc::new(std::sync::atomic::AtomicU64::new(0)));
+    // `Counting` reports this part's running total: add what is new to the shared one.
+    let (counted, _) = Counting::new(
+        raw,
+        Arc::new(move |n| {
+            let new = n.saturating_sub(seen.swap(n, Ordering::Relaxed));
+            progress(received.fetch_add(new, Ordering::Relaxed) + new)
+        }),
+    );
     let mut reader: BackupReader = Box::pin(counted);
     let head = logical::read_head(&mut reader, &store).await?;
     let outer = format::detect(&head);
@@ -102,16 +119,23 @@ pub async fn restore(job: &RestoreJob<'_>, sandbox: Sandbox, started: Instant) -
     }
     let restore_started = Instant::now();
     let data = sandbox.data_dir().to_path_buf();
-    unpack_part(job, base, &data, 0).await?;
-    let mut done = base.size;
-    if let Some(wal) = wal {
-        unpack_part(job, wal, &data.join("pg_wal"), done).await?;
-        done += wal.size;
+    // base.tar and pg_wal.tar download and unpack side by side (each decompresses on a
+    // thread of its own); pg_wal exists first so neither waits for the other.
+    let wal_dir = data.join("pg_wal");
+    std::fs::create_dir_all(&wal_dir)
+        .map_err(|e| RestoreError::infra(Stage::Restore, format!("{}: {e}", data.display())))?;
+    let received = Received::default();
+    let base_done = unpack_part(job, base, &data, &received);
+    match wal {
+        Some(wal) => {
+            tokio::try_join!(base_done, unpack_part(job, wal, &wal_dir, &received))?;
+        }
+        None => base_done.await?,
     }
     let new_map = if tablespaces.is_empty() {
         None
     } else {
-        Some(remap_tablespaces(job, &sandbox, &data, &tablespaces, done).await?)
+        Some(remap_tablespaces(job, &sandbox, &data, &tablespaces, &received).await?)
     };
     let fetch_end: FetchEnd = Arc::new(Mutex::new(Some(Instant::now())));
     sandbox.give_to_server(&data)?;
@@ -142,7 +166,7 @@ async fn remap_tablespaces(
     sandbox: &Sandbox,
     data: &Path,
     tablespaces: &[(u32, &BackupObject)],
-    mut done: u64,
+    received: &Received,
 ) -> Result<String, RestoreError> {
     let bad = |m: String| RestoreError::bad(Stage::Restore, m);
     let map = std::fs::symlink_metadata(data.join("tablespace_map"))
@@ -162,8 +186,7 @@ async fn remap_tablespaces(
             return Err(bad(format!("{}: tablespace {oid} is not in tablespace_map", part.key)));
         }
         let dest = root.join(oid.to_string());
-        unpack_part(job, part, &dest, done).await?;
-        done += part.size;
+        unpack_part(job, part, &dest, received).await?;
         let link = data.join("pg_tblspc").join(oid.to_string());
         remove_entry(&link)?;
         std::fs::create_dir_all(data.join("pg_tblspc"))

@@ -79,7 +79,7 @@ pub fn unpack(src: impl Read, dest: &Path, stop: &AtomicBool) -> Result<u64, Unp
                 match std::fs::symlink_metadata(&target) {
                     Ok(m) if m.is_dir() => {}
                     Ok(_) => return Err(hostile(&raw_path, "a directory over an existing file or link")),
-                    Err(_) => std::fs::create_dir(&target)?,
+                    Err(_) => create_dir_shared(&target)?,
                 }
                 // drcheck must be able to write into it (and later hand it over).
                 std::fs::set_permissions(&target, std::fs::Permissions::from_mode(mode | 0o700))?;
@@ -189,6 +189,22 @@ fn escapes(path: &Path) -> bool {
 
 /// Makes the directories above `rel` inside `dest`, refusing any that is a link (an
 /// earlier entry's symlink must never redirect a later entry).
+/// Creates a directory another extraction into the same tree may be creating at the
+/// same moment (`base.tar` and `pg_wal.tar` unpack side by side): a real directory
+/// made by the other is fine; a link or a file is not.
+fn create_dir_shared(path: &Path) -> std::io::Result<()> {
+    match std::fs::create_dir(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            if std::fs::symlink_metadata(path)?.is_dir() {
+                Ok(())
+            } else {
+                Err(e)
+            }
+        }
+        other => other,
+    }
+}
+
 fn ensure_real_parents(dest: &Path, rel: &Path) -> Result<(), UnpackError> {
     let mut at = dest.to_path_buf();
     let Some(parent) = rel.parent() else { return Ok(()) };
@@ -198,7 +214,7 @@ fn ensure_real_parents(dest: &Path, rel: &Path) -> Result<(), UnpackError> {
             Ok(m) if m.is_dir() => {}
             Ok(_) => return Err(hostile(rel, format!("{} is a link or a file, not a directory", at.display()))),
             Err(_) => {
-                std::fs::create_dir(&at)?;
+                create_dir_shared(&at)?;
                 std::fs::set_permissions(&at, std::fs::Permissions::from_mode(0o700))?;
             }
         }

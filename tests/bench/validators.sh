@@ -10,7 +10,8 @@
 # DRCHECK_BIN runs that binary instead of building target/release/drcheck.
 # BENCH_DIR (default /var/tmp/drcheck-bench-validators) keeps the primary's data and
 # dump between runs; BENCH_FRESH=1 regenerates them. BENCH_SCALE (default 100) is the
-# pgbench scale.
+# pgbench scale. DRCHECK_BASELINE_BIN: another drcheck (e.g. the build before a change)
+# run on the same data in the same run: the validate phase of both and their ratio.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 root=$PWD
@@ -124,7 +125,16 @@ for v in run["validators"]:
 pq = run.get("primary_queries") or {}
 print(f"  queries sent to the primary: {pq.get('count')}, longest {pq.get('longest_seconds')} s")
 cs = next(v for v in run["validators"] if v["name"] == "checksums")["measurements"]["seconds"]
-print(f"  plain SELECT count(*) of every table (primary): {count_s:.2f} s")
+print(f"  plain SELECT count(*) of every table: primary {count_p:.2f} s + restored copy {count_r:.2f} s = {count_s:.2f} s")
 print()
-print(f"ratio checksums / count(*): {cs / count_s:.2f}  (checksums reads both sides; count(*) one)")
+ratio = cs / count_s
+print(f"ratio checksums / count(*) on both sides: {ratio:.2f} (target <= 6) {'met' if ratio <= 6 else 'MISSED'}")
+phase = lambda r: next((p["seconds"] for p in r["phases"] if p["name"] == "validate"), None)
+if baseline and phase(baseline):
+    b = phase(baseline)
+    bcs = next(v for v in baseline["validators"] if v["name"] == "checksums")["measurements"]["seconds"]
+    print(f"baseline build: validate {b:.2f} s, checksums {bcs:.2f} s (ratio {bcs / count_s:.2f})")
+    print(f"ratio validate phase this/baseline: {phase(run) / b:.3f} (target <= 0.6) {'met' if phase(run) / b <= 0.6 else 'MISSED'}")
+else:
+    print("validate phase vs a baseline: not measured (set DRCHECK_BASELINE_BIN)")
 PY

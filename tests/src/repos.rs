@@ -26,8 +26,11 @@ impl Tls {
         let (ca, ca_key, cert, key) =
             (dir.join("ca.pem"), dir.join("ca.key"), dir.join("cert.pem"), dir.join("key.pem"));
         let (csr, ext) = (dir.join("server.csr"), dir.join("server.ext"));
-        std::fs::write(&ext, "subjectAltName=DNS:127.0.0.1,IP:127.0.0.1\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n")
-            .unwrap();
+        std::fs::write(
+            &ext,
+            "subjectAltName=DNS:127.0.0.1,IP:127.0.0.1\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n",
+        )
+        .unwrap();
         let steps: [Vec<std::ffi::OsString>; 3] = [
             ["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=drcheck-test-ca", "-keyout"]
                 .iter()

@@ -199,7 +199,8 @@ fn recovery_targets_in_time_and_lsn_stop_replay_there() {
     assert!(ts(recovered) <= ts(&target), "recovered to {recovered}, after the target {target}");
 
     // The same cut by WAL position.
-    let extra = extra.replacen(&format!("recovery_target = \"{target}\""), &format!("recovery_target = \"lsn:{lsn}\""), 1);
+    let extra =
+        extra.replacen(&format!("recovery_target = \"{target}\""), &format!("recovery_target = \"lsn:{lsn}\""), 1);
     let (out, run) = verify(&scene, &extra);
     assert_eq!(validator(&run, "check: after")["status"], "passed", "{run}\n{}", stderr(&out));
     assert_eq!(validator(&run, "check: before")["status"], "passed", "{run}");

@@ -67,7 +67,9 @@ impl Validator for Amcheck {
             let install = async {
                 let mut tx = cx.restored.begin().await?;
                 sqlx::query("create extension if not exists amcheck").execute(&mut *tx).await?;
-                sqlx::query("comment on extension amcheck is 'drcheck: temporary, for amcheck'").execute(&mut *tx).await?;
+                sqlx::query("comment on extension amcheck is 'drcheck: temporary, for amcheck'")
+                    .execute(&mut *tx)
+                    .await?;
                 tx.commit().await
             };
             if let Err(e) = install.await {

@@ -249,12 +249,7 @@ async fn compare_table(cx: &Context, primary: &crate::primary::PrimaryDb, t: &Ta
     }
 }
 
-async fn compare_table_with(
-    cx: &Context,
-    primary: &crate::primary::PrimaryDb,
-    t: &TableName,
-    hash: Hash,
-) -> Outcome {
+async fn compare_table_with(cx: &Context, primary: &crate::primary::PrimaryDb, t: &TableName, hash: Hash) -> Outcome {
     let as_of = cx.as_of(t);
     let backup_time = cx.backup_time_text();
     let key = match primary.timed(catalog::integer_key(&primary.pool, t)).await {
