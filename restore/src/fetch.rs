@@ -32,10 +32,29 @@ fn to_io(e: StoreError) -> io::Error {
     io::Error::other(e)
 }
 
+/// The first part's size: small, so the first byte reaches the consumer (pg_restore,
+/// the tar extractor) after one short request rather than a whole large part.
+const FIRST_PART: u64 = 1 << 20;
+
+/// The parts of a `size`-byte object: starting at [`FIRST_PART`] and doubling up to
+/// `max_part` (a slow start: the first bytes arrive fast, later parts are large enough
+/// that per-request cost stays small). In memory at once: `concurrency` parts at most.
+pub fn part_plan(size: u64, max_part: u64) -> Vec<(u64, u64)> {
+    let max_part = max_part.max(1);
+    let mut part = FIRST_PART.min(max_part);
+    let (mut offset, mut parts) = (0u64, Vec::new());
+    while offset < size {
+        let len = part.min(size - offset);
+        parts.push((offset, len));
+        offset += len;
+        part = (part * 2).min(max_part);
+    }
+    parts
+}
+
 /// A reader of `key` (of `size` bytes) that fetches parts concurrently.
 pub fn parallel(store: Arc<dyn BackupStore>, key: &str, size: u64, opts: FetchOptions) -> BackupReader {
-    let part = opts.part_size.max(1);
-    let parts: Vec<(u64, u64)> = (0..size.div_ceil(part)).map(|i| (i * part, part.min(size - i * part))).collect();
+    let parts = part_plan(size, opts.part_size);
     let key = key.to_string();
     let s = stream::iter(parts)
         .map(move |(offset, len)| {
@@ -127,6 +146,18 @@ mod tests {
         let mut got = Vec::new();
         r.read_to_end(&mut got).await.unwrap();
         assert!(got == data, "reassembled bytes differ");
+    }
+
+    #[test]
+    fn parts_start_small_and_grow_to_the_part_size() {
+        let mib = 1 << 20;
+        let plan = part_plan(100 * mib, 8 * mib);
+        let sizes: Vec<u64> = plan.iter().map(|p| p.1 / mib).collect();
+        assert_eq!(&sizes[..5], [1, 2, 4, 8, 8]);
+        assert_eq!(plan.iter().map(|p| p.1).sum::<u64>(), 100 * mib);
+        assert!(plan.windows(2).all(|w| w[0].0 + w[0].1 == w[1].0), "contiguous");
+        assert_eq!(part_plan(0, mib), vec![]);
+        assert_eq!(part_plan(10, 4), vec![(0, 4), (4, 4), (8, 2)], "a part size below the first part");
     }
 
     #[tokio::test]

@@ -75,8 +75,8 @@ pub(crate) enum Hash {
 impl Hash {
     fn expr(self) -> &'static str {
         match self {
-            Hash::Record => "hash_record_extended(t, 0)",
-            Hash::Text => "hashtextextended(t::text, 0)",
+            Hash::Record => "hash_record_extended(drcheck_row.*, 0)",
+            Hash::Text => "hashtextextended((drcheck_row.*)::text, 0)",
         }
     }
 }
@@ -102,7 +102,11 @@ fn query_for(
     }
     let filter = if conds.is_empty() { String::new() } else { format!(" where {}", conds.join(" and ")) };
     Query {
-        sql: format!("select count(*), coalesce(sum({}), 0)::text from {} t{filter}", hash.expr(), t.quoted()),
+        sql: format!(
+            "select count(*), coalesce(sum({}), 0)::text from {} drcheck_row{filter}",
+            hash.expr(),
+            t.quoted()
+        ),
         binds,
     }
 }
@@ -187,11 +191,11 @@ async fn block_totals(
             conds.push(format!("{} <= ${}::timestamptz", quote_ident(col), binds.len()));
         }
         if let Some(k) = slice {
-            conds.push(format!("(hashtextextended(t::text, 42) & 1023) < {k}"));
+            conds.push(format!("(hashtextextended((drcheck_row.*)::text, 42) & 1023) < {k}"));
         }
         let q = Query {
             sql: format!(
-                "select count(*), coalesce(sum({}), 0)::text from {} t where {}",
+                "select count(*), coalesce(sum({}), 0)::text from {} drcheck_row where {}",
                 hash.expr(),
                 t.quoted(),
                 conds.join(" and ")
@@ -404,10 +408,10 @@ mod tests {
     fn queries_quote_and_bind() {
         let t = TableName { schema: "Sales".into(), name: "Inv\"oices".into() };
         let q = query_for(&t, Some("id"), Some("at"), Range::Keys(5, 10), "2026-11-30T00:00:00Z", Hash::Text);
-        assert!(q.sql.contains(r#"from "Sales"."Inv""oices" t where "id" >= $1::bigint and "id" < $2::bigint and "at" <= $3::timestamptz"#), "{}", q.sql);
+        assert!(q.sql.contains(r#"from "Sales"."Inv""oices" drcheck_row where "id" >= $1::bigint and "id" < $2::bigint and "at" <= $3::timestamptz"#), "{}", q.sql);
         assert_eq!(q.binds, ["5", "10", "2026-11-30T00:00:00Z"]);
         let q = query_for(&t, None, Some("at"), Range::Whole, "x", Hash::Record);
         assert!(q.sql.ends_with(r#"where "at" <= $1::timestamptz"#), "{}", q.sql);
-        assert!(q.sql.contains("sum(hash_record_extended(t, 0))"), "{}", q.sql);
+        assert!(q.sql.contains("sum(hash_record_extended(drcheck_row.*, 0))"), "{}", q.sql);
     }
 }
