@@ -420,6 +420,7 @@ async fn steps(
     let deadline = target.rto.mul_f64(target.abort_factor);
     progress.bytes(&target.name, "fetch+restore", backup.size);
     let format_seen = std::sync::Mutex::new(None::<String>);
+    let first_byte = std::sync::Arc::new(std::sync::Mutex::new(None::<Duration>));
     let on_format = |f: &str| *format_seen.lock().unwrap() = Some(f.to_string());
     let job = RestoreJob {
         store: store.clone(),
@@ -443,7 +444,15 @@ async fn steps(
         recovery_target: target.recovery_target.clone(),
         database_hint: target.primary.as_ref().and_then(|p| database_of(p.expose())),
         on_format: &on_format,
-        progress: progress.byte_counter(),
+        progress: {
+            let (counter, first) = (progress.byte_counter(), first_byte.clone());
+            std::sync::Arc::new(move |n: u64| {
+                if n > 0 {
+                    first.lock().unwrap().get_or_insert_with(|| fetch_start.elapsed());
+                }
+                counter(n)
+            })
+        },
         sandbox_ready_in: Default::default(),
         max_write_bytes: expansion_ceiling.min(free_for_restore).max(1 << 20),
         expansion_ceiling,
@@ -457,6 +466,7 @@ async fn steps(
         recovered_to: None,
         containment: Some(drcheck_restore::contain::probe().name()),
         manifest: None,
+        first_byte_seconds: None,
     });
     let outcome = tokio::time::timeout(deadline, job::run(&job)).await;
     if let Some(d) = *job.sandbox_ready_in.lock().unwrap() {
@@ -494,6 +504,7 @@ async fn steps(
         }
         info.containment = Some(restored.sandbox.containment().name());
         info.manifest = restored.manifest.clone();
+        info.first_byte_seconds = first_byte.lock().unwrap().map(secs);
     }
     progress.phase(&target.name, "checking the restored database");
     let physical = restored.format.contains("physical");

@@ -96,6 +96,9 @@ pub struct RestoreInfo {
     /// Base backups: the check against `backup_manifest`, or why it was not done.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub manifest: Option<String>,
+    /// From the fetch's start to the first byte handed to the restore (object sources).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_byte_seconds: Option<f64>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
