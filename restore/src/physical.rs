@@ -60,10 +60,11 @@ async fn unpack_part(
     part: &BackupObject,
     dest: &Path,
     received: &Received,
+    fetch: fetch::FetchOptions,
 ) -> Result<(), RestoreError> {
     use std::sync::atomic::Ordering;
     let store = job.store.describe();
-    let raw = fetch::parallel(job.store.clone(), &part.key, part.size, job.fetch);
+    let raw = fetch::parallel(job.store.clone(), &part.key, part.size, fetch);
     let progress = job.progress.clone();
     let (received, seen) = (received.clone(), Arc::new(std::sync::atomic::AtomicU64::new(0)));
     // `Counting` reports this part's running total: add what is new to the shared one.
@@ -125,12 +126,16 @@ pub async fn restore(job: &RestoreJob<'_>, sandbox: Sandbox, started: Instant) -
     std::fs::create_dir_all(&wal_dir)
         .map_err(|e| RestoreError::infra(Stage::Restore, format!("{}: {e}", data.display())))?;
     let received = Received::default();
-    let base_done = unpack_part(job, base, &data, &received);
     match wal {
         Some(wal) => {
-            tokio::try_join!(base_done, unpack_part(job, wal, &wal_dir, &received))?;
+            // Two downloads at once share the memory bound of one: half the parts each.
+            let half = fetch::FetchOptions { concurrency: job.fetch.concurrency.div_ceil(2), ..job.fetch };
+            tokio::try_join!(
+                unpack_part(job, base, &data, &received, half),
+                unpack_part(job, wal, &wal_dir, &received, half)
+            )?;
         }
-        None => base_done.await?,
+        None => unpack_part(job, base, &data, &received, job.fetch).await?,
     }
     let new_map = if tablespaces.is_empty() {
         None
@@ -186,7 +191,7 @@ async fn remap_tablespaces(
             return Err(bad(format!("{}: tablespace {oid} is not in tablespace_map", part.key)));
         }
         let dest = root.join(oid.to_string());
-        unpack_part(job, part, &dest, received).await?;
+        unpack_part(job, part, &dest, received, job.fetch).await?;
         let link = data.join("pg_tblspc").join(oid.to_string());
         remove_entry(&link)?;
         std::fs::create_dir_all(data.join("pg_tblspc"))

@@ -26,6 +26,7 @@ as_pg() { if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
 moto_pid=
 cleanup() {
   as_pg "$pgbin/pg_ctl" -D "$work/primary" -m fast stop >/dev/null 2>&1 || true
+  as_pg "$pgbin/pg_ctl" -D "$work/copy" -m immediate stop >/dev/null 2>&1 || true
   [ -n "$moto_pid" ] && kill "$moto_pid" 2>/dev/null || true
 }
 trap cleanup EXIT
@@ -97,25 +98,46 @@ compare = "primary"
 TOML
 echo "bench: drcheck verify with every validator…"
 BENCH_PW=$password "$drcheck" --config "$work/drcheck.toml" verify --json >"$work/run.json" || true
-
-echo "bench: plain count(*) of every table on the primary…"
-count_s=$(python3 - "$work" "$port" <<'PY'
+if [ -n "${DRCHECK_BASELINE_BIN:-}" ]; then
+  echo "bench: the baseline build on the same data…"
+  BENCH_PW=$password "$DRCHECK_BASELINE_BIN" --config "$work/drcheck.toml" verify --json >"$work/baseline.json" || true
+else
+  echo '{"runs": []}' >"$work/baseline.json"
+fi
+# The plain way to look at every row on both sides: count(*) of every table on the
+# primary and on a copy restored by hand from the same dump.
+echo "bench: restoring the dump by hand for the count(*) baseline…"
+copy_port=$(free_port)
+rm -rf "$work/copy"
+as_pg "$pgbin/initdb" -D "$work/copy" -U postgres --auth=trust -E UTF8 --locale=C.UTF-8 --no-sync >/dev/null
+as_pg "$pgbin/pg_ctl" -D "$work/copy" -l "$work/copy.log" -w -o "-c listen_addresses= -p $copy_port -k $work -c fsync=off" start >/dev/null
+psql -X -q -h "$work" -p "$copy_port" -U postgres -d postgres -c "create database bench"
+pg_restore -j 2 --no-owner -h "$work" -p "$copy_port" -U postgres -d bench "$work/bench.dump" 2>/dev/null || true
+psql -X -q -h "$work" -p "$copy_port" -U postgres -d bench -c "vacuum analyze" >/dev/null
+echo "bench: plain count(*) of every table on both sides…"
+count_s=$(python3 - "$work" "$port" "$copy_port" <<'PY'
 import subprocess, sys, time
-work, port = sys.argv[1], sys.argv[2]
-q = lambda sql: subprocess.run(["psql", "-X", "-A", "-t", "-h", work, "-p", port, "-U", "postgres", "-d", "bench", "-c", sql],
-                               check=True, capture_output=True, text=True).stdout
-tables = q("select quote_ident(schemaname) || '.' || quote_ident(relname) from pg_stat_user_tables").split()
-start = time.monotonic()
-for t in tables:
-    q(f"select count(*) from {t}")
-print(f"{time.monotonic() - start:.3f}")
+work, ports = sys.argv[1], sys.argv[2:]
+q = lambda port, sql: subprocess.run(["psql", "-X", "-A", "-t", "-h", work, "-p", port, "-U", "postgres", "-d", "bench", "-c", sql],
+                                     check=True, capture_output=True, text=True).stdout
+tables = q(ports[0], "select quote_ident(schemaname) || '.' || quote_ident(relname) from pg_stat_user_tables").split()
+took = []
+for port in ports:
+    start = time.monotonic()
+    for t in tables:
+        q(port, f"select count(*) from {t}")
+    took.append(time.monotonic() - start)
+print(f"{took[0]:.3f} {took[1]:.3f}")
 PY
 )
-
-python3 - "$work/run.json" "$count_s" "$db_size" <<'PY'
+as_pg "$pgbin/pg_ctl" -D "$work/copy" -m fast stop >/dev/null
+rm -rf "$work/copy"
+python3 - "$work/run.json" "$count_s" "$db_size" "$work/baseline.json" <<'PY'
 import json, sys
 run = json.load(open(sys.argv[1]))["runs"][0]
-count_s, db_size = float(sys.argv[2]), int(sys.argv[3])
+count_p, count_r = (float(x) for x in sys.argv[2].split())
+count_s, db_size = count_p + count_r, int(sys.argv[3])
+baseline = (json.load(open(sys.argv[4]))["runs"] or [None])[0]
 print()
 print(f"database: {db_size / 1e9:.2f} GB on disk; run result: {run['result']}")
 for p in run["phases"]:
