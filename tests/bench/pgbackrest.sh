@@ -14,25 +14,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 root=$PWD
-bash scripts/setup.sh
-if [ -n "${DRCHECK_BIN:-}" ]; then drcheck=$DRCHECK_BIN; else cargo build -q --release --bin drcheck; drcheck=$root/target/release/drcheck; fi
+. tests/bench/lib.sh
 
 work=${BENCH_DIR:-/var/tmp/drcheck-bench}/pgbackrest
 scale=${BENCH_SCALE:-70}
 rounds=${BENCH_ROUNDS:-2}
-pgbin=/usr/lib/postgresql/15/bin
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-as_pg() { if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi; }
-now() { date +%s.%N; }
-elapsed() { python3 -c "print(f'{$2 - $1:.2f}')"; }
-
-pids=()
-clusters=()
-cleanup() {
-  for c in "${clusters[@]}"; do as_pg "$pgbin/pg_ctl" -D "$c" -m immediate stop >/dev/null 2>&1 || true; done
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-}
-trap cleanup EXIT
 
 mkdir -p "$work"
 chmod 755 "${BENCH_DIR:-/var/tmp/drcheck-bench}" "$work"

@@ -14,25 +14,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 root=$PWD
-bash scripts/setup.sh
-if [ -n "${DRCHECK_BIN:-}" ]; then drcheck=$DRCHECK_BIN; else cargo build -q --release --bin drcheck; drcheck=$root/target/release/drcheck; fi
+. tests/bench/lib.sh
 
 work=${BENCH_DIR:-/var/tmp/drcheck-bench}
 jobs=${BENCH_JOBS:-2}
 rows=${BENCH_BLOB_ROWS:-900000}
-pgbin=/usr/lib/postgresql/15/bin
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-as_pg() { if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi; }
-now() { date +%s.%N; }
-elapsed() { python3 -c "print(f'{$2 - $1:.2f}')"; }
-
-pids=()
-clusters=()
-cleanup() {
-  for c in "${clusters[@]}"; do as_pg "$pgbin/pg_ctl" -D "$c" -m immediate stop >/dev/null 2>&1 || true; done
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-}
-trap cleanup EXIT
 
 mkdir -p "$work"
 chmod 755 "$work"
@@ -111,18 +97,23 @@ dr_dl=$(elapsed "$t0" "$t1")
 cmp -s "$work/plain.dump" "$work/drcheck.dump" || { echo "bench: the two downloads differ" >&2; exit 1; }
 rm -f "$work/drcheck.dump"
 
+plain_restore() { # S3 FUNCTION → plain_s: seconds of download, initdb + start, pg_restore -j
+  local port t0 t1
+  rm -f "$work/plain.dump"
+  port=$(free_port)
+  t0=$(now)
+  "$1" cp --only-show-errors s3://bench/bench/bench.dump "$work/plain.dump"
+  start_cluster "$work/plain" "$port"
+  psql -X -q -h "$work" -p "$port" -U postgres -d postgres -c "create database restored"
+  pg_restore -j "$jobs" --no-owner --no-privileges --exit-on-error -h "$work" -p "$port" -U postgres -d restored "$work/plain.dump"
+  t1=$(now)
+  as_pg "$pgbin/pg_ctl" -D "$work/plain" -m fast stop >/dev/null
+  rm -rf "$work/plain" "$work/plain.dump"
+  plain_s=$(elapsed "$t0" "$t1")
+}
 echo "bench: plain restore (aws s3 cp, then initdb + pg_restore -j $jobs)…"
-rm -f "$work/plain.dump"
-port=$(free_port)
-t0=$(now)
-s3 cp --only-show-errors s3://bench/bench/bench.dump "$work/plain.dump"
-start_cluster "$work/plain" "$port"
-psql -X -q -h "$work" -p "$port" -U postgres -d postgres -c "create database restored"
-pg_restore -j "$jobs" --no-owner --no-privileges --exit-on-error -h "$work" -p "$port" -U postgres -d restored "$work/plain.dump"
-t1=$(now)
-plain=$(elapsed "$t0" "$t1")
-as_pg "$pgbin/pg_ctl" -D "$work/plain" -m fast stop >/dev/null
-rm -rf "$work/plain" "$work/plain.dump"
+plain_restore s3
+plain=$plain_s
 
 run_drcheck() { # PROFILE JOBS [BINARY] [S3 PORT] → prints "rto peak_rss_kib first_byte_s"
   local out=$work/run.json rss=$work/rss.json bin=${3:-$drcheck}
@@ -172,16 +163,8 @@ if [ -z "${BENCH_NO_GARAGE:-}" ]; then
   rm -f "$work/drcheck.dump" "$work/plain.dump"
   garage_dl_rss=$(AWS_ACCESS_KEY_ID=$GARAGE_KEY AWS_SECRET_ACCESS_KEY=$GARAGE_SECRET dl_rss "$GARAGE_PORT")
   echo "bench: garage: plain restore (aws s3 cp, then initdb + pg_restore -j $jobs)…"
-  port=$(free_port)
-  t0=$(now)
-  gs3 cp --only-show-errors s3://bench/bench/bench.dump "$work/plain.dump"
-  start_cluster "$work/plain" "$port"
-  psql -X -q -h "$work" -p "$port" -U postgres -d postgres -c "create database restored"
-  pg_restore -j "$jobs" --no-owner --no-privileges --exit-on-error -h "$work" -p "$port" -U postgres -d restored "$work/plain.dump"
-  t1=$(now)
-  garage_plain=$(elapsed "$t0" "$t1")
-  as_pg "$pgbin/pg_ctl" -D "$work/plain" -m fast stop >/dev/null
-  rm -rf "$work/plain" "$work/plain.dump"
+  plain_restore gs3
+  garage_plain=$plain_s
   echo "bench: garage: drcheck verify, production profile, restore_jobs=$jobs…"
   read -r garage_prod garage_prod_rss garage_ttfb < <(AWS_ACCESS_KEY_ID=$GARAGE_KEY AWS_SECRET_ACCESS_KEY=$GARAGE_SECRET \
     run_drcheck production "$jobs" "" "$GARAGE_PORT")

@@ -15,21 +15,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 root=$PWD
-bash scripts/setup.sh
-if [ -n "${DRCHECK_BIN:-}" ]; then drcheck=$DRCHECK_BIN; else cargo build -q --release --bin drcheck; drcheck=$root/target/release/drcheck; fi
-
+. tests/bench/lib.sh
 work=${BENCH_DIR:-/var/tmp/drcheck-bench-validators}
 scale=${BENCH_SCALE:-100}
-pgbin=/usr/lib/postgresql/15/bin
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-as_pg() { if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi; }
-moto_pid=
-cleanup() {
-  as_pg "$pgbin/pg_ctl" -D "$work/primary" -m fast stop >/dev/null 2>&1 || true
-  as_pg "$pgbin/pg_ctl" -D "$work/copy" -m immediate stop >/dev/null 2>&1 || true
-  [ -n "$moto_pid" ] && kill "$moto_pid" 2>/dev/null || true
-}
-trap cleanup EXIT
+# The primary and the hand-restored copy stop with the benchmark, whatever happens.
+clusters+=("$work/primary" "$work/copy")
 
 mkdir -p "$work"; chmod 755 "$work"
 [ "$(id -u)" = 0 ] && chown postgres: "$work"
@@ -63,7 +53,7 @@ echo "bench: database is $db_size bytes on disk; dump $(stat -c %s "$work/bench.
 
 s3_port=$(free_port)
 moto_server -H 127.0.0.1 -p "$s3_port" >"$work/moto.log" 2>&1 &
-moto_pid=$!
+pids+=($!)
 export AWS_ACCESS_KEY_ID=bench AWS_SECRET_ACCESS_KEY=bench AWS_DEFAULT_REGION=us-east-1 AWS_EC2_METADATA_DISABLED=true
 for _ in $(seq 100); do (echo >"/dev/tcp/127.0.0.1/$s3_port") 2>/dev/null && break; sleep 0.1; done
 aws --endpoint-url "http://127.0.0.1:$s3_port" s3 mb s3://bench >/dev/null

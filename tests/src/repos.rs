@@ -92,6 +92,21 @@ impl Tls {
     }
 }
 
+/// Switches `primary`'s WAL and waits (60 s at most) until its archiver reports the
+/// switched-from segment archived; returns that segment's name.
+fn archive_now(primary: &PgPrimary) -> String {
+    let seg = primary.psql("postgres", "select pg_walfile_name(pg_switch_wal())");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let last = primary.psql("postgres", "select coalesce(last_archived_wal, '') from pg_stat_archiver");
+        if last.as_str() >= seg.as_str() {
+            return seg;
+        }
+        assert!(Instant::now() < deadline, "{seg} was not archived in 60 s (last: {last})");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 /// A primary archiving into a pgBackRest repository in moto (through [`Tls`]).
 pub struct PgbrScene {
     pub root: TempRoot,
@@ -202,16 +217,7 @@ impl PgbrScene {
 
     /// Switches WAL and waits until the archive holds the switched-from segment.
     pub fn archive_now(&self) -> String {
-        let seg = self.primary.psql("postgres", "select pg_walfile_name(pg_switch_wal())");
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            let last = self.primary.psql("postgres", "select coalesce(last_archived_wal, '') from pg_stat_archiver");
-            if last.as_str() >= seg.as_str() {
-                return seg;
-            }
-            assert!(Instant::now() < deadline, "{seg} was not archived in 60 s (last: {last})");
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        archive_now(&self.primary)
     }
 
     /// The catalog as `pgbackrest info --output=json` prints it.
@@ -378,16 +384,7 @@ impl BarmanScene {
 
     /// Switches WAL and waits until it is archived.
     pub fn archive_now(&self) -> String {
-        let seg = self.primary.psql("postgres", "select pg_walfile_name(pg_switch_wal())");
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            let last = self.primary.psql("postgres", "select coalesce(last_archived_wal, '') from pg_stat_archiver");
-            if last.as_str() >= seg.as_str() {
-                return seg;
-            }
-            assert!(Instant::now() < deadline, "{seg} was not archived in 60 s (last: {last})");
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        archive_now(&self.primary)
     }
 
     /// The object key of `name` under the server's prefix.
