@@ -275,6 +275,9 @@ fn checksums_cover_every_column_by_value_or_by_text() {
     let sums = validator(&run, "checksums");
     assert_eq!(sums["status"], "failed", "{sums}\n{}", stderr(&out));
     let detail = sums["detail"].as_str().unwrap();
-    assert!(detail.contains("public.alias_clash for id in [") && detail.contains("public.by_text for id in ["), "{detail}");
+    assert!(
+        detail.contains("public.alias_clash for id in [") && detail.contains("public.by_text for id in ["),
+        "{detail}"
+    );
     assert!(detail.starts_with("2 of "), "{detail}");
 }
