@@ -103,14 +103,22 @@ pub fn classify(what: &str, out: &Output, world: &[&str]) -> RestoreError {
     }
 }
 
-/// The TCP port of an `http(s)://host[:port]/…` endpoint.
-pub fn endpoint_port(url: &str) -> Option<u16> {
+/// Host and TCP port of an `http(s)://[user@]host[:port]/…` endpoint (IPv6 hosts in
+/// brackets); the scheme's port when none is given.
+pub fn endpoint_host_port(url: &str) -> Option<(String, u16)> {
     let (scheme, rest) = url.split_once("://")?;
     let hostport = rest.split('/').next()?.rsplit('@').next()?;
     match hostport.rsplit_once(':') {
-        Some((h, p)) if !h.ends_with(']') || h.starts_with('[') && !p.contains(']') => p.parse().ok(),
-        _ => Some(if scheme == "https" { 443 } else { 80 }),
+        Some((h, p)) if !h.is_empty() && hostport.starts_with('[') == h.ends_with(']') && !p.contains(']') => {
+            Some((h.to_string(), p.parse().ok()?))
+        }
+        _ => Some((hostport.to_string(), if scheme == "https" { 443 } else { 80 })),
     }
+}
+
+/// The TCP port of an endpoint URL.
+pub fn endpoint_port(url: &str) -> Option<u16> {
+    endpoint_host_port(url).map(|(_, port)| port)
 }
 
 /// Paths a TLS client reads besides the system libraries: the CA store and the
@@ -312,5 +320,8 @@ mod tests {
         assert_eq!(endpoint_port("http://minio.local/bucket"), Some(80));
         assert_eq!(endpoint_port("https://s3.amazonaws.com"), Some(443));
         assert_eq!(endpoint_port("http://user:pw@h:9000/"), Some(9000));
+        assert_eq!(endpoint_host_port("https://[::1]:9443/x"), Some(("[::1]".into(), 9443)));
+        assert_eq!(endpoint_host_port("https://[::1]"), Some(("[::1]".into(), 443)));
+        assert_eq!(endpoint_host_port("https://127.0.0.1:x"), None);
     }
 }

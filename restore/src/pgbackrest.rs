@@ -65,20 +65,14 @@ impl Repo {
     /// Host and port of the endpoint: pgBackRest 2.45 speaks only HTTPS to S3.
     fn host_port(&self) -> Result<(String, u16), String> {
         let Some(url) = &self.endpoint else { return Ok((format!("s3.{}.amazonaws.com", self.region), 443)) };
-        let rest = url.strip_prefix("https://").ok_or_else(|| {
-            format!(
+        if !url.starts_with("https://") {
+            return Err(format!(
                 "pgBackRest 2.45 reaches S3 only over https; the storage endpoint is {}",
                 drcheck_config::redact_userinfo(url)
-            )
-        })?;
-        let hostport = rest.split('/').next().unwrap_or(rest);
-        let hostport = hostport.rsplit('@').next().unwrap_or(hostport);
-        match hostport.rsplit_once(':') {
-            Some((h, p)) if !h.ends_with(']') || h.starts_with('[') => {
-                Ok((h.to_string(), p.parse().map_err(|_| format!("bad port in endpoint {hostport:?}"))?))
-            }
-            _ => Ok((hostport.to_string(), 443)),
+            ));
         }
+        delegate::endpoint_host_port(url)
+            .ok_or_else(|| format!("bad host or port in endpoint {}", drcheck_config::redact_userinfo(url)))
     }
 
     /// The tool's environment: the repository, its credentials (from drcheck's own

@@ -92,6 +92,14 @@ impl Tls {
     }
 }
 
+/// Runs `cmd`, failing the test (with its output) unless it succeeds; returns stdout.
+fn stdout_of(mut cmd: Command, what: &str) -> String {
+    let out = cmd.output().unwrap();
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    assert!(out.status.success(), "{what}: {}{}", text(&out.stdout), text(&out.stderr));
+    text(&out.stdout)
+}
+
 /// Switches `primary`'s WAL and waits (60 s at most) until its archiver reports the
 /// switched-from segment archived; returns that segment's name.
 fn archive_now(primary: &PgPrimary) -> String {
@@ -194,20 +202,13 @@ impl PgbrScene {
 
     /// Runs `pgbackrest ARGS` as the postgres user with the scene's config; returns stdout.
     pub fn pgbackrest(&self, args: &[&str]) -> String {
-        let out = as_pg(&mut Command::new("pgbackrest"))
+        let mut cmd = Command::new("pgbackrest");
+        as_pg(&mut cmd)
             .arg(format!("--config={}", self.conf.display()))
             .arg(format!("--stanza={}", self.stanza))
             .args(args)
-            .current_dir(self.root.path())
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "pgbackrest {args:?}: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
+            .current_dir(self.root.path());
+        stdout_of(cmd, &format!("pgbackrest {args:?}"))
     }
 
     /// Takes a backup of `kind` (full, diff, incr).
@@ -324,20 +325,9 @@ impl BarmanScene {
     }
 
     fn tool(&self, program: &str, args: &[&str]) -> String {
-        let out = Command::new(program)
-            .arg("--endpoint-url")
-            .arg(self.s3.endpoint())
-            .args(args)
-            .envs(AWS_ENV)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{program} {args:?}: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
+        let mut cmd = Command::new(program);
+        cmd.arg("--endpoint-url").arg(self.s3.endpoint()).args(args).envs(AWS_ENV);
+        stdout_of(cmd, &format!("{program} {args:?}"))
     }
 
     fn destination(&self) -> String {
