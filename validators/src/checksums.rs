@@ -157,16 +157,24 @@ pub(crate) fn sample_slice(rows: f64, sample_rows: u64) -> Option<u32> {
 
 /// Count and hash sum of `t` on one side, in block ranges of about `chunk_rows` rows.
 /// On the primary (`primary` given) each query is counted and timed.
+/// How a keyless table is hashed: the same on both sides.
+#[derive(Clone, Copy)]
+struct BlockPlan<'a> {
+    as_of: Option<&'a str>,
+    backup_time: &'a str,
+    chunk_rows: u64,
+    /// Rows per 1024 kept (sampling), if sampled.
+    slice: Option<u32>,
+    hash: Hash,
+}
+
 async fn block_totals(
     pool: &PgPool,
     primary: Option<&crate::primary::PrimaryDb>,
     t: &TableName,
-    as_of: Option<&str>,
-    backup_time: &str,
-    chunk_rows: u64,
-    slice: Option<u32>,
-    hash: Hash,
+    plan: &BlockPlan<'_>,
 ) -> Result<(i64, i128), sqlx::Error> {
+    let BlockPlan { as_of, backup_time, chunk_rows, slice, hash } = *plan;
     let size = sqlx::query_as(sqlx::AssertSqlSafe(format!(
         "select (pg_relation_size('{0}'::regclass) / current_setting('block_size')::int)::bigint,
                 greatest(reltuples, 0)::float8 from pg_class where oid = '{0}'::regclass",
@@ -224,11 +232,9 @@ async fn compare_by_blocks(
     let as_of = cx.as_of(t);
     let backup_time = cx.backup_time_text();
     let slice = sample_slice(estimated, cx.settings.checksum_sample_rows);
-    let chunk = cx.settings.checksum_chunk_rows;
-    let (p, r) = tokio::join!(
-        block_totals(&primary.pool, Some(primary), t, as_of, &backup_time, chunk, slice, hash),
-        block_totals(&cx.restored, None, t, as_of, &backup_time, chunk, slice, hash)
-    );
+    let plan = BlockPlan { as_of, backup_time: &backup_time, chunk_rows: cx.settings.checksum_chunk_rows, slice, hash };
+    let (p, r) =
+        tokio::join!(block_totals(&primary.pool, Some(primary), t, &plan), block_totals(&cx.restored, None, t, &plan));
     match (p, r) {
         (Ok(p), Ok(r)) if p == r => {
             Outcome::Match { rows: p.0, sampled: slice.is_some(), estimated: estimated.max(p.0 as f64) }

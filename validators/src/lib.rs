@@ -227,8 +227,8 @@ pub async fn run_all(validators: &[Box<dyn Validator>], cx: &Context, timeout: D
     // Self-checks (sandbox only) and comparisons (sandbox and primary) run side by side,
     // each group one validator at a time: the work overlaps where cores allow, and the
     // primary sees no more than before. Findings keep the validators' order.
-    let (own, compare): (Vec<(usize, &Box<dyn Validator>)>, Vec<_>) =
-        validators.iter().enumerate().partition(|(_, v)| v.self_check());
+    let (own, compare): (Vec<_>, Vec<_>) =
+        validators.iter().map(|v| v.as_ref()).enumerate().partition(|(_, v)| v.self_check());
     let (mut a, b) = tokio::join!(run_group(own, cx, timeout), run_group(compare, cx, timeout));
     a.extend(b);
     a.sort_by_key(|(i, _)| *i);
@@ -236,7 +236,7 @@ pub async fn run_all(validators: &[Box<dyn Validator>], cx: &Context, timeout: D
 }
 
 async fn run_group(
-    validators: Vec<(usize, &Box<dyn Validator>)>,
+    validators: Vec<(usize, &dyn Validator)>,
     cx: &Context,
     timeout: Duration,
 ) -> Vec<(usize, Vec<Finding>)> {
