@@ -189,7 +189,8 @@ pub async fn check_repository(
                 .covered("wal_files", i.wal_files)
         }
     };
-    finding.with("seconds", t.elapsed().as_secs_f64())
+    // Like every validator's: a pass over nothing (no restorable backup) is not a pass.
+    drcheck_validators::enforce_coverage(finding).with("seconds", t.elapsed().as_secs_f64())
 }
 
 /// A sandbox directory (no server) for a backup tool listing its catalog.
