@@ -215,21 +215,27 @@ pub async fn download(
     backup: &Backup,
     output: &std::path::Path,
 ) -> anyhow::Result<u64> {
-    use tokio::io::AsyncWriteExt;
+    use drcheck_restore::logical::{Copy, copy_in_blocks};
     let store = open_store(&target.storage, &config.storage[&target.storage]).await;
     let reader = drcheck_restore::fetch::parallel(store, &backup.key, backup.size, fetch_options(config, target));
-    let mut reader = tokio::io::BufReader::with_capacity(1 << 20, reader);
     let mut file = tokio::fs::File::create(output).await?;
-    let n = tokio::io::copy_buf(&mut reader, &mut file).await?;
-    file.flush().await?;
-    Ok(n)
+    match copy_in_blocks(reader, &mut file).await {
+        Ok(n) => Ok(n),
+        Err(Copy::Read(e)) => Err(anyhow::anyhow!("downloading {}: {e}", backup.key)),
+        Err(Copy::Write(e)) => Err(anyhow::anyhow!("writing {}: {e}", output.display())),
+    }
 }
 
 /// How a target's backups are downloaded.
 fn fetch_options(config: &Config, target: &TargetConfig) -> FetchOptions {
     match &config.storage[&target.storage] {
         StorageConfig::S3(s3) => {
-            FetchOptions { part_size: s3.part_size, concurrency: s3.concurrency, ..Default::default() }
+            FetchOptions {
+                part_size: s3.part_size,
+                concurrency: s3.concurrency,
+                window: s3.part_size.max(drcheck_restore::fetch::WINDOW),
+                ..Default::default()
+            }
         }
         StorageConfig::Filesystem { .. } => FetchOptions::default(),
     }

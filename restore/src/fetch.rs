@@ -1,29 +1,58 @@
 //! Fetching a backup at full speed with bounded memory: concurrent ranged reads, each
 //! part retried on transient errors with backoff and jitter, delivered in order as
-//! one stream. At most `concurrency` parts are in memory at once.
+//! one stream, without copying a part's bytes between the socket and the consumer.
+//!
+//! How many parts are in flight and how large they are adapts as the download goes
+//! ([`Pacer`]): parts start at 1 MiB so the first byte arrives after one short request,
+//! two at a time, and double in size. Once they are full size, each round of completed
+//! parts measures throughput: concurrency doubles while that throughput grows (by at
+//! least a tenth); at the first round where it does not, it goes back to the last
+//! concurrency that paid and stays. The bytes of parts in memory never exceed the
+//! window (the buffer pool's bound), so more parts in flight means smaller ones, and a
+//! server whose requests cost the same whatever their size (moto) is read with few
+//! large parts.
 
 use crate::error::StoreError;
 use crate::retry::Backoff;
 use crate::store::{BackupReader, BackupStore};
-use futures::stream::{self, StreamExt};
+use futures::stream;
 use sha2::{Digest, Sha256};
+use std::collections::VecDeque;
 use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Instant;
 use tokio::io::{AsyncRead, ReadBuf};
 use tokio_util::io::StreamReader;
+use tokio_util::task::AbortOnDropHandle;
 
 #[derive(Debug, Clone, Copy)]
 pub struct FetchOptions {
+    /// The largest ranged GET.
     pub part_size: u64,
+    /// The most ranged GETs at once.
     pub concurrency: usize,
+    /// The most bytes of parts in memory at once (in flight or waiting for the consumer);
+    /// at least one part of `part_size` whatever this says.
+    pub window: u64,
     pub backoff: Backoff,
 }
 
+/// The default memory bound of one download's parts.
+pub const WINDOW: u64 = 32 << 20;
+
 impl Default for FetchOptions {
     fn default() -> Self {
-        Self { part_size: 8 << 20, concurrency: 4, backoff: Backoff::default() }
+        Self { part_size: 16 << 20, concurrency: 8, window: WINDOW, backoff: Backoff::default() }
+    }
+}
+
+impl FetchOptions {
+    /// The same download sharing its bounds with `n` others running beside it.
+    pub fn shared_by(self, n: usize) -> Self {
+        let n = n.max(1);
+        Self { concurrency: self.concurrency.div_ceil(n), window: self.window / n as u64, ..self }
     }
 }
 
@@ -35,47 +64,207 @@ fn to_io(e: StoreError) -> io::Error {
 /// The first part's size: small, so the first byte reaches the consumer (pg_restore,
 /// the tar extractor) after one short request rather than a whole large part.
 const FIRST_PART: u64 = 1 << 20;
+/// No part is made smaller than this to fit more in flight (per-request cost).
+const MIN_PART: u64 = 1 << 20;
+/// Concurrency at the start (fewer if the options allow fewer).
+const START_CONCURRENCY: usize = 2;
+/// Throughput must grow by this factor for concurrency to keep growing.
+const GROWTH: f64 = 1.1;
+/// A measured round lasts at least this long (and `limit` parts): shorter ones are noise.
+const MIN_ROUND: std::time::Duration = std::time::Duration::from_millis(250);
 
-/// The parts of a `size`-byte object: starting at [`FIRST_PART`] and doubling up to
-/// `max_part` (a slow start: the first bytes arrive fast, later parts are large enough
-/// that per-request cost stays small). In memory at once: `concurrency` parts at most.
-pub fn part_plan(size: u64, max_part: u64) -> Vec<(u64, u64)> {
-    let max_part = max_part.max(1);
-    let mut part = FIRST_PART.min(max_part);
-    let (mut offset, mut parts) = (0u64, Vec::new());
-    while offset < size {
-        let len = part.min(size - offset);
-        parts.push((offset, len));
-        offset += len;
-        part = (part * 2).min(max_part);
-    }
-    parts
+/// Decides how many parts are in flight and the size of the next one. Pure: fed the
+/// sizes of completed parts and when they completed.
+#[derive(Debug)]
+pub struct Pacer {
+    limit: usize,
+    max_limit: usize,
+    window: u64,
+    max_part: u64,
+    next: u64,
+    /// The slow start is over: rounds are measured.
+    measuring: bool,
+    growing: bool,
+    round_bytes: u64,
+    round_parts: usize,
+    round_started: Option<Instant>,
+    last_rate: f64,
 }
 
-/// A reader of `key` (of `size` bytes) that fetches parts concurrently.
-pub fn parallel(store: Arc<dyn BackupStore>, key: &str, size: u64, opts: FetchOptions) -> BackupReader {
-    let parts = part_plan(size, opts.part_size);
-    let key = key.to_string();
-    let s = stream::iter(parts)
-        .map(move |(offset, len)| {
-            let store = store.clone();
-            let key = key.clone();
-            // Spawned so parts download in parallel even while the consumer is busy;
-            // `buffered` bounds how many exist at once. Aborted when dropped: a cancelled
-            // restore stops downloading.
-            let task = tokio_util::task::AbortOnDropHandle::new(tokio::spawn(async move {
-                opts.backoff
+impl Pacer {
+    pub fn new(opts: &FetchOptions) -> Self {
+        let max_part = opts.part_size.max(1);
+        let window = opts.window.max(max_part);
+        // Room for `limit` parts of at least MIN_PART and the one being consumed.
+        let max_limit = opts.concurrency.max(1).min(((window / MIN_PART) as usize).saturating_sub(1).max(1));
+        Self {
+            limit: START_CONCURRENCY.min(max_limit),
+            max_limit,
+            window,
+            max_part,
+            next: FIRST_PART.min(max_part),
+            measuring: false,
+            growing: true,
+            round_bytes: 0,
+            round_parts: 0,
+            round_started: None,
+            last_rate: 0.0,
+        }
+    }
+
+    /// How many parts may be in flight now.
+    pub fn limit(&self) -> usize {
+        self.limit
+    }
+
+    /// The largest part that keeps `limit` parts (and the one being consumed) in the window.
+    fn part_cap(&self) -> u64 {
+        (self.window / (self.limit as u64 + 1)).max(MIN_PART).min(self.max_part)
+    }
+
+    /// The size of the next part (before clipping to what is left of the object):
+    /// doubling from [`FIRST_PART`] up to the cap the current concurrency allows.
+    pub fn next_len(&mut self) -> u64 {
+        let cap = self.part_cap();
+        let len = self.next.min(cap);
+        self.next = (self.next * 2).min(self.max_part);
+        if len == cap && !self.measuring {
+            // The first full-size part opens the first measured round.
+            self.measuring = true;
+            (self.round_bytes, self.round_parts, self.round_started) = (0, 0, None);
+        }
+        len
+    }
+
+    /// A round starts when the first of its parts is requested.
+    pub fn started(&mut self, now: Instant) {
+        self.round_started.get_or_insert(now);
+    }
+
+    /// A part of `bytes` reached the consumer at `now`. After a round (`limit` parts and
+    /// [`MIN_ROUND`]), compares its throughput with the last round's and grows or settles.
+    pub fn completed(&mut self, bytes: u64, now: Instant) {
+        if !self.measuring {
+            return;
+        }
+        self.round_bytes += bytes;
+        self.round_parts += 1;
+        let Some(started) = self.round_started else { return };
+        if self.round_parts < self.limit || now.duration_since(started) < MIN_ROUND {
+            return;
+        }
+        let secs = now.duration_since(started).as_secs_f64().max(1e-6);
+        let rate = self.round_bytes as f64 / secs;
+        let before = self.limit;
+        if self.growing {
+            if rate >= self.last_rate * GROWTH {
+                if self.limit < self.max_limit {
+                    self.limit = (self.limit * 2).min(self.max_limit);
+                } else {
+                    self.growing = false;
+                }
+            } else {
+                // The last doubling did not pay: back to the concurrency before it.
+                self.growing = false;
+                if self.last_rate > 0.0 {
+                    self.limit = self.limit.div_ceil(2).max(START_CONCURRENCY.min(self.max_limit));
+                }
+            }
+        }
+        tracing::debug!(
+            concurrency = before,
+            mb_per_s = (rate / 1e6) as u64,
+            next = self.limit,
+            part_mib = self.part_cap() >> 20,
+            "download round"
+        );
+        self.last_rate = rate;
+        self.round_bytes = 0;
+        self.round_parts = 0;
+        self.round_started = Some(now);
+    }
+}
+
+/// One part's bytes, in the chunks they arrived in.
+type Part = Result<Vec<bytes::Bytes>, io::Error>;
+
+struct Download {
+    store: Arc<dyn BackupStore>,
+    key: Arc<str>,
+    size: u64,
+    offset: u64,
+    opts: FetchOptions,
+    pacer: Pacer,
+    /// Parts requested, in order: their length and the task fetching them.
+    in_flight: VecDeque<(u64, AbortOnDropHandle<Part>)>,
+    /// What is left of the part being handed to the consumer.
+    current: std::vec::IntoIter<bytes::Bytes>,
+}
+
+impl Download {
+    /// Requests parts until the pacer's limit is in flight or the object is covered.
+    fn fill(&mut self) {
+        while self.in_flight.len() < self.pacer.limit() && self.offset < self.size {
+            let len = self.pacer.next_len().min(self.size - self.offset);
+            self.pacer.started(Instant::now());
+            let (store, key, offset, backoff) = (self.store.clone(), self.key.clone(), self.offset, self.opts.backoff);
+            // Spawned so parts download in parallel even while the consumer is busy.
+            // Aborted when dropped: a cancelled restore stops downloading.
+            let task = AbortOnDropHandle::new(tokio::spawn(async move {
+                backoff
                     .run(
                         &format!("GET {key} bytes {offset}+{len}"),
-                        |_| store.read_range(&key, offset, len),
+                        |_| store.read_range_chunks(&key, offset, len),
                         |e: &StoreError| e.unreachable,
                     )
                     .await
                     .map_err(to_io)
             }));
-            async move { task.await.map_err(io::Error::other)? }
-        })
-        .buffered(opts.concurrency.max(1));
+            self.in_flight.push_back((len, task));
+            self.offset += len;
+        }
+    }
+
+    /// The next chunk in order, or `None` at the end.
+    async fn next_chunk(&mut self) -> Option<io::Result<bytes::Bytes>> {
+        loop {
+            if let Some(chunk) = self.current.next() {
+                return Some(Ok(chunk));
+            }
+            self.fill();
+            let (len, task) = self.in_flight.pop_front()?;
+            let part = match task.await {
+                Ok(Ok(chunks)) => chunks,
+                Ok(Err(e)) => return Some(Err(e)),
+                Err(e) => return Some(Err(io::Error::other(e))),
+            };
+            self.pacer.completed(len, Instant::now());
+            self.fill();
+            self.current = part.into_iter();
+        }
+    }
+}
+
+/// A reader of `key` (of `size` bytes) that fetches parts concurrently.
+pub fn parallel(store: Arc<dyn BackupStore>, key: &str, size: u64, opts: FetchOptions) -> BackupReader {
+    let download = Download {
+        store,
+        key: key.into(),
+        size,
+        offset: 0,
+        pacer: Pacer::new(&opts),
+        opts,
+        in_flight: VecDeque::new(),
+        current: Vec::new().into_iter(),
+    };
+    let s = stream::unfold((download, false), |(mut d, failed)| async move {
+        if failed {
+            return None;
+        }
+        let item = d.next_chunk().await?;
+        let failed = item.is_err();
+        Some((item, (d, failed)))
+    });
     Box::pin(StreamReader::new(s))
 }
 
@@ -141,23 +330,89 @@ mod tests {
         let data: Vec<u8> = (0..1_000_003u32).map(|i| (i % 251) as u8).collect();
         std::fs::write(dir.path().join("b"), &data).unwrap();
         let store: Arc<dyn BackupStore> = Arc::new(FsStore::new(dir.path().to_path_buf()));
-        let opts = FetchOptions { part_size: 65_536, concurrency: 5, backoff: Backoff::default() };
+        let opts = FetchOptions { part_size: 65_536, concurrency: 5, window: 1 << 20, backoff: Backoff::default() };
         let mut r = parallel(store, "b", data.len() as u64, opts);
         let mut got = Vec::new();
         r.read_to_end(&mut got).await.unwrap();
         assert!(got == data, "reassembled bytes differ");
     }
 
+    #[tokio::test]
+    async fn every_byte_arrives_in_order_whatever_the_bounds() {
+        let dir = tempfile::tempdir().unwrap();
+        let data: Vec<u8> = (0..5_000_011u32).map(|i| (i % 253) as u8).collect();
+        std::fs::write(dir.path().join("b"), &data).unwrap();
+        let store: Arc<dyn BackupStore> = Arc::new(FsStore::new(dir.path().to_path_buf()));
+        for (part_size, concurrency, window) in [(1 << 20, 1, 1), (3 << 20, 8, 4 << 20), (16 << 20, 8, WINDOW)] {
+            let opts = FetchOptions { part_size, concurrency, window, backoff: Backoff::default() };
+            let mut got = Vec::new();
+            parallel(store.clone(), "b", data.len() as u64, opts).read_to_end(&mut got).await.unwrap();
+            assert!(got == data, "reassembled bytes differ with {opts:?}");
+        }
+    }
+
+    fn mib(n: u64) -> u64 {
+        n << 20
+    }
+
+    /// Feeds the pacer a server whose throughput is `rate(limit)` bytes/s; returns the
+    /// limits and part sizes it went through.
+    fn drive(opts: FetchOptions, rate: impl Fn(usize) -> f64, parts: usize) -> (Vec<usize>, Vec<u64>) {
+        let mut p = Pacer::new(&opts);
+        let mut now = Instant::now();
+        let (mut limits, mut sizes) = (vec![], vec![]);
+        for _ in 0..parts {
+            let len = p.next_len();
+            p.started(now);
+            sizes.push(len);
+            now += std::time::Duration::from_secs_f64(len as f64 / rate(p.limit()));
+            p.completed(len, now);
+            limits.push(p.limit());
+        }
+        (limits, sizes)
+    }
+
     #[test]
-    fn parts_start_small_and_grow_to_the_part_size() {
-        let mib = 1 << 20;
-        let plan = part_plan(100 * mib, 8 * mib);
-        let sizes: Vec<u64> = plan.iter().map(|p| p.1 / mib).collect();
-        assert_eq!(&sizes[..5], [1, 2, 4, 8, 8]);
-        assert_eq!(plan.iter().map(|p| p.1).sum::<u64>(), 100 * mib);
-        assert!(plan.windows(2).all(|w| w[0].0 + w[0].1 == w[1].0), "contiguous");
-        assert_eq!(part_plan(0, mib), vec![]);
-        assert_eq!(part_plan(10, 4), vec![(0, 4), (4, 4), (8, 2)], "a part size below the first part");
+    fn concurrency_grows_while_throughput_grows() {
+        let opts = FetchOptions::default();
+        // A server that scales with connections: concurrency reaches the maximum.
+        let (limits, sizes) = drive(opts, |l| l as f64 * 10e6, 200);
+        assert_eq!(*limits.last().unwrap(), 8, "{limits:?}");
+        assert_eq!(&sizes[..3], [mib(1), mib(2), mib(4)], "slow start");
+        // With 8 in flight (and one being consumed) the window allows parts of 32/9 MiB.
+        assert_eq!(*sizes.last().unwrap(), WINDOW / 9);
+        // A server that does not (moto): back to two large parts at a time.
+        let (limits, sizes) = drive(opts, |_| 20e6, 200);
+        assert_eq!(*limits.last().unwrap(), 2, "{limits:?}");
+        assert_eq!(*sizes.last().unwrap(), WINDOW / 3, "{sizes:?}");
+        assert!(limits.contains(&4), "tried 4: {limits:?}");
+        // One that scales up to 4 connections: stays at 4.
+        let (limits, _) = drive(opts, |l| l.min(4) as f64 * 10e6, 200);
+        assert_eq!(*limits.last().unwrap(), 4, "{limits:?}");
+    }
+
+    #[test]
+    fn parts_in_memory_never_exceed_the_window() {
+        for (part_size, concurrency, window) in [(mib(16), 8, WINDOW), (mib(8), 64, mib(16)), (mib(64), 4, WINDOW)] {
+            let opts = FetchOptions { part_size, concurrency, window, backoff: Backoff::default() };
+            let mut p = Pacer::new(&opts);
+            let mut now = Instant::now();
+            for _ in 0..200 {
+                let len = p.next_len();
+                p.started(now);
+                let bound = opts.window.max(part_size).max(2 * MIN_PART);
+                assert!(len * (p.limit() as u64 + 1) <= bound, "{opts:?}: {len} × {}", p.limit() + 1);
+                assert!(p.limit() <= concurrency);
+                now += std::time::Duration::from_millis(10 / p.limit() as u64 + 1);
+                p.completed(len, now);
+            }
+        }
+    }
+
+    #[test]
+    fn shared_downloads_split_the_bounds() {
+        let half = FetchOptions::default().shared_by(2);
+        assert_eq!((half.concurrency, half.window), (4, WINDOW / 2));
     }
 
     #[tokio::test]

@@ -246,26 +246,44 @@ pub async fn stream_into(
 }
 
 /// Writes `head` then `reader` to `path` (for tools that need a seekable file).
-pub async fn stage_to_file(
-    head: Vec<u8>,
-    mut reader: BackupReader,
-    path: &Path,
-    store: &str,
-) -> Result<u64, RestoreError> {
+pub async fn stage_to_file(head: Vec<u8>, reader: BackupReader, path: &Path, store: &str) -> Result<u64, RestoreError> {
     let staging = |e: io::Error| RestoreError::infra(Stage::Fetch, format!("staging to {}: {e}", path.display()));
     let mut file = tokio::fs::File::create(path).await.map_err(staging)?;
     file.write_all(&head).await.map_err(staging)?;
+    let n = copy_in_blocks(reader, &mut file).await.map_err(|e| match e {
+        Copy::Read(e) => read_error(store, e),
+        Copy::Write(e) => staging(e),
+    })?;
+    Ok(head.len() as u64 + n)
+}
+
+/// Which side of a copy failed.
+pub enum Copy {
+    Read(io::Error),
+    Write(io::Error),
+}
+
+/// Copies `reader` to `file` in blocks of [`CHUNK`] bytes (the download hands over
+/// chunks as they came off the socket, some of a few KiB; a file write is a trip to a
+/// blocking thread, so writes are gathered). Returns the bytes copied.
+pub async fn copy_in_blocks(mut reader: BackupReader, file: &mut tokio::fs::File) -> Result<u64, Copy> {
     let mut buf = vec![0u8; CHUNK];
-    let mut total = head.len() as u64;
+    let mut total = 0u64;
     loop {
-        let n = reader.read(&mut buf).await.map_err(|e| read_error(store, e))?;
-        if n == 0 {
+        let mut filled = 0;
+        while filled < buf.len() {
+            match reader.read(&mut buf[filled..]).await.map_err(Copy::Read)? {
+                0 => break,
+                n => filled += n,
+            }
+        }
+        if filled == 0 {
             break;
         }
-        file.write_all(&buf[..n]).await.map_err(staging)?;
-        total += n as u64;
+        file.write_all(&buf[..filled]).await.map_err(Copy::Write)?;
+        total += filled as u64;
     }
-    file.flush().await.map_err(staging)?;
+    file.flush().await.map_err(Copy::Write)?;
     Ok(total)
 }
 

@@ -47,6 +47,9 @@ pub struct WalReplay {
     pub target: RecoveryTarget,
 }
 
+/// WAL files spooled at once (each itself in parallel parts).
+const WAL_FILES_AT_ONCE: usize = 2;
+
 fn name_of(o: &BackupObject) -> &str {
     o.key.rsplit('/').next().unwrap_or(&o.key)
 }
@@ -129,7 +132,7 @@ pub async fn restore(job: &RestoreJob<'_>, sandbox: Sandbox, started: Instant) -
     match wal {
         Some(wal) => {
             // Two downloads at once share the memory bound of one: half the parts each.
-            let half = fetch::FetchOptions { concurrency: job.fetch.concurrency.div_ceil(2), ..job.fetch };
+            let half = job.fetch.shared_by(2);
             tokio::try_join!(
                 unpack_part(job, base, &data, &received, half),
                 unpack_part(job, wal, &wal_dir, &received, half)
@@ -336,8 +339,9 @@ async fn spool_wal(job: &RestoreJob<'_>, wal: &WalReplay, data: &Path, spool: &P
         .collect();
     let n = wanted.len();
     let store = job.store.describe();
-    // Each file is itself fetched in parallel parts: two at a time keeps memory bounded.
-    let fetch = crate::fetch::FetchOptions { concurrency: job.fetch.concurrency.clamp(1, 2), ..job.fetch };
+    // Each file is itself fetched in parallel parts; the files that download at once
+    // share one download's memory bound.
+    let fetch = job.fetch.shared_by(WAL_FILES_AT_ONCE);
     stream::iter(wanted)
         .map(|(obj, plain)| {
             let store = store.clone();
@@ -371,7 +375,7 @@ async fn spool_wal(job: &RestoreJob<'_>, wal: &WalReplay, data: &Path, spool: &P
                 Ok(())
             }
         })
-        .buffer_unordered(2)
+        .buffer_unordered(WAL_FILES_AT_ONCE)
         .try_collect::<Vec<()>>()
         .await?;
     Ok(n)

@@ -39,14 +39,14 @@ pub(super) fn validate_storage(cx: &Ctx<'_>, name: &str, s: &RawStorage) -> Resu
                 .or_else(|| (cx.env)("AWS_REGION"))
                 .unwrap_or_else(|| "us-east-1".to_string());
             let part_size = match &s.part_size {
-                None => 8 << 20,
+                None => 16 << 20,
                 Some(v) => parse_size(v.get_ref()).map_err(|m| cx.err(&key("part_size"), Some(v.span()), m))?,
             };
             if part_size < 64 << 10 {
                 let span = s.part_size.as_ref().map(|v| v.span());
                 return Err(cx.err(&key("part_size"), span, "must be at least 64KiB"));
             }
-            let concurrency = cx.whole_in(&key("concurrency"), s.concurrency.as_ref(), 4, 1, 64)? as usize;
+            let concurrency = cx.whole_in(&key("concurrency"), s.concurrency.as_ref(), 8, 1, 64)? as usize;
             let ca_file = cx.opt_string(&key("ca_file"), &s.ca_file)?.map(PathBuf::from);
             if let (Some(path), Some(span)) = (&ca_file, &s.ca_file)
                 && !path.is_file()

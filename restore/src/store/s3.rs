@@ -194,6 +194,14 @@ impl BackupStore for S3Store {
 
     /// One attempt: callers retry (the fetcher per part, with its own backoff).
     async fn read_range(&self, key: &str, offset: u64, len: u64) -> Result<bytes::Bytes, StoreError> {
+        let chunks = self.read_range_chunks(key, offset, len).await?;
+        Ok(match chunks.len() {
+            1 => chunks.into_iter().next().unwrap_or_default(),
+            _ => chunks.concat().into(),
+        })
+    }
+
+    async fn read_range_chunks(&self, key: &str, offset: u64, len: u64) -> Result<Vec<bytes::Bytes>, StoreError> {
         self.guarded(self.read_range_unguarded(key, offset, len)).await
     }
 }
@@ -244,7 +252,7 @@ impl S3Store {
         })
     }
 
-    async fn read_range_unguarded(&self, key: &str, offset: u64, len: u64) -> Result<bytes::Bytes, StoreError> {
+    async fn read_range_unguarded(&self, key: &str, offset: u64, len: u64) -> Result<Vec<bytes::Bytes>, StoreError> {
         let what = format!("get {key:?} bytes {offset}-{}", offset + len - 1);
         let resp = self
             .client
@@ -255,9 +263,9 @@ impl S3Store {
             .send()
             .await
             .map_err(|e| self.error(&what, e))?;
-        // Gather the part into one buffer of its final size: collecting and then
-        // flattening would hold every part twice, and memory is bounded by parts.
-        let mut body = bytes::BytesMut::with_capacity(len as usize);
+        // The part's chunks as they came off the socket: kept, not copied into one
+        // buffer (the consumer reads them in order).
+        let (mut body, mut got) = (Vec::new(), 0u64);
         let mut stream = resp.body;
         loop {
             let chunk = tokio::time::timeout(BODY_IDLE_TIMEOUT, stream.next()).await.map_err(|_| StoreError {
@@ -267,7 +275,10 @@ impl S3Store {
             })?;
             match chunk {
                 None => break,
-                Some(Ok(c)) => body.extend_from_slice(&c),
+                Some(Ok(c)) => {
+                    got += c.len() as u64;
+                    body.push(c);
+                }
                 Some(Err(e)) => {
                     return Err(StoreError {
                         store: self.describe(),
@@ -277,11 +288,10 @@ impl S3Store {
                 }
             }
         }
-        let body = body.freeze();
-        if body.len() as u64 != len {
+        if got != len {
             return Err(StoreError {
                 store: self.describe(),
-                message: format!("{what}: got {} of {len} bytes", body.len()),
+                message: format!("{what}: got {got} of {len} bytes"),
                 unreachable: true,
             });
         }
