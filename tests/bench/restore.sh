@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
 # Restore benchmark: drcheck against the plain hand-written way, in one run, on one
 # custom-format dump of at least 1 GB (pgbench tables plus random bytea and text, which
-# do not compress away). Prints the measurements and the ratios.
+# do not compress away), and on pg_basebackup backups of 0.25, 0.5 and 1 GB (plain and
+# gzip; tests/bench/physical.sh). Prints the measurements and the ratios.
 #
 #   tests/bench/restore.sh
 #
+# BENCH_PARTS (default "custom physical") picks the parts. BENCH_ROUNDS (default 3)
+# is how many interleaved rounds the Garage downloads and the physical restores take
+# (medians are compared); moto's downloads, at ~10 MB/s, are measured once.
 # DRCHECK_BIN runs that binary instead of building target/release/drcheck.
 # BENCH_DIR (default /var/tmp/drcheck-bench) keeps the generated dump between runs;
 # BENCH_FRESH=1 regenerates it. BENCH_JOBS (default 2) is pg_restore -j for both sides.
@@ -31,8 +35,11 @@ start_cluster() { # DIR PORT [extra -c options]
   clusters+=("$dir")
 }
 
+parts=" ${BENCH_PARTS:-custom physical} "
+rounds=${BENCH_ROUNDS:-3}
+has() { [[ "$parts" == *" $1 "* ]]; }
 dump=$work/bench.dump
-if [ -n "${BENCH_FRESH:-}" ] || [ ! -s "$dump" ]; then
+if has custom && { [ -n "${BENCH_FRESH:-}" ] || [ ! -s "$dump" ]; }; then
   echo "bench: generating the dataset (pgbench scale 20 + $rows random 1 KiB bytea rows + text)…"
   port=$(free_port)
   start_cluster "$work/primary" "$port" "-c fsync=off -c max_wal_size=8GB"
@@ -48,9 +55,12 @@ if [ -n "${BENCH_FRESH:-}" ] || [ ! -s "$dump" ]; then
   mv "$dump.tmp" "$dump"
   as_pg "$pgbin/pg_ctl" -D "$work/primary" -m fast stop >/dev/null
 fi
-size=$(stat -c %s "$dump")
-echo "bench: dump is $size bytes"
-[ "$size" -ge 1000000000 ] || echo "bench: WARNING: the dump is under 1 GB"
+size=0
+if has custom; then
+  size=$(stat -c %s "$dump")
+  echo "bench: dump is $size bytes"
+  [ "$size" -ge 1000000000 ] || echo "bench: WARNING: the dump is under 1 GB"
+fi
 
 s3_port=$(free_port)
 moto_server -H 127.0.0.1 -p "$s3_port" >"$work/moto.log" 2>&1 &
@@ -59,9 +69,22 @@ export AWS_ACCESS_KEY_ID=bench AWS_SECRET_ACCESS_KEY=bench AWS_DEFAULT_REGION=us
 for _ in $(seq 100); do (echo >"/dev/tcp/127.0.0.1/$s3_port") 2>/dev/null && break; sleep 0.1; done
 s3() { aws --endpoint-url "http://127.0.0.1:$s3_port" s3 "$@"; }
 s3 mb s3://bench >/dev/null
+mkdir -p "$work/scratch"; chmod 1777 "$work/scratch"
+. tests/bench/physical.sh
+if ! has custom; then
+  if [ -z "${BENCH_NO_GARAGE:-}" ]; then
+    . tests/bench/garage.sh
+    garage_start "$work/garage"
+    pids+=("$GARAGE_PID")
+    gs3() { AWS_ACCESS_KEY_ID=$GARAGE_KEY AWS_SECRET_ACCESS_KEY=$GARAGE_SECRET aws --endpoint-url "http://127.0.0.1:$GARAGE_PORT" s3 "$@"; }
+    AWS_ACCESS_KEY_ID=$GARAGE_KEY AWS_SECRET_ACCESS_KEY=$GARAGE_SECRET physical_bench gs3 "$GARAGE_PORT" garage
+  else
+    physical_bench s3 "$s3_port" moto
+  fi
+  exit 0
+fi
 s3 cp --only-show-errors "$dump" s3://bench/bench/bench.dump
 
-mkdir -p "$work/scratch"; chmod 1777 "$work/scratch"
 config() { # PROFILE JOBS [S3 PORT]
   local port=${3:-$s3_port}
   cat >"$work/drcheck-$1-$2-$port.toml" <<TOML
@@ -149,18 +172,26 @@ if [ -z "${BENCH_NO_GARAGE:-}" ]; then
   pids+=("$GARAGE_PID")
   gs3() { AWS_ACCESS_KEY_ID=$GARAGE_KEY AWS_SECRET_ACCESS_KEY=$GARAGE_SECRET aws --endpoint-url "http://127.0.0.1:$GARAGE_PORT" s3 "$@"; }
   gs3 cp --only-show-errors "$dump" s3://bench/bench/bench.dump
-  echo "bench: garage: plain download (aws s3 cp)…"
-  rm -f "$work/plain.dump"
-  t0=$(now); gs3 cp --only-show-errors s3://bench/bench/bench.dump "$work/plain.dump"; t1=$(now)
-  garage_aws=$(elapsed "$t0" "$t1")
-  echo "bench: garage: drcheck download (backups fetch)…"
-  t0=$(now)
-  AWS_ACCESS_KEY_ID=$GARAGE_KEY AWS_SECRET_ACCESS_KEY=$GARAGE_SECRET \
-    "$drcheck" --config "$(config production "$jobs" "$GARAGE_PORT")" backups fetch --target bench --output "$work/drcheck.dump" >/dev/null
-  t1=$(now)
-  garage_dl=$(elapsed "$t0" "$t1")
-  cmp -s "$work/plain.dump" "$work/drcheck.dump" || { echo "bench: the two garage downloads differ" >&2; exit 1; }
-  rm -f "$work/drcheck.dump" "$work/plain.dump"
+  gfetch() { # OUTPUT
+    AWS_ACCESS_KEY_ID=$GARAGE_KEY AWS_SECRET_ACCESS_KEY=$GARAGE_SECRET \
+      "$drcheck" --config "$(config production "$jobs" "$GARAGE_PORT")" backups fetch --target bench --output "$1" >/dev/null
+  }
+  gfetch "$work/drcheck.dump"
+  cmp -s "$dump" "$work/drcheck.dump" || { echo "bench: drcheck's garage download differs from the dump" >&2; exit 1; }
+  rm -f "$work/drcheck.dump"
+  # Download speed alone (to /dev/null: the disk is not what is measured), rounds
+  # interleaved, medians compared.
+  aws_rounds=() dr_rounds=()
+  for i in $(seq "$rounds"); do
+    t0=$(now); gs3 cp --only-show-errors s3://bench/bench/bench.dump - >/dev/null; t1=$(now)
+    aws_rounds+=("$(elapsed "$t0" "$t1")")
+    t0=$(now); gfetch /dev/null; t1=$(now)
+    dr_rounds+=("$(elapsed "$t0" "$t1")")
+    echo "bench: garage: download round $i: aws s3 cp ${aws_rounds[-1]} s, drcheck ${dr_rounds[-1]} s"
+  done
+  median() { printf '%s\n' "$@" | sort -n | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
+  garage_aws=$(median "${aws_rounds[@]}")
+  garage_dl=$(median "${dr_rounds[@]}")
   garage_dl_rss=$(AWS_ACCESS_KEY_ID=$GARAGE_KEY AWS_SECRET_ACCESS_KEY=$GARAGE_SECRET dl_rss "$GARAGE_PORT")
   echo "bench: garage: plain restore (aws s3 cp, then initdb + pg_restore -j $jobs)…"
   plain_restore gs3
@@ -168,7 +199,6 @@ if [ -z "${BENCH_NO_GARAGE:-}" ]; then
   echo "bench: garage: drcheck verify, production profile, restore_jobs=$jobs…"
   read -r garage_prod garage_prod_rss garage_ttfb < <(AWS_ACCESS_KEY_ID=$GARAGE_KEY AWS_SECRET_ACCESS_KEY=$GARAGE_SECRET \
     run_drcheck production "$jobs" "" "$GARAGE_PORT")
-  garage_stop
 fi
 
 base_prod=0
@@ -212,6 +242,7 @@ if $garage_dl > 0:
     print(f"  fetch+restore: plain {$garage_plain:.2f} s, drcheck {$garage_prod:.2f} s, peak RSS {$garage_prod_rss / 1024:.1f} MiB, first byte {$garage_ttfb:.3f} s")
     print(f"ratio download speed drcheck/aws (garage):           {$garage_aws / $garage_dl:.3f}   (target >= 1.3) {verdict($garage_aws / $garage_dl >= 1.3)}")
     print(f"ratio drcheck/plain fetch+restore (garage, -j $jobs): {$garage_prod / $garage_plain:.3f}   (target <= 0.95) {verdict($garage_prod / $garage_plain <= 0.95)}")
+    print(f"  (download medians of $rounds interleaved rounds, to /dev/null)")
 print(f"ratio fast/production restore time:                  {$dr_fast / $dr_prod:.3f}")
 if $base_prod > 0:
     mine = ($dr_prod + ${dr_prod2:-0}) / 2
@@ -219,3 +250,11 @@ if $base_prod > 0:
     r = mine / base
     print(f"ratio drcheck/baseline fetch+restore (mean of 2 each): {r:.3f}   (target <= 1.05) {'met' if r <= 1.05 else 'MISSED'}")
 PY
+
+if has physical; then
+  if [ -n "${GARAGE_PID:-}" ]; then
+    AWS_ACCESS_KEY_ID=$GARAGE_KEY AWS_SECRET_ACCESS_KEY=$GARAGE_SECRET physical_bench gs3 "$GARAGE_PORT" garage
+  else
+    physical_bench s3 "$s3_port" moto
+  fi
+fi
