@@ -229,14 +229,12 @@ pub async fn download(
 /// How a target's backups are downloaded.
 fn fetch_options(config: &Config, target: &TargetConfig) -> FetchOptions {
     match &config.storage[&target.storage] {
-        StorageConfig::S3(s3) => {
-            FetchOptions {
-                part_size: s3.part_size,
-                concurrency: s3.concurrency,
-                window: s3.part_size.max(drcheck_restore::fetch::WINDOW),
-                ..Default::default()
-            }
-        }
+        StorageConfig::S3(s3) => FetchOptions {
+            part_size: s3.part_size,
+            concurrency: s3.concurrency,
+            window: s3.part_size.max(drcheck_restore::fetch::WINDOW),
+            ..Default::default()
+        },
         StorageConfig::Filesystem { .. } => FetchOptions::default(),
     }
 }

@@ -224,15 +224,16 @@ pub fn selected(enabled: &[String]) -> Vec<Box<dyn Validator>> {
 
 /// Runs every validator, each under `timeout`; one failing or erroring never stops the others.
 pub async fn run_all(validators: &[Box<dyn Validator>], cx: &Context, timeout: Duration) -> Vec<Finding> {
-    // Self-checks (sandbox only) and comparisons (sandbox and primary) run side by side,
-    // each group one validator at a time: the work overlaps where cores allow, and the
-    // primary sees no more than before. Findings keep the validators' order.
+    // Self-checks (sandbox only) each run on their own, beside the comparisons (sandbox
+    // and primary), which run one at a time: the work overlaps where cores allow, and
+    // the primary sees no more than before. Findings keep the validators' order.
     let (own, compare): (Vec<_>, Vec<_>) =
         validators.iter().map(|v| v.as_ref()).enumerate().partition(|(_, v)| v.self_check());
-    let (mut a, b) = tokio::join!(run_group(own, cx, timeout), run_group(compare, cx, timeout));
-    a.extend(b);
-    a.sort_by_key(|(i, _)| *i);
-    a.into_iter().flat_map(|(_, f)| f).collect()
+    let own = futures::future::join_all(own.into_iter().map(|v| run_group(vec![v], cx, timeout)));
+    let (own, mut all) = tokio::join!(own, run_group(compare, cx, timeout));
+    all.extend(own.into_iter().flatten());
+    all.sort_by_key(|(i, _)| *i);
+    all.into_iter().flat_map(|(_, f)| f).collect()
 }
 
 async fn run_group(
