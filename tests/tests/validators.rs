@@ -214,6 +214,9 @@ fn an_overwritten_page_in_a_physical_backup_is_caught() {
         assert_eq!(v["status"], "failed", "{v}");
         assert!(v["detail"].as_str().unwrap().contains("invalid page in block 1"), "{v}");
     }
+    // full_read names the table it could not read, and only that one.
+    let detail = validator(&run, "full_read")["detail"].as_str().unwrap().to_string();
+    assert!(detail.contains("in 1 of ") && detail.contains("public.t: "), "{detail}");
 }
 
 /// `money` renders per the session's `lc_monetary`: a primary whose database sets a German
