@@ -20,8 +20,8 @@ pub use interpolate::{interpolate, interpolate_with};
 pub use secret::{Secret, redact_url, redact_userinfo};
 pub use validated::{
     ALL_VALIDATORS, AlertConfig, AlertKind, ApiConfig, Config, CustomCheck, DEFAULT_STATE_URL, DaemonConfig,
-    FormatSetting, MetricsConfig, Profile, RecoveryTarget, S3Storage, SandboxConfig, Selection, SourceConfig,
-    StateConfig, StorageConfig, TargetConfig, ValidatorsConfig, normalize_schedule,
+    EvidenceConfig, FormatSetting, MetricsConfig, Profile, RecoveryTarget, S3Storage, SandboxConfig, Selection,
+    SourceConfig, StateConfig, StorageConfig, TargetConfig, ValidatorsConfig, normalize_schedule,
 };
 
 use std::path::Path;

@@ -21,6 +21,8 @@ pub struct RawConfig {
     pub api: RawApi,
     #[serde(default)]
     pub daemon: RawDaemon,
+    #[serde(default)]
+    pub evidence: RawEvidence,
     #[serde(default, rename = "alert")]
     pub alerts: Vec<RawAlert>,
 }
@@ -37,6 +39,12 @@ pub struct RawMetrics {
 #[serde(deny_unknown_fields)]
 pub struct RawApi {
     pub token: Option<Spanned<String>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawEvidence {
+    pub signing_key: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -37,6 +37,7 @@ pub struct Config {
     pub metrics: MetricsConfig,
     pub api: ApiConfig,
     pub daemon: DaemonConfig,
+    pub evidence: EvidenceConfig,
     #[serde(rename = "alert")]
     pub alerts: Vec<AlertConfig>,
 }
@@ -56,6 +57,14 @@ pub struct ApiConfig {
     /// Bearer token for the trigger API; without one, triggering is refused.
     #[serde(serialize_with = "ser_opt_secret", skip_serializing_if = "Option::is_none")]
     pub token: Option<Secret>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct EvidenceConfig {
+    /// The Ed25519 key `drcheck report` signs with: PKCS#8 PEM text (from a `${VAR}`)
+    /// or the path of a file holding it.
+    #[serde(serialize_with = "ser_opt_secret", skip_serializing_if = "Option::is_none")]
+    pub signing_key: Option<Secret>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -478,6 +487,18 @@ pub(crate) fn validate(
             64,
         )? as usize,
     };
+    let signing_key = cx.opt_string("evidence.signing_key", &raw.evidence.signing_key)?;
+    if let (Some(k), Some(span)) = (&signing_key, &raw.evidence.signing_key)
+        && !k.trim_start().starts_with("-----BEGIN")
+        && !std::path::Path::new(k).is_file()
+    {
+        return Err(cx.err(
+            "evidence.signing_key",
+            Some(span.span()),
+            format!("{k:?} is neither a PEM key nor a file that exists"),
+        ));
+    }
+    let evidence = EvidenceConfig { signing_key: signing_key.map(Secret::new) };
     let mut alerts: Vec<AlertConfig> = Vec::new();
     for (i, a) in raw.alerts.iter().enumerate() {
         let key = |k: &str| format!("alert[{i}].{k}");
@@ -523,6 +544,7 @@ pub(crate) fn validate(
         metrics,
         api,
         daemon,
+        evidence,
         alerts,
         path: path.to_path_buf(),
         state: StateConfig { url: Secret::new(url), keep_runs },

@@ -43,6 +43,54 @@ pub enum Command {
     /// DR-drill runbooks: rehearse recovery with timed, checked, reversible steps.
     #[command(subcommand)]
     Drill(DrillCommand),
+    /// Restore-test evidence for audits (HTML, Markdown, JUnit, JSON), signed with
+    /// [evidence] signing_key; `report verify` checks a report.
+    Report(ReportArgs),
+}
+
+#[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct ReportArgs {
+    #[command(subcommand)]
+    pub command: Option<ReportCommand>,
+    #[command(flatten)]
+    pub make: MakeReportArgs,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ReportCommand {
+    /// Check a report's signature and that nothing in it changed; names what did.
+    /// Needs no config.
+    Verify {
+        file: PathBuf,
+        /// The signer's Ed25519 public key (PEM).
+        #[arg(long)]
+        public_key: PathBuf,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct MakeReportArgs {
+    /// Runs that started this long ago until now (e.g. 90d, 12h).
+    #[arg(long, default_value = "90d", conflicts_with = "from")]
+    pub since: String,
+    /// Window start: RFC 3339 or YYYY-MM-DD (UTC).
+    #[arg(long)]
+    pub from: Option<String>,
+    /// Window end (exclusive; default now): RFC 3339 or YYYY-MM-DD (UTC).
+    #[arg(long)]
+    pub to: Option<String>,
+    /// Only these targets (repeatable); default every target of the config.
+    #[arg(long = "target")]
+    pub targets: Vec<String>,
+    #[arg(long, value_enum, default_value = "html")]
+    pub format: crate::evidence::render::Format,
+    /// Write here instead of stdout.
+    #[arg(long)]
+    pub output: Option<PathBuf>,
+    /// A directory of drill journals (`drcheck drill run` writes them; repeatable).
+    #[arg(long = "drills")]
+    pub drills: Vec<PathBuf>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -217,6 +265,10 @@ pub async fn run(cli: Cli) -> Result<Exit, CliError> {
     // A drill loads the config only if it needs one (verify steps, sql on a target).
     let command = match cli.command {
         Command::Drill(cmd) => return commands::drill::run(cli.config.as_deref(), cmd).await,
+        // An auditor verifies a report without drcheck's config.
+        Command::Report(ReportArgs { command: Some(ReportCommand::Verify { file, public_key }), .. }) => {
+            return commands::report::verify(&file, &public_key);
+        }
         other => other,
     };
     let config = drcheck_config::load(&path)?;
@@ -237,6 +289,7 @@ pub async fn run(cli: Cli) -> Result<Exit, CliError> {
             commands::deploy::run(&config, target.as_deref(), &o)
         }
         Command::Drill(cmd) => commands::drill::run(Some(&path), cmd).await,
+        Command::Report(args) => commands::report::make(&config, args.make).await,
     }
 }
 

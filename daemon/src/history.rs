@@ -320,6 +320,51 @@ impl History {
             .collect()
     }
 
+    /// Every run that started in `[from, to)` (RFC 3339 UTC, as recorded), oldest first.
+    pub async fn between(&self, from: &str, to: &str) -> anyhow::Result<Vec<RunReport>> {
+        let rows: Vec<(String,)> = sqlx::query_as(
+            "select report_json from runs where started_at >= $1 and started_at < $2 order by started_at, run_id",
+        )
+        .bind(from)
+        .bind(to)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.into_iter()
+            .map(|(json,)| serde_json::from_str(&json).context("a history row holds an unreadable report"))
+            .collect()
+    }
+
+    /// Each target's newest run.
+    pub async fn latest_per_target(&self) -> anyhow::Result<std::collections::HashMap<String, RunReport>> {
+        self.newest_where("1 = 1").await
+    }
+
+    /// Each target's newest run that did not pass.
+    pub async fn last_failure_per_target(&self) -> anyhow::Result<std::collections::HashMap<String, RunReport>> {
+        self.newest_where("result <> 'passed'").await
+    }
+
+    async fn newest_where(&self, filter: &'static str) -> anyhow::Result<std::collections::HashMap<String, RunReport>> {
+        let sql = format!(
+            "select r.report_json from runs r
+              where {filter} and r.started_at = (select max(o.started_at) from runs o where o.target = r.target and {filter})"
+        );
+        let rows: Vec<(String,)> = sqlx::query_as(sqlx::AssertSqlSafe(sql)).fetch_all(&self.pool).await?;
+        let mut out = std::collections::HashMap::new();
+        for (json,) in rows {
+            let r: RunReport = serde_json::from_str(&json).context("a history row holds an unreadable report")?;
+            out.insert(r.target.clone(), r);
+        }
+        Ok(out)
+    }
+
+    /// The targets the history has runs of.
+    pub async fn target_names(&self) -> anyhow::Result<Vec<String>> {
+        let rows: Vec<(String,)> =
+            sqlx::query_as("select distinct target from runs order by target").fetch_all(&self.pool).await?;
+        Ok(rows.into_iter().map(|(t,)| t).collect())
+    }
+
     pub async fn close(self) {
         self.pool.close().await;
     }

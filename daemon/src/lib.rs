@@ -13,6 +13,7 @@ pub mod alerts;
 pub mod cli;
 pub mod commands;
 pub mod daemon;
+pub mod evidence;
 pub mod exit;
 pub mod history;
 pub mod metrics;

@@ -7,6 +7,7 @@ pub mod daemon;
 pub mod deploy;
 pub mod drill;
 pub mod history;
+pub mod report;
 pub mod verify;
 
 use crate::exit::CliError;

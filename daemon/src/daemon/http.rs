@@ -1,4 +1,5 @@
-//! The daemon's HTTP surface: `/metrics`, `/healthz`, `/readyz`, `GET /api/v1/runs`,
+//! The daemon's HTTP surface: the status pages `/` and `/targets/{name}` (`status.rs`),
+//! `/metrics`, `/healthz`, `/readyz`, `GET /api/v1/runs`,
 //! `POST /api/v1/targets/{name}/verify` (bearer token; 401 without it, 404 for an
 //! unknown target, 409 while that target runs, 202 with the run id otherwise).
 //!
@@ -20,6 +21,8 @@ pub fn router(shared: Arc<Shared>) -> axum::Router {
         .route("/api/v1/targets/{name}/verify", post(trigger))
         .route_layer(axum::middleware::from_fn_with_state(shared.clone(), require_token));
     axum::Router::new()
+        .route("/", get(super::status::index))
+        .route("/targets/{name}", get(super::status::target))
         .route("/metrics", get(metrics))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
@@ -81,7 +84,7 @@ async fn runs(State(s): State<Arc<Shared>>, Query(q): Query<RunsQuery>) -> Respo
 }
 
 /// Constant-time comparison, so the token cannot be guessed byte by byte.
-fn same(a: &[u8], b: &[u8]) -> bool {
+pub(super) fn same(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 

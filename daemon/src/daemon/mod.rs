@@ -8,6 +8,7 @@
 
 mod http;
 pub mod schedule;
+mod status;
 
 use crate::alerts::dispatch::Dispatcher;
 use crate::history::History;

@@ -1,0 +1,220 @@
+//! The status page for people: `/` lists every target with its last verdict, how old
+//! it is, the last measured RTO against the target as a bar, the recoverable point (or
+//! backup) age against the RPO, the next scheduled run and the last failure's reason;
+//! `/targets/{name}` shows a target's recent runs and its RTO trend. Plain HTML with
+//! inline CSS: no JavaScript, no external assets; refreshes itself every 30 s; one
+//! column on a phone.
+//!
+//! Access: without `[api] token` the pages are open (read-only: they show what
+//! `GET /api/v1/runs` shows, and reports never hold secrets). With a token they ask for
+//! it like the API does — `Authorization: Bearer TOKEN`, or HTTP Basic with any user
+//! name and the token as password, which a browser prompts for.
+
+use super::Shared;
+use crate::evidence::render::{esc, human, rto_chart};
+use crate::evidence::{self, Evidence, RunEvidence};
+use crate::report::{RunReport, timestamp};
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{Html, IntoResponse, Response};
+use base64::Engine as _;
+use chrono::Utc;
+use std::fmt::Write as _;
+use std::sync::Arc;
+
+/// Runs on a target's page (and in its trend).
+const RECENT: u32 = 50;
+
+/// Whether the request carries the token (when one is configured).
+pub fn allowed(headers: &HeaderMap, token: &str) -> bool {
+    let Some(v) = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()) else { return false };
+    if let Some(b) = v.strip_prefix("Bearer ") {
+        return super::http::same(b.as_bytes(), token.as_bytes());
+    }
+    let Some(basic) = v.strip_prefix("Basic ") else { return false };
+    let Ok(decoded) = base64::engine::general_purpose::STANDARD.decode(basic.trim()) else { return false };
+    let password = decoded.splitn(2, |b| *b == b':').nth(1).unwrap_or_default();
+    super::http::same(password, token.as_bytes())
+}
+
+fn ask_for_token() -> Response {
+    (
+        StatusCode::UNAUTHORIZED,
+        [(header::WWW_AUTHENTICATE, "Basic realm=\"drcheck\", charset=\"UTF-8\"")],
+        "this status page needs the API token: any user name, the token as password\n",
+    )
+        .into_response()
+}
+
+fn page(title: &str, body: &str) -> String {
+    format!(
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n\
+         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n\
+         <meta http-equiv=\"refresh\" content=\"30\">\n<title>{}</title>\n<style>{CSS}</style></head><body>\n{body}\
+         <footer><p>drcheck · refreshes every 30 s · <a href=\"/metrics\">metrics</a></p></footer>\n</body></html>\n",
+        esc(title)
+    )
+}
+
+const CSS: &str = "body{font-family:system-ui,sans-serif;margin:1rem;color:#111;background:#fff}\
+table{border-collapse:collapse;width:100%}th,td{border-bottom:1px solid #ccc;padding:.4rem;text-align:left;vertical-align:top}\
+.verdict{font-weight:700;padding:.1rem .4rem;border-radius:.2rem}.passed{background:#cfc}.failed,.error{background:#fcc}\
+.aborted{background:#fec}.never{background:#eee}.bar{position:relative;background:#eee;height:.8rem;width:10rem;max-width:40vw}\
+.bar span{position:absolute;left:0;top:0;bottom:0;background:#555}.bar.over span{background:#c00}\
+.bar i{position:absolute;top:-.15rem;bottom:-.15rem;width:2px;background:#000}.why{font-size:.85rem;color:#333;max-width:30rem}\
+@media (max-width:40rem){thead{display:none}tr{display:block;border-bottom:2px solid #999;padding:.4rem 0}\
+td{display:block;border:0;padding:.15rem 0}td[data-label]::before{content:attr(data-label) \": \";font-weight:600}}";
+
+/// A bar of `measured` against `target` (the mark at the target; red past it).
+fn bar(measured: Option<f64>, target: f64) -> String {
+    let Some(m) = measured else { return "—".into() };
+    if target <= 0.0 {
+        return human(m);
+    }
+    // The bar's full width is 1.5 × the target: the mark sits at two thirds.
+    let pct = (m / (target * 1.5) * 100.0).clamp(0.0, 100.0);
+    format!(
+        "<div class=\"bar{}\" title=\"{} of {}\"><span style=\"width:{pct:.0}%\"></span><i style=\"left:66.7%\"></i></div>{} / {}",
+        if m > target { " over" } else { "" },
+        human(m),
+        human(target),
+        human(m),
+        human(target)
+    )
+}
+
+fn age(at: &str) -> String {
+    match evidence::epoch(at) {
+        Some(t) => format!("{} ago", human((Utc::now().timestamp_millis() as f64 / 1000.0 - t).max(0.0))),
+        None => "—".into(),
+    }
+}
+
+fn next_run(s: &Shared, target: &str) -> String {
+    let config = s.config();
+    let Some(schedule) = config.target(target).and_then(|t| t.schedule.clone()) else { return "on demand".into() };
+    match super::schedule::Entry::new(target, &schedule, std::time::Duration::ZERO)
+        .ok()
+        .and_then(|e| e.next_after(Utc::now()))
+    {
+        Some(t) => format!("<time>{}</time>", esc(&t.format("%Y-%m-%d %H:%M UTC").to_string())),
+        None => "—".into(),
+    }
+}
+
+pub async fn index(State(s): State<Arc<Shared>>, headers: HeaderMap) -> Response {
+    let config = s.config();
+    if let Some(token) = &config.api.token
+        && !allowed(&headers, token.expose())
+    {
+        return ask_for_token();
+    }
+    let latest = match s.history.latest_per_target().await {
+        Ok(l) => l,
+        Err(e) => {
+            return (StatusCode::SERVICE_UNAVAILABLE, format!("history store unreachable: {e:#}\n")).into_response();
+        }
+    };
+    let failures = s.history.last_failure_per_target().await.unwrap_or_default();
+    let mut b = String::new();
+    let _ = writeln!(b, "<h1>drcheck: can we restore?</h1>");
+    let passing =
+        config.targets.iter().filter(|t| latest.get(&t.name).is_some_and(|r| r.result.as_str() == "passed")).count();
+    let _ = writeln!(
+        b,
+        "<p id=\"overview\">{passing} of {} targets passed their last verification · {}</p>",
+        config.targets.len(),
+        esc(&timestamp(std::time::SystemTime::now()))
+    );
+    let _ = writeln!(
+        b,
+        "<table id=\"targets\"><thead><tr><th>target</th><th>last verdict</th><th>when</th><th>RTO measured / target</th><th>recoverable point age / RPO</th><th>next run</th><th>last failure</th></tr></thead><tbody>"
+    );
+    for t in &config.targets {
+        let run = latest.get(&t.name);
+        let verdict = run.map(|r| r.result.as_str()).unwrap_or("never");
+        let (when, rto, rpo) = match run {
+            Some(r) => {
+                let age_s = r.rpo.recoverable_point_age_seconds.or(r.rpo.backup_age_seconds);
+                (
+                    age(&r.started_at),
+                    bar(r.rto.measured_seconds, r.rto.target_seconds),
+                    bar(age_s, r.rpo.target_seconds),
+                )
+            }
+            None => ("never run".into(), "—".into(), "—".into()),
+        };
+        let why = failures
+            .get(&t.name)
+            .map(|r| format!("{} ({})", esc(&RunEvidence::from_report(r).reasons.join(" | ")), age(&r.started_at)))
+            .unwrap_or_default();
+        let _ = writeln!(
+            b,
+            "<tr class=\"target\" id=\"target-{n}\" data-verdict=\"{verdict}\"><td data-label=\"target\"><a href=\"/targets/{n}\">{n}</a></td><td data-label=\"verdict\"><span class=\"verdict {verdict}\">{verdict}</span></td><td data-label=\"when\">{when}</td><td data-label=\"RTO\">{rto}</td><td data-label=\"RPO\">{rpo}</td><td data-label=\"next\">{}</td><td data-label=\"last failure\" class=\"why\">{why}</td></tr>",
+            next_run(&s, &t.name),
+            n = esc(&t.name)
+        );
+    }
+    let _ = writeln!(b, "</tbody></table>");
+    Html(page("drcheck status", &b)).into_response()
+}
+
+pub async fn target(State(s): State<Arc<Shared>>, Path(name): Path<String>, headers: HeaderMap) -> Response {
+    let config = s.config();
+    if let Some(token) = &config.api.token
+        && !allowed(&headers, token.expose())
+    {
+        return ask_for_token();
+    }
+    if config.target(&name).is_none() {
+        return (StatusCode::NOT_FOUND, Html(page("not found", &format!("<p>No target {}.</p>", esc(&name)))))
+            .into_response();
+    }
+    let runs: Vec<RunReport> = match s.history.recent(Some(&name), RECENT).await {
+        Ok(r) => r,
+        Err(e) => {
+            return (StatusCode::SERVICE_UNAVAILABLE, format!("history store unreachable: {e:#}\n")).into_response();
+        }
+    };
+    let now = timestamp(std::time::SystemTime::now());
+    let from = runs.last().map(|r| r.started_at.clone()).unwrap_or_else(|| now.clone());
+    let (from_e, to_e) = (evidence::epoch(&from).unwrap_or(0.0), evidence::epoch(&now).unwrap_or(0.0));
+    let te = evidence::target_evidence(&name, runs.iter().map(RunEvidence::from_report).collect(), from_e, to_e);
+    let e = Evidence {
+        format_version: evidence::FORMAT_VERSION,
+        generated_at: now.clone(),
+        from,
+        to: now,
+        targets: vec![],
+        drills: vec![],
+    };
+    let mut b = String::new();
+    let _ = writeln!(b, "<p><a href=\"/\">← all targets</a></p><h1>{}</h1>", esc(&name));
+    let _ = writeln!(
+        b,
+        "<p>{} recent runs, {} passed · next run {}</p>",
+        te.summary.runs,
+        te.summary.passed,
+        next_run(&s, &name)
+    );
+    b.push_str(&rto_chart(&te, &e));
+    let _ = writeln!(
+        b,
+        "<table id=\"runs\"><thead><tr><th>started</th><th>verdict</th><th>backup</th><th>RTO measured / target</th><th>RPO age / target</th><th>why not passed</th></tr></thead><tbody>"
+    );
+    for r in te.runs.iter().rev() {
+        let _ = writeln!(
+            b,
+            "<tr class=\"run\" id=\"run-{id}\" data-result=\"{res}\"><td data-label=\"started\">{}</td><td data-label=\"verdict\"><span class=\"verdict {res}\">{res}</span></td><td data-label=\"backup\">{}</td><td data-label=\"RTO\">{}</td><td data-label=\"RPO\">{}</td><td data-label=\"why\" class=\"why\">{}</td></tr>",
+            esc(&r.started_at),
+            esc(r.backup_key.as_deref().unwrap_or("—")),
+            bar(r.rto_measured_seconds, r.rto_target_seconds),
+            bar(r.rpo_age_seconds, r.rpo_target_seconds),
+            esc(&r.reasons.join(" | ")),
+            id = esc(&r.run_id),
+            res = esc(&r.result)
+        );
+    }
+    let _ = writeln!(b, "</tbody></table>");
+    Html(page(&format!("drcheck: {name}"), &b)).into_response()
+}

@@ -1,0 +1,266 @@
+//! Restore-test evidence for audits: what `drcheck report` gathers from the history
+//! store and the drill journals over a time window, summarised per target, rendered as
+//! HTML, Markdown, JUnit XML or JSON (`render.rs`), and signed (`sign.rs`).
+//!
+//! The model here is the report's canonical content: every format is drawn from it
+//! and embeds it, the signature covers it, and `report verify` re-draws the document
+//! from it to catch an edit of the visible text.
+
+pub mod render;
+pub mod sign;
+
+use crate::report::{RunReport, RunResult};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// Bumped when the model changes in a way an older verifier would misread.
+pub const FORMAT_VERSION: u32 = 1;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Evidence {
+    pub format_version: u32,
+    pub generated_at: String,
+    /// The window, RFC 3339 UTC: runs that started in `[from, to)`.
+    pub from: String,
+    pub to: String,
+    pub targets: Vec<TargetEvidence>,
+    pub drills: Vec<DrillEvidence>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TargetEvidence {
+    pub name: String,
+    /// The objectives of the newest run (what the target was held to).
+    pub rto_target_seconds: Option<f64>,
+    pub rpo_target_seconds: Option<f64>,
+    pub summary: Summary,
+    /// Oldest first.
+    pub runs: Vec<RunEvidence>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Summary {
+    pub runs: u32,
+    pub passed: u32,
+    pub failed: u32,
+    pub error: u32,
+    pub aborted: u32,
+    /// passed / runs; null without runs.
+    pub pass_rate: Option<f64>,
+    /// The longest measured restore; null when no restore finished.
+    pub worst_rto_seconds: Option<f64>,
+    /// The longest stretch of the window with no passing run: from the window's start
+    /// (or a pass) to the next pass (or the window's end).
+    pub longest_without_pass_seconds: f64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunEvidence {
+    pub run_id: String,
+    pub started_at: String,
+    pub finished_at: String,
+    pub result: String,
+    pub backup_key: Option<String>,
+    pub backup_created_at: Option<String>,
+    pub rto_target_seconds: f64,
+    pub rto_measured_seconds: Option<f64>,
+    pub rto_met: Option<bool>,
+    pub rpo_target_seconds: f64,
+    /// The recoverable point's age where WAL was replayed, else the backup's age.
+    pub rpo_age_seconds: Option<f64>,
+    pub rpo_met: Option<bool>,
+    pub validators: Vec<ValidatorEvidence>,
+    /// Why the run did not pass: the run's error, else its failed validators and
+    /// missed objectives.
+    pub reasons: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ValidatorEvidence {
+    pub name: String,
+    pub status: String,
+    pub detail: String,
+    /// `covered_*` measurements without the prefix: what the check covered.
+    pub covered: BTreeMap<String, f64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DrillEvidence {
+    pub drill_id: String,
+    pub runbook: String,
+    pub title: String,
+    pub started_at: String,
+    pub result: String,
+    pub duration_seconds: f64,
+    pub rto_objective_seconds: Option<f64>,
+    pub rto_measured_seconds: Option<f64>,
+    pub rto_met: Option<bool>,
+    pub reasons: Vec<String>,
+    /// The journal file it was read from (its name only).
+    pub journal: String,
+}
+
+impl RunEvidence {
+    pub fn from_report(r: &RunReport) -> Self {
+        let rpo_age = r.rpo.recoverable_point_age_seconds.or(r.rpo.backup_age_seconds);
+        let mut reasons = Vec::new();
+        if let Some(e) = &r.error {
+            reasons.push(format!("[{}] {}", e.stage, e.message));
+        }
+        for v in r.validators.iter().filter(|v| v.status == "failed" || v.status == "error") {
+            reasons.push(format!("{} {}: {}", v.name, v.status, v.detail));
+        }
+        if r.rto.met == Some(false) {
+            reasons.push(format!(
+                "RTO missed: {:.1} s against {:.0} s",
+                r.rto.measured_seconds.unwrap_or(0.0),
+                r.rto.target_seconds
+            ));
+        }
+        if r.rpo.met == Some(false) {
+            reasons.push(format!(
+                "RPO missed: {:.0} s old against {:.0} s",
+                rpo_age.unwrap_or(0.0),
+                r.rpo.target_seconds
+            ));
+        }
+        Self {
+            run_id: r.run_id.clone(),
+            started_at: r.started_at.clone(),
+            finished_at: r.finished_at.clone(),
+            result: r.result.as_str().to_string(),
+            backup_key: r.backup.as_ref().map(|b| b.key.clone()),
+            backup_created_at: r.backup.as_ref().map(|b| b.created_at.clone()),
+            rto_target_seconds: r.rto.target_seconds,
+            rto_measured_seconds: r.rto.measured_seconds,
+            rto_met: r.rto.met,
+            rpo_target_seconds: r.rpo.target_seconds,
+            rpo_age_seconds: rpo_age,
+            rpo_met: r.rpo.met,
+            validators: r
+                .validators
+                .iter()
+                .map(|v| ValidatorEvidence {
+                    name: v.name.clone(),
+                    status: v.status.clone(),
+                    detail: v.detail.clone(),
+                    covered: v
+                        .measurements
+                        .iter()
+                        .filter_map(|(k, n)| k.strip_prefix("covered_").map(|k| (k.to_string(), *n)))
+                        .collect(),
+                })
+                .collect(),
+            reasons,
+        }
+    }
+}
+
+/// Seconds since the epoch of an RFC 3339 time; `None` if it is not one.
+pub fn epoch(t: &str) -> Option<f64> {
+    chrono::DateTime::parse_from_rfc3339(t).ok().map(|d| d.timestamp_millis() as f64 / 1000.0)
+}
+
+/// The summary of `runs` (oldest first) over the window `[from, to)` (epoch seconds).
+pub fn summarise(runs: &[RunEvidence], from: f64, to: f64) -> Summary {
+    let count = |r: RunResult| runs.iter().filter(|x| x.result == r.as_str()).count() as u32;
+    let passed = count(RunResult::Passed);
+    let mut last_pass = from;
+    let mut longest: f64 = 0.0;
+    for r in runs.iter().filter(|r| r.result == RunResult::Passed.as_str()) {
+        let at = epoch(&r.finished_at).unwrap_or(last_pass).clamp(from, to);
+        longest = longest.max(at - last_pass);
+        last_pass = at;
+    }
+    longest = longest.max(to - last_pass);
+    Summary {
+        runs: runs.len() as u32,
+        passed,
+        failed: count(RunResult::Failed),
+        error: count(RunResult::Error),
+        aborted: count(RunResult::Aborted),
+        pass_rate: (!runs.is_empty()).then(|| passed as f64 / runs.len() as f64),
+        worst_rto_seconds: runs.iter().filter_map(|r| r.rto_measured_seconds).reduce(f64::max),
+        longest_without_pass_seconds: (longest * 1000.0).round() / 1000.0,
+    }
+}
+
+/// One target's evidence from its runs in the window (any order).
+pub fn target_evidence(name: &str, mut runs: Vec<RunEvidence>, from: f64, to: f64) -> TargetEvidence {
+    runs.sort_by(|a, b| a.started_at.cmp(&b.started_at).then(a.run_id.cmp(&b.run_id)));
+    let newest = runs.last();
+    TargetEvidence {
+        name: name.to_string(),
+        rto_target_seconds: newest.map(|r| r.rto_target_seconds),
+        rpo_target_seconds: newest.map(|r| r.rpo_target_seconds),
+        summary: summarise(&runs, from, to),
+        runs,
+    }
+}
+
+/// A drill journal (the JSON `drcheck drill run` writes), if it is one.
+pub fn drill_from_journal(journal: &serde_json::Value, file: &str) -> Option<DrillEvidence> {
+    let s = |v: &serde_json::Value| v.as_str().map(str::to_string);
+    Some(DrillEvidence {
+        drill_id: s(&journal["drill_id"])?,
+        runbook: s(&journal["runbook"]["name"])?,
+        title: s(&journal["runbook"]["title"]).unwrap_or_default(),
+        started_at: s(&journal["started_at"])?,
+        result: s(&journal["result"])?,
+        duration_seconds: journal["duration_seconds"].as_f64().unwrap_or(0.0),
+        rto_objective_seconds: journal["rto"]["objective_seconds"].as_f64(),
+        rto_measured_seconds: journal["rto"]["measured_seconds"].as_f64(),
+        rto_met: journal["rto"]["met"].as_bool(),
+        reasons: journal["reasons"]
+            .as_array()
+            .map(|a| a.iter().filter_map(|r| r.as_str().map(str::to_string)).collect())
+            .unwrap_or_default(),
+        journal: file.to_string(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(id: &str, started: &str, finished: &str, result: &str, rto: Option<f64>) -> RunEvidence {
+        RunEvidence {
+            run_id: id.into(),
+            started_at: started.into(),
+            finished_at: finished.into(),
+            result: result.into(),
+            backup_key: None,
+            backup_created_at: None,
+            rto_target_seconds: 60.0,
+            rto_measured_seconds: rto,
+            rto_met: rto.map(|s| s <= 60.0),
+            rpo_target_seconds: 3600.0,
+            rpo_age_seconds: None,
+            rpo_met: None,
+            validators: vec![],
+            reasons: vec![],
+        }
+    }
+
+    #[test]
+    fn the_summary_counts_and_finds_the_longest_stretch_without_a_pass() {
+        let from = epoch("2026-11-01T00:00:00Z").unwrap();
+        let to = epoch("2026-11-11T00:00:00Z").unwrap();
+        let runs = vec![
+            run("a", "2026-11-02T00:00:00Z", "2026-11-02T00:00:10Z", "passed", Some(10.0)),
+            run("b", "2026-11-03T00:00:00Z", "2026-11-03T00:01:40Z", "failed", Some(100.0)),
+            run("c", "2026-11-04T00:00:00Z", "2026-11-04T00:00:01Z", "error", None),
+            run("d", "2026-11-09T00:00:00Z", "2026-11-09T00:00:10Z", "passed", Some(12.0)),
+        ];
+        let s = summarise(&runs, from, to);
+        assert_eq!((s.runs, s.passed, s.failed, s.error, s.aborted), (4, 2, 1, 1, 0));
+        assert_eq!(s.pass_rate, Some(0.5));
+        assert_eq!(s.worst_rto_seconds, Some(100.0));
+        // From the pass on the 2nd to the pass on the 9th: 7 days.
+        assert_eq!(s.longest_without_pass_seconds, 7.0 * 86400.0);
+        // No pass at all: the whole window.
+        let s = summarise(&runs[1..3], from, to);
+        assert_eq!(s.longest_without_pass_seconds, 10.0 * 86400.0);
+        assert_eq!(summarise(&[], from, to).pass_rate, None);
+    }
+}

@@ -1,0 +1,528 @@
+//! The report's four formats, each drawn only from the [`Evidence`] (so `report verify`
+//! can draw it again and compare). Every run is one line in HTML, Markdown and JUnit,
+//! holding its run id: a changed line names its run.
+
+use super::sign::{Embedded, trailer};
+use super::{DrillEvidence, Evidence, RunEvidence, TargetEvidence, epoch};
+use std::fmt::Write as _;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    Html,
+    Markdown,
+    Junit,
+    Json,
+}
+
+/// The whole document: the body and the evidence it carries.
+pub fn document(format: Format, embedded: &Embedded) -> String {
+    match format {
+        Format::Json => {
+            let mut s = serde_json::to_string_pretty(embedded).expect("evidence serializes");
+            s.push('\n');
+            s
+        }
+        _ => format!("{}{}", body(format, &embedded.evidence), trailer(embedded)),
+    }
+}
+
+/// The visible part of a document (everything but JSON's).
+pub fn body(format: Format, e: &Evidence) -> String {
+    match format {
+        Format::Html => html(e),
+        Format::Markdown => markdown(e),
+        Format::Junit => junit(e),
+        Format::Json => String::new(),
+    }
+}
+
+/// Which format a document's body is in.
+pub fn detect(body: &str) -> Format {
+    if body.starts_with("<!DOCTYPE html>") {
+        Format::Html
+    } else if body.starts_with("<?xml") {
+        Format::Junit
+    } else {
+        Format::Markdown
+    }
+}
+
+pub fn esc(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            '\n' | '\r' => out.push(' '),
+            c if c.is_control() => {}
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// A duration for people: `42.0 s`, `12.5 min`, `3.2 h`, `4.0 d`.
+pub fn human(secs: f64) -> String {
+    if secs < 120.0 {
+        format!("{secs:.1} s")
+    } else if secs < 7200.0 {
+        format!("{:.1} min", secs / 60.0)
+    } else if secs < 172_800.0 {
+        format!("{:.1} h", secs / 3600.0)
+    } else {
+        format!("{:.1} d", secs / 86400.0)
+    }
+}
+
+fn opt(v: Option<f64>) -> String {
+    v.map(human).unwrap_or_else(|| "—".into())
+}
+
+fn met(v: Option<bool>) -> &'static str {
+    match v {
+        Some(true) => "met",
+        Some(false) => "MISSED",
+        None => "not measured",
+    }
+}
+
+fn rate(t: &TargetEvidence) -> String {
+    t.summary.pass_rate.map(|r| format!("{:.0}%", r * 100.0)).unwrap_or_else(|| "—".into())
+}
+
+/// What the validators covered, in words: `amcheck passed (289 relations); …`.
+fn coverage(r: &RunEvidence) -> String {
+    r.validators
+        .iter()
+        .map(|v| {
+            let covered: Vec<String> = v.covered.iter().map(|(k, n)| format!("{n:.0} {k}")).collect();
+            if covered.is_empty() {
+                format!("{} {}", v.name, v.status)
+            } else {
+                format!("{} {} ({})", v.name, v.status, covered.join(", "))
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// First 12 characters of a run id: enough to tell runs apart in a table.
+fn short_id(id: &str) -> &str {
+    &id[..id.len().min(12)]
+}
+
+const CSS: &str = "body{font-family:system-ui,sans-serif;margin:1.5rem;color:#000;background:#fff;max-width:75rem}\
+table{border-collapse:collapse;margin:.5rem 0 1.5rem;width:100%}th,td{border:1px solid #444;padding:.25rem .45rem;\
+text-align:left;vertical-align:top;font-size:.9rem}th{background:#eee}.passed,.completed{font-weight:600}\
+.failed,.error,.aborted,.MISSED{font-weight:700;text-decoration:underline}.why{font-size:.8rem}\
+svg{max-width:100%;height:auto;border:1px solid #444}@media print{a{color:#000}th{background:#fff}}";
+
+fn html(e: &Evidence) -> String {
+    let mut h = String::new();
+    let _ = writeln!(h, "<!DOCTYPE html>");
+    let _ = writeln!(h, "<html lang=\"en\"><head><meta charset=\"utf-8\">");
+    let _ = writeln!(h, "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">");
+    let _ = writeln!(h, "<title>drcheck restore-test evidence {} to {}</title>", esc(&e.from), esc(&e.to));
+    let _ = writeln!(h, "<style>{CSS}</style></head><body>");
+    let _ = writeln!(h, "<h1>Restore-test evidence</h1>");
+    let _ = writeln!(
+        h,
+        "<p>Runs that started from <time>{}</time> to <time>{}</time>; generated <time>{}</time> by drcheck.</p>",
+        esc(&e.from),
+        esc(&e.to),
+        esc(&e.generated_at)
+    );
+    let _ = writeln!(h, "<h2>Summary</h2>");
+    let _ = writeln!(
+        h,
+        "<table id=\"summary\"><thead><tr><th>target</th><th>runs</th><th>passed</th><th>failed</th><th>error</th><th>aborted</th><th>pass rate</th><th>worst RTO</th><th>RTO target</th><th>longest without a passing run</th></tr></thead><tbody>"
+    );
+    for t in &e.targets {
+        let s = &t.summary;
+        let _ = writeln!(
+            h,
+            "<tr id=\"summary-{n}\"><td><a href=\"#target-{n}\">{n}</a></td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            s.runs,
+            s.passed,
+            s.failed,
+            s.error,
+            s.aborted,
+            rate(t),
+            opt(s.worst_rto_seconds),
+            opt(t.rto_target_seconds),
+            human(s.longest_without_pass_seconds),
+            n = esc(&t.name)
+        );
+    }
+    let _ = writeln!(h, "</tbody></table>");
+    for t in &e.targets {
+        let _ = writeln!(h, "<section id=\"target-{}\">", esc(&t.name));
+        let _ = writeln!(h, "<h2>{}</h2>", esc(&t.name));
+        let _ = writeln!(
+            h,
+            "<p>RTO target {}, RPO target {}; {} runs, {} passed.</p>",
+            opt(t.rto_target_seconds),
+            opt(t.rpo_target_seconds),
+            t.summary.runs,
+            t.summary.passed
+        );
+        h.push_str(&rto_chart(t, e));
+        let _ = writeln!(
+            h,
+            "<table class=\"runs\"><thead><tr><th>started</th><th>run</th><th>verdict</th><th>backup</th><th>RTO measured / target</th><th>RPO age / target</th><th>validators (what they covered)</th><th>why not passed</th></tr></thead><tbody>"
+        );
+        for r in &t.runs {
+            let _ = writeln!(
+                h,
+                "<tr id=\"run-{id}\" class=\"run\" data-result=\"{res}\"><td>{}</td><td title=\"{id}\">{}</td><td class=\"{res}\">{res}</td><td>{}</td><td>{} / {} <span class=\"{}\">{}</span></td><td>{} / {} <span class=\"{}\">{}</span></td><td class=\"why\">{}</td><td class=\"why\">{}</td></tr>",
+                esc(&r.started_at),
+                esc(short_id(&r.run_id)),
+                esc(r.backup_key.as_deref().unwrap_or("—")),
+                opt(r.rto_measured_seconds),
+                human(r.rto_target_seconds),
+                met(r.rto_met),
+                met(r.rto_met),
+                opt(r.rpo_age_seconds),
+                human(r.rpo_target_seconds),
+                met(r.rpo_met),
+                met(r.rpo_met),
+                esc(&coverage(r)),
+                esc(&r.reasons.join(" | ")),
+                id = esc(&r.run_id),
+                res = esc(&r.result)
+            );
+        }
+        let _ = writeln!(h, "</tbody></table></section>");
+    }
+    let _ = writeln!(h, "<h2>DR drills</h2>");
+    if e.drills.is_empty() {
+        let _ = writeln!(h, "<p id=\"no-drills\">No drill journal in the window.</p>");
+    } else {
+        let _ = writeln!(
+            h,
+            "<table id=\"drills\"><thead><tr><th>started</th><th>runbook</th><th>result</th><th>duration</th><th>RTO measured / objective</th><th>why not completed</th></tr></thead><tbody>"
+        );
+        for d in &e.drills {
+            h.push_str(&drill_row_html(d));
+        }
+        let _ = writeln!(h, "</tbody></table>");
+    }
+    let _ = writeln!(
+        h,
+        "<footer><p>Verify with <code>drcheck report verify FILE --public-key KEY.pem</code>.</p></footer>"
+    );
+    let _ = writeln!(h, "</body></html>");
+    h
+}
+
+fn drill_row_html(d: &DrillEvidence) -> String {
+    format!(
+        "<tr id=\"drill-{id}\" class=\"drill\" data-result=\"{res}\"><td>{}</td><td>{} — {}</td><td class=\"{res}\">{res}</td><td>{}</td><td>{} / {} <span class=\"{}\">{}</span></td><td class=\"why\">{}</td></tr>\n",
+        esc(&d.started_at),
+        esc(&d.runbook),
+        esc(&d.title),
+        human(d.duration_seconds),
+        opt(d.rto_measured_seconds),
+        opt(d.rto_objective_seconds),
+        met(d.rto_met),
+        met(d.rto_met),
+        esc(&d.reasons.join(" | ")),
+        id = esc(&d.drill_id),
+        res = esc(&d.result)
+    )
+}
+
+/// The RTO trend: measured restore time per run across the window, the target as a
+/// dashed line; passes as filled circles, failures as crosses, runs with no measured
+/// restore as hollow squares on the axis. Black and white, so it prints.
+pub fn rto_chart(t: &TargetEvidence, e: &Evidence) -> String {
+    let (w, hgt, left, right, top, bottom) = (640.0, 200.0, 56.0, 12.0, 14.0, 28.0);
+    let from = epoch(&e.from).unwrap_or(0.0);
+    let to = epoch(&e.to).unwrap_or(from + 1.0).max(from + 1.0);
+    let target = t.rto_target_seconds.unwrap_or(0.0);
+    let most = t.runs.iter().filter_map(|r| r.rto_measured_seconds).fold(target, f64::max).max(1.0) * 1.1;
+    let x = |at: f64| left + (at - from) / (to - from) * (w - left - right);
+    let y = |s: f64| top + (1.0 - s / most) * (hgt - top - bottom);
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "<svg class=\"rto-trend\" viewBox=\"0 0 {w} {hgt}\" width=\"{w}\" height=\"{hgt}\" role=\"img\" aria-label=\"RTO trend of {}\" xmlns=\"http://www.w3.org/2000/svg\">",
+        esc(&t.name)
+    );
+    let _ = writeln!(s, "<title>Restore time of {} per run; dashed: the RTO target</title>", esc(&t.name));
+    let _ = writeln!(
+        s,
+        "<line x1=\"{left}\" y1=\"{b}\" x2=\"{r}\" y2=\"{b}\" stroke=\"#000\"/><line x1=\"{left}\" y1=\"{top}\" x2=\"{left}\" y2=\"{b}\" stroke=\"#000\"/>",
+        b = hgt - bottom,
+        r = w - right
+    );
+    let _ = writeln!(
+        s,
+        "<text x=\"{}\" y=\"{}\" font-size=\"10\" text-anchor=\"end\">{}</text><text x=\"{}\" y=\"{}\" font-size=\"10\" text-anchor=\"end\">0</text>",
+        left - 4.0,
+        top + 8.0,
+        esc(&human(most)),
+        left - 4.0,
+        hgt - bottom
+    );
+    let _ = writeln!(
+        s,
+        "<text x=\"{left}\" y=\"{}\" font-size=\"10\">{}</text><text x=\"{}\" y=\"{}\" font-size=\"10\" text-anchor=\"end\">{}</text>",
+        hgt - 8.0,
+        esc(e.from.get(..10).unwrap_or(&e.from)),
+        w - right,
+        hgt - 8.0,
+        esc(e.to.get(..10).unwrap_or(&e.to))
+    );
+    if target > 0.0 {
+        let _ = writeln!(
+            s,
+            "<line class=\"rto-target\" x1=\"{left}\" y1=\"{ty:.1}\" x2=\"{}\" y2=\"{ty:.1}\" stroke=\"#000\" stroke-dasharray=\"6 4\"/><text x=\"{}\" y=\"{:.1}\" font-size=\"10\" text-anchor=\"end\">RTO target {}</text>",
+            w - right,
+            w - right - 2.0,
+            y(target) - 3.0,
+            esc(&human(target)),
+            ty = y(target)
+        );
+    }
+    let points: Vec<String> = t
+        .runs
+        .iter()
+        .filter_map(|r| Some(format!("{:.1},{:.1}", x(epoch(&r.started_at)?), y(r.rto_measured_seconds?))))
+        .collect();
+    if points.len() > 1 {
+        let _ =
+            writeln!(s, "<polyline fill=\"none\" stroke=\"#000\" stroke-width=\"1\" points=\"{}\"/>", points.join(" "));
+    }
+    for r in &t.runs {
+        let Some(at) = epoch(&r.started_at) else { continue };
+        let px = x(at);
+        let label = format!("{} {} {}", esc(&r.started_at), esc(&r.result), opt(r.rto_measured_seconds));
+        match (r.rto_measured_seconds, r.result.as_str()) {
+            (Some(m), "passed") => {
+                let _ = writeln!(
+                    s,
+                    "<circle class=\"point passed\" cx=\"{px:.1}\" cy=\"{:.1}\" r=\"4\" fill=\"#000\"><title>{label}</title></circle>",
+                    y(m)
+                );
+            }
+            (Some(m), _) => {
+                let py = y(m);
+                let _ = writeln!(
+                    s,
+                    "<path class=\"point {}\" d=\"M{:.1} {:.1}L{:.1} {:.1}M{:.1} {:.1}L{:.1} {:.1}\" stroke=\"#000\" stroke-width=\"2\"><title>{label}</title></path>",
+                    esc(&r.result),
+                    px - 4.0,
+                    py - 4.0,
+                    px + 4.0,
+                    py + 4.0,
+                    px - 4.0,
+                    py + 4.0,
+                    px + 4.0,
+                    py - 4.0
+                );
+            }
+            (None, _) => {
+                let _ = writeln!(
+                    s,
+                    "<rect class=\"point {}\" x=\"{:.1}\" y=\"{:.1}\" width=\"7\" height=\"7\" fill=\"#fff\" stroke=\"#000\"><title>{label}</title></rect>",
+                    esc(&r.result),
+                    px - 3.5,
+                    hgt - bottom - 3.5
+                );
+            }
+        }
+    }
+    let _ = writeln!(s, "</svg>");
+    s
+}
+
+/// Markdown table cells: no pipes or line breaks from the data.
+fn cell(s: &str) -> String {
+    s.replace('|', "\\|").replace(['\n', '\r'], " ")
+}
+
+fn markdown(e: &Evidence) -> String {
+    let mut m = String::new();
+    let _ = writeln!(m, "# Restore-test evidence\n");
+    let _ = writeln!(m, "Runs that started from {} to {}; generated {} by drcheck.\n", e.from, e.to, e.generated_at);
+    let _ = writeln!(m, "## Summary\n");
+    let _ = writeln!(
+        m,
+        "| target | runs | passed | failed | error | aborted | pass rate | worst RTO | RTO target | longest without a passing run |"
+    );
+    let _ = writeln!(m, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for t in &e.targets {
+        let s = &t.summary;
+        let _ = writeln!(
+            m,
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            cell(&t.name),
+            s.runs,
+            s.passed,
+            s.failed,
+            s.error,
+            s.aborted,
+            rate(t),
+            opt(s.worst_rto_seconds),
+            opt(t.rto_target_seconds),
+            human(s.longest_without_pass_seconds)
+        );
+    }
+    for t in &e.targets {
+        let _ = writeln!(m, "\n## {}\n", cell(&t.name));
+        let _ = writeln!(
+            m,
+            "RTO target {}, RPO target {}; {} runs, {} passed.\n",
+            opt(t.rto_target_seconds),
+            opt(t.rpo_target_seconds),
+            t.summary.runs,
+            t.summary.passed
+        );
+        let _ = writeln!(
+            m,
+            "| started | run | verdict | backup | RTO measured / target | RPO age / target | validators | why not passed |"
+        );
+        let _ = writeln!(m, "|---|---|---|---|---|---|---|---|");
+        for r in &t.runs {
+            let _ = writeln!(
+                m,
+                "| {} | {} | **{}** | {} | {} / {} {} | {} / {} {} | {} | {} |",
+                r.started_at,
+                cell(&r.run_id),
+                r.result,
+                cell(r.backup_key.as_deref().unwrap_or("—")),
+                opt(r.rto_measured_seconds),
+                human(r.rto_target_seconds),
+                met(r.rto_met),
+                opt(r.rpo_age_seconds),
+                human(r.rpo_target_seconds),
+                met(r.rpo_met),
+                cell(&coverage(r)),
+                cell(&r.reasons.join(" / "))
+            );
+        }
+    }
+    let _ = writeln!(m, "\n## DR drills\n");
+    if e.drills.is_empty() {
+        let _ = writeln!(m, "No drill journal in the window.");
+    } else {
+        let _ = writeln!(
+            m,
+            "| started | drill | runbook | result | duration | RTO measured / objective | why not completed |"
+        );
+        let _ = writeln!(m, "|---|---|---|---|---|---|---|");
+        for d in &e.drills {
+            let _ = writeln!(
+                m,
+                "| {} | {} | {} | **{}** | {} | {} / {} {} | {} |",
+                d.started_at,
+                cell(&d.drill_id),
+                cell(&d.runbook),
+                d.result,
+                human(d.duration_seconds),
+                opt(d.rto_measured_seconds),
+                opt(d.rto_objective_seconds),
+                met(d.rto_met),
+                cell(&d.reasons.join(" / "))
+            );
+        }
+    }
+    let _ = writeln!(m, "\nVerify with `drcheck report verify FILE --public-key KEY.pem`.\n");
+    m
+}
+
+fn xml(s: &str) -> String {
+    esc(s)
+}
+
+/// JUnit XML: a test suite per target, a test case per run (its time the measured
+/// RTO); failed → `<failure>`, error and aborted → `<error>`; drills in a suite of their
+/// own. The shape Jenkins, GitLab and the `junitparser` library read.
+fn junit(e: &Evidence) -> String {
+    let mut j = String::new();
+    let runs: u32 = e.targets.iter().map(|t| t.summary.runs).sum::<u32>() + e.drills.len() as u32;
+    let failures: u32 = e.targets.iter().map(|t| t.summary.failed).sum::<u32>()
+        + e.drills.iter().filter(|d| d.result == "failed").count() as u32;
+    let errors: u32 = e.targets.iter().map(|t| t.summary.error + t.summary.aborted).sum::<u32>()
+        + e.drills.iter().filter(|d| d.result == "aborted").count() as u32;
+    let _ = writeln!(j, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>");
+    let _ = writeln!(
+        j,
+        "<testsuites name=\"drcheck restore tests {} to {}\" tests=\"{runs}\" failures=\"{failures}\" errors=\"{errors}\">",
+        xml(&e.from),
+        xml(&e.to)
+    );
+    for t in &e.targets {
+        let s = &t.summary;
+        let time: f64 = t.runs.iter().filter_map(|r| r.rto_measured_seconds).sum();
+        let _ = writeln!(
+            j,
+            "<testsuite name=\"{}\" tests=\"{}\" failures=\"{}\" errors=\"{}\" skipped=\"0\" time=\"{time:.3}\" timestamp=\"{}\">",
+            xml(&t.name),
+            s.runs,
+            s.failed,
+            s.error + s.aborted,
+            xml(&e.from)
+        );
+        for r in &t.runs {
+            let name = format!("restore test {} (run {})", r.started_at, r.run_id);
+            let time = r.rto_measured_seconds.unwrap_or(0.0);
+            let head =
+                format!("<testcase classname=\"drcheck.{}\" name=\"{}\" time=\"{time:.3}\">", xml(&t.name), xml(&name));
+            let out = format!(
+                "<system-out>{}</system-out>",
+                xml(&format!(
+                    "backup {}; RTO {} / {} {}; RPO {} / {} {}; {}",
+                    r.backup_key.as_deref().unwrap_or("—"),
+                    opt(r.rto_measured_seconds),
+                    human(r.rto_target_seconds),
+                    met(r.rto_met),
+                    opt(r.rpo_age_seconds),
+                    human(r.rpo_target_seconds),
+                    met(r.rpo_met),
+                    coverage(r)
+                ))
+            );
+            let why = xml(&r.reasons.join(" | "));
+            let verdict = match r.result.as_str() {
+                "passed" => String::new(),
+                "failed" => format!("<failure type=\"failed\" message=\"{why}\">{why}</failure>"),
+                other => format!("<error type=\"{}\" message=\"{why}\">{why}</error>", xml(other)),
+            };
+            let _ = writeln!(j, "{head}{verdict}{out}</testcase>");
+        }
+        let _ = writeln!(j, "</testsuite>");
+    }
+    if !e.drills.is_empty() {
+        let failed = e.drills.iter().filter(|d| d.result == "failed").count();
+        let aborted = e.drills.iter().filter(|d| d.result == "aborted").count();
+        let _ = writeln!(
+            j,
+            "<testsuite name=\"DR drills\" tests=\"{}\" failures=\"{failed}\" errors=\"{aborted}\" skipped=\"0\" timestamp=\"{}\">",
+            e.drills.len(),
+            xml(&e.from)
+        );
+        for d in &e.drills {
+            let why = xml(&d.reasons.join(" | "));
+            let verdict = match d.result.as_str() {
+                "completed" => String::new(),
+                "failed" => format!("<failure type=\"failed\" message=\"{why}\">{why}</failure>"),
+                other => format!("<error type=\"{}\" message=\"{why}\">{why}</error>", xml(other)),
+            };
+            let _ = writeln!(
+                j,
+                "<testcase classname=\"drcheck.drill.{}\" name=\"{}\" time=\"{:.3}\">{verdict}</testcase>",
+                xml(&d.runbook),
+                xml(&format!("drill {} (drill {})", d.started_at, d.drill_id)),
+                d.duration_seconds
+            );
+        }
+        let _ = writeln!(j, "</testsuite>");
+    }
+    let _ = writeln!(j, "</testsuites>");
+    j
+}
