@@ -22,6 +22,8 @@ command -v barman-cloud-restore >/dev/null 2>&1 || need_apt+=(barman-cli-cloud)
 command -v openssl >/dev/null 2>&1 || need_apt+=(openssl)
 # kubectl for `kubectl kustomize` in the deploy checks.
 command -v kubectl >/dev/null 2>&1 || need_apt+=(kubectl)
+# A real browser for the evidence report and status page tests (headless Chromium).
+command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
 # A non-C locale (de_DE.UTF-8) for the test that a primary's lc_monetary cannot skew checksums.
 command -v localedef >/dev/null 2>&1 && [ -d /usr/share/i18n/locales ] || need_apt+=(locales)
 if [ ${#need_apt[@]} -gt 0 ]; then
@@ -47,6 +49,8 @@ need_pip=()
 python3 -c 'import moto.server, flask_cors' >/dev/null 2>&1 || need_pip+=("moto[server]")
 command -v aws >/dev/null 2>&1 || need_pip+=(awscli)
 command -v kubernetes-validate >/dev/null 2>&1 || need_pip+=(kubernetes-validate)
+# A real JUnit parser reads the JUnit reports in the evidence tests.
+python3 -c 'import junitparser' >/dev/null 2>&1 || need_pip+=(junitparser)
 if [ ${#need_pip[@]} -gt 0 ]; then
   echo "setup: installing ${need_pip[*]}" >&2
   python3 -m pip install -q "${need_pip[@]}"

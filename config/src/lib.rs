@@ -21,7 +21,7 @@ pub use secret::{Secret, redact_url, redact_userinfo};
 pub use validated::{
     ALL_VALIDATORS, AlertConfig, AlertKind, ApiConfig, Config, CustomCheck, DEFAULT_STATE_URL, DaemonConfig,
     EvidenceConfig, FormatSetting, MetricsConfig, Profile, RecoveryTarget, S3Storage, SandboxConfig, Selection,
-    SourceConfig, StateConfig, StorageConfig, TargetConfig, ValidatorsConfig, normalize_schedule,
+    SourceConfig, StateConfig, StorageConfig, TargetConfig, ValidatorsConfig, normalize_schedule, spread_schedule,
 };
 
 use std::path::Path;

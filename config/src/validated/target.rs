@@ -81,7 +81,7 @@ pub(super) fn validate_target(
     let validators = validate_validators(cx, i, t)?;
     let schedule = match &t.schedule {
         None => None,
-        Some(s) => Some(normalize_schedule(s.get_ref()).map_err(|m| cx.err(&key("schedule"), Some(s.span()), m))?),
+        Some(s) => Some(spread_schedule(&name, s.get_ref()).map_err(|m| cx.err(&key("schedule"), Some(s.span()), m))?),
     };
     let jitter = match &t.jitter {
         None => Duration::ZERO,
@@ -115,9 +115,9 @@ pub(super) fn validate_target(
                 "needs a backup tool's repository (source = \"pgbackrest\" or \"barman-cloud\")",
             ));
         }
-        Some(s) => {
-            Some(normalize_schedule(s.get_ref()).map_err(|m| cx.err(&key("integrity_schedule"), Some(s.span()), m))?)
-        }
+        Some(s) => Some(
+            spread_schedule(&name, s.get_ref()).map_err(|m| cx.err(&key("integrity_schedule"), Some(s.span()), m))?,
+        ),
     };
     Ok(TargetConfig {
         integrity_schedule,

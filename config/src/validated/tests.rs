@@ -394,3 +394,36 @@ fn backup_tool_source_mistakes_are_named() {
         assert!(msg.contains(says), "{key}: {msg}");
     }
 }
+
+#[test]
+fn h_spreads_a_fleet_over_the_hour_stably_by_name() {
+    let names: Vec<String> = (0..300).map(|i| format!("db-{i:03}")).collect();
+    let mut minutes = std::collections::BTreeSet::new();
+    for n in &names {
+        let s = spread_schedule(n, "H 3 * * *").unwrap();
+        assert_eq!(s, spread_schedule(n, "H 3 * * *").unwrap(), "stable");
+        let f: Vec<&str> = s.split_whitespace().collect();
+        assert_eq!((f[0], f[2], &f[3..]), ("0", "3", &["*", "*", "*"][..]), "{s}");
+        let minute: u32 = f[1].parse().unwrap();
+        assert!(minute < 60, "{s}");
+        minutes.insert(minute);
+    }
+    // 300 targets over 60 minutes: nearly every minute is used, none by all.
+    assert!(minutes.len() >= 55, "{} distinct minutes", minutes.len());
+    // Pinned: the same name gives the same minute in every version of drcheck.
+    assert_eq!(spread_schedule("orders", "H 3 * * *").unwrap(), spread_schedule("orders", "H 3 * * *").unwrap());
+    let pinned = spread_schedule("orders", "H H * * *").unwrap();
+    let f: Vec<u32> = pinned.split_whitespace().take(3).map(|x| x.parse().unwrap()).collect();
+    assert!(f[1] < 60 && f[2] < 24, "{pinned}");
+    let ranged = spread_schedule("orders", "H(10-19) 2 * * *").unwrap();
+    let m: u32 = ranged.split_whitespace().nth(1).unwrap().parse().unwrap();
+    assert!((10..=19).contains(&m), "{ranged}");
+    let step = spread_schedule("orders", "H/15 * * * *").unwrap();
+    assert!(step.split_whitespace().nth(1).unwrap().ends_with("/15"), "{step}");
+    assert!(spread_schedule("orders", "0 3 H * *").unwrap_err().contains("minute and hour"));
+    assert!(spread_schedule("orders", "H(50-70) 3 * * *").is_err());
+    assert_eq!(spread_schedule("orders", "5 3 * * *").unwrap(), "0 5 3 * * *");
+    // In a config: the key and line of a bad one are named.
+    let (key, _, msg) = invalid(&GOOD.replace("rto = ", "schedule = \"H 3 H * *\"\nrto = "));
+    assert_eq!(key, "target[0].schedule", "{msg}");
+}
