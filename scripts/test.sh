@@ -4,10 +4,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-# The deployment files: kustomize renders, kubernetes-validate --strict, promtool rules.
-bash deploy/check.sh
 # The end-to-end tests run the built binary, so build it first.
 cargo build --locked --bin drcheck
+# The deployment files: kustomize renders, kubernetes-validate --strict, promtool rules,
+# and a generated 300-target fleet.
+DRCHECK_BIN=$PWD/target/debug/drcheck bash deploy/check.sh
 # The parsers' property tests (a bounded fuzz run) spend this long each.
 export DRCHECK_FUZZ_SECONDS=${DRCHECK_FUZZ_SECONDS:-30}
 status=0

@@ -20,8 +20,9 @@ pub use interpolate::{interpolate, interpolate_with};
 pub use secret::{Secret, redact_url, redact_userinfo};
 pub use validated::{
     ALL_VALIDATORS, AlertConfig, AlertKind, ApiConfig, Config, CustomCheck, DEFAULT_STATE_URL, DaemonConfig,
-    EvidenceConfig, FormatSetting, MetricsConfig, Profile, RecoveryTarget, S3Storage, SandboxConfig, Selection,
-    SourceConfig, StateConfig, StorageConfig, TargetConfig, ValidatorsConfig, normalize_schedule, spread_schedule,
+    EvidenceConfig, FormatSetting, KubernetesConfig, MetricsConfig, Profile, RecoveryTarget, S3Storage, SandboxConfig,
+    Selection, SourceConfig, StateConfig, StorageConfig, TargetConfig, Toleration, ValidatorsConfig, is_quantity,
+    normalize_schedule, spread_schedule,
 };
 
 use std::path::Path;

@@ -130,6 +130,32 @@ pub struct RawTarget {
     pub server_name: Option<Spanned<String>>,
     pub select: Option<Spanned<String>>,
     pub integrity_schedule: Option<Spanned<String>>,
+    pub kubernetes: Option<RawKubernetes>,
+}
+
+/// `[target.kubernetes]`: how `drcheck deploy kubernetes` sizes and places the job.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawKubernetes {
+    pub scratch: Option<Spanned<String>>,
+    pub storage_class: Option<Spanned<String>>,
+    pub cpu_request: Option<Spanned<String>>,
+    pub cpu_limit: Option<Spanned<String>>,
+    pub memory_request: Option<Spanned<String>>,
+    pub memory_limit: Option<Spanned<String>>,
+    pub node_selector: Option<BTreeMap<String, String>>,
+    #[serde(default)]
+    pub tolerations: Vec<RawToleration>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawToleration {
+    pub key: Option<String>,
+    pub operator: Option<Spanned<String>>,
+    pub value: Option<String>,
+    pub effect: Option<Spanned<String>>,
+    pub toleration_seconds: Option<i64>,
 }
 
 #[derive(Debug, Deserialize)]

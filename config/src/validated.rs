@@ -290,6 +290,53 @@ pub struct TargetConfig {
     /// Daemon mode: when to check the backup tool's repository without a restore.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub integrity_schedule: Option<String>,
+    pub kubernetes: KubernetesConfig,
+}
+
+/// `[target.kubernetes]`; what is not set is decided by `drcheck deploy kubernetes`
+/// (scratch from the latest backup's size, the rest from its flags and defaults).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct KubernetesConfig {
+    /// Scratch space (a Kubernetes quantity, e.g. "80Gi").
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub scratch: Option<String>,
+    /// A generic ephemeral volume of this StorageClass instead of an emptyDir.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub storage_class: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu_request: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu_limit: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory_request: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory_limit: Option<String>,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub node_selector: BTreeMap<String, String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub tolerations: Vec<Toleration>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Toleration {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+    pub operator: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub value: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub effect: Option<String>,
+    #[serde(rename = "tolerationSeconds", skip_serializing_if = "Option::is_none")]
+    pub toleration_seconds: Option<i64>,
+}
+
+/// Whether `s` is a Kubernetes resource quantity ("500m", "2", "1.5Gi", "80G").
+pub fn is_quantity(s: &str) -> bool {
+    let digits_end = s.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(s.len());
+    let (num, suffix) = s.split_at(digits_end);
+    !num.is_empty()
+        && num.parse::<f64>().is_ok()
+        && ["", "m", "k", "M", "G", "T", "P", "E", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei"].contains(&suffix)
 }
 
 fn ser_opt_duration<S: serde::Serializer>(d: &Option<Duration>, ser: S) -> Result<S::Ok, S::Error> {

@@ -138,8 +138,14 @@ fn parse_var(s: &str) -> Result<(String, String), String> {
 pub enum DeployCommand {
     /// One CronJob per target (or --target), as YAML on stdout.
     Kubernetes {
-        #[arg(long)]
+        #[arg(long, conflicts_with = "all")]
         target: Option<String>,
+        /// Every target, one file each plus a kustomization.yaml, into --output-dir.
+        #[arg(long, requires = "output_dir")]
+        all: bool,
+        /// Where --all writes its files.
+        #[arg(long)]
+        output_dir: Option<PathBuf>,
         #[arg(long, default_value = "drcheck:latest")]
         image: String,
         /// The Secret holding the environment (${VAR}s of the config, AWS credentials).
@@ -148,7 +154,8 @@ pub enum DeployCommand {
         /// The ConfigMap holding drcheck.toml.
         #[arg(long, default_value = "drcheck-config")]
         config_map: String,
-        /// Scratch volume size (emptyDir sizeLimit and ephemeral-storage request).
+        /// Scratch size where [target.kubernetes] scratch is not set and no backup can
+        /// be listed to size it from.
         #[arg(long, default_value = "50Gi")]
         scratch_size: String,
     },
@@ -284,9 +291,17 @@ pub async fn run(cli: Cli) -> Result<Exit, CliError> {
         Command::History(args) => commands::history::run(&config, args).await,
         Command::Config(ConfigCommand::Check) => commands::config_check::run(&config),
         Command::Alerts(cmd) => commands::alerts::run(&config, cmd).await,
-        Command::Deploy(DeployCommand::Kubernetes { target, image, secret, config_map, scratch_size }) => {
+        Command::Deploy(DeployCommand::Kubernetes {
+            target,
+            all: _,
+            output_dir,
+            image,
+            secret,
+            config_map,
+            scratch_size,
+        }) => {
             let o = commands::deploy::Options { image, secret, config_map, scratch_size };
-            commands::deploy::run(&config, target.as_deref(), &o)
+            commands::deploy::run(&config, target.as_deref(), output_dir.as_deref(), &o).await
         }
         Command::Drill(cmd) => commands::drill::run(Some(&path), cmd).await,
         Command::Report(args) => commands::report::make(&config, args.make).await,

@@ -105,7 +105,7 @@ physical_bench() { # S3FN PORT SERVER-NAME
       [ "$rss" -gt "$peak" ] && peak=$rss
       echo "bench: $server: physical $name round $i: by hand $h s, drcheck $d s"
     done
-    echo "$name $size ${hand[*]// /,} ${mine[*]// /,} $peak" >>"$report"
+    echo "$name $size $(IFS=,; echo "${hand[*]}") $(IFS=,; echo "${mine[*]}") $peak" >>"$report"
   done
   python3 - "$report" "$server" <<'PY'
 import statistics, sys

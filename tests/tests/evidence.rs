@@ -230,7 +230,7 @@ fn a_signed_report_shows_passed_failed_aborted_runs_and_a_drill_in_every_format(
             .any(|v| v["name"] == "full_read" && v["covered"]["tables"].as_f64() > Some(0.0))
     );
     assert_eq!(ledger["runs"][0]["result"], "failed", "{ledger}");
-    assert!(ledger["runs"][0]["reasons"][0].as_str().unwrap().contains("truncated"), "{ledger}");
+    assert!(ledger["runs"][0]["reasons"][0].as_str().unwrap().contains("end of file"), "{ledger}");
     assert_eq!(ledger["summary"]["pass_rate"], 0.0);
     assert_eq!(archive["runs"][0]["result"], "aborted", "{archive}");
     assert_eq!(e["drills"][0]["result"], "completed", "{e}");
@@ -261,7 +261,7 @@ fn a_signed_report_shows_passed_failed_aborted_runs_and_a_drill_in_every_format(
     assert!(row(&dom, "summary-ledger").contains("<td>1</td>"), "{dom}");
     assert!(row(&dom, &format!("run-{}", run_id(&orders))).contains("data-result=\"passed\""));
     let failed = row(&dom, &format!("run-{}", run_id(&ledger)));
-    assert!(failed.contains("data-result=\"failed\"") && failed.contains("truncated"), "{failed}");
+    assert!(failed.contains("data-result=\"failed\"") && failed.contains("end of file"), "{failed}");
     assert!(row(&dom, &format!("run-{}", run_id(&archive))).contains("data-result=\"aborted\""));
     assert!(row(&dom, &format!("drill-{}", e["drills"][0]["drill_id"].as_str().unwrap())).contains("completed"));
     assert!(dom.matches("class=\"rto-trend\"").count() == 3, "an RTO trend per target");
@@ -358,7 +358,7 @@ fn the_status_page_renders_each_targets_verdict_in_chromium_and_asks_for_the_tok
     assert!(row(&dom, "target-orders").contains("data-verdict=\"passed\""), "{dom}");
     assert!(row(&dom, "target-archive").contains("data-verdict=\"passed\""), "{dom}");
     let ledger = row(&dom, "target-ledger");
-    assert!(ledger.contains("data-verdict=\"failed\"") && ledger.contains("truncated"), "{ledger}");
+    assert!(ledger.contains("data-verdict=\"failed\"") && ledger.contains("end of file"), "{ledger}");
     assert!(dom.contains("2 of 3 targets passed"), "{dom}");
     assert!(dom.contains("http-equiv=\"refresh\""), "refreshes itself");
     assert!(!dom.contains("<script"), "no JavaScript");

@@ -119,7 +119,9 @@ pub(super) fn validate_target(
             spread_schedule(&name, s.get_ref()).map_err(|m| cx.err(&key("integrity_schedule"), Some(s.span()), m))?,
         ),
     };
+    let kubernetes = validate_kubernetes(cx, i, t)?;
     Ok(TargetConfig {
+        kubernetes,
         integrity_schedule,
         source,
         select,
@@ -140,6 +142,61 @@ pub(super) fn validate_target(
         rpo: cx.duration(&key("rpo"), &t.rpo)?,
         row_count_tolerance: tolerance,
         abort_factor,
+    })
+}
+
+fn validate_kubernetes(cx: &Ctx<'_>, i: usize, t: &RawTarget) -> Result<KubernetesConfig, ConfigError> {
+    let key = |k: &str| format!("target[{i}].kubernetes.{k}");
+    let Some(k) = &t.kubernetes else { return Ok(KubernetesConfig::default()) };
+    let quantity = |name: &str, v: &Option<Spanned<String>>| -> Result<Option<String>, ConfigError> {
+        let Some(s) = cx.opt_string(&key(name), v)? else { return Ok(None) };
+        if !is_quantity(&s) {
+            let span = v.as_ref().map(|v| v.span());
+            return Err(cx.err(
+                &key(name),
+                span,
+                format!("expected a Kubernetes quantity like \"500m\", \"4Gi\" or \"2\", got {s:?}"),
+            ));
+        }
+        Ok(Some(s))
+    };
+    let mut tolerations = Vec::new();
+    for (j, tol) in k.tolerations.iter().enumerate() {
+        let tk = |f: &str| format!("target[{i}].kubernetes.tolerations[{j}].{f}");
+        let operator = tol.operator.as_ref().map(|o| o.get_ref().clone()).unwrap_or_else(|| "Equal".into());
+        if !["Equal", "Exists"].contains(&operator.as_str()) {
+            return Err(cx.err(
+                &tk("operator"),
+                tol.operator.as_ref().map(|o| o.span()),
+                format!("expected Equal or Exists, got {operator:?}"),
+            ));
+        }
+        if let Some(e) = &tol.effect
+            && !["NoSchedule", "PreferNoSchedule", "NoExecute"].contains(&e.get_ref().as_str())
+        {
+            return Err(cx.err(
+                &tk("effect"),
+                Some(e.span()),
+                format!("expected NoSchedule, PreferNoSchedule or NoExecute, got {:?}", e.get_ref()),
+            ));
+        }
+        tolerations.push(Toleration {
+            key: tol.key.clone(),
+            operator,
+            value: tol.value.clone(),
+            effect: tol.effect.as_ref().map(|e| e.get_ref().clone()),
+            toleration_seconds: tol.toleration_seconds,
+        });
+    }
+    Ok(KubernetesConfig {
+        scratch: quantity("scratch", &k.scratch)?,
+        storage_class: cx.opt_string(&key("storage_class"), &k.storage_class)?,
+        cpu_request: quantity("cpu_request", &k.cpu_request)?,
+        cpu_limit: quantity("cpu_limit", &k.cpu_limit)?,
+        memory_request: quantity("memory_request", &k.memory_request)?,
+        memory_limit: quantity("memory_limit", &k.memory_limit)?,
+        node_selector: k.node_selector.clone().unwrap_or_default(),
+        tolerations,
     })
 }
 
