@@ -4,8 +4,8 @@
 //! unknown target, 409 while that target runs, 202 with the run id otherwise).
 //!
 //! With `[api] token` set, every route under `/api` needs it (a layer over the whole
-//! `/api` tree, so a new route cannot forget it); only `/metrics`, `/healthz` and
-//! `/readyz` stay open. Without a token, `GET /api/v1/runs` is open and triggering is off.
+//! `/api` tree, so a new route cannot forget it) and the status pages ask for it
+//! (`status.rs`); only `/metrics`, `/healthz` and `/readyz` stay open. Without a token, `GET /api/v1/runs` is open and triggering is off.
 
 use super::{Shared, run_target};
 use axum::Json;
