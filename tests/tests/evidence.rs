@@ -292,7 +292,12 @@ fn a_signed_report_shows_passed_failed_aborted_runs_and_a_drill_in_every_format(
     let edited = dir.join("edited.json");
     let ledger_reason = ledger["runs"][0]["reasons"][0].as_str().unwrap();
     let changed = serde_json::to_string(ledger_reason).unwrap();
-    let one_byte = format!("{}X{}", &changed[..changed.len() - 1], "\"");
+    // One byte replaced: the reason's last letter ("file" → "filf").
+    let mut one_byte = changed.clone().into_bytes();
+    let at = one_byte.len() - 2;
+    one_byte[at] = if one_byte[at] == b'f' { b'g' } else { b'f' };
+    let one_byte = String::from_utf8(one_byte).unwrap();
+    assert_eq!(json.matches(&changed).count(), 1);
     std::fs::write(&edited, json.replacen(&changed, &one_byte, 1)).unwrap();
     let (out, _) = drcheck(&["report", "verify", &edited.display().to_string(), "--public-key", &p], &[], LIMIT);
     assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));

@@ -439,6 +439,17 @@ fn xml(s: &str) -> String {
     esc(s)
 }
 
+/// A test case's verdict element: none when `result` is `ok`, `<failure>` when failed,
+/// `<error>` otherwise (error, aborted), with the reasons.
+fn junit_verdict(result: &str, ok: &str, reasons: &[String]) -> String {
+    let why = xml(&reasons.join(" | "));
+    match result {
+        r if r == ok => String::new(),
+        "failed" => format!("<failure type=\"failed\" message=\"{why}\">{why}</failure>"),
+        other => format!("<error type=\"{}\" message=\"{why}\">{why}</error>", xml(other)),
+    }
+}
+
 /// JUnit XML: a test suite per target, a test case per run (its time the measured
 /// RTO); failed → `<failure>`, error and aborted → `<error>`; drills in a suite of their
 /// own. The shape Jenkins, GitLab and the `junitparser` library read.
@@ -487,12 +498,7 @@ fn junit(e: &Evidence) -> String {
                     coverage(r)
                 ))
             );
-            let why = xml(&r.reasons.join(" | "));
-            let verdict = match r.result.as_str() {
-                "passed" => String::new(),
-                "failed" => format!("<failure type=\"failed\" message=\"{why}\">{why}</failure>"),
-                other => format!("<error type=\"{}\" message=\"{why}\">{why}</error>", xml(other)),
-            };
+            let verdict = junit_verdict(&r.result, "passed", &r.reasons);
             let _ = writeln!(j, "{head}{verdict}{out}</testcase>");
         }
         let _ = writeln!(j, "</testsuite>");
@@ -507,12 +513,7 @@ fn junit(e: &Evidence) -> String {
             xml(&e.from)
         );
         for d in &e.drills {
-            let why = xml(&d.reasons.join(" | "));
-            let verdict = match d.result.as_str() {
-                "completed" => String::new(),
-                "failed" => format!("<failure type=\"failed\" message=\"{why}\">{why}</failure>"),
-                other => format!("<error type=\"{}\" message=\"{why}\">{why}</error>", xml(other)),
-            };
+            let verdict = junit_verdict(&d.result, "completed", &d.reasons);
             let _ = writeln!(
                 j,
                 "<testcase classname=\"drcheck.drill.{}\" name=\"{}\" time=\"{:.3}\">{verdict}</testcase>",
