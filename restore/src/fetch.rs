@@ -1,6 +1,6 @@
 //! Fetching a backup at full speed with bounded memory: concurrent ranged reads, each
 //! part retried on transient errors with backoff and jitter, delivered in order as
-//! one stream, without copying a part's bytes between the socket and the consumer.
+//! one stream of blocks of up to 1 MiB (a part is never held in one part-sized buffer).
 //!
 //! How many parts are in flight and how large they are adapts as the download goes
 //! ([`Pacer`]): parts start at 1 MiB so the first byte arrives after one short request,
@@ -39,7 +39,8 @@ pub struct FetchOptions {
     pub backoff: Backoff,
 }
 
-/// The default memory bound of one download's parts.
+/// The default memory bound of one download's parts: four 8 MiB parts in flight and
+/// one being consumed, or two of 13 MiB.
 pub const WINDOW: u64 = 32 << 20;
 
 impl Default for FetchOptions {
@@ -185,7 +186,7 @@ impl Pacer {
     }
 }
 
-/// One part's bytes, in the chunks they arrived in.
+/// One part's bytes, in blocks.
 type Part = Result<Vec<bytes::Bytes>, io::Error>;
 
 struct Download {
@@ -379,7 +380,7 @@ mod tests {
         let (limits, sizes) = drive(opts, |l| l as f64 * 10e6, 200);
         assert_eq!(*limits.last().unwrap(), 8, "{limits:?}");
         assert_eq!(&sizes[..3], [mib(1), mib(2), mib(4)], "slow start");
-        // With 8 in flight (and one being consumed) the window allows parts of 32/9 MiB.
+        // With 8 in flight (and one being consumed) the window allows parts of 40/9 MiB.
         assert_eq!(*sizes.last().unwrap(), WINDOW / 9);
         // A server that does not (moto): back to two large parts at a time.
         let (limits, sizes) = drive(opts, |_| 20e6, 200);

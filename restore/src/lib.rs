@@ -23,6 +23,7 @@ pub mod objects;
 pub mod pgbackrest;
 pub mod pgbin;
 pub mod physical;
+pub mod pool;
 pub mod recovery;
 pub mod request;
 pub mod retry;

@@ -9,6 +9,7 @@
 # BENCH_PARTS (default "custom physical") picks the parts. BENCH_ROUNDS (default 3)
 # is how many interleaved rounds the Garage downloads and the physical restores take
 # (medians are compared); moto's downloads, at ~10 MB/s, are measured once.
+# BENCH_NO_MOTO=1 measures the custom dump on Garage only (not with DRCHECK_BASELINE_BIN).
 # DRCHECK_BIN runs that binary instead of building target/release/drcheck.
 # BENCH_DIR (default /var/tmp/drcheck-bench) keeps the generated dump between runs;
 # BENCH_FRESH=1 regenerates it. BENCH_JOBS (default 2) is pg_restore -j for both sides.
@@ -83,7 +84,7 @@ if ! has custom; then
   fi
   exit 0
 fi
-s3 cp --only-show-errors "$dump" s3://bench/bench/bench.dump
+[ -n "${BENCH_NO_MOTO:-}" ] || s3 cp --only-show-errors "$dump" s3://bench/bench/bench.dump
 
 config() { # PROFILE JOBS [S3 PORT]
   local port=${3:-$s3_port}
@@ -109,17 +110,6 @@ TOML
   echo "$work/drcheck-$1-$2-$port.toml"
 }
 
-echo "bench: plain download (aws s3 cp)…"
-rm -f "$work/plain.dump"
-t0=$(now); s3 cp --only-show-errors s3://bench/bench/bench.dump "$work/plain.dump"; t1=$(now)
-aws_dl=$(elapsed "$t0" "$t1")
-echo "bench: drcheck download (backups fetch)…"
-rm -f "$work/drcheck.dump"
-t0=$(now); "$drcheck" --config "$(config production "$jobs")" backups fetch --target bench --output "$work/drcheck.dump" >/dev/null; t1=$(now)
-dr_dl=$(elapsed "$t0" "$t1")
-cmp -s "$work/plain.dump" "$work/drcheck.dump" || { echo "bench: the two downloads differ" >&2; exit 1; }
-rm -f "$work/drcheck.dump"
-
 plain_restore() { # S3 FUNCTION → plain_s: seconds of download, initdb + start, pg_restore -j
   local port t0 t1
   rm -f "$work/plain.dump"
@@ -134,9 +124,6 @@ plain_restore() { # S3 FUNCTION → plain_s: seconds of download, initdb + start
   rm -rf "$work/plain" "$work/plain.dump"
   plain_s=$(elapsed "$t0" "$t1")
 }
-echo "bench: plain restore (aws s3 cp, then initdb + pg_restore -j $jobs)…"
-plain_restore s3
-plain=$plain_s
 
 run_drcheck() { # PROFILE JOBS [BINARY] [S3 PORT] → prints "rto peak_rss_kib first_byte_s"
   local out=$work/run.json rss=$work/rss.json bin=${3:-$drcheck}
@@ -149,19 +136,38 @@ assert run["result"] == "passed", run
 print(run["rto"]["measured_seconds"], rss["peak_rss_kib"], run["restore"].get("first_byte_seconds", 0))
 PY
 }
-echo "bench: drcheck verify, production profile, restore_jobs=$jobs…"
-read -r dr_prod dr_prod_rss dr_prod_ttfb < <(run_drcheck production "$jobs")
-echo "bench: drcheck verify, production profile, streamed (restore_jobs=1)…"
-read -r dr_stream dr_stream_rss dr_stream_ttfb < <(run_drcheck production 1)
-echo "bench: drcheck verify, fast profile, restore_jobs=$jobs…"
-read -r dr_fast dr_fast_rss _ < <(run_drcheck fast "$jobs")
 dl_rss() { # S3 PORT → peak RSS (KiB) of drcheck backups fetch
   python3 tests/bench/peak_rss.py "$work/dl-rss.json" "$drcheck" --config "$(config production "$jobs" "$1")" \
     backups fetch --target bench --output "$work/drcheck.dump" >/dev/null
   rm -f "$work/drcheck.dump"
   python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["peak_rss_kib"])' "$work/dl-rss.json"
 }
-dr_dl_rss=$(dl_rss "$s3_port")
+# On moto (the CI server). BENCH_NO_MOTO=1 skips it (a 1 GB object from moto takes
+# minutes); then only Garage's lines are printed.
+aws_dl=0 dr_dl=0 plain=0 dr_prod=0 dr_prod_rss=0 dr_prod_ttfb=0 dr_stream=0 dr_stream_rss=0 dr_stream_ttfb=0 dr_fast=0 dr_fast_rss=0 dr_dl_rss=0
+if [ -z "${BENCH_NO_MOTO:-}" ]; then
+  echo "bench: plain download (aws s3 cp)…"
+  rm -f "$work/plain.dump"
+  t0=$(now); s3 cp --only-show-errors s3://bench/bench/bench.dump "$work/plain.dump"; t1=$(now)
+  aws_dl=$(elapsed "$t0" "$t1")
+  echo "bench: drcheck download (backups fetch)…"
+  rm -f "$work/drcheck.dump"
+  t0=$(now); "$drcheck" --config "$(config production "$jobs")" backups fetch --target bench --output "$work/drcheck.dump" >/dev/null; t1=$(now)
+  dr_dl=$(elapsed "$t0" "$t1")
+  cmp -s "$work/plain.dump" "$work/drcheck.dump" || { echo "bench: the two downloads differ" >&2; exit 1; }
+  rm -f "$work/drcheck.dump"
+
+  echo "bench: plain restore (aws s3 cp, then initdb + pg_restore -j $jobs)…"
+  plain_restore s3
+  plain=$plain_s
+  echo "bench: drcheck verify, production profile, restore_jobs=$jobs…"
+  read -r dr_prod dr_prod_rss dr_prod_ttfb < <(run_drcheck production "$jobs")
+  echo "bench: drcheck verify, production profile, streamed (restore_jobs=1)…"
+  read -r dr_stream dr_stream_rss dr_stream_ttfb < <(run_drcheck production 1)
+  echo "bench: drcheck verify, fast profile, restore_jobs=$jobs…"
+  read -r dr_fast dr_fast_rss _ < <(run_drcheck fast "$jobs")
+  dr_dl_rss=$(dl_rss "$s3_port")
+fi
 
 # The same on Garage, a production S3 server (ranged GETs cost what they read; moto
 # reads the whole object for each). Not in CI: installed here with cargo.
@@ -223,16 +229,18 @@ rows = [
 ]
 print()
 print(f"dump: {size / 1e9:.2f} GB custom format")
-for name, s in rows:
-    print(f"  {name:<58} {s:8.2f} s")
-print(f"  peak RSS of drcheck: {$dr_prod_rss / 1024:.1f} MiB (jobs $jobs), {$dr_stream_rss / 1024:.1f} MiB (streamed), {$dr_fast_rss / 1024:.1f} MiB (fast), {$dr_dl_rss / 1024:.1f} MiB (download)")
-print(f"  time to first byte into pg_restore: {$dr_stream_ttfb:.3f} s (streamed), {$dr_prod_ttfb:.3f} s (staged)")
 verdict = lambda ok: "met" if ok else "MISSED"
-print()
-print("moto (the CI server):")
-print(f"ratio drcheck/plain fetch+restore (same -j $jobs):   {$dr_prod / $plain:.3f}   (target <= 0.95) {verdict($dr_prod / $plain <= 0.95)}")
-print(f"ratio drcheck/plain fetch+restore (streamed):        {$dr_stream / $plain:.3f}")
-print(f"ratio download speed drcheck/aws:                    {$aws_dl / $dr_dl:.3f}   (target >= 1.0) {verdict($aws_dl / $dr_dl >= 1.0)}")
+if $plain > 0:
+  for name, s in rows:
+    print(f"  {name:<58} {s:8.2f} s")
+  print(f"  peak RSS of drcheck: {$dr_prod_rss / 1024:.1f} MiB (jobs $jobs), {$dr_stream_rss / 1024:.1f} MiB (streamed), {$dr_fast_rss / 1024:.1f} MiB (fast), {$dr_dl_rss / 1024:.1f} MiB (download)")
+  print(f"  time to first byte into pg_restore: {$dr_stream_ttfb:.3f} s (streamed), {$dr_prod_ttfb:.3f} s (staged)")
+  print()
+  print("moto (the CI server):")
+  print(f"ratio drcheck/plain fetch+restore (same -j $jobs):   {$dr_prod / $plain:.3f}   (target <= 0.95) {verdict($dr_prod / $plain <= 0.95)}")
+  print(f"ratio drcheck/plain fetch+restore (streamed):        {$dr_stream / $plain:.3f}")
+  print(f"ratio download speed drcheck/aws:                    {$aws_dl / $dr_dl:.3f}   (target >= 1.0) {verdict($aws_dl / $dr_dl >= 1.0)}")
+  print(f"ratio fast/production restore time:                  {$dr_fast / $dr_prod:.3f}")
 peak = max($dr_prod_rss, $dr_stream_rss, $dr_fast_rss, $dr_dl_rss, $garage_prod_rss, $garage_dl_rss) / 1024
 print(f"peak RSS (max of every run, both servers):           {peak:.1f} MiB (target <= 64 MiB) {verdict(peak <= 64)}")
 if $garage_dl > 0:
@@ -243,7 +251,6 @@ if $garage_dl > 0:
     print(f"ratio download speed drcheck/aws (garage):           {$garage_aws / $garage_dl:.3f}   (target >= 1.3) {verdict($garage_aws / $garage_dl >= 1.3)}")
     print(f"ratio drcheck/plain fetch+restore (garage, -j $jobs): {$garage_prod / $garage_plain:.3f}   (target <= 0.95) {verdict($garage_prod / $garage_plain <= 0.95)}")
     print(f"  (download medians of $rounds interleaved rounds, to /dev/null)")
-print(f"ratio fast/production restore time:                  {$dr_fast / $dr_prod:.3f}")
 if $base_prod > 0:
     mine = ($dr_prod + ${dr_prod2:-0}) / 2
     base = ($base_prod + ${base_prod2:-0}) / 2

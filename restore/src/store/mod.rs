@@ -40,7 +40,7 @@ pub trait BackupStore: Send + Sync {
     /// Reads `len` bytes of `key` from `offset`. A short read is an error.
     async fn read_range(&self, key: &str, offset: u64, len: u64) -> Result<bytes::Bytes, StoreError>;
 
-    /// The same bytes in the chunks they arrived in, for a consumer that takes them in
+    /// The same bytes in several blocks (no part-sized buffer), for a consumer that takes them in
     /// order anyway: no copy into one buffer.
     async fn read_range_chunks(&self, key: &str, offset: u64, len: u64) -> Result<Vec<bytes::Bytes>, StoreError> {
         Ok(vec![self.read_range(key, offset, len).await?])
