@@ -402,3 +402,47 @@ fn the_status_page_renders_each_targets_verdict_in_chromium_and_asks_for_the_tok
     assert_eq!(http_request(port, "GET", "/healthz", &[], "").0, 200);
     d.terminate(Duration::from_secs(30));
 }
+
+/// A backup controls the text of its own failure: here a plain SQL backup whose failing
+/// statement carries markup, echoed by psql into the run's reason. The status page and
+/// the HTML report show it as text: Chromium's DOM has no element the backup wrote, and
+/// the page's title is drcheck's. (Remove `esc` from either and this fails.)
+#[test]
+fn markup_in_a_backups_error_stays_text_on_the_status_page_and_in_the_report() {
+    let scene = Scene::start();
+    // No single quote: it sits in an SQL string literal.
+    let attack = r#"<script>document.title=`pwned`</script><img id="injected" src="x" onerror="document.title=`pwned`"><b id="bold">"#;
+    let sql = format!("--\n-- PostgreSQL database dump\n--\nSET statement_timeout = 0;\nSELECT '{attack}'::int;\n");
+    let file = scene.root.path().join("evil.sql");
+    std::fs::write(&file, sql).unwrap();
+    scene.s3.upload(&file, &scene.bucket, "ledger/evil.sql");
+    let port = free_port();
+    let config = three_targets(&scene, &scene.s3.endpoint(), &format!("[metrics]\nlisten = \"127.0.0.1:{port}\""));
+    assert_eq!(verify(&config, "ledger", &scene), Some(1), "the backup's own statement fails the run");
+    let c = config.display().to_string();
+    let (out, _) = drcheck(&["--config", &c, "history", "--json"], &[], LIMIT);
+    assert!(stdout(&out).contains("<script>document.title"), "the reason carries the markup: {}", stdout(&out));
+
+    let report = scene.root.path().join("evidence.html");
+    let (out, _) =
+        drcheck(&["--config", &c, "report", "--format", "html", "--output", &report.display().to_string()], &[], LIMIT);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let mut d = Daemon::start(&config, port, &scene.env());
+    let profile = scene.root.path().join("chromium");
+    for url in [
+        format!("file://{}", report.display()),
+        format!("http://127.0.0.1:{port}/"),
+        format!("http://127.0.0.1:{port}/targets/ledger"),
+    ] {
+        let dom = chromium_dom(&url, &profile);
+        assert!(dom.contains("&lt;script&gt;document.title"), "{url}: the markup is shown as text: {dom}");
+        assert!(!dom.contains("<script>document.title"), "{url}: a script element from the backup: {dom}");
+        // Text keeps its quotes when serialized; an element would start with a real `<`.
+        assert!(
+            !dom.contains("<img id=\"injected\"") && !dom.contains("<b id=\"bold\""),
+            "{url}: elements from the backup: {dom}"
+        );
+        assert!(!dom.contains("<title>pwned</title>"), "{url}: the backup's script ran: {dom}");
+    }
+    d.terminate(Duration::from_secs(30));
+}
