@@ -193,29 +193,16 @@ fn first_difference(expected: &str, got: &str, e: &Evidence) -> String {
     let (exp, have): (Vec<&str>, Vec<&str>) = (expected.lines().collect(), got.lines().collect());
     let i = exp.iter().zip(have.iter()).position(|(a, b)| a != b).unwrap_or(exp.len().min(have.len()));
     let line = exp.get(i).copied().unwrap_or("");
-    for t in &e.targets {
-        for r in &t.runs {
-            if line.contains(&r.run_id) {
-                return format!(
-                    "the visible text of run {} of {} (started {}) differs from the signed content (line {})",
-                    r.run_id,
-                    t.name,
-                    r.started_at,
-                    i + 1
-                );
-            }
-        }
-    }
-    for d in &e.drills {
-        if line.contains(&d.drill_id) {
-            return format!(
-                "the visible text of drill {} of {} (started {}) differs from the signed content (line {})",
-                d.drill_id,
-                d.runbook,
-                d.started_at,
-                i + 1
-            );
-        }
+    // The runs and drills, named as the seal names them.
+    if let Some(item) = sign::items(e).into_iter().find(|item| line.contains(&item.id)) {
+        return format!(
+            "the visible text of {} {} of {} (started {}) differs from the signed content (line {})",
+            item.kind,
+            item.id,
+            item.of,
+            item.started_at,
+            i + 1
+        );
     }
     format!(
         "the visible text differs from the signed content at line {}: {:?}",

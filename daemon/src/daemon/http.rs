@@ -45,7 +45,7 @@ async fn require_token(
     next.run(request).await
 }
 
-fn bearer_matches(headers: &HeaderMap, token: &str) -> bool {
+pub(super) fn bearer_matches(headers: &HeaderMap, token: &str) -> bool {
     let given =
         headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "));
     given.is_some_and(|g| same(g.as_bytes(), token.as_bytes()))

@@ -12,7 +12,7 @@
 
 use super::Shared;
 use crate::evidence::render::{esc, human, rto_chart};
-use crate::evidence::{self, Evidence, RunEvidence};
+use crate::evidence::{self, RunEvidence};
 use crate::report::{RunReport, timestamp};
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode, header};
@@ -27,10 +27,10 @@ const RECENT: u32 = 50;
 
 /// Whether the request carries the token (when one is configured).
 pub fn allowed(headers: &HeaderMap, token: &str) -> bool {
-    let Some(v) = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()) else { return false };
-    if let Some(b) = v.strip_prefix("Bearer ") {
-        return super::http::same(b.as_bytes(), token.as_bytes());
+    if super::http::bearer_matches(headers, token) {
+        return true;
     }
+    let Some(v) = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()) else { return false };
     let Some(basic) = v.strip_prefix("Basic ") else { return false };
     let Ok(decoded) = base64::engine::general_purpose::STANDARD.decode(basic.trim()) else { return false };
     let password = decoded.splitn(2, |b| *b == b':').nth(1).unwrap_or_default();
@@ -180,14 +180,6 @@ pub async fn target(State(s): State<Arc<Shared>>, Path(name): Path<String>, head
     let from = runs.last().map(|r| r.started_at.clone()).unwrap_or_else(|| now.clone());
     let (from_e, to_e) = (evidence::epoch(&from).unwrap_or(0.0), evidence::epoch(&now).unwrap_or(0.0));
     let te = evidence::target_evidence(&name, runs.iter().map(RunEvidence::from_report).collect(), from_e, to_e);
-    let e = Evidence {
-        format_version: evidence::FORMAT_VERSION,
-        generated_at: now.clone(),
-        from,
-        to: now,
-        targets: vec![],
-        drills: vec![],
-    };
     let mut b = String::new();
     let _ = writeln!(b, "<p><a href=\"/\">← all targets</a></p><h1>{}</h1>", esc(&name));
     let _ = writeln!(
@@ -197,7 +189,7 @@ pub async fn target(State(s): State<Arc<Shared>>, Path(name): Path<String>, head
         te.summary.passed,
         next_run(&s, &name)
     );
-    b.push_str(&rto_chart(&te, &e));
+    b.push_str(&rto_chart(&te, &from, &now));
     let _ = writeln!(
         b,
         "<table id=\"runs\"><thead><tr><th>started</th><th>verdict</th><th>backup</th><th>RTO measured / target</th><th>RPO age / target</th><th>why not passed</th></tr></thead><tbody>"

@@ -169,7 +169,7 @@ fn html(e: &Evidence) -> String {
             t.summary.runs,
             t.summary.passed
         );
-        h.push_str(&rto_chart(t, e));
+        h.push_str(&rto_chart(t, &e.from, &e.to));
         let _ = writeln!(
             h,
             "<table class=\"runs\"><thead><tr><th>started</th><th>run</th><th>verdict</th><th>backup</th><th>RTO measured / target</th><th>RPO age / target</th><th>validators (what they covered)</th><th>why not passed</th></tr></thead><tbody>"
@@ -238,10 +238,10 @@ fn drill_row_html(d: &DrillEvidence) -> String {
 /// The RTO trend: measured restore time per run across the window, the target as a
 /// dashed line; passes as filled circles, failures as crosses, runs with no measured
 /// restore as hollow squares on the axis. Black and white, so it prints.
-pub fn rto_chart(t: &TargetEvidence, e: &Evidence) -> String {
+pub fn rto_chart(t: &TargetEvidence, window_from: &str, window_to: &str) -> String {
     let (w, hgt, left, right, top, bottom) = (640.0, 200.0, 56.0, 12.0, 14.0, 28.0);
-    let from = epoch(&e.from).unwrap_or(0.0);
-    let to = epoch(&e.to).unwrap_or(from + 1.0).max(from + 1.0);
+    let from = epoch(window_from).unwrap_or(0.0);
+    let to = epoch(window_to).unwrap_or(from + 1.0).max(from + 1.0);
     let target = t.rto_target_seconds.unwrap_or(0.0);
     let most = t.runs.iter().filter_map(|r| r.rto_measured_seconds).fold(target, f64::max).max(1.0) * 1.1;
     let x = |at: f64| left + (at - from) / (to - from) * (w - left - right);
@@ -272,10 +272,10 @@ pub fn rto_chart(t: &TargetEvidence, e: &Evidence) -> String {
         s,
         "<text x=\"{left}\" y=\"{}\" font-size=\"10\">{}</text><text x=\"{}\" y=\"{}\" font-size=\"10\" text-anchor=\"end\">{}</text>",
         hgt - 8.0,
-        esc(e.from.get(..10).unwrap_or(&e.from)),
+        esc(window_from.get(..10).unwrap_or(window_from)),
         w - right,
         hgt - 8.0,
-        esc(e.to.get(..10).unwrap_or(&e.to))
+        esc(window_to.get(..10).unwrap_or(window_to))
     );
     if target > 0.0 {
         let _ = writeln!(
