@@ -67,6 +67,12 @@ fn to_io(e: StoreError) -> io::Error {
 const FIRST_PART: u64 = 1 << 20;
 /// No part is made smaller than this to fit more in flight (per-request cost).
 const MIN_PART: u64 = 1 << 20;
+/// Parts are whole multiples of this, so every part starts on a MiB boundary. Object
+/// stores keep an object in blocks (Garage: 1 MiB; multipart parts are whole MiBs), and
+/// a range that starts inside one makes the server read (and verify) that block for two
+/// requests: on Garage, 1.09 GB in 10.67 MiB parts took 2.1 s, in 10 MiB parts 1.3 s.
+/// It also fills the pool's 1 MiB blocks exactly.
+const ALIGN: u64 = 1 << 20;
 /// Concurrency at the start (fewer if the options allow fewer).
 const START_CONCURRENCY: usize = 2;
 /// Throughput must grow by this factor for concurrency to keep growing.
@@ -118,9 +124,14 @@ impl Pacer {
         self.limit
     }
 
-    /// The largest part that keeps `limit` parts (and the one being consumed) in the window.
+    /// The largest part that keeps `limit` parts (and the one being consumed) in the
+    /// window, in whole MiBs (see [`ALIGN`]).
     fn part_cap(&self) -> u64 {
-        (self.window / (self.limit as u64 + 1)).max(MIN_PART).min(self.max_part)
+        let cap = (self.window / (self.limit as u64 + 1)).max(MIN_PART).min(self.max_part);
+        match cap >= ALIGN {
+            true => cap / ALIGN * ALIGN,
+            false => cap,
+        }
     }
 
     /// The size of the next part (before clipping to what is left of the object):
@@ -380,12 +391,13 @@ mod tests {
         let (limits, sizes) = drive(opts, |l| l as f64 * 10e6, 200);
         assert_eq!(*limits.last().unwrap(), 8, "{limits:?}");
         assert_eq!(&sizes[..3], [mib(1), mib(2), mib(4)], "slow start");
-        // With 8 in flight (and one being consumed) the window allows parts of 40/9 MiB.
-        assert_eq!(*sizes.last().unwrap(), WINDOW / 9);
+        // With 8 in flight (and one being consumed) the window allows parts of 32/9 MiB:
+        // 3 MiB in whole MiBs.
+        assert_eq!(*sizes.last().unwrap(), mib(3));
         // A server that does not (moto): back to two large parts at a time.
         let (limits, sizes) = drive(opts, |_| 20e6, 200);
         assert_eq!(*limits.last().unwrap(), 2, "{limits:?}");
-        assert_eq!(*sizes.last().unwrap(), WINDOW / 3, "{sizes:?}");
+        assert_eq!(*sizes.last().unwrap(), mib(10), "{sizes:?}");
         assert!(limits.contains(&4), "tried 4: {limits:?}");
         // One that scales up to 4 connections: stays at 4.
         let (limits, _) = drive(opts, |l| l.min(4) as f64 * 10e6, 200);
@@ -406,6 +418,24 @@ mod tests {
                 assert!(p.limit() <= concurrency);
                 now += std::time::Duration::from_millis(10 / p.limit() as u64 + 1);
                 p.completed(len, now);
+            }
+        }
+    }
+
+    #[test]
+    fn every_part_starts_on_a_whole_mebibyte() {
+        // Odd sizes and windows included: only the configured size below 1 MiB is not aligned.
+        for (part_size, concurrency, window) in [(mib(16), 8, WINDOW), (5_000_000, 3, 17_000_000), (mib(7), 8, mib(40))]
+        {
+            let opts = FetchOptions { part_size, concurrency, window, backoff: Backoff::default() };
+            for rate in [|l: usize| l as f64 * 10e6, |_| 20e6] {
+                let (_, sizes) = drive(opts, rate, 300);
+                let mut offset = 0;
+                for len in sizes {
+                    assert_eq!(offset % mib(1), 0, "{opts:?}: a part starts at {offset}");
+                    assert!(len % mib(1) == 0 && len <= part_size.max(mib(1)), "{opts:?}: a part of {len}");
+                    offset += len;
+                }
             }
         }
     }
