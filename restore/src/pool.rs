@@ -3,33 +3,62 @@
 //! them. Reusing them keeps memory flat (a fresh block would be fresh pages from the
 //! kernel — faulted in and zeroed — for every MiB of every download: a quarter of
 //! the download's time here) without giving up the small mmap threshold that returns
-//! freed memory to the system. At most `keep` idle blocks are kept.
+//! freed memory to the system. At most `keep` idle blocks are kept, and only while a
+//! download holds a [`Lease`]: once the last one ends, they go back to the system (a
+//! run's validators then start from the memory the download used, not on top of it).
 
 use std::sync::{Arc, Mutex};
 
 pub struct BlockPool {
     size: usize,
     keep: usize,
-    idle: Mutex<Vec<Vec<u8>>>,
+    state: Mutex<State>,
+}
+
+#[derive(Default)]
+struct State {
+    idle: Vec<Vec<u8>>,
+    /// Downloads running (leases held).
+    downloads: usize,
 }
 
 impl BlockPool {
     pub fn new(size: usize, keep: usize) -> Arc<Self> {
-        Arc::new(Self { size, keep, idle: Mutex::new(Vec::new()) })
+        Arc::new(Self { size, keep, state: Mutex::default() })
     }
 
     /// An empty block of at least `want` bytes (the pool's size, unless more is wanted).
     pub fn take(self: &Arc<Self>, want: usize) -> Block {
         let buf = match want <= self.size {
-            true => self.idle.lock().unwrap().pop().unwrap_or_else(|| Vec::with_capacity(self.size)),
+            true => self.state.lock().unwrap().idle.pop().unwrap_or_else(|| Vec::with_capacity(self.size)),
             false => Vec::with_capacity(want),
         };
         Block { buf, pool: self.clone() }
     }
 
+    /// Held by a download while it runs: blocks returned meanwhile are kept for reuse.
+    pub fn lease(self: &Arc<Self>) -> Lease {
+        self.state.lock().unwrap().downloads += 1;
+        Lease(self.clone())
+    }
+
     /// Idle blocks held now.
     pub fn idle(&self) -> usize {
-        self.idle.lock().unwrap().len()
+        self.state.lock().unwrap().idle.len()
+    }
+}
+
+/// A download in progress (see [`BlockPool::lease`]); the last one to end frees the
+/// idle blocks.
+pub struct Lease(Arc<BlockPool>);
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        let mut state = self.0.state.lock().unwrap();
+        state.downloads -= 1;
+        if state.downloads == 0 {
+            state.idle = Vec::new();
+        }
     }
 }
 
@@ -70,11 +99,11 @@ impl Drop for Block {
         if self.buf.capacity() != self.pool.size {
             return;
         }
-        let mut idle = self.pool.idle.lock().unwrap();
-        if idle.len() < self.pool.keep {
+        let mut state = self.pool.state.lock().unwrap();
+        if state.downloads > 0 && state.idle.len() < self.pool.keep {
             let mut buf = std::mem::take(&mut self.buf);
             buf.clear();
-            idle.push(buf);
+            state.idle.push(buf);
         }
     }
 }
@@ -86,6 +115,7 @@ mod tests {
     #[test]
     fn blocks_come_back_when_their_bytes_are_dropped_and_the_pool_is_bounded() {
         let pool = BlockPool::new(1024, 2);
+        let _download = pool.lease();
         let mut a = pool.take(10);
         a.extend(b"hello");
         let bytes = a.freeze();
@@ -104,5 +134,23 @@ mod tests {
         assert!(big.room() >= 4096);
         drop(big);
         assert_eq!(pool.idle(), 2, "odd sizes are not kept");
+    }
+
+    #[test]
+    fn idle_blocks_are_freed_when_the_last_download_ends() {
+        let pool = BlockPool::new(1024, 8);
+        let (first, second) = (pool.lease(), pool.lease());
+        let held = pool.take(1).freeze();
+        drop(pool.take(1));
+        assert_eq!(pool.idle(), 1);
+        drop(first);
+        assert_eq!(pool.idle(), 1, "another download still runs");
+        drop(second);
+        assert_eq!(pool.idle(), 0, "freed with the last download");
+        drop(held);
+        assert_eq!(pool.idle(), 0, "a block returned after the end is freed, not kept");
+        let _again = pool.lease();
+        drop(pool.take(1));
+        assert_eq!(pool.idle(), 1, "a new download keeps blocks again");
     }
 }

@@ -45,6 +45,12 @@ pub trait BackupStore: Send + Sync {
     async fn read_range_chunks(&self, key: &str, offset: u64, len: u64) -> Result<Vec<bytes::Bytes>, StoreError> {
         Ok(vec![self.read_range(key, offset, len).await?])
     }
+
+    /// Held by a download for as long as it runs: a store that reads into pooled blocks
+    /// keeps them for reuse meanwhile, and frees them when the last download ends.
+    fn download_lease(&self) -> Option<crate::pool::Lease> {
+        None
+    }
 }
 
 /// Builds the store a storage config describes.

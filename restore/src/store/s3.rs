@@ -212,6 +212,10 @@ impl BackupStore for S3Store {
     async fn read_range_chunks(&self, key: &str, offset: u64, len: u64) -> Result<Vec<bytes::Bytes>, StoreError> {
         self.guarded(self.read_range_unguarded(key, offset, len)).await
     }
+
+    fn download_lease(&self) -> Option<crate::pool::Lease> {
+        Some(self.blocks.lease())
+    }
 }
 
 impl S3Store {
