@@ -271,6 +271,26 @@ impl History {
         .bind(ts(now))
         .execute(&self.pool)
         .await?;
+        if r.rows_affected() == 1 {
+            return Ok(true);
+        }
+        // Held: by a drcheck that crashed on this machine, the lease is taken over rather
+        // than waited out (its TTL is the RTO × abort_factor and more: hours). Only if it
+        // still names that holder, so two takers cannot both win.
+        let Some(previous) = self.lease_holder(target).await? else { return Ok(false) };
+        if !crashed_here(&previous) {
+            return Ok(false);
+        }
+        let r = sqlx::query("update leases set holder = $2, expires_at = $3 where target = $1 and holder = $4")
+            .bind(target)
+            .bind(holder)
+            .bind(ts(now + ttl))
+            .bind(&previous)
+            .execute(&self.pool)
+            .await?;
+        if r.rows_affected() == 1 {
+            tracing::warn!(target, previous = %previous, "took over the lease of a drcheck that is no longer running");
+        }
         Ok(r.rows_affected() == 1)
     }
 
@@ -465,4 +485,89 @@ async fn enqueue_run_alerts(tx: &mut AnyConnection, r: &RunReport, sinks: &[Stri
         enqueue(tx, &alert, sinks).await?;
     }
     Ok(())
+}
+
+/// The name a lease is taken under: who (`drcheck verify pid 3873 (b6187f5e)`, what a
+/// process finding the target taken prints) and, in brackets, where — this machine
+/// ([`machine_id`](drcheck_restore::leftovers::machine_id)) and the process's start time —
+/// so a drcheck on the same machine can tell that the holder crashed.
+pub fn lease_holder_name(role: &str) -> String {
+    let me = drcheck_restore::leftovers::Owner::current(None);
+    holder_name(role, me.pid, me.start, drcheck_restore::leftovers::machine_id().as_deref())
+}
+
+fn holder_name(role: &str, pid: i32, start: u64, machine: Option<&str>) -> String {
+    let run = &crate::pipeline::new_run_id()[..8];
+    match machine {
+        Some(m) => format!("drcheck {role} pid {pid} ({run}) [machine {m} start {start}]"),
+        None => format!("drcheck {role} pid {pid} ({run})"),
+    }
+}
+
+/// Whether `holder` (a [`lease_holder_name`]) is a drcheck on this machine whose process
+/// is gone. A holder from elsewhere, or one that does not say, is never judged.
+fn crashed_here(holder: &str) -> bool {
+    let Some(here) = drcheck_restore::leftovers::machine_id() else { return false };
+    let Some((who, place)) = holder.rsplit_once(" [machine ") else { return false };
+    let Some((machine, start)) = place.strip_suffix(']').and_then(|p| p.split_once(" start ")) else {
+        return false;
+    };
+    let pid = who.split_once(" pid ").and_then(|(_, r)| r.split_whitespace().next()).and_then(|p| p.parse().ok());
+    match (pid, start.parse()) {
+        (Some(pid), Ok(start)) => machine == here && !drcheck_restore::leftovers::process_running(pid, start),
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn store(dir: &tempfile::TempDir) -> History {
+        let url = format!("sqlite://{}", dir.path().join("h.db").display());
+        History::open(&drcheck_config::Secret::new(url)).await.unwrap()
+    }
+
+    /// A pid that no longer runs: a child that has exited and been reaped.
+    fn dead_pid() -> i32 {
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id() as i32;
+        child.wait().unwrap();
+        pid
+    }
+
+    #[tokio::test]
+    async fn a_lease_held_by_a_crashed_drcheck_on_this_machine_is_taken_over() {
+        let dir = tempfile::tempdir().unwrap();
+        let h = store(&dir).await;
+        let ttl = Duration::from_secs(3600);
+        let here = drcheck_restore::leftovers::machine_id().expect("this machine has /proc");
+        let me = drcheck_restore::leftovers::Owner::current(None);
+        let live = lease_holder_name("verify");
+        let next = lease_holder_name("daemon");
+
+        // A running holder (this test) keeps its lease.
+        assert!(h.acquire_lease("a", &live, ttl).await.unwrap());
+        assert!(!h.acquire_lease("a", &next, ttl).await.unwrap(), "taken from a running holder");
+
+        // Crashed here: its pid is gone, or reused by a process started at another time.
+        for (target, crashed) in [
+            ("b", holder_name("verify", dead_pid(), 1, Some(&here))),
+            ("c", holder_name("verify", me.pid, me.start + 1, Some(&here))),
+        ] {
+            assert!(h.acquire_lease(target, &crashed, ttl).await.unwrap());
+            assert!(h.acquire_lease(target, &next, ttl).await.unwrap(), "not taken over from {crashed}");
+            assert_eq!(h.lease_holder(target).await.unwrap().as_deref(), Some(next.as_str()));
+        }
+
+        // Elsewhere (another machine or container), or saying nothing: waited out.
+        for (target, other) in [
+            ("d", holder_name("verify", dead_pid(), 1, Some("00000000-1"))),
+            ("e", holder_name("verify", dead_pid(), 1, None)),
+            ("f", "drcheck verify pid 1 (abcdef12)".to_string()),
+        ] {
+            assert!(h.acquire_lease(target, &other, ttl).await.unwrap());
+            assert!(!h.acquire_lease(target, &next, ttl).await.unwrap(), "taken over from {other}");
+        }
+    }
 }

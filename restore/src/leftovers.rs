@@ -80,8 +80,8 @@ impl Owner {
         Owner { pid, start: start_time(pid).unwrap_or(0), socket_dir }
     }
 
-    fn alive(&self) -> bool {
-        self.pid > 0 && kill(Pid::from_raw(self.pid), None).is_ok() && start_time(self.pid) == Some(self.start)
+    pub fn alive(&self) -> bool {
+        process_running(self.pid, self.start)
     }
 
     fn parse(text: &str) -> Option<Owner> {
@@ -127,6 +127,30 @@ pub(crate) fn create_private(path: &Path, content: &[u8]) -> Result<(), String> 
         .open(path)
         .map_err(|e| format!("cannot create {}: {e}", path.display()))?;
     f.write_all(content).map_err(|e| format!("cannot write {}: {e}", path.display()))
+}
+
+/// Whether process `pid`, started at `start` (clock ticks after boot), still runs. A
+/// process of another user (the signal refused) counts as running when its start time
+/// cannot be read; a pid reused by a later process does not.
+pub fn process_running(pid: i32, start: u64) -> bool {
+    if pid <= 0 {
+        return false;
+    }
+    match kill(Pid::from_raw(pid), None) {
+        Ok(()) | Err(nix::errno::Errno::EPERM) => start_time(pid).is_none_or(|s| s == start),
+        Err(_) => false,
+    }
+}
+
+/// This machine as seen from this process: the kernel's boot id and the pid namespace,
+/// so a pid recorded with it names the same process only to a reader with the same pair
+/// (not to a container beside it, not after a reboot). `None` where /proc does not say.
+pub fn machine_id() -> Option<String> {
+    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
+    let ns = std::fs::read_link("/proc/self/ns/pid").ok()?;
+    let ns = ns.to_string_lossy();
+    let inode = ns.strip_prefix("pid:[")?.strip_suffix(']')?;
+    Some(format!("{}-{inode}", boot.trim().get(..8)?))
 }
 
 /// A process's start time (clock ticks after boot), field 22 of `/proc/PID/stat`.

@@ -135,7 +135,8 @@ for size, h, d in curve:
     print(f"  {size / 1e9:.2f} GB   drcheck {d / (size / 1e9):6.2f} s/GB   by hand {h / (size / 1e9):6.2f} s/GB")
 (s0, _, d0), (s1, _, d1) = curve[0], curve[-1]
 growth = (d1 / d0) / (s1 / s0)
-print(f"size curve: time grows {d1 / d0:.2f}x for {s1 / s0:.2f}x the size ({'linear or better' if growth <= 1.15 else 'faster than linear'})")
+shape = "sublinear" if growth < 0.95 else "linear (within 15 %)" if growth <= 1.15 else "faster than linear"
+print(f"size curve: time grows {d1 / d0:.2f}x for {s1 / s0:.2f}x the size: {shape}")
 size, h, d = curve[-1]
 print(f"ratio drcheck/hand physical 1 GB uncompressed ({server}): {d / h:.3f}   (target <= 1.0) {verdict(d / h <= 1.0)}")
 print(f"peak RSS physical ({server}): {peak / 1024:.1f} MiB (target <= 64 MiB) {verdict(peak / 1024 <= 64)}")

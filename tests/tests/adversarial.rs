@@ -527,6 +527,36 @@ fn a_second_verify_of_the_same_target_waits_for_the_lease() {
     assert_eq!(first.status.code(), Some(0), "{}", String::from_utf8_lossy(&first.stderr));
 }
 
+/// A `verify` killed outright (SIGKILL, the OOM killer) cannot release its lease. The
+/// next run on the same machine sees that the holder's process is gone and takes the
+/// lease over, instead of refusing the target until the lease's TTL (hours) runs out.
+#[test]
+fn a_lease_left_by_a_killed_verify_is_taken_over() {
+    let lab = Lab::new();
+    lab.put("slow.sql", &plain("create table t (id int);\nselect pg_sleep(6);\n"));
+    lab.put("quick.sql", &plain("create table t (id int);\n"));
+    let config = lab.config("", "");
+    let c = config.display().to_string();
+    let mut first = lab.spawn_verify(&config, "slow.sql");
+    let private = lab.private_dir();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while std::fs::read_dir(&private).map(|d| d.count()).unwrap_or(0) == 0 {
+        assert!(Instant::now() < deadline, "the first run never started restoring");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    first.kill().unwrap();
+    first.wait().unwrap();
+    let (second, _) = drcheck_e2e::drcheck(
+        &["--config", &c, "verify", "--target", "t", "--backup", "quick.sql", "--json"],
+        &[],
+        Duration::from_secs(120),
+    );
+    let err = drcheck_e2e::stderr(&second);
+    assert!(!err.contains("is verifying it"), "the dead run's lease still held the target: {err}");
+    assert!(err.contains("took over the lease"), "{err}");
+    assert_eq!(second.status.code(), Some(0), "{err}");
+}
+
 /// With `[api] token`, every API route needs it; only /metrics, /healthz and /readyz
 /// stay open.
 #[test]

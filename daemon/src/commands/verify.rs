@@ -22,7 +22,7 @@ pub async fn run(config: &Config, args: VerifyArgs) -> Result<Exit, CliError> {
     let mut not_run = Vec::new();
     // The same per-target lease as the daemon: a CronJob and a daemon (or two
     // CronJobs) never restore the same target at once.
-    let holder = format!("drcheck verify pid {} ({})", std::process::id(), &pipeline::new_run_id()[..8]);
+    let holder = crate::history::lease_holder_name("verify");
     for target in targets {
         if cancel.is_cancelled() {
             break;

@@ -129,7 +129,7 @@ pub async fn run(
         history,
         metrics: Metrics::new(),
         running: Default::default(),
-        holder: format!("drcheck daemon pid {} ({})", std::process::id(), &pipeline::new_run_id()[..8]),
+        holder: crate::history::lease_holder_name("daemon"),
         tracker: TaskTracker::new(),
         runs_cancel: CancellationToken::new(),
     });
