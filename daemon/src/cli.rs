@@ -234,14 +234,14 @@ pub fn main() -> ExitCode {
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("drcheck: cannot start the async runtime: {e}");
+            crate::errln!("drcheck: cannot start the async runtime: {e}");
             return Exit::Incomplete.into();
         }
     };
     let exit = match runtime.block_on(run(cli)) {
         Ok(exit) => exit,
         Err(CliError { exit, error }) => {
-            eprintln!("drcheck: {error:#}");
+            crate::errln!("drcheck: {error:#}");
             exit
         }
     };
@@ -333,5 +333,7 @@ fn init_logging(verbose: u8) {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal())
         .with_target(false)
+        // On a closed stderr it would say so with `eprintln!`, which panics there.
+        .log_internal_errors(false)
         .init();
 }

@@ -1,6 +1,8 @@
-//! The CLI's standard output. A reader that goes away (`drcheck history | head -1`)
-//! closes the pipe: from then on output is dropped quietly and the command finishes its
-//! work (recording runs, tearing down sandboxes) instead of panicking half-way.
+//! The CLI's standard output and error. A reader that goes away (`drcheck history |
+//! head -1`, `drcheck verify 2>&1 | head`) closes the pipe: from then on output is
+//! dropped quietly and the command finishes its work (recording runs, releasing its
+//! lease, tearing down sandboxes) instead of panicking half-way as `println!` and
+//! `eprintln!` do.
 
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -15,10 +17,23 @@ pub fn write(text: &str) {
     let mut stdout = std::io::stdout().lock();
     if let Err(e) = stdout.write_all(text.as_bytes()).and_then(|()| stdout.flush()) {
         if e.kind() != std::io::ErrorKind::BrokenPipe {
-            eprintln!("drcheck: cannot write to standard output: {e}");
+            write_err(&format!("drcheck: cannot write to standard output: {e}\n"));
         }
         CLOSED.store(true, Ordering::Relaxed);
     }
+}
+
+/// Writes `text` to stderr; a failure (a closed pipe) is ignored: there is nowhere
+/// left to say it.
+pub fn write_err(text: &str) {
+    let mut stderr = std::io::stderr().lock();
+    let _ = stderr.write_all(text.as_bytes()).and_then(|()| stderr.flush());
+}
+
+/// `eprintln!` to [`write_err`].
+#[macro_export]
+macro_rules! errln {
+    ($($arg:tt)*) => { $crate::out::write_err(&format!("{}\n", format_args!($($arg)*))) };
 }
 
 /// `print!` to [`write`].

@@ -66,6 +66,32 @@ fn a_closed_stdout_ends_the_command_quietly() {
     assert!(!text.contains("panicked") && !text.contains("Broken pipe"), "{text}");
 }
 
+/// A reader of the log that stops early (`verify -v 2>&1 | head -1`) does not stop the
+/// verification: no panic half-way, the verdict's exit code, the lease released (the next
+/// run does not have to take it over) and no sandbox left behind.
+#[test]
+fn a_closed_stderr_does_not_stop_a_verification() {
+    let lab = Lab::new();
+    lab.put("d.sql", dump_text().as_bytes());
+    let config = lab.config("", "");
+    let out = std::process::Command::new("bash")
+        .arg("-c")
+        .arg(format!(
+            "{} --config {} verify -v --target t --backup d.sql 2>&1 | head -1 >/dev/null; echo \"status=${{PIPESTATUS[0]}}\"",
+            drcheck_e2e::drcheck_bin().display(),
+            config.display()
+        ))
+        .output()
+        .unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains("status=0"), "{text}");
+    let left = std::fs::read_dir(lab.private_dir()).map(|d| d.count()).unwrap_or(0);
+    assert_eq!(left, 0, "a sandbox was left behind");
+    let (code, run, all) = lab.verify(&config, "d.sql");
+    assert_eq!(code, Some(0), "{run}\n{all}");
+    assert!(!all.contains("took over the lease"), "the first run did not release its lease: {all}");
+}
+
 /// The value of `metric{target="…"}` in a text exposition.
 fn sample(text: &str, metric: &str, target: &str) -> Option<f64> {
     drcheck_e2e::sample(text, metric, &format!("target=\"{target}\""))

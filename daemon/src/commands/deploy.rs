@@ -159,7 +159,7 @@ async fn scratch_sizes(config: &Config, targets: &[&TargetConfig], o: &Options) 
                     None => (o.scratch_size.clone(), "--scratch-size (no backup found)".into()),
                 },
                 Ok(Err(e)) => {
-                    eprintln!(
+                    crate::errln!(
                         "deploy: {}: sizing scratch with --scratch-size: the store could not be listed: {e}",
                         t.name
                     );
@@ -216,7 +216,7 @@ pub async fn run(
         "resources": names,
     });
     std::fs::write(dir.join("kustomization.yaml"), format!("{header}\n{}", yaml(&kustomization)?)).map_err(fail)?;
-    eprintln!("deploy: {} CronJobs and kustomization.yaml in {}", names.len(), dir.display());
+    crate::errln!("deploy: {} CronJobs and kustomization.yaml in {}", names.len(), dir.display());
     Ok(Exit::Passed)
 }
 

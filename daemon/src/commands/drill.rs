@@ -117,8 +117,8 @@ async fn run_drill(config: Option<Config>, args: DrillRunArgs) -> Result<Exit, C
         crate::out!("{}", summary(&journal));
     }
     match written {
-        Ok(()) => eprintln!("report: {}\njournal: {}", report_path.display(), journal_path.display()),
-        Err(e) => eprintln!("drcheck: warning: {e:#}"),
+        Ok(()) => crate::errln!("report: {}\njournal: {}", report_path.display(), journal_path.display()),
+        Err(e) => crate::errln!("drcheck: warning: {e:#}"),
     }
     Ok(match journal.result {
         DrillResult::Completed => Exit::Passed,
@@ -151,13 +151,13 @@ async fn export_metrics(config: &Config, j: &Journal) {
     if let Some(gateway) = &config.metrics.pushgateway {
         let group = format!("job/drcheck_drill/runbook/{}", j.runbook.name);
         if let Err(e) = crate::metrics::push_group(gateway, &group, body.clone()).await {
-            eprintln!("drcheck: warning: {e:#}");
+            crate::errln!("drcheck: warning: {e:#}");
         }
     }
     if let Some(path) = &config.metrics.textfile {
         let file = path.with_file_name(format!("drcheck-drill-{}.prom", j.runbook.name));
         if let Err(e) = crate::metrics::write_textfile(&file, &body) {
-            eprintln!("drcheck: warning: {e:#}");
+            crate::errln!("drcheck: warning: {e:#}");
         }
     }
 }

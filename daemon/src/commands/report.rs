@@ -88,7 +88,7 @@ pub async fn make(config: &Config, args: MakeReportArgs) -> Result<Exit, CliErro
         Some(path) => {
             write_atomically(path, doc.as_bytes())
                 .map_err(|e| CliError::incomplete(anyhow::anyhow!("writing {}: {e}", path.display())))?;
-            eprintln!("report: {}{}", path.display(), if key.is_some() { " (signed)" } else { " (not signed)" });
+            crate::errln!("report: {}{}", path.display(), if key.is_some() { " (signed)" } else { " (not signed)" });
         }
         None => crate::out!("{doc}"),
     }
@@ -113,7 +113,7 @@ fn read_drills(dir: &Path, from: &str, to: &str) -> Result<Vec<evidence::DrillEv
         match parsed.as_ref().ok().and_then(|v| evidence::drill_from_journal(v, &name)) {
             Some(d) if d.started_at.as_str() >= from && d.started_at.as_str() < to => out.push(d),
             Some(_) => {}
-            None => eprintln!(
+            None => crate::errln!(
                 "drcheck: warning: {} is not a drill journal ({}); left out",
                 path.display(),
                 parsed.err().unwrap_or_else(|| "no drill_id, runbook, started_at or result".into())

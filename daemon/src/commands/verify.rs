@@ -32,12 +32,15 @@ pub async fn run(config: &Config, args: VerifyArgs) -> Result<Exit, CliError> {
             Ok(false) => {
                 let who =
                     history.lease_holder(&target.name).await.ok().flatten().unwrap_or_else(|| "another process".into());
-                eprintln!("drcheck: {}: not verified: {who} is verifying it (lease in the history store)", target.name);
+                crate::errln!(
+                    "drcheck: {}: not verified: {who} is verifying it (lease in the history store)",
+                    target.name
+                );
                 not_run.push(RunResult::Error);
                 continue;
             }
             Err(e) => {
-                eprintln!("drcheck: {}: not verified: cannot take the lease: {e:#}", target.name);
+                crate::errln!("drcheck: {}: not verified: cannot take the lease: {e:#}", target.name);
                 not_run.push(RunResult::Error);
                 continue;
             }
@@ -48,7 +51,7 @@ pub async fn run(config: &Config, args: VerifyArgs) -> Result<Exit, CliError> {
         let _ = history.release_lease(&target.name, &holder).await;
         if let Err(e) = history.record_with_alerts(&report, &sink_names(config)).await {
             tracing::error!(target = %report.target, run_id = %report.run_id, "cannot record the run: {e:#}");
-            eprintln!("drcheck: cannot record run {} in the history store: {e:#}", report.run_id);
+            crate::errln!("drcheck: cannot record run {} in the history store: {e:#}", report.run_id);
         }
         if !args.json {
             crate::out!("{}", render_human(&report));
@@ -56,7 +59,7 @@ pub async fn run(config: &Config, args: VerifyArgs) -> Result<Exit, CliError> {
         reports.push(report);
     }
     if let Err(e) = history.prune(config.state.keep_runs).await {
-        eprintln!("drcheck: warning: pruning the history store: {e:#}");
+        crate::errln!("drcheck: warning: pruning the history store: {e:#}");
     }
     let metrics = export_metrics(config, &history, &reports).await;
     // Alerts go out after every verification is done, within a bounded time; whatever
@@ -65,17 +68,17 @@ pub async fn run(config: &Config, args: VerifyArgs) -> Result<Exit, CliError> {
         let d = Dispatcher::new(&history, &config.alerts, Some(&metrics));
         match d.drain(ALERT_BUDGET, &cancel).await {
             Ok(r) if r.pending > 0 => {
-                eprintln!("drcheck: warning: {} alert(s) not delivered yet; kept for the next run", r.pending)
+                crate::errln!("drcheck: warning: {} alert(s) not delivered yet; kept for the next run", r.pending)
             }
             Ok(_) => {}
-            Err(e) => eprintln!("drcheck: warning: delivering alerts: {e:#}"),
+            Err(e) => crate::errln!("drcheck: warning: delivering alerts: {e:#}"),
         }
     }
     // Written once, after alert delivery, so it includes the alert counters.
     if let Some(path) = &config.metrics.textfile
         && let Err(e) = crate::metrics::write_textfile(path, &metrics.render())
     {
-        eprintln!("drcheck: warning: {e:#}");
+        crate::errln!("drcheck: warning: {e:#}");
     }
     history.close().await;
     if args.json {
@@ -101,7 +104,7 @@ async fn export_metrics(config: &Config, history: &History, reports: &[crate::re
             let body = if r.result == RunResult::Passed { one.render() } else { one.render_without_last_success() };
             if let Err(e) = crate::metrics::push(gateway, &r.target, body).await {
                 tracing::warn!(target = %r.target, "{e:#}");
-                eprintln!("drcheck: warning: {e:#}");
+                crate::errln!("drcheck: warning: {e:#}");
             }
         }
     }
