@@ -44,6 +44,22 @@ fn a_truncated_compressed_backup_is_the_backups_fault() {
     }
 }
 
+/// Runs `drcheck --config CONFIG ARGS head -1` (ARGS ends in the pipe, and says which
+/// streams go into it); returns what the shell printed, with drcheck's exit status as
+/// `status=N`.
+fn into_head(config: &std::path::Path, args: &str) -> String {
+    let out = std::process::Command::new("bash")
+        .arg("-c")
+        .arg(format!(
+            "{} --config {} {args} head -1 >/dev/null; echo \"status=${{PIPESTATUS[0]}}\"",
+            drcheck_e2e::drcheck_bin().display(),
+            config.display()
+        ))
+        .output()
+        .unwrap();
+    format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
+}
+
 /// A reader that stops early (`| head -1`) ends the command quietly: no panic, exit 0.
 #[test]
 fn a_closed_stdout_ends_the_command_quietly() {
@@ -52,16 +68,7 @@ fn a_closed_stdout_ends_the_command_quietly() {
         lab.put(&format!("orders/{i:05}-a-backup-with-a-rather-long-name-to-fill-the-pipe.dump"), b"PGDMP");
     }
     let config = lab.config("", "prefix = \"orders/\"");
-    let out = std::process::Command::new("bash")
-        .arg("-c")
-        .arg(format!(
-            "{} --config {} backups list --target t | head -1 >/dev/null; echo \"status=${{PIPESTATUS[0]}}\"",
-            drcheck_e2e::drcheck_bin().display(),
-            config.display()
-        ))
-        .output()
-        .unwrap();
-    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let text = into_head(&config, "backups list --target t |");
     assert!(text.contains("status=0"), "{text}");
     assert!(!text.contains("panicked") && !text.contains("Broken pipe"), "{text}");
 }
@@ -74,16 +81,7 @@ fn a_closed_stderr_does_not_stop_a_verification() {
     let lab = Lab::new();
     lab.put("d.sql", dump_text().as_bytes());
     let config = lab.config("", "");
-    let out = std::process::Command::new("bash")
-        .arg("-c")
-        .arg(format!(
-            "{} --config {} verify -v --target t --backup d.sql 2>&1 | head -1 >/dev/null; echo \"status=${{PIPESTATUS[0]}}\"",
-            drcheck_e2e::drcheck_bin().display(),
-            config.display()
-        ))
-        .output()
-        .unwrap();
-    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let text = into_head(&config, "verify -v --target t --backup d.sql 2>&1 |");
     assert!(text.contains("status=0"), "{text}");
     let left = std::fs::read_dir(lab.private_dir()).map(|d| d.count()).unwrap_or(0);
     assert_eq!(left, 0, "a sandbox was left behind");
