@@ -37,6 +37,13 @@ if [ ${#need_apt[@]} -gt 0 ]; then
   apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
 fi
 
+# The user restored backups run as when drcheck is root: one that owns nothing else
+# (never `postgres`, whose peer login the host's clusters trust).
+if [ "$(id -u)" = 0 ] && ! id -u drcheck-sandbox >/dev/null 2>&1; then
+  echo "setup: creating the system user drcheck-sandbox (restored backups run as it)" >&2
+  useradd --system --user-group --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin drcheck-sandbox
+fi
+
 if ! locale -a 2>/dev/null | grep -qi '^de_DE\.utf8$'; then
   if [ "$(id -u)" = 0 ]; then
     localedef -i de_DE -f UTF-8 de_DE.UTF-8

@@ -80,6 +80,7 @@ pub struct RawSandbox {
     pub expansion_factor: Option<Spanned<f64>>,
     pub require_containment: Option<bool>,
     pub max_expansion: Option<Spanned<f64>>,
+    pub user: Option<Spanned<String>>,
 }
 
 /// One storage. `kind` selects which of the other keys apply; the validation step

@@ -129,6 +129,9 @@ pub struct SandboxConfig {
     /// A restore may write at most the backup's size times this; beyond, it fails as
     /// a decompression bomb.
     pub max_expansion: f64,
+    /// The user every process that reads backup content runs as when drcheck is root:
+    /// one that owns nothing else (default `drcheck-sandbox`).
+    pub user: String,
 }
 
 /// How the sandbox server is tuned.
@@ -528,7 +531,7 @@ pub(crate) fn validate(
     let scratch_dir = cx
         .opt_string("sandbox.scratch_dir", &raw.sandbox.scratch_dir)?
         .map(PathBuf::from)
-        .unwrap_or_else(std::env::temp_dir);
+        .unwrap_or_else(default_scratch_dir);
     let pg_bindir = cx.opt_string("sandbox.pg_bindir", &raw.sandbox.pg_bindir)?.map(PathBuf::from);
     let profile = match &raw.sandbox.profile {
         None => Profile::Production,
@@ -548,6 +551,15 @@ pub(crate) fn validate(
         cx.number_at_least("sandbox.expansion_factor", raw.sandbox.expansion_factor.as_ref(), 5.0, 0.0)?;
     let require_containment = raw.sandbox.require_containment.unwrap_or(true);
     let max_expansion = cx.number_at_least("sandbox.max_expansion", raw.sandbox.max_expansion.as_ref(), 200.0, 1.0)?;
+    let sandbox_user = cx.opt_string("sandbox.user", &raw.sandbox.user)?.unwrap_or_else(|| "drcheck-sandbox".into());
+    if sandbox_user.is_empty() || sandbox_user == "root" || sandbox_user == "postgres" {
+        let span = raw.sandbox.user.as_ref().map(|v| v.span());
+        return Err(cx.err(
+            "sandbox.user",
+            span,
+            format!("{sandbox_user:?} cannot run restored backups: name a user that owns nothing else (default drcheck-sandbox)"),
+        ));
+    }
 
     let mut storage = BTreeMap::new();
     for (name, s) in &raw.storage {
@@ -666,11 +678,26 @@ pub(crate) fn validate(
             profile,
             expansion_factor,
             require_containment,
+            user: sandbox_user,
             max_expansion,
         },
         storage,
         targets,
     })
+}
+
+/// Where sandboxes go when `[sandbox] scratch_dir` is not set: somewhere private to
+/// drcheck, never a shared directory another local user could prepare for it —
+/// `/var/lib/drcheck` as root, `$XDG_RUNTIME_DIR/drcheck` (a per-user 0700 directory)
+/// otherwise, the system temp directory only when neither is available.
+pub fn default_scratch_dir() -> PathBuf {
+    if nix::unistd::Uid::effective().is_root() {
+        return PathBuf::from("/var/lib/drcheck");
+    }
+    match std::env::var_os("XDG_RUNTIME_DIR") {
+        Some(d) if !d.is_empty() && std::path::Path::new(&d).is_absolute() => PathBuf::from(d).join("drcheck"),
+        _ => std::env::temp_dir(),
+    }
 }
 
 #[cfg(test)]

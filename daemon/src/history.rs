@@ -15,6 +15,34 @@ pub struct History {
     pool: AnyPool,
 }
 
+/// Creates the SQLite file 0600 if it does not exist (SQLite gives its `-wal` and
+/// `-shm` files the database file's mode), and takes group and other access from one
+/// that does: the history holds what the API token guards.
+fn private_file(path: &std::path::Path) -> std::io::Result<()> {
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    match std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(path) {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            for p in [path.to_path_buf(), with_suffix(path, "-wal"), with_suffix(path, "-shm")] {
+                if let Ok(m) = std::fs::symlink_metadata(&p)
+                    && m.is_file()
+                    && m.permissions().mode() & 0o077 != 0
+                {
+                    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(m.permissions().mode() & 0o700))?;
+                }
+            }
+            Ok(())
+        }
+        Err(e) => Err(e),
+    }
+}
+
+fn with_suffix(path: &std::path::Path, suffix: &str) -> std::path::PathBuf {
+    let mut s = path.as_os_str().to_owned();
+    s.push(suffix);
+    std::path::PathBuf::from(s)
+}
+
 impl History {
     /// Opens (creating if needed) the store at `url` and applies migrations.
     /// `url` is shown in errors only redacted.
@@ -30,6 +58,10 @@ impl History {
             {
                 std::fs::create_dir_all(parent)
                     .with_context(|| format!("history store {shown}: cannot create {}", parent.display()))?;
+            }
+            if !file.is_empty() && file != ":memory:" {
+                private_file(std::path::Path::new(file))
+                    .with_context(|| format!("history store {shown}: cannot create {file} private"))?;
             }
             if raw.contains('?') { raw.to_string() } else { format!("{raw}?mode=rwc") }
         } else {

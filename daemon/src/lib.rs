@@ -19,6 +19,7 @@ pub mod history;
 pub mod metrics;
 pub mod out;
 pub mod pipeline;
+pub mod pristine;
 pub mod progress;
 pub mod report;
 pub mod shutdown;

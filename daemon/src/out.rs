@@ -30,6 +30,38 @@ pub fn write_err(text: &str) {
     let _ = stderr.write_all(text.as_bytes()).and_then(|()| stderr.flush());
 }
 
+/// Text a backup or a store chose (object keys, a tool's output) as it may reach a
+/// terminal: control characters — escape sequences that erase or recolour lines,
+/// carriage returns, newlines — are shown escaped (`\x1b`, `\r`, `\n`), so such text
+/// can neither rewrite what drcheck printed nor forge a line of its own.
+pub fn shown(text: &str) -> String {
+    escape(text, None)
+}
+
+/// [`shown`] for multi-line text (a tool's error): its lines stay lines, each one after
+/// the first indented by `indent`, so none can pass for a line of drcheck's own.
+pub fn shown_lines(text: &str, indent: &str) -> String {
+    escape(text.trim_end(), Some(indent))
+}
+
+fn escape(text: &str, indent: Option<&str>) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '\n' if indent.is_some() => {
+                out.push('\n');
+                out.push_str(indent.unwrap_or_default());
+            }
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if c.is_control() => out.push_str(&format!("\\x{:02x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
 /// `eprintln!` to [`write_err`].
 #[macro_export]
 macro_rules! errln {
@@ -47,4 +79,19 @@ macro_rules! out {
 macro_rules! outln {
     () => { $crate::out::write("\n") };
     ($($arg:tt)*) => { $crate::out::write(&format!("{}\n", format_args!($($arg)*))) };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn control_characters_never_reach_the_terminal() {
+        let key = "orders/x\u{1b}[2K\u{1b}[1A\u{1b}[32mpassed\u{1b}[0m\r\nfake: PASSED\u{9b}.dump";
+        let s = shown(key);
+        assert!(!s.chars().any(char::is_control), "{s:?}");
+        assert_eq!(s, "orders/x\\x1b[2K\\x1b[1A\\x1b[32mpassed\\x1b[0m\\r\\nfake: PASSED\\x9b.dump");
+        let m = shown_lines("psql failed:\nline two\u{1b}[1A\n", "    ");
+        assert_eq!(m, "psql failed:\n    line two\\x1b[1A");
+    }
 }

@@ -18,7 +18,6 @@ use drcheck_restore::physical::WalReplay;
 use drcheck_restore::sandbox::reap_leftovers;
 use drcheck_restore::store::backups_newest_first;
 use drcheck_restore::{Backup, BackupStore, RestoreError, SandboxOptions, Stage, StoreError, open_store};
-use drcheck_validators::primary::canonical_session;
 use sqlx::postgres::PgPoolOptions;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
@@ -193,15 +192,20 @@ pub async fn check_repository(
     drcheck_validators::enforce_coverage(finding).with("seconds", t.elapsed().as_secs_f64())
 }
 
-/// A sandbox directory (no server) for a backup tool listing its catalog.
-fn catalog_sandbox(config: &Config, store: &str, run_id: &str) -> Result<drcheck_restore::Sandbox, StoreError> {
-    let opts = SandboxOptions {
+/// How the sandbox of run `run_id` is made, from `[sandbox]`.
+pub(crate) fn sandbox_options(config: &Config, run_id: String) -> SandboxOptions {
+    SandboxOptions {
         scratch_dir: config.sandbox.scratch_dir.clone(),
-        run_id: format!("{run_id}-catalog"),
+        run_id,
         profile: config.sandbox.profile,
         require_containment: config.sandbox.require_containment,
-    };
-    drcheck_restore::Sandbox::create(&opts).map_err(|e| StoreError {
+        user: config.sandbox.user.clone(),
+    }
+}
+
+/// A sandbox directory (no server) for a backup tool listing its catalog.
+fn catalog_sandbox(config: &Config, store: &str, run_id: &str) -> Result<drcheck_restore::Sandbox, StoreError> {
+    drcheck_restore::Sandbox::create(&sandbox_options(config, format!("{run_id}-catalog"))).map_err(|e| StoreError {
         store: store.to_string(),
         message: e.to_string(),
         unreachable: false,
@@ -431,12 +435,7 @@ async fn steps(
         store: store.clone(),
         backup: &backup,
         fetch: fetch_options(config, target),
-        sandbox: SandboxOptions {
-            scratch_dir: config.sandbox.scratch_dir.clone(),
-            run_id: run.report.run_id.clone(),
-            profile: config.sandbox.profile,
-            require_containment: config.sandbox.require_containment,
-        },
+        sandbox: sandbox_options(config, run.report.run_id.clone()),
         pg_bindir: config.sandbox.pg_bindir.clone(),
         format: target.format,
         jobs: target.restore_jobs,
@@ -469,7 +468,7 @@ async fn steps(
         jobs: target.restore_jobs,
         server_major: None,
         recovered_to: None,
-        containment: Some(drcheck_restore::contain::probe().name()),
+        containment: Some(drcheck_restore::sandbox::containment_name()),
         manifest: None,
         first_byte_seconds: None,
     });
@@ -507,7 +506,7 @@ async fn steps(
             run.report.rpo.recoverable_point_age_seconds = Some(secs(lost));
             run.report.rpo.met = Some(lost <= target.rpo);
         }
-        info.containment = Some(restored.sandbox.containment().name());
+        info.containment = Some(restored.sandbox.containment_name());
         info.manifest = restored.manifest.clone();
         info.first_byte_seconds = first_byte.lock().unwrap().map(secs);
     }
@@ -518,7 +517,7 @@ async fn steps(
     let pool = PgPoolOptions::new()
         .max_connections(4)
         .acquire_timeout(Duration::from_secs(30))
-        .connect_with(canonical_session(sandbox.connect_options(&database)))
+        .connect_with(drcheck_validators::guard::restored_session(sandbox.connect_options(&database)))
         .await
         .map_err(|e| Stop::incomplete("restore", format!("the restored database does not accept connections: {e}")))?;
     sqlx::query("select 1")
@@ -532,7 +531,7 @@ async fn steps(
 
     progress.phase(&target.name, "validating");
     let t = Instant::now();
-    let validated = crate::validate::run(target, &sandbox, &database, physical, backup.last_modified)
+    let validated = crate::validate::run(config, target, &sandbox, &database, physical, backup.last_modified)
         .await
         .map_err(|e| Stop::incomplete("validate", e))?;
     run.report.validators = validated.findings.iter().map(ValidatorReport::from).collect();

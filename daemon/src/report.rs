@@ -198,7 +198,7 @@ pub fn render_human(r: &RunReport) -> String {
         let _ = writeln!(
             s,
             "  backup      {} ({}, {}, created {})",
-            b.key,
+            crate::out::shown(&b.key),
             human_bytes(b.size_bytes),
             b.format.as_deref().unwrap_or("format unknown"),
             b.created_at
@@ -218,7 +218,7 @@ pub fn render_human(r: &RunReport) -> String {
         };
         let _ = writeln!(s, "  sandbox     {server}{} profile, {} job(s){recovered}{contained}", ri.profile, ri.jobs);
         if let Some(m) = &ri.manifest {
-            let _ = writeln!(s, "  manifest    {m}");
+            let _ = writeln!(s, "  manifest    {}", crate::out::shown_lines(m, "              "));
         }
     }
     let rto = r.rto.measured_seconds.map(human_secs).unwrap_or_else(|| "—".into());
@@ -244,11 +244,17 @@ pub fn render_human(r: &RunReport) -> String {
     if !r.validators.is_empty() {
         let _ = writeln!(s, "  validators");
         for v in &r.validators {
-            let _ = writeln!(s, "    {:<8} {:<14} {}", v.status, v.name, v.detail);
+            let _ = writeln!(
+                s,
+                "    {:<8} {:<14} {}",
+                v.status,
+                crate::out::shown(&v.name),
+                crate::out::shown_lines(&v.detail, "                            ")
+            );
         }
     }
     if let Some(e) = &r.error {
-        let _ = writeln!(s, "  error       [{}] {}", e.stage, e.message);
+        let _ = writeln!(s, "  error       [{}] {}", e.stage, crate::out::shown_lines(&e.message, "              "));
     }
     s
 }

@@ -1,4 +1,9 @@
-//! The validate step of a verification. A logical dump is one database; a physical
+//! The validate step of a verification. The restored copy is hostile input: every
+//! session on it pins its settings (`guard::restored_session`), the copy's event
+//! triggers and settings are neutralized first, and the `catalog` check — always the
+//! first finding — proves its built-in catalog is PostgreSQL's own against a pristine
+//! cluster's (`pristine.rs`); when it is not, no other validator runs on it (their
+//! answers could be the backup's). A logical dump is one database; a physical
 //! backup is a whole cluster, so the validators that apply to any database run on every
 //! database it holds, comparisons on every one the primary (its URL's credentials) also
 //! has, and the findings are merged per validator (`drcheck_validators::databases`).
@@ -8,8 +13,9 @@
 use crate::report::PrimaryQueries;
 use drcheck_config::TargetConfig;
 use drcheck_restore::Sandbox;
-use drcheck_validators::primary::{self, PrimaryLimits, canonical_session};
-use drcheck_validators::{Context, Finding, Primary, RestoredAccess, databases};
+use drcheck_validators::guard::{self, restored_session};
+use drcheck_validators::primary::{self, PrimaryLimits};
+use drcheck_validators::{Context, Finding, Primary, RestoredAccess, Status, databases};
 use sqlx::postgres::PgPoolOptions;
 use std::time::{Duration, SystemTime};
 
@@ -22,6 +28,7 @@ pub struct Validated {
 /// Runs the target's validators on `main` (the restored database the target names) and,
 /// for a physical backup, on every other database of the restored cluster.
 pub async fn run(
+    config: &drcheck_config::Config,
     target: &TargetConfig,
     sandbox: &Sandbox,
     main: &str,
@@ -29,6 +36,7 @@ pub async fn run(
     backup_time: SystemTime,
 ) -> Result<Validated, String> {
     let settings = &target.validators;
+    let reference = crate::pristine::reference(config, sandbox.bin()).await;
     let mut names = vec![main.to_string()];
     if physical {
         for db in cluster_databases(sandbox).await? {
@@ -48,9 +56,29 @@ pub async fn run(
         let pool = PgPoolOptions::new()
             .max_connections(4)
             .acquire_timeout(Duration::from_secs(30))
-            .connect_with(canonical_session(sandbox.connect_options(db)))
+            .connect_with(restored_session(sandbox.connect_options(db)))
             .await
             .map_err(|e| format!("the restored database {db:?} does not accept connections: {e}"))?;
+        let catalog = guard_database(&pool, db, reference.as_ref()).await;
+        if catalog.status == Status::Failed {
+            // Nothing the copy computes can be trusted: report the catalog alone.
+            let skipped = drcheck_validators::selected(&settings.enabled)
+                .into_iter()
+                .filter(|v| is_main || databases::runs_everywhere(v.name()))
+                .map(|v| {
+                    Finding::new(
+                        v.name(),
+                        Status::Skipped,
+                        "not run: the restored catalog is not PostgreSQL's own (see catalog)",
+                    )
+                })
+                .collect::<Vec<_>>();
+            pool.close().await;
+            let mut findings = vec![catalog];
+            findings.extend(skipped);
+            per_database.push((db.clone(), findings));
+            continue;
+        }
         let primary = primary_for(target, db, is_main, physical, primary_dbs.as_deref()).await;
         let cx = Context {
             restored: pool,
@@ -65,7 +93,8 @@ pub async fn run(
             .into_iter()
             .filter(|v| is_main || databases::runs_everywhere(v.name()))
             .collect();
-        let findings = drcheck_validators::run_all(&validators, &cx, settings.timeout).await;
+        let mut findings = vec![drcheck_validators::enforce_coverage(catalog)];
+        findings.extend(drcheck_validators::run_all(&validators, &cx, settings.timeout).await);
         cx.restored.close().await;
         if let Primary::Available(p) = &cx.primary {
             let s = p.stats();
@@ -77,6 +106,27 @@ pub async fn run(
         per_database.push((db.clone(), findings));
     }
     Ok(Validated { findings: databases::merge(per_database), primary_queries: queries })
+}
+
+/// Neutralizes database `db` of the copy and checks its catalog: the `catalog` finding.
+async fn guard_database(
+    pool: &sqlx::PgPool,
+    db: &str,
+    reference: Result<&std::collections::BTreeMap<String, String>, &String>,
+) -> Finding {
+    match guard::neutralize(pool).await {
+        Ok(done) if !done.is_empty() => {
+            tracing::info!(database = db, changes = %done.join("; "), "restored copy neutralized")
+        }
+        Ok(_) => {}
+        Err(e) => {
+            return Finding::new(guard::CATALOG, Status::Error, format!("cannot neutralize the restored copy: {e}"));
+        }
+    }
+    match reference {
+        Ok(reference) => guard::check_catalog(pool, reference).await,
+        Err(why) => Finding::new(guard::CATALOG, Status::Error, format!("no pristine catalog to compare with: {why}")),
+    }
 }
 
 /// The databases a restored cluster holds (not templates, only those that take connections).
@@ -164,7 +214,10 @@ fn access(sandbox: &Sandbox, db: &str) -> RestoredAccess {
         passfile: Some(sandbox.passfile()),
         launcher: Some({
             // pg_amcheck and pg_dump read restored data: contained like the restore.
-            let policy = sandbox.policy(&[sandbox.bin().dir.clone()]);
+            let mut policy = sandbox.policy(&[sandbox.bin().dir.clone()]);
+            if policy.syscalls != drcheck_restore::contain::Syscalls::Unfiltered {
+                policy.syscalls = drcheck_restore::contain::Syscalls::Client;
+            }
             std::sync::Arc::new(move |program: &std::path::Path| drcheck_restore::contain::command(program, &policy))
         }),
     }

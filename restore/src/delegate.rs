@@ -65,6 +65,9 @@ pub async fn run(sandbox: &Sandbox, tool: &Tool<'_>, args: &[String]) -> Result<
     exec.extend(tool.exec.iter().cloned());
     let mut policy = sandbox.policy(&exec);
     policy.connect_tcp.push(tool.port);
+    if policy.syscalls != contain::Syscalls::Unfiltered {
+        policy.syscalls = contain::Syscalls::Tool;
+    }
     policy.read_only.extend(network_read_paths());
     policy.read_only.extend(tool.read.iter().cloned());
     let mut cmd = tokio::process::Command::from(contain::command(tool.program, &policy));

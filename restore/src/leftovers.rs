@@ -32,26 +32,84 @@ pub fn private_dir(scratch_dir: &Path) -> PathBuf {
 }
 
 /// Creates (or checks) the private directory: a real directory owned by drcheck's
-/// uid that no one else may write to.
+/// uid that no one else may write to. When someone else made `drcheck-<uid>` first (a
+/// local user squatting the name in a shared scratch directory), drcheck neither uses
+/// nor touches it, and is not stopped by it: it makes a directory of its own with an
+/// unguessable name (`drcheck-<uid>.<random>`, kept for the rest of the process), and
+/// says so.
 pub fn ensure_private_dir(scratch_dir: &Path) -> Result<PathBuf, String> {
-    let dir = private_dir(scratch_dir);
-    match std::fs::DirBuilder::new().mode(0o711).create(&dir) {
+    let canonical = private_dir(scratch_dir);
+    match ensure_own_dir(scratch_dir, &canonical, 0o711) {
+        Ok(dir) => Ok(dir),
+        Err(why) if std::fs::symlink_metadata(&canonical).is_ok() => {
+            let mut fallbacks = FALLBACK.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(dir) = fallbacks.get(scratch_dir)
+                && check_private(dir).is_ok()
+            {
+                return Ok(dir.clone());
+            }
+            use rand::Rng;
+            let name = format!("drcheck-{}.{:016x}", Uid::effective().as_raw(), rand::rng().random::<u64>());
+            let dir = scratch_dir.join(name);
+            std::fs::DirBuilder::new()
+                .mode(0o711)
+                .create(&dir)
+                .map_err(|e| format!("{why}; and cannot create {}: {e}", dir.display()))?;
+            let dir = ensure_own_dir(scratch_dir, &dir, 0o711)?;
+            tracing::warn!(squatted = %canonical.display(), using = %dir.display(), "{why}");
+            fallbacks.insert(scratch_dir.to_path_buf(), dir.clone());
+            Ok(dir)
+        }
+        Err(why) => Err(why),
+    }
+}
+
+/// The directory this process uses instead of a squatted `drcheck-<uid>`, per scratch dir.
+static FALLBACK: std::sync::Mutex<std::collections::BTreeMap<PathBuf, PathBuf>> =
+    std::sync::Mutex::new(std::collections::BTreeMap::new());
+
+/// drcheck's own directories in `scratch_dir` that may hold sandboxes: `drcheck-<uid>`
+/// and the `drcheck-<uid>.<random>` ones made when that name was squatted.
+fn own_private_dirs(scratch_dir: &Path) -> Vec<PathBuf> {
+    let mut dirs = vec![private_dir(scratch_dir)];
+    let fallback = format!("drcheck-{}.", Uid::effective().as_raw());
+    if let Ok(entries) = std::fs::read_dir(scratch_dir) {
+        dirs.extend(
+            entries
+                .filter_map(Result::ok)
+                .filter(|e| e.file_name().to_string_lossy().starts_with(&fallback))
+                .map(|e| e.path()),
+        );
+    }
+    dirs.retain(|d| check_private(d).is_ok());
+    dirs
+}
+
+/// `scratch_dir/drcheck-<uid>-cache` (0700): what drcheck keeps between runs (the
+/// pristine catalog fingerprints), apart from the sandboxes.
+pub fn ensure_cache_dir(scratch_dir: &Path) -> Result<PathBuf, String> {
+    let dir = scratch_dir.join(format!("drcheck-{}-cache", Uid::effective().as_raw()));
+    ensure_own_dir(scratch_dir, &dir, 0o700)
+}
+
+fn ensure_own_dir(scratch_dir: &Path, dir: &Path, mode: u32) -> Result<PathBuf, String> {
+    match std::fs::DirBuilder::new().mode(mode).create(dir) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
         Err(e) => {
             std::fs::create_dir_all(scratch_dir)
                 .map_err(|e2| format!("cannot create sandbox.scratch_dir {}: {e2} ({e})", scratch_dir.display()))?;
             std::fs::DirBuilder::new()
-                .mode(0o711)
-                .create(&dir)
+                .mode(mode)
+                .create(dir)
                 .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
         }
     }
-    check_private(&dir)?;
+    check_private(dir)?;
     // The mode was masked by the umask on creation; set it exactly.
-    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o711))
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode))
         .map_err(|e| format!("cannot restrict {}: {e}", dir.display()))?;
-    Ok(dir)
+    Ok(dir.to_path_buf())
 }
 
 fn check_private(dir: &Path) -> Result<(), String> {
@@ -164,11 +222,11 @@ fn start_time(pid: i32) -> Option<u64> {
 /// Removes sandboxes whose drcheck process is gone: stops the processes working inside
 /// them and deletes their directories. Returns the directories removed.
 pub fn reap(scratch_dir: &Path) -> Vec<PathBuf> {
-    let dir = private_dir(scratch_dir);
-    if check_private(&dir).is_err() {
-        return Vec::new();
-    }
-    let Ok(entries) = std::fs::read_dir(&dir) else { return Vec::new() };
+    own_private_dirs(scratch_dir).iter().flat_map(|dir| reap_in(dir)).collect()
+}
+
+fn reap_in(dir: &Path) -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(dir) else { return Vec::new() };
     let mut reaped = Vec::new();
     for entry in entries.filter_map(Result::ok) {
         let name = entry.file_name().to_string_lossy().into_owned();

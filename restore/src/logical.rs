@@ -157,6 +157,122 @@ pub fn psql_script(sandbox: &Sandbox, database: &str) -> Result<tokio::process::
     Ok(cmd)
 }
 
+/// A psql script from a backup, made harmless to psql itself: `\restrict KEY` (a random
+/// key, per run) goes first, so psql runs none of the script's meta-commands — `\c` to
+/// another server, `\!`, `\o`, `\copy`, `\i` — and the script's own `\restrict` and
+/// `\unrestrict` lines (pg_dump 15.14+ brackets its output with them) are left out:
+/// nothing in the script may lift drcheck's restriction. Returns the new head and the
+/// rest of the stream.
+pub fn restricted(head: Vec<u8>, reader: BackupReader) -> (Vec<u8>, BackupReader) {
+    use rand::Rng;
+    let key: String = rand::rng().sample_iter(rand::distr::Alphanumeric).take(32).map(char::from).collect();
+    let filtered = RestrictLines::new(rejoin(head, reader));
+    (format!("\\restrict {key}\n").into_bytes(), Box::pin(filtered))
+}
+
+/// Drops the lines `\restrict KEY` and `\unrestrict KEY` from a script as it streams.
+pub struct RestrictLines {
+    inner: BackupReader,
+    /// Bytes ready to hand out, and how many were handed out.
+    out: Vec<u8>,
+    taken: usize,
+    /// A line that starts with `\` and may yet be one of those.
+    held: Vec<u8>,
+    at_line_start: bool,
+    done: bool,
+}
+
+impl RestrictLines {
+    pub fn new(inner: BackupReader) -> Self {
+        Self { inner, out: Vec::new(), taken: 0, held: Vec::new(), at_line_start: true, done: false }
+    }
+
+    /// Whether `line` (so far) can still be, or is, a `\restrict` / `\unrestrict` line.
+    fn may_be_restrict(line: &[u8], complete: bool) -> bool {
+        for cmd in [&b"\\restrict "[..], &b"\\unrestrict "[..]] {
+            if line.len() <= cmd.len() {
+                if cmd.starts_with(line) && !complete {
+                    return true;
+                }
+                continue;
+            }
+            if !line.starts_with(cmd) {
+                continue;
+            }
+            let mut key = &line[cmd.len()..];
+            if complete {
+                key = key.strip_suffix(b"\n").unwrap_or(key);
+                key = key.strip_suffix(b"\r").unwrap_or(key);
+                return !key.is_empty() && key.iter().all(u8::is_ascii_alphanumeric);
+            }
+            return key.len() <= 256 && key.iter().all(|b| b.is_ascii_alphanumeric() || *b == b'\r');
+        }
+        false
+    }
+
+    fn feed(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            if !self.held.is_empty() {
+                self.held.push(b);
+                if b == b'\n' {
+                    if !Self::may_be_restrict(&self.held, true) {
+                        self.out.extend_from_slice(&self.held);
+                    }
+                    self.held.clear();
+                    self.at_line_start = true;
+                } else if !Self::may_be_restrict(&self.held, false) {
+                    self.out.append(&mut self.held);
+                    self.at_line_start = false;
+                }
+            } else if self.at_line_start && b == b'\\' {
+                self.held.push(b);
+            } else {
+                self.out.push(b);
+                self.at_line_start = b == b'\n';
+            }
+        }
+    }
+}
+
+impl AsyncRead for RestrictLines {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        let this = &mut *self;
+        loop {
+            if this.taken < this.out.len() {
+                let n = (this.out.len() - this.taken).min(buf.remaining());
+                buf.put_slice(&this.out[this.taken..this.taken + n]);
+                this.taken += n;
+                if this.taken == this.out.len() {
+                    this.out.clear();
+                    this.taken = 0;
+                }
+                return Poll::Ready(Ok(()));
+            }
+            if this.done {
+                return Poll::Ready(Ok(()));
+            }
+            let mut chunk = vec![0u8; 64 * 1024];
+            let mut rb = ReadBuf::new(&mut chunk);
+            match this.inner.as_mut().poll_read(cx, &mut rb) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                Poll::Ready(Ok(())) if rb.filled().is_empty() => {
+                    // The last line, without a newline.
+                    if !this.held.is_empty() && !Self::may_be_restrict(&this.held, true) {
+                        this.out.append(&mut this.held);
+                    }
+                    this.held.clear();
+                    this.done = true;
+                }
+                Poll::Ready(Ok(())) => {
+                    let n = rb.filled().len();
+                    this.feed(&chunk[..n]);
+                }
+            }
+        }
+    }
+}
+
 /// Runs `cmd` to completion; a non-zero exit is the backup's fault, with the tool's
 /// stderr tail as the reason.
 pub async fn run_tool(mut cmd: tokio::process::Command, what: &str) -> Result<(), RestoreError> {
@@ -370,5 +486,37 @@ impl AsyncRead for Bounded {
             }
         }
         r
+    }
+}
+
+#[cfg(test)]
+mod restrict_tests {
+    use super::*;
+
+    async fn through(input: &[u8], chunk: usize) -> Vec<u8> {
+        // Deliver the input in small pieces: lines split across reads.
+        let pieces: Vec<Vec<u8>> = input.chunks(chunk.max(1)).map(<[u8]>::to_vec).collect();
+        let stream = futures::stream::iter(pieces.into_iter().map(|p| Ok::<_, io::Error>(bytes::Bytes::from(p))));
+        let reader: BackupReader = Box::pin(tokio_util::io::StreamReader::new(stream));
+        let (head, mut rest) = restricted(Vec::new(), reader);
+        assert!(head.starts_with(b"\\restrict ") && head.ends_with(b"\n") && head.len() == 10 + 32 + 1, "{head:?}");
+        let mut out = Vec::new();
+        rest.read_to_end(&mut out).await.unwrap();
+        out
+    }
+
+    #[tokio::test]
+    async fn the_scripts_own_restrict_lines_go_and_everything_else_stays() {
+        let script = b"--\n-- PostgreSQL database dump\n--\n\\restrict Ab12cD\nSET x = 1;\n\\connect other\n\
+copy t from stdin;\n\\\\restrict kept\n\\.\nselect '\\restrict inline';\n\\unrestrict Ab12cD\r\n\\restrictX y\n\\unrestrict Zz";
+        let want = b"--\n-- PostgreSQL database dump\n--\nSET x = 1;\n\\connect other\n\
+copy t from stdin;\n\\\\restrict kept\n\\.\nselect '\\restrict inline';\n\\restrictX y\n";
+        for chunk in [1, 2, 3, 7, 64, 100_000] {
+            assert_eq!(
+                String::from_utf8_lossy(&through(script, chunk).await),
+                String::from_utf8_lossy(want),
+                "chunk {chunk}"
+            );
+        }
     }
 }

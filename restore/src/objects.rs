@@ -177,6 +177,7 @@ pub async fn restore(job: &RestoreJob<'_>, mut sandbox: Sandbox, started: Instan
         }
         Kind::Plain => {
             let cmd = logical::psql_script(&sandbox, RESTORED_DB)?;
+            let (head, reader) = logical::restricted(head, reader);
             logical::stream_into(cmd, "psql", head, reader, &store_name).await?;
         }
         Kind::TarArchive => unreachable!("handled above"),
@@ -259,6 +260,7 @@ async fn apply_globals(sandbox: &Sandbox, job: &RestoreJob<'_>) -> Result<bool, 
     let mut cmd = logical::client_command(sandbox, "psql", "postgres")?;
     cmd.args(["-X", "-q", "-f", "-"]);
     let reader: BackupReader = Box::pin(std::io::Cursor::new(Vec::new()));
-    logical::stream_into(cmd, "psql (globals)", script.into_bytes(), reader, &job.store.describe()).await?;
+    let (head, reader) = logical::restricted(script.into_bytes(), reader);
+    logical::stream_into(cmd, "psql (globals)", head, reader, &job.store.describe()).await?;
     Ok(true)
 }

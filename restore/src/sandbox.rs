@@ -3,7 +3,9 @@
 //! It lives in its own directory under `scratch_dir` and listens only on a unix socket
 //! in a private (0700) directory under `/tmp` — socket paths longer than 107 bytes fail
 //! silently, so the socket never lives under a possibly long `scratch_dir`. When drcheck
-//! runs as root, the server runs as the `postgres` system user (PostgreSQL refuses root).
+//! runs as root, the server runs as the sandbox user (`[sandbox] user`, default
+//! `drcheck-sandbox`): a user that owns nothing else — never `postgres`, whose peer
+//! login every other cluster on the host trusts.
 //! The server runs in its own process group so a terminal's Ctrl-C reaches drcheck
 //! first, and drcheck decides how to stop it. Dropping a [`Sandbox`] stops the server
 //! and removes every file it made — on success, failure, panic or cancellation.
@@ -14,7 +16,7 @@
 //! password of its own (SCRAM; no `trust`), kept in a 0600 file in its directory, so
 //! a process of one run cannot enter another run's server over its socket.
 
-use crate::contain::{self, Level, Policy};
+use crate::contain::{self, Level, Policy, Syscalls};
 use crate::error::{RestoreError, Stage};
 use crate::leftovers;
 use crate::pgbin::PgBin;
@@ -47,6 +49,17 @@ pub struct SandboxOptions {
     pub profile: Profile,
     /// Refuse to restore when the kernel cannot confine the restore (no Landlock).
     pub require_containment: bool,
+    /// The user sandbox processes run as when drcheck is root.
+    pub user: String,
+}
+
+/// The `[sandbox] user` default, created by `scripts/setup.sh` and the image.
+pub const DEFAULT_SANDBOX_USER: &str = "drcheck-sandbox";
+
+/// The containment a sandbox would run under (`restore.containment`), known before one
+/// exists.
+pub fn containment_name() -> String {
+    contain::probe().name_with(Uid::effective().is_root())
 }
 
 #[derive(Debug)]
@@ -89,9 +102,9 @@ pub fn profile_settings(profile: Profile) -> &'static [(&'static str, &'static s
 impl Sandbox {
     /// Makes the sandbox's directories (no server yet). Dropping the result removes them.
     pub fn create(opts: &SandboxOptions) -> Result<Sandbox, RestoreError> {
-        let owner = server_owner()?;
+        let owner = server_owner(&opts.user)?;
         let containment = contain::probe();
-        if containment == Level::None {
+        if !containment.confines_files() {
             if opts.require_containment {
                 return Err(infra(
                     "cannot confine the restore: this kernel offers no Landlock (Linux ≥ 5.13 with landlock in the \
@@ -147,6 +160,11 @@ impl Sandbox {
         self.containment
     }
 
+    /// The report's `restore.containment`: every layer the sandbox's processes run under.
+    pub fn containment_name(&self) -> String {
+        self.containment.name_with(self.owner.is_some())
+    }
+
     /// The password of this sandbox's superuser (random, per run).
     pub fn password(&self) -> &str {
         &self.password
@@ -167,7 +185,9 @@ impl Sandbox {
     }
 
     /// The containment of a process of this run: the run's directories read-write, the
-    /// PostgreSQL installation and system libraries read-only, `execute` executable.
+    /// PostgreSQL installation and system libraries read-only, `execute` executable, the
+    /// server's system calls (no `connect()`; a client or a tool sets its own
+    /// [`Policy::syscalls`]), private namespaces where the kernel offers them.
     pub fn policy(&self, execute: &[PathBuf]) -> Policy {
         let bindir = self.bin.as_ref().map(|b| b.dir.clone()).unwrap_or_default();
         let mut exec: Vec<PathBuf> = execute.to_vec();
@@ -177,11 +197,10 @@ impl Sandbox {
             read_only: contain::system_read_paths(&bindir),
             execute: exec,
             user: self.owner.map(|(u, g)| (u.as_raw(), g.as_raw())),
-            require_abi: match self.containment {
-                Level::Landlock(abi) => Some(abi),
-                Level::None => None,
-            },
+            require_abi: self.containment.landlock,
             connect_tcp: Vec::new(),
+            syscalls: if self.containment.seccomp { Syscalls::Server } else { Syscalls::Unfiltered },
+            namespaces: self.containment.namespaces,
         }
     }
 
@@ -210,7 +229,7 @@ impl Sandbox {
         let mut stack = vec![path.to_path_buf()];
         while let Some(p) = stack.pop() {
             std::os::unix::fs::lchown(&p, Some(uid.as_raw()), Some(gid.as_raw()))
-                .map_err(|e| infra(format!("cannot hand {} to the postgres user: {e}", p.display())))?;
+                .map_err(|e| infra(format!("cannot hand {} to the sandbox user: {e}", p.display())))?;
             if p.is_dir() && !p.is_symlink() && p != self.socket_dir && p != self.root {
                 for e in std::fs::read_dir(&p).map_err(|e| infra(format!("{}: {e}", p.display())))? {
                     stack.push(e.map_err(|e| infra(e.to_string()))?.path());
@@ -232,9 +251,17 @@ impl Sandbox {
 
     /// [`Self::server_command`], allowed to execute `extra` too.
     fn command_with(&self, tool: &str, extra: &[PathBuf]) -> Result<Command, RestoreError> {
+        self.command_as(tool, extra, false)
+    }
+
+    fn command_as(&self, tool: &str, extra: &[PathBuf], client: bool) -> Result<Command, RestoreError> {
         let mut exec = vec![self.bin_ref().dir.clone()];
         exec.extend(extra.iter().cloned());
-        let mut cmd = contain::command(&self.bin_ref().tool(tool), &self.policy(&exec));
+        let mut policy = self.policy(&exec);
+        if client && policy.syscalls != Syscalls::Unfiltered {
+            policy.syscalls = Syscalls::Client;
+        }
+        let mut cmd = contain::command(&self.bin_ref().tool(tool), &policy);
         cmd.current_dir(&self.root)
             .env_clear()
             .env("PATH", "/usr/bin:/bin")
@@ -244,10 +271,11 @@ impl Sandbox {
         Ok(cmd)
     }
 
-    /// A PostgreSQL client tool of the sandbox's bindir, contained like the server and
-    /// connected to `database` over the sandbox's socket with the run's password.
+    /// A PostgreSQL client tool of the sandbox's bindir, contained like the server
+    /// (except that it may connect: to the sandbox's socket) and connected to
+    /// `database` over the sandbox's socket with the run's password.
     pub fn client_command(&self, tool: &str, database: &str) -> Result<tokio::process::Command, RestoreError> {
-        let mut cmd = self.server_command(tool)?;
+        let mut cmd = self.command_as(tool, &self.server_exec, true)?;
         cmd.arg("-h").arg(&self.socket_dir).args(["-p", &PORT.to_string(), "-U", "postgres", "-d", database]);
         let mut cmd = tokio::process::Command::from(cmd);
         cmd.kill_on_drop(true);
@@ -283,7 +311,7 @@ impl Sandbox {
         if !out.status.success() {
             let mut msg = format!("initdb failed ({}): {}", out.status, tail(&out.stderr, 2000));
             if msg.contains("Permission denied") && self.owner.is_some() {
-                msg.push_str(" (hint: the postgres user must be able to enter sandbox.scratch_dir)");
+                msg.push_str(" (hint: the sandbox user must be able to enter sandbox.scratch_dir)");
             }
             return Err(infra(msg));
         }
@@ -297,7 +325,9 @@ impl Sandbox {
         let log2 = log.try_clone().map_err(|e| infra(e.to_string()))?;
         let mut cmd = self.server_command("postgres")?;
         cmd.arg("-D").arg(&self.data_dir).arg("-k").arg(&self.socket_dir).args(["-p", &PORT.to_string()]);
-        let base = [("listen_addresses", ""), ("unix_socket_permissions", "0700")];
+        // Dynamic shared memory in the data directory, never in the host's /dev/shm.
+        let base =
+            [("listen_addresses", ""), ("unix_socket_permissions", "0700"), ("dynamic_shared_memory_type", "mmap")];
         let settings = base.iter().chain(profile_settings(self.profile)).map(|(k, v)| (k.to_string(), v.to_string()));
         for (k, v) in settings.chain(extra.iter().cloned()) {
             cmd.arg("-c").arg(format!("{k}={v}"));
@@ -510,17 +540,47 @@ fn stop_server(child: &mut Child) {
     let _ = child.wait();
 }
 
-/// Who the server must run as: `None` to run as ourselves, the `postgres` user when root.
-fn server_owner() -> Result<Option<(Uid, Gid)>, RestoreError> {
+/// Who the server must run as: `None` to run as ourselves, the sandbox user when root.
+/// That user must own nothing else: not root, not the owner of the host's clusters
+/// (whose peer authentication would let a restored server in).
+fn server_owner(name: &str) -> Result<Option<(Uid, Gid)>, RestoreError> {
     if !Uid::effective().is_root() {
         return Ok(None);
     }
-    match User::from_name("postgres") {
-        Ok(Some(u)) => Ok(Some((u.uid, u.gid))),
-        _ => Err(infra(
-            "drcheck runs as root, and PostgreSQL refuses root: create a `postgres` system user for the sandbox server",
-        )),
+    let user = match User::from_name(name) {
+        Ok(Some(u)) => u,
+        _ => {
+            return Err(infra(format!(
+                "the sandbox user {name:?} does not exist: create it (`useradd --system --user-group \
+                 --no-create-home --shell /usr/sbin/nologin {name}`; scripts/setup.sh and the image do) \
+                 or name another in [sandbox] user"
+            )));
+        }
+    };
+    if let Some(why) = shares_identity(&user) {
+        return Err(infra(format!(
+            "[sandbox] user = {name:?} {why}: restored backups must run as a user that owns nothing else \
+             (the default drcheck-sandbox)"
+        )));
     }
+    Ok(Some((user.uid, user.gid)))
+}
+
+/// Why `user` would share an identity with something on the host, if it would.
+fn shares_identity(user: &User) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    if user.uid.is_root() || user.uid == Uid::current() {
+        return Some("is drcheck's own user".into());
+    }
+    if user.name == "postgres" {
+        return Some("is the owner of the host's PostgreSQL clusters".into());
+    }
+    for path in ["/var/run/postgresql", "/var/lib/postgresql", "/etc/postgresql"] {
+        if std::fs::metadata(path).is_ok_and(|m| m.uid() == user.uid.as_raw()) {
+            return Some(format!("owns {path}"));
+        }
+    }
+    None
 }
 
 /// The last `max` bytes of `bytes` as trimmed text.

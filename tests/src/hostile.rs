@@ -118,13 +118,15 @@ pub fn drcheck_user() -> (u32, u32) {
     }
 }
 
-/// The user a sandbox server runs as: `postgres` when drcheck is root, else drcheck's.
+/// The user a sandbox server runs as: `drcheck-sandbox` when drcheck is root (a user
+/// that owns nothing else), else drcheck's.
 pub fn sandbox_user() -> (u32, u32) {
     let (uid, gid) = drcheck_user();
     if uid != 0 {
         return (uid, gid);
     }
-    let u = nix::unistd::User::from_name("postgres").unwrap().unwrap();
+    let u =
+        nix::unistd::User::from_name("drcheck-sandbox").unwrap().expect("the drcheck-sandbox user (scripts/setup.sh)");
     (u.uid.as_raw(), u.gid.as_raw())
 }
 

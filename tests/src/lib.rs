@@ -357,10 +357,12 @@ pub fn validator<'a>(run: &'a serde_json::Value, name: &str) -> &'a serde_json::
 }
 
 /// Every validator passed, except those that cannot apply without configuration
-/// (`freshness` without `as_of` columns, `custom` without checks), which are skipped.
+/// (`freshness` without `as_of` columns, `custom` without checks), which are skipped;
+/// the `catalog` check comes first.
 pub fn assert_all_validators_pass(run: &serde_json::Value) {
     let vs = run["validators"].as_array().expect("validators");
-    assert_eq!(vs.len(), 9, "every validator reports: {run}");
+    assert_eq!(vs.len(), 10, "every validator reports: {run}");
+    assert_eq!(vs[0]["name"], "catalog", "{run}");
     for v in vs {
         let unconfigured = v["name"] == "freshness" || v["name"] == "custom";
         let expected = if unconfigured { "skipped" } else { "passed" };

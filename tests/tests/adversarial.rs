@@ -15,8 +15,11 @@ fn plain(body: &str) -> Vec<u8> {
     format!("--\n-- PostgreSQL database dump\n--\n\n-- Dumped from database version 15.18\n\n{body}").into_bytes()
 }
 
-/// A plain SQL dump is a psql script: its meta-commands run in psql. Contained, the
-/// shell, writes outside the run and reads of files outside all fail.
+/// A plain SQL dump is a psql script: its meta-commands would run in psql. drcheck runs
+/// it under psql's `\restrict` with a key of its own, so none runs — not the shell, not
+/// a write or read outside, not a connection elsewhere — and the run fails naming it;
+/// the script's own `\restrict`/`\unrestrict` lines (pg_dump 15.14+ writes them) cannot
+/// lift it. Each payload is first shown to work in psql unrestricted.
 #[test]
 fn plain_dump_meta_commands_cannot_reach_outside_the_sandbox() {
     let lab = Lab::new();
@@ -25,31 +28,50 @@ fn plain_dump_meta_commands_cannot_reach_outside_the_sandbox() {
     std::fs::set_permissions(&secret_file, std::fs::Permissions::from_mode(0o644)).unwrap();
     let out = lab.outside.display().to_string();
     let attacks = [
-        ("shell", format!("\\! touch {out}/shell-marker")),
-        ("output", format!("\\o {out}/o-marker\nselect 1;")),
-        ("copy", format!("\\copy (select 1) to '{out}/copy-marker'")),
-        ("include", format!("\\i {}", secret_file.display())),
+        ("shell", format!("\\! touch {out}/shell-marker"), "shell-marker"),
+        ("output", format!("\\o {out}/o-marker\nselect 1;"), "o-marker"),
+        ("copy", format!("\\copy (select 1) to '{out}/copy-marker'"), "copy-marker"),
+        ("include", format!("\\i {}", secret_file.display()), ""),
+        ("unrestrict", format!("\\unrestrict guessed\n\\! touch {out}/unrestrict-marker"), "unrestrict-marker"),
     ];
+    // The payloads work in psql as drcheck used to run it (no restriction).
+    let scratch = lab.root.pg_dir("plain-proof");
+    let proof_primary = PgPrimary::start(&lab.root);
+    for (name, attack, marker) in &attacks {
+        if marker.is_empty() || *name == "unrestrict" {
+            continue;
+        }
+        let script = write_file(&scratch, &format!("{name}.sql"), format!("{attack}\n").as_bytes());
+        let run = std::process::Command::new("psql")
+            .args(["-X", "-q", "-h"])
+            .arg(&proof_primary.sock)
+            .args(["-p", &proof_primary.port.to_string(), "-U", "postgres", "-d", "postgres", "-f"])
+            .arg(&script)
+            .output()
+            .unwrap();
+        assert!(lab.outside.join(marker).exists(), "{name}: the payload does nothing even unrestricted: {run:?}");
+        std::fs::remove_file(lab.outside.join(marker)).unwrap();
+    }
     let config = lab.config("", "");
-    for (name, attack) in &attacks {
+    for (name, attack, _) in &attacks {
         let key = format!("{name}.sql");
         lab.put(&key, &plain(&format!("create table t (id int);\n{attack}\ninsert into t values (1);\n")));
         let (code, run, all) = lab.verify(&config, &key);
         assert_eq!(run["backup"]["format"], "plain", "{name}: {run}");
         assert!(lab.escaped().is_empty(), "{name}: escaped: {:?}", lab.escaped());
         assert!(!all.contains(&secret), "{name}: the secret file's content reached the output: {all}");
-        if *name == "shell" {
-            // psql reports a failed `\!` but does not stop on it: the run may pass,
-            // with the command contained (no marker below).
-            assert_ran(&run, code, code.filter(|c| *c == 0 || *c == 1).unwrap_or(-1), &all);
-            assert!(run["phases"].as_array().unwrap().iter().any(|p| p["name"] == "restore"), "{run}");
-        } else {
-            assert_ran(&run, code, 1, &all);
-            let msg = run["error"]["message"].as_str().unwrap_or_default();
-            assert!(msg.to_lowercase().contains("permission denied"), "{name}: {msg}");
-        }
+        assert_ran(&run, code, 1, &all);
+        let msg = run["error"]["message"].as_str().unwrap_or_default();
+        assert!(msg.contains("backslash commands are restricted"), "{name}: {msg}");
         assert_contained(&run);
     }
+    // A plain dump as pg_dump 15.14+ writes it, with its own \restrict lines, restores.
+    lab.put(
+        "benign.sql",
+        &plain("\\restrict Rk9xYz123\ncreate table t (id int);\ninsert into t values (1);\n\\unrestrict Rk9xYz123\n"),
+    );
+    let (code, run, all) = lab.verify(&config, "benign.sql");
+    assert_ran(&run, code, 0, &all);
     assert!(lab.leftovers().is_empty(), "{:?}", lab.leftovers());
 }
 

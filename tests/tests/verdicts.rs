@@ -327,7 +327,7 @@ fn keyless_tables_are_checksummed_in_bounded_chunks() {
     let config = lab.config("", &target);
     let (code, run, all) = lab.verify(&config, "shop.dump");
     assert_eq!(code, Some(0), "{run}\n{all}");
-    let f = &run["validators"][0];
+    let f = drcheck_e2e::validator(&run, "checksums");
     assert_eq!(f["status"], "passed", "{f}");
     assert_eq!(f["measurements"]["covered_rows"], 3000.0, "{f}");
     let queries = run["primary_queries"]["count"].as_f64().unwrap();
@@ -336,7 +336,7 @@ fn keyless_tables_are_checksummed_in_bounded_chunks() {
     primary.psql("shop", "update items set qty = qty + 1 where sku = 'sku-1234'");
     let (code, run, _) = lab.verify(&config, "shop.dump");
     assert_eq!(code, Some(1), "{run}");
-    let detail = run["validators"][0]["detail"].as_str().unwrap().to_string();
+    let detail = drcheck_e2e::validator(&run, "checksums")["detail"].as_str().unwrap().to_string();
     assert!(detail.contains("items") && detail.contains("different content"), "{detail}");
 }
 

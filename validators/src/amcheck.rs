@@ -1,9 +1,19 @@
 //! `amcheck`: B-tree and heap integrity of the restored copy with `pg_amcheck
-//! --heapallindexed`, two jobs at once. The extension is installed only for the check
-//! and dropped again, so the schema comparison does not see it.
+//! --heapallindexed`, two jobs at once. The extension is installed only for the check,
+//! into a schema of drcheck's own (so nothing the backup put in `public` collides with
+//! it), and dropped again; both carry a marking comment, so the schema comparison does
+//! not see them. A backup that brings its own amcheck is used only if every member is
+//! amcheck's C code (the `catalog` check).
 
 use crate::{Context, Finding, RestoredAccess, Status, Validator};
 use async_trait::async_trait;
+use drcheck_config::quote_ident;
+
+/// 16 random hex digits, for names of drcheck's own objects in a copy.
+fn uuid_like() -> String {
+    use rand::Rng;
+    format!("{:016x}", rand::rng().random::<u64>())
+}
 
 pub struct Amcheck;
 
@@ -20,6 +30,8 @@ pub(crate) fn tool(access: &RestoredAccess, name: &str) -> tokio::process::Comma
         .env_clear()
         .env("PATH", "/usr/bin:/bin")
         .env("LC_ALL", "C.UTF-8")
+        // The same pinned settings as drcheck's own sessions on the copy.
+        .env("PGOPTIONS", crate::guard::restored_pgoptions())
         .kill_on_drop(true);
     if let Some(passfile) = &access.passfile {
         cmd.env("PGPASSFILE", passfile);
@@ -55,7 +67,7 @@ impl Validator for Amcheck {
     async fn validate(&self, cx: &Context) -> Vec<Finding> {
         let name = self.name();
         let had: Result<bool, _> =
-            sqlx::query_scalar("select exists (select 1 from pg_extension where extname = 'amcheck')")
+            sqlx::query_scalar("select exists (select 1 from pg_catalog.pg_extension where extname = 'amcheck')")
                 .fetch_one(&cx.restored)
                 .await;
         let Ok(had) = had else {
@@ -63,13 +75,19 @@ impl Validator for Amcheck {
         };
         // Installed (and later dropped) by drcheck in one transaction with a comment, so
         // `schema`, running beside this, never counts it as part of the backup.
+        let schema = format!("drcheck_amcheck_{}", uuid_like());
         if !had {
             let install = async {
                 let mut tx = cx.restored.begin().await?;
-                sqlx::query("create extension if not exists amcheck").execute(&mut *tx).await?;
-                sqlx::query("comment on extension amcheck is 'drcheck: temporary, for amcheck'")
-                    .execute(&mut *tx)
-                    .await?;
+                let q = quote_ident(&schema);
+                for sql in [
+                    format!("create schema {q}"),
+                    format!("comment on schema {q} is '{}'", crate::guard::DRCHECK_TEMPORARY),
+                    format!("create extension amcheck schema {q}"),
+                    format!("comment on extension amcheck is '{}'", crate::guard::DRCHECK_TEMPORARY),
+                ] {
+                    sqlx::query(sqlx::AssertSqlSafe(sql)).execute(&mut *tx).await?;
+                }
                 tx.commit().await
             };
             if let Err(e) = install.await {
@@ -81,6 +99,8 @@ impl Validator for Amcheck {
         let out = cmd.output().await;
         if !had {
             let _ = sqlx::query("drop extension if exists amcheck").execute(&cx.restored).await;
+            let drop = format!("drop schema if exists {}", quote_ident(&schema));
+            let _ = sqlx::query(sqlx::AssertSqlSafe(drop)).execute(&cx.restored).await;
         }
         let out = match out {
             Ok(o) => o,

@@ -7,9 +7,12 @@
 //! `checksum_sample_rows` are sampled in whole chunks spread over the key range, and
 //! the detail says how many rows were compared.
 //!
-//! Rows are hashed by value (`hash_record_extended`) where every column type has a hash
-//! function, else by their text; both sides run each chunk at the same time, and a
-//! table's chunks run up to `primary_concurrency` at once.
+//! Rows are hashed by value (`hash_record_extended`) where every column is of a built-in
+//! type with a hash function, else by their text (types the database defines, whose
+//! hash the restored copy would compute with its own functions, and enums, whose hash
+//! is an OID that a logical restore reassigns); both sides run each chunk at the same
+//! time, and a table's chunks run up to `primary_concurrency` at once. Built-ins are
+//! called schema-qualified with exact argument types.
 //!
 //! Tables without such a key (UUID or composite keys, no key) are hashed in block
 //! ranges (`ctid`) of about `checksum_chunk_rows` rows on each side: the two copies lay
@@ -75,8 +78,10 @@ pub(crate) enum Hash {
 impl Hash {
     fn expr(self) -> &'static str {
         match self {
-            Hash::Record => "hash_record_extended(drcheck_row.*, 0)",
-            Hash::Text => "hashtextextended((drcheck_row.*)::text, 0)",
+            // Schema-qualified, with exact argument types: no overload the restored copy
+            // defines elsewhere can be chosen instead (and `catalog` checks pg_catalog).
+            Hash::Record => "pg_catalog.hash_record_extended(drcheck_row.*, 0::pg_catalog.int8)",
+            Hash::Text => "pg_catalog.hashtextextended((drcheck_row.*)::pg_catalog.text, 0::pg_catalog.int8)",
         }
     }
 }
@@ -103,7 +108,7 @@ fn query_for(
     let filter = if conds.is_empty() { String::new() } else { format!(" where {}", conds.join(" and ")) };
     Query {
         sql: format!(
-            "select count(*), coalesce(sum({}), 0)::text from {} drcheck_row{filter}",
+            "select pg_catalog.count(*), coalesce(pg_catalog.sum({}), 0)::pg_catalog.text from {} drcheck_row{filter}",
             hash.expr(),
             t.quoted()
         ),
@@ -111,25 +116,31 @@ fn query_for(
     }
 }
 
-/// Whether every column of `t` can be hashed by value: asked of the primary's catalog
-/// (each column type, or its array element type, has a default hash operator class).
+/// Whether every column of `t` can be hashed by value: asked of the primary's catalog.
+/// Only built-in types (directly, or as the element of an array, the base of a domain
+/// or the subtype of a range) whose default hash operator class exists: a type the
+/// database defines hashes through functions the restored copy defines too, and an
+/// enum's hash is its label's OID, which a logical restore reassigns. Those tables are
+/// hashed by their text.
 async fn hash_for(primary: &crate::primary::PrimaryDb, t: &TableName) -> Result<Hash, sqlx::Error> {
-    // The type whose hash function is used: an array's element, a domain's base type;
-    // enums and ranges hash through their polymorphic classes; composites are left to text.
     let sql = format!(
-        "with cols as (
-           select ty.typtype, coalesce(nullif(b.typbasetype, 0), b.oid) as t, b.typtype as btype
-             from pg_attribute a
-             join pg_type ty on ty.oid = a.atttypid
-             join pg_type b on b.oid = case when ty.typcategory = 'A' then ty.typelem else a.atttypid end
-            where a.attrelid = '{}'::regclass and a.attnum > 0 and not a.attisdropped)
-         select coalesce(bool_and(btype <> 'c' and exists (
-             select 1 from pg_opclass c join pg_am am on am.oid = c.opcmethod
-              where am.amname = 'hash' and c.opcdefault
-                and c.opcintype in (cols.t, case when btype = 'e' then 'anyenum'::regtype end,
-                                    case when btype = 'r' then 'anyrange'::regtype end))), true)
-           from cols",
-        t.quoted().replace('\'', "''")
+        "with recursive parts(t) as (
+           select a.atttypid from pg_attribute a
+            where a.attrelid = '{table}'::regclass and a.attnum > 0 and not a.attisdropped
+           union
+           select coalesce(nullif(ty.typbasetype, 0),
+                           case when ty.typcategory = 'A' then nullif(ty.typelem, 0) end,
+                           (select r.rngsubtype from pg_range r where r.rngtypid = ty.oid))
+             from parts p join pg_type ty on ty.oid = p.t
+            where ty.typtype in ('d', 'r') or ty.typcategory = 'A')
+         select coalesce(bool_and(
+                  case when ty.typtype in ('d', 'r') or ty.typcategory = 'A' then true
+                       else ty.typtype = 'b' and ty.oid < {first} and exists (
+                              select 1 from pg_opclass c join pg_am am on am.oid = c.opcmethod
+                               where am.amname = 'hash' and c.opcdefault and c.opcintype = ty.oid) end), true)
+           from parts join pg_type ty on ty.oid = parts.t",
+        table = t.quoted().replace('\'', "''"),
+        first = crate::guard::FIRST_NORMAL_OID,
     );
     let by_value: bool = primary.timed(sqlx::query_scalar(sqlx::AssertSqlSafe(sql)).fetch_one(&primary.pool)).await?;
     Ok(if by_value { Hash::Record } else { Hash::Text })
@@ -199,11 +210,13 @@ async fn block_totals(
             conds.push(format!("{} <= ${}::timestamptz", quote_ident(col), binds.len()));
         }
         if let Some(k) = slice {
-            conds.push(format!("(hashtextextended((drcheck_row.*)::text, 42) & 1023) < {k}"));
+            conds.push(format!(
+                "(pg_catalog.hashtextextended((drcheck_row.*)::pg_catalog.text, 42::pg_catalog.int8) & 1023) < {k}"
+            ));
         }
         let q = Query {
             sql: format!(
-                "select count(*), coalesce(sum({}), 0)::text from {} drcheck_row where {}",
+                "select pg_catalog.count(*), coalesce(pg_catalog.sum({}), 0)::pg_catalog.text from {} drcheck_row where {}",
                 hash.expr(),
                 t.quoted(),
                 conds.join(" and ")
@@ -418,6 +431,10 @@ mod tests {
         assert_eq!(q.binds, ["5", "10", "2026-11-30T00:00:00Z"]);
         let q = query_for(&t, None, Some("at"), Range::Whole, "x", Hash::Record);
         assert!(q.sql.ends_with(r#"where "at" <= $1::timestamptz"#), "{}", q.sql);
-        assert!(q.sql.contains("sum(hash_record_extended(drcheck_row.*, 0))"), "{}", q.sql);
+        assert!(
+            q.sql.contains("pg_catalog.sum(pg_catalog.hash_record_extended(drcheck_row.*, 0::pg_catalog.int8))"),
+            "{}",
+            q.sql
+        );
     }
 }

@@ -9,10 +9,15 @@ use sqlx::PgPool;
 pub struct Custom;
 
 /// The first column of the first row as text (`NULL` for SQL NULL, `(no rows)` for none).
+/// The user's SQL names their own tables, so it runs with PostgreSQL's default search
+/// path (pg_catalog first, then `"$user", public`) for its transaction, on both sides.
 async fn first_value(pool: &PgPool, sql: &str) -> Result<String, sqlx::Error> {
     // row_to_json keeps the column order; the user's query runs as written inside.
-    let wrapped = format!("select row_to_json(q)::text from ({sql}) q limit 1");
-    let json: Option<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(wrapped)).fetch_optional(pool).await?;
+    let wrapped = format!("select pg_catalog.row_to_json(q)::pg_catalog.text from ({sql}) q limit 1");
+    let mut tx = pool.begin().await?;
+    sqlx::query("set local search_path = pg_catalog, \"$user\", public").execute(&mut *tx).await?;
+    let json: Option<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(wrapped)).fetch_optional(&mut *tx).await?;
+    tx.rollback().await?;
     let Some(json) = json else { return Ok("(no rows)".into()) };
     Ok(first_of_object(&json))
 }

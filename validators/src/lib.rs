@@ -14,6 +14,7 @@
 
 pub mod catalog;
 pub mod databases;
+pub mod guard;
 pub mod primary;
 
 mod amcheck;

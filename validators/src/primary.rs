@@ -27,17 +27,27 @@ impl Default for PrimaryLimits {
 
 /// Session settings that make row text (and so row hashes) identical on both sides.
 pub fn canonical_session(opts: PgConnectOptions) -> PgConnectOptions {
-    opts.options([
-        ("TimeZone", "UTC"),
-        ("DateStyle", "ISO, YMD"),
-        ("IntervalStyle", "postgres"),
-        ("extra_float_digits", "3"),
-        ("bytea_output", "hex"),
-        // money's text depends on the session's lc_monetary; bytea inside XML on xmlbinary.
-        ("lc_monetary", "C"),
-        ("xmlbinary", "base64"),
-    ])
+    opts.options(CANONICAL_SETTINGS.iter().copied())
 }
+
+/// What [`canonical_session`] sets, on the primary and the restored copy alike.
+pub const CANONICAL_SETTINGS: &[(&str, &str)] = &[
+    ("TimeZone", "UTC"),
+    ("DateStyle", "ISO, YMD"),
+    ("IntervalStyle", "postgres"),
+    ("extra_float_digits", "3"),
+    ("bytea_output", "hex"),
+    // money's text depends on the session's lc_monetary; bytea inside XML on xmlbinary.
+    ("lc_monetary", "C"),
+    ("xmlbinary", "base64"),
+    // Names of objects (regclass and regproc values, view definitions, the schema
+    // fingerprint) print the same on both sides only with the same search_path; and
+    // the restored copy's own schemas must never be searched by drcheck's queries.
+    ("search_path", "pg_catalog,pg_temp"),
+    // A read that row-level security would filter raises an error instead of
+    // silently returning fewer rows.
+    ("row_security", "off"),
+];
 
 /// How many queries went to the primary, and the longest.
 #[derive(Debug, Clone, Copy, Default)]

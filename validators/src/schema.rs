@@ -1,6 +1,8 @@
 //! `schema`: a fingerprint of schemas, tables, columns and their types, indexes,
-//! constraints, views, functions, sequences, triggers and extensions, taken on both
-//! sides and compared; a mismatch is a readable diff.
+//! constraints, views, functions, sequences, triggers, extensions, types (enum labels,
+//! domains, ranges, base types' I/O functions) and operators — and of anything added to
+//! `pg_catalog` or `information_schema` — taken on both sides and compared; a mismatch
+//! is a readable diff.
 
 use crate::{Context, Finding, Status, Validator, some_of};
 use async_trait::async_trait;
@@ -14,7 +16,9 @@ with ns as (
   select oid, nspname from pg_namespace
    where nspname not in ('pg_catalog', 'information_schema')
      and nspname not like 'pg\_toast%' and nspname not like 'pg\_temp%'
+     and obj_description(oid, 'pg_namespace') is distinct from 'drcheck: temporary, for amcheck'
 ),
+sys as (select oid, nspname from pg_namespace where nspname in ('pg_catalog', 'information_schema')),
 ext as (select classid, objid from pg_depend where deptype = 'e'),
 rels as (
   select c.* from pg_class c join ns on ns.oid = c.relnamespace
@@ -65,6 +69,40 @@ select 'trigger', n.nspname || '.' || c.relname || '.' || tg.tgname, pg_get_trig
 union all
 select 'extension', e.extname::text, e.extversion from pg_extension e
  where obj_description(e.oid, 'pg_extension') is distinct from 'drcheck: temporary, for amcheck'
+union all
+select 'type', n.nspname || '.' || t.typname,
+       case t.typtype
+         when 'e' then 'enum (' || (select string_agg(quote_literal(e.enumlabel), ', ' order by e.enumsortorder)
+                                      from pg_enum e where e.enumtypid = t.oid) || ')'
+         when 'r' then 'range of ' || (select format_type(r.rngsubtype, null) from pg_range r where r.rngtypid = t.oid)
+         when 'd' then 'domain over ' || format_type(t.typbasetype, t.typtypmod)
+         when 'b' then 'base, input ' || t.typinput::oid::regprocedure::text || ', output '
+                       || t.typoutput::oid::regprocedure::text || ', send ' || t.typsend::oid::regprocedure::text
+         else t.typtype::text end
+  from pg_type t join ns n on n.oid = t.typnamespace
+ where t.typtype in ('b', 'd', 'e', 'r')
+   and not exists (select 1 from ext where ext.classid = 'pg_type'::regclass and ext.objid = t.oid)
+   and not (t.typcategory = 'A' and t.typelem <> 0)
+union all
+select 'operator', n.nspname || '.' || o.oid::regoperator::text, o.oprcode::oid::regprocedure::text
+  from pg_operator o join ns n on n.oid = o.oprnamespace
+ where not exists (select 1 from ext where ext.classid = 'pg_operator'::regclass and ext.objid = o.oid)
+union all
+select case p.prokind when 'a' then 'aggregate' else 'function' end, n.nspname || '.' || p.proname || '('
+       || pg_get_function_identity_arguments(p.oid) || ')', 'added to a system schema'
+  from pg_proc p join sys n on n.oid = p.pronamespace
+ where p.oid >= 16384
+   and not exists (select 1 from ext where ext.classid = 'pg_proc'::regclass and ext.objid = p.oid)
+union all
+select 'relation', n.nspname || '.' || c.relname, 'added to a system schema'
+  from pg_class c join sys n on n.oid = c.relnamespace
+ where c.oid >= 16384
+   and not exists (select 1 from ext where ext.classid = 'pg_class'::regclass and ext.objid = c.oid)
+union all
+select 'operator', n.nspname || '.' || o.oid::regoperator::text, 'added to a system schema'
+  from pg_operator o join sys n on n.oid = o.oprnamespace
+ where o.oid >= 16384
+   and not exists (select 1 from ext where ext.classid = 'pg_operator'::regclass and ext.objid = o.oid)
 "#;
 
 /// `kind name` → definition.

@@ -135,7 +135,10 @@ fn tolerance_and_abort_factor() {
 fn defaults_apply() {
     let c = parse("[storage.s]\nkind = \"filesystem\"\npath = \"/b\"\n").unwrap();
     assert_eq!(c.state.url.expose(), DEFAULT_STATE_URL);
-    assert_eq!(c.sandbox.scratch_dir, std::env::temp_dir());
+    assert_eq!(c.sandbox.scratch_dir, crate::validated::default_scratch_dir());
+    if nix::unistd::Uid::effective().is_root() {
+        assert_eq!(c.sandbox.scratch_dir, std::path::PathBuf::from("/var/lib/drcheck"), "never the shared temp dir");
+    }
     assert!(c.targets.is_empty());
 }
 
@@ -281,6 +284,21 @@ fn duplicate_check_names_are_an_error_naming_the_line() {
     let line = text.lines().position(|l| l == "name = \"no orphans\"").unwrap();
     let second = text.lines().enumerate().filter(|(_, l)| *l == "name = \"no orphans\"").nth(1).unwrap().0 + 1;
     assert!(line + 1 < second && e.contains(&format!("drcheck.toml:{second}:")), "{e}");
+}
+
+#[test]
+fn the_sandbox_user_owns_nothing_else() {
+    let c = parse(GOOD).unwrap();
+    assert_eq!(c.sandbox.user, "drcheck-sandbox");
+    let own = GOOD.replace("scratch_dir = \"/var/tmp/drcheck\"", "scratch_dir = \"/x\"\nuser = \"restore-only\"");
+    assert_eq!(parse(&own).unwrap().sandbox.user, "restore-only");
+    for shared in ["postgres", "root", ""] {
+        let text =
+            GOOD.replace("scratch_dir = \"/var/tmp/drcheck\"", &format!("scratch_dir = \"/x\"\nuser = \"{shared}\""));
+        let (key, _, msg) = invalid(&text);
+        assert_eq!(key, "sandbox.user", "{shared}: {msg}");
+        assert!(msg.contains("owns nothing else"), "{msg}");
+    }
 }
 
 #[test]

@@ -47,12 +47,12 @@ pub async fn list(config: &Config, target: Option<&str>, json: bool) -> Result<E
                     .catalog
                     .as_ref()
                     .filter(|c| c.status != "ok")
-                    .map(|c| format!("  [{}]", c.status))
+                    .map(|c| format!("  [{}]", crate::out::shown(&c.status)))
                     .unwrap_or_default();
                 crate::outln!(
                     "  {:<6} {}{catalog}  {:>12} B  {}  (age {}){status}",
                     marker,
-                    b.key,
+                    crate::out::shown(&b.key),
                     b.size,
                     timestamp(b.last_modified),
                     drcheck_config::format_duration(age)
@@ -102,7 +102,7 @@ pub async fn fetch(
     let secs = started.elapsed().as_secs_f64();
     crate::outln!(
         "{} → {}: {bytes} bytes in {secs:.2}s ({:.1} MiB/s)",
-        backup.key,
+        crate::out::shown(&backup.key),
         output.display(),
         bytes as f64 / secs / 1048576.0
     );

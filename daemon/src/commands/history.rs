@@ -22,8 +22,12 @@ pub async fn run(config: &Config, args: HistoryArgs) -> Result<Exit, CliError> {
     }
     for r in &runs {
         let rto = r.rto.measured_seconds.map(|s| format!("{s:.1}s")).unwrap_or_else(|| "—".into());
-        let backup = r.backup.as_ref().map(|b| b.key.as_str()).unwrap_or("—");
-        let error = r.error.as_ref().map(|e| format!("  [{}] {}", e.stage, first_line(&e.message))).unwrap_or_default();
+        let backup = r.backup.as_ref().map(|b| crate::out::shown(&b.key)).unwrap_or_else(|| "—".into());
+        let error = r
+            .error
+            .as_ref()
+            .map(|e| format!("  [{}] {}", e.stage, crate::out::shown(first_line(&e.message))))
+            .unwrap_or_default();
         crate::outln!(
             "{}  {:<16} {:<8} rto {:>8}  {}  {}{}",
             r.started_at,

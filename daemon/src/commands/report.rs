@@ -152,6 +152,8 @@ pub fn verify(file: &Path, public_key: &Path) -> Result<Exit, CliError> {
 }
 
 /// Every problem with the document under `key`, and what it covers when it verifies.
+/// The whole file must be what drcheck renders from the signed content, byte for byte
+/// (trailing whitespace aside): the visible body, one trailer, nothing after it.
 pub fn check(text: &str, key: &ed25519_dalek::VerifyingKey) -> (Vec<String>, String) {
     let (embedded, format, body) = if text.trim_start().starts_with('{') {
         match serde_json::from_str::<Embedded>(text) {
@@ -170,10 +172,22 @@ pub fn check(text: &str, key: &ed25519_dalek::VerifyingKey) -> (Vec<String>, Str
         }
     };
     let mut problems = sign::verify(&embedded, key);
-    if let Some(body) = body {
-        let expected = render::body(format, &embedded.evidence);
-        if expected != body {
-            problems.push(first_difference(&expected, body, &embedded.evidence));
+    match body {
+        Some(body) => {
+            let expected = render::body(format, &embedded.evidence);
+            if expected != body {
+                problems.push(first_difference(&expected, body, &embedded.evidence));
+            } else if let Some(p) = trailer_problem(&text[body.len()..], &embedded) {
+                problems.push(p);
+            }
+        }
+        None => {
+            // The document must be byte for byte what drcheck writes for this content:
+            // a field serde would skip when reading is a field nobody signed.
+            let expected = render::document(Format::Json, &embedded);
+            if expected.trim_end() != text.trim_end() {
+                problems.push(json_difference(&expected, text));
+            }
         }
     }
     let runs: usize = embedded.evidence.targets.iter().map(|t| t.runs.len()).sum();
@@ -185,6 +199,60 @@ pub fn check(text: &str, key: &ed25519_dalek::VerifyingKey) -> (Vec<String>, Str
         embedded.evidence.to
     );
     (problems, what)
+}
+
+/// Anything about the trailer (and what follows it) that is not exactly what drcheck
+/// writes: bytes appended after it are not covered by the signature, whatever they say.
+fn trailer_problem(rest: &str, embedded: &Embedded) -> Option<String> {
+    let expected = sign::trailer(embedded);
+    if rest.trim_end() == expected.trim_end() {
+        return None;
+    }
+    let after = rest.strip_prefix(expected.trim_end()).map(str::trim);
+    Some(match after {
+        Some(extra) if extra.contains(sign::TRAILER_START) => {
+            "a second evidence trailer follows the signed one: only one report is signed".to_string()
+        }
+        Some(extra) => format!(
+            "{} bytes follow the signed evidence trailer: they are not part of the signed report ({:?}…)",
+            extra.len(),
+            extra.chars().take(60).collect::<String>()
+        ),
+        None => "the evidence trailer is not the one drcheck writes for its content".to_string(),
+    })
+}
+
+/// Where a JSON report departs from what drcheck writes for its signed content.
+fn json_difference(expected: &str, got: &str) -> String {
+    let (Ok(exp), Ok(have)) =
+        (serde_json::from_str::<serde_json::Value>(expected), serde_json::from_str::<serde_json::Value>(got))
+    else {
+        return "the JSON report is not the one drcheck writes for its content".into();
+    };
+    match value_difference("", &exp, &have) {
+        Some(d) => d,
+        None => "the JSON report's formatting is not the one drcheck writes (it was re-encoded)".into(),
+    }
+}
+
+fn value_difference(at: &str, exp: &serde_json::Value, have: &serde_json::Value) -> Option<String> {
+    use serde_json::Value;
+    match (exp, have) {
+        (Value::Object(e), Value::Object(h)) => {
+            if let Some(k) = h.keys().find(|k| !e.contains_key(*k)) {
+                return Some(format!("field {at}/{k} is not part of the signed report"));
+            }
+            e.iter().find_map(|(k, v)| match h.get(k) {
+                None => Some(format!("field {at}/{k} is missing")),
+                Some(hv) => value_difference(&format!("{at}/{k}"), v, hv),
+            })
+        }
+        (Value::Array(e), Value::Array(h)) if e.len() == h.len() => {
+            e.iter().zip(h).enumerate().find_map(|(i, (a, b))| value_difference(&format!("{at}/{i}"), a, b))
+        }
+        (a, b) if a == b => None,
+        _ => Some(format!("{} differs from the signed content", if at.is_empty() { "/" } else { at })),
+    }
 }
 
 /// Where the visible text departs from what the signed content draws, naming the run

@@ -8,6 +8,7 @@
 
 mod http;
 pub mod schedule;
+mod serve;
 mod status;
 
 use crate::alerts::dispatch::Dispatcher;
@@ -137,11 +138,13 @@ pub async fn run(
     shared.metrics.init(&config);
     shared.metrics.seed_from_history(&config, &shared.history).await;
     let listener = tokio::net::TcpListener::bind(listen).await.with_context(|| format!("cannot listen on {listen}"))?;
-    tracing::info!(%listen, "daemon listening");
+    let nofile = serve::raise_nofile_limit();
+    let max_connections = serve::max_connections(nofile);
+    tracing::info!(%listen, max_connections, "daemon listening");
     let http_stop = CancellationToken::new();
     let server = {
         let (app, stop) = (http::router(shared.clone()), http_stop.clone());
-        tokio::spawn(async move { axum::serve(listener, app).with_graceful_shutdown(stop.cancelled_owned()).await })
+        tokio::spawn(serve::serve(listener, app, stop, max_connections))
     };
     let background = CancellationToken::new();
     let dispatcher = tokio::spawn(dispatch_loop(shared.clone(), background.clone()));
