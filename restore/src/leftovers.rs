@@ -270,7 +270,7 @@ fn only_sockets(dir: &Path) -> bool {
 
 /// SIGKILLs every process (other than pid ≤ 1 and this one) whose working directory is
 /// `root` or beneath it: the leftover sandbox's server, its backends, its tools.
-fn stop_processes_in(root: &Path) {
+pub(crate) fn stop_processes_in(root: &Path) {
     let Ok(procs) = std::fs::read_dir("/proc") else { return };
     let me = std::process::id() as i32;
     for p in procs.filter_map(Result::ok) {

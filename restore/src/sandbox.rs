@@ -476,7 +476,16 @@ impl Teardown {
             stop_server(&mut child);
         }
         if !root.as_os_str().is_empty() {
-            let _ = std::fs::remove_dir_all(&root);
+            // Whatever else still works inside (an initdb cancelled half-way leaves its
+            // bootstrap backend behind) would write into the directory being removed.
+            for attempt in 0..5 {
+                leftovers::stop_processes_in(&root);
+                match std::fs::remove_dir_all(&root) {
+                    Ok(()) => break,
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => break,
+                    Err(_) => std::thread::sleep(Duration::from_millis(20 * (attempt + 1))),
+                }
+            }
         }
         if !socket_dir.as_os_str().is_empty() {
             let _ = std::fs::remove_dir_all(&socket_dir);

@@ -5,6 +5,7 @@
 //! and is stopped by a drop guard, so tests run in parallel and leave nothing behind
 //! even when they fail.
 
+pub mod attack;
 pub mod drills;
 pub mod faults;
 pub mod hostile;
@@ -109,6 +110,22 @@ pub struct PgPrimary {
     pub sock: PathBuf,
     pub data: PathBuf,
     child: Option<Child>,
+    /// The test's own statements go over TCP (the socket takes peer logins only).
+    via_tcp: bool,
+}
+
+/// How a test cluster is made (see [`PgPrimary::start_opts`]).
+pub struct ClusterOptions<'a> {
+    /// Its directory under the test's root, and its log's name.
+    pub name: &'a str,
+    /// `pg_hba` method on the unix socket (`trust`, `peer`).
+    pub local_auth: &'a str,
+    /// `pg_hba` method on TCP (`scram-sha-256`, `trust`).
+    pub host_auth: &'a str,
+    /// The socket in a directory anyone may enter (like `/var/run/postgresql`), not in
+    /// the cluster's private directory.
+    pub open_socket: bool,
+    pub settings: &'a [(&'a str, &'a str)],
 }
 
 impl PgPrimary {
@@ -118,27 +135,59 @@ impl PgPrimary {
 
     /// Starts a primary with extra `-c name=value` settings.
     pub fn start_with(root: &TempRoot, settings: &[(&str, &str)]) -> Self {
-        let base = root.pg_dir("primary");
+        Self::start_opts(
+            root,
+            &ClusterOptions {
+                name: "primary",
+                local_auth: "trust",
+                host_auth: "scram-sha-256",
+                open_socket: false,
+                settings,
+            },
+        )
+    }
+
+    /// A cluster on the host that a restored backup must never reach, as a Debian host
+    /// has them: run by `postgres`, its socket in a directory anyone may enter, taking
+    /// `local_auth` logins there (`peer`: the OS user `postgres` is the database
+    /// superuser; `trust`: anyone). The test reaches it over TCP.
+    pub fn start_victim(root: &TempRoot, name: &str, local_auth: &str) -> Self {
+        Self::start_opts(
+            root,
+            &ClusterOptions { name, local_auth, host_auth: "trust", open_socket: true, settings: &[] },
+        )
+    }
+
+    pub fn start_opts(root: &TempRoot, o: &ClusterOptions<'_>) -> Self {
+        let base = root.pg_dir(o.name);
         let data = base.join("data");
-        let sock = base.clone();
+        let sock = if o.open_socket {
+            let sock = root.path().join(format!("{}-sock", o.name));
+            std::fs::create_dir_all(&sock).unwrap();
+            if let Some((uid, gid)) = pg_owner() {
+                chown(&sock, Some(uid.into()), Some(gid.into())).unwrap();
+            }
+            std::fs::set_permissions(&sock, std::fs::Permissions::from_mode(0o755)).unwrap();
+            sock
+        } else {
+            base.clone()
+        };
         let out = as_pg(Command::new(format!("{PG_BIN}/initdb")).current_dir(&base))
             .arg("-D")
             .arg(&data)
             .args([
                 "-U",
                 "postgres",
-                "--auth-local=trust",
-                "--auth-host=scram-sha-256",
-                "-E",
-                "UTF8",
-                "--locale=C.UTF-8",
-                "--no-sync",
+                &format!("--auth-local={}", o.local_auth),
+                &format!("--auth-host={}", o.host_auth),
             ])
+            .args(["-E", "UTF8", "--locale=C.UTF-8", "--no-sync"])
             .output()
             .unwrap();
         assert!(out.status.success(), "initdb: {}", String::from_utf8_lossy(&out.stderr));
         let port = free_port();
-        let log = std::fs::File::create(root.path().join("primary.log")).unwrap();
+        let settings = o.settings;
+        let log = std::fs::File::create(root.path().join(format!("{}.log", o.name))).unwrap();
         let child = as_pg(Command::new(format!("{PG_BIN}/postgres")).current_dir(&base))
             .arg("-D")
             .arg(&data)
@@ -151,7 +200,7 @@ impl PgPrimary {
             .process_group(0)
             .spawn()
             .unwrap();
-        let me = PgPrimary { port, sock, data, child: Some(child) };
+        let me = PgPrimary { port, sock, data, child: Some(child), via_tcp: o.local_auth != "trust" };
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             let ok = Command::new("psql")
@@ -166,8 +215,9 @@ impl PgPrimary {
             }
             assert!(
                 Instant::now() < deadline,
-                "primary did not start; see {}",
-                root.path().join("primary.log").display()
+                "{} did not start; see {}",
+                o.name,
+                root.path().join(format!("{}.log", o.name)).display()
             );
             std::thread::sleep(Duration::from_millis(50));
         }
@@ -183,7 +233,7 @@ impl PgPrimary {
             "-v".into(),
             "ON_ERROR_STOP=1".into(),
             "-h".into(),
-            self.sock.display().to_string(),
+            if self.via_tcp { "127.0.0.1".into() } else { self.sock.display().to_string() },
             "-p".into(),
             self.port.to_string(),
             "-U".into(),
@@ -212,6 +262,23 @@ impl PgPrimary {
             .output()
             .unwrap();
         assert!(out.status.success(), "pg_dump: {}", String::from_utf8_lossy(&out.stderr));
+    }
+
+    /// `pg_dump -Fp` of `db`: the plain SQL script, as text.
+    pub fn dump_plain(&self, db: &str) -> String {
+        let out = Command::new("pg_dump")
+            .args(["-Fp", "-h"])
+            .arg(&self.sock)
+            .args(["-p", &self.port.to_string(), "-U", "postgres", db])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "pg_dump: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    /// Runs a psql script file on `db` (stopping at the first error); its output.
+    pub fn run_script(&self, db: &str, script: &Path) -> Output {
+        Command::new("psql").args(self.psql_args(db)).arg("-f").arg(script).output().unwrap()
     }
 
     /// Runs a client tool (`pg_dump`, `pg_dumpall`, `pg_basebackup`) against the

@@ -2,6 +2,19 @@
 //! from scratch, against the built binary. Each test fails when its defence is removed
 //! (the attack lands outside, or passes), and checks the run really got to the sandbox
 //! (a crash is not a contained attack). See SECURITY.md for the threat model.
+//!
+//! The corpus continues in `adversarial/`: forged verdicts (`forged.rs`), the sandbox's
+//! identity (`identity.rs`), stores and drcheck's own files (`stores.rs`), the daemon
+//! and signed reports (`surface.rs`).
+
+#[path = "adversarial/forged.rs"]
+mod forged;
+#[path = "adversarial/identity.rs"]
+mod identity;
+#[path = "adversarial/stores.rs"]
+mod stores;
+#[path = "adversarial/surface.rs"]
+mod surface;
 
 use drcheck_e2e::hostile::{Lab, TarBuilder, as_other_run, assert_contained, assert_ran, drcheck_user, sh, write_file};
 use drcheck_e2e::{PG_BIN, PgPrimary, TempRoot, unique};

@@ -98,6 +98,8 @@ fn walk(dir: &Path, rel: &str, depth: usize, out: &mut Walk) {
             } else {
                 walk(&entry.path(), &format!("{key}/"), depth + 1, out);
             }
+        } else if kind.is_symlink() {
+            out.skipped.push(format!("{key}: a symbolic link (the store gives files, not links), not listed"));
         } else if kind.is_file() {
             match entry.metadata().and_then(|m| Ok((m.len(), m.modified()?))) {
                 Ok((size, last_modified)) => out.objects.push(BackupObject { key, size, last_modified }),
