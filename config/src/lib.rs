@@ -11,18 +11,19 @@ mod duration;
 mod error;
 mod interpolate;
 mod raw;
+pub mod schedule;
 mod secret;
 mod validated;
 
 pub use duration::{format_duration, parse_duration};
 pub use error::ConfigError;
 pub use interpolate::{interpolate, interpolate_with};
+pub use schedule::Schedule;
 pub use secret::{Secret, redact_url, redact_userinfo};
 pub use validated::{
     ALL_VALIDATORS, AlertConfig, AlertKind, ApiConfig, Config, CustomCheck, DEFAULT_STATE_URL, DaemonConfig,
     EvidenceConfig, FormatSetting, KubernetesConfig, MetricsConfig, Profile, RecoveryTarget, S3Storage, SandboxConfig,
     Selection, SourceConfig, StateConfig, StorageConfig, TargetConfig, Toleration, ValidatorsConfig, is_quantity,
-    normalize_schedule, spread_schedule,
 };
 
 use std::path::Path;

@@ -13,6 +13,7 @@ use target::validate_target;
 use crate::duration::format_duration;
 use crate::error::ConfigError;
 use crate::raw::RawConfig;
+use crate::schedule::Schedule;
 use crate::secret::Secret;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -281,7 +282,7 @@ pub struct TargetConfig {
     pub validators: ValidatorsConfig,
     /// Daemon mode: when to verify (cron, 5 or 6 fields), normalised to 6 fields.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub schedule: Option<String>,
+    pub schedule: Option<Schedule>,
     /// A random delay up to this long is added to each scheduled start.
     #[serde(serialize_with = "ser_duration")]
     pub jitter: Duration,
@@ -292,7 +293,7 @@ pub struct TargetConfig {
     pub select: Selection,
     /// Daemon mode: when to check the backup tool's repository without a restore.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub integrity_schedule: Option<String>,
+    pub integrity_schedule: Option<Schedule>,
     pub kubernetes: KubernetesConfig,
 }
 
@@ -347,86 +348,6 @@ fn ser_opt_duration<S: serde::Serializer>(d: &Option<Duration>, ser: S) -> Resul
         Some(d) => ser.serialize_str(&format_duration(*d)),
         None => ser.serialize_none(),
     }
-}
-
-/// A target's schedule with `H` spread by its name (as Jenkins does): `H` in the minute
-/// or hour field is one fixed value picked from the target's name — `"H 3 * * *"` is
-/// some minute of 03:00, the same for that target on every machine and every run, and
-/// different targets land on different minutes, so a fleet does not stampede the
-/// bucket and the primaries at 03:00:00. `H(0-29)` picks within a range, `H/15` picks
-/// the offset of an every-15 step. Then as [`normalize_schedule`].
-pub fn spread_schedule(target: &str, s: &str) -> Result<String, String> {
-    let t = s.trim();
-    if !t.contains('H') || t.starts_with('@') {
-        return normalize_schedule(t);
-    }
-    let fields: Vec<&str> = t.split_whitespace().collect();
-    // Which fields are minute and hour: 5 fields (m h dom mon dow) or 6 (s m h …).
-    let (minute, hour) = match fields.len() {
-        5 => (0, 1),
-        6 | 7 => (1, 2),
-        _ => return normalize_schedule(t),
-    };
-    let mut out = Vec::with_capacity(fields.len());
-    for (i, f) in fields.iter().enumerate() {
-        if !f.contains('H') {
-            out.push(f.to_string());
-            continue;
-        }
-        let (span, salt) = match i {
-            _ if i == minute => (60, "minute"),
-            _ if i == hour => (24, "hour"),
-            _ => return Err(format!("{s:?}: H is supported in the minute and hour fields only")),
-        };
-        let h = name_hash(target, salt);
-        let value = if *f == "H" {
-            (h % span).to_string()
-        } else if let Some(step) = f.strip_prefix("H/") {
-            let n: u64 = step
-                .parse()
-                .ok()
-                .filter(|n| (1..=span).contains(n))
-                .ok_or_else(|| format!("{s:?}: bad step in {f:?}"))?;
-            format!("{}/{n}", h % n)
-        } else if let Some(range) = f.strip_prefix("H(").and_then(|r| r.strip_suffix(')')) {
-            let (lo, hi) = range.split_once('-').ok_or_else(|| format!("{s:?}: expected H(lo-hi), got {f:?}"))?;
-            let (lo, hi): (u64, u64) = match (lo.parse(), hi.parse()) {
-                (Ok(lo), Ok(hi)) if lo <= hi && hi < span => (lo, hi),
-                _ => return Err(format!("{s:?}: expected H(lo-hi) within 0-{}, got {f:?}", span - 1)),
-            };
-            (lo + h % (hi - lo + 1)).to_string()
-        } else {
-            return Err(format!("{s:?}: expected H, H/n or H(lo-hi), got {f:?}"));
-        };
-        out.push(value);
-    }
-    normalize_schedule(&out.join(" "))
-}
-
-/// FNV-1a of the target's name and a salt: stable across versions and machines (std's
-/// hasher is not).
-fn name_hash(target: &str, salt: &str) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in target.bytes().chain([0]).chain(salt.bytes()) {
-        h ^= b as u64;
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    h
-}
-
-/// A crontab line in 5 fields (minute hour day month weekday) or 6 (with seconds),
-/// or a `@daily`-style shorthand, as the `cron` crate wants it (6 or 7 fields).
-pub fn normalize_schedule(s: &str) -> Result<String, String> {
-    let t = s.trim();
-    let fields = t.split_whitespace().count();
-    let six = match fields {
-        _ if t.starts_with('@') => t.to_string(),
-        5 => format!("0 {t}"),
-        6 | 7 => t.to_string(),
-        _ => return Err(format!("expected a crontab line of 5 fields (\"0 3 * * *\") or 6 with seconds, got {s:?}")),
-    };
-    six.parse::<cron::Schedule>().map_err(|e| format!("not a valid schedule {s:?}: {e}"))?;
-    Ok(six)
 }
 
 /// Every validator drcheck has, in the order they run.

@@ -541,6 +541,15 @@ pub fn sample(exposition: &str, metric: &str, label: &str) -> Option<f64> {
         .and_then(|v| v.parse().ok())
 }
 
+/// Runs the command under `prlimit --nofile=SOFT:HARD` (util-linux): its open-files
+/// limit set before it starts.
+fn under_prlimit(cmd: &mut Command, soft: u64, hard: u64) {
+    let program = cmd.get_program().to_owned();
+    let mut wrapped = Command::new("prlimit");
+    wrapped.arg(format!("--nofile={soft}:{hard}")).arg("--").arg(program);
+    *cmd = wrapped;
+}
+
 /// A running `drcheck daemon`, stopped (SIGKILL) on drop if the test did not stop it.
 pub struct Daemon {
     pub port: u16,
@@ -551,7 +560,17 @@ pub struct Daemon {
 impl Daemon {
     /// Starts the daemon with `config` (whose `[metrics] listen` is 127.0.0.1:`port`).
     pub fn start(config: &Path, port: u16, env: &[(&str, String)]) -> Self {
-        let mut child = Command::new(drcheck_bin())
+        Self::start_limited(config, port, env, None)
+    }
+
+    /// [`Daemon::start`] with the open-files limit set to `(soft, hard)` first, as a
+    /// service manager would (systemd's default soft limit is 1024).
+    pub fn start_limited(config: &Path, port: u16, env: &[(&str, String)], nofile: Option<(u64, u64)>) -> Self {
+        let mut cmd = Command::new(drcheck_bin());
+        if let Some((soft, hard)) = nofile {
+            under_prlimit(&mut cmd, soft, hard);
+        }
+        let mut child = cmd
             .args(["--config", &config.display().to_string(), "-v", "daemon"])
             .envs(AWS_ENV)
             .envs(env.iter().map(|(k, v)| (*k, v.as_str())))

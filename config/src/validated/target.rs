@@ -81,7 +81,7 @@ pub(super) fn validate_target(
     let validators = validate_validators(cx, i, t)?;
     let schedule = match &t.schedule {
         None => None,
-        Some(s) => Some(spread_schedule(&name, s.get_ref()).map_err(|m| cx.err(&key("schedule"), Some(s.span()), m))?),
+        Some(s) => Some(Schedule::parse(&name, s.get_ref()).map_err(|m| cx.err(&key("schedule"), Some(s.span()), m))?),
     };
     let jitter = match &t.jitter {
         None => Duration::ZERO,
@@ -116,7 +116,7 @@ pub(super) fn validate_target(
             ));
         }
         Some(s) => Some(
-            spread_schedule(&name, s.get_ref()).map_err(|m| cx.err(&key("integrity_schedule"), Some(s.span()), m))?,
+            Schedule::parse(&name, s.get_ref()).map_err(|m| cx.err(&key("integrity_schedule"), Some(s.span()), m))?,
         ),
     };
     let kubernetes = validate_kubernetes(cx, i, t)?;

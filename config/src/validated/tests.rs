@@ -243,7 +243,7 @@ max_attempts = 3
 "#;
     let c = parse(&format!("{GOOD}{extra}")).unwrap();
     let t = &c.targets[0];
-    assert_eq!(t.schedule.as_deref(), Some("0 30 2 * * *"));
+    assert_eq!(t.schedule.as_ref().map(|s| s.to_kubernetes().unwrap()).as_deref(), Some("30 2 * * *"));
     assert_eq!(t.jitter, Duration::from_secs(300));
     assert_eq!(t.stale_after, Some(Duration::from_secs(36 * 3600)));
     assert_eq!(c.metrics.listen, "127.0.0.1:9999");
@@ -265,11 +265,15 @@ max_attempts = 3
 }
 
 #[test]
-fn schedules_normalise() {
-    assert_eq!(normalize_schedule("0 3 * * *").unwrap(), "0 0 3 * * *");
-    assert_eq!(normalize_schedule("15 0 3 * * *").unwrap(), "15 0 3 * * *");
-    assert_eq!(normalize_schedule("@daily").unwrap(), "@daily");
-    assert!(normalize_schedule("61 3 * * *").is_err());
+fn schedules_parse_as_crontab() {
+    use crate::Schedule;
+    assert_eq!(Schedule::parse("t", "0 3 * * *").unwrap().to_kubernetes().unwrap(), "0 3 * * *");
+    assert!(Schedule::parse("t", "15 0 3 * * *").unwrap().to_kubernetes().is_err(), "seconds");
+    assert_eq!(Schedule::parse("t", "@daily").unwrap().to_kubernetes().unwrap(), "0 0 * * *");
+    assert!(Schedule::parse("t", "61 3 * * *").is_err());
+    let (key, _, msg) = invalid(&GOOD.replace("rto = ", "schedule = \"0 3 * * 8\"\nrto = "));
+    assert_eq!(key, "target[0].schedule", "{msg}");
+    assert!(msg.contains("day-of-week") && msg.contains("outside 0-7"), "{msg}");
 }
 
 #[test]
@@ -353,7 +357,10 @@ fn backup_tool_sources_validate_with_their_own_keys() {
     }
     assert_eq!(t.recovery_target, RecoveryTarget::Lsn("0/3000028".into()));
     assert_eq!(t.select, Selection::Random(Duration::from_secs(3 * 86400)));
-    assert_eq!(t.integrity_schedule.as_deref(), Some("0 */15 * * * *"));
+    assert_eq!(
+        t.integrity_schedule.as_ref().map(|s| s.to_kubernetes().unwrap()).as_deref(),
+        Some("0,15,30,45 * * * *")
+    );
     let StorageConfig::S3(s3) = &c.storage["repo"] else { panic!() };
     assert!(!s3.verify_tls);
     // The passphrase never shows in the redacted config.
@@ -418,30 +425,39 @@ fn h_spreads_a_fleet_over_the_hour_stably_by_name() {
     let names: Vec<String> = (0..300).map(|i| format!("db-{i:03}")).collect();
     let mut minutes = std::collections::BTreeSet::new();
     for n in &names {
-        let s = spread_schedule(n, "H 3 * * *").unwrap();
-        assert_eq!(s, spread_schedule(n, "H 3 * * *").unwrap(), "stable");
+        let s = crate::schedule::spread(n, "H 3 * * *").unwrap();
+        assert_eq!(s, crate::schedule::spread(n, "H 3 * * *").unwrap(), "stable");
         let f: Vec<&str> = s.split_whitespace().collect();
-        assert_eq!((f[0], f[2], &f[3..]), ("0", "3", &["*", "*", "*"][..]), "{s}");
-        let minute: u32 = f[1].parse().unwrap();
+        assert_eq!((f[1], &f[2..]), ("3", &["*", "*", "*"][..]), "{s}");
+        let minute: u32 = f[0].parse().unwrap();
         assert!(minute < 60, "{s}");
         minutes.insert(minute);
     }
     // 300 targets over 60 minutes: nearly every minute is used, none by all.
     assert!(minutes.len() >= 55, "{} distinct minutes", minutes.len());
     // Pinned: the same name gives the same minute in every version of drcheck.
-    assert_eq!(spread_schedule("orders", "H 3 * * *").unwrap(), spread_schedule("orders", "H 3 * * *").unwrap());
-    let pinned = spread_schedule("orders", "H H * * *").unwrap();
-    let f: Vec<u32> = pinned.split_whitespace().take(3).map(|x| x.parse().unwrap()).collect();
-    assert!(f[1] < 60 && f[2] < 24, "{pinned}");
-    let ranged = spread_schedule("orders", "H(10-19) 2 * * *").unwrap();
-    let m: u32 = ranged.split_whitespace().nth(1).unwrap().parse().unwrap();
+    assert_eq!(
+        crate::schedule::spread("orders", "H 3 * * *").unwrap(),
+        crate::schedule::spread("orders", "H 3 * * *").unwrap()
+    );
+    let pinned = crate::schedule::spread("orders", "H H * * *").unwrap();
+    let f: Vec<u32> = pinned.split_whitespace().take(2).map(|x| x.parse().unwrap()).collect();
+    assert!(f[0] < 60 && f[1] < 24, "{pinned}");
+    let ranged = crate::schedule::spread("orders", "H(10-19) 2 * * *").unwrap();
+    let m: u32 = ranged.split_whitespace().next().unwrap().parse().unwrap();
     assert!((10..=19).contains(&m), "{ranged}");
-    let step = spread_schedule("orders", "H/15 * * * *").unwrap();
-    assert!(step.split_whitespace().nth(1).unwrap().ends_with("/15"), "{step}");
-    assert!(spread_schedule("orders", "0 3 H * *").unwrap_err().contains("minute and hour"));
-    assert!(spread_schedule("orders", "H(50-70) 3 * * *").is_err());
-    assert_eq!(spread_schedule("orders", "5 3 * * *").unwrap(), "0 5 3 * * *");
+    let step = crate::schedule::spread("orders", "H/15 * * * *").unwrap();
+    assert!(step.split_whitespace().next().unwrap().ends_with("/15"), "{step}");
+    assert!(crate::schedule::spread("orders", "0 3 H * *").unwrap_err().contains("minute and hour"));
+    assert!(crate::schedule::spread("orders", "H(50-70) 3 * * *").is_err());
+    assert_eq!(crate::schedule::spread("orders", "5 3 * * *").unwrap(), "5 3 * * *");
+    // The same minute as every earlier version picked for this name.
+    assert_eq!(crate::schedule::spread("orders", "H 3 * * *").unwrap(), format!("{} 3 * * *", HISTORIC_ORDERS_MINUTE));
     // In a config: the key and line of a bad one are named.
     let (key, _, msg) = invalid(&GOOD.replace("rto = ", "schedule = \"H 3 H * *\"\nrto = "));
     assert_eq!(key, "target[0].schedule", "{msg}");
 }
+
+/// The minute `H` picked for the target `orders` by every version so far (FNV-1a of the
+/// name and "minute", mod 60): fleets keep their minutes across upgrades.
+const HISTORIC_ORDERS_MINUTE: u64 = 20;

@@ -35,22 +35,13 @@ pub fn k8s_name(target: &str) -> String {
     format!("drcheck-{}", s.trim_matches('-'))
 }
 
-/// A 6-field schedule (seconds first) as Kubernetes' 5-field one.
-fn five_fields(schedule: &str) -> Result<String, String> {
-    if schedule.starts_with('@') {
-        return Ok(schedule.to_string());
-    }
-    let fields: Vec<&str> = schedule.split_whitespace().collect();
-    match fields.as_slice() {
-        ["0", rest @ ..] if rest.len() == 5 => Ok(rest.join(" ")),
-        _ => Err(format!("schedule {schedule:?} has seconds or a year, which a CronJob cannot express")),
-    }
-}
-
 /// The CronJob of `t`, with `scratch` (a quantity) for its scratch volume.
 pub fn cronjob(t: &TargetConfig, o: &Options, scratch: &str) -> Result<serde_json::Value, String> {
-    let schedule =
-        five_fields(t.schedule.as_deref().unwrap_or("0 0 3 * * *")).map_err(|e| format!("target {}: {e}", t.name))?;
+    // The daemon's schedule type says the same instants in Kubernetes' terms (UTC).
+    let schedule = match &t.schedule {
+        Some(s) => s.to_kubernetes().map_err(|e| format!("target {}: {e}", t.name))?,
+        None => "0 3 * * *".to_string(),
+    };
     let k = &t.kubernetes;
     let mut requests = serde_json::Map::new();
     requests.insert("cpu".into(), json!(k.cpu_request.as_deref().unwrap_or("500m")));
@@ -227,9 +218,6 @@ mod tests {
     #[test]
     fn names_and_schedules_fit_kubernetes() {
         assert_eq!(k8s_name("Orders_EU.1"), "drcheck-orders-eu-1");
-        assert_eq!(five_fields("0 30 2 * * *").unwrap(), "30 2 * * *");
-        assert_eq!(five_fields("@daily").unwrap(), "@daily");
-        assert!(five_fields("15 30 2 * * *").is_err());
     }
 
     #[test]

@@ -90,12 +90,7 @@ fn entries(config: &Config) -> Vec<Entry> {
         .targets
         .iter()
         .filter_map(|t| Some((format!("{INTEGRITY}{}", t.name), t.integrity_schedule.as_ref()?, t.jitter)));
-    restores
-        .chain(checks)
-        .filter_map(|(name, s, jitter)| {
-            Entry::new(&name, s, jitter).map_err(|e| tracing::error!(target = %name, "bad schedule: {e}")).ok()
-        })
-        .collect()
+    restores.chain(checks).map(|(name, s, jitter)| Entry::new(&name, s, jitter)).collect()
 }
 
 /// A scheduled repository check: the `repository` validator, no restore, no lease (it

@@ -4,9 +4,9 @@
 //! because runs are spawned and the loop only ever waits for the next firing.
 
 use chrono::{DateTime, Utc};
+use drcheck_config::Schedule;
 use futures::future::BoxFuture;
 use std::collections::{BTreeMap, HashSet};
-use std::str::FromStr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
@@ -16,19 +16,18 @@ use tokio_util::task::TaskTracker;
 #[derive(Debug, Clone)]
 pub struct Entry {
     pub target: String,
-    pub schedule: cron::Schedule,
+    pub schedule: Schedule,
     pub jitter: Duration,
 }
 
 impl Entry {
-    pub fn new(target: &str, six_field: &str, jitter: Duration) -> Result<Self, String> {
-        let schedule = cron::Schedule::from_str(six_field).map_err(|e| format!("{six_field}: {e}"))?;
-        Ok(Self { target: target.into(), schedule, jitter })
+    pub fn new(target: &str, schedule: &Schedule, jitter: Duration) -> Self {
+        Self { target: target.into(), schedule: schedule.clone(), jitter }
     }
 
     /// The next firing strictly after `after`, with jitter added.
     pub fn next_after(&self, after: DateTime<Utc>) -> Option<DateTime<Utc>> {
-        let base = self.schedule.after(&after).next()?;
+        let base = self.schedule.next_after(after)?;
         let jitter = if self.jitter.is_zero() { Duration::ZERO } else { self.jitter.mul_f64(rand::random::<f64>()) };
         Some(base + chrono::Duration::from_std(jitter).unwrap_or_default())
     }
@@ -129,8 +128,8 @@ mod tests {
             start: tokio::time::Instant::now(),
         });
         let entries = vec![
-            Entry::new("fast", "*/10 * * * * *", Duration::ZERO).unwrap(),
-            Entry::new("slow", "*/10 * * * * *", Duration::ZERO).unwrap(),
+            Entry::new("fast", &Schedule::parse("fast", "*/10 * * * * *").unwrap(), Duration::ZERO),
+            Entry::new("slow", &Schedule::parse("slow", "*/10 * * * * *").unwrap(), Duration::ZERO),
         ];
         let fast_runs = Arc::new(AtomicUsize::new(0));
         let slow_runs = Arc::new(AtomicUsize::new(0));
@@ -189,7 +188,7 @@ mod tests {
 
     #[test]
     fn jitter_stays_within_bounds() {
-        let e = Entry::new("t", "0 0 3 * * *", Duration::from_secs(600)).unwrap();
+        let e = Entry::new("t", &Schedule::parse("t", "0 0 3 * * *").unwrap(), Duration::from_secs(600));
         let after = DateTime::parse_from_rfc3339("2026-11-30T00:00:00Z").unwrap().with_timezone(&Utc);
         let base = DateTime::parse_from_rfc3339("2026-11-30T03:00:00Z").unwrap().with_timezone(&Utc);
         for _ in 0..100 {

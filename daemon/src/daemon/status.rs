@@ -93,10 +93,7 @@ fn age(at: &str) -> String {
 fn next_run(s: &Shared, target: &str) -> String {
     let config = s.config();
     let Some(schedule) = config.target(target).and_then(|t| t.schedule.clone()) else { return "on demand".into() };
-    match super::schedule::Entry::new(target, &schedule, std::time::Duration::ZERO)
-        .ok()
-        .and_then(|e| e.next_after(Utc::now()))
-    {
+    match schedule.next_after(Utc::now()) {
         Some(t) => format!("<time>{}</time>", esc(&t.format("%Y-%m-%d %H:%M UTC").to_string())),
         None => "—".into(),
     }

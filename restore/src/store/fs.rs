@@ -203,7 +203,7 @@ mod tests {
         assert!(store.stat("../secret").await.unwrap_err().to_string().contains("leaves"));
         assert_eq!(&store.read_range("t/a.dump", 1, 4).await.unwrap()[..], b"GDMP");
         // Another prefix's trouble is not this target's.
-        std::fs::set_permissions(root.join("other/unreadable"), std::os::unix::fs::PermissionsExt::from_mode(0))
+        std::fs::set_permissions(root.join("other/unreadable"), std::os::unix::fs::PermissionsExt::from_mode(0o000))
             .unwrap();
         assert_eq!(store.list("t/").await.unwrap().len(), 1);
         assert!(

@@ -47,7 +47,7 @@ fn links_in_a_filesystem_store_are_never_followed() {
     let mut shown = String::new();
     for (extra, backup, named) in cases {
         let config = lab.config("", extra);
-        let (code, run, all) = lab.verify(&config, backup);
+        let (code, _run, all) = lab.verify(&config, backup);
         shown.push_str(&all);
         assert_ne!(code, Some(0), "{backup}: {all}");
         assert!(all.contains(&format!("{named}: a symbolic link")), "{backup}: {all}");

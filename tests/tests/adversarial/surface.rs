@@ -11,8 +11,9 @@ fn plain(body: &str) -> Vec<u8> {
     format!("--\n-- PostgreSQL database dump\n--\n\n-- Dumped from database version 15.18\n\n{body}").into_bytes()
 }
 
-/// 500 clients connect to the daemon and send nothing. `/healthz` still answers within
-/// a second, and the schedule keeps running and recording its runs.
+/// 500 clients connect to the daemon and send nothing, with the daemon started under
+/// a service manager's usual open-files limit (soft 256, hard 4096). `/healthz` still
+/// answers within a second, and the schedule keeps running and recording its runs.
 #[test]
 fn idle_connections_starve_neither_the_api_nor_the_scheduler() {
     let lab = Lab::new();
@@ -22,7 +23,7 @@ fn idle_connections_starve_neither_the_api_nor_the_scheduler() {
     let mut text = std::fs::read_to_string(&config).unwrap();
     text.push_str(&format!("[metrics]\nlisten = \"127.0.0.1:{port}\"\n"));
     std::fs::write(&config, text).unwrap();
-    let _daemon = Daemon::start(&config, port, &[]);
+    let _daemon = Daemon::start_limited(&config, port, &[], Some((256, 4096)));
     let idle: Vec<std::net::TcpStream> = (0..500)
         .map(|i| std::net::TcpStream::connect(("127.0.0.1", port)).unwrap_or_else(|e| panic!("#{i}: {e}")))
         .collect();
