@@ -131,6 +131,7 @@ pub struct RawTarget {
     pub server_name: Option<Spanned<String>>,
     pub select: Option<Spanned<String>>,
     pub integrity_schedule: Option<Spanned<String>>,
+    pub comparisons: Option<Spanned<String>>,
     pub kubernetes: Option<RawKubernetes>,
 }
 

@@ -294,7 +294,21 @@ pub struct TargetConfig {
     /// Daemon mode: when to check the backup tool's repository without a restore.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub integrity_schedule: Option<Schedule>,
+    /// Whether a run may pass without its comparisons with the primary.
+    pub comparisons: Comparisons,
     pub kubernetes: KubernetesConfig,
+}
+
+/// `comparisons`: what a run whose comparisons with the primary could not run is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum Comparisons {
+    /// The default: a run that could not compare (primary unreachable, wrong password)
+    /// is `error`, exit 3 — a verdict says what ran.
+    #[serde(rename = "required")]
+    Required,
+    /// The restore and self-checks decide; the run is marked degraded.
+    #[serde(rename = "best-effort")]
+    BestEffort,
 }
 
 /// `[target.kubernetes]`; what is not set is decided by `drcheck deploy kubernetes`

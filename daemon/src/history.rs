@@ -122,7 +122,7 @@ impl History {
         .bind(&r.finished_at)
         .bind(r.backup.as_ref().map(|b| b.key.clone()))
         .bind(r.backup.as_ref().map(|b| b.size_bytes as i64))
-        .bind(r.backup.as_ref().map(|b| b.created_at.clone()))
+        .bind(r.backup.as_ref().and_then(|b| b.created_at.clone()))
         .bind(r.backup.as_ref().and_then(|b| b.format.clone()))
         .bind(r.rto.target_seconds)
         .bind(r.rto.measured_seconds)
@@ -377,6 +377,22 @@ impl History {
         let rows: Vec<(String,)> = sqlx::query_as(
             "select report_json from runs where started_at >= $1 and started_at < $2 order by started_at, run_id",
         )
+        .bind(from)
+        .bind(to)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.into_iter()
+            .map(|(json,)| serde_json::from_str(&json).context("a history row holds an unreadable report"))
+            .collect()
+    }
+
+    /// The runs of `target` that started in `[from, to)`, oldest first.
+    pub async fn between_for(&self, target: &str, from: &str, to: &str) -> anyhow::Result<Vec<RunReport>> {
+        let rows: Vec<(String,)> = sqlx::query_as(
+            "select report_json from runs where target = $1 and started_at >= $2 and started_at < $3
+              order by started_at, run_id",
+        )
+        .bind(target)
         .bind(from)
         .bind(to)
         .fetch_all(&self.pool)

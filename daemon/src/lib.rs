@@ -16,6 +16,7 @@ pub mod daemon;
 pub mod evidence;
 pub mod exit;
 pub mod history;
+pub mod measure;
 pub mod metrics;
 pub mod out;
 pub mod pipeline;

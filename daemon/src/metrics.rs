@@ -244,7 +244,7 @@ impl Metrics {
         self.rto_target.with_label_values(&[t]).set(target.rto.as_secs_f64());
         self.rpo_target.with_label_values(&[t]).set(target.rpo.as_secs_f64());
         if let Some(b) = &r.backup {
-            if let Ok(ts) = humantime::parse_rfc3339(&b.created_at) {
+            if let Some(Ok(ts)) = b.created_at.as_deref().map(humantime::parse_rfc3339) {
                 self.backup_timestamp
                     .with_label_values(&[t])
                     .set(ts.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs_f64());

@@ -5,16 +5,18 @@
 //! failed or incomplete run is still a run to record. Cancellation (SIGTERM) and the
 //! RTO deadline drop the in-flight work, and the sandbox's drop guard tears it down.
 
+use crate::measure::Measurements;
 use crate::progress::Progress;
 use crate::report::RestoreInfo;
 use crate::report::{BackupInfo, Phase, Rpo, Rto, RunError, RunReport, RunResult, ValidatorReport, secs, timestamp};
-use drcheck_config::{Config, Selection, SourceConfig, StorageConfig, TargetConfig};
+use drcheck_config::{Comparisons, Config, Selection, SourceConfig, StorageConfig, TargetConfig};
 use drcheck_restore::barman::Catalog as BarmanCatalog;
 use drcheck_restore::fetch::FetchOptions;
 use drcheck_restore::job::Delegated;
 use drcheck_restore::job::{self, RestoreJob};
 use drcheck_restore::pgbackrest::Repo;
 use drcheck_restore::physical::WalReplay;
+use drcheck_restore::request::Consistency;
 use drcheck_restore::sandbox::reap_leftovers;
 use drcheck_restore::store::backups_newest_first;
 use drcheck_restore::{Backup, BackupStore, RestoreError, SandboxOptions, Stage, StoreError, open_store};
@@ -28,15 +30,24 @@ struct Stop {
     stage: String,
     message: String,
     result: RunResult,
+    /// The run was asked for something that does not exist: the caller's mistake,
+    /// not a run to record.
+    usage: bool,
+    /// The object changed while being read: another listing may see it whole.
+    changed: bool,
 }
 
 impl Stop {
+    fn usage(stage: &str, message: impl Into<String>) -> Self {
+        Stop { stage: stage.into(), message: message.into(), result: RunResult::Error, usage: true, changed: false }
+    }
+
     fn incomplete(stage: &str, message: impl Into<String>) -> Self {
-        Stop { stage: stage.into(), message: message.into(), result: RunResult::Error }
+        Stop { stage: stage.into(), message: message.into(), result: RunResult::Error, usage: false, changed: false }
     }
 
     fn failed(stage: &str, message: impl Into<String>) -> Self {
-        Stop { stage: stage.into(), message: message.into(), result: RunResult::Failed }
+        Stop { stage: stage.into(), message: message.into(), result: RunResult::Failed, usage: false, changed: false }
     }
 
     fn aborted(stage: &str) -> Self {
@@ -44,6 +55,8 @@ impl Stop {
             stage: stage.into(),
             message: "interrupted by a signal; sandbox torn down".into(),
             result: RunResult::Aborted,
+            usage: false,
+            changed: false,
         }
     }
 }
@@ -51,7 +64,8 @@ impl Stop {
 impl From<RestoreError> for Stop {
     fn from(e: RestoreError) -> Self {
         let result = if e.is_backup_fault() { RunResult::Failed } else { RunResult::Error };
-        Stop { stage: e.stage().to_string(), message: e.to_string(), result }
+        let changed = matches!(&e, RestoreError::Store(s) if s.changed);
+        Stop { stage: e.stage().to_string(), message: e.to_string(), result, usage: false, changed }
     }
 }
 
@@ -63,11 +77,25 @@ fn store_stop(stage: Stage, e: StoreError) -> Stop {
 struct Run<'a> {
     target: &'a TargetConfig,
     report: RunReport,
+    /// The instants it observed; objectives are computed from them at the end.
+    m: Measurements,
 }
 
 impl Run<'_> {
     fn phase(&mut self, name: &str, d: Duration) {
         self.report.phases.push(Phase { name: name.into(), seconds: secs(d) });
+    }
+
+    /// Forgets what an attempt measured, for another from a fresh listing.
+    fn start_over(&mut self) {
+        let r = &mut self.report;
+        r.backup = None;
+        r.phases.clear();
+        r.validators.clear();
+        r.restore = None;
+        r.primary_queries = None;
+        r.rpo.recovery_window_start = None;
+        self.m = Measurements::default();
     }
 }
 
@@ -192,6 +220,23 @@ pub async fn check_repository(
     drcheck_validators::enforce_coverage(finding).with("seconds", t.elapsed().as_secs_f64())
 }
 
+/// RTO and RPO from the run's measurement record (`measure.rs`), and the backup's time
+/// as the backup itself records it.
+fn objectives(run: &mut Run<'_>) {
+    let (m, target, r) = (&run.m, run.target, &mut run.report);
+    if let Some(rto) = m.rto() {
+        r.rto.measured_seconds = Some(secs(rto));
+        r.rto.met = Some(rto <= target.rto);
+    }
+    r.rpo.backup_age_seconds = m.backup_age().map(secs);
+    r.rpo.recoverable_point_age_seconds = m.recoverable_point_age().map(secs);
+    r.rpo.met = m.rpo_met(target.rpo);
+    if let (Some(b), Some(c)) = (r.backup.as_mut(), m.consistent) {
+        b.created_at = Some(timestamp(c.at));
+        b.created_at_source = Some(c.source.to_string());
+    }
+}
+
 /// How the sandbox of run `run_id` is made, from `[sandbox]`.
 pub(crate) fn sandbox_options(config: &Config, run_id: String) -> SandboxOptions {
     SandboxOptions {
@@ -209,6 +254,7 @@ fn catalog_sandbox(config: &Config, store: &str, run_id: &str) -> Result<drcheck
         store: store.to_string(),
         message: e.to_string(),
         unreachable: false,
+        changed: false,
     })
 }
 
@@ -221,7 +267,8 @@ pub async fn download(
 ) -> anyhow::Result<u64> {
     use drcheck_restore::logical::{Copy, copy_in_blocks};
     let store = open_store(&target.storage, &config.storage[&target.storage]).await;
-    let reader = drcheck_restore::fetch::parallel(store, &backup.key, backup.size, fetch_options(config, target));
+    let Some(object) = backup.parts.first() else { anyhow::bail!("{} has no object to download", backup.key) };
+    let reader = drcheck_restore::fetch::parallel(store, object, fetch_options(config, target));
     let mut file = tokio::fs::File::create(output).await?;
     match copy_in_blocks(reader, &mut file).await {
         Ok(n) => Ok(n),
@@ -267,10 +314,19 @@ fn cap_message(message: &str) -> String {
     format!("{head} […{} characters left out…] {tail}", chars.len() - 2 * keep)
 }
 
-/// How long a run may hold its target's lease: past its deadline and every validator's
-/// timeout, with room to record it.
+/// How long one run of `t` may take at most: the restore's deadline (`rto ×
+/// abort_factor`), every validator one after the other at its timeout (they never take
+/// longer; self-checks in fact overlap), and ten minutes to select, record and tear
+/// down. The lease's TTL and a CronJob's `activeDeadlineSeconds` are both this, so
+/// Kubernetes never kills a run its lease still allows.
+pub fn run_budget(t: &TargetConfig) -> Duration {
+    let validators = t.validators.enabled.len().max(1) as u32 + 1;
+    t.rto.mul_f64(t.abort_factor) + t.validators.timeout * validators + Duration::from_secs(600)
+}
+
+/// How long a run may hold its target's lease: its whole [`run_budget`].
 pub fn lease_ttl(t: &TargetConfig) -> Duration {
-    t.rto.mul_f64(t.abort_factor) + t.validators.timeout * 9 + Duration::from_secs(600)
+    run_budget(t)
 }
 
 /// What a restored cluster writes regardless of the backup's size.
@@ -353,19 +409,39 @@ pub async fn verify_as(
             restore: None,
             primary_queries: None,
             error: None,
+            degraded: None,
+            usage_error: None,
         },
+        m: Measurements::default(),
     };
     tracing::info!(target = %target.name, run_id = %run.report.run_id, "verification started");
-    let outcome = tokio::select! {
-        r = steps(config, &mut run, backup_key, cancel, progress) => r,
-        // Dropping `steps` drops the sandbox, which stops its server and removes its files.
-        _ = cancel.cancelled() => Err(Stop::aborted("interrupted")),
+    let mut attempts = 0;
+    let outcome = loop {
+        attempts += 1;
+        let outcome = tokio::select! {
+            r = steps(config, &mut run, backup_key, cancel, progress) => r,
+            // Dropping `steps` drops the sandbox, which stops its server and removes its files.
+            _ = cancel.cancelled() => Err(Stop::aborted("interrupted")),
+        };
+        match outcome {
+            // The object changed under the download: once more from a fresh listing,
+            // which sees the new version whole.
+            Err(stop) if stop.changed && attempts == 1 => {
+                tracing::warn!(target = %target.name, reason = %stop.message, "starting over from a fresh listing");
+                run.start_over();
+            }
+            other => break other,
+        }
     };
     progress.finish();
+    objectives(&mut run);
     let r = &mut run.report;
     r.result = match outcome {
         Err(stop) => {
             let result = stop.result;
+            if stop.usage {
+                r.usage_error = Some(stop.message.clone());
+            }
             r.error = Some(RunError { stage: stop.stage, message: cap_message(&stop.message) });
             result
         }
@@ -407,13 +483,22 @@ async fn steps(
         }
         None => (select(store.as_ref(), target, backup_key).await?, None),
     };
-    let age = SystemTime::now().duration_since(backup.last_modified).unwrap_or_default();
-    run.report.rpo.backup_age_seconds = Some(secs(age));
-    run.report.rpo.met = Some(age <= target.rpo);
+    // Ages are taken now, when the store said what exists — never after the restore.
+    run.m.listed_at = Some(SystemTime::now());
+    match &backup.catalog {
+        // The tool's catalog says when the backup stopped.
+        Some(_) => {
+            run.m.consistent = Some(Consistency { at: backup.last_modified, source: "catalog (backup stop)" });
+        }
+        // An object's upload time is not its data's: the restore reads that.
+        None => run.m.uploaded_at = Some(backup.last_modified),
+    }
     run.report.backup = Some(BackupInfo {
         key: backup.key.clone(),
         size_bytes: backup.size,
-        created_at: timestamp(backup.last_modified),
+        created_at: None,
+        created_at_source: None,
+        uploaded_at: run.m.uploaded_at.map(timestamp),
         format: None,
         kind: backup.catalog.as_ref().map(|c| c.kind.clone()),
         source: backup.catalog.as_ref().map(|c| c.tool.to_string()),
@@ -482,8 +567,8 @@ async fn steps(
     let restored = match outcome {
         Ok(r) => r?,
         Err(_) => {
-            run.report.rto.measured_seconds = Some(secs(fetch_start.elapsed()));
-            run.report.rto.met = Some(false);
+            run.m.fetch_started = Some(fetch_start);
+            run.m.ready = Some(fetch_start.elapsed());
             return Err(Stop::failed(
                 "restore",
                 format!(
@@ -497,15 +582,16 @@ async fn steps(
     };
     run.phase("fetch", restored.fetch);
     run.phase("restore", restored.restore);
+    run.m.fetch_started = Some(fetch_start);
+    run.m.fetch_ended = Some(restored.fetch);
+    run.m.first_byte = *first_byte.lock().unwrap();
+    if let Some(c) = restored.consistent_at {
+        run.m.consistent = Some(c);
+    }
+    run.m.recovered_to = restored.recovered_to.as_deref().and_then(|t| humantime::parse_rfc3339_weak(t).ok());
     if let Some(info) = run.report.restore.as_mut() {
         info.server_major = restored.sandbox.bin().major;
         info.recovered_to = restored.recovered_to.clone();
-        // What a restore right now would lose: everything after the last replayed commit.
-        if let Some(at) = restored.recovered_to.as_deref().and_then(|t| humantime::parse_rfc3339_weak(t).ok()) {
-            let lost = SystemTime::now().duration_since(at).unwrap_or_default();
-            run.report.rpo.recoverable_point_age_seconds = Some(secs(lost));
-            run.report.rpo.met = Some(lost <= target.rpo);
-        }
         info.containment = Some(restored.sandbox.containment_name());
         info.manifest = restored.manifest.clone();
         info.first_byte_seconds = first_byte.lock().unwrap().map(secs);
@@ -524,20 +610,38 @@ async fn steps(
         .execute(&pool)
         .await
         .map_err(|e| Stop::incomplete("restore", format!("the restored database does not answer: {e}")))?;
-    let rto = fetch_start.elapsed();
-    run.report.rto.measured_seconds = Some(secs(rto));
-    run.report.rto.met = Some(rto <= target.rto);
+    run.m.ready = Some(fetch_start.elapsed());
     pool.close().await;
 
     progress.phase(&target.name, "validating");
     let t = Instant::now();
-    let validated = crate::validate::run(config, target, &sandbox, &database, physical, backup.last_modified)
+    let cutoff = run.m.as_of_cutoff();
+    let validated = crate::validate::run(config, target, &sandbox, &database, physical, cutoff)
         .await
         .map_err(|e| Stop::incomplete("validate", e))?;
     run.report.validators = validated.findings.iter().map(ValidatorReport::from).collect();
     run.report.rpo.data_lag_seconds =
         validated.findings.iter().find_map(|f| f.measurements.get("data_lag_seconds").copied());
     run.report.primary_queries = validated.primary_queries;
+    if let Some(why) = &validated.primary_unavailable {
+        match target.comparisons {
+            // A verdict says what ran: without its comparisons the run did not complete.
+            Comparisons::Required => {
+                run.phase("validate", t.elapsed());
+                return Err(Stop::incomplete(
+                    "validate",
+                    format!(
+                        "the comparisons with the primary could not run: {why}. The restore and the self-checks \
+                         are recorded; fix the primary's URL, password or grant, or set comparisons = \
+                         \"best-effort\" for this target to accept runs without them"
+                    ),
+                ));
+            }
+            Comparisons::BestEffort => {
+                run.report.degraded = Some(format!("comparisons with the primary skipped (best-effort): {why}"));
+            }
+        }
+    }
     if let Some((backups, delegated)) = &repository
         && target.validators.enabled.iter().any(|v| v == "repository")
     {
@@ -563,9 +667,9 @@ fn select_from_catalog(
     if let Some(key) = backup_key {
         return all.iter().find(|b| b.key == key).cloned().ok_or_else(|| {
             let known: Vec<&str> = all.iter().rev().take(5).map(|b| b.key.as_str()).collect();
-            Stop::failed(
+            Stop::usage(
                 "select",
-                format!("no backup {key:?} in the catalog of {store} (newest: {})", known.join(", ")),
+                format!("--backup {key:?}: no such backup in the catalog of {store} (newest: {})", known.join(", ")),
             )
         });
     }
@@ -573,6 +677,21 @@ fn select_from_catalog(
     let skipped = all.len() - usable.len();
     if skipped > 0 {
         tracing::warn!(skipped, "backups the catalog marks in error were skipped");
+    }
+    // A fixed point in time is reached from the newest backup that ended at or before
+    // it (PostgreSQL refuses a target before the backup's end).
+    if let Some(at) = fixed_time(target) {
+        return usable.iter().rev().find(|b| b.last_modified <= at).map(|b| (*b).clone()).ok_or_else(|| {
+            Stop::failed(
+                "select",
+                format!(
+                    "recovery_target {}: no restorable backup in the catalog of {store} ended at or before it \
+                     (the oldest ended {})",
+                    timestamp(at),
+                    usable.first().map(|b| timestamp(b.last_modified)).unwrap_or_else(|| "—".into())
+                ),
+            )
+        });
     }
     let chosen = match target.select {
         Selection::Latest => usable.last().copied(),
@@ -590,6 +709,14 @@ fn select_from_catalog(
     })
 }
 
+/// The target's fixed recovery time, if it has one.
+fn fixed_time(target: &TargetConfig) -> Option<SystemTime> {
+    match &target.recovery_target {
+        drcheck_config::RecoveryTarget::Time(t) => humantime::parse_rfc3339_weak(t).ok(),
+        _ => None,
+    }
+}
+
 /// A random index below `n` (uniform enough for picking a backup to prove).
 fn rand_index(n: usize) -> usize {
     uuid::Uuid::new_v4().as_u128() as usize % n.max(1)
@@ -598,11 +725,35 @@ fn rand_index(n: usize) -> usize {
 async fn select(store: &dyn BackupStore, target: &TargetConfig, backup_key: Option<&str>) -> Result<Backup, Stop> {
     if let Some(key) = backup_key {
         let all = store.list(key).await.map_err(|e| store_stop(Stage::Select, e))?;
-        return backups_newest_first(&all).into_iter().find(|b| b.key == key).ok_or_else(|| {
-            Stop::failed("select", format!("no backup {key:?} in {} (HTTP 404 or not a backup)", store.describe()))
+        // A backup named explicitly is taken even while it looks incomplete.
+        return drcheck_restore::store::group_backups(&all).into_iter().find(|b| b.key == key).ok_or_else(|| {
+            Stop::usage(
+                "select",
+                format!(
+                    "--backup {key:?}: no such backup in {} (`drcheck backups list --target {}` shows what there is)",
+                    store.describe(),
+                    target.name
+                ),
+            )
         });
     }
     let all = store.list(&target.prefix).await.map_err(|e| store_stop(Stage::Select, e))?;
+    // A fixed point in time, replayed from archived WAL: the newest base backup whose
+    // upload had finished by then (so the backup surely ended before it).
+    if let (Some(at), Some(_)) = (fixed_time(target), &target.wal_prefix) {
+        let candidates: Vec<Backup> = backups_newest_first(&all).into_iter().filter(|b| b.is_physical()).collect();
+        return candidates.iter().find(|b| b.last_modified <= at).cloned().ok_or_else(|| {
+            Stop::failed(
+                "select",
+                format!(
+                    "recovery_target {}: no base backup under prefix {:?} was complete by then ({} base backups)",
+                    timestamp(at),
+                    target.prefix,
+                    candidates.len()
+                ),
+            )
+        });
+    }
     drcheck_restore::select_latest(&all).ok_or_else(|| {
         Stop::failed(
             "select",
@@ -684,5 +835,23 @@ mod select_tests {
         let none = [backup("broken", 1, "error")];
         let Err(stop) = select_from_catalog(&none, &target("latest"), None, "repo") else { panic!() };
         assert!(stop.message.contains("1 marked in error"), "{}", stop.message);
+        let Err(stop) = select_from_catalog(&all, &target("latest"), Some("nope"), "repo") else { panic!() };
+        assert!(stop.usage, "a --backup naming nothing is the caller's mistake: {}", stop.message);
+    }
+
+    /// Issue 22: a fixed recovery time between two backups restores the one that ended
+    /// before it — not the newest, which PostgreSQL would refuse to replay back to it.
+    #[test]
+    fn a_fixed_time_target_picks_the_newest_backup_that_ended_before_it() {
+        let all = [backup("old", 30, "ok"), backup("a", 5, "ok"), backup("b", 2, "ok")];
+        let between = timestamp(SystemTime::now() - Duration::from_secs(3 * 86400));
+        let mut t = target("latest");
+        t.recovery_target = drcheck_config::RecoveryTarget::Time(between);
+        let chosen = select_from_catalog(&all, &t, None, "repo").unwrap_or_else(|s| panic!("{}", s.message));
+        assert_eq!(chosen.key, "a");
+        t.recovery_target =
+            drcheck_config::RecoveryTarget::Time(timestamp(SystemTime::now() - Duration::from_secs(60 * 86400)));
+        let Err(stop) = select_from_catalog(&all, &t, None, "repo") else { panic!() };
+        assert!(stop.message.contains("no restorable backup") && !stop.usage, "{}", stop.message);
     }
 }

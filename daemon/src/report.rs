@@ -31,7 +31,16 @@ impl RunResult {
 pub struct BackupInfo {
     pub key: String,
     pub size_bytes: u64,
-    pub created_at: String,
+    /// When the backup's data is consistent as of (a dump's own start time, a base
+    /// backup's `backup_label`, the tool's catalog stop); `null` when nothing records it.
+    pub created_at: Option<String>,
+    /// Where `created_at` was read (`dump header`, `backup_label START TIME`, …).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub created_at_source: Option<String>,
+    /// When the object was uploaded (its last-modified time): reported, never taken as
+    /// the data's time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uploaded_at: Option<String>,
     /// Detected from the content; `null` when the run never got to read it.
     pub format: Option<String>,
     /// Backups from a tool's catalog: `full`, `diff` or `incr`.
@@ -145,6 +154,14 @@ pub struct RunReport {
     pub primary_queries: Option<PrimaryQueries>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<RunError>,
+    /// A target with `comparisons = "best-effort"` whose comparisons with the primary
+    /// could not run: what the verdict lacks, and why.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub degraded: Option<String>,
+    /// The run was asked for something that does not exist (a `--backup` naming nothing
+    /// in the store): a usage error, never recorded as a run.
+    #[serde(skip)]
+    pub usage_error: Option<String>,
 }
 
 impl RunReport {
@@ -197,11 +214,15 @@ pub fn render_human(r: &RunReport) -> String {
     if let Some(b) = &r.backup {
         let _ = writeln!(
             s,
-            "  backup      {} ({}, {}, created {})",
+            "  backup      {} ({}, {}, {})",
             crate::out::shown(&b.key),
             human_bytes(b.size_bytes),
             b.format.as_deref().unwrap_or("format unknown"),
-            b.created_at
+            match (&b.created_at, &b.created_at_source) {
+                (Some(at), Some(from)) => format!("data as of {at} from its {from}"),
+                (Some(at), None) => format!("data as of {at}"),
+                _ => "its data's time is not recorded".to_string(),
+            }
         );
     }
     if !r.phases.is_empty() {
@@ -228,13 +249,12 @@ pub fn render_human(r: &RunReport) -> String {
         human_secs(r.rto.target_seconds),
         verdict(r.rto.met)
     );
-    let age = r.rpo.backup_age_seconds.map(human_secs).unwrap_or_else(|| "—".into());
-    let _ = writeln!(
-        s,
-        "  RPO         backup age {age}, target {} — {}",
-        human_secs(r.rpo.target_seconds),
-        verdict(r.rpo.met)
-    );
+    let age = match (r.rpo.recoverable_point_age_seconds, r.rpo.backup_age_seconds) {
+        (Some(p), _) => format!("recoverable point {} old", human_secs(p)),
+        (None, Some(a)) => format!("backup age {}", human_secs(a)),
+        (None, None) => "the backup's data time is unknown".to_string(),
+    };
+    let _ = writeln!(s, "  RPO         {age}, target {} — {}", human_secs(r.rpo.target_seconds), verdict(r.rpo.met));
     if let Some(lag) = r.rpo.data_lag_seconds {
         let _ = writeln!(s, "  data lag    {} behind the primary (what a restore now would lose)", human_secs(lag));
     }
@@ -252,6 +272,9 @@ pub fn render_human(r: &RunReport) -> String {
                 crate::out::shown_lines(&v.detail, "                            ")
             );
         }
+    }
+    if let Some(d) = &r.degraded {
+        let _ = writeln!(s, "  DEGRADED    {}", crate::out::shown_lines(d, "              "));
     }
     if let Some(e) = &r.error {
         let _ = writeln!(s, "  error       [{}] {}", e.stage, crate::out::shown_lines(&e.message, "              "));
@@ -273,7 +296,9 @@ mod tests {
             backup: Some(BackupInfo {
                 key: "orders/a.dump".into(),
                 size_bytes: 3 << 20,
-                created_at: "x".into(),
+                created_at: Some("x".into()),
+                created_at_source: None,
+                uploaded_at: None,
                 format: Some("custom".into()),
                 kind: None,
                 source: None,
@@ -297,6 +322,8 @@ mod tests {
             restore: None,
             primary_queries: None,
             error: None,
+            degraded: None,
+            usage_error: None,
         }
     }
 

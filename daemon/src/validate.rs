@@ -23,6 +23,8 @@ use std::time::{Duration, SystemTime};
 pub struct Validated {
     pub findings: Vec<Finding>,
     pub primary_queries: Option<PrimaryQueries>,
+    /// The target has a primary, but the comparisons could not reach it: why.
+    pub primary_unavailable: Option<String>,
 }
 
 /// Runs the target's validators on `main` (the restored database the target names) and,
@@ -33,7 +35,7 @@ pub async fn run(
     sandbox: &Sandbox,
     main: &str,
     physical: bool,
-    backup_time: SystemTime,
+    backup_time: Option<SystemTime>,
 ) -> Result<Validated, String> {
     let settings = &target.validators;
     let reference = crate::pristine::reference(config, sandbox.bin()).await;
@@ -51,6 +53,7 @@ pub async fn run(
     };
     let mut per_database = Vec::new();
     let mut queries: Option<PrimaryQueries> = None;
+    let mut primary_unavailable = None;
     for (i, db) in names.iter().enumerate() {
         let is_main = i == 0;
         let pool = PgPoolOptions::new()
@@ -80,6 +83,9 @@ pub async fn run(
             continue;
         }
         let primary = primary_for(target, db, is_main, physical, primary_dbs.as_deref()).await;
+        if let (true, Some(_), Primary::Unavailable(why)) = (is_main, &target.primary, &primary) {
+            primary_unavailable = Some(why.clone());
+        }
         let cx = Context {
             restored: pool,
             access: access(sandbox, db),
@@ -105,7 +111,7 @@ pub async fn run(
         }
         per_database.push((db.clone(), findings));
     }
-    Ok(Validated { findings: databases::merge(per_database), primary_queries: queries })
+    Ok(Validated { findings: databases::merge(per_database), primary_queries: queries, primary_unavailable })
 }
 
 /// Neutralizes database `db` of the copy and checks its catalog: the `catalog` finding.

@@ -11,7 +11,7 @@
 //! time zone the JSON listing drops.
 
 use crate::delegate::{self, Archived, Integrity, Output, Tool, plan_segments};
-use crate::error::{RestoreError, Stage, StoreError};
+use crate::error::{Blame, RestoreError, Stage, StoreError};
 use crate::recovery;
 use crate::sandbox::Sandbox;
 use crate::store::{Backup, BackupStore, CatalogEntry};
@@ -111,7 +111,8 @@ impl Catalog {
     /// The server's catalog, oldest first. Backups barman does not mark `DONE` are kept
     /// with their status (shown by `backups list`, never selected).
     pub async fn catalog(&self, sandbox: &Sandbox, store: &Arc<dyn BackupStore>) -> Result<Vec<Backup>, StoreError> {
-        let store_err = |message: String, unreachable| StoreError { store: self.describe(), message, unreachable };
+        let store_err =
+            |message: String, unreachable| StoreError { store: self.describe(), message, unreachable, changed: false };
         let out = self
             .run(
                 sandbox,
@@ -163,8 +164,14 @@ impl Catalog {
     ) -> Result<Restored, RestoreError> {
         let began = std::time::Instant::now();
         let data = sandbox.data_dir().to_path_buf();
-        let mut args =
-            vec![self.destination(), self.server_name.clone(), backup.key.clone(), data.display().to_string()];
+        // -vv: a failure ends in the exception's traceback, whose class says who is to blame.
+        let mut args = vec![
+            "-vv".to_string(),
+            self.destination(),
+            self.server_name.clone(),
+            backup.key.clone(),
+            data.display().to_string(),
+        ];
         // Tablespaces go inside the run's directory, never their original paths.
         for name in backup.catalog.as_ref().map(|c| c.tablespaces.as_slice()).unwrap_or_default() {
             if name.contains(['/', ':']) || name.starts_with('.') {
@@ -174,7 +181,7 @@ impl Catalog {
         }
         let out = self.run(sandbox, "barman-cloud-restore", &args).await?;
         if !out.ok() {
-            return Err(classify(&format!("barman-cloud-restore of {}", backup.key), &out));
+            return Err(classify(sandbox, &format!("barman-cloud-restore of {}", backup.key), &out));
         }
         let c = backup.catalog.as_ref();
         let (Some(start), Some(stop)) = (c.and_then(|c| c.wal_start.clone()), c.and_then(|c| c.wal_stop.clone()))
@@ -232,27 +239,50 @@ impl Catalog {
 
     async fn fetch_wal(&self, sandbox: &Sandbox, spool: &Path, name: &str) -> Result<(), RestoreError> {
         let dest = spool.join(name);
-        let args = [self.destination(), self.server_name.clone(), name.to_string(), dest.display().to_string()];
+        let args = [
+            "-vv".to_string(),
+            self.destination(),
+            self.server_name.clone(),
+            name.to_string(),
+            dest.display().to_string(),
+        ];
         let out = self.run(sandbox, "barman-cloud-wal-restore", &args).await?;
-        if out.ok() { Ok(()) } else { Err(classify(&format!("barman-cloud-wal-restore {name}"), &out)) }
+        if out.ok() { Ok(()) } else { Err(classify(sandbox, &format!("barman-cloud-wal-restore {name}"), &out)) }
     }
 }
 
-/// barman-cloud's failure judged: "Can't connect to cloud provider" and refusals are the
-/// world's; anything else (a corrupt tar, a missing object) the backup's.
-fn classify(what: &str, out: &Output) -> RestoreError {
-    delegate::classify(
-        what,
-        out,
-        &[
-            "Can't connect",
-            "AccessDenied",
-            "InvalidAccessKeyId",
-            "SignatureDoesNotMatch",
-            "NoSuchBucket",
-            "EndpointConnectionError",
-        ],
-    )
+/// barman-cloud's own verdict on a failure, from its documented exit codes: 2 (the
+/// cloud is unreachable) and 3 (drcheck's command line) are the world's; 1 (the bucket,
+/// backup or WAL file drcheck just listed is not there any more) too — the store
+/// changed under the run; 4 (any other exception) is the backup's only when the
+/// exception it ends with is one of decoding the backup's bytes (a corrupt tar, gzip,
+/// lz4 or zstd stream, data ending early), named by its class in the traceback the tool
+/// prints at `-vv`.
+fn blame(out: &Output) -> Blame {
+    const DECODING: [&str; 8] = [
+        "tarfile.ReadError",
+        "tarfile.HeaderError",
+        "tarfile.TarError",
+        "tarfile.TruncatedHeaderError",
+        "zlib.error",
+        "gzip.BadGzipFile",
+        "EOFError",
+        "zstandard.ZstdError",
+    ];
+    if out.code != Some(4) {
+        return Blame::World;
+    }
+    let text = String::from_utf8_lossy(&out.stderr);
+    // A traceback's last line: `ExceptionClass: message`.
+    let raised = text.lines().rev().find(|l| !l.starts_with(' ') && l.contains(':') && !l.contains("ERROR"));
+    match raised.and_then(|l| l.split(':').next()) {
+        Some(class) if DECODING.contains(&class.trim()) => Blame::Backup,
+        _ => Blame::World,
+    }
+}
+
+fn classify(sandbox: &Sandbox, what: &str, out: &Output) -> RestoreError {
+    delegate::judged(sandbox, what, out, blame)
 }
 
 /// `end_time=2026-11-30 16:50:24.511235+00:00` from a `backup.info`.

@@ -9,7 +9,7 @@
 //! environment, never its command line.
 
 use crate::contain;
-use crate::error::{RestoreError, Stage};
+use crate::error::{Blame, RestoreError, Stage};
 use crate::recovery::next_segment;
 use crate::sandbox::{Sandbox, tail};
 use std::collections::BTreeSet;
@@ -31,6 +31,8 @@ pub struct Tool<'a> {
 /// What a tool printed and how it exited.
 pub struct Output {
     pub code: Option<i32>,
+    /// The signal that killed it (the OOM killer, an operator): then no `code`.
+    pub signal: Option<i32>,
     pub stdout: Vec<u8>,
     pub stderr: Vec<u8>,
 }
@@ -84,26 +86,50 @@ pub async fn run(sandbox: &Sandbox, tool: &Tool<'_>, args: &[String]) -> Result<
         .output()
         .await
         .map_err(|e| infra(format!("cannot run {}: {e} (is it installed?)", tool.program.display())))?;
-    Ok(Output { code: out.status.code(), stdout: out.stdout, stderr: out.stderr })
+    use std::os::unix::process::ExitStatusExt;
+    // The tool's credentials never travel on in what it printed (a debug log may quote
+    // an access key in a header).
+    let secret_name = |k: &str| ["KEY", "SECRET", "TOKEN", "PASS", "CIPHER"].iter().any(|w| k.contains(w));
+    let secrets: Vec<&str> =
+        tool.env.iter().filter(|(k, v)| secret_name(k) && v.len() >= 6).map(|(_, v)| v.as_str()).collect();
+    Ok(Output {
+        code: out.status.code(),
+        signal: out.status.signal(),
+        stdout: scrubbed(out.stdout, &secrets),
+        stderr: scrubbed(out.stderr, &secrets),
+    })
+}
+
+/// `bytes` with every occurrence of each of `secrets` replaced by `***`.
+fn scrubbed(bytes: Vec<u8>, secrets: &[&str]) -> Vec<u8> {
+    if secrets.is_empty() {
+        return bytes;
+    }
+    let mut text = String::from_utf8_lossy(&bytes).into_owned();
+    for s in secrets {
+        text = text.replace(s, "***");
+    }
+    text.into_bytes()
 }
 
 pub fn infra(m: String) -> RestoreError {
     RestoreError::infra(Stage::Fetch, m)
 }
 
-/// What a tool's failure says about who is to blame: the store being unreachable,
-/// refusing us, or drcheck's own use of the tool is the world's (exit 3); anything
-/// else — checksums, a missing or unreadable file — is the backup's.
-pub fn classify(what: &str, out: &Output, world: &[&str]) -> RestoreError {
-    let text = out.text();
-    const ALWAYS: [&str; 6] =
-        ["drcheck containment", "TLS", "certificate", "timed out", "Could not connect", "Connection refused"];
-    let message = format!("{what} failed (exit {}): {text}", out.code.map_or("signal".into(), |c| c.to_string()));
-    if ALWAYS.iter().chain(world).any(|w| text.contains(w)) {
-        RestoreError::infra(Stage::Fetch, message)
-    } else {
-        RestoreError::bad(Stage::Restore, message)
-    }
+/// A tool's failure, judged where it happened: killed by a signal (the OOM killer) or
+/// with the run's file system full, the world's; otherwise what the tool's own exit
+/// status says (`blame`, from its documented exit codes).
+pub fn judged(sandbox: &Sandbox, what: &str, out: &Output, blame: impl Fn(&Output) -> Blame) -> RestoreError {
+    let how = match (out.code, out.signal) {
+        (Some(c), _) => format!("exit {c}"),
+        (None, Some(s)) => format!("killed by signal {s}"),
+        (None, None) => "no exit status".to_string(),
+    };
+    let message = format!("{what} failed ({how}): {}", out.text());
+    let who = if out.code.is_none() || sandbox.disk_full() { Blame::World } else { blame(out) };
+    // A failure to set up the containment is drcheck's (HELPER_FAILED), whatever the tool.
+    let who = if out.code == Some(contain::HELPER_FAILED) { Blame::World } else { who };
+    who.error(if who == Blame::World { Stage::Fetch } else { Stage::Restore }, message)
 }
 
 /// Host and TCP port of an `http(s)://[user@]host[:port]/…` endpoint (IPv6 hosts in

@@ -28,6 +28,38 @@ impl fmt::Display for Stage {
     }
 }
 
+/// Who a failure is for — decided where the failure happens, from what the failing
+/// party says in its own terms (a signal, an exit code its tool documents, a SQLSTATE,
+/// the file system's free space), never from words in a message afterwards.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Blame {
+    /// The backup: corrupt, truncated, missing parts in a consistent listing — exit 1.
+    Backup,
+    /// The world or drcheck's own limits: killed by a signal (the OOM killer), a full
+    /// or unwritable disk, an unreachable or refusing store, TLS, credentials — exit 3.
+    World,
+}
+
+impl Blame {
+    /// The error for a failure of this blame.
+    pub fn error(self, stage: Stage, message: impl Into<String>) -> RestoreError {
+        match self {
+            Blame::Backup => RestoreError::BadBackup { stage, message: message.into() },
+            Blame::World => RestoreError::Infrastructure { stage, message: message.into() },
+        }
+    }
+}
+
+/// What the server's SQLSTATE (its log's `%e`) says about who is to blame: resources
+/// (53: disk full, out of memory), operator intervention (57), connection trouble (08),
+/// missing privileges (42501) and I/O errors of the local disk (58030) are the world's;
+/// anything else — data corrupted (XX001, XX002), an internal error on a restored data
+/// directory (XX000: a missing checkpoint), a missing file (58P01) — the backup's.
+pub fn blame_of_sqlstate(code: &str) -> Blame {
+    let world = ["53", "57", "08"].iter().any(|c| code.starts_with(c)) || code == "42501" || code == "58030";
+    if world { Blame::World } else { Blame::Backup }
+}
+
 /// An error from a backup store.
 #[derive(Debug, thiserror::Error)]
 #[error("{store}: {message}")]
@@ -38,6 +70,9 @@ pub struct StoreError {
     /// True when the failure is about reaching the store (timeouts, refused connections,
     /// 5xx after retries), false when asking again cannot help (403, 404, bad bucket).
     pub unreachable: bool,
+    /// The object is no longer the one that was listed (its ETag changed under a read):
+    /// a fresh listing may find a consistent one.
+    pub changed: bool,
 }
 
 /// Why a restore did not produce a database.

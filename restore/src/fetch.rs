@@ -15,7 +15,7 @@
 
 use crate::error::StoreError;
 use crate::retry::Backoff;
-use crate::store::{BackupReader, BackupStore};
+use crate::store::{BackupObject, BackupReader, BackupStore};
 use futures::stream;
 use sha2::{Digest, Sha256};
 use std::collections::VecDeque;
@@ -261,6 +261,8 @@ type Part = Result<Vec<bytes::Bytes>, io::Error>;
 struct Download {
     store: Arc<dyn BackupStore>,
     key: Arc<str>,
+    /// The version listed: every part is read from it, or fails as changed.
+    etag: Option<Arc<str>>,
     size: u64,
     offset: u64,
     opts: FetchOptions,
@@ -280,13 +282,14 @@ impl Download {
             let len = self.pacer.next_len().min(self.size - self.offset);
             self.pacer.started(Instant::now());
             let (store, key, offset, backoff) = (self.store.clone(), self.key.clone(), self.offset, self.opts.backoff);
+            let etag = self.etag.clone();
             // Spawned so parts download in parallel even while the consumer is busy.
             // Aborted when dropped: a cancelled restore stops downloading.
             let task = AbortOnDropHandle::new(tokio::spawn(async move {
                 backoff
                     .run(
                         &format!("GET {key} bytes {offset}+{len}"),
-                        |_| store.read_range_chunks(&key, offset, len),
+                        |_| store.read_range_pinned(&key, etag.as_deref(), offset, len),
                         |e: &StoreError| e.unreachable,
                     )
                     .await
@@ -317,13 +320,14 @@ impl Download {
     }
 }
 
-/// A reader of `key` (of `size` bytes) that fetches parts concurrently.
-pub fn parallel(store: Arc<dyn BackupStore>, key: &str, size: u64, opts: FetchOptions) -> BackupReader {
+/// A reader of `object` (the version listed) that fetches parts concurrently.
+pub fn parallel(store: Arc<dyn BackupStore>, object: &BackupObject, opts: FetchOptions) -> BackupReader {
     let download = Download {
         _lease: store.download_lease(),
         store,
-        key: key.into(),
-        size,
+        key: object.key.as_str().into(),
+        etag: object.etag.as_deref().map(Arc::from),
+        size: object.size,
         offset: 0,
         pacer: Pacer::new(&opts),
         opts,
@@ -404,7 +408,8 @@ mod tests {
         std::fs::write(dir.path().join("b"), &data).unwrap();
         let store: Arc<dyn BackupStore> = Arc::new(FsStore::new(dir.path().to_path_buf()));
         let opts = FetchOptions { part_size: 65_536, concurrency: 5, window: 1 << 20, backoff: Backoff::default() };
-        let mut r = parallel(store, "b", data.len() as u64, opts);
+        let obj = store.stat("b").await.unwrap();
+        let mut r = parallel(store, &obj, opts);
         let mut got = Vec::new();
         r.read_to_end(&mut got).await.unwrap();
         assert!(got == data, "reassembled bytes differ");
@@ -419,7 +424,8 @@ mod tests {
         for (part_size, concurrency, window) in [(1 << 20, 1, 1), (3 << 20, 8, 4 << 20), (16 << 20, 8, WINDOW)] {
             let opts = FetchOptions { part_size, concurrency, window, backoff: Backoff::default() };
             let mut got = Vec::new();
-            parallel(store.clone(), "b", data.len() as u64, opts).read_to_end(&mut got).await.unwrap();
+            let obj = store.stat("b").await.unwrap();
+            parallel(store.clone(), &obj, opts).read_to_end(&mut got).await.unwrap();
             assert!(got == data, "reassembled bytes differ with {opts:?}");
         }
     }
@@ -555,5 +561,34 @@ mod tests {
         assert_eq!(parse_sidecar(&format!("{d}  orders.dump\n")), Some(d.clone()));
         assert_eq!(parse_sidecar(&d.to_uppercase()), Some(d));
         assert_eq!(parse_sidecar("nonsense"), None);
+    }
+}
+
+#[cfg(test)]
+mod pinned_tests {
+    use super::*;
+    use crate::store::FsStore;
+    use tokio::io::AsyncReadExt;
+
+    /// Issue 22: an object overwritten mid-download (a `latest.dump` key written again)
+    /// is an error saying so, never a spliced stream of two versions.
+    #[tokio::test]
+    async fn an_object_rewritten_mid_download_is_named_not_spliced() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("latest.dump"), vec![1u8; 3 << 20]).unwrap();
+        let store: Arc<dyn BackupStore> = Arc::new(FsStore::new(dir.path().to_path_buf()));
+        let listed = store.stat("latest.dump").await.unwrap();
+        let opts = FetchOptions { part_size: 1 << 20, concurrency: 1, window: 1 << 20, backoff: Backoff::default() };
+        let mut r = parallel(store.clone(), &listed, opts);
+        let mut first = vec![0u8; 1 << 20];
+        r.read_exact(&mut first).await.unwrap();
+        // The next version lands while the first is being read.
+        std::fs::write(dir.path().join("latest.dump.tmp"), vec![2u8; 3 << 20]).unwrap();
+        std::fs::rename(dir.path().join("latest.dump.tmp"), dir.path().join("latest.dump")).unwrap();
+        let mut rest = Vec::new();
+        let e = r.read_to_end(&mut rest).await.unwrap_err();
+        assert!(!rest.contains(&2), "bytes of the new version were handed over");
+        let se = e.get_ref().and_then(|i| i.downcast_ref::<StoreError>()).expect("a store error");
+        assert!(se.changed && se.message.contains("changed while being read"), "{se}");
     }
 }

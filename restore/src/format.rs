@@ -112,6 +112,10 @@ pub struct DumpHeader {
     pub compression: &'static str,
     /// The dumped server's version string, e.g. `15.18 (Debian 15.18-0+deb12u1)`.
     pub server_version: Option<String>,
+    /// When pg_dump started (its snapshot, within a moment): the archive keeps the
+    /// dumping host's local time without a zone, read here as UTC — what containers and
+    /// most backup hosts run on.
+    pub created: Option<std::time::SystemTime>,
 }
 
 impl DumpHeader {
@@ -163,9 +167,13 @@ pub fn parse_dump_header(b: &[u8]) -> Result<DumpHeader, String> {
         let level = read_int(&mut pos)?;
         if level == 0 { "none" } else { "gzip" }
     };
-    for _ in 0..7 {
-        read_int(&mut pos)?; // the dump's creation time, field by field
+    // The dump's creation time, field by field: a C `struct tm` (sec, min, hour, mday,
+    // mon from 0, year from 1900, isdst).
+    let mut tm = [0i64; 7];
+    for f in &mut tm {
+        *f = read_int(&mut pos)?;
     }
+    let created = tm_to_time(&tm);
     let read_str = |pos: &mut usize| -> Result<Option<String>, String> {
         let len = read_int(pos)?;
         if len < 0 {
@@ -177,7 +185,44 @@ pub fn parse_dump_header(b: &[u8]) -> Result<DumpHeader, String> {
     };
     let _dbname = read_str(&mut pos)?;
     let server_version = read_str(&mut pos)?;
-    Ok(DumpHeader { archive_version: (vmaj, vmin, vrev), compression, server_version })
+    Ok(DumpHeader { archive_version: (vmaj, vmin, vrev), compression, server_version, created })
+}
+
+/// A `struct tm` (sec, min, hour, mday, mon from 0, year from 1900) as UTC.
+fn tm_to_time(tm: &[i64; 7]) -> Option<std::time::SystemTime> {
+    let date = chrono::NaiveDate::from_ymd_opt(
+        i32::try_from(tm[5] + 1900).ok()?,
+        u32::try_from(tm[4] + 1).ok()?,
+        u32::try_from(tm[3]).ok()?,
+    )?;
+    let t = date.and_hms_opt(u32::try_from(tm[2]).ok()?, u32::try_from(tm[1]).ok()?, u32::try_from(tm[0]).ok()?)?;
+    let secs = t.and_utc().timestamp();
+    (secs > 0).then(|| std::time::UNIX_EPOCH + std::time::Duration::from_secs(secs as u64))
+}
+
+/// When a plain SQL dump started, if it says so (`pg_dump -v` writes `-- Started on
+/// 2026-12-01 03:00:00 UTC`): only UTC and GMT, and numeric offsets, are understood.
+pub fn plain_dump_started(head: &[u8]) -> Option<std::time::SystemTime> {
+    let text = String::from_utf8_lossy(head);
+    let line = text.lines().take(50).find_map(|l| l.strip_prefix("-- Started on "))?.trim();
+    let (stamp, zone) = line.rsplit_once(' ')?;
+    let naive = chrono::NaiveDateTime::parse_from_str(stamp, "%Y-%m-%d %H:%M:%S").ok()?;
+    let offset_secs = match zone {
+        "UTC" | "GMT" | "Z" => 0,
+        z if (z.starts_with('+') || z.starts_with('-')) && z.len() >= 3 => {
+            let sign = if z.starts_with('-') { -1 } else { 1 };
+            let digits = z[1..].replace(':', "");
+            let (h, m) = match digits.len() {
+                2 => (digits.parse::<i64>().ok()?, 0),
+                4 => (digits[..2].parse::<i64>().ok()?, digits[2..].parse::<i64>().ok()?),
+                _ => return None,
+            };
+            sign * (h * 3600 + m * 60)
+        }
+        _ => return None,
+    };
+    let secs = naive.and_utc().timestamp() - offset_secs;
+    (secs > 0).then(|| std::time::UNIX_EPOCH + std::time::Duration::from_secs(secs as u64))
 }
 
 /// The name of a tar archive's first member.
@@ -211,6 +256,22 @@ mod tests {
     }
 
     #[test]
+    fn a_plain_dump_says_when_it_started_only_with_a_zone() {
+        let t = |s: &str| plain_dump_started(s.as_bytes()).map(|t| humantime::format_rfc3339(t).to_string());
+        let head = "--\n-- PostgreSQL database dump\n--\n\n-- Dumped from database version 15.18\n";
+        assert_eq!(
+            t(&format!("{head}-- Started on 2026-12-01 03:04:05 UTC\n")).as_deref(),
+            Some("2026-12-01T03:04:05Z")
+        );
+        assert_eq!(
+            t(&format!("{head}-- Started on 2026-12-01 05:04:05 +02\n")).as_deref(),
+            Some("2026-12-01T03:04:05Z")
+        );
+        assert_eq!(t(&format!("{head}-- Started on 2026-12-01 03:04:05 CET\n")), None, "a zone name is ambiguous");
+        assert_eq!(t(head), None, "pg_dump without -v writes no time");
+    }
+
+    #[test]
     fn reads_a_real_pg_dump_15_header() {
         // The first bytes of `pg_dump -Fc` from PostgreSQL 15.18 (archive 1.14, gzip level -1).
         let mut h = b"PGDMP\x01\x0e\x00\x04\x08\x01".to_vec();
@@ -226,6 +287,8 @@ mod tests {
         assert_eq!(d.archive_version, (1, 14, 0));
         assert_eq!(d.compression, "gzip");
         assert_eq!(d.server_major(), Some(15));
+        // 2026-11-30 03:04:05 (tm_mon 10 = November, tm_year 126 = 2026).
+        assert_eq!(humantime::format_rfc3339(d.created.unwrap()).to_string(), "2026-11-30T03:04:05Z");
         assert!(parse_dump_header(&h[..30]).is_err());
     }
 

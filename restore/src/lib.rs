@@ -31,7 +31,7 @@ pub mod sandbox;
 pub mod store;
 pub mod unpack;
 
-pub use error::{RestoreError, Stage, StoreError};
+pub use error::{Blame, RestoreError, Stage, StoreError};
 pub use format::BackupFormat;
 pub use sandbox::{Sandbox, SandboxOptions};
 pub use store::{Backup, BackupObject, BackupStore, open_store, select_latest};

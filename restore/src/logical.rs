@@ -50,6 +50,7 @@ pub fn read_error(store: &str, e: io::Error) -> RestoreError {
             store: se.store.clone(),
             message: se.message.clone(),
             unreachable: se.unreachable,
+            changed: se.changed,
         });
     }
     match e.kind() {
@@ -57,6 +58,7 @@ pub fn read_error(store: &str, e: io::Error) -> RestoreError {
             RestoreError::bad(Stage::Restore, e.to_string())
         }
         io::ErrorKind::InvalidData => RestoreError::bad(Stage::Fetch, format!("the backup is corrupt: {e}")),
+        io::ErrorKind::StorageFull => RestoreError::infra(Stage::Restore, e.to_string()),
         io::ErrorKind::UnexpectedEof => {
             RestoreError::bad(Stage::Fetch, format!("the backup is truncated: its compressed data ends early ({e})"))
         }
@@ -64,6 +66,7 @@ pub fn read_error(store: &str, e: io::Error) -> RestoreError {
             store: store.to_string(),
             message: format!("download failed: {e}"),
             unreachable: true,
+            changed: false,
         }),
     }
 }
@@ -273,9 +276,10 @@ impl AsyncRead for RestrictLines {
     }
 }
 
-/// Runs `cmd` to completion; a non-zero exit is the backup's fault, with the tool's
-/// stderr tail as the reason.
-pub async fn run_tool(mut cmd: tokio::process::Command, what: &str) -> Result<(), RestoreError> {
+/// Runs `cmd` (a client of `sandbox`) to completion; a non-zero exit is the backup's
+/// fault unless [`Sandbox::judge_client`] says the world's, with the tool's stderr tail
+/// as the reason.
+pub async fn run_tool(sandbox: &Sandbox, mut cmd: tokio::process::Command, what: &str) -> Result<(), RestoreError> {
     let out = cmd
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -284,16 +288,17 @@ pub async fn run_tool(mut cmd: tokio::process::Command, what: &str) -> Result<()
         .await
         .map_err(|e| RestoreError::infra(Stage::Restore, format!("cannot run {what}: {e}")))?;
     if !out.status.success() {
-        return Err(RestoreError::bad(
-            Stage::Restore,
-            format!("{what} failed ({}): {}", out.status, tail(&out.stderr, STDERR_KEEP)),
-        ));
+        return Err(sandbox
+            .judge_client(&out.status)
+            .error(Stage::Restore, format!("{what} failed ({}): {}", out.status, tail(&out.stderr, STDERR_KEEP))));
     }
     Ok(())
 }
 
-/// Streams `head` then `reader` into `cmd`'s stdin, draining its stderr, and waits for it.
+/// Streams `head` then `reader` into `cmd`'s stdin (a client of `sandbox`), draining its
+/// stderr, and waits for it.
 pub async fn stream_into(
+    sandbox: &Sandbox,
     mut cmd: tokio::process::Command,
     what: &str,
     head: Vec<u8>,
@@ -347,10 +352,9 @@ pub async fn stream_into(
         child.wait().await.map_err(|e| RestoreError::infra(Stage::Restore, format!("waiting for {what}: {e}")))?;
     let stderr = stderr_task.await.unwrap_or_default();
     if !status.success() {
-        return Err(RestoreError::bad(
-            Stage::Restore,
-            format!("{what} failed ({status}): {}", tail(&stderr, STDERR_KEEP)),
-        ));
+        return Err(sandbox
+            .judge_client(&status)
+            .error(Stage::Restore, format!("{what} failed ({status}): {}", tail(&stderr, STDERR_KEEP))));
     }
     if pipe_closed {
         return Err(RestoreError::bad(
@@ -458,13 +462,25 @@ pub struct Bounded {
     inner: BackupReader,
     seen: u64,
     limit: u64,
+    /// Where `limit` is the free space rather than the backup's size × max_expansion:
+    /// passing it is the disk's shortfall, not the backup's.
+    disk_limit: Option<u64>,
 }
 
 impl Bounded {
     pub fn new(inner: BackupReader, limit: u64) -> Self {
-        Self { inner, seen: 0, limit }
+        Self { inner, seen: 0, limit, disk_limit: None }
+    }
+
+    /// Bounded by what the backup's size explains (`ceiling`) and by the room the disk
+    /// has (`room`): past the first, the backup's fault; past only the second, not.
+    pub fn with_room(inner: BackupReader, ceiling: u64, room: u64) -> Self {
+        Self { inner, seen: 0, limit: ceiling, disk_limit: (room < ceiling).then_some(room) }
     }
 }
+
+/// The message of [`Bounded`]'s error when the disk, not the backup, sets the bound.
+pub const NO_ROOM: &str = "scratch_dir has too little room for this backup";
 
 /// The message of [`Bounded`]'s error, recognised by [`read_error`].
 pub const EXPANSION_EXCEEDED: &str = "the backup expands beyond";
@@ -475,13 +491,19 @@ impl AsyncRead for Bounded {
         let r = self.inner.as_mut().poll_read(cx, buf);
         if let Poll::Ready(Ok(())) = &r {
             self.seen += (buf.filled().len() - before) as u64;
+            if let Some(room) = self.disk_limit
+                && self.seen > room
+                && self.seen <= self.limit
+            {
+                return Poll::Ready(Err(io::Error::new(
+                    io::ErrorKind::StorageFull,
+                    format!("{NO_ROOM}: it expands past {room} bytes, the free space in scratch_dir less a reserve"),
+                )));
+            }
             if self.seen > self.limit {
                 return Poll::Ready(Err(io::Error::new(
                     io::ErrorKind::InvalidData,
-                    format!(
-                        "{EXPANSION_EXCEEDED} {} bytes (its size × sandbox.max_expansion, or the free space in scratch_dir)",
-                        self.limit
-                    ),
+                    format!("{EXPANSION_EXCEEDED} {} bytes (its size × sandbox.max_expansion, plus 1 GiB)", self.limit),
                 )));
             }
         }

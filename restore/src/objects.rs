@@ -9,7 +9,7 @@ use crate::format::{self, BackupFormat};
 use crate::logical::{self, Counting};
 use crate::pgbin;
 use crate::physical;
-use crate::request::{RESTORED_DB, RestoreJob, Restored, read_small};
+use crate::request::{Consistency, RESTORED_DB, RestoreJob, Restored, read_small};
 use crate::sandbox::Sandbox;
 use crate::store::{BackupObject, BackupReader};
 use drcheck_config::FormatSetting;
@@ -55,7 +55,7 @@ pub async fn restore(job: &RestoreJob<'_>, mut sandbox: Sandbox, started: Instan
     }
 
     let object = &job.backup.parts[0];
-    let mut raw = fetch::parallel(job.store.clone(), &object.key, object.size, job.fetch);
+    let mut raw = fetch::parallel(job.store.clone(), object, job.fetch);
     if let Some(sidecar) = &job.backup.sha256_key {
         let text = read_small(job.store.as_ref(), sidecar).await?;
         let digest = fetch::parse_sidecar(&text).ok_or_else(|| {
@@ -78,7 +78,8 @@ pub async fn restore(job: &RestoreJob<'_>, mut sandbox: Sandbox, started: Instan
     } else {
         (reader, head)
     };
-    let reader: BackupReader = Box::pin(logical::Bounded::new(reader, job.max_write_bytes));
+    let reader: BackupReader =
+        Box::pin(logical::Bounded::with_room(reader, job.expansion_ceiling, job.max_write_bytes));
     let inner = format::detect(&head);
     let kind = match inner {
         BackupFormat::Custom => Kind::Custom,
@@ -109,8 +110,17 @@ pub async fn restore(job: &RestoreJob<'_>, mut sandbox: Sandbox, started: Instan
         Kind::Plain => format::plain_dump_server_major(&head),
         Kind::TarArchive => None,
     };
+    // When the data is from: pg_dump's own record of when it started.
+    let mut consistent_at = match kind {
+        Kind::Custom => dump_time(&head),
+        Kind::DumpTar => dump_time(head.get(512..).unwrap_or_default()),
+        Kind::Plain => {
+            format::plain_dump_started(&head).map(|at| Consistency { at, source: "plain dump header (-- Started on)" })
+        }
+        Kind::TarArchive => None,
+    };
     let restore_started = Instant::now();
-    let done = |sandbox: Sandbox, database: String, format: String| {
+    let done = |sandbox: Sandbox, database: String, format: String, consistent_at: Option<Consistency>| {
         let fetch = fetch_end.lock().unwrap().map(|t| t - started).unwrap_or_else(|| started.elapsed());
         Ok(Restored {
             sandbox,
@@ -120,6 +130,7 @@ pub async fn restore(job: &RestoreJob<'_>, mut sandbox: Sandbox, started: Instan
             restore: restore_started.elapsed(),
             recovered_to: None,
             manifest: None,
+            consistent_at,
         })
     };
 
@@ -133,12 +144,13 @@ pub async fn restore(job: &RestoreJob<'_>, mut sandbox: Sandbox, started: Instan
             check_expected(job.format, "directory")?;
             let toc = std::fs::read(toc_dir.join("toc.dat")).unwrap_or_default();
             let major = header_major(&toc)?;
+            consistent_at = dump_time(&toc);
             start_empty(&mut sandbox, job, Some(major)).await?;
             let keep_owners = apply_globals(&sandbox, job).await?;
             let mut cmd = logical::pg_restore(&sandbox, RESTORED_DB, keep_owners, job.jobs)?;
             cmd.arg("-Fd").arg(&toc_dir);
-            logical::run_tool(cmd, "pg_restore").await?;
-            return done(sandbox, RESTORED_DB.into(), shown("directory"));
+            logical::run_tool(&sandbox, cmd, "pg_restore").await?;
+            return done(sandbox, RESTORED_DB.into(), shown("directory"), consistent_at);
         }
         if std::fs::symlink_metadata(dest.join("PG_VERSION")).is_ok_and(|m| m.file_type().is_file()) {
             (job.on_format)(&shown("physical"));
@@ -161,11 +173,11 @@ pub async fn restore(job: &RestoreJob<'_>, mut sandbox: Sandbox, started: Instan
             sandbox.give_to_server(&path)?;
             let mut cmd = logical::pg_restore(&sandbox, RESTORED_DB, keep_owners, job.jobs)?;
             cmd.arg(&path);
-            logical::run_tool(cmd, "pg_restore").await?;
+            logical::run_tool(&sandbox, cmd, "pg_restore").await?;
         }
         Kind::Custom => {
             let cmd = logical::pg_restore(&sandbox, RESTORED_DB, keep_owners, 1)?;
-            logical::stream_into(cmd, "pg_restore", head, reader, &store_name).await?;
+            logical::stream_into(&sandbox, cmd, "pg_restore", head, reader, &store_name).await?;
         }
         Kind::DumpTar => {
             let path = sandbox.root().join("backup.tar");
@@ -173,16 +185,22 @@ pub async fn restore(job: &RestoreJob<'_>, mut sandbox: Sandbox, started: Instan
             sandbox.give_to_server(&path)?;
             let mut cmd = logical::pg_restore(&sandbox, RESTORED_DB, keep_owners, 1)?;
             cmd.arg("-Ft").arg(&path);
-            logical::run_tool(cmd, "pg_restore").await?;
+            logical::run_tool(&sandbox, cmd, "pg_restore").await?;
         }
         Kind::Plain => {
             let cmd = logical::psql_script(&sandbox, RESTORED_DB)?;
             let (head, reader) = logical::restricted(head, reader);
-            logical::stream_into(cmd, "psql", head, reader, &store_name).await?;
+            logical::stream_into(&sandbox, cmd, "psql", head, reader, &store_name).await?;
         }
         Kind::TarArchive => unreachable!("handled above"),
     }
-    done(sandbox, RESTORED_DB.into(), shown(kind_name(kind)))
+    done(sandbox, RESTORED_DB.into(), shown(kind_name(kind)), consistent_at)
+}
+
+/// The creation time a pg_dump archive header records.
+fn dump_time(header: &[u8]) -> Option<Consistency> {
+    let at = format::parse_dump_header(header).ok()?.created?;
+    Some(Consistency { at, source: "dump header" })
 }
 
 /// Where the compression format records the expanded size (a zstd frame header, a gzip
@@ -261,6 +279,6 @@ async fn apply_globals(sandbox: &Sandbox, job: &RestoreJob<'_>) -> Result<bool, 
     cmd.args(["-X", "-q", "-f", "-"]);
     let reader: BackupReader = Box::pin(std::io::Cursor::new(Vec::new()));
     let (head, reader) = logical::restricted(script.into_bytes(), reader);
-    logical::stream_into(cmd, "psql (globals)", head, reader, &job.store.describe()).await?;
+    logical::stream_into(sandbox, cmd, "psql (globals)", head, reader, &job.store.describe()).await?;
     Ok(true)
 }

@@ -14,7 +14,7 @@
 //! a repository it reports as broken): the JSON's status is read.
 
 use crate::delegate::{self, Archived, Integrity, Output, Tool, plan_segments};
-use crate::error::{RestoreError, Stage, StoreError};
+use crate::error::{Blame, RestoreError, Stage, StoreError};
 use crate::recovery;
 use crate::sandbox::Sandbox;
 use crate::store::{Backup, CatalogEntry};
@@ -143,18 +143,21 @@ impl Repo {
             store: self.describe(),
             message: e.to_string(),
             unreachable: true,
+            changed: false,
         })?;
         if !out.ok() {
             return Err(StoreError {
                 store: self.describe(),
                 message: format!("pgbackrest info failed ({:?}): {}", out.code, out.text()),
                 unreachable: true,
+                changed: false,
             });
         }
         parse_info(&out.stdout, &self.stanza).map_err(|m| StoreError {
             store: self.describe(),
             message: m,
             unreachable: false,
+            changed: false,
         })
     }
 
@@ -188,7 +191,7 @@ impl Repo {
             )
             .await?;
         if !out.ok() {
-            return Err(classify(&format!("pgbackrest restore of {}", backup.key), &out));
+            return Err(classify(sandbox, &format!("pgbackrest restore of {}", backup.key), &out));
         }
         let wal_start = backup.catalog.as_ref().and_then(|c| c.wal_start.clone());
         let wal_stop = backup.catalog.as_ref().and_then(|c| c.wal_stop.clone());
@@ -236,7 +239,7 @@ impl Repo {
         let mut integrity = Integrity::default();
         let out = self.run(sandbox, &["verify".into(), "--output=text".into(), "--verbose=y".into()]).await?;
         if !out.ok() {
-            return Err(classify("pgbackrest verify", &out));
+            return Err(classify(sandbox, "pgbackrest verify", &out));
         }
         read_verify(&String::from_utf8_lossy(&out.stdout), &mut integrity);
         let archived = self.archived_segments(sandbox, catalog).await?;
@@ -251,7 +254,7 @@ impl Repo {
         let out = self.run(sandbox, &["archive-get".into(), pg1, name.to_string(), dest.display().to_string()]).await?;
         match out.code {
             Some(0) => Ok(()),
-            _ => Err(classify(&format!("pgbackrest archive-get {name}"), &out)),
+            _ => Err(classify(sandbox, &format!("pgbackrest archive-get {name}"), &out)),
         }
     }
 
@@ -270,7 +273,7 @@ impl Repo {
             )
             .await?;
         if !out.ok() {
-            return Err(classify("pgbackrest repo-ls of the WAL archive", &out));
+            return Err(classify(sandbox, "pgbackrest repo-ls of the WAL archive", &out));
         }
         parse_repo_ls(&out.stdout).map_err(|m| RestoreError::infra(Stage::Fetch, m))
     }
@@ -286,25 +289,28 @@ pub struct Restored {
     pub fetched_in: Duration,
 }
 
-/// pgBackRest's failure judged: unreachable or refusing repository, or drcheck's own
-/// use of the tool, is the world's; anything else (checksums, missing files) the backup's.
-fn classify(what: &str, out: &Output) -> RestoreError {
-    delegate::classify(
-        what,
-        out,
-        &[
-            "unable to connect",
-            "unable to get address",
-            "timeout",
-            "HostConnectError",
-            "HTTP request failed with 403",
-            "HTTP request failed with 5",
-            "unable to find hostname",
-            "cannot run",
-            "requires option",
-            "invalid value",
-        ],
-    )
+/// pgBackRest's own verdict on a failure, from its exit code (its error code, see
+/// pgBackRest's `error.yaml`): checksum, invalid or malformed files, mismatched or
+/// invalid backups and archives, a repository file missing from a consistent catalog —
+/// the backup's; everything else (connections, services, access, options, local files,
+/// memory, the kernel, crypto — a wrong passphrase is the config's) the world's.
+fn blame(out: &Output) -> Blame {
+    const BACKUP: [i32; 9] = [
+        26, // checksum
+        28, // file-invalid
+        29, // format
+        44, // archive-mismatch
+        45, // archive-duplicate
+        51, // backup-mismatch
+        55, // file-missing
+        75, // backup-set-invalid
+        99, // json-format
+    ];
+    if out.code.is_some_and(|c| BACKUP.contains(&c)) { Blame::Backup } else { Blame::World }
+}
+
+fn classify(sandbox: &Sandbox, what: &str, out: &Output) -> RestoreError {
+    delegate::judged(sandbox, what, out, blame)
 }
 
 /// `repo-ls --output=json` of an archive: `0000000100000000/000000010000000000000003-<sha1>.gz`

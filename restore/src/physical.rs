@@ -67,7 +67,7 @@ async fn unpack_part(
 ) -> Result<(), RestoreError> {
     use std::sync::atomic::Ordering;
     let store = job.store.describe();
-    let raw = fetch::parallel(job.store.clone(), &part.key, part.size, fetch);
+    let raw = fetch::parallel(job.store.clone(), part, fetch);
     let progress = job.progress.clone();
     let (received, seen) = (received.clone(), Arc::new(std::sync::atomic::AtomicU64::new(0)));
     // `Counting` reports this part's running total: add what is new to the shared one.
@@ -89,7 +89,8 @@ async fn unpack_part(
         }
         _ => (reader, head),
     };
-    let reader: BackupReader = Box::pin(logical::Bounded::new(reader, job.max_write_bytes));
+    let reader: BackupReader =
+        Box::pin(logical::Bounded::with_room(reader, job.expansion_ceiling, job.max_write_bytes));
     if format::detect(&head) != BackupFormat::Tar {
         return Err(RestoreError::bad(
             Stage::Restore,
@@ -261,6 +262,10 @@ pub async fn restore_unpacked(
         std::fs::rename(dir, &data).map_err(|e| infra(format!("moving the unpacked backup into place: {e}")))?;
     }
     recovery::read_major(&data)?;
+    let consistent_at = std::fs::read(data.join("backup_label"))
+        .ok()
+        .and_then(|l| label_start_time(&String::from_utf8_lossy(&l)))
+        .map(|at| crate::request::Consistency { at, source: "backup_label START TIME" });
     let spool = match &job.wal {
         Some(wal) => {
             let spool = recovery::spool_dir(&sandbox)?;
@@ -283,7 +288,22 @@ pub async fn restore_unpacked(
         restore: restore_started.elapsed(),
         recovered_to,
         manifest: None,
+        consistent_at,
     })
+}
+
+/// `START TIME: 2026-12-01 16:00:00 UTC` of a `backup_label`: when the base backup
+/// began (its data is consistent as of its end, a little later; the start is the
+/// conservative bound). Only UTC/GMT are understood.
+pub fn label_start_time(label: &str) -> Option<std::time::SystemTime> {
+    let line = label.lines().find_map(|l| l.strip_prefix("START TIME: "))?.trim();
+    let (stamp, zone) = line.rsplit_once(' ')?;
+    if zone != "UTC" && zone != "GMT" {
+        return None;
+    }
+    let naive = chrono::NaiveDateTime::parse_from_str(stamp, "%Y-%m-%d %H:%M:%S").ok()?;
+    let secs = naive.and_utc().timestamp();
+    (secs > 0).then(|| std::time::UNIX_EPOCH + std::time::Duration::from_secs(secs as u64))
 }
 
 /// The WAL segment a base backup starts at, from its `backup_label`.
@@ -352,7 +372,7 @@ async fn spool_wal(job: &RestoreJob<'_>, wal: &WalReplay, data: &Path, spool: &P
                         .await
                         .map_err(|e| RestoreError::infra(Stage::Fetch, format!("spooling {plain}: {e}")));
                 }
-                let mut reader = fetch::parallel(job.store.clone(), &obj.key, obj.size, fetch);
+                let mut reader = fetch::parallel(job.store.clone(), &obj, fetch);
                 let head = logical::read_head(&mut reader, &store).await?;
                 let fmt = format::detect(&head);
                 let (reader, head) = match fmt {

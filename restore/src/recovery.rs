@@ -111,11 +111,9 @@ pub async fn start_restored(
     sandbox.give_to_server(&data)?;
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(&data, std::fs::Permissions::from_mode(0o700)).map_err(|e| infra(e.to_string()))?;
-    sandbox.start_existing(bin, &settings, RECOVERY_TIMEOUT).await.map_err(|e| match e {
-        // The server giving up on a restored data directory is the backup's failure.
-        RestoreError::Infrastructure { stage: Stage::Restore, message } => RestoreError::bad(Stage::Restore, message),
-        other => other,
-    })?;
+    // Who is to blame for a server giving up on the restored data directory is decided
+    // where it gives up (`Sandbox::server_blame`: its SQLSTATE), not remapped here.
+    sandbox.start_existing(bin, &settings, RECOVERY_TIMEOUT).await?;
     let recovered_to = recovered_to(sandbox).await;
     require_password(sandbox, &hba).await?;
     Ok(recovered_to)

@@ -74,6 +74,18 @@ pub struct Restored {
     /// Base backups: what checking the files against `backup_manifest` found — said
     /// even when it could not be done.
     pub manifest: Option<String>,
+    /// When the backup's data is from, as the backup itself (or its tool's catalog)
+    /// says; `None` when nothing says so.
+    pub consistent_at: Option<Consistency>,
+}
+
+/// The time a backup's data is consistent as of — never an object's upload time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Consistency {
+    pub at: std::time::SystemTime,
+    /// Where it was read: `dump header`, `plain dump header`, `backup_label`, or
+    /// `catalog`.
+    pub source: &'static str,
 }
 
 /// The database logical dumps are restored into, inside the sandbox.

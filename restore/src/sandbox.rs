@@ -17,7 +17,7 @@
 //! a process of one run cannot enter another run's server over its socket.
 
 use crate::contain::{self, Level, Policy, Syscalls};
-use crate::error::{RestoreError, Stage};
+use crate::error::{Blame, RestoreError, Stage};
 use crate::leftovers;
 use crate::pgbin::PgBin;
 use drcheck_config::Profile;
@@ -75,6 +75,8 @@ pub struct Sandbox {
     password: String,
     /// Programs the server may execute besides its own binaries (`restore_command`).
     server_exec: Vec<PathBuf>,
+    /// The data directory came from a backup (a base backup), not from drcheck's initdb.
+    restored: bool,
 }
 
 fn infra(message: impl Into<String>) -> RestoreError {
@@ -136,6 +138,7 @@ impl Sandbox {
             containment,
             password: random_password(),
             server_exec: Vec::new(),
+            restored: false,
         };
         let socket_dir = tempfile::Builder::new()
             .prefix("drcheck-")
@@ -220,6 +223,7 @@ impl Sandbox {
         ready_timeout: Duration,
     ) -> Result<(), RestoreError> {
         self.bin = Some(bin);
+        self.restored = true;
         self.start(settings, ready_timeout).await
     }
 
@@ -325,9 +329,14 @@ impl Sandbox {
         let log2 = log.try_clone().map_err(|e| infra(e.to_string()))?;
         let mut cmd = self.server_command("postgres")?;
         cmd.arg("-D").arg(&self.data_dir).arg("-k").arg(&self.socket_dir).args(["-p", &PORT.to_string()]);
-        // Dynamic shared memory in the data directory, never in the host's /dev/shm.
-        let base =
-            [("listen_addresses", ""), ("unix_socket_permissions", "0700"), ("dynamic_shared_memory_type", "mmap")];
+        // Dynamic shared memory in the data directory, never in the host's /dev/shm; every
+        // log line starts with its SQLSTATE, which says who is to blame for an error.
+        let base = [
+            ("listen_addresses", ""),
+            ("unix_socket_permissions", "0700"),
+            ("dynamic_shared_memory_type", "mmap"),
+            ("log_line_prefix", "%e "),
+        ];
         let settings = base.iter().chain(profile_settings(self.profile)).map(|(k, v)| (k.to_string(), v.to_string()));
         for (k, v) in settings.chain(extra.iter().cloned()) {
             cmd.arg("-c").arg(format!("{k}={v}"));
@@ -348,7 +357,11 @@ impl Sandbox {
                 && let Ok(Some(status)) = child.try_wait()
             {
                 self.server = None;
-                return Err(RestoreError::infra(
+                // A server giving up on a data directory from a backup is the backup's
+                // failure unless its own error code says otherwise; one drcheck made
+                // with initdb failing to start is never the backup's.
+                let blame = if self.restored { self.server_blame() } else { Blame::World };
+                return Err(blame.error(
                     Stage::Restore,
                     format!("the sandbox server exited during start-up ({status}): {}", self.log_tail()),
                 ));
@@ -371,6 +384,39 @@ impl Sandbox {
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
+    }
+
+    /// Who the server's own errors blame: the SQLSTATE of each ERROR, FATAL or PANIC line
+    /// of its log (`log_line_prefix = '%e '`); the world if any says so, or if the run's
+    /// file system is (all but) full.
+    pub fn server_blame(&self) -> Blame {
+        if self.disk_full() {
+            return Blame::World;
+        }
+        let log = std::fs::read(self.root.join("postgres.log")).unwrap_or_default();
+        let text = String::from_utf8_lossy(&log);
+        let world = text.lines().any(|l| {
+            let mut words = l.split_whitespace();
+            let (Some(code), Some(level)) = (words.next(), words.next()) else { return false };
+            code.len() == 5
+                && ["ERROR:", "FATAL:", "PANIC:"].contains(&level)
+                && crate::error::blame_of_sqlstate(code) == Blame::World
+        });
+        if world { Blame::World } else { Blame::Backup }
+    }
+
+    /// Who is to blame for a client tool (pg_restore, psql) failing against this
+    /// sandbox: killed by a signal (the OOM killer), or the server's errors say the
+    /// world — else the backup, whose content the tool was restoring.
+    pub fn judge_client(&self, status: &std::process::ExitStatus) -> Blame {
+        use std::os::unix::process::ExitStatusExt;
+        if status.signal().is_some() { Blame::World } else { self.server_blame() }
+    }
+
+    /// Whether the file system of the run's directory has less than 64 MiB left.
+    pub fn disk_full(&self) -> bool {
+        nix::sys::statvfs::statvfs(&self.root)
+            .is_ok_and(|s| s.blocks_available().saturating_mul(s.fragment_size()) < 64 << 20)
     }
 
     /// The last lines of the server's log, for error messages.

@@ -37,16 +37,30 @@ pub async fn integer_key(pool: &PgPool, t: &TableName) -> Result<Option<String>,
     .await
 }
 
-/// The planner's row estimate (cheap; exact enough to size chunks and samples);
-/// 0 when the table was never analyzed.
+/// Blocks read to estimate a never-analyzed table's rows.
+const ESTIMATE_BLOCKS: i64 = 128;
+
+/// The planner's row estimate (cheap; exact enough to size chunks and samples). A table
+/// never analyzed has none (`reltuples` is −1): then its rows are estimated from its
+/// size and the rows of its first blocks — bounded work, so a sampling bound holds
+/// without statistics too.
 pub async fn estimated_rows(pool: &PgPool, t: &TableName) -> Result<f64, sqlx::Error> {
-    let est: Option<f32> = sqlx::query_scalar(
-        "select greatest(c.reltuples, 0)::float4 from pg_class c join pg_namespace n on n.oid = c.relnamespace
+    let row: Option<(f32, i64)> = sqlx::query_as(
+        "select c.reltuples::float4,
+                (pg_catalog.pg_relation_size(c.oid) / pg_catalog.current_setting('block_size')::int)::int8
+           from pg_class c join pg_namespace n on n.oid = c.relnamespace
           where n.nspname = $1 and c.relname = $2",
     )
     .bind(&t.schema)
     .bind(&t.name)
     .fetch_optional(pool)
     .await?;
-    Ok(est.unwrap_or(0.0) as f64)
+    let Some((reltuples, blocks)) = row else { return Ok(0.0) };
+    if reltuples >= 0.0 || blocks == 0 {
+        return Ok(reltuples.max(0.0) as f64);
+    }
+    let read = blocks.min(ESTIMATE_BLOCKS);
+    let sql = format!("select pg_catalog.count(*) from {} where ctid < $1::pg_catalog.tid", t.quoted());
+    let counted: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(sql)).bind(format!("({read},0)")).fetch_one(pool).await?;
+    Ok(counted as f64 * blocks as f64 / read as f64)
 }

@@ -99,11 +99,11 @@ fn query_for(
     if let (Range::Keys(lo, hi), Some(k)) = (range, key) {
         binds.push(lo.to_string());
         binds.push(hi.to_string());
-        conds.push(format!("{0} >= $1::bigint and {0} < $2::bigint", quote_ident(k)));
+        conds.push(format!("{0} >= $1::pg_catalog.int8 and {0} < $2::pg_catalog.int8", quote_ident(k)));
     }
     if let Some(col) = as_of {
         binds.push(backup_time.to_string());
-        conds.push(format!("{} <= ${}::timestamptz", quote_ident(col), binds.len()));
+        conds.push(format!("{} <= ${}::pg_catalog.timestamptz", quote_ident(col), binds.len()));
     }
     let filter = if conds.is_empty() { String::new() } else { format!(" where {}", conds.join(" and ")) };
     Query {
@@ -203,11 +203,11 @@ async fn block_totals(
     // One more range past the end: rows of pages added since the size was read.
     while lo <= blocks {
         let hi = if lo + step > blocks { i64::from(u32::MAX) } else { lo + step };
-        let mut conds = vec!["ctid >= $1::tid and ctid < $2::tid".to_string()];
+        let mut conds = vec!["ctid >= $1::pg_catalog.tid and ctid < $2::pg_catalog.tid".to_string()];
         let mut binds = vec![format!("({lo},0)"), format!("({hi},0)")];
         if let Some(col) = as_of {
             binds.push(backup_time.to_string());
-            conds.push(format!("{} <= ${}::timestamptz", quote_ident(col), binds.len()));
+            conds.push(format!("{} <= ${}::pg_catalog.timestamptz", quote_ident(col), binds.len()));
         }
         if let Some(k) = slice {
             conds.push(format!(
@@ -242,8 +242,11 @@ async fn compare_by_blocks(
     estimated: f64,
     hash: Hash,
 ) -> Outcome {
-    let as_of = cx.as_of(t);
-    let backup_time = cx.backup_time_text();
+    let (as_of, backup_time) = match as_of_cutoff(cx, t).await {
+        Ok(c) => c,
+        Err(e) => return Outcome::Failed(format!("{t}: {e}")),
+    };
+    let as_of = as_of.as_deref();
     let slice = sample_slice(estimated, cx.settings.checksum_sample_rows);
     let plan = BlockPlan { as_of, backup_time: &backup_time, chunk_rows: cx.settings.checksum_chunk_rows, slice, hash };
     let (p, r) =
@@ -272,9 +275,22 @@ async fn compare_table(cx: &Context, primary: &crate::primary::PrimaryDb, t: &Ta
     }
 }
 
+/// The table's `as_of` column and the cut-off it is compared up to (none of either when
+/// the table has none, or no cut-off is known).
+async fn as_of_cutoff(cx: &Context, t: &TableName) -> Result<(Option<String>, String), sqlx::Error> {
+    let Some(col) = cx.as_of(t) else { return Ok((None, String::new())) };
+    Ok(match cx.cutoff(t, col).await? {
+        Some(c) => (Some(col.to_string()), c),
+        None => (None, String::new()),
+    })
+}
+
 async fn compare_table_with(cx: &Context, primary: &crate::primary::PrimaryDb, t: &TableName, hash: Hash) -> Outcome {
-    let as_of = cx.as_of(t);
-    let backup_time = cx.backup_time_text();
+    let (as_of, backup_time) = match as_of_cutoff(cx, t).await {
+        Ok(c) => c,
+        Err(e) => return Outcome::Failed(format!("{t}: {e}")),
+    };
+    let as_of = as_of.as_deref();
     let key = match primary.timed(catalog::integer_key(&primary.pool, t)).await {
         Ok(k) => k,
         Err(e) => return Outcome::Failed(format!("{t}: {e}")),
@@ -427,10 +443,10 @@ mod tests {
     fn queries_quote_and_bind() {
         let t = TableName { schema: "Sales".into(), name: "Inv\"oices".into() };
         let q = query_for(&t, Some("id"), Some("at"), Range::Keys(5, 10), "2026-11-30T00:00:00Z", Hash::Text);
-        assert!(q.sql.contains(r#"from "Sales"."Inv""oices" drcheck_row where "id" >= $1::bigint and "id" < $2::bigint and "at" <= $3::timestamptz"#), "{}", q.sql);
+        assert!(q.sql.contains(r#"from "Sales"."Inv""oices" drcheck_row where "id" >= $1::pg_catalog.int8 and "id" < $2::pg_catalog.int8 and "at" <= $3::pg_catalog.timestamptz"#), "{}", q.sql);
         assert_eq!(q.binds, ["5", "10", "2026-11-30T00:00:00Z"]);
         let q = query_for(&t, None, Some("at"), Range::Whole, "x", Hash::Record);
-        assert!(q.sql.ends_with(r#"where "at" <= $1::timestamptz"#), "{}", q.sql);
+        assert!(q.sql.ends_with(r#"where "at" <= $1::pg_catalog.timestamptz"#), "{}", q.sql);
         assert!(
             q.sql.contains("pg_catalog.sum(pg_catalog.hash_record_extended(drcheck_row.*, 0::pg_catalog.int8))"),
             "{}",

@@ -32,7 +32,7 @@ impl Validator for Freshness {
         if cx.settings.as_of.is_empty() {
             return vec![Finding::new(name, Status::Skipped, "no as_of columns configured for this target")];
         }
-        let backup_epoch = cx.backup_time.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs_f64();
+        let backup_epoch = cx.backup_time.map(|t| t.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs_f64());
         let (mut restored_newest, mut primary_newest) = (None::<f64>, None::<f64>);
         for (schema, table, col) in &cx.settings.as_of {
             let t = TableName { schema: schema.clone(), name: table.clone() };
@@ -63,9 +63,12 @@ impl Validator for Freshness {
         let Some(restored) = restored_newest else {
             return vec![Finding::new(name, Status::Skipped, "the as_of columns hold no rows in the restored copy")];
         };
-        let behind_backup = (backup_epoch - restored).max(0.0);
+        let behind_backup = backup_epoch.map(|b| (b - restored).max(0.0));
         let mut f = Finding::new(name, Status::Passed, "").covered("tables", cx.settings.as_of.len() as u64);
-        let mut detail = format!("newest row in the backup is {behind_backup:.0}s older than the backup itself");
+        let mut detail = match behind_backup {
+            Some(b) => format!("newest row in the backup is {b:.0}s older than the backup itself"),
+            None => "the backup records no time of its own to compare its newest row with".to_string(),
+        };
         if let Some(p) = primary_newest {
             let lag = (p - restored).max(0.0);
             detail.push_str(&format!(
@@ -75,7 +78,7 @@ impl Validator for Freshness {
         } else if let crate::Primary::Unavailable(why) = &cx.primary {
             detail.push_str(&format!("; data lag unknown: primary unavailable: {why}"));
         }
-        if behind_backup > cx.rpo.as_secs_f64() {
+        if behind_backup.is_some_and(|b| b > cx.rpo.as_secs_f64()) {
             f.status = Status::Failed;
             detail = format!("the backup's newest data is older than the RPO allows: {detail}");
         }

@@ -145,8 +145,9 @@ pub struct Context {
     pub restored: PgPool,
     pub access: RestoredAccess,
     pub primary: Primary,
-    /// When the backup was taken: rows written later are not expected in it.
-    pub backup_time: SystemTime,
+    /// When the backup's data is consistent as of (or the last replayed commit): rows
+    /// written later are not expected in it. `None` when nothing records it.
+    pub backup_time: Option<SystemTime>,
     pub rpo: Duration,
     /// Allowed relative difference of row counts (0.001 = 0.1%) where no `as_of` applies.
     pub row_count_tolerance: f64,
@@ -187,9 +188,16 @@ impl Context {
         self.settings.exclude.iter().any(|e| *e == full || (!e.contains('.') && t.schema == "public" && *e == t.name))
     }
 
-    /// The backup time as an RFC 3339 string, bound as `$n::timestamptz`.
-    pub fn backup_time_text(&self) -> String {
-        humantime::format_rfc3339_micros(self.backup_time).to_string()
+    /// The cut-off for `as_of` column `col` of `t`, as text bound as `$n::timestamptz`:
+    /// the backup's own time; when nothing records it, the newest value the copy holds
+    /// (rows up to it must all be there). `None` when neither is known (an empty copy
+    /// of a backup without a time).
+    pub async fn cutoff(&self, t: &TableName, col: &str) -> Result<Option<String>, sqlx::Error> {
+        if let Some(at) = self.backup_time {
+            return Ok(Some(humantime::format_rfc3339_micros(at).to_string()));
+        }
+        let sql = format!("select pg_catalog.max({})::pg_catalog.text from {}", quote_ident(col), t.quoted());
+        sqlx::query_scalar(sqlx::AssertSqlSafe(sql)).fetch_one(&self.restored).await
     }
 }
 

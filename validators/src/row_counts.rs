@@ -18,8 +18,12 @@ pub(crate) fn within(primary: i64, restored: i64, tolerance: f64) -> bool {
 /// `select count(*)`, restricted to rows at or before `$1` when `as_of` is given.
 fn count_sql(t: &TableName, as_of: Option<&str>) -> String {
     match as_of {
-        Some(col) => format!("select count(*) from {} where {} <= $1::timestamptz", t.quoted(), quote_ident(col)),
-        None => format!("select count(*) from {}", t.quoted()),
+        Some(col) => format!(
+            "select pg_catalog.count(*) from {} where {} <= $1::pg_catalog.timestamptz",
+            t.quoted(),
+            quote_ident(col)
+        ),
+        None => format!("select pg_catalog.count(*) from {}", t.quoted()),
     }
 }
 
@@ -35,24 +39,29 @@ impl Validator for RowCounts {
             Ok(v) => v,
             Err(finding) => return vec![finding],
         };
-        let backup_time = cx.backup_time_text();
         let results: Vec<(TableName, bool, Result<(i64, i64), sqlx::Error>)> = stream::iter(common)
-            .map(|t| {
-                let backup_time = backup_time.clone();
-                async move {
-                    let as_of = cx.as_of(&t);
-                    let sql = count_sql(&t, as_of);
-                    let r = async {
-                        let q = || {
-                            let q = sqlx::query_scalar::<_, i64>(sqlx::AssertSqlSafe(sql.clone()));
-                            if as_of.is_some() { q.bind(backup_time.clone()) } else { q }
-                        };
-                        let p = primary.timed(q().fetch_one(&primary.pool)).await?;
-                        let r = q().fetch_one(&cx.restored).await?;
-                        Ok((p, r))
-                    }
-                    .await;
-                    (t, as_of.is_some(), r)
+            .map(|t| async move {
+                let r = async {
+                    let cutoff = match cx.as_of(&t) {
+                        Some(col) => cx.cutoff(&t, col).await?.map(|c| (col, c)),
+                        None => None,
+                    };
+                    let sql = count_sql(&t, cutoff.as_ref().map(|(col, _)| *col));
+                    let q = || {
+                        let q = sqlx::query_scalar::<_, i64>(sqlx::AssertSqlSafe(sql.clone()));
+                        match &cutoff {
+                            Some((_, c)) => q.bind(c.clone()),
+                            None => q,
+                        }
+                    };
+                    let p = primary.timed(q().fetch_one(&primary.pool)).await?;
+                    let r = q().fetch_one(&cx.restored).await?;
+                    Ok((cutoff.is_some(), p, r))
+                }
+                .await;
+                match r {
+                    Ok((exact, p, r)) => (t, exact, Ok((p, r))),
+                    Err(e) => (t, false, Err(e)),
                 }
             })
             .buffer_unordered(cx.settings.primary_concurrency.max(1) as usize)

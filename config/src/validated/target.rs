@@ -120,8 +120,23 @@ pub(super) fn validate_target(
         ),
     };
     let kubernetes = validate_kubernetes(cx, i, t)?;
+    let comparisons = match &t.comparisons {
+        None => Comparisons::Required,
+        Some(v) => match v.get_ref().as_str() {
+            "required" => Comparisons::Required,
+            "best-effort" => Comparisons::BestEffort,
+            other => {
+                return Err(cx.err(
+                    &key("comparisons"),
+                    Some(v.span()),
+                    format!("expected \"required\" or \"best-effort\", got {other:?}"),
+                ));
+            }
+        },
+    };
     Ok(TargetConfig {
         kubernetes,
+        comparisons,
         integrity_schedule,
         source,
         select,

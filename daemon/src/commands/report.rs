@@ -2,9 +2,7 @@
 //! drill journals; `drcheck report verify`: an auditor's check of a report.
 
 use crate::cli::MakeReportArgs;
-use crate::evidence::render::{self, Format};
-use crate::evidence::sign::{self, Embedded};
-use crate::evidence::{self, Evidence, RunEvidence};
+use crate::evidence::{self, RunEvidence, check, sign, stream};
 use crate::exit::{CliError, Exit};
 use crate::history::History;
 use crate::report::timestamp;
@@ -59,40 +57,79 @@ pub async fn make(config: &Config, args: MakeReportArgs) -> Result<Exit, CliErro
         args.targets.clone()
     };
     let (from_s, to_s) = (timestamp(from), timestamp(to));
-    let runs = history.between(&from_s, &to_s).await.map_err(CliError::incomplete)?;
-    history.close().await;
     let (from_e, to_e) = (evidence::epoch(&from_s).unwrap_or(0.0), evidence::epoch(&to_s).unwrap_or(0.0));
-    let targets = names
-        .iter()
-        .map(|name| {
-            let mine = runs.iter().filter(|r| &r.target == name).map(RunEvidence::from_report).collect();
-            evidence::target_evidence(name, mine, from_e, to_e)
-        })
-        .collect();
     let mut drills = Vec::new();
     for dir in &args.drills {
         drills.extend(read_drills(dir, &from_s, &to_s)?);
     }
     drills.sort_by(|a, b| a.started_at.cmp(&b.started_at).then(a.drill_id.cmp(&b.drill_id)));
-    let evidence = Evidence {
+    // One target at a time: first every target's summary (the document's head), then
+    // each target's runs again as its section is written — never the whole window in
+    // memory at once.
+    let load = |name: String| {
+        let (history, from_s, to_s) = (&history, from_s.clone(), to_s.clone());
+        async move {
+            let runs = history.between_for(&name, &from_s, &to_s).await?;
+            let runs = runs.iter().map(RunEvidence::from_report).collect();
+            anyhow::Ok(evidence::target_evidence(&name, runs, from_e, to_e))
+        }
+    };
+    let mut heads = Vec::with_capacity(names.len());
+    for name in &names {
+        let t = load(name.clone()).await.map_err(CliError::incomplete)?;
+        heads.push(evidence::TargetEvidence { runs: Vec::new(), ..t });
+    }
+    let frame = stream::Frame {
         format_version: evidence::FORMAT_VERSION,
         generated_at: timestamp(SystemTime::now()),
-        from: from_s,
-        to: to_s,
-        targets,
+        from: from_s.clone(),
+        to: to_s.clone(),
+        heads,
         drills,
     };
-    let signature = key.as_ref().map(|k| sign::sign(&evidence, k));
-    let doc = render::document(args.format, &Embedded { evidence, signature });
-    match &args.output {
+    let mut loader = |name: &str| Box::pin(load(name.to_string())) as futures::future::BoxFuture<'_, _>;
+    let written = match &args.output {
         Some(path) => {
-            write_atomically(path, doc.as_bytes())
-                .map_err(|e| CliError::incomplete(anyhow::anyhow!("writing {}: {e}", path.display())))?;
-            crate::errln!("report: {}{}", path.display(), if key.is_some() { " (signed)" } else { " (not signed)" });
+            let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+            let fail = |e: std::io::Error| CliError::incomplete(anyhow::anyhow!("writing {}: {e}", path.display()));
+            let tmp = tempfile::NamedTempFile::new_in(dir).map_err(fail)?;
+            let mut out = std::io::BufWriter::new(tmp);
+            stream::write(args.format, &frame, &mut loader, key.as_ref(), &mut out)
+                .await
+                .map_err(CliError::incomplete)?;
+            let tmp = out.into_inner().map_err(|e| fail(e.into_error()))?;
+            // Evidence is for sharing, and holds no secret.
+            tmp.as_file().set_permissions(std::os::unix::fs::PermissionsExt::from_mode(0o644)).map_err(fail)?;
+            tmp.persist(path).map_err(|e| fail(e.error))?;
+            Some(path)
         }
-        None => crate::out!("{doc}"),
+        None => {
+            let mut out = StdoutWriter;
+            stream::write(args.format, &frame, &mut loader, key.as_ref(), &mut out)
+                .await
+                .map_err(CliError::incomplete)?;
+            None
+        }
+    };
+    history.close().await;
+    if let Some(path) = written {
+        crate::errln!("report: {}{}", path.display(), if key.is_some() { " (signed)" } else { " (not signed)" });
     }
     Ok(Exit::Passed)
+}
+
+/// Standard output through `out!` (a closed pipe ends the output quietly).
+struct StdoutWriter;
+
+impl std::io::Write for StdoutWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        crate::out::write(&String::from_utf8_lossy(buf));
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 /// The drill journals in `dir` whose drill started in the window. A JSON file that is
@@ -123,158 +160,27 @@ fn read_drills(dir: &Path, from: &str, to: &str) -> Result<Vec<evidence::DrillEv
     Ok(out)
 }
 
-fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
-    std::io::Write::write_all(&mut tmp, bytes)?;
-    // Evidence is for sharing, and holds no secret.
-    tmp.as_file().set_permissions(std::os::unix::fs::PermissionsExt::from_mode(0o644))?;
-    tmp.persist(path).map_err(|e| e.error)?;
-    Ok(())
-}
-
 /// Exit 0: the signature verifies and the document is what was signed. Exit 1: it does
 /// not, with every difference named. Exit 2: the file or the key cannot be read.
 pub fn verify(file: &Path, public_key: &Path) -> Result<Exit, CliError> {
     let key = sign::load_public_key(public_key).map_err(CliError::usage)?;
-    let text = std::fs::read_to_string(file)
-        .map_err(|e| CliError::usage(anyhow::anyhow!("cannot read {}: {e}", file.display())))?;
-    let (problems, what) = check(&text, &key);
-    if problems.is_empty() {
-        crate::outln!("{}: verified — {what}, signed by key sha256:{}", file.display(), &sign::fingerprint(&key)[..16]);
+    if let Err(e) = std::fs::metadata(file) {
+        return Err(CliError::usage(anyhow::anyhow!("cannot read {}: {e}", file.display())));
+    }
+    let verdict = check::check_file(file, &key)
+        .map_err(|e| CliError::usage(anyhow::anyhow!("cannot read {}: {e:#}", file.display())))?;
+    if verdict.problems.is_empty() {
+        crate::outln!(
+            "{}: verified — {}, signed by key sha256:{}",
+            file.display(),
+            verdict.what,
+            &sign::fingerprint(&key)[..16]
+        );
         return Ok(Exit::Passed);
     }
     crate::outln!("{}: NOT VERIFIED", file.display());
-    for p in &problems {
+    for p in &verdict.problems {
         crate::outln!("  - {p}");
     }
     Ok(Exit::Failed)
-}
-
-/// Every problem with the document under `key`, and what it covers when it verifies.
-/// The whole file must be what drcheck renders from the signed content, byte for byte
-/// (trailing whitespace aside): the visible body, one trailer, nothing after it.
-pub fn check(text: &str, key: &ed25519_dalek::VerifyingKey) -> (Vec<String>, String) {
-    let (embedded, format, body) = if text.trim_start().starts_with('{') {
-        match serde_json::from_str::<Embedded>(text) {
-            Ok(e) => (e, Format::Json, None),
-            Err(e) => {
-                return (
-                    vec![format!("the JSON report does not parse (line {}, column {}): {e}", e.line(), e.column())],
-                    String::new(),
-                );
-            }
-        }
-    } else {
-        match sign::split(text) {
-            Ok((body, e)) => (e, render::detect(body), Some(body)),
-            Err(e) => return (vec![e.to_string()], String::new()),
-        }
-    };
-    let mut problems = sign::verify(&embedded, key);
-    match body {
-        Some(body) => {
-            let expected = render::body(format, &embedded.evidence);
-            if expected != body {
-                problems.push(first_difference(&expected, body, &embedded.evidence));
-            } else if let Some(p) = trailer_problem(&text[body.len()..], &embedded) {
-                problems.push(p);
-            }
-        }
-        None => {
-            // The document must be byte for byte what drcheck writes for this content:
-            // a field serde would skip when reading is a field nobody signed.
-            let expected = render::document(Format::Json, &embedded);
-            if expected.trim_end() != text.trim_end() {
-                problems.push(json_difference(&expected, text));
-            }
-        }
-    }
-    let runs: usize = embedded.evidence.targets.iter().map(|t| t.runs.len()).sum();
-    let what = format!(
-        "{runs} runs of {} targets and {} drills from {} to {}",
-        embedded.evidence.targets.len(),
-        embedded.evidence.drills.len(),
-        embedded.evidence.from,
-        embedded.evidence.to
-    );
-    (problems, what)
-}
-
-/// Anything about the trailer (and what follows it) that is not exactly what drcheck
-/// writes: bytes appended after it are not covered by the signature, whatever they say.
-fn trailer_problem(rest: &str, embedded: &Embedded) -> Option<String> {
-    let expected = sign::trailer(embedded);
-    if rest.trim_end() == expected.trim_end() {
-        return None;
-    }
-    let after = rest.strip_prefix(expected.trim_end()).map(str::trim);
-    Some(match after {
-        Some(extra) if extra.contains(sign::TRAILER_START) => {
-            "a second evidence trailer follows the signed one: only one report is signed".to_string()
-        }
-        Some(extra) => format!(
-            "{} bytes follow the signed evidence trailer: they are not part of the signed report ({:?}…)",
-            extra.len(),
-            extra.chars().take(60).collect::<String>()
-        ),
-        None => "the evidence trailer is not the one drcheck writes for its content".to_string(),
-    })
-}
-
-/// Where a JSON report departs from what drcheck writes for its signed content.
-fn json_difference(expected: &str, got: &str) -> String {
-    let (Ok(exp), Ok(have)) =
-        (serde_json::from_str::<serde_json::Value>(expected), serde_json::from_str::<serde_json::Value>(got))
-    else {
-        return "the JSON report is not the one drcheck writes for its content".into();
-    };
-    match value_difference("", &exp, &have) {
-        Some(d) => d,
-        None => "the JSON report's formatting is not the one drcheck writes (it was re-encoded)".into(),
-    }
-}
-
-fn value_difference(at: &str, exp: &serde_json::Value, have: &serde_json::Value) -> Option<String> {
-    use serde_json::Value;
-    match (exp, have) {
-        (Value::Object(e), Value::Object(h)) => {
-            if let Some(k) = h.keys().find(|k| !e.contains_key(*k)) {
-                return Some(format!("field {at}/{k} is not part of the signed report"));
-            }
-            e.iter().find_map(|(k, v)| match h.get(k) {
-                None => Some(format!("field {at}/{k} is missing")),
-                Some(hv) => value_difference(&format!("{at}/{k}"), v, hv),
-            })
-        }
-        (Value::Array(e), Value::Array(h)) if e.len() == h.len() => {
-            e.iter().zip(h).enumerate().find_map(|(i, (a, b))| value_difference(&format!("{at}/{i}"), a, b))
-        }
-        (a, b) if a == b => None,
-        _ => Some(format!("{} differs from the signed content", if at.is_empty() { "/" } else { at })),
-    }
-}
-
-/// Where the visible text departs from what the signed content draws, naming the run
-/// (or drill) of that line when it belongs to one.
-fn first_difference(expected: &str, got: &str, e: &Evidence) -> String {
-    let (exp, have): (Vec<&str>, Vec<&str>) = (expected.lines().collect(), got.lines().collect());
-    let i = exp.iter().zip(have.iter()).position(|(a, b)| a != b).unwrap_or(exp.len().min(have.len()));
-    let line = exp.get(i).copied().unwrap_or("");
-    // The runs and drills, named as the seal names them.
-    if let Some(item) = sign::items(e).into_iter().find(|item| line.contains(&item.id)) {
-        return format!(
-            "the visible text of {} {} of {} (started {}) differs from the signed content (line {})",
-            item.kind,
-            item.id,
-            item.of,
-            item.started_at,
-            i + 1
-        );
-    }
-    format!(
-        "the visible text differs from the signed content at line {}: {:?}",
-        i + 1,
-        have.get(i).copied().unwrap_or("(missing)")
-    )
 }

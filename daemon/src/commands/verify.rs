@@ -49,6 +49,11 @@ pub async fn run(config: &Config, args: VerifyArgs) -> Result<Exit, CliError> {
         let report = pipeline::verify(config, target, args.backup.as_deref(), &cancel, &progress).await;
         drop(progress);
         let _ = history.release_lease(&target.name, &holder).await;
+        if let Some(mistake) = &report.usage_error {
+            // Nothing was verified: not a run, not a failure of the backup.
+            history.close().await;
+            return Err(CliError::usage(anyhow::anyhow!("{}: {mistake}", target.name)));
+        }
         if let Err(e) = history.record_with_alerts(&report, &sink_names(config)).await {
             tracing::error!(target = %report.target, run_id = %report.run_id, "cannot record the run: {e:#}");
             crate::errln!("drcheck: cannot record run {} in the history store: {e:#}", report.run_id);

@@ -6,8 +6,15 @@
 //! and embeds it, the signature covers it, and `report verify` re-draws the document
 //! from it to catch an edit of the visible text.
 
+pub mod check;
 pub mod render;
 pub mod sign;
+pub mod stream;
+
+/// JSON with sorted keys and no spaces: the bytes that are hashed and signed.
+pub fn canonical_json<T: serde::Serialize>(v: &T) -> Vec<u8> {
+    sign::canonical(v)
+}
 
 use crate::report::{RunReport, RunResult};
 use serde::{Deserialize, Serialize};
@@ -130,7 +137,7 @@ impl RunEvidence {
             finished_at: r.finished_at.clone(),
             result: r.result.as_str().to_string(),
             backup_key: r.backup.as_ref().map(|b| b.key.clone()),
-            backup_created_at: r.backup.as_ref().map(|b| b.created_at.clone()),
+            backup_created_at: r.backup.as_ref().and_then(|b| b.created_at.clone()),
             rto_target_seconds: r.rto.target_seconds,
             rto_measured_seconds: r.rto.measured_seconds,
             rto_met: r.rto.met,

@@ -26,12 +26,44 @@ pub fn document(format: Format, embedded: &Embedded) -> String {
     }
 }
 
-/// The visible part of a document (everything but JSON's).
+/// The visible part of a document (everything but JSON's): its head (the summary of
+/// every target), a section per target, its tail (the drills). Drawn piece by piece, so
+/// a report over a whole fleet is written, and verified, one target at a time.
 pub fn body(format: Format, e: &Evidence) -> String {
+    let mut out = head(format, e);
+    for t in &e.targets {
+        out.push_str(&section(format, e, t));
+    }
+    out.push_str(&tail(format, e));
+    out
+}
+
+/// The body up to the first target's section. `e.targets` need only their summaries.
+pub fn head(format: Format, e: &Evidence) -> String {
     match format {
-        Format::Html => html(e),
-        Format::Markdown => markdown(e),
-        Format::Junit => junit(e),
+        Format::Html => html_head(e),
+        Format::Markdown => markdown_head(e),
+        Format::Junit => junit_head(e),
+        Format::Json => String::new(),
+    }
+}
+
+/// One target's section (`e` gives the window).
+pub fn section(format: Format, e: &Evidence, t: &TargetEvidence) -> String {
+    match format {
+        Format::Html => html_section(e, t),
+        Format::Markdown => markdown_section(t),
+        Format::Junit => junit_section(e, t),
+        Format::Json => String::new(),
+    }
+}
+
+/// The body after the last target's section.
+pub fn tail(format: Format, e: &Evidence) -> String {
+    match format {
+        Format::Html => html_tail(e),
+        Format::Markdown => markdown_tail(e),
+        Format::Junit => junit_tail(e),
         Format::Json => String::new(),
     }
 }
@@ -120,7 +152,7 @@ text-align:left;vertical-align:top;font-size:.9rem}th{background:#eee}.passed,.c
 .failed,.error,.aborted,.MISSED{font-weight:700;text-decoration:underline}.why{font-size:.8rem}\
 svg{max-width:100%;height:auto;border:1px solid #444}@media print{a{color:#000}th{background:#fff}}";
 
-fn html(e: &Evidence) -> String {
+fn html_head(e: &Evidence) -> String {
     let mut h = String::new();
     let _ = writeln!(h, "<!DOCTYPE html>");
     let _ = writeln!(h, "<html lang=\"en\"><head><meta charset=\"utf-8\">");
@@ -158,7 +190,12 @@ fn html(e: &Evidence) -> String {
         );
     }
     let _ = writeln!(h, "</tbody></table>");
-    for t in &e.targets {
+    h
+}
+
+fn html_section(e: &Evidence, t: &TargetEvidence) -> String {
+    let mut h = String::new();
+    {
         let _ = writeln!(h, "<section id=\"target-{}\">", esc(&t.name));
         let _ = writeln!(h, "<h2>{}</h2>", esc(&t.name));
         let _ = writeln!(
@@ -197,6 +234,11 @@ fn html(e: &Evidence) -> String {
         }
         let _ = writeln!(h, "</tbody></table></section>");
     }
+    h
+}
+
+fn html_tail(e: &Evidence) -> String {
+    let mut h = String::new();
     let _ = writeln!(h, "<h2>DR drills</h2>");
     if e.drills.is_empty() {
         let _ = writeln!(h, "<p id=\"no-drills\">No drill journal in the window.</p>");
@@ -345,7 +387,7 @@ fn cell(s: &str) -> String {
     s.replace('|', "\\|").replace(['\n', '\r'], " ")
 }
 
-fn markdown(e: &Evidence) -> String {
+fn markdown_head(e: &Evidence) -> String {
     let mut m = String::new();
     let _ = writeln!(m, "# Restore-test evidence\n");
     let _ = writeln!(m, "Runs that started from {} to {}; generated {} by drcheck.\n", e.from, e.to, e.generated_at);
@@ -372,7 +414,12 @@ fn markdown(e: &Evidence) -> String {
             human(s.longest_without_pass_seconds)
         );
     }
-    for t in &e.targets {
+    m
+}
+
+fn markdown_section(t: &TargetEvidence) -> String {
+    let mut m = String::new();
+    {
         let _ = writeln!(m, "\n## {}\n", cell(&t.name));
         let _ = writeln!(
             m,
@@ -406,6 +453,11 @@ fn markdown(e: &Evidence) -> String {
             );
         }
     }
+    m
+}
+
+fn markdown_tail(e: &Evidence) -> String {
+    let mut m = String::new();
     let _ = writeln!(m, "\n## DR drills\n");
     if e.drills.is_empty() {
         let _ = writeln!(m, "No drill journal in the window.");
@@ -453,7 +505,7 @@ fn junit_verdict(result: &str, ok: &str, reasons: &[String]) -> String {
 /// JUnit XML: a test suite per target, a test case per run (its time the measured
 /// RTO); failed → `<failure>`, error and aborted → `<error>`; drills in a suite of their
 /// own. The shape Jenkins, GitLab and the `junitparser` library read.
-fn junit(e: &Evidence) -> String {
+fn junit_head(e: &Evidence) -> String {
     let mut j = String::new();
     let runs: u32 = e.targets.iter().map(|t| t.summary.runs).sum::<u32>() + e.drills.len() as u32;
     let failures: u32 = e.targets.iter().map(|t| t.summary.failed).sum::<u32>()
@@ -467,7 +519,12 @@ fn junit(e: &Evidence) -> String {
         xml(&e.from),
         xml(&e.to)
     );
-    for t in &e.targets {
+    j
+}
+
+fn junit_section(e: &Evidence, t: &TargetEvidence) -> String {
+    let mut j = String::new();
+    {
         let s = &t.summary;
         let time: f64 = t.runs.iter().filter_map(|r| r.rto_measured_seconds).sum();
         let _ = writeln!(
@@ -503,6 +560,11 @@ fn junit(e: &Evidence) -> String {
         }
         let _ = writeln!(j, "</testsuite>");
     }
+    j
+}
+
+fn junit_tail(e: &Evidence) -> String {
+    let mut j = String::new();
     if !e.drills.is_empty() {
         let failed = e.drills.iter().filter(|d| d.result == "failed").count();
         let aborted = e.drills.iter().filter(|d| d.result == "aborted").count();

@@ -64,23 +64,34 @@ fn sha256_hex(bytes: &[u8]) -> String {
 
 /// The digests of every run and drill in `evidence`.
 pub fn items(evidence: &Evidence) -> Vec<SealedItem> {
-    let runs = evidence.targets.iter().flat_map(|t| {
-        t.runs.iter().map(move |r| SealedItem {
+    let runs = evidence.targets.iter().flat_map(target_items);
+    let drills = evidence.drills.iter().map(drill_item);
+    runs.chain(drills).collect()
+}
+
+/// The digests of one target's runs.
+pub fn target_items(t: &super::TargetEvidence) -> Vec<SealedItem> {
+    t.runs
+        .iter()
+        .map(|r| SealedItem {
             kind: "run".into(),
             id: r.run_id.clone(),
             of: t.name.clone(),
             started_at: r.started_at.clone(),
             sha256: sha256_hex(&canonical(r)),
         })
-    });
-    let drills = evidence.drills.iter().map(|d| SealedItem {
+        .collect()
+}
+
+/// The digest of one drill.
+pub fn drill_item(d: &super::DrillEvidence) -> SealedItem {
+    SealedItem {
         kind: "drill".into(),
         id: d.drill_id.clone(),
         of: d.runbook.clone(),
         started_at: d.started_at.clone(),
         sha256: sha256_hex(&canonical(d)),
-    });
-    runs.chain(drills).collect()
+    }
 }
 
 pub fn fingerprint(key: &VerifyingKey) -> String {
@@ -88,11 +99,17 @@ pub fn fingerprint(key: &VerifyingKey) -> String {
 }
 
 pub fn sign(evidence: &Evidence, key: &SigningKey) -> SignatureBlock {
+    sign_seal(key, sha256_hex(&canonical(evidence)), items(evidence))
+}
+
+/// Signs the seal of content whose canonical digest is `evidence_sha256`, with the
+/// digests of its runs and drills (`items`, in the content's order).
+pub fn sign_seal(key: &SigningKey, evidence_sha256: String, items: Vec<SealedItem>) -> SignatureBlock {
     let seal = Seal {
         algorithm: "ed25519".into(),
         key_fingerprint: fingerprint(&key.verifying_key()),
-        evidence_sha256: sha256_hex(&canonical(evidence)),
-        items: items(evidence),
+        evidence_sha256,
+        items,
     };
     let signature = key.sign(&canonical(&seal));
     SignatureBlock { seal, signature: B64.encode(signature.to_bytes()) }
@@ -128,39 +145,63 @@ pub fn verify(embedded: &Embedded, key: &VerifyingKey) -> Vec<String> {
     let Some(block) = &embedded.signature else {
         return vec!["the report is not signed (no [evidence] signing_key when it was made)".into()];
     };
-    let mut problems = Vec::new();
-    let signature = B64.decode(&block.signature).ok().and_then(|b| ed25519_dalek::Signature::from_slice(&b).ok());
-    let signed = signature.is_some_and(|s| key.verify_strict(&canonical(&block.seal), &s).is_ok());
-    if !signed {
-        problems.push(if block.seal.key_fingerprint != fingerprint(key) {
-            format!(
-                "the signature does not verify: it was made with key {} and this public key is {}",
-                short(&block.seal.key_fingerprint),
-                short(&fingerprint(key))
-            )
-        } else {
-            "the signature does not verify with this public key: the seal (digests) was altered".into()
-        });
-    }
+    let mut problems = verify_signature(block, key);
     let now = items(&embedded.evidence);
-    let describe = |i: &SealedItem| format!("{} {} of {} (started {})", i.kind, i.id, i.of, i.started_at);
-    for sealed in &block.seal.items {
-        match now.iter().find(|i| i.kind == sealed.kind && i.id == sealed.id) {
-            None => problems.push(format!("{} was removed", describe(sealed))),
-            Some(i) if i.sha256 != sealed.sha256 || i.of != sealed.of || i.started_at != sealed.started_at => {
-                problems.push(format!("{} changed", describe(sealed)))
-            }
-            Some(_) => {}
-        }
-    }
-    for i in now.iter().filter(|i| !block.seal.items.iter().any(|s| s.kind == i.kind && s.id == i.id)) {
-        problems.push(format!("{} was added", describe(i)));
-    }
+    problems.extend(compare_items(&block.seal.items, now.iter()));
     if sha256_hex(&canonical(&embedded.evidence)) != block.seal.evidence_sha256 && problems.is_empty() {
         problems
             .push("the report's header or summaries changed (window, targets, objectives or summary figures)".into());
     }
     problems
+}
+
+/// Whether the seal is signed by `key`: empty when it is, else why not.
+pub fn verify_signature(block: &SignatureBlock, key: &VerifyingKey) -> Vec<String> {
+    let signature = B64.decode(&block.signature).ok().and_then(|b| ed25519_dalek::Signature::from_slice(&b).ok());
+    let signed = signature.is_some_and(|s| key.verify_strict(&canonical(&block.seal), &s).is_ok());
+    if signed {
+        return Vec::new();
+    }
+    vec![if block.seal.key_fingerprint != fingerprint(key) {
+        format!(
+            "the signature does not verify: it was made with key {} and this public key is {}",
+            short(&block.seal.key_fingerprint),
+            short(&fingerprint(key))
+        )
+    } else {
+        "the signature does not verify with this public key: the seal (digests) was altered".into()
+    }]
+}
+
+/// What differs between the sealed items and the content's: each run or drill
+/// removed, changed or added. Linear: the sealed ones are looked up by a keyed index.
+pub fn compare_items<'a>(sealed: &[SealedItem], now: impl Iterator<Item = &'a SealedItem>) -> Vec<String> {
+    let describe = |i: &SealedItem| format!("{} {} of {} (started {})", i.kind, i.id, i.of, i.started_at);
+    let index: std::collections::HashMap<(&str, &str), &SealedItem> =
+        sealed.iter().map(|i| ((i.kind.as_str(), i.id.as_str()), i)).collect();
+    let mut seen = std::collections::HashSet::new();
+    let mut problems = Vec::new();
+    let mut added = Vec::new();
+    for i in now {
+        match index.get(&(i.kind.as_str(), i.id.as_str())) {
+            None => added.push(format!("{} was added", describe(i))),
+            Some(s) => {
+                seen.insert((s.kind.as_str(), s.id.as_str()));
+                if i.sha256 != s.sha256 || i.of != s.of || i.started_at != s.started_at {
+                    problems.push(format!("{} changed", describe(s)));
+                }
+            }
+        }
+    }
+    let removed = sealed
+        .iter()
+        .filter(|s| !seen.contains(&(s.kind.as_str(), s.id.as_str())))
+        .map(|s| format!("{} was removed", describe(s)));
+    // Sealed order first (removed and changed as the seal lists them), then added.
+    let mut ordered: Vec<String> = removed.collect();
+    ordered.extend(problems);
+    ordered.extend(added);
+    ordered
 }
 
 fn short(fp: &str) -> String {
@@ -201,12 +242,12 @@ pub fn split(document: &str) -> anyhow::Result<(&str, Embedded)> {
     Ok((body, embedded))
 }
 
+/// A small evidence document for tests here and in `stream.rs`.
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::evidence::{DrillEvidence, RunEvidence, Summary, TargetEvidence};
+pub(crate) mod tests_support {
+    use crate::evidence::{DrillEvidence, Evidence, RunEvidence, Summary, TargetEvidence};
 
-    fn evidence() -> Evidence {
+    pub fn sample() -> Evidence {
         let run = |id: &str, result: &str| RunEvidence {
             run_id: id.into(),
             started_at: format!("2026-11-0{}T03:00:00.000Z", id.len()),
@@ -259,6 +300,15 @@ mod tests {
                 journal: "drill.json".into(),
             }],
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn evidence() -> Evidence {
+        tests_support::sample()
     }
 
     fn key(seed: u8) -> SigningKey {

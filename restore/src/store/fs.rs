@@ -28,7 +28,7 @@ impl FsStore {
     }
 
     fn err(&self, message: String) -> StoreError {
-        StoreError { store: self.describe(), message, unreachable: false }
+        StoreError { store: self.describe(), message, unreachable: false, changed: false }
     }
 
     /// Opens `key` for reading beneath the root: never through a link, never outside,
@@ -59,6 +59,13 @@ impl FsStore {
         }
         Ok((file, meta))
     }
+}
+
+/// A file's version: device, inode, size and modification time (nanoseconds). A file
+/// replaced or rewritten in place (a `latest.dump` written again) has another.
+fn version(m: &std::fs::Metadata) -> String {
+    use std::os::unix::fs::MetadataExt;
+    format!("{:x}-{:x}-{:x}-{}.{:09}", m.dev(), m.ino(), m.size(), m.mtime(), m.mtime_nsec())
 }
 
 /// What a listing found, and what it had to leave out.
@@ -101,8 +108,10 @@ fn walk(dir: &Path, rel: &str, depth: usize, out: &mut Walk) {
         } else if kind.is_symlink() {
             out.skipped.push(format!("{key}: a symbolic link (the store gives files, not links), not listed"));
         } else if kind.is_file() {
-            match entry.metadata().and_then(|m| Ok((m.len(), m.modified()?))) {
-                Ok((size, last_modified)) => out.objects.push(BackupObject { key, size, last_modified }),
+            match entry.metadata().and_then(|m| Ok((m.len(), m.modified()?, version(&m)))) {
+                Ok((size, last_modified, etag)) => {
+                    out.objects.push(BackupObject { key, size, last_modified, etag: Some(etag) })
+                }
                 Err(e) => out.skipped.push(format!("{key}: {e}")),
             }
         }
@@ -158,15 +167,34 @@ impl BackupStore for FsStore {
             .map_err(|e| self.err(format!("{key}: stat panicked: {e}")))?;
         let meta = r.map_err(|m| self.err(m))?;
         let last_modified = meta.modified().map_err(|e| self.err(format!("{key}: {e}")))?;
-        Ok(BackupObject { key: key.to_string(), size: meta.len(), last_modified })
+        Ok(BackupObject { key: key.to_string(), size: meta.len(), last_modified, etag: Some(version(&meta)) })
     }
 
     async fn read_range(&self, key: &str, offset: u64, len: u64) -> Result<bytes::Bytes, StoreError> {
+        self.read_range_pinned(key, None, offset, len).await.map(|chunks| chunks.concat().into())
+    }
+
+    async fn read_range_pinned(
+        &self,
+        key: &str,
+        etag: Option<&str>,
+        offset: u64,
+        len: u64,
+    ) -> Result<Vec<bytes::Bytes>, StoreError> {
         use std::io::{Read, Seek, SeekFrom};
-        let (root, k) = (self.root.clone(), key.to_string());
-        let r = tokio::task::spawn_blocking(move || -> Result<Vec<u8>, String> {
-            let (mut f, _) = FsStore::open(&root, &k)?;
-            let io = |e: std::io::Error| format!("{k}: bytes {offset}+{len}: {e}");
+        let (root, k, want) = (self.root.clone(), key.to_string(), etag.map(str::to_string));
+        let r = tokio::task::spawn_blocking(move || -> Result<Vec<u8>, (bool, String)> {
+            let (mut f, meta) = FsStore::open(&root, &k).map_err(|m| (false, m))?;
+            if let Some(want) = &want
+                && *want != version(&meta)
+            {
+                return Err((
+                    true,
+                    format!("{k}: the object changed while being read (it is no longer the file listed)"),
+                ));
+            }
+            let f = &mut f;
+            let io = |e: std::io::Error| (false, format!("{k}: bytes {offset}+{len}: {e}"));
             f.seek(SeekFrom::Start(offset)).map_err(io)?;
             let mut buf = vec![0u8; len as usize];
             f.read_exact(&mut buf).map_err(io)?;
@@ -174,7 +202,10 @@ impl BackupStore for FsStore {
         })
         .await
         .map_err(|e| self.err(format!("{key}: read panicked: {e}")))?;
-        r.map(bytes::Bytes::from).map_err(|m| self.err(m))
+        match r {
+            Ok(buf) => Ok(vec![bytes::Bytes::from(buf)]),
+            Err((changed, m)) => Err(StoreError { changed, ..self.err(m) }),
+        }
     }
 }
 

@@ -17,8 +17,12 @@ use tokio::io::AsyncRead;
 pub struct BackupObject {
     pub key: String,
     pub size: u64,
-    /// The store's last-modified time, taken as the backup's creation time.
+    /// The store's last-modified time: when the object was uploaded (never taken as its
+    /// data's time).
     pub last_modified: SystemTime,
+    /// What identifies this version of the object (S3's ETag; a file's device, inode,
+    /// size and modification time): every read is pinned to the version listed.
+    pub etag: Option<String>,
 }
 
 /// A stream of a backup's bytes.
@@ -44,6 +48,20 @@ pub trait BackupStore: Send + Sync {
     /// order anyway: no copy into one buffer.
     async fn read_range_chunks(&self, key: &str, offset: u64, len: u64) -> Result<Vec<bytes::Bytes>, StoreError> {
         Ok(vec![self.read_range(key, offset, len).await?])
+    }
+
+    /// [`Self::read_range_chunks`] of the version of `key` whose [`BackupObject::etag`]
+    /// is `etag`: if the object changed since it was listed, an error with
+    /// [`StoreError::changed`] set instead of bytes of another version.
+    async fn read_range_pinned(
+        &self,
+        key: &str,
+        etag: Option<&str>,
+        offset: u64,
+        len: u64,
+    ) -> Result<Vec<bytes::Bytes>, StoreError> {
+        let _ = etag;
+        self.read_range_chunks(key, offset, len).await
     }
 
     /// Held by a download for as long as it runs: a store that reads into pooled blocks
@@ -105,36 +123,71 @@ pub fn is_base_tar(name: &str) -> bool {
     ["base.tar", "base.tar.gz", "base.tar.zst", "base.tar.lz4"].contains(&name)
 }
 
+/// How long a base-backup directory without its `backup_manifest` or `pg_wal.tar`
+/// must sit untouched before it counts as complete (a backup written without either).
+pub const UPLOAD_GRACE: std::time::Duration = std::time::Duration::from_secs(600);
+
 /// Groups listed objects into backups: each `…/base.tar*` makes its directory one
-/// physical backup; every other backup-like object is a backup on its own.
+/// physical backup; every other backup-like object is a backup on its own. Linear in
+/// the number of objects. Includes base-backup directories still being uploaded (for a
+/// backup named explicitly); [`backups_newest_first`] leaves those out.
 pub fn group_backups(objects: &[BackupObject]) -> Vec<Backup> {
-    let dirs: Vec<String> = objects
-        .iter()
-        .filter_map(|o| {
-            let (dir, name) = o.key.rsplit_once('/').unwrap_or(("", &o.key));
-            is_base_tar(name).then(|| if dir.is_empty() { String::new() } else { format!("{dir}/") })
-        })
-        .collect();
-    let keys: std::collections::HashSet<&str> = objects.iter().map(|o| o.key.as_str()).collect();
+    group(objects, None)
+}
+
+/// [`group_backups`] as of `now`, without a base-backup directory still being
+/// uploaded — no `backup_manifest` and no `pg_wal.tar*` yet, and a part written within
+/// [`UPLOAD_GRACE`] — which is not a backup yet (said in the log).
+pub fn group_backups_at(objects: &[BackupObject], now: SystemTime) -> Vec<Backup> {
+    group(objects, Some(now))
+}
+
+fn group(objects: &[BackupObject], complete_as_of: Option<SystemTime>) -> Vec<Backup> {
+    use std::collections::{BTreeMap, HashSet};
+    let dir_of = |key: &str| -> (String, String) {
+        match key.rsplit_once('/') {
+            Some((d, n)) => (format!("{d}/"), n.to_string()),
+            None => (String::new(), key.to_string()),
+        }
+    };
+    // Each directory's direct children, in one pass.
+    let mut children: BTreeMap<String, Vec<&BackupObject>> = BTreeMap::new();
+    for o in objects {
+        children.entry(dir_of(&o.key).0).or_default().push(o);
+    }
+    let mut physical: HashSet<String> = HashSet::new();
     let mut out = Vec::new();
-    for dir in &dirs {
-        let parts: Vec<BackupObject> = objects
-            .iter()
-            .filter(|o| o.key.starts_with(dir.as_str()) && !o.key[dir.len()..].contains('/'))
-            .cloned()
-            .collect();
+    for (dir, parts) in &children {
+        let names: Vec<String> = parts.iter().map(|p| dir_of(&p.key).1).collect();
+        if !names.iter().any(|n| is_base_tar(n)) {
+            continue;
+        }
+        physical.insert(dir.clone());
+        let newest = parts.iter().map(|p| p.last_modified).max().unwrap_or(SystemTime::UNIX_EPOCH);
+        let complete = complete_as_of.is_none_or(|now| {
+            names.iter().any(|n| n == "backup_manifest" || n.starts_with("pg_wal.tar"))
+                || now.duration_since(newest).is_ok_and(|age| age >= UPLOAD_GRACE)
+        });
+        if !complete {
+            tracing::info!(
+                backup = %dir,
+                "base backup skipped: still being uploaded (no backup_manifest or pg_wal.tar yet, written within {}s)",
+                UPLOAD_GRACE.as_secs()
+            );
+            continue;
+        }
         out.push(Backup {
             key: dir.clone(),
             size: parts.iter().map(|p| p.size).sum(),
-            last_modified: parts.iter().map(|p| p.last_modified).max().unwrap_or(SystemTime::UNIX_EPOCH),
-            parts,
+            last_modified: newest,
+            parts: parts.iter().map(|p| (*p).clone()).collect(),
             sha256_key: None,
             catalog: None,
         });
     }
+    let keys: HashSet<&str> = objects.iter().map(|o| o.key.as_str()).collect();
     for o in objects {
-        let in_physical = dirs.iter().any(|d| o.key.starts_with(d.as_str()) && !o.key[d.len()..].contains('/'));
-        if in_physical || !is_backup_key(&o.key) {
+        if physical.contains(&dir_of(&o.key).0) || !is_backup_key(&o.key) {
             continue;
         }
         let sidecar = format!("{}.sha256", o.key);
@@ -167,9 +220,9 @@ pub fn select_latest(objects: &[BackupObject]) -> Option<Backup> {
     backups_newest_first(objects).into_iter().next()
 }
 
-/// Every backup, newest first, as [`select_latest`] orders them.
+/// Every complete backup, newest first, as [`select_latest`] orders them.
 pub fn backups_newest_first(objects: &[BackupObject]) -> Vec<Backup> {
-    let mut v = group_backups(objects);
+    let mut v = group_backups_at(objects, SystemTime::now());
     v.sort_by(|a, b| b.last_modified.cmp(&a.last_modified).then_with(|| b.key.cmp(&a.key)));
     v
 }
@@ -180,7 +233,12 @@ mod tests {
     use std::time::Duration;
 
     fn obj(key: &str, secs: u64) -> BackupObject {
-        BackupObject { key: key.into(), size: 1, last_modified: SystemTime::UNIX_EPOCH + Duration::from_secs(secs) }
+        BackupObject {
+            key: key.into(),
+            size: 1,
+            last_modified: SystemTime::UNIX_EPOCH + Duration::from_secs(secs),
+            etag: None,
+        }
     }
 
     #[test]
@@ -213,6 +271,31 @@ mod tests {
         assert_eq!(all[0].parts.len(), 3);
         assert_eq!(all[0].size, 3);
         assert_eq!(all[1].sha256_key.as_deref(), Some("o/x.dump.sha256"));
+    }
+
+    /// Issue 22: a run during a base backup's upload (base.tar there, pg_wal.tar and the
+    /// manifest not yet) does not pick the half-uploaded one.
+    #[test]
+    fn a_base_backup_still_being_uploaded_is_not_a_backup_yet() {
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(10_000);
+        let objs = [obj("o/old/base.tar", 10), obj("o/old/pg_wal.tar", 11), obj("o/new/base.tar", 9_990)];
+        let keys: Vec<String> = group_backups_at(&objs, now).into_iter().map(|b| b.key).collect();
+        assert_eq!(keys, ["o/old/"], "the new one is still uploading");
+        let later = now + UPLOAD_GRACE;
+        assert_eq!(group_backups_at(&objs, later).len(), 2, "untouched for the grace period: complete");
+        let done = [obj("o/new/base.tar", 9_990), obj("o/new/backup_manifest", 9_995)];
+        assert_eq!(group_backups_at(&done, now).len(), 1, "a manifest says it is complete");
+    }
+
+    #[test]
+    fn grouping_is_linear() {
+        // 20,000 base-backup directories of three parts each: one pass, not dirs × objects.
+        let objs: Vec<BackupObject> = (0..20_000)
+            .flat_map(|i| ["base.tar", "pg_wal.tar", "backup_manifest"].map(|n| obj(&format!("o/b{i:05}/{n}"), i)))
+            .collect();
+        let t = std::time::Instant::now();
+        assert_eq!(group_backups(&objs).len(), 20_000);
+        assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
     }
 
     #[test]

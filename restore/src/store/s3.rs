@@ -108,6 +108,7 @@ impl S3Store {
     where
         E: ProvideErrorMetadata + std::error::Error + 'static,
     {
+        let changed = matches!(&e, SdkError::ServiceError(s) if s.raw().status().as_u16() == 412);
         let (message, unreachable) = match &e {
             SdkError::TimeoutError(_) => (format!("{what}: timed out"), true),
             SdkError::DispatchFailure(_) => {
@@ -132,7 +133,7 @@ impl S3Store {
             _ => (format!("{what}: {}", DisplayErrorContext(&e)), false),
         };
         let message = self.scrub(message);
-        StoreError { store: self.describe(), message, unreachable }
+        StoreError { store: self.describe(), message, unreachable: unreachable && !changed, changed }
     }
 }
 
@@ -164,6 +165,7 @@ impl S3Store {
                     wait.as_secs()
                 ),
                 unreachable: true,
+                changed: false,
             });
         }
         let r = call.await;
@@ -188,11 +190,25 @@ impl BackupStore for S3Store {
         format!("s3://{} at {}", self.bucket, self.endpoint)
     }
 
+    /// Page by page, each page retried on its own: a transient failure on page 900 of
+    /// a big prefix repeats one request, not the 899 before it.
     async fn list(&self, prefix: &str) -> Result<Vec<BackupObject>, StoreError> {
-        let what = format!("list {prefix:?}");
-        Backoff::default()
-            .run(&what, |_| self.guarded(self.list_unguarded(prefix)), |e: &StoreError| e.unreachable)
-            .await
+        let mut out = Vec::new();
+        let mut token: Option<String> = None;
+        let mut page = 0u64;
+        loop {
+            page += 1;
+            let what = format!("list {prefix:?} (page {page})");
+            let t = token.clone();
+            let (objects, next) = Backoff::default()
+                .run(&what, |_| self.guarded(self.list_page(prefix, t.clone())), |e: &StoreError| e.unreachable)
+                .await?;
+            out.extend(objects);
+            match next {
+                Some(n) => token = Some(n),
+                None => return Ok(out),
+            }
+        }
     }
 
     async fn stat(&self, key: &str) -> Result<BackupObject, StoreError> {
@@ -210,7 +226,17 @@ impl BackupStore for S3Store {
     }
 
     async fn read_range_chunks(&self, key: &str, offset: u64, len: u64) -> Result<Vec<bytes::Bytes>, StoreError> {
-        self.guarded(self.read_range_unguarded(key, offset, len)).await
+        self.guarded(self.read_range_unguarded(key, None, offset, len)).await
+    }
+
+    async fn read_range_pinned(
+        &self,
+        key: &str,
+        etag: Option<&str>,
+        offset: u64,
+        len: u64,
+    ) -> Result<Vec<bytes::Bytes>, StoreError> {
+        self.guarded(self.read_range_unguarded(key, etag, offset, len)).await
     }
 
     fn download_lease(&self) -> Option<crate::pool::Lease> {
@@ -219,33 +245,38 @@ impl BackupStore for S3Store {
 }
 
 impl S3Store {
-    async fn list_unguarded(&self, prefix: &str) -> Result<Vec<BackupObject>, StoreError> {
-        let mut out = Vec::new();
-        let mut token: Option<String> = None;
-        loop {
-            let resp = self
-                .client
-                .list_objects_v2()
-                .bucket(&self.bucket)
-                .prefix(prefix)
-                .set_continuation_token(token.take())
-                .send()
-                .await
-                .map_err(|e| self.error(&format!("list {prefix:?}"), e))?;
-            for o in resp.contents() {
-                let Some(key) = o.key() else { continue };
-                out.push(BackupObject {
-                    key: key.to_string(),
+    /// One page of a listing, and the token of the next (none after the last).
+    async fn list_page(
+        &self,
+        prefix: &str,
+        token: Option<String>,
+    ) -> Result<(Vec<BackupObject>, Option<String>), StoreError> {
+        let resp = self
+            .client
+            .list_objects_v2()
+            .bucket(&self.bucket)
+            .prefix(prefix)
+            .set_continuation_token(token)
+            .send()
+            .await
+            .map_err(|e| self.error(&format!("list {prefix:?}"), e))?;
+        let objects = resp
+            .contents()
+            .iter()
+            .filter_map(|o| {
+                Some(BackupObject {
+                    key: o.key()?.to_string(),
                     size: o.size().unwrap_or(0).max(0) as u64,
                     last_modified: to_system_time(o.last_modified()),
-                });
-            }
-            match resp.next_continuation_token() {
-                Some(t) if resp.is_truncated() == Some(true) => token = Some(t.to_string()),
-                _ => break,
-            }
-        }
-        Ok(out)
+                    etag: o.e_tag().map(str::to_string),
+                })
+            })
+            .collect();
+        let next = match resp.next_continuation_token() {
+            Some(t) if resp.is_truncated() == Some(true) => Some(t.to_string()),
+            _ => None,
+        };
+        Ok((objects, next))
     }
 
     async fn stat_unguarded(&self, key: &str) -> Result<BackupObject, StoreError> {
@@ -261,10 +292,17 @@ impl S3Store {
             key: key.to_string(),
             size: resp.content_length().unwrap_or(0).max(0) as u64,
             last_modified: to_system_time(resp.last_modified()),
+            etag: resp.e_tag().map(str::to_string),
         })
     }
 
-    async fn read_range_unguarded(&self, key: &str, offset: u64, len: u64) -> Result<Vec<bytes::Bytes>, StoreError> {
+    async fn read_range_unguarded(
+        &self,
+        key: &str,
+        etag: Option<&str>,
+        offset: u64,
+        len: u64,
+    ) -> Result<Vec<bytes::Bytes>, StoreError> {
         let what = format!("get {key:?} bytes {offset}-{}", offset + len - 1);
         let resp = self
             .client
@@ -272,9 +310,20 @@ impl S3Store {
             .bucket(&self.bucket)
             .key(key)
             .range(format!("bytes={offset}-{}", offset + len - 1))
+            .set_if_match(etag.map(str::to_string))
             .send()
             .await
-            .map_err(|e| self.error(&what, e))?;
+            .map_err(|e| {
+                let mut err = self.error(&what, e);
+                // 412: the object is no longer the version listed.
+                if err.changed {
+                    err.message = format!(
+                        "{key}: the object changed while being read (it is no longer the version listed, ETag {})",
+                        etag.unwrap_or("?")
+                    );
+                }
+                err
+            })?;
         // The part in blocks of up to BLOCK bytes: the socket's chunks (often a few KiB)
         // gathered once, so the consumer handles a few large pieces per part. Handing
         // the chunks over as they came cost a quarter of the download's speed on Garage
@@ -287,6 +336,7 @@ impl S3Store {
                 store: self.describe(),
                 message: format!("{what}: body stalled"),
                 unreachable: true,
+                changed: false,
             })?;
             match chunk {
                 None => break,
@@ -305,6 +355,7 @@ impl S3Store {
                         store: self.describe(),
                         message: format!("{what}: body interrupted: {}", DisplayErrorContext(&e)),
                         unreachable: true,
+                        changed: false,
                     });
                 }
             }
@@ -318,6 +369,7 @@ impl S3Store {
                 store: self.describe(),
                 message: format!("{what}: got {got} of {len} bytes"),
                 unreachable: true,
+                changed: false,
             });
         }
         Ok(body)

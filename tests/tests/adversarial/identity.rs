@@ -135,7 +135,10 @@ fn the_sandbox_runs_as_a_user_that_owns_nothing_else() {
     while seen.is_empty() {
         assert!(Instant::now() < deadline, "no sandbox process appeared");
         for p in std::fs::read_dir("/proc").unwrap().filter_map(Result::ok) {
-            let in_sandbox = std::fs::read_link(p.path().join("cwd")).is_ok_and(|c| c.starts_with(&private));
+            // PostgreSQL's processes working in the sandbox (the containment helper that
+            // starts them runs as drcheck until it drops to the sandbox user and execs).
+            let in_sandbox = std::fs::read_link(p.path().join("cwd")).is_ok_and(|c| c.starts_with(&private))
+                && std::fs::read_link(p.path().join("exe")).is_ok_and(|e| e.starts_with("/usr/lib/postgresql"));
             let uid = std::fs::read_to_string(p.path().join("status"))
                 .ok()
                 .and_then(|s| s.lines().find(|l| l.starts_with("Uid:")).map(String::from))

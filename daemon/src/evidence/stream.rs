@@ -1,0 +1,243 @@
+//! Evidence for a whole fleet, written as a stream: one target's runs at a time are
+//! read from the history, drawn into the document, serialized canonically into a
+//! temporary file while being hashed, and dropped. What stays in memory is one
+//! target's runs, every target's summary, and the seal's digests (a few dozen bytes a
+//! run) — never the whole window. The document is byte for byte what
+//! [`super::render::document`] draws from the same content (the tests compare them).
+
+use super::render::{self, Format};
+use super::sign::{self, SealedItem, SignatureBlock, TRAILER_START};
+use super::{DrillEvidence, Evidence, TargetEvidence, canonical_json};
+use base64::engine::general_purpose::STANDARD as B64;
+use ed25519_dalek::SigningKey;
+use sha2::{Digest, Sha256};
+use std::io::{BufWriter, Write};
+
+/// Loads one target's evidence (its runs in the window, summarised).
+pub type LoadTarget<'a> = dyn FnMut(&str) -> futures::future::BoxFuture<'a, anyhow::Result<TargetEvidence>> + Send + 'a;
+
+/// The report's header content: everything but the targets' runs.
+pub struct Frame {
+    pub format_version: u32,
+    pub generated_at: String,
+    pub from: String,
+    pub to: String,
+    /// Each target with its summary, no runs: the head of the document.
+    pub heads: Vec<TargetEvidence>,
+    pub drills: Vec<DrillEvidence>,
+}
+
+impl Frame {
+    /// An [`Evidence`] of the frame, with `targets` as given.
+    fn evidence(&self, targets: Vec<TargetEvidence>) -> Evidence {
+        Evidence {
+            format_version: self.format_version,
+            generated_at: self.generated_at.clone(),
+            from: self.from.clone(),
+            to: self.to.clone(),
+            targets,
+            drills: self.drills.clone(),
+        }
+    }
+}
+
+/// Canonical bytes written to a temporary file and hashed on the way.
+struct Canon {
+    file: BufWriter<std::fs::File>,
+    hash: Sha256,
+}
+
+impl Canon {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        self.hash.update(bytes);
+        self.file.write_all(bytes)
+    }
+}
+
+fn json_str(s: &str) -> String {
+    serde_json::to_string(s).expect("a string serializes")
+}
+
+/// Writes the document of `format` to `out`: `frame`'s targets, each loaded by `load`
+/// in turn, signed with `key` when given.
+pub async fn write(
+    format: Format,
+    frame: &Frame,
+    load: &mut LoadTarget<'_>,
+    key: Option<&SigningKey>,
+    out: &mut dyn Write,
+) -> anyhow::Result<()> {
+    let shell = frame.evidence(frame.heads.clone());
+    let temp = tempfile::tempfile()?;
+    let mut canon = Canon { file: BufWriter::new(temp), hash: Sha256::new() };
+    // The canonical content, keys sorted: drills, format_version, from, generated_at,
+    // targets, to.
+    canon.write(
+        format!(
+            "{{\"drills\":{},\"format_version\":{},\"from\":{},\"generated_at\":{},\"targets\":[",
+            String::from_utf8(canonical_json(&frame.drills))?,
+            frame.format_version,
+            json_str(&frame.from),
+            json_str(&frame.generated_at)
+        )
+        .as_bytes(),
+    )?;
+    let mut items: Vec<SealedItem> = Vec::new();
+    match format {
+        Format::Json => {
+            let (before, _) = json_shell(&shell, None);
+            out.write_all(before.as_bytes())?;
+        }
+        _ => out.write_all(render::head(format, &shell).as_bytes())?,
+    }
+    for (i, head) in frame.heads.iter().enumerate() {
+        let t = load(&head.name).await?;
+        if i > 0 {
+            canon.write(b",")?;
+        }
+        canon.write(&canonical_json(&t))?;
+        items.extend(sign::target_items(&t));
+        match format {
+            Format::Json => {
+                let item = indent(&serde_json::to_string_pretty(&t)?, 6);
+                out.write_all(format!("{}{item}", if i > 0 { ",\n" } else { "\n" }).as_bytes())?;
+            }
+            _ => out.write_all(render::section(format, &shell, &t).as_bytes())?,
+        }
+    }
+    canon.write(format!("],\"to\":{}}}", json_str(&frame.to)).as_bytes())?;
+    items.extend(frame.drills.iter().map(sign::drill_item));
+    let evidence_sha256 = hex::encode(std::mem::take(&mut canon.hash).finalize());
+    let signature = key.map(|k| sign::sign_seal(k, evidence_sha256.clone(), items));
+    match format {
+        Format::Json => {
+            let (_, after) = json_shell(&shell, signature.as_ref());
+            out.write_all(format!("{}{after}", if frame.heads.is_empty() { "" } else { "\n    " }).as_bytes())?;
+        }
+        _ => {
+            out.write_all(render::tail(format, &shell).as_bytes())?;
+            // The trailer: base64 of the canonical `{"evidence":…,"signature":…}`.
+            out.write_all(format!("{TRAILER_START}\n").as_bytes())?;
+            let mut lines = LineWrap { inner: &mut *out, column: 0 };
+            {
+                let mut enc = base64::write::EncoderWriter::new(&mut lines, &B64);
+                enc.write_all(b"{\"evidence\":")?;
+                let mut file = canon.file.into_inner().map_err(|e| e.into_error())?;
+                use std::io::Seek;
+                file.seek(std::io::SeekFrom::Start(0))?;
+                std::io::copy(&mut file, &mut enc)?;
+                enc.write_all(b",\"signature\":")?;
+                enc.write_all(&canonical_json(&signature))?;
+                enc.write_all(b"}")?;
+                enc.finish()?;
+            }
+            if lines.column > 0 {
+                lines.inner.write_all(b"\n")?;
+            }
+            out.write_all(b"-->\n")?;
+        }
+    }
+    out.flush()?;
+    Ok(())
+}
+
+/// Inserts a newline after every 76 characters (the trailer's base64 lines).
+struct LineWrap<'a> {
+    inner: &'a mut dyn Write,
+    column: usize,
+}
+
+impl Write for LineWrap<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let mut rest = buf;
+        while !rest.is_empty() {
+            let n = rest.len().min(76 - self.column);
+            self.inner.write_all(&rest[..n])?;
+            self.column += n;
+            rest = &rest[n..];
+            if self.column == 76 {
+                self.inner.write_all(b"\n")?;
+                self.column = 0;
+            }
+        }
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+/// `text` with every line indented by `n` spaces (pretty JSON nested that deep: no line
+/// of it is inside a string, where JSON escapes newlines).
+pub(crate) fn indent(text: &str, n: usize) -> String {
+    let pad = " ".repeat(n);
+    text.lines().map(|l| format!("{pad}{l}")).collect::<Vec<_>>().join("\n")
+}
+
+/// The pretty JSON document of `shell` (no runs in its targets) split where its targets
+/// go: what comes before the first target, and what follows the last (up to the end),
+/// so the targets can be written between them one at a time.
+pub(crate) fn json_shell(shell: &Evidence, signature: Option<&SignatureBlock>) -> (String, String) {
+    let empty = Evidence { targets: vec![], ..shell.clone() };
+    let embedded = sign::Embedded { evidence: empty, signature: signature.cloned() };
+    let mut doc = serde_json::to_string_pretty(&embedded).expect("evidence serializes");
+    doc.push('\n');
+    let at = doc.find("\"targets\": []").expect("the shell has its targets field");
+    let before = format!("{}\"targets\": [", &doc[..at]);
+    let after_targets = &doc[at + "\"targets\": [".len()..];
+    // `]` and what follows (`,\n    "drills": …`).
+    (before, after_targets.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::evidence::sign::Embedded;
+
+    fn evidence() -> Evidence {
+        crate::evidence::sign::tests_support::sample()
+    }
+
+    async fn streamed(format: Format, e: &Evidence, key: Option<&SigningKey>) -> String {
+        let frame = Frame {
+            format_version: e.format_version,
+            generated_at: e.generated_at.clone(),
+            from: e.from.clone(),
+            to: e.to.clone(),
+            heads: e.targets.iter().map(|t| TargetEvidence { runs: vec![], ..t.clone() }).collect(),
+            drills: e.drills.clone(),
+        };
+        let targets = e.targets.clone();
+        let mut load = move |name: &str| {
+            let t = targets.iter().find(|t| t.name == name).cloned().unwrap();
+            Box::pin(async move { Ok(t) }) as futures::future::BoxFuture<'static, anyhow::Result<TargetEvidence>>
+        };
+        let mut out = Vec::new();
+        write(format, &frame, &mut load, key, &mut out).await.unwrap();
+        String::from_utf8(out).unwrap()
+    }
+
+    /// The streamed document is exactly the one drawn whole: same bytes, every format,
+    /// signed or not, with several targets or none.
+    #[tokio::test]
+    async fn streaming_draws_the_same_bytes_as_the_whole_document() {
+        let key = SigningKey::from_bytes(&[3; 32]);
+        let mut two = evidence();
+        let mut second = two.targets[0].clone();
+        second.name = "billing".into();
+        two.targets.push(second);
+        let mut none = evidence();
+        none.targets.clear();
+        for e in [evidence(), two, none] {
+            for format in [Format::Html, Format::Markdown, Format::Junit, Format::Json] {
+                for k in [None, Some(&key)] {
+                    let signature = k.map(|k| sign::sign(&e, k));
+                    let whole = render::document(format, &Embedded { evidence: e.clone(), signature });
+                    let got = streamed(format, &e, k).await;
+                    assert_eq!(got, whole, "{format:?}, signed: {}, targets: {}", k.is_some(), e.targets.len());
+                }
+            }
+        }
+    }
+}
