@@ -58,6 +58,9 @@ command -v aws >/dev/null 2>&1 || need_pip+=(awscli)
 command -v kubernetes-validate >/dev/null 2>&1 || need_pip+=(kubernetes-validate)
 # A real JUnit parser reads the JUnit reports in the evidence tests.
 python3 -c 'import junitparser' >/dev/null 2>&1 || need_pip+=(junitparser)
+# A crontab evaluator with Kubernetes' semantics, to check the daemon and the CronJobs
+# drcheck generates fire at the same instants.
+python3 -c 'import croniter' >/dev/null 2>&1 || need_pip+=(croniter)
 if [ ${#need_pip[@]} -gt 0 ]; then
   echo "setup: installing ${need_pip[*]}" >&2
   python3 -m pip install -q "${need_pip[@]}"

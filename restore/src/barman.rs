@@ -362,6 +362,23 @@ fn parse_ctime(s: &str) -> Option<SystemTime> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn barmans_exit_code_and_exception_say_who_is_to_blame() {
+        let out = |code: i32, err: &str| delegate::Output {
+            code: Some(code),
+            signal: None,
+            stdout: vec![],
+            stderr: err.as_bytes().to_vec(),
+        };
+        let tb = |class: &str| format!("ERROR: Barman cloud restore exception: x\nTraceback (most recent call last):\n  File \"x\", line 1\n{class}: bad\n");
+        assert_eq!(blame(&out(4, &tb("tarfile.ReadError"))), Blame::Backup);
+        assert_eq!(blame(&out(4, &tb("zlib.error"))), Blame::Backup);
+        assert_eq!(blame(&out(4, &tb("OSError"))), Blame::World, "a full disk, say");
+        assert_eq!(blame(&out(4, &tb("botocore.exceptions.EndpointConnectionError"))), Blame::World);
+        assert_eq!(blame(&out(2, "")), Blame::World, "the cloud is unreachable");
+        assert_eq!(blame(&out(1, "")), Blame::World, "what was listed is gone");
+    }
+
     use super::*;
 
     #[test]

@@ -50,14 +50,14 @@ impl Blame {
     }
 }
 
-/// What the server's SQLSTATE (its log's `%e`) says about who is to blame: resources
-/// (53: disk full, out of memory), operator intervention (57), connection trouble (08),
-/// missing privileges (42501) and I/O errors of the local disk (58030) are the world's;
-/// anything else — data corrupted (XX001, XX002), an internal error on a restored data
-/// directory (XX000: a missing checkpoint), a missing file (58P01) — the backup's.
+/// What the server's SQLSTATE (its log's `%e`) says about who is to blame: insufficient
+/// resources (class 53: disk full, out of memory) and I/O errors of the local disk
+/// (58030) are the world's; anything else — data corrupted (XX001, XX002), an internal
+/// error on a restored data directory (XX000: a missing checkpoint), a missing file
+/// (58P01), and what a dump's own statements run into (a refused connection, a denied
+/// permission, its session terminated) — the backup's.
 pub fn blame_of_sqlstate(code: &str) -> Blame {
-    let world = ["53", "57", "08"].iter().any(|c| code.starts_with(c)) || code == "42501" || code == "58030";
-    if world { Blame::World } else { Blame::Backup }
+    if code.starts_with("53") || code == "58030" { Blame::World } else { Blame::Backup }
 }
 
 /// An error from a backup store.
@@ -119,5 +119,22 @@ impl RestoreError {
 
     pub(crate) fn bad(stage: Stage, message: impl Into<String>) -> Self {
         RestoreError::BadBackup { stage, message: message.into() }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_servers_own_codes_say_who_is_to_blame() {
+        for world in ["53100", "53200", "53300", "58030"] {
+            assert_eq!(blame_of_sqlstate(world), Blame::World, "{world}");
+        }
+        // Corruption, a missing checkpoint or file, and what a dump's own statements
+        // run into (a refused connection, a denied permission, its session ended).
+        for backup in ["XX001", "XX002", "XX000", "58P01", "22P02", "08001", "42501", "57P01"] {
+            assert_eq!(blame_of_sqlstate(backup), Blame::Backup, "{backup}");
+        }
     }
 }

@@ -412,6 +412,19 @@ fn parse_info(json: &[u8], stanza: &str) -> Result<Catalog, String> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn pgbackrests_exit_code_says_who_is_to_blame() {
+        let out = |code: i32| delegate::Output { code: Some(code), signal: None, stdout: vec![], stderr: vec![] };
+        for backup in [26, 28, 29, 44, 51, 55, 75] {
+            assert_eq!(blame(&out(backup)), Blame::Backup, "{backup}");
+        }
+        // Host connect, service (5xx), access (403), crypto (a wrong passphrase), file
+        // write (a full disk), the kernel, memory.
+        for world in [49, 101, 105, 95, 64, 100, 94, 41, 42] {
+            assert_eq!(blame(&out(world)), Blame::World, "{world}");
+        }
+    }
+
     use super::*;
 
     const INFO: &str = r#"[{"archive":[{"database":{"id":1,"repo-key":1},"id":"15-1","max":"000000010000000000000008","min":"000000010000000000000002"}],

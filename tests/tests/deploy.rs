@@ -149,3 +149,35 @@ fn the_cloudnativepg_example_config_is_valid() {
     let shown = stdout(&out);
     assert!(shown.contains("barman-cloud") && shown.contains("integrity_schedule"), "{shown}");
 }
+
+/// Any target name makes a valid CronJob: names fit Kubernetes' limits (a long one ends
+/// in a stable hash), and two targets that would share one are a usage error naming
+/// both — never one file silently overwriting the other.
+#[test]
+fn generated_cronjobs_fit_kubernetes_and_never_collide() {
+    let dir = drcheck_e2e::TempRoot::new();
+    let config = dir.path().join("c.toml");
+    let long = format!("orders-{}", "x".repeat(53));
+    let text = |names: &[&str]| {
+        let mut t = "[storage.b]\nkind = \"filesystem\"\npath = \"/nonexistent\"\n".to_string();
+        for n in names {
+            t.push_str(&format!("[[target]]\nname = \"{n}\"\nstorage = \"b\"\nrto = \"30m\"\nrpo = \"1d\"\n"));
+        }
+        t
+    };
+    std::fs::write(&config, text(&["orders_eu", "orders.eu"])).unwrap();
+    let c = config.display().to_string();
+    let args = ["--config", &c, "deploy", "kubernetes", "--image", "drcheck:test", "--scratch-size", "10Gi"];
+    let (out, _) = drcheck_e2e::drcheck(&args, &[], std::time::Duration::from_secs(60));
+    let err = drcheck_e2e::stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("orders_eu") && err.contains("orders.eu"), "{err}");
+    std::fs::write(&config, text(&[&long])).unwrap();
+    let (out, _) = drcheck_e2e::drcheck(&args, &[], std::time::Duration::from_secs(60));
+    assert_eq!(out.status.code(), Some(0), "{}", drcheck_e2e::stderr(&out));
+    let yaml = drcheck_e2e::stdout(&out);
+    let name = yaml.lines().find_map(|l| l.trim().strip_prefix("name: drcheck-")).expect("a name");
+    assert!(name.len() + "drcheck-".len() <= 52, "{name}");
+    let label = yaml.lines().find_map(|l| l.trim().strip_prefix("drcheck.io/target: ")).expect("a label");
+    assert!(label.len() <= 63, "{label}");
+}

@@ -255,11 +255,22 @@ fn a_restore_past_the_deadline_is_cancelled() {
 fn a_primary_that_is_down_skips_comparisons_but_still_verifies_the_restore() {
     let mut scene = Scene::start();
     scene.primary.stop();
+    // A verdict says what ran: without its comparisons the run is incomplete…
     let c = cfg(&scene.config(&scene.spec()));
+    let (out, _) = drcheck(&["--config", &c, "verify", "--json"], &scene.env(), LIMIT);
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    let run = only_run(&out);
+    assert_eq!(run["result"], "error", "{run}");
+    assert!(run["error"]["message"].as_str().unwrap().contains("could not run"), "{run}");
+    // …unless the target accepts best-effort comparisons, which the report then says.
+    let mut spec = scene.spec();
+    spec.extra_target.push_str("comparisons = \"best-effort\"\n");
+    let c = cfg(&scene.config(&spec));
     let (out, _) = drcheck(&["--config", &c, "verify", "--json"], &scene.env(), LIMIT);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let run = only_run(&out);
     assert_eq!(run["result"], "passed");
+    assert!(run["degraded"].as_str().unwrap().contains("best-effort"), "{run}");
     assert_eq!(run["rto"]["met"], true);
     for name in ["schema", "row_counts", "checksums"] {
         let v = validator(&run, name);
