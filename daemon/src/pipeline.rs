@@ -79,6 +79,9 @@ struct Run<'a> {
     report: RunReport,
     /// The instants it observed; objectives are computed from them at the end.
     m: Measurements,
+    /// Which attempt this is (1, or 2 after starting over): names the sandbox, since
+    /// the first attempt's may still be being removed.
+    attempt: u32,
 }
 
 impl Run<'_> {
@@ -96,6 +99,15 @@ impl Run<'_> {
         r.primary_queries = None;
         r.rpo.recovery_window_start = None;
         self.m = Measurements::default();
+        self.attempt += 1;
+    }
+
+    /// The name of this attempt's sandbox.
+    fn sandbox_name(&self) -> String {
+        match self.attempt {
+            1 => self.report.run_id.clone(),
+            n => format!("{}-{n}", self.report.run_id),
+        }
     }
 }
 
@@ -413,6 +425,7 @@ pub async fn verify_as(
             usage_error: None,
         },
         m: Measurements::default(),
+        attempt: 1,
     };
     tracing::info!(target = %target.name, run_id = %run.report.run_id, "verification started");
     let mut attempts = 0;
@@ -520,7 +533,7 @@ async fn steps(
         store: store.clone(),
         backup: &backup,
         fetch: fetch_options(config, target),
-        sandbox: sandbox_options(config, run.report.run_id.clone()),
+        sandbox: sandbox_options(config, run.sandbox_name()),
         pg_bindir: config.sandbox.pg_bindir.clone(),
         format: target.format,
         jobs: target.restore_jobs,
@@ -625,6 +638,12 @@ async fn steps(
     run.report.primary_queries = validated.primary_queries;
     if let Some(why) = &validated.primary_unavailable {
         match target.comparisons {
+            // The copy failed its own checks: the backup is bad whatever the primary
+            // would have said (failed outranks incomplete); the report still says
+            // what did not run.
+            _ if run.report.validator_failed() => {
+                run.report.degraded = Some(format!("comparisons with the primary could not run: {why}"));
+            }
             // A verdict says what ran: without its comparisons the run did not complete.
             Comparisons::Required => {
                 run.phase("validate", t.elapsed());

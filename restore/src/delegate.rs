@@ -126,10 +126,12 @@ pub fn judged(sandbox: &Sandbox, what: &str, out: &Output, blame: impl Fn(&Outpu
         (None, None) => "no exit status".to_string(),
     };
     let message = format!("{what} failed ({how}): {}", out.text());
-    let who = if out.code.is_none() || sandbox.disk_full() { Blame::World } else { blame(out) };
+    let room = sandbox.disk_full();
+    let who = if out.code.is_none() || room.is_some() { Blame::World } else { blame(out) };
     // A failure to set up the containment is drcheck's (HELPER_FAILED), whatever the tool.
     let who = if out.code == Some(contain::HELPER_FAILED) { Blame::World } else { who };
-    who.error(if who == Blame::World { Stage::Fetch } else { Stage::Restore }, message)
+    let stage = if who == Blame::World { Stage::Fetch } else { Stage::Restore };
+    who.error(stage, crate::error::with_reason(message, room))
 }
 
 /// Host and TCP port of an `http(s)://[user@]host[:port]/…` endpoint (IPv6 hosts in

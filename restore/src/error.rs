@@ -60,6 +60,28 @@ pub fn blame_of_sqlstate(code: &str) -> Blame {
     if code.starts_with("53") || code == "58030" { Blame::World } else { Blame::Backup }
 }
 
+/// Who is to blame for one line of the sandbox server's log (`%e` then the level then
+/// the message): [`blame_of_sqlstate`], with one exception the sandbox itself causes. It
+/// lets the server execute no program, and glibc's `popen` reports any failure to start
+/// one as `ENOMEM`, which the server files under out of memory (53200) as `could not
+/// execute command …` (`COPY … TO/FROM PROGRAM`): that is a backup asking to run a
+/// program — which no dump does — refused, not a machine short of memory.
+pub fn blame_of_server_line(code: &str, message: &str) -> Blame {
+    if code == "53200" && message.starts_with("could not execute command") {
+        return Blame::Backup;
+    }
+    blame_of_sqlstate(code)
+}
+
+/// `message`, led by what blamed the world when something did (a full disk, a signal,
+/// the server's own error code): the first thing a reader needs.
+pub fn with_reason(message: String, why: Option<String>) -> String {
+    match why {
+        Some(why) => format!("{why} — {message}"),
+        None => message,
+    }
+}
+
 /// An error from a backup store.
 #[derive(Debug, thiserror::Error)]
 #[error("{store}: {message}")]
@@ -136,5 +158,13 @@ mod tests {
         for backup in ["XX001", "XX002", "XX000", "58P01", "22P02", "08001", "42501", "57P01"] {
             assert_eq!(blame_of_sqlstate(backup), Blame::Backup, "{backup}");
         }
+    }
+
+    #[test]
+    fn a_program_the_sandbox_refused_is_the_backups_not_a_memory_shortage() {
+        let refused = "could not execute command \"touch /x\": Cannot allocate memory";
+        assert_eq!(blame_of_server_line("53200", refused), Blame::Backup);
+        assert_eq!(blame_of_server_line("53200", "out of memory"), Blame::World);
+        assert_eq!(blame_of_server_line("53100", "could not extend file: No space left on device"), Blame::World);
     }
 }

@@ -288,9 +288,9 @@ pub async fn run_tool(sandbox: &Sandbox, mut cmd: tokio::process::Command, what:
         .await
         .map_err(|e| RestoreError::infra(Stage::Restore, format!("cannot run {what}: {e}")))?;
     if !out.status.success() {
-        return Err(sandbox
-            .judge_client(&out.status)
-            .error(Stage::Restore, format!("{what} failed ({}): {}", out.status, tail(&out.stderr, STDERR_KEEP))));
+        let (who, why) = sandbox.judge_client(&out.status);
+        let message = format!("{what} failed ({}): {}", out.status, tail(&out.stderr, STDERR_KEEP));
+        return Err(who.error(Stage::Restore, crate::error::with_reason(message, why)));
     }
     Ok(())
 }
@@ -352,9 +352,9 @@ pub async fn stream_into(
         child.wait().await.map_err(|e| RestoreError::infra(Stage::Restore, format!("waiting for {what}: {e}")))?;
     let stderr = stderr_task.await.unwrap_or_default();
     if !status.success() {
-        return Err(sandbox
-            .judge_client(&status)
-            .error(Stage::Restore, format!("{what} failed ({status}): {}", tail(&stderr, STDERR_KEEP))));
+        let (who, why) = sandbox.judge_client(&status);
+        let message = format!("{what} failed ({status}): {}", tail(&stderr, STDERR_KEEP));
+        return Err(who.error(Stage::Restore, crate::error::with_reason(message, why)));
     }
     if pipe_closed {
         return Err(RestoreError::bad(

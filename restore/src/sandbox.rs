@@ -360,10 +360,13 @@ impl Sandbox {
                 // A server giving up on a data directory from a backup is the backup's
                 // failure unless its own error code says otherwise; one drcheck made
                 // with initdb failing to start is never the backup's.
-                let blame = if self.restored { self.server_blame() } else { Blame::World };
+                let (blame, why) = if self.restored { self.server_blame() } else { (Blame::World, None) };
                 return Err(blame.error(
                     Stage::Restore,
-                    format!("the sandbox server exited during start-up ({status}): {}", self.log_tail()),
+                    crate::error::with_reason(
+                        format!("the sandbox server exited during start-up ({status}): {}", self.log_tail()),
+                        why,
+                    ),
                 ));
             }
             if socket.exists()
@@ -386,37 +389,55 @@ impl Sandbox {
         }
     }
 
-    /// Who the server's own errors blame: the SQLSTATE of each ERROR, FATAL or PANIC line
-    /// of its log (`log_line_prefix = '%e '`); the world if any says so, or if the run's
-    /// file system is (all but) full.
-    pub fn server_blame(&self) -> Blame {
-        if self.disk_full() {
-            return Blame::World;
+    /// Who is to blame for the server giving up on a restored data directory or on what
+    /// a client sent it: the world when the run's file system is (nearly) full or the
+    /// server's log carries an error code of the world's (`error::blame_of_server_line`),
+    /// else the backup. For the world, what says so — to put in the error.
+    pub fn server_blame(&self) -> (Blame, Option<String>) {
+        if let Some(room) = self.disk_full() {
+            return (Blame::World, Some(room));
         }
         let log = std::fs::read(self.root.join("postgres.log")).unwrap_or_default();
         let text = String::from_utf8_lossy(&log);
-        let world = text.lines().any(|l| {
-            let mut words = l.split_whitespace();
-            let (Some(code), Some(level)) = (words.next(), words.next()) else { return false };
+        let world = text.lines().find(|l| {
+            let mut words = l.splitn(3, ' ');
+            let (Some(code), Some(level), Some(message)) = (words.next(), words.next(), words.next()) else {
+                return false;
+            };
             code.len() == 5
                 && ["ERROR:", "FATAL:", "PANIC:"].contains(&level)
-                && crate::error::blame_of_sqlstate(code) == Blame::World
+                && crate::error::blame_of_server_line(code, message.trim_start()) == Blame::World
         });
-        if world { Blame::World } else { Blame::Backup }
+        match world {
+            Some(line) => (Blame::World, Some(format!("the server says: {}", line.escape_debug()))),
+            None => (Blame::Backup, None),
+        }
     }
 
     /// Who is to blame for a client tool (pg_restore, psql) failing against this
     /// sandbox: killed by a signal (the OOM killer), or the server's errors say the
     /// world — else the backup, whose content the tool was restoring.
-    pub fn judge_client(&self, status: &std::process::ExitStatus) -> Blame {
+    pub fn judge_client(&self, status: &std::process::ExitStatus) -> (Blame, Option<String>) {
         use std::os::unix::process::ExitStatusExt;
-        if status.signal().is_some() { Blame::World } else { self.server_blame() }
+        match status.signal() {
+            Some(sig) => (Blame::World, Some(format!("killed by signal {sig} (the OOM killer, or an operator)"))),
+            None => self.server_blame(),
+        }
     }
 
     /// Whether the file system of the run's directory has less than 64 MiB left.
-    pub fn disk_full(&self) -> bool {
-        nix::sys::statvfs::statvfs(&self.root)
-            .is_ok_and(|s| s.blocks_available().saturating_mul(s.fragment_size()) < 64 << 20)
+    /// When the file system of the run's directory has less than 64 MiB left: how much.
+    pub fn disk_full(&self) -> Option<String> {
+        let s = nix::sys::statvfs::statvfs(&self.root).ok()?;
+        let free = s.blocks_available().saturating_mul(s.fragment_size());
+        (free < 64 << 20).then(|| {
+            format!(
+                "no room left in the scratch directory {} ({} MiB free of {} MiB)",
+                self.root.parent().unwrap_or(&self.root).display(),
+                free >> 20,
+                s.blocks().saturating_mul(s.fragment_size()) >> 20
+            )
+        })
     }
 
     /// The last lines of the server's log, for error messages.

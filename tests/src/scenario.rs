@@ -6,7 +6,8 @@ use crate::{PgPrimary, S3Server, TempRoot, unique};
 use std::path::PathBuf;
 
 /// Sample data with a foreign key, a mixed-case schema and table, and a table
-/// without a primary key.
+/// without a primary key. Its orders were placed a minute before the dump: a dump's
+/// own time has whole seconds, so rows of the same second would be past it.
 pub const SAMPLE_SQL: &str = r#"
 create table customers (id bigint primary key, name text not null);
 create table orders (id bigserial primary key, customer_id bigint not null references customers (id),
@@ -14,7 +15,8 @@ create table orders (id bigserial primary key, customer_id bigint not null refer
 create schema "Sales";
 create table "Sales"."Invoices" (id int, amount numeric, note text);
 insert into customers select g, 'customer ' || g from generate_series(1, 500) g;
-insert into orders (customer_id, total) select 1 + g % 500, (g % 1000) / 7.0 from generate_series(1, 5000) g;
+insert into orders (customer_id, total, placed_at)
+  select 1 + g % 500, (g % 1000) / 7.0, now() - interval '1 minute' from generate_series(1, 5000) g;
 insert into "Sales"."Invoices" select g, g * 1.5, md5(g::text) from generate_series(1, 1000) g;
 "#;
 

@@ -176,7 +176,7 @@ fn a_base_backup_still_uploading_is_not_chosen() {
     lab.put("phys/b2/base.tar", &std::fs::read(bb.join("base.tar")).unwrap());
     let config = lab.config("", "prefix = \"phys/\"");
     let c = config.display().to_string();
-    let (out, _) = drcheck(&["--config", &c, "verify", "--target", "t", "--json"], &[], Duration::from_secs(180));
+    let (out, _) = drcheck(&["-v", "--config", &c, "verify", "--target", "t", "--json"], &[], Duration::from_secs(180));
     let run = drcheck_e2e::only_run(&out);
     assert_eq!(out.status.code(), Some(0), "{run}\n{}", stderr(&out));
     assert_eq!(run["backup"]["key"], "phys/b1/", "{run}");
@@ -306,7 +306,7 @@ fn a_fixed_recovery_time_restores_the_backup_that_ended_before_it() {
     }
     let config = lab.config("", &format!("prefix = \"phys/\"\nwal_prefix = \"wal/\"\nrecovery_target = \"{target}\""));
     let c = config.display().to_string();
-    let (out, _) = drcheck(&["--config", &c, "verify", "--target", "t", "--json"], &[], Duration::from_secs(180));
+    let (out, _) = drcheck(&["-v", "--config", &c, "verify", "--target", "t", "--json"], &[], Duration::from_secs(180));
     let run = drcheck_e2e::only_run(&out);
     assert_eq!(out.status.code(), Some(0), "{run}\n{}", stderr(&out));
     assert_eq!(run["backup"]["key"], "phys/b1/", "{run}");
@@ -326,17 +326,27 @@ fn an_object_overwritten_mid_download_is_read_again_whole() {
     let slow = drcheck_e2e::Throttle::start(scene.s3.port, 2_000_000);
     let mut spec = scene.spec();
     spec.endpoint = slow.endpoint();
-    let config = scene.config(&spec).display().to_string();
+    // Parts of 1 MiB, one at a time: the download is many requests over seconds, and
+    // the overwrite lands between two of them.
+    let path = scene.config(&spec);
+    let text = std::fs::read_to_string(&path).unwrap();
+    std::fs::write(&path, text.replace("path_style = true", "path_style = true\npart_size = \"1MiB\"\nconcurrency = 1"))
+        .unwrap();
+    let config = path.display().to_string();
     let mut child = std::process::Command::new(drcheck_e2e::drcheck_bin())
         .args(["--config", &config, "verify", "--target", "orders", "--backup", "orders/latest.dump", "--json"])
         .envs(drcheck_e2e::AWS_ENV)
+        .envs(scene.env())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_secs(3));
-    // The next night's backup lands under the same key, mid-download.
-    scene.s3.upload(&scene.dump, &scene.bucket, "orders/latest.dump");
+    // Once the restore reads the stream (a 15 MB download at 2 MB/s: seconds to go)…
+    assert!(scene.wait_for_pg_restore(Duration::from_secs(120)).is_some(), "the restore never started");
+    // …the next night's backup lands under the same key, mid-download.
+    let next = scene.root.path().join("next.dump");
+    scene.primary.dump("orders", &next, &[]);
+    scene.s3.upload(&next, &scene.bucket, "orders/latest.dump");
     let deadline = Instant::now() + Duration::from_secs(240);
     while child.try_wait().unwrap().is_none() {
         assert!(Instant::now() < deadline, "the verification did not finish");
@@ -345,6 +355,6 @@ fn an_object_overwritten_mid_download_is_read_again_whole() {
     let out = child.wait_with_output().unwrap();
     let run = drcheck_e2e::only_run(&out);
     assert_eq!(out.status.code(), Some(0), "{run}\n{}", stderr(&out));
-    assert!(stderr(&out).contains("starting over from a fresh listing"), "{}", stderr(&out));
-    assert_eq!(run["backup"]["size_bytes"].as_u64(), Some(std::fs::metadata(&scene.dump).unwrap().len()), "{run}");
+    assert!(stderr(&out).contains("starting over from a fresh listing"), "{run}\n{}", stderr(&out));
+    assert_eq!(run["backup"]["size_bytes"].as_u64(), Some(std::fs::metadata(&next).unwrap().len()), "{run}");
 }

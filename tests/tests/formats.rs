@@ -145,6 +145,12 @@ fn a_physical_backup_replays_archived_wal_to_a_timestamp() {
 
     let bb = root.path().join("bb");
     primary.tool("pg_basebackup", &["-D", &bb.display().to_string(), "-Ft", "-z", "-X", "stream", "--checkpoint=fast"]);
+    // Uploaded as it is taken, before the target time: a fixed target restores the
+    // newest backup that was complete in the store by then.
+    for f in ["base.tar.gz", "pg_wal.tar.gz", "backup_manifest"] {
+        s3.upload(&bb.join(f), &bucket, &format!("phys/b1/{f}"));
+    }
+    std::thread::sleep(Duration::from_millis(1200));
     primary.psql("orders", "insert into t select g, 'B' from generate_series(101, 300) g");
     std::thread::sleep(Duration::from_millis(1200));
     let target_time = primary
@@ -157,9 +163,6 @@ fn a_physical_backup_replays_archived_wal_to_a_timestamp() {
     while !archive.join(&last).exists() {
         assert!(Instant::now() < deadline, "WAL {last} was never archived");
         std::thread::sleep(Duration::from_millis(50));
-    }
-    for f in ["base.tar.gz", "pg_wal.tar.gz", "backup_manifest"] {
-        s3.upload(&bb.join(f), &bucket, &format!("phys/b1/{f}"));
     }
     for e in std::fs::read_dir(&archive).unwrap().filter_map(Result::ok) {
         let name = e.file_name().to_string_lossy().into_owned();

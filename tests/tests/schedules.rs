@@ -29,7 +29,8 @@ fn the_daemon_and_its_cronjobs_fire_at_the_same_instants_for_a_year() {
         "H(0-29) H/6 * * sat",
         "5/20 9-17 * * mon-fri",
     ];
-    let start = chrono::DateTime::parse_from_rfc3339("2026-12-01T00:00:00Z").unwrap().with_timezone(&chrono::Utc);
+    // A year with a 29 February in it.
+    let start = chrono::DateTime::parse_from_rfc3339("2027-09-01T00:00:00Z").unwrap().with_timezone(&chrono::Utc);
     let end = start + chrono::Duration::days(366);
     for s in table {
         let sched = Schedule::parse("orders", s).unwrap_or_else(|e| panic!("{s}: {e}"));
@@ -45,8 +46,8 @@ fn the_daemon_and_its_cronjobs_fire_at_the_same_instants_for_a_year() {
         }
         let script = format!(
             "import croniter, datetime\n\
-             it = croniter.croniter({line:?}, datetime.datetime(2026, 12, 1, tzinfo=datetime.timezone.utc))\n\
-             end = datetime.datetime(2026, 12, 1, tzinfo=datetime.timezone.utc) + datetime.timedelta(days=366)\n\
+             it = croniter.croniter({line:?}, datetime.datetime(2027, 9, 1, tzinfo=datetime.timezone.utc))\n\
+             end = datetime.datetime(2027, 9, 1, tzinfo=datetime.timezone.utc) + datetime.timedelta(days=366)\n\
              while True:\n    n = it.get_next(datetime.datetime)\n    if n > end: break\n    print(n.strftime('%Y-%m-%dT%H:%M:%S'))\n"
         );
         let out = std::process::Command::new("python3").args(["-c", &script]).output().unwrap();

@@ -119,10 +119,9 @@ fn an_explicit_backup_key_is_verified() {
         &scene.env(),
         LIMIT,
     );
-    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
-    let run = only_run(&out);
-    assert_eq!(run["error"]["stage"], "select");
-    assert!(run["error"]["message"].as_str().unwrap().contains("404"), "{run}");
+    // A key the store does not hold is the caller's mistake (exit 2), not a failed run.
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("--backup \"orders/nope.dump\": no such backup"), "{}", stderr(&out));
 }
 
 #[test]

@@ -266,7 +266,7 @@ fn extract_trailer(path: &Path) -> anyhow::Result<Result<(std::fs::File, u64, [u
     problems.dedup();
     let sha: [u8; 32] = hashed.hash.finalize().into();
     content.seek(SeekFrom::Start(0))?;
-    Ok(Ok((content, body_len + 1, sha, problems)))
+    Ok(Ok((content, body_len, sha, problems)))
 }
 
 /// Base64 text decoded as it comes, in whole quanta of four characters.

@@ -240,4 +240,43 @@ mod tests {
             }
         }
     }
+
+    /// What the stream writes, the streaming verifier accepts as it is — every format,
+    /// several targets or none — and one changed byte of the visible text is named.
+    #[tokio::test]
+    async fn the_verifier_accepts_what_the_stream_wrote_and_nothing_else() {
+        let key = SigningKey::from_bytes(&[5; 32]);
+        let mut two = evidence();
+        let mut second = two.targets[0].clone();
+        second.name = "billing".into();
+        two.targets.push(second);
+        let mut none = evidence();
+        none.targets.clear();
+        for r in &mut two.targets[1].runs {
+            r.run_id = format!("{}-2", r.run_id);
+        }
+        let dir = tempfile::tempdir().unwrap();
+        for (n, e) in [evidence(), two, none].into_iter().enumerate() {
+            for format in [Format::Html, Format::Markdown, Format::Junit, Format::Json] {
+                let text = streamed(format, &e, Some(&key)).await;
+                let path = dir.path().join(format!("r{n}-{format:?}"));
+                std::fs::write(&path, &text).unwrap();
+                let v = crate::evidence::check::check_file(&path, &key.verifying_key()).unwrap();
+                assert!(v.problems.is_empty(), "{format:?}, {} targets: {:?}", e.targets.len(), v.problems);
+                if format != Format::Json {
+                    // One visible character changed: the body is not the signed one.
+                    let at = text.find("</h1>").or_else(|| text.find("\n")).unwrap() - 1;
+                    let mut bytes = text.clone().into_bytes();
+                    bytes[at] = if bytes[at] == b'x' { b'y' } else { b'x' };
+                    std::fs::write(&path, &bytes).unwrap();
+                    let v = crate::evidence::check::check_file(&path, &key.verifying_key()).unwrap();
+                    assert!(
+                        v.problems.iter().any(|p| p.contains("visible text")),
+                        "{format:?}: {:?}",
+                        v.problems
+                    );
+                }
+            }
+        }
+    }
 }
