@@ -51,6 +51,7 @@ pub struct RawEvidence {
 #[serde(deny_unknown_fields)]
 pub struct RawDaemon {
     pub max_concurrent_restores: Option<Spanned<i64>>,
+    pub alert_resend_interval: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -71,6 +71,10 @@ pub struct EvidenceConfig {
 #[derive(Debug, Clone, Serialize)]
 pub struct DaemonConfig {
     pub max_concurrent_restores: usize,
+    /// How often a firing alert is sent to Alertmanager again (it is sent with an
+    /// `endsAt` 48 h ahead): default 1 h, at most 24 h.
+    #[serde(serialize_with = "ser_duration")]
+    pub alert_resend_interval: Duration,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -545,6 +549,20 @@ pub(crate) fn validate(
             1,
             64,
         )? as usize,
+        alert_resend_interval: match &raw.daemon.alert_resend_interval {
+            None => Duration::from_secs(3600),
+            Some(v) => {
+                let d = cx.duration("daemon.alert_resend_interval", v)?;
+                if d.is_zero() || d > Duration::from_secs(24 * 3600) {
+                    return Err(cx.err(
+                        "daemon.alert_resend_interval",
+                        Some(v.span()),
+                        "must be more than 0 and at most 24h (firing alerts are sent with an endsAt 48h ahead)",
+                    ));
+                }
+                d
+            }
+        },
     };
     let signing_key = cx.opt_string("evidence.signing_key", &raw.evidence.signing_key)?;
     if let (Some(k), Some(span)) = (&signing_key, &raw.evidence.signing_key)

@@ -170,6 +170,12 @@ pub enum AlertsCommand {
         #[arg(long, default_value_t = 30)]
         seconds: u64,
     },
+    /// Move every pending alert of a sink to the dead letters (a sink removed for good).
+    DeadLetter {
+        /// The sink's name, as `drcheck alerts list` shows it.
+        #[arg(long)]
+        sink: String,
+    },
 }
 
 #[derive(Debug, Args)]

@@ -8,12 +8,19 @@ use anyhow::Context as _;
 use sqlx::AnyPool;
 use sqlx::any::AnyPoolOptions;
 use sqlx::{AnyConnection, Executor};
+use std::os::unix::fs::OpenOptionsExt as _;
 use std::time::Duration;
 use std::time::SystemTime;
 
 pub struct History {
     pool: AnyPool,
+    /// PostgreSQL (else SQLite): claims skip rows another dispatcher has locked.
+    postgres: bool,
 }
+
+/// How long a dispatcher's claim on an outbox row lasts: past it (the dispatcher died
+/// mid-delivery), another one delivers the row again — at least once.
+pub const CLAIM_TTL: Duration = Duration::from_secs(300);
 
 /// Creates the SQLite file 0600 if it does not exist (SQLite gives its `-wal` and
 /// `-shm` files the database file's mode), and takes group and other access from one
@@ -92,11 +99,9 @@ impl History {
                     drcheck_validators::primary::scrub(&e.to_string(), raw)
                 )
             })?;
-        sqlx::migrate!("./migrations")
-            .run(&pool)
-            .await
-            .with_context(|| format!("history store {shown}: migrations failed"))?;
-        Ok(History { pool })
+        let postgres = !raw.starts_with("sqlite:");
+        migrate(&pool, postgres, raw).await.with_context(|| format!("history store {shown}: migrations failed"))?;
+        Ok(History { pool, postgres })
     }
 
     /// Records a run with its phases and validator results, atomically.
@@ -159,60 +164,116 @@ impl History {
         Ok(())
     }
 
-    /// Alerts due for delivery, oldest first.
-    pub async fn due_alerts(&self, now: SystemTime) -> anyhow::Result<Vec<OutboxRow>> {
-        Ok(sqlx::query_as(
-            "select id, sink, target, alertname, state, dedup_key, run_id, payload, attempts, created_at
-               from alert_outbox where next_attempt_at <= $1 order by created_at, id",
-        )
-        .bind(ts(now))
-        .fetch_all(&self.pool)
-        .await?)
+    /// Claims the alerts of `sink` that are due, for `holder`, until [`CLAIM_TTL`]:
+    /// of each alert (sink, target, alert name) only the oldest row — so one alert's
+    /// states reach a sink in order, the next only once the one before is delivered or
+    /// dead — and no row another dispatcher holds. Oldest first.
+    pub async fn claim_due(&self, holder: &str, sink: &str, now: SystemTime) -> anyhow::Result<Vec<OutboxRow>> {
+        let lock = if self.postgres { "for update skip locked" } else { "" };
+        let sql = format!(
+            "update alert_outbox set claimed_by = $1, claim_expires_at = $2
+              where id in (
+                  select a.id from alert_outbox a
+                   where a.sink = $3 and a.next_attempt_at <= $4
+                     and (a.claim_expires_at is null or a.claim_expires_at < $4)
+                     and not exists (
+                         select 1 from alert_outbox o
+                          where o.sink = a.sink and o.target = a.target and o.alertname = a.alertname
+                            and (o.created_at < a.created_at or (o.created_at = a.created_at and o.id < a.id)))
+                   order by a.created_at, a.id limit 200 {lock})
+                and (claim_expires_at is null or claim_expires_at < $4)
+             returning id, sink, target, alertname, state, dedup_key, run_id, payload, attempts, created_at"
+        );
+        let mut rows: Vec<OutboxRow> = sqlx::query_as(sqlx::AssertSqlSafe(sql))
+            .bind(holder)
+            .bind(ts(now + CLAIM_TTL))
+            .bind(sink)
+            .bind(ts(now))
+            .fetch_all(&self.pool)
+            .await?;
+        rows.sort_by(|a, b| (&a.created_at, &a.id).cmp(&(&b.created_at, &b.id)));
+        Ok(rows)
     }
 
-    pub async fn mark_delivered(&self, row: &OutboxRow) -> anyhow::Result<()> {
+    /// The sinks that have alerts waiting, delivered or not.
+    pub async fn outbox_sinks(&self) -> anyhow::Result<Vec<String>> {
+        let rows: Vec<(String,)> =
+            sqlx::query_as("select distinct sink from alert_outbox order by sink").fetch_all(&self.pool).await?;
+        Ok(rows.into_iter().map(|(s,)| s).collect())
+    }
+
+    /// Records a delivery by `holder`: the row leaves the outbox, the delivery is
+    /// recorded once (a second record of the same row is no error).
+    pub async fn mark_delivered(&self, row: &OutboxRow, holder: &str) -> anyhow::Result<()> {
         let mut tx = self.pool.begin().await?;
-        sqlx::query("delete from alert_outbox where id = $1").bind(&row.id).execute(&mut *tx).await?;
-        sqlx::query("insert into alerts_delivered (id, sink, dedup_key, delivered_at) values ($1, $2, $3, $4)")
+        sqlx::query("delete from alert_outbox where id = $1 and claimed_by = $2")
             .bind(&row.id)
-            .bind(&row.sink)
-            .bind(&row.dedup_key)
-            .bind(ts(SystemTime::now()))
+            .bind(holder)
             .execute(&mut *tx)
             .await?;
+        sqlx::query(
+            "insert into alerts_delivered (id, sink, dedup_key, delivered_at) values ($1, $2, $3, $4)
+             on conflict (id) do nothing",
+        )
+        .bind(&row.id)
+        .bind(&row.sink)
+        .bind(&row.dedup_key)
+        .bind(ts(SystemTime::now()))
+        .execute(&mut *tx)
+        .await?;
         tx.commit().await?;
         Ok(())
     }
 
-    pub async fn mark_failed(&self, row: &OutboxRow, error: &str, next: SystemTime) -> anyhow::Result<()> {
+    /// A failed attempt by `holder`: counted, the claim released, due again at `next`.
+    pub async fn mark_failed(&self, row: &OutboxRow, holder: &str, error: &str, next: SystemTime) -> anyhow::Result<()> {
         sqlx::query(
-            "update alert_outbox set attempts = attempts + 1, last_error = $1, next_attempt_at = $2 where id = $3",
+            "update alert_outbox set attempts = attempts + 1, last_error = $1, next_attempt_at = $2,
+                    claimed_by = null, claim_expires_at = null
+              where id = $3 and claimed_by = $4",
         )
         .bind(error)
         .bind(ts(next))
         .bind(&row.id)
+        .bind(holder)
         .execute(&self.pool)
         .await?;
         Ok(())
     }
 
-    /// Moves an alert to the dead letters, in one transaction.
-    pub async fn dead_letter(&self, row: &OutboxRow, error: &str) -> anyhow::Result<()> {
+    /// Moves an alert `holder` has claimed to the dead letters, in one transaction.
+    pub async fn dead_letter(&self, row: &OutboxRow, holder: &str, error: &str) -> anyhow::Result<()> {
+        self.dead_letter_where("id = $3 and claimed_by = $4", &row.id, holder, error).await.map(|_| ())
+    }
+
+    /// Moves to the dead letters every unclaimed alert of `sink` (all of them with
+    /// `older_than` None, else those created before it): `drcheck alerts dead-letter`,
+    /// and a dispatcher's clean-up of sinks no dispatcher has delivered for that long.
+    pub async fn dead_letter_sink(&self, sink: &str, older_than: Option<SystemTime>, why: &str) -> anyhow::Result<u64> {
+        let before = older_than.map(ts).unwrap_or_else(|| "9999".into());
+        let now = ts(SystemTime::now());
+        let filter = format!(
+            "sink = $3 and created_at < $4 and (claim_expires_at is null or claim_expires_at < '{}')",
+            now.replace('\'', "")
+        );
         let mut tx = self.pool.begin().await?;
-        sqlx::query(
-            "insert into alert_dead_letters (id, sink, target, alertname, state, dedup_key, run_id, payload, attempts,
-                                             created_at, dead_at, last_error)
-             select id, sink, target, alertname, state, dedup_key, run_id, payload, attempts + 1, created_at, $1, $2
-               from alert_outbox where id = $3",
-        )
-        .bind(ts(SystemTime::now()))
-        .bind(error)
-        .bind(&row.id)
-        .execute(&mut *tx)
-        .await?;
-        sqlx::query("delete from alert_outbox where id = $1").bind(&row.id).execute(&mut *tx).await?;
+        let moved = dead_letter_rows(&mut tx, &filter, sink, &before, why).await?;
         tx.commit().await?;
-        Ok(())
+        Ok(moved)
+    }
+
+    async fn dead_letter_where(&self, filter: &str, a: &str, b: &str, error: &str) -> anyhow::Result<u64> {
+        let mut tx = self.pool.begin().await?;
+        let moved = dead_letter_rows(&mut tx, filter, a, b, error).await?;
+        tx.commit().await?;
+        Ok(moved)
+    }
+
+    pub async fn outbox_depth_of(&self, sink: &str) -> anyhow::Result<i64> {
+        Ok(sqlx::query_scalar("select count(*) from alert_outbox where sink = $1")
+            .bind(sink)
+            .fetch_one(&self.pool)
+            .await?)
     }
 
     pub async fn outbox_depth(&self) -> anyhow::Result<i64> {
@@ -276,9 +337,49 @@ impl History {
             ends_at: None,
             dedup_key: alerts::dedup_key(target, alerts::STALE, &episode, "firing"),
         };
-        enqueue(&mut tx, &alert, sinks).await?;
+        remember_firing(&mut tx, &alert).await?;
+        enqueue(&mut tx, &alert, sinks, None).await?;
         tx.commit().await?;
         Ok(true)
+    }
+
+    /// Queues again, for `sinks`, every alert that fires and was last queued more than
+    /// `every` ago — so Alertmanager hears it before its `endsAt` for as long as it
+    /// fires. Each alert is taken by one dispatcher only (its last-queued time is
+    /// compared and set in one statement). Returns how many were queued.
+    pub async fn resend_firing(&self, sinks: &[String], every: Duration) -> anyhow::Result<usize> {
+        if sinks.is_empty() {
+            return Ok(0);
+        }
+        let now = SystemTime::now();
+        let due: Vec<(String, String, String, Option<String>)> = sqlx::query_as(
+            "select target, alertname, payload, last_sent_at from alert_state
+              where payload is not null and (last_sent_at is null or last_sent_at < $1)",
+        )
+        .bind(ts(now - every))
+        .fetch_all(&self.pool)
+        .await?;
+        let mut queued = 0;
+        for (target, alertname, payload, last) in due {
+            let Ok(alert) = serde_json::from_str::<Alert>(&payload) else { continue };
+            let mut tx = self.pool.begin().await?;
+            let taken = sqlx::query(
+                "update alert_state set last_sent_at = $1
+                  where target = $2 and alertname = $3 and coalesce(last_sent_at, '') = $4",
+            )
+            .bind(ts(now))
+            .bind(&target)
+            .bind(&alertname)
+            .bind(last.unwrap_or_default())
+            .execute(&mut *tx)
+            .await?;
+            if taken.rows_affected() == 1 {
+                enqueue(&mut tx, &alert, sinks, None).await?;
+                queued += 1;
+            }
+            tx.commit().await?;
+        }
+        Ok(queued)
     }
 
     /// When `target` last passed (RFC 3339), if ever.
@@ -372,6 +473,18 @@ impl History {
             .collect()
     }
 
+    /// The newest run of `target` that reached a verdict (not `aborted`).
+    pub async fn latest_verdict(&self, target: &str) -> anyhow::Result<Option<RunReport>> {
+        let row: Option<(String,)> = sqlx::query_as(
+            "select report_json from runs where target = $1 and result <> 'aborted'
+              order by started_at desc, run_id desc limit 1",
+        )
+        .bind(target)
+        .fetch_optional(&self.pool)
+        .await?;
+        row.map(|(json,)| serde_json::from_str(&json).context("a history row holds an unreadable report")).transpose()
+    }
+
     /// Every run that started in `[from, to)` (RFC 3339 UTC, as recorded), oldest first.
     pub async fn between(&self, from: &str, to: &str) -> anyhow::Result<Vec<RunReport>> {
         let rows: Vec<(String,)> = sqlx::query_as(
@@ -457,10 +570,85 @@ fn ts(t: SystemTime) -> String {
     humantime::format_rfc3339_millis(t).to_string()
 }
 
-async fn enqueue(tx: &mut AnyConnection, a: &Alert, sinks: &[String]) -> anyhow::Result<()> {
+/// Moves the outbox rows matching `filter` (over `$3` and `$4`) to the dead letters.
+async fn dead_letter_rows(tx: &mut AnyConnection, filter: &str, a: &str, b: &str, error: &str) -> anyhow::Result<u64> {
+    let copy = format!(
+        "insert into alert_dead_letters (id, sink, target, alertname, state, dedup_key, run_id, payload, attempts,
+                                         created_at, dead_at, last_error)
+         select id, sink, target, alertname, state, dedup_key, run_id, payload, attempts + 1, created_at, $1, $2
+           from alert_outbox where {filter}"
+    );
+    sqlx::query(sqlx::AssertSqlSafe(copy))
+        .bind(ts(SystemTime::now()))
+        .bind(error)
+        .bind(a)
+        .bind(b)
+        .execute(&mut *tx)
+        .await?;
+    let delete = format!("delete from alert_outbox where {}", filter.replace("$3", "$1").replace("$4", "$2"));
+    let r = sqlx::query(sqlx::AssertSqlSafe(delete)).bind(a).bind(b).execute(&mut *tx).await?;
+    Ok(r.rows_affected())
+}
+
+/// Applies the migrations, one process at a time: PostgreSQL's migrator takes an
+/// advisory lock; SQLite's does not, so two processes opening a fresh history at once
+/// would both create its tables — a lock file beside the database orders them.
+async fn migrate(pool: &AnyPool, postgres: bool, raw: &str) -> anyhow::Result<()> {
+    let file = raw.strip_prefix("sqlite:").map(|r| r.trim_start_matches("//").split('?').next().unwrap_or_default());
+    let _lock = match file {
+        Some(f) if !postgres && !f.is_empty() && f != ":memory:" => {
+            let path = with_suffix(std::path::Path::new(f), ".migrate-lock");
+            let lock = std::fs::OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .mode(0o600)
+                .open(&path)
+                .with_context(|| format!("cannot open {}", path.display()))?;
+            let lock = tokio::task::spawn_blocking(move || {
+                nix::fcntl::Flock::lock(lock, nix::fcntl::FlockArg::LockExclusive).map_err(|(_, e)| e)
+            })
+            .await?
+            .with_context(|| format!("cannot lock {}", path.display()))?;
+            Some(lock)
+        }
+        _ => None,
+    };
+    sqlx::migrate!("./migrations").run(pool).await?;
+    Ok(())
+}
+
+/// Queues `a` for each of `sinks`. A firing of the same alert still waiting there (not
+/// being delivered) is superseded — dropped, never sent. A resolution goes only where
+/// its firing (`firing_key`) was delivered or is being delivered: resolving what a sink
+/// never saw is noise.
+async fn enqueue(tx: &mut AnyConnection, a: &Alert, sinks: &[String], firing_key: Option<&str>) -> anyhow::Result<()> {
     let payload = serde_json::to_string(a)?;
     let now = ts(SystemTime::now());
     for sink in sinks {
+        sqlx::query(
+            "delete from alert_outbox where sink = $1 and target = $2 and alertname = $3 and state = 'firing'
+                and (claim_expires_at is null or claim_expires_at < $4)",
+        )
+        .bind(sink)
+        .bind(&a.target)
+        .bind(&a.alertname)
+        .bind(&now)
+        .execute(&mut *tx)
+        .await?;
+        if let Some(key) = firing_key.filter(|_| a.state == "resolved") {
+            let seen: i64 = sqlx::query_scalar(
+                "select (select count(*) from alerts_delivered where sink = $1 and dedup_key = $2)
+                      + (select count(*) from alert_outbox where sink = $1 and dedup_key = $2)",
+            )
+            .bind(sink)
+            .bind(key)
+            .fetch_one(&mut *tx)
+            .await?;
+            if seen == 0 {
+                continue;
+            }
+        }
         sqlx::query(
             "insert into alert_outbox (id, sink, target, alertname, state, dedup_key, run_id, payload, attempts,
                                        next_attempt_at, created_at)
@@ -479,6 +667,19 @@ async fn enqueue(tx: &mut AnyConnection, a: &Alert, sinks: &[String]) -> anyhow:
         .execute(&mut *tx)
         .await?;
     }
+    Ok(())
+}
+
+/// Remembers what a firing alert says and that it was queued now (re-sends start from
+/// here).
+async fn remember_firing(tx: &mut AnyConnection, a: &Alert) -> anyhow::Result<()> {
+    sqlx::query("update alert_state set payload = $1, last_sent_at = $2 where target = $3 and alertname = $4")
+        .bind(serde_json::to_string(a)?)
+        .bind(ts(SystemTime::now()))
+        .bind(&a.target)
+        .bind(&a.alertname)
+        .execute(&mut *tx)
+        .await?;
     Ok(())
 }
 
@@ -530,7 +731,11 @@ async fn enqueue_run_alerts(tx: &mut AnyConnection, r: &RunReport, sinks: &[Stri
             ends_at: (state == "resolved").then(|| r.finished_at.clone()),
             dedup_key: alerts::dedup_key(&r.target, name, &episode, state),
         };
-        enqueue(tx, &alert, sinks).await?;
+        if state == "firing" {
+            remember_firing(tx, &alert).await?;
+        }
+        let firing_key = alerts::dedup_key(&r.target, name, &episode, "firing");
+        enqueue(tx, &alert, sinks, Some(&firing_key)).await?;
     }
     Ok(())
 }

@@ -46,6 +46,20 @@ fn int_gauge(r: &Registry, name: &str, help: &str, labels: &[&str]) -> IntGaugeV
     g
 }
 
+/// Removes every series of `v` whose `label` is `value`.
+fn forget<P: prometheus::core::MetricVecBuilder>(v: &prometheus::core::MetricVec<P>, label: &str, value: &str) {
+    use prometheus::core::Collector;
+    for family in v.collect() {
+        for m in family.get_metric() {
+            let labels: std::collections::HashMap<&str, &str> =
+                m.get_label().iter().map(|l| (l.name(), l.value())).collect();
+            if labels.get(label) == Some(&value) {
+                let _ = v.remove(&labels);
+            }
+        }
+    }
+}
+
 fn counter(r: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
     let c = IntCounterVec::new(Opts::new(name, help), labels).expect("valid metric");
     r.register(Box::new(c.clone())).expect("unique metric");
@@ -194,6 +208,35 @@ impl Metrics {
         }
     }
 
+    /// Drops the series of targets and sinks `old` had and `new` does not (a reload):
+    /// a removed target's last success must not age into a stale alert.
+    pub fn forget_removed(&self, old: &drcheck_config::Config, new: &drcheck_config::Config) {
+        for t in old.targets.iter().filter(|t| new.target(&t.name).is_none()) {
+            let v = t.name.as_str();
+            forget(&self.runs_total, "target", v);
+            forget(&self.last_run_success, "target", v);
+            forget(&self.last_success_timestamp, "target", v);
+            forget(&self.restore_duration, "target", v);
+            forget(&self.phase_duration, "target", v);
+            forget(&self.rto_target, "target", v);
+            forget(&self.rpo_target, "target", v);
+            forget(&self.backup_timestamp, "target", v);
+            forget(&self.backup_size, "target", v);
+            forget(&self.validator_success, "target", v);
+            forget(&self.data_lag, "target", v);
+            forget(&self.recoverable_point, "target", v);
+            forget(&self.recovery_window_start, "target", v);
+            forget(&self.repository_check_success, "target", v);
+            forget(&self.repository_check_timestamp, "target", v);
+            forget(&self.restore_profile, "target", v);
+            forget(&self.scheduled_runs_total, "target", v);
+        }
+        for sink in old.alerts.iter().filter(|a| new.alerts.iter().all(|n| n.name != a.name)) {
+            forget(&self.alerts_sent_total, "sink", &sink.name);
+            forget(&self.alerts_dead_lettered_total, "sink", &sink.name);
+        }
+    }
+
     /// Restores the last success of a target (from the history store, at start-up), so
     /// staleness is measured across restarts.
     pub fn set_last_success(&self, target: &str, finished_at: &str) {
@@ -216,9 +259,7 @@ impl Metrics {
     /// (and `DrcheckVerificationStale` can fire while runs keep failing).
     pub async fn seed_from_history(&self, config: &drcheck_config::Config, history: &crate::history::History) {
         for t in &config.targets {
-            if let Ok(mut latest) = history.recent(Some(&t.name), 1).await
-                && let Some(r) = latest.pop()
-            {
+            if let Ok(Some(r)) = history.latest_verdict(&t.name).await {
                 self.show(&r, t);
             }
             if let Ok(Some(last)) = history.last_success(&t.name).await {
@@ -231,6 +272,11 @@ impl Metrics {
     fn show(&self, r: &RunReport, target: &TargetConfig) {
         let t = r.target.as_str();
         let passed = r.result == RunResult::Passed;
+        // An aborted run (a shutdown, a deadline) says nothing about the backup: the
+        // last verdict stands, as it does for the alerts.
+        if r.result == RunResult::Aborted {
+            return;
+        }
         self.last_run_success.with_label_values(&[t]).set(passed as i64);
         if passed {
             self.set_last_success(t, &r.finished_at);

@@ -1,4 +1,4 @@
-//! `drcheck alerts list|deliver`: look into and flush the alert outbox.
+//! `drcheck alerts list|deliver|dead-letter`: look into, flush and clear the alert outbox.
 
 use crate::alerts::dispatch::Dispatcher;
 use crate::cli::AlertsCommand;
@@ -16,6 +16,11 @@ pub async fn run(config: &Config, cmd: AlertsCommand) -> Result<Exit, CliError> 
             let cancel = crate::shutdown::on_signals();
             let r = d.drain(Duration::from_secs(seconds), &cancel).await.map_err(CliError::incomplete)?;
             serde_json::json!({"delivered": r.delivered, "failed": r.failed, "dead_lettered": r.dead, "pending": r.pending})
+        }
+        AlertsCommand::DeadLetter { sink } => {
+            let why = "moved to the dead letters by `drcheck alerts dead-letter`";
+            let moved = history.dead_letter_sink(&sink, None, why).await.map_err(CliError::incomplete)?;
+            serde_json::json!({"sink": sink, "dead_lettered": moved})
         }
     };
     history.close().await;

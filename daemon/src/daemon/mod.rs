@@ -37,6 +37,10 @@ pub struct Shared {
     pub metrics: Metrics,
     /// Bulkhead: at most `max_concurrent_restores` restores at once.
     pub restores: Arc<Semaphore>,
+    /// Its size now (a reload resizes it).
+    pub restores_size: std::sync::Mutex<usize>,
+    /// Fires when shutdown begins: runs still queued for the bulkhead are dropped.
+    pub stopping: CancellationToken,
     pub running: Running,
     /// This process's name in leases.
     pub holder: String,
@@ -49,6 +53,23 @@ impl Shared {
     pub fn config(&self) -> Arc<Config> {
         self.config.read().unwrap().clone()
     }
+
+    /// Resizes the bulkhead to `size`: more permits at once; fewer as runs holding
+    /// them finish (the surplus is taken and forgotten).
+    fn resize_bulkhead(&self, size: usize) {
+        let mut now = self.restores_size.lock().unwrap();
+        if size > *now {
+            self.restores.add_permits(size - *now);
+        } else if size < *now {
+            let (sem, fewer) = (self.restores.clone(), (*now - size) as u32);
+            tokio::spawn(async move {
+                if let Ok(p) = sem.acquire_many_owned(fewer).await {
+                    p.forget();
+                }
+            });
+        }
+        *now = size;
+    }
 }
 
 /// Runs one verification of `target` under the bulkhead and the lease, records it
@@ -56,7 +77,17 @@ impl Shared {
 pub async fn run_target(shared: Arc<Shared>, target: String, run_id: String) -> Result<(), String> {
     let config = shared.config();
     let Some(t) = config.target(&target).cloned() else { return Err(format!("no target {target:?}")) };
-    let _permit = shared.restores.clone().acquire_owned().await.map_err(|_| "shutting down".to_string())?;
+    // Queued behind the bulkhead when shutdown begins: dropped, not started (and so
+    // not recorded as an aborted run).
+    let dropped = || "shutting down: the queued run was dropped, not started".to_string();
+    let _permit = tokio::select! {
+        biased;
+        _ = shared.stopping.cancelled() => return Err(dropped()),
+        p = shared.restores.clone().acquire_owned() => p.map_err(|_| dropped())?,
+    };
+    if shared.stopping.is_cancelled() {
+        return Err(dropped());
+    }
     let ttl = crate::pipeline::lease_ttl(&t);
     match shared.history.acquire_lease(&target, &shared.holder, ttl).await {
         Ok(true) => {}
@@ -120,6 +151,8 @@ pub async fn run(
     let listen: std::net::SocketAddr = config.metrics.listen.parse().context("metrics.listen")?;
     let shared = Arc::new(Shared {
         restores: Arc::new(Semaphore::new(config.daemon.max_concurrent_restores)),
+        restores_size: std::sync::Mutex::new(config.daemon.max_concurrent_restores),
+        stopping: CancellationToken::new(),
         config_path: config.path.clone(),
         config: RwLock::new(Arc::new(config)),
         history,
@@ -145,6 +178,7 @@ pub async fn run(
     let dispatcher = tokio::spawn(dispatch_loop(shared.clone(), background.clone()));
     let stale = tokio::spawn(stale_loop(shared.clone(), background.clone()));
 
+    let mut pending = schedule::pending(&schedule::Pending::new(), &entries(&config), chrono::Utc::now());
     loop {
         let sched_stop = CancellationToken::new();
         let sh = shared.clone();
@@ -166,7 +200,7 @@ pub async fn run(
             }
         });
         let sched = tokio::spawn(schedule::run(
-            entries(&shared.config()),
+            std::mem::take(&mut pending),
             Arc::new(SystemClock),
             runner,
             shared.running.clone(),
@@ -176,21 +210,30 @@ pub async fn run(
         ));
         tokio::select! {
             _ = shutdown.cancelled() => {
+                shared.stopping.cancel();
                 sched_stop.cancel();
                 let _ = sched.await;
                 break;
             }
             Some(()) = reload.recv() => {
                 sched_stop.cancel();
-                let _ = sched.await;
+                // What was pending: an unchanged target keeps its next firing.
+                let before = sched.await.unwrap_or_default();
                 let path = shared.config_path.clone();
+                let old = shared.config();
                 match drcheck_config::load(&path) {
                     Ok(new) => {
                         tracing::warn!(path = %path.display(), targets = new.targets.len(), "config reloaded");
+                        pending = schedule::pending(&before, &entries(&new), chrono::Utc::now());
+                        shared.metrics.forget_removed(&old, &new);
                         shared.metrics.init(&new);
+                        shared.resize_bulkhead(new.daemon.max_concurrent_restores);
                         *shared.config.write().unwrap() = Arc::new(new);
                     }
-                    Err(e) => tracing::error!("config reload failed, keeping the running config: {e}"),
+                    Err(e) => {
+                        tracing::error!("config reload failed, keeping the running config: {e}");
+                        pending = before;
+                    }
                 }
             }
         }
@@ -219,7 +262,8 @@ async fn dispatch_loop(shared: Arc<Shared>, stop: CancellationToken) {
     while !stop.is_cancelled() {
         let config = shared.config();
         if !config.alerts.is_empty() {
-            let d = Dispatcher::new(&shared.history, &config.alerts, Some(&shared.metrics));
+            let d = Dispatcher::new(&shared.history, &config.alerts, Some(&shared.metrics))
+                .resending(config.daemon.alert_resend_interval);
             if let Err(e) = d.round().await {
                 tracing::warn!("alert dispatch: {e:#}");
             }

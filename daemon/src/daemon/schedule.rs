@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 /// A target's schedule as the loop needs it.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Entry {
     pub target: String,
     pub schedule: Schedule,
@@ -55,33 +55,48 @@ pub type OnFire = Arc<dyn Fn(&str, bool) + Send + Sync>;
 /// Targets running now (shared with the trigger API, which must not overlap them either).
 pub type Running = Arc<Mutex<HashSet<String>>>;
 
-/// Runs the schedule until `stop`: returns when cancelled (runs in flight are left to
-/// the `tracker` and the caller's shutdown).
+/// Each target's next firing, with the entry it was computed from.
+pub type Pending = BTreeMap<String, (Entry, DateTime<Utc>)>;
+
+/// The next firings of `entries` from `now` — keeping, from `previous` (the loop's
+/// state before a reload), the pending instant (jitter included) of every entry that
+/// did not change: a reload never loses or moves a firing. New and changed schedules
+/// apply from the reload; removed ones are gone.
+pub fn pending(previous: &Pending, entries: &[Entry], now: DateTime<Utc>) -> Pending {
+    let mut out = Pending::new();
+    for e in entries {
+        let at = match previous.get(&e.target) {
+            Some((old, at)) if old == e => Some(*at),
+            _ => e.next_after(now),
+        };
+        if let Some(at) = at {
+            out.insert(e.target.clone(), (e.clone(), at));
+        }
+    }
+    out
+}
+
+/// Runs the schedule until `stop`; returns the firings still pending then (for
+/// [`pending`] after a reload). Runs in flight are left to the `tracker` and the
+/// caller's shutdown.
 pub async fn run(
-    entries: Vec<Entry>,
+    mut next: Pending,
     clock: Arc<dyn Clock>,
     runner: Runner,
     running: Running,
     tracker: TaskTracker,
     stop: CancellationToken,
     on_fire: OnFire,
-) {
-    let mut next: BTreeMap<String, DateTime<Utc>> = BTreeMap::new();
-    let now = clock.now();
-    for e in &entries {
-        if let Some(t) = e.next_after(now) {
-            next.insert(e.target.clone(), t);
-        }
-    }
+) -> Pending {
     loop {
-        let Some((target, at)) = next.iter().min_by_key(|(_, t)| **t).map(|(k, t)| (k.clone(), *t)) else {
+        let Some((target, at)) = next.iter().min_by_key(|(_, (_, t))| *t).map(|(k, (_, t))| (k.clone(), *t)) else {
             stop.cancelled().await;
-            return;
+            return next;
         };
         let wait = (at - clock.now()).to_std().unwrap_or(Duration::ZERO);
         tokio::select! {
             _ = tokio::time::sleep(wait) => {}
-            _ = stop.cancelled() => return,
+            _ = stop.cancelled() => return next,
         }
         let fired_at = clock.now();
         // Claim the target; a firing while it still runs is skipped, not queued.
@@ -96,9 +111,9 @@ pub async fn run(
         } else {
             tracing::warn!(target = %target, "scheduled run skipped: the previous run is still going");
         }
-        let entry = entries.iter().find(|e| e.target == target).expect("scheduled targets have entries");
+        let entry = next[&target].0.clone();
         match entry.next_after(fired_at.max(at)) {
-            Some(t) => next.insert(target, t),
+            Some(t) => next.insert(target, (entry, t)),
             None => next.remove(&target),
         };
     }
@@ -160,7 +175,7 @@ mod tests {
         let stop = CancellationToken::new();
         let tracker = TaskTracker::new();
         let loop_task = tokio::spawn(run(
-            entries,
+            pending(&Pending::new(), &entries, clock.now()),
             clock.clone(),
             runner,
             Default::default(),
@@ -184,6 +199,58 @@ mod tests {
         // The slow target (25 s per run) started at :10, :40 and skipped :20, :30, :50, :60.
         assert_eq!(slow_runs.load(Ordering::SeqCst), 2);
         assert_eq!(skipped.load(Ordering::SeqCst), 4);
+    }
+
+    /// A reload every 8 s (the loop stopped and started again from what it had
+    /// pending) with `* * * * *` and 50 s of jitter: every minute still fires once —
+    /// and a changed schedule applies from the reload.
+    #[tokio::test(start_paused = true)]
+    async fn reloads_keep_every_pending_firing() {
+        let clock = Arc::new(TokioClock {
+            start_utc: DateTime::parse_from_rfc3339("2026-11-30T00:00:00.500Z").unwrap().with_timezone(&Utc),
+            start: tokio::time::Instant::now(),
+        });
+        let every_minute = vec![Entry::new("t", &Schedule::parse("t", "* * * * *").unwrap(), Duration::from_secs(50))];
+        let runs = Arc::new(AtomicUsize::new(0));
+        let r = runs.clone();
+        let runner: Runner = Arc::new(move |_t: String| {
+            let r = r.clone();
+            Box::pin(async move {
+                r.fetch_add(1, Ordering::SeqCst);
+            })
+        });
+        let tracker = TaskTracker::new();
+        let mut state = pending(&Pending::new(), &every_minute, clock.now());
+        // 3 minutes in 8-second slices: 22 reloads.
+        for _ in 0..(180 / 8) {
+            let stop = CancellationToken::new();
+            let task = tokio::spawn(run(
+                state,
+                clock.clone(),
+                runner.clone(),
+                Default::default(),
+                tracker.clone(),
+                stop.clone(),
+                Arc::new(|_: &str, _: bool| {}),
+            ));
+            tokio::time::sleep(Duration::from_secs(8)).await;
+            stop.cancel();
+            state = pending(&task.await.unwrap(), &every_minute, clock.now());
+        }
+        tracker.close();
+        tracker.wait().await;
+        // The firings of minutes :01 and :02 (jittered by up to 50 s) came; :03's
+        // cannot have by 2 min 56.5 s.
+        let n = runs.load(Ordering::SeqCst);
+        assert_eq!(n, 2, "runs in 176 s of `* * * * *` with a reload every 8 s");
+
+        // A changed schedule starts from the reload; an unchanged one keeps its instant.
+        let now = clock.now();
+        let hourly = vec![Entry::new("t", &Schedule::parse("t", "0 * * * *").unwrap(), Duration::ZERO)];
+        let changed = pending(&state, &hourly, now);
+        assert_eq!(changed["t"].1, hourly[0].schedule.next_after(now).unwrap());
+        assert_eq!(pending(&state, &every_minute, now)["t"].1, state["t"].1);
+        assert!(pending(&state, &[], now).is_empty(), "a removed target keeps no firing");
     }
 
     #[test]
