@@ -411,7 +411,9 @@ pub fn write_textfile(path: &Path, body: &str) -> anyhow::Result<()> {
 }
 
 /// A drill's metrics (`drcheck_drill_*`), as a text exposition.
-pub fn drill_exposition(j: &drcheck_runbooks::Journal) -> String {
+/// The drill metrics of journal `j`; `totals` are the drill counts by result from the
+/// history store (this drill included), else this drill alone is counted.
+pub fn drill_exposition(j: &drcheck_runbooks::Journal, totals: Option<&[(String, i64)]>) -> String {
     let r = Registry::new();
     let runs = counter(&r, "drcheck_drill_runs_total", "DR drills run, by runbook and result.", &["runbook", "result"]);
     let duration =
@@ -432,7 +434,14 @@ pub fn drill_exposition(j: &drcheck_runbooks::Journal) -> String {
     for result in ["completed", "failed", "aborted"] {
         runs.with_label_values(&[name, result]);
     }
-    runs.with_label_values(&[name, j.result.as_str()]).inc();
+    match totals {
+        Some(totals) => {
+            for (result, n) in totals {
+                runs.with_label_values(&[name, result]).inc_by(*n as u64);
+            }
+        }
+        None => runs.with_label_values(&[name, j.result.as_str()]).inc(),
+    }
     duration.with_label_values(&[name]).set(j.duration_seconds);
     if let Some(met) = j.rto.met {
         rto_met.with_label_values(&[name]).set(met as i64);

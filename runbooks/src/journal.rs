@@ -14,8 +14,11 @@ pub enum DrillResult {
     /// A step stopped the method, the steady state did not hold, an objective was
     /// missed, or a rollback failed.
     Failed,
-    /// Stopped by the kill switch (SIGINT/SIGTERM).
+    /// Stopped by the kill switch (SIGINT/SIGTERM), before or during the rollbacks.
     Aborted,
+    /// Still going: the journal is rewritten after every step with this result, so a
+    /// drill killed outright (SIGKILL, a crash) leaves its steps so far on record.
+    Running,
 }
 
 impl DrillResult {
@@ -24,6 +27,7 @@ impl DrillResult {
             DrillResult::Completed => "completed",
             DrillResult::Failed => "failed",
             DrillResult::Aborted => "aborted",
+            DrillResult::Running => "running",
         }
     }
 }

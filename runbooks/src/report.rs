@@ -388,6 +388,7 @@ pub fn html(j: &Journal) -> String {
         DrillResult::Completed => ("COMPLETED", "#2e7d32"),
         DrillResult::Failed => ("FAILED", "#c62828"),
         DrillResult::Aborted => ("ABORTED", "#616161"),
+        DrillResult::Running => ("DID NOT FINISH", "#616161"),
     };
     let hypothesis = match j.hypothesis_held {
         Some(true) => "held: the steady state was the same before and after",

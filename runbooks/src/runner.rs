@@ -44,12 +44,41 @@ struct Run<'a> {
     t0: Instant,
     rto_budget: Option<Duration>,
     rto_start: Option<Instant>,
+    /// The journal so far (result `running`), handed to `env.checkpoint` after each step.
+    partial: Journal,
 }
 
 pub async fn run(rb: &Runbook, env: &Env<'_>, kill: &KillSwitch) -> Journal {
     let started_at = SystemTime::now();
-    let mut r =
-        Run { env, scope: Scope::new(rb.variables.clone()), t0: Instant::now(), rto_budget: rb.rto, rto_start: None };
+    let scope = Scope::new(rb.variables.clone());
+    let partial = Journal {
+        drill_id: uuid::Uuid::new_v4().to_string(),
+        runbook: RunbookInfo {
+            name: rb.name.clone(),
+            title: rb.title.clone(),
+            description: rb.description.clone(),
+            file: rb.path.display().to_string(),
+        },
+        result: DrillResult::Running,
+        hypothesis_held: None,
+        reasons: Vec::new(),
+        started_at: timestamp(started_at),
+        finished_at: timestamp(started_at),
+        duration_seconds: 0.0,
+        interrupted_by: None,
+        rto: RtoMeasure::default(),
+        rpo: RpoMeasure::default(),
+        variables: scope.masked(),
+        steady_state: SteadyState { before: Vec::new(), after: Vec::new() },
+        steps: Vec::new(),
+        rollbacks: Vec::new(),
+        rollbacks_ran: false,
+        action_items: Vec::new(),
+    };
+    if let Some(save) = env.checkpoint {
+        save(&partial);
+    }
+    let mut r = Run { env, scope, t0: Instant::now(), rto_budget: rb.rto, rto_start: None, partial };
     let mut reasons = Vec::new();
 
     env.live.section(Phase::SteadyStateBefore.title());
@@ -130,6 +159,12 @@ pub async fn run(rb: &Runbook, env: &Env<'_>, kill: &KillSwitch) -> Journal {
         }
         rollbacks.push(rec);
     }
+    // A signal while the rollbacks ran (the method had finished): the drill did not
+    // complete as planned — it was interrupted, whatever the steps said.
+    if kill.stop.is_cancelled() && !aborted {
+        aborted = true;
+        reasons.push("interrupted during the rollbacks".to_string());
+    }
 
     let rto = rto_measure(rb, &steps);
     if rto.met == Some(false) {
@@ -158,13 +193,8 @@ pub async fn run(rb: &Runbook, env: &Env<'_>, kill: &KillSwitch) -> Journal {
         DrillResult::Failed
     };
     let mut journal = Journal {
-        drill_id: uuid::Uuid::new_v4().to_string(),
-        runbook: RunbookInfo {
-            name: rb.name.clone(),
-            title: rb.title.clone(),
-            description: rb.description.clone(),
-            file: rb.path.display().to_string(),
-        },
+        drill_id: r.partial.drill_id.clone(),
+        runbook: r.partial.runbook.clone(),
         result,
         hypothesis_held,
         reasons,
@@ -237,7 +267,7 @@ impl Run<'_> {
             _ => None,
         };
         self.env.live.finished(&outcome, took, rto);
-        StepRecord {
+        let record = StepRecord {
             status: outcome.status,
             started_at: Some(timestamp(began)),
             finished_at: Some(timestamp(SystemTime::now())),
@@ -249,6 +279,25 @@ impl Run<'_> {
             confirmation: outcome.confirmation,
             verification: with_age(outcome.verification, outcome.backup_age_seconds),
             ..planned
+        };
+        self.checkpoint(&record);
+        record
+    }
+
+    /// The step's record into the journal so far, and that journal to the caller.
+    fn checkpoint(&mut self, record: &StepRecord) {
+        let p = &mut self.partial;
+        match record.phase {
+            Phase::SteadyStateBefore => p.steady_state.before.push(record.clone()),
+            Phase::Steps => p.steps.push(record.clone()),
+            Phase::SteadyStateAfter => p.steady_state.after.push(record.clone()),
+            Phase::Rollbacks => p.rollbacks.push(record.clone()),
+        }
+        p.variables = self.scope.masked();
+        p.finished_at = timestamp(SystemTime::now());
+        p.duration_seconds = self.t0.elapsed().as_secs_f64();
+        if let Some(save) = self.env.checkpoint {
+            save(p);
         }
     }
 }

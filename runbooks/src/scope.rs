@@ -18,10 +18,16 @@ pub const SHELL_VAR_PREFIX: &str = "DRCHECK_VAR_";
 
 const SECRET_WORDS: &[&str] = &["password", "passwd", "secret", "token", "apikey", "api_key", "credential", "private"];
 
-/// Whether a variable's name says it holds a secret.
+/// Whether a variable's name says it holds a secret: it contains one of the words
+/// above, or is a key (`key`, `*_key`, `*-key`, `*_key_*`: `ssh_key`, `aws_secret_access_key`).
 pub fn is_secret_name(name: &str) -> bool {
     let n = name.to_ascii_lowercase();
     SECRET_WORDS.iter().any(|w| n.contains(w))
+        || n == "key"
+        || n.ends_with("_key")
+        || n.ends_with("-key")
+        || n.contains("_key_")
+        || n.starts_with("key_")
 }
 
 impl Scope {
@@ -85,9 +91,17 @@ impl Scope {
             .collect()
     }
 
-    /// Every value that must not be shown, for scrubbing command output.
+    /// Every value that must not be shown, for scrubbing command output: the
+    /// secret-named variables of the runbook and of the environment (a `${DB_PASSWORD}`
+    /// a step takes from there is as secret as one in `variables`).
     pub fn secret_values(&self) -> Vec<String> {
-        self.vars.iter().filter(|(k, v)| is_secret_name(k) && v.len() >= 4).map(|(_, v)| v.clone()).collect()
+        let mut out: Vec<String> =
+            self.vars.iter().filter(|(k, v)| is_secret_name(k) && v.len() >= 4).map(|(_, v)| v.clone()).collect();
+        out.extend(std::env::vars().filter(|(k, v)| is_secret_name(k) && v.len() >= 4).map(|(_, v)| v));
+        // Longest first, so a secret that contains another is replaced whole.
+        out.sort_by_key(|v| std::cmp::Reverse(v.len()));
+        out.dedup();
+        out
     }
 }
 

@@ -78,13 +78,28 @@ async fn run_drill(config: Option<Config>, args: DrillRunArgs) -> Result<Exit, C
         (Some(c), true) => Some(PipelineVerifier {
             config: c.clone(),
             history: History::open(&c.state.url).await.map_err(CliError::incomplete)?,
+            holder: crate::history::lease_holder_name("drill"),
         }),
         _ => None,
     };
     let (report_path, journal_path) = output_paths(&rb, args.report.as_deref());
     let kill = KillSwitch::default();
     let live = Live::stderr();
-    watch_signals(kill.clone(), live.clone());
+    // The journal so far, rewritten whole (a temporary file renamed over it) after
+    // every step: a drill killed outright leaves a readable record of what ran.
+    let latest: std::sync::Arc<std::sync::Mutex<Option<Journal>>> = Default::default();
+    let checkpoint = {
+        let (path, latest) = (journal_path.clone(), latest.clone());
+        move |j: &Journal| {
+            if let Ok(mut l) = latest.lock() {
+                *l = Some(j.clone());
+            }
+            if let Err(e) = write_journal(j, &path) {
+                tracing::warn!("{e:#}");
+            }
+        }
+    };
+    watch_signals(kill.clone(), live.clone(), latest.clone(), journal_path.clone());
     let mut shell_env = Vec::new();
     if let Ok(exe) = std::env::current_exe() {
         shell_env.push(("DRCHECK_BIN".to_string(), exe.display().to_string()));
@@ -99,6 +114,7 @@ async fn run_drill(config: Option<Config>, args: DrillRunArgs) -> Result<Exit, C
         yes: args.yes,
         live: &live,
         shell_env,
+        checkpoint: Some(&checkpoint),
     };
     live.note(&format!("drill {:?} ({}) — Ctrl-C stops the running step and runs the rollbacks", rb.title, rb.name));
     let journal = drcheck_runbooks::run(&rb, &env, &kill).await;
@@ -108,7 +124,8 @@ async fn run_drill(config: Option<Config>, args: DrillRunArgs) -> Result<Exit, C
 
     let written = write_outputs(&journal, &report_path, &journal_path);
     if let Some(c) = &config {
-        export_metrics(c, &journal).await;
+        let totals = drill_totals(c, &journal).await;
+        export_metrics(c, &journal, totals.as_deref()).await;
     }
     if args.json {
         let text = serde_json::to_string_pretty(&journal).map_err(CliError::incomplete)?;
@@ -123,7 +140,7 @@ async fn run_drill(config: Option<Config>, args: DrillRunArgs) -> Result<Exit, C
     Ok(match journal.result {
         DrillResult::Completed => Exit::Passed,
         DrillResult::Failed => Exit::Failed,
-        DrillResult::Aborted => Exit::Incomplete,
+        DrillResult::Aborted | DrillResult::Running => Exit::Incomplete,
     })
 }
 
@@ -137,17 +154,49 @@ fn output_paths(rb: &Runbook, report: Option<&Path>) -> (PathBuf, PathBuf) {
 }
 
 fn write_outputs(j: &Journal, report: &Path, journal: &Path) -> anyhow::Result<()> {
-    let text = serde_json::to_string_pretty(j)?;
-    std::fs::write(journal, text).with_context(|| format!("writing the journal to {}", journal.display()))?;
+    write_journal(j, journal)?;
     std::fs::write(report, drcheck_runbooks::report::html(j))
         .with_context(|| format!("writing the report to {}", report.display()))?;
     Ok(())
 }
 
+/// Writes the journal atomically: to a temporary file beside it, then renamed over it.
+fn write_journal(j: &Journal, path: &Path) -> anyhow::Result<()> {
+    let text = serde_json::to_string_pretty(j)?;
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let mut tmp = tempfile::NamedTempFile::new_in(dir)
+        .with_context(|| format!("writing the journal to {}", path.display()))?;
+    std::io::Write::write_all(&mut tmp, text.as_bytes())
+        .and_then(|()| tmp.as_file().sync_data())
+        .with_context(|| format!("writing the journal to {}", path.display()))?;
+    tmp.persist(path).map_err(|e| anyhow::anyhow!("writing the journal to {}: {}", path.display(), e.error))?;
+    Ok(())
+}
+
+/// Records the drill in the history store and returns its runbook's drill counts by
+/// result (so the pushed counter is a total, not this run alone); `None` (with a
+/// warning) when the store cannot be used.
+async fn drill_totals(config: &Config, j: &Journal) -> Option<Vec<(String, i64)>> {
+    let run = async {
+        let history = History::open(&config.state.url).await?;
+        history.record_drill(j).await?;
+        let totals = history.drill_counts(&j.runbook.name).await?;
+        history.close().await;
+        anyhow::Ok(totals)
+    };
+    match run.await {
+        Ok(t) => Some(t),
+        Err(e) => {
+            crate::errln!("drcheck: warning: the drill is not in the history store (its counter counts it alone): {e:#}");
+            None
+        }
+    }
+}
+
 /// Pushed like one-shot verification metrics: to the Pushgateway (grouped by runbook)
 /// and/or a textfile next to the configured one. Failures warn; the verdict stands.
-async fn export_metrics(config: &Config, j: &Journal) {
-    let body = crate::metrics::drill_exposition(j);
+async fn export_metrics(config: &Config, j: &Journal, totals: Option<&[(String, i64)]>) {
+    let body = crate::metrics::drill_exposition(j, totals);
     if let Some(gateway) = &config.metrics.pushgateway {
         let group = format!("job/drcheck_drill/runbook/{}", j.runbook.name);
         if let Err(e) = crate::metrics::push_group(gateway, &group, body.clone()).await {
@@ -199,8 +248,14 @@ fn summary(j: &Journal) -> String {
 }
 
 /// First SIGINT/SIGTERM: stop the method, run the rollbacks. Second: stop the
-/// rollbacks too. Third: exit at once.
-fn watch_signals(kill: KillSwitch, live: Live) {
+/// rollbacks too. Third: exit at once — the running step's process group killed, the
+/// journal so far written as `aborted`.
+fn watch_signals(
+    kill: KillSwitch,
+    live: Live,
+    latest: std::sync::Arc<std::sync::Mutex<Option<Journal>>>,
+    journal_path: PathBuf,
+) {
     use tokio::signal::unix::{SignalKind, signal};
     // Installed before the first step starts, so no signal can kill the drill unhandled.
     let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
@@ -218,7 +273,18 @@ fn watch_signals(kill: KillSwitch, live: Live) {
                     "{name}: stopping the running step; the rollbacks run next (again to stop them too)"
                 )),
                 1 => live.note(&format!("{name}: stopping the rollbacks")),
-                _ => std::process::exit(Exit::Incomplete as i32),
+                _ => {
+                    live.note(&format!("{name}: exiting now; the running step's processes are killed"));
+                    drcheck_runbooks::steps::kill_running_groups();
+                    let last = latest.lock().ok().and_then(|l| l.clone());
+                    if let Some(mut j) = last {
+                        j.result = DrillResult::Aborted;
+                        j.interrupted_by = Some(format!("{name} (third signal: exited at once)"));
+                        j.reasons.push("stopped by a third signal: the rest did not run".into());
+                        let _ = write_journal(&j, &journal_path);
+                    }
+                    std::process::exit(Exit::Incomplete as i32)
+                }
             }
             kill.trip(name);
         }
@@ -229,6 +295,8 @@ fn watch_signals(kill: KillSwitch, live: Live) {
 struct PipelineVerifier {
     config: Config,
     history: History,
+    /// The drill's name in leases.
+    holder: String,
 }
 
 #[async_trait::async_trait]
@@ -240,8 +308,20 @@ impl drcheck_runbooks::Verifier for PipelineVerifier {
         cancel: CancellationToken,
     ) -> Result<VerifyOutcome, String> {
         let t = self.config.target(target).ok_or_else(|| format!("no target {target:?} in the config"))?;
+        // The target's lease, as a scheduled or one-shot verification takes it: a drill
+        // and the daemon never restore the same target at once.
+        let ttl = crate::pipeline::lease_ttl(t);
+        match self.history.acquire_lease(target, &self.holder, ttl).await {
+            Ok(true) => {}
+            Ok(false) => {
+                let who = self.history.lease_holder(target).await.ok().flatten().unwrap_or_default();
+                return Err(format!("{target} is being verified by another drcheck ({who}): not run"));
+            }
+            Err(e) => return Err(format!("cannot take the lease on {target}: {e:#}")),
+        }
         let progress = Progress::new(false);
         let report = crate::pipeline::verify(&self.config, t, backup, &cancel, &progress).await;
+        let _ = self.history.release_lease(target, &self.holder).await;
         let sinks: Vec<String> = self.config.alerts.iter().map(|a| a.name.clone()).collect();
         if let Err(e) = self.history.record_with_alerts(&report, &sinks).await {
             tracing::warn!(target, "cannot record the drill's verification: {e:#}");

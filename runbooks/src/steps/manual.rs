@@ -21,7 +21,9 @@ pub async fn run(m: &RawManual, ctx: &StepCtx<'_>) -> Result<Outcome, Outcome> {
     }
     ctx.env.live.prompt(&ctx.scope.display(&instruction));
     let answer = async {
-        let mut lines = tokio::io::BufReader::new(tokio::io::stdin()).lines();
+        // One reader of the terminal for every gate of the drill: a gate that timed out
+        // leaves what was typed since for the next one (reading lines is cancel-safe).
+        let mut lines = stdin_lines().lock().await;
         loop {
             match lines.next_line().await {
                 Ok(Some(l)) => match l.trim().to_ascii_lowercase().as_str() {
@@ -48,6 +50,13 @@ pub async fn run(m: &RawManual, ctx: &StepCtx<'_>) -> Result<Outcome, Outcome> {
         Raced::TimedOut => Err(Outcome::timed_out(ctx)),
         Raced::Cancelled => Err(Outcome::aborted()),
     }
+}
+
+type StdinLines = tokio::io::Lines<tokio::io::BufReader<tokio::io::Stdin>>;
+
+fn stdin_lines() -> &'static tokio::sync::Mutex<StdinLines> {
+    static LINES: std::sync::OnceLock<tokio::sync::Mutex<StdinLines>> = std::sync::OnceLock::new();
+    LINES.get_or_init(|| tokio::sync::Mutex::new(tokio::io::BufReader::new(tokio::io::stdin()).lines()))
 }
 
 /// The person at the keyboard: the user who ran sudo, else the login user.

@@ -8,6 +8,7 @@
 mod http;
 mod manual;
 mod shell;
+pub use shell::kill_running_groups;
 mod sql;
 mod verify;
 mod wait;
@@ -111,6 +112,9 @@ pub struct Env<'a> {
     pub live: &'a Live,
     /// Set for every shell step (`DRCHECK_BIN`, `DRCHECK_CONFIG`).
     pub shell_env: Vec<(String, String)>,
+    /// Called with the journal so far after every step (result `running`): the caller
+    /// writes it atomically, so a drill killed outright leaves a readable record.
+    pub checkpoint: Option<&'a (dyn Fn(&crate::Journal) + Send + Sync)>,
 }
 
 pub struct StepCtx<'a> {

@@ -9,6 +9,21 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
+
+/// The process groups of the shell steps running now, for a last-resort stop
+/// ([`kill_running_groups`]): a third signal exits the drill at once, and takes them
+/// along.
+static RUNNING: Mutex<Vec<i32>> = Mutex::new(Vec::new());
+
+/// SIGKILLs the process group of every shell step still running.
+pub fn kill_running_groups() {
+    if let Ok(groups) = RUNNING.lock() {
+        for g in groups.iter() {
+            let _ = killpg(Pid::from_raw(*g), Signal::SIGKILL);
+        }
+    }
+}
+
 use tokio::process::Command;
 
 /// Output kept for `expect_output`, `reject_output` and `capture`.
@@ -57,6 +72,7 @@ pub async fn run(s: &RawShell, ctx: &StepCtx<'_>) -> Result<Outcome, Outcome> {
     let mut child = cmd.spawn().map_err(|e| Outcome::failed(format!("cannot start /bin/sh: {e}")))?;
     let pgid = child.id().map(|id| Pid::from_raw(id as i32));
     let mut group = GroupGuard(pgid);
+    let _listed = Listed::new(pgid);
     let collected = Arc::new(Mutex::new(Collected::default()));
     let readers = [
         child.stdout.take().map(|o| {
@@ -162,6 +178,27 @@ async fn terminate(child: &mut tokio::process::Child, pgid: Option<Pid>) -> Opti
     child.wait().await.ok()
 }
 
+/// A step's process group in [`RUNNING`] while the step runs.
+struct Listed(Option<i32>);
+
+impl Listed {
+    fn new(pgid: Option<Pid>) -> Self {
+        let g = pgid.map(|p| p.as_raw());
+        if let (Some(g), Ok(mut list)) = (g, RUNNING.lock()) {
+            list.push(g);
+        }
+        Listed(g)
+    }
+}
+
+impl Drop for Listed {
+    fn drop(&mut self) {
+        if let (Some(g), Ok(mut list)) = (self.0, RUNNING.lock()) {
+            list.retain(|x| *x != g);
+        }
+    }
+}
+
 /// Kills the step's process group if the step is dropped while it runs (a panic, or
 /// the runner giving up) or was stopped.
 struct GroupGuard(Option<Pid>);
@@ -200,12 +237,23 @@ async fn read_lines(
     live: crate::live::Live,
     secrets: Vec<String>,
 ) {
-    let mut lines = BufReader::new(r).lines();
-    while let Ok(Some(line)) = lines.next_line().await {
-        live.output(&crate::scope::scrub(&line, &secrets));
+    // Bytes, not text: a command may print anything (Latin-1, binary); each line is
+    // decoded lossily, and the pipe is read to its end whatever it holds.
+    let mut reader = BufReader::new(r);
+    let mut buf = Vec::new();
+    loop {
+        buf.clear();
+        match reader.read_until(b'\n', &mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(_) => {}
+        }
+        let text = String::from_utf8_lossy(&buf);
+        let line = text.strip_suffix('\n').unwrap_or(&text);
+        let line = line.strip_suffix('\r').unwrap_or(line);
+        live.output(&crate::scope::scrub(line, &secrets));
         let Ok(mut c) = into.lock() else { return };
         if is_stdout && c.stdout.len() < KEEP_BYTES {
-            c.stdout.push_str(&line);
+            c.stdout.push_str(line);
             c.stdout.push('\n');
         }
         if c.combined.len() >= KEEP_BYTES {
@@ -214,7 +262,7 @@ async fn read_lines(
             let cut = (cut..c.combined.len()).find(|i| c.combined.is_char_boundary(*i)).unwrap_or(0);
             c.combined.drain(..cut);
         }
-        c.combined.push_str(&line);
+        c.combined.push_str(line);
         c.combined.push('\n');
     }
 }
