@@ -138,6 +138,11 @@ impl History {
         .bind(r.error.as_ref().map(|e| e.stage.clone()))
         .bind(r.error.as_ref().map(|e| e.message.clone()))
         .bind(json)
+        // Not a cached prepared statement: sqlx 0.9's Any driver declares a null
+        // `Option<f64>` as float4 (any/arguments.rs swaps Real and Double), and a
+        // statement cached after a run without a measured RTO would then refuse every
+        // later run's 8-byte float on PostgreSQL ("incorrect binary data format").
+        .persistent(false)
         .execute(&mut *tx)
         .await?;
         for p in &r.phases {

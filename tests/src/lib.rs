@@ -619,6 +619,14 @@ impl Daemon {
         }
     }
 
+    /// SIGKILL (a crash, the OOM killer), and wait for it.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
     /// Everything the daemon wrote to stderr (after it exited).
     pub fn stderr_text(&mut self) -> String {
         if self.child.is_some() {
