@@ -24,6 +24,10 @@ command -v openssl >/dev/null 2>&1 || need_apt+=(openssl)
 command -v kubectl >/dev/null 2>&1 || need_apt+=(kubectl)
 # A real browser for the evidence report and status page tests (headless Chromium).
 command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
+# The benchmarks: sqlite3 (the hand-written export the report benchmark compares with)
+# and GNU time (peak RSS).
+command -v sqlite3 >/dev/null 2>&1 || need_apt+=(sqlite3)
+[ -x /usr/bin/time ] || need_apt+=(time)
 # A non-C locale (de_DE.UTF-8) for the test that a primary's lc_monetary cannot skew checksums.
 command -v localedef >/dev/null 2>&1 && [ -d /usr/share/i18n/locales ] || need_apt+=(locales)
 if [ ${#need_apt[@]} -gt 0 ]; then

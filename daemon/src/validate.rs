@@ -114,8 +114,19 @@ pub async fn run(
     Ok(Validated { findings: databases::merge(per_database), primary_queries: queries, primary_unavailable })
 }
 
-/// Neutralizes database `db` of the copy and checks its catalog: the `catalog` finding.
+/// Neutralizes database `db` of the copy and checks its catalog: the `catalog` finding,
+/// with how long both took (`seconds`).
 async fn guard_database(
+    pool: &sqlx::PgPool,
+    db: &str,
+    reference: Result<&std::collections::BTreeMap<String, String>, &String>,
+) -> Finding {
+    let started = std::time::Instant::now();
+    let finding = guard_database_untimed(pool, db, reference).await;
+    finding.with("seconds", started.elapsed().as_secs_f64())
+}
+
+async fn guard_database_untimed(
     pool: &sqlx::PgPool,
     db: &str,
     reference: Result<&std::collections::BTreeMap<String, String>, &String>,

@@ -12,7 +12,7 @@ use base64::engine::general_purpose::STANDARD as B64;
 use ed25519_dalek::VerifyingKey;
 use serde::de::{self, DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use sha2::{Digest, Sha256};
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
 use std::path::Path;
 
@@ -32,6 +32,8 @@ struct Frame {
     heads: Vec<TargetEvidence>,
     drills: Vec<DrillEvidence>,
     signature: Option<SignatureBlock>,
+    /// Pass 2 reads past the signature (pass 1 kept it).
+    skip_signature: bool,
     /// Fields the content holds that no drcheck writes: nobody signed them.
     unknown: Vec<String>,
     runs: usize,
@@ -74,11 +76,12 @@ pub fn check_file(path: &Path, key: &VerifyingKey) -> anyhow::Result<Verdict> {
         return Ok(Verdict { problems: vec![unreadable(json, &e)], what: String::new() });
     }
     problems.extend(frame.unknown.iter().map(|f| format!("field {f} is not part of the signed report")));
-    let Some(block) = frame.signature.clone() else {
+    let Some(block) = frame.signature.take() else {
         problems.insert(0, "the report is not signed (no [evidence] signing_key when it was made)".into());
         return Ok(Verdict { what: what(&frame), problems });
     };
-    problems.splice(0..0, sign::verify_signature(&block, key));
+    let seal_bytes = sign::canonical_seal(&block.seal);
+    problems.splice(0..0, sign::verify_seal_bytes(&block, &seal_bytes, key));
     // Pass 2: one target at a time — digests, the seal's items, the drawn document.
     reader.seek(SeekFrom::Start(0))?;
     let shell = frame.evidence();
@@ -98,13 +101,24 @@ pub fn check_file(path: &Path, key: &VerifyingKey) -> anyhow::Result<Verdict> {
         .as_bytes(),
     );
     let mut items = Items::new(&block.seal.items);
-    let (json_before, json_after) = super::stream::json_shell(&shell, Some(&block));
+    // The JSON document's shell, its signature drawn without the items (they are
+    // compared one by one where `"items": []` stands).
+    let (json_before, json_after) = match format {
+        Format::Json => {
+            let bare = SignatureBlock {
+                seal: sign::Seal { items: Vec::new(), ..block.seal.clone() },
+                signature: block.signature.clone(),
+            };
+            super::stream::json_shell(&shell, Some(&bare))
+        }
+        _ => (String::new(), String::new()),
+    };
     match format {
         Format::Json => doc.expect(&json_before, None),
         _ => doc.expect(&render::head(format, &shell), None),
     }
     let mut index = 0usize;
-    let mut pass2 = Frame::default();
+    let mut pass2 = Frame { skip_signature: true, ..Frame::default() };
     let r = read_content(&mut reader, &mut pass2, &mut |t: TargetEvidence| {
         if index > 0 {
             canon.update(b",");
@@ -130,9 +144,10 @@ pub fn check_file(path: &Path, key: &VerifyingKey) -> anyhow::Result<Verdict> {
     }
     canon.update(format!("],\"to\":{}}}", serde_json::to_string(&frame.to)?).as_bytes());
     let Both(evidence_hash, mut trailer_hash) = canon;
-    trailer_hash.update(b",\"signature\":");
-    trailer_hash.update(canonical_json(&frame.signature));
-    trailer_hash.update(b"}");
+    trailer_hash.update(b",\"signature\":{\"seal\":");
+    trailer_hash.update(&seal_bytes);
+    trailer_hash.update(format!(",\"signature\":{}}}}}", serde_json::to_string(&block.signature)?).as_bytes());
+    drop(seal_bytes);
     let trailer_digest: [u8; 32] = trailer_hash.finalize().into();
     if content_sha.is_some_and(|sha| sha != trailer_digest) && !problems.iter().any(|p| p.contains("trailer")) {
         problems.push("the evidence trailer is not the one drcheck writes for its content".into());
@@ -142,7 +157,20 @@ pub fn check_file(path: &Path, key: &VerifyingKey) -> anyhow::Result<Verdict> {
     }
     match format {
         Format::Json => {
-            doc.expect(&format!("{}{json_after}", if frame.heads.is_empty() { "" } else { "\n    " }), None)
+            let after = format!("{}{json_after}", if frame.heads.is_empty() { "" } else { "\n    " });
+            match after.find(super::stream::EMPTY_ITEMS) {
+                Some(at) if !block.seal.items.is_empty() => {
+                    doc.expect(&after[..at], None);
+                    doc.expect("\"items\": [", None);
+                    for (n, item) in block.seal.items.iter().enumerate() {
+                        let pretty = super::stream::indent(&serde_json::to_string_pretty(item)?, 8);
+                        doc.expect(&format!("{}{pretty}", if n > 0 { ",\n" } else { "\n" }), None);
+                    }
+                    doc.expect("\n      ]", None);
+                    doc.expect(&after[at + super::stream::EMPTY_ITEMS.len()..], None);
+                }
+                _ => doc.expect(&after, None),
+            }
         }
         _ => doc.expect(&render::tail(format, &shell), None),
     }
@@ -314,9 +342,9 @@ impl Write for Hashed<'_> {
 
 /// The seal's items, looked up by kind and id; what was seen, changed or added.
 struct Items<'a> {
-    index: HashMap<(&'a str, &'a str), &'a SealedItem>,
+    index: HashMap<(&'a str, &'a str), usize>,
     sealed: &'a [SealedItem],
-    seen: HashSet<(String, String)>,
+    seen: Vec<bool>,
     changed: Vec<String>,
     added: Vec<String>,
 }
@@ -327,15 +355,16 @@ fn describe(i: &SealedItem) -> String {
 
 impl<'a> Items<'a> {
     fn new(sealed: &'a [SealedItem]) -> Self {
-        let index = sealed.iter().map(|i| ((i.kind.as_str(), i.id.as_str()), i)).collect();
-        Items { index, sealed, seen: HashSet::new(), changed: Vec::new(), added: Vec::new() }
+        let index = sealed.iter().enumerate().map(|(n, i)| ((i.kind.as_str(), i.id.as_str()), n)).collect();
+        Items { index, sealed, seen: vec![false; sealed.len()], changed: Vec::new(), added: Vec::new() }
     }
 
     fn see(&mut self, i: &SealedItem) {
         match self.index.get(&(i.kind.as_str(), i.id.as_str())) {
             None => self.added.push(format!("{} was added", describe(i))),
-            Some(s) => {
-                self.seen.insert((s.kind.clone(), s.id.clone()));
+            Some(&n) => {
+                self.seen[n] = true;
+                let s = &self.sealed[n];
                 if i.sha256 != s.sha256 || i.of != s.of || i.started_at != s.started_at {
                     self.changed.push(format!("{} changed", describe(s)));
                 }
@@ -347,8 +376,9 @@ impl<'a> Items<'a> {
         let mut out: Vec<String> = self
             .sealed
             .iter()
-            .filter(|s| !self.seen.contains(&(s.kind.clone(), s.id.clone())))
-            .map(|s| format!("{} was removed", describe(s)))
+            .zip(&self.seen)
+            .filter(|(_, seen)| !**seen)
+            .map(|(s, _)| format!("{} was removed", describe(s)))
             .collect();
         out.extend(self.changed);
         out.extend(self.added);
@@ -470,6 +500,9 @@ impl<'de> Visitor<'de> for EmbeddedSeed<'_, '_> {
             match key.as_str() {
                 "evidence" => {
                     map.next_value_seed(EvidenceSeed { frame: &mut *frame, on_target: &mut *on_target, failure })?
+                }
+                "signature" if frame.skip_signature => {
+                    map.next_value::<IgnoredAny>()?;
                 }
                 "signature" => frame.signature = map.next_value()?,
                 other => {

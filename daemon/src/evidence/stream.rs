@@ -82,7 +82,7 @@ pub async fn write(
         )
         .as_bytes(),
     )?;
-    let mut items: Vec<SealedItem> = Vec::new();
+    let mut items = Items::new()?;
     match format {
         Format::Json => {
             let (before, _) = json_shell(&shell, None);
@@ -96,7 +96,9 @@ pub async fn write(
             canon.write(b",")?;
         }
         canon.write(&canonical_json(&t))?;
-        items.extend(sign::target_items(&t));
+        for item in sign::target_items(&t) {
+            items.push(&item)?;
+        }
         match format {
             Format::Json => {
                 let item = indent(&serde_json::to_string_pretty(&t)?, 6);
@@ -106,13 +108,30 @@ pub async fn write(
         }
     }
     canon.write(format!("],\"to\":{}}}", json_str(&frame.to)).as_bytes())?;
-    items.extend(frame.drills.iter().map(sign::drill_item));
+    for d in &frame.drills {
+        items.push(&sign::drill_item(d))?;
+    }
     let evidence_sha256 = hex::encode(std::mem::take(&mut canon.hash).finalize());
-    let signature = key.map(|k| sign::sign_seal(k, evidence_sha256.clone(), items));
+    // The seal, canonical, signed: its items come from the file they were written to.
+    let sealed = match key {
+        Some(k) => Some(items.seal(k, evidence_sha256)?),
+        None => None,
+    };
     match format {
         Format::Json => {
-            let (_, after) = json_shell(&shell, signature.as_ref());
-            out.write_all(format!("{}{after}", if frame.heads.is_empty() { "" } else { "\n    " }).as_bytes())?;
+            // The shell's signature without its items; the items go where `"items": []`
+            // stands, pretty, one at a time.
+            let block = sealed.as_ref().map(|s| s.block_without_items());
+            let (_, after) = json_shell(&shell, block.as_ref());
+            let after = format!("{}{after}", if frame.heads.is_empty() { "" } else { "\n    " });
+            match (&sealed, after.find(EMPTY_ITEMS)) {
+                (Some(_), Some(at)) => {
+                    out.write_all(after[..at].as_bytes())?;
+                    items.write_pretty(&mut *out)?;
+                    out.write_all(after[at + EMPTY_ITEMS.len()..].as_bytes())?;
+                }
+                _ => out.write_all(after.as_bytes())?,
+            }
         }
         _ => {
             out.write_all(render::tail(format, &shell).as_bytes())?;
@@ -127,7 +146,15 @@ pub async fn write(
                 file.seek(std::io::SeekFrom::Start(0))?;
                 std::io::copy(&mut file, &mut enc)?;
                 enc.write_all(b",\"signature\":")?;
-                enc.write_all(&canonical_json(&signature))?;
+                match &sealed {
+                    // `{"seal":…,"signature":…}`: the canonical signature block.
+                    Some(s) => {
+                        enc.write_all(b"{\"seal\":")?;
+                        enc.write_all(&s.canonical)?;
+                        enc.write_all(format!(",\"signature\":{}}}", json_str(&s.signature)).as_bytes())?;
+                    }
+                    None => enc.write_all(b"null")?,
+                }
                 enc.write_all(b"}")?;
                 enc.finish()?;
             }
@@ -139,6 +166,112 @@ pub async fn write(
     }
     out.flush()?;
     Ok(())
+}
+
+/// Where the items go in the pretty signature block (8 spaces deep in the document).
+pub(crate) const EMPTY_ITEMS: &str = "\"items\": []";
+
+/// The seal's items, written to a temporary file as they come (canonical JSON, one a
+/// line) instead of held: a fleet's window has hundreds of thousands.
+struct Items {
+    file: BufWriter<std::fs::File>,
+    count: usize,
+}
+
+/// A signed seal: its canonical bytes (what was signed) and the signature.
+struct Sealed {
+    canonical: Vec<u8>,
+    signature: String,
+    algorithm: String,
+    key_fingerprint: String,
+    evidence_sha256: String,
+}
+
+impl Sealed {
+    fn block_without_items(&self) -> SignatureBlock {
+        SignatureBlock {
+            seal: sign::Seal {
+                algorithm: self.algorithm.clone(),
+                key_fingerprint: self.key_fingerprint.clone(),
+                evidence_sha256: self.evidence_sha256.clone(),
+                items: Vec::new(),
+            },
+            signature: self.signature.clone(),
+        }
+    }
+}
+
+impl Items {
+    fn new() -> std::io::Result<Self> {
+        Ok(Items { file: BufWriter::new(tempfile::tempfile()?), count: 0 })
+    }
+
+    fn push(&mut self, item: &SealedItem) -> std::io::Result<()> {
+        self.file.write_all(&canonical_json(item))?;
+        self.file.write_all(b"\n")?;
+        self.count += 1;
+        Ok(())
+    }
+
+    /// Each item, in order, from the file.
+    fn each(&mut self, mut f: impl FnMut(&[u8]) -> std::io::Result<()>) -> std::io::Result<()> {
+        use std::io::{BufRead, Seek};
+        self.file.flush()?;
+        let file = self.file.get_mut();
+        file.seek(std::io::SeekFrom::Start(0))?;
+        let mut r = std::io::BufReader::new(&*file);
+        let mut line = Vec::new();
+        loop {
+            line.clear();
+            if r.read_until(b'\n', &mut line)? == 0 {
+                break;
+            }
+            f(line.strip_suffix(b"\n").unwrap_or(&line))?;
+        }
+        self.file.get_mut().seek(std::io::SeekFrom::End(0))?;
+        Ok(())
+    }
+
+    /// The canonical seal (keys sorted: algorithm, evidence_sha256, items,
+    /// key_fingerprint — exactly `canonical(&Seal)`), signed with `key`.
+    fn seal(&mut self, key: &SigningKey, evidence_sha256: String) -> std::io::Result<Sealed> {
+        let key_fingerprint = sign::fingerprint(&key.verifying_key());
+        let mut canonical = format!(
+            "{{\"algorithm\":\"ed25519\",\"evidence_sha256\":{},\"items\":[",
+            json_str(&evidence_sha256)
+        )
+        .into_bytes();
+        let mut first = true;
+        self.each(|item| {
+            if !first {
+                canonical.push(b',');
+            }
+            first = false;
+            canonical.extend_from_slice(item);
+            Ok(())
+        })?;
+        canonical.extend_from_slice(format!("],\"key_fingerprint\":{}}}", json_str(&key_fingerprint)).as_bytes());
+        use ed25519_dalek::Signer;
+        let signature = base64::Engine::encode(&B64, key.sign(&canonical).to_bytes());
+        Ok(Sealed { canonical, signature, algorithm: "ed25519".into(), key_fingerprint, evidence_sha256 })
+    }
+
+    /// `"items": [ … ]` as serde_json's pretty printer writes it at that depth.
+    fn write_pretty(&mut self, out: &mut dyn Write) -> std::io::Result<()> {
+        if self.count == 0 {
+            return out.write_all(EMPTY_ITEMS.as_bytes());
+        }
+        out.write_all(b"\"items\": [")?;
+        let mut first = true;
+        self.each(|line| {
+            let item: SealedItem = serde_json::from_slice(line)?;
+            let pretty = indent(&serde_json::to_string_pretty(&item)?, 8);
+            out.write_all(if first { b"\n" } else { b",\n" })?;
+            first = false;
+            out.write_all(pretty.as_bytes())
+        })?;
+        out.write_all(b"\n      ]")
+    }
 }
 
 /// Inserts a newline after every 76 characters (the trailer's base64 lines).
