@@ -24,10 +24,12 @@ pub async fn run(job: &RestoreJob<'_>) -> Result<Restored, RestoreError> {
 
 /// How often the file system's used space is read (one `statvfs`).
 const POLL: Duration = Duration::from_millis(250);
-/// A walk of the run's directory costs at most 1/WALK_SHARE of the time between walks.
-const WALK_SHARE: u32 = 50;
-/// And there is at least this long between walks.
-const MIN_WALK_INTERVAL: Duration = Duration::from_secs(10);
+/// A walk of the run's directory costs at most 1/WALK_SHARE of the time between walks
+/// (1 %: the watcher's budget is 2 % of a core, statvfs polls included).
+const WALK_SHARE: u32 = 100;
+/// And there is at least this long between walks (the first one included: its cost is
+/// not known before it ran).
+const MIN_WALK_INTERVAL: Duration = Duration::from_secs(30);
 
 /// The used bytes of the file system holding `dir`.
 fn fs_used(dir: &Path) -> Option<u64> {
