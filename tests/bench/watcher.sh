@@ -48,6 +48,9 @@ RUST_LOG=drcheck_restore::job=debug "$drcheck" --config "$cfg" verify --target t
 restore=$(python3 -c "import json; r=json.load(open('$work/run.json'))['runs'][0]; print(sum(p['seconds'] for p in r['phases'] if p['name'] in ('fetch', 'restore')))")
 walking=$(grep -o 'walking_seconds=[0-9.e-]*' "$work/run.log" | tail -1 | cut -d= -f2)
 walks=$(grep -o 'walks=[0-9]*' "$work/run.log" | tail -1 | cut -d= -f2)
+polls=$(grep -o 'polls=[0-9]*' "$work/run.log" | tail -1 | cut -d= -f2)
+# What a poll costs: one statvfs of the scratch file system (timed over 10,000 here).
+poll=$(python3 -c "import os, time; t = time.perf_counter(); [os.statvfs('$scratch') for _ in range(10000)]; print((time.perf_counter() - t) / 10000)")
 [ -n "$walking" ] || { echo "bench: the watcher's line is missing from $work/run.log" >&2; exit 1; }
 # The old way: one walk of the restored files (du), every 250 ms of the restore.
 mkdir -p "$work/unpacked"
@@ -56,8 +59,10 @@ t0=$(now); du -s "$work/unpacked" >/dev/null; t1=$(now)
 walk=$(elapsed "$t0" "$t1")
 rm -rf "$work/unpacked"
 old=$(python3 -c "print(f'{$walk * $restore / 0.25:.2f}')")
-share=$(python3 -c "print(f'{100 * $walking / max($restore, 0.01):.2f}')")
+cost=$(python3 -c "print($walking + $polls * $poll)")
+share=$(python3 -c "print(f'{100 * $cost / max($restore, 0.01):.3f}')")
 old_share=$(python3 -c "print(f'{100 * $walk / 0.25:.1f}')")
-verdict=$(python3 -c "print('met' if $walking <= 0.02 * max($restore, 0.01) else 'MISSED')")
-echo "watcher: restore of $files files in ${restore}s; $walks walks, ${walking}s walking = ${share}% of one core (target ≤ 2%) $verdict"
+verdict=$(python3 -c "print('met' if $cost <= 0.02 * max($restore, 0.01) else 'MISSED')")
+echo "watcher: restore of $files files in ${restore}s; $polls statvfs polls ($(python3 -c "print(f'{$poll * 1e6:.1f}')") µs each), $walks walks (${walking}s) = ${share}% of one core (target ≤ 2%) $verdict"
+echo "watcher: walks come at most every 30 s and cost at most 1% of the time between them: a restore this long needs none"
 echo "watcher: the old way (a ${walk}s walk every 250 ms) would have spent ${old}s = ${old_share}% of one core"
