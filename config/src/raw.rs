@@ -133,6 +133,8 @@ pub struct RawTarget {
     pub select: Option<Spanned<String>>,
     pub integrity_schedule: Option<Spanned<String>>,
     pub comparisons: Option<Spanned<String>>,
+    /// What a deliberately partial dump holds (`pg_dump -n`/`-t`): schemas or tables.
+    pub dump_scope: Option<Vec<Spanned<String>>>,
     pub kubernetes: Option<RawKubernetes>,
 }
 

@@ -369,7 +369,7 @@ fn ser_opt_duration<S: serde::Serializer>(d: &Option<Duration>, ser: S) -> Resul
 }
 
 /// Every validator drcheck has, in the order they run.
-pub const ALL_VALIDATORS: [&str; 10] = [
+pub const ALL_VALIDATORS: [&str; 11] = [
     "amcheck",
     "full_read",
     "sequences",
@@ -377,6 +377,7 @@ pub const ALL_VALIDATORS: [&str; 10] = [
     "schema",
     "row_counts",
     "checksums",
+    "large_objects",
     "freshness",
     "custom",
     "repository",
@@ -400,6 +401,10 @@ pub struct ValidatorsConfig {
     pub checksum_sample_rows: u64,
     /// Tables (`schema.table`) left out of row counts and checksums.
     pub exclude: Vec<String>,
+    /// `[target] dump_scope`: what a deliberately partial dump holds — schemas
+    /// (`"public"`) or tables (`"sales.invoices"`); empty: the whole database. The
+    /// primary's objects outside it are not expected in the copy.
+    pub dump_scope: Vec<String>,
     /// `(schema, table) → column` saying when a row was written.
     #[serde(skip)]
     pub as_of: Vec<(String, String, String)>,

@@ -231,7 +231,13 @@ impl History {
     }
 
     /// A failed attempt by `holder`: counted, the claim released, due again at `next`.
-    pub async fn mark_failed(&self, row: &OutboxRow, holder: &str, error: &str, next: SystemTime) -> anyhow::Result<()> {
+    pub async fn mark_failed(
+        &self,
+        row: &OutboxRow,
+        holder: &str,
+        error: &str,
+        next: SystemTime,
+    ) -> anyhow::Result<()> {
         sqlx::query(
             "update alert_outbox set attempts = attempts + 1, last_error = $1, next_attempt_at = $2,
                     claimed_by = null, claim_expires_at = null

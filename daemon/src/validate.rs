@@ -94,6 +94,7 @@ pub async fn run(
             rpo: target.rpo,
             row_count_tolerance: target.row_count_tolerance,
             settings: settings.clone(),
+            physical,
         };
         let validators: Vec<_> = drcheck_validators::selected(&settings.enabled)
             .into_iter()

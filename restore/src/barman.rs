@@ -370,7 +370,11 @@ mod tests {
             stdout: vec![],
             stderr: err.as_bytes().to_vec(),
         };
-        let tb = |class: &str| format!("ERROR: Barman cloud restore exception: x\nTraceback (most recent call last):\n  File \"x\", line 1\n{class}: bad\n");
+        let tb = |class: &str| {
+            format!(
+                "ERROR: Barman cloud restore exception: x\nTraceback (most recent call last):\n  File \"x\", line 1\n{class}: bad\n"
+            )
+        };
         assert_eq!(blame(&out(4, &tb("tarfile.ReadError"))), Blame::Backup);
         assert_eq!(blame(&out(4, &tb("zlib.error"))), Blame::Backup);
         assert_eq!(blame(&out(4, &tb("OSError"))), Blame::World, "a full disk, say");

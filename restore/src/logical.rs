@@ -136,6 +136,12 @@ pub fn client_command(sandbox: &Sandbox, tool: &str, database: &str) -> Result<t
 
 /// `pg_restore` into `database`. Without the source's roles, ownership and privileges
 /// are left out; with them (a globals file applied first), they are restored too.
+///
+/// `--clean --if-exists`: into a fresh database every `DROP … IF EXISTS` is a no-op but
+/// one — a partial archive's (`pg_dump -n public`) entry for the `public` schema, which
+/// every database already has and PostgreSQL 15's pg_dump writes as `CREATE SCHEMA
+/// public`: the empty schema is dropped and the archive's recreates it. Every other
+/// error still stops the restore (`--exit-on-error`).
 pub fn pg_restore(
     sandbox: &Sandbox,
     database: &str,
@@ -143,7 +149,7 @@ pub fn pg_restore(
     jobs: u32,
 ) -> Result<tokio::process::Command, RestoreError> {
     let mut cmd = client_command(sandbox, "pg_restore", database)?;
-    cmd.arg("--exit-on-error");
+    cmd.args(["--exit-on-error", "--clean", "--if-exists"]);
     if !keep_owners {
         cmd.args(["--no-owner", "--no-privileges"]);
     }
@@ -164,8 +170,11 @@ pub fn psql_script(sandbox: &Sandbox, database: &str) -> Result<tokio::process::
 /// key, per run) goes first, so psql runs none of the script's meta-commands — `\c` to
 /// another server, `\!`, `\o`, `\copy`, `\i` — and the script's own `\restrict` and
 /// `\unrestrict` lines (pg_dump 15.14+ brackets its output with them) are left out:
-/// nothing in the script may lift drcheck's restriction. Returns the new head and the
-/// rest of the stream.
+/// nothing in the script may lift drcheck's restriction. The one statement a partial
+/// dump is known to fail on harmlessly — `CREATE SCHEMA public;`, which PostgreSQL 15's
+/// `pg_dump -n public` writes though every database has that schema — becomes `CREATE
+/// SCHEMA IF NOT EXISTS public;` (outside `COPY` data); every other error still stops
+/// the restore. Returns the new head and the rest of the stream.
 pub fn restricted(head: Vec<u8>, reader: BackupReader) -> (Vec<u8>, BackupReader) {
     use rand::Rng;
     let key: String = rand::rng().sample_iter(rand::distr::Alphanumeric).take(32).map(char::from).collect();
@@ -173,21 +182,37 @@ pub fn restricted(head: Vec<u8>, reader: BackupReader) -> (Vec<u8>, BackupReader
     (format!("\\restrict {key}\n").into_bytes(), Box::pin(filtered))
 }
 
-/// Drops the lines `\restrict KEY` and `\unrestrict KEY` from a script as it streams.
+/// Drops the lines `\restrict KEY` and `\unrestrict KEY` from a script as it streams,
+/// and rewrites a whole-line `CREATE SCHEMA public;` outside `COPY … FROM stdin` data.
 pub struct RestrictLines {
     inner: BackupReader,
     /// Bytes ready to hand out, and how many were handed out.
     out: Vec<u8>,
     taken: usize,
-    /// A line that starts with `\` and may yet be one of those.
+    /// A line that may yet be one the filter acts on.
     held: Vec<u8>,
     at_line_start: bool,
+    /// Inside a `COPY … FROM stdin;` block's data (until `\.`).
+    in_copy: bool,
     done: bool,
+}
+
+/// The statement PostgreSQL 15's `pg_dump -n public` writes for a schema every database has.
+const CREATE_PUBLIC: &[u8] = b"CREATE SCHEMA public;";
+const CREATE_PUBLIC_IF_NOT_EXISTS: &[u8] = b"CREATE SCHEMA IF NOT EXISTS public;";
+/// A `COPY` line longer than this is passed on without being recognised (its data then
+/// is not told from statements; the only effect is on the rewrite above).
+const HELD_MAX: usize = 64 * 1024;
+
+/// A line without its line ending (`\n` or `\r\n`).
+fn body(line: &[u8]) -> &[u8] {
+    let line = line.strip_suffix(b"\n").unwrap_or(line);
+    line.strip_suffix(b"\r").unwrap_or(line)
 }
 
 impl RestrictLines {
     pub fn new(inner: BackupReader) -> Self {
-        Self { inner, out: Vec::new(), taken: 0, held: Vec::new(), at_line_start: true, done: false }
+        Self { inner, out: Vec::new(), taken: 0, held: Vec::new(), at_line_start: true, in_copy: false, done: false }
     }
 
     /// Whether `line` (so far) can still be, or is, a `\restrict` / `\unrestrict` line.
@@ -204,8 +229,7 @@ impl RestrictLines {
             }
             let mut key = &line[cmd.len()..];
             if complete {
-                key = key.strip_suffix(b"\n").unwrap_or(key);
-                key = key.strip_suffix(b"\r").unwrap_or(key);
+                key = body(key);
                 return !key.is_empty() && key.iter().all(u8::is_ascii_alphanumeric);
             }
             return key.len() <= 256 && key.iter().all(|b| b.is_ascii_alphanumeric() || *b == b'\r');
@@ -213,21 +237,48 @@ impl RestrictLines {
         false
     }
 
+    /// Whether an incomplete `line` may yet be one the filter acts on.
+    fn may_matter(line: &[u8]) -> bool {
+        let prefix_of = |whole: &[u8]| {
+            line.len() <= whole.len() + 1 && body(line).len() <= whole.len() && whole.starts_with(body(line))
+        };
+        Self::may_be_restrict(line, false)
+            || prefix_of(b"\\.")
+            || prefix_of(CREATE_PUBLIC)
+            || (line.len() <= HELD_MAX && (prefix_of(b"COPY ") || line.starts_with(b"COPY ")))
+    }
+
+    /// A complete line: dropped, rewritten, or passed on — and the `COPY` state it sets.
+    fn finish_line(&mut self) {
+        let line = std::mem::take(&mut self.held);
+        if Self::may_be_restrict(&line, true) {
+            return;
+        }
+        let text = body(&line);
+        if self.in_copy {
+            self.in_copy = text != b"\\.";
+        } else if text.starts_with(b"COPY ") && text.ends_with(b" FROM stdin;") {
+            self.in_copy = true;
+        } else if text == CREATE_PUBLIC {
+            self.out.extend_from_slice(CREATE_PUBLIC_IF_NOT_EXISTS);
+            self.out.extend_from_slice(&line[text.len()..]);
+            return;
+        }
+        self.out.extend_from_slice(&line);
+    }
+
     fn feed(&mut self, bytes: &[u8]) {
         for &b in bytes {
             if !self.held.is_empty() {
                 self.held.push(b);
                 if b == b'\n' {
-                    if !Self::may_be_restrict(&self.held, true) {
-                        self.out.extend_from_slice(&self.held);
-                    }
-                    self.held.clear();
+                    self.finish_line();
                     self.at_line_start = true;
-                } else if !Self::may_be_restrict(&self.held, false) {
+                } else if !Self::may_matter(&self.held) {
                     self.out.append(&mut self.held);
                     self.at_line_start = false;
                 }
-            } else if self.at_line_start && b == b'\\' {
+            } else if self.at_line_start && matches!(b, b'\\' | b'C') {
                 self.held.push(b);
             } else {
                 self.out.push(b);
@@ -261,10 +312,9 @@ impl AsyncRead for RestrictLines {
                 Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
                 Poll::Ready(Ok(())) if rb.filled().is_empty() => {
                     // The last line, without a newline.
-                    if !this.held.is_empty() && !Self::may_be_restrict(&this.held, true) {
-                        this.out.append(&mut this.held);
+                    if !this.held.is_empty() {
+                        this.finish_line();
                     }
-                    this.held.clear();
                     this.done = true;
                 }
                 Poll::Ready(Ok(())) => {
@@ -534,6 +584,23 @@ copy t from stdin;\n\\\\restrict kept\n\\.\nselect '\\restrict inline';\n\\unres
         let want = b"--\n-- PostgreSQL database dump\n--\nSET x = 1;\n\\connect other\n\
 copy t from stdin;\n\\\\restrict kept\n\\.\nselect '\\restrict inline';\n\\restrictX y\n";
         for chunk in [1, 2, 3, 7, 64, 100_000] {
+            assert_eq!(
+                String::from_utf8_lossy(&through(script, chunk).await),
+                String::from_utf8_lossy(want),
+                "chunk {chunk}"
+            );
+        }
+    }
+
+    /// `pg_dump -n public`'s `CREATE SCHEMA public;` is made idempotent; the same text as
+    /// `COPY` data, or in any other form, is left alone.
+    #[tokio::test]
+    async fn create_schema_public_is_made_idempotent_outside_copy_data() {
+        let script = b"CREATE SCHEMA public;\nCREATE SCHEMA public2;\n CREATE SCHEMA public;\n\
+COPY public.t (a) FROM stdin;\nCREATE SCHEMA public;\nCOPY x\n\\.\nCREATE SCHEMA public;\r\nCREATE SCHEMA public;";
+        let want = b"CREATE SCHEMA IF NOT EXISTS public;\nCREATE SCHEMA public2;\n CREATE SCHEMA public;\n\
+COPY public.t (a) FROM stdin;\nCREATE SCHEMA public;\nCOPY x\n\\.\nCREATE SCHEMA IF NOT EXISTS public;\r\nCREATE SCHEMA IF NOT EXISTS public;";
+        for chunk in [1, 2, 5, 64, 100_000] {
             assert_eq!(
                 String::from_utf8_lossy(&through(script, chunk).await),
                 String::from_utf8_lossy(want),

@@ -55,7 +55,8 @@ fn a_mistyped_backup_key_is_a_usage_error_not_a_failed_run() {
     lab.put("ok.sql", &plain("create table t (id int);\n"));
     let config = lab.config("", "");
     let c = config.display().to_string();
-    let (out, _) = drcheck(&["--config", &c, "verify", "--target", "t", "--backup", "okk.sql"], &[], Duration::from_secs(60));
+    let (out, _) =
+        drcheck(&["--config", &c, "verify", "--target", "t", "--backup", "okk.sql"], &[], Duration::from_secs(60));
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     assert!(stderr(&out).contains("--backup \"okk.sql\": no such backup"), "{}", stderr(&out));
     let (out, _) = drcheck(&["--config", &c, "history", "--json"], &[], Duration::from_secs(60));
@@ -105,7 +106,8 @@ fn a_restore_tool_killed_by_a_signal_is_not_the_backups_fault() {
         let found = std::fs::read_dir("/proc").unwrap().filter_map(Result::ok).find_map(|p| {
             let exe = std::fs::read_link(p.path().join("exe")).ok()?;
             let cwd = std::fs::read_link(p.path().join("cwd")).ok()?;
-            (exe.ends_with("psql") && cwd.starts_with(&private)).then(|| p.file_name().to_string_lossy().parse::<i32>().ok())?
+            (exe.ends_with("psql") && cwd.starts_with(&private))
+                .then(|| p.file_name().to_string_lossy().parse::<i32>().ok())?
         });
         if let Some(pid) = found {
             break pid;
@@ -144,7 +146,10 @@ fn a_full_scratch_disk_is_not_the_backups_fault() {
     primary.dump("shop", &dump, &[]);
     let small = lab.root.path().join("small-scratch");
     std::fs::create_dir_all(&small).unwrap();
-    let ok = std::process::Command::new("mount").args(["-t", "tmpfs", "-o", "size=160m,mode=1777", "tmpfs"]).arg(&small).status();
+    let ok = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=160m,mode=1777", "tmpfs"])
+        .arg(&small)
+        .status();
     assert!(ok.unwrap().success(), "mount tmpfs");
     let _mounted = Tmpfs(small.clone());
     lab.put("shop.dump", &std::fs::read(&dump).unwrap());
@@ -239,7 +244,11 @@ fn the_recoverable_points_age_excludes_the_restore() {
     let archive = lab.root.pg_dir("archive");
     let primary = PgPrimary::start_with(
         &lab.root,
-        &[("archive_mode", "on"), ("archive_command", &format!("cp %p {}/%f", archive.display())), ("wal_level", "replica")],
+        &[
+            ("archive_mode", "on"),
+            ("archive_command", &format!("cp %p {}/%f", archive.display())),
+            ("wal_level", "replica"),
+        ],
     );
     primary.psql("postgres", "create table t as select g from generate_series(1, 100) g");
     let bb = lab.root.pg_dir("bb").join("b");
@@ -258,9 +267,18 @@ fn the_recoverable_points_age_excludes_the_restore() {
     let started = humantime::parse_rfc3339_weak(run["started_at"].as_str().unwrap()).unwrap();
     let before_run = started.duration_since(recovered).unwrap_or_default().as_secs_f64();
     let age = run["rpo"]["recoverable_point_age_seconds"].as_f64().unwrap();
-    let restore: f64 = run["phases"].as_array().unwrap().iter().filter(|p| p["name"] == "restore").map(|p| p["seconds"].as_f64().unwrap()).sum();
+    let restore: f64 = run["phases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["name"] == "restore")
+        .map(|p| p["seconds"].as_f64().unwrap())
+        .sum();
     assert!(restore > 1.0, "the restore took long enough to tell: {run}");
-    assert!(age <= before_run + 1.0, "age {age} s includes the restore ({restore} s); {before_run} s passed before the run");
+    assert!(
+        age <= before_run + 1.0,
+        "age {age} s includes the restore ({restore} s); {before_run} s passed before the run"
+    );
 }
 
 /// Switches WAL and waits until the segment written last is archived.
@@ -283,7 +301,11 @@ fn a_fixed_recovery_time_restores_the_backup_that_ended_before_it() {
     let archive = lab.root.pg_dir("archive");
     let primary = PgPrimary::start_with(
         &lab.root,
-        &[("archive_mode", "on"), ("archive_command", &format!("cp %p {}/%f", archive.display())), ("wal_level", "replica")],
+        &[
+            ("archive_mode", "on"),
+            ("archive_command", &format!("cp %p {}/%f", archive.display())),
+            ("wal_level", "replica"),
+        ],
     );
     primary.psql("postgres", "create table t (id int, batch text)");
     primary.psql("postgres", "insert into t select g, 'A' from generate_series(1, 100) g");
@@ -296,7 +318,8 @@ fn a_fixed_recovery_time_restores_the_backup_that_ended_before_it() {
     base("b1");
     std::thread::sleep(Duration::from_millis(1200));
     primary.psql("postgres", "insert into t select g, 'B' from generate_series(101, 200) g");
-    let target = primary.psql("postgres", "select to_char(clock_timestamp() at time zone 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')");
+    let target = primary
+        .psql("postgres", "select to_char(clock_timestamp() at time zone 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')");
     std::thread::sleep(Duration::from_millis(1200));
     primary.psql("postgres", "insert into t select g, 'C' from generate_series(201, 300) g");
     base("b2");
@@ -311,7 +334,10 @@ fn a_fixed_recovery_time_restores_the_backup_that_ended_before_it() {
     assert_eq!(out.status.code(), Some(0), "{run}\n{}", stderr(&out));
     assert_eq!(run["backup"]["key"], "phys/b1/", "{run}");
     let recovered = run["restore"]["recovered_to"].as_str().unwrap();
-    assert!(humantime::parse_rfc3339_weak(recovered).unwrap() <= humantime::parse_rfc3339_weak(&target).unwrap(), "{run}");
+    assert!(
+        humantime::parse_rfc3339_weak(recovered).unwrap() <= humantime::parse_rfc3339_weak(&target).unwrap(),
+        "{run}"
+    );
 }
 
 /// An object overwritten while it is downloaded (a `latest.dump` key a backup job writes
@@ -330,8 +356,11 @@ fn an_object_overwritten_mid_download_is_read_again_whole() {
     // the overwrite lands between two of them.
     let path = scene.config(&spec);
     let text = std::fs::read_to_string(&path).unwrap();
-    std::fs::write(&path, text.replace("path_style = true", "path_style = true\npart_size = \"1MiB\"\nconcurrency = 1"))
-        .unwrap();
+    std::fs::write(
+        &path,
+        text.replace("path_style = true", "path_style = true\npart_size = \"1MiB\"\nconcurrency = 1"),
+    )
+    .unwrap();
     let config = path.display().to_string();
     let mut child = std::process::Command::new(drcheck_e2e::drcheck_bin())
         .args(["--config", &config, "verify", "--target", "orders", "--backup", "orders/latest.dump", "--json"])

@@ -93,8 +93,7 @@ impl Site {
             ));
         }
         script.push_str("con.commit()\n");
-        let out =
-            std::process::Command::new("python3").args(["-c", &script]).arg(self.history()).output().unwrap();
+        let out = std::process::Command::new("python3").args(["-c", &script]).arg(self.history()).output().unwrap();
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     }
 }
@@ -128,8 +127,10 @@ fn two_dispatchers_deliver_each_alert_once() {
     assert!(site.run(&config, &["history"]).status.success());
     let now = ts(std::time::SystemTime::now());
     let targets: Vec<String> = (0..80).map(|i| format!("db{i:02}")).collect();
-    let rows: Vec<_> =
-        targets.iter().map(|t| ("hook", t.as_str(), "DrcheckVerificationFailed", "firing", now.as_str(), now.as_str(), 0)).collect();
+    let rows: Vec<_> = targets
+        .iter()
+        .map(|t| ("hook", t.as_str(), "DrcheckVerificationFailed", "firing", now.as_str(), now.as_str(), 0))
+        .collect();
     site.queue(&rows);
     let c = config.display().to_string();
     let spawn = || {
@@ -192,7 +193,8 @@ fn one_alerts_states_reach_a_sink_in_order() {
     let config = site.config("c.toml", &webhook("hook", &format!("http://127.0.0.1:{}/", hook.port)), &[("t", "")]);
     assert!(site.run(&config, &["history"]).status.success());
     let now = std::time::SystemTime::now();
-    let (t0, t1, later) = (ts(now - Duration::from_secs(2)), ts(now - Duration::from_secs(1)), ts(now + Duration::from_secs(3)));
+    let (t0, t1, later) =
+        (ts(now - Duration::from_secs(2)), ts(now - Duration::from_secs(1)), ts(now + Duration::from_secs(3)));
     site.queue(&[
         ("hook", "db1", "DrcheckVerificationFailed", "firing", &t0, &later, 1),
         ("hook", "db1", "DrcheckVerificationFailed", "resolved", &t1, &t1, 0),
@@ -245,10 +247,7 @@ fn firing_alerts_are_sent_to_alertmanager_again_while_they_fire() {
     let mut d = Daemon::start(&config, port, &[]);
     let deadline = Instant::now() + Duration::from_secs(30);
     let stale_posts = || {
-        am.requests()
-            .iter()
-            .filter(|q| String::from_utf8_lossy(&q.body).contains("DrcheckVerificationStale"))
-            .count()
+        am.requests().iter().filter(|q| String::from_utf8_lossy(&q.body).contains("DrcheckVerificationStale")).count()
     };
     while stale_posts() < 3 && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(200));
@@ -280,10 +279,18 @@ fn reloads_during_the_jitter_window_lose_no_firing() {
         std::thread::sleep(Duration::from_secs(3));
         d.signal(nix::sys::signal::Signal::SIGHUP);
     }
-    let fired = sample(&http_get(port, "/metrics"), "drcheck_scheduled_runs_total", "target=\"t\"").unwrap_or(0.0);
+    let started_runs =
+        sample(&http_get(port, "/metrics"), "drcheck_scheduled_runs_total", "target=\"t\"").unwrap_or(0.0);
     d.terminate(Duration::from_secs(60));
+    // A firing while the previous run still goes (a slow, loaded machine) is skipped and
+    // says so; either way the firing happened.
+    let skipped = d.stderr_text().matches("scheduled run skipped").count() as f64;
+    let fired = started_runs + skipped;
     // Firings at :10, :20, :30 (each + up to 9 s) are all due within 45 s.
-    assert!(fired >= 3.0, "{fired} scheduled runs in 45 s of `*/10 * * * * *` with a reload every 3 s");
+    assert!(
+        fired >= 3.0,
+        "{started_runs} scheduled runs and {skipped} skipped in 45 s of `*/10 * * * * *` with a reload every 3 s"
+    );
 }
 
 /// A reload drops the series of a removed target (its last success must not age into a
@@ -596,8 +603,11 @@ fn a_drill_verify_step_waits_its_turn_for_the_target() {
     let file = runbook(&site.root, "verify.yaml", yaml);
     let report = site.root.path().join("verify.html");
     let c = config.display().to_string();
-    let (out, _) =
-        drcheck(&["--config", &c, "drill", "run", &file.display().to_string(), "--report", &report.display().to_string()], &[], LIMIT);
+    let (out, _) = drcheck(
+        &["--config", &c, "drill", "run", &file.display().to_string(), "--report", &report.display().to_string()],
+        &[],
+        LIMIT,
+    );
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     let j = journal(&report);
     let s = step(&j, "verify");
@@ -618,8 +628,11 @@ fn drill_counters_accumulate_across_drills() {
     let c = config.display().to_string();
     for i in 0..2 {
         let report = site.root.path().join(format!("count-{i}.html"));
-        let (out, _) =
-            drcheck(&["--config", &c, "drill", "run", &file.display().to_string(), "--report", &report.display().to_string()], &[], LIMIT);
+        let (out, _) = drcheck(
+            &["--config", &c, "drill", "run", &file.display().to_string(), "--report", &report.display().to_string()],
+            &[],
+            LIMIT,
+        );
         assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     }
     let prom = std::fs::read_to_string(site.root.path().join("drcheck-drill-count.prom")).unwrap();
@@ -665,10 +678,9 @@ fn two_daemons_on_one_postgresql_history_keep_every_guarantee() {
             ),
             &[("steady", schedule), ("broken", schedule), ("flip", schedule)],
         );
-        let text = std::fs::read_to_string(&path).unwrap().replace(
-            &format!("url = \"sqlite://{}\"", site.history().display()),
-            &format!("url = \"{url}\""),
-        );
+        let text = std::fs::read_to_string(&path)
+            .unwrap()
+            .replace(&format!("url = \"sqlite://{}\"", site.history().display()), &format!("url = \"{url}\""));
         std::fs::write(&path, text).unwrap();
         path
     };
@@ -741,7 +753,8 @@ fn two_daemons_on_one_postgresql_history_keep_every_guarantee() {
     assert!(l["dead_letters"].as_array().unwrap().is_empty(), "{l}");
     let got = hook.requests();
     assert_eq!(l["delivered"].as_u64(), Some(got.len() as u64), "deliveries recorded vs received");
-    let mut by_alert: std::collections::BTreeMap<(String, String), Vec<(String, String, String)>> = Default::default();
+    type States = Vec<(String, String, String)>;
+    let mut by_alert: std::collections::BTreeMap<(String, String), States> = Default::default();
     for q in &got {
         let p: serde_json::Value = serde_json::from_slice(&q.body).unwrap();
         by_alert
@@ -773,7 +786,9 @@ fn two_daemons_on_one_postgresql_history_keep_every_guarantee() {
     }
     {
         assert!(
-            by_alert.get(&("flip".into(), "DrcheckVerificationFailed".into())).is_some_and(|s| s.iter().any(|x| x.0 == "resolved")),
+            by_alert
+                .get(&("flip".into(), "DrcheckVerificationFailed".into()))
+                .is_some_and(|s| s.iter().any(|x| x.0 == "resolved")),
             "the flipping target's failure never resolved: {by_alert:?}"
         );
     }

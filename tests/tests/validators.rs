@@ -136,7 +136,7 @@ expect = "499"
     );
     assert!(sums.contains("public.orders"), "{sums}");
     let schema = detail("schema");
-    assert!(schema.contains("index public.orders_total_idx missing from the restored copy"), "{schema}");
+    assert!(schema.contains("index public.orders.orders_total_idx missing from the restored copy"), "{schema}");
     let custom = detail("check: customer count");
     assert!(custom.contains("expected \"499\", got \"500\""), "{custom}");
     // Self-checks are unaffected.
@@ -158,7 +158,10 @@ fn a_sequence_behind_its_column_is_caught() {
     let v = validator(&run, "sequences");
     assert_eq!(v["status"], "failed", "{v}");
     assert!(
-        v["detail"].as_str().unwrap().contains("public.orders_id_seq is at 10, but max(public.orders.id) is 5000"),
+        v["detail"]
+            .as_str()
+            .unwrap()
+            .contains("public.orders_id_seq is at 10 (used), but max(public.orders.id) is 5000"),
         "{v}"
     );
 }
@@ -208,7 +211,8 @@ fn an_overwritten_page_in_a_physical_backup_is_caught() {
     // Named: a directory with base.tar alone, written seconds ago, is otherwise taken
     // for an upload still under way.
     let c = config.display().to_string();
-    let (out, _) = drcheck(&["--config", &c, "verify", "--target", "orders", "--backup", "phys/b1/", "--json"], &[], LIMIT);
+    let (out, _) =
+        drcheck(&["--config", &c, "verify", "--target", "orders", "--backup", "phys/b1/", "--json"], &[], LIMIT);
     assert_eq!(out.status.code(), Some(1), "{}\n{}", drcheck_e2e::stdout(&out), stderr(&out));
     let run = only_run(&out);
     assert_eq!(run["backup"]["format"], "physical");

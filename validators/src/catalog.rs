@@ -21,6 +21,35 @@ pub async fn tables(pool: &PgPool) -> Result<Vec<TableName>, sqlx::Error> {
     Ok(rows.into_iter().map(|(schema, name)| TableName { schema, name }).collect())
 }
 
+/// Unlogged user tables (a base backup holds none of their data).
+pub async fn unlogged_tables(pool: &PgPool) -> Result<Vec<TableName>, sqlx::Error> {
+    let rows: Vec<(String, String)> = sqlx::query_as(
+        "select n.nspname::text, c.relname::text
+           from pg_class c join pg_namespace n on n.oid = c.relnamespace
+          where c.relkind in ('r', 'p') and c.relpersistence = 'u'
+            and n.nspname not in ('pg_catalog', 'information_schema')
+          order by 1, 2",
+    )
+    .fetch_all(pool)
+    .await?;
+    Ok(rows.into_iter().map(|(schema, name)| TableName { schema, name }).collect())
+}
+
+/// Whether column `col` of `t` holds zone-less times (`timestamp`, `date`).
+pub async fn zoneless_column(pool: &PgPool, t: &TableName, col: &str) -> Result<bool, sqlx::Error> {
+    let ty: Option<String> = sqlx::query_scalar(
+        "select pg_catalog.format_type(a.atttypid, null)
+           from pg_attribute a join pg_class c on c.oid = a.attrelid join pg_namespace n on n.oid = c.relnamespace
+          where n.nspname = $1 and c.relname = $2 and a.attname = $3 and not a.attisdropped",
+    )
+    .bind(&t.schema)
+    .bind(&t.name)
+    .bind(col)
+    .fetch_optional(pool)
+    .await?;
+    Ok(matches!(ty.as_deref(), Some("timestamp without time zone") | Some("date")))
+}
+
 /// A table's single-column integer primary key, if it has one.
 pub async fn integer_key(pool: &PgPool, t: &TableName) -> Result<Option<String>, sqlx::Error> {
     sqlx::query_scalar(

@@ -20,7 +20,7 @@
 //! compared. Past `checksum_sample_rows`, both sides keep the same rows — those whose
 //! own hash falls in a slice of the hash space — so the sample is comparable too.
 
-use crate::{Context, Finding, Status, TableName, Validator, catalog, some_of};
+use crate::{Context, Cut, Finding, Status, TableName, Validator, catalog, some_of};
 use async_trait::async_trait;
 use drcheck_config::quote_ident;
 use futures::stream::{self, StreamExt};
@@ -86,14 +86,7 @@ impl Hash {
     }
 }
 
-fn query_for(
-    t: &TableName,
-    key: Option<&str>,
-    as_of: Option<&str>,
-    range: Range,
-    backup_time: &str,
-    hash: Hash,
-) -> Query {
+fn query_for(t: &TableName, key: Option<&str>, cut: Option<&Cut>, range: Range, hash: Hash) -> Query {
     let mut conds = Vec::new();
     let mut binds = Vec::new();
     if let (Range::Keys(lo, hi), Some(k)) = (range, key) {
@@ -101,9 +94,9 @@ fn query_for(
         binds.push(hi.to_string());
         conds.push(format!("{0} >= $1::pg_catalog.int8 and {0} < $2::pg_catalog.int8", quote_ident(k)));
     }
-    if let Some(col) = as_of {
-        binds.push(backup_time.to_string());
-        conds.push(format!("{} <= ${}::pg_catalog.timestamptz", quote_ident(col), binds.len()));
+    if let Some(c) = cut {
+        conds.push(c.condition(binds.len() + 1));
+        binds.extend(c.binds());
     }
     let filter = if conds.is_empty() { String::new() } else { format!(" where {}", conds.join(" and ")) };
     Query {
@@ -156,7 +149,14 @@ async fn run(pool: &PgPool, q: &Query) -> Result<(i64, String), sqlx::Error> {
 
 /// What comparing one table found.
 enum Outcome {
-    Match { rows: i64, sampled: bool, estimated: f64 },
+    Match {
+        rows: i64,
+        sampled: bool,
+        estimated: f64,
+    },
+    /// Rows up to the cut-off the copy has and the primary no longer does: deleted
+    /// after the backup, not a loss — but those ranges could not be compared.
+    Deleted(String),
     Differs(String),
     Failed(String),
 }
@@ -171,8 +171,7 @@ pub(crate) fn sample_slice(rows: f64, sample_rows: u64) -> Option<u32> {
 /// How a keyless table is hashed: the same on both sides.
 #[derive(Clone, Copy)]
 struct BlockPlan<'a> {
-    as_of: Option<&'a str>,
-    backup_time: &'a str,
+    cut: Option<&'a Cut>,
     chunk_rows: u64,
     /// Rows per 1024 kept (sampling), if sampled.
     slice: Option<u32>,
@@ -185,7 +184,7 @@ async fn block_totals(
     t: &TableName,
     plan: &BlockPlan<'_>,
 ) -> Result<(i64, i128), sqlx::Error> {
-    let BlockPlan { as_of, backup_time, chunk_rows, slice, hash } = *plan;
+    let BlockPlan { cut, chunk_rows, slice, hash } = *plan;
     let size = sqlx::query_as(sqlx::AssertSqlSafe(format!(
         "select (pg_relation_size('{0}'::regclass) / current_setting('block_size')::int)::bigint,
                 greatest(reltuples, 0)::float8 from pg_class where oid = '{0}'::regclass",
@@ -205,9 +204,9 @@ async fn block_totals(
         let hi = if lo + step > blocks { i64::from(u32::MAX) } else { lo + step };
         let mut conds = vec!["ctid >= $1::pg_catalog.tid and ctid < $2::pg_catalog.tid".to_string()];
         let mut binds = vec![format!("({lo},0)"), format!("({hi},0)")];
-        if let Some(col) = as_of {
-            binds.push(backup_time.to_string());
-            conds.push(format!("{} <= ${}::pg_catalog.timestamptz", quote_ident(col), binds.len()));
+        if let Some(c) = cut {
+            conds.push(c.condition(binds.len() + 1));
+            binds.extend(c.binds());
         }
         if let Some(k) = slice {
             conds.push(format!(
@@ -242,19 +241,23 @@ async fn compare_by_blocks(
     estimated: f64,
     hash: Hash,
 ) -> Outcome {
-    let (as_of, backup_time) = match as_of_cutoff(cx, t).await {
+    let cut = match as_of_cutoff(cx, t).await {
         Ok(c) => c,
         Err(e) => return Outcome::Failed(format!("{t}: {e}")),
     };
-    let as_of = as_of.as_deref();
     let slice = sample_slice(estimated, cx.settings.checksum_sample_rows);
-    let plan = BlockPlan { as_of, backup_time: &backup_time, chunk_rows: cx.settings.checksum_chunk_rows, slice, hash };
+    let plan = BlockPlan { cut: cut.as_ref(), chunk_rows: cx.settings.checksum_chunk_rows, slice, hash };
     let (p, r) =
         tokio::join!(block_totals(&primary.pool, Some(primary), t, &plan), block_totals(&cx.restored, None, t, &plan));
     match (p, r) {
         (Ok(p), Ok(r)) if p == r => {
             Outcome::Match { rows: p.0, sampled: slice.is_some(), estimated: estimated.max(p.0 as f64) }
         }
+        // More rows up to the cut-off in the copy: the primary deleted some since.
+        (Ok(p), Ok(r)) if cut.is_some() && r.0 > p.0 => Outcome::Deleted(format!(
+            "{t}: {} rows deleted on the primary since the backup (not comparable by hash)",
+            r.0 - p.0
+        )),
         (Ok(p), Ok(r)) if p.0 != r.0 => Outcome::Differs(format!("{t}: primary {} rows, restored {}", p.0, r.0)),
         (Ok(p), Ok(_)) => Outcome::Differs(format!("{t}: same {} rows, different content", p.0)),
         (Err(e), _) | (_, Err(e)) => Outcome::Failed(format!("{t}: {e}")),
@@ -271,26 +274,27 @@ async fn compare_table(cx: &Context, primary: &crate::primary::PrimaryDb, t: &Ta
         Outcome::Failed(e) if hash == Hash::Record && e.contains("hash function for type") => {
             compare_table_with(cx, primary, t, Hash::Text).await
         }
+        Outcome::Failed(e) if e.contains("row-level security") => {
+            Outcome::Failed(crate::explain_primary_error(primary, t, &e).await)
+        }
         other => other,
     }
 }
 
-/// The table's `as_of` column and the cut-off it is compared up to (none of either when
-/// the table has none, or no cut-off is known).
-async fn as_of_cutoff(cx: &Context, t: &TableName) -> Result<(Option<String>, String), sqlx::Error> {
-    let Some(col) = cx.as_of(t) else { return Ok((None, String::new())) };
-    Ok(match cx.cutoff(t, col).await? {
-        Some(c) => (Some(col.to_string()), c),
-        None => (None, String::new()),
-    })
+/// The table's `as_of` cut-off (none when the table has no `as_of` column, or no
+/// cut-off is known).
+async fn as_of_cutoff(cx: &Context, t: &TableName) -> Result<Option<Cut>, sqlx::Error> {
+    match cx.as_of(t) {
+        Some(col) => cx.as_of_cut(t, col).await,
+        None => Ok(None),
+    }
 }
 
 async fn compare_table_with(cx: &Context, primary: &crate::primary::PrimaryDb, t: &TableName, hash: Hash) -> Outcome {
-    let (as_of, backup_time) = match as_of_cutoff(cx, t).await {
+    let cut = match as_of_cutoff(cx, t).await {
         Ok(c) => c,
         Err(e) => return Outcome::Failed(format!("{t}: {e}")),
     };
-    let as_of = as_of.as_deref();
     let key = match primary.timed(catalog::integer_key(&primary.pool, t)).await {
         Ok(k) => k,
         Err(e) => return Outcome::Failed(format!("{t}: {e}")),
@@ -299,15 +303,19 @@ async fn compare_table_with(cx: &Context, primary: &crate::primary::PrimaryDb, t
     let (ranges, sampled) = match &key {
         None => return compare_by_blocks(cx, primary, t, estimated, hash).await,
         Some(k) => {
+            // The key range of both sides: rows only the copy has (deleted on the
+            // primary since, or made up) fall inside a chunk too.
             let sql = format!("select min({0})::bigint, max({0})::bigint from {1}", quote_ident(k), t.quoted());
-            let mm: Result<(Option<i64>, Option<i64>), _> =
-                primary.timed(sqlx::query_as(sqlx::AssertSqlSafe(sql)).fetch_one(&primary.pool)).await;
-            match mm {
-                Ok((Some(lo), Some(hi))) => {
-                    plan(lo, hi, estimated, cx.settings.checksum_chunk_rows, cx.settings.checksum_sample_rows)
-                }
-                Ok(_) => (vec![Range::Whole], false),
-                Err(e) => return Outcome::Failed(format!("{t}: {e}")),
+            let q = || sqlx::query_as::<_, (Option<i64>, Option<i64>)>(sqlx::AssertSqlSafe(sql.clone()));
+            let (p, r) = tokio::join!(primary.timed(q().fetch_one(&primary.pool)), q().fetch_one(&cx.restored));
+            match (p, r) {
+                (Ok(p), Ok(r)) => match (p.0.into_iter().chain(r.0).min(), p.1.into_iter().chain(r.1).max()) {
+                    (Some(lo), Some(hi)) => {
+                        plan(lo, hi, estimated, cx.settings.checksum_chunk_rows, cx.settings.checksum_sample_rows)
+                    }
+                    _ => (vec![Range::Whole], false),
+                },
+                (Err(e), _) | (_, Err(e)) => return Outcome::Failed(format!("{t}: {e}")),
             }
         }
     };
@@ -315,7 +323,7 @@ async fn compare_table_with(cx: &Context, primary: &crate::primary::PrimaryDb, t
     // the primary's is `primary_concurrency`); each chunk hashed on both sides at once.
     let mut chunks = stream::iter(ranges)
         .map(|range| {
-            let q = query_for(t, key.as_deref(), as_of, range, &backup_time, hash);
+            let q = query_for(t, key.as_deref(), cut.as_ref(), range, hash);
             async move {
                 let (p, r) = tokio::join!(primary.timed(run(&primary.pool, &q)), run(&cx.restored, &q));
                 (range, p, r)
@@ -323,9 +331,13 @@ async fn compare_table_with(cx: &Context, primary: &crate::primary::PrimaryDb, t
         })
         .buffered(cx.settings.primary_concurrency.max(1) as usize);
     let mut rows = 0;
+    let mut deleted = 0;
     while let Some((range, p, r)) = chunks.next().await {
         match (p, r) {
             (Ok(p), Ok(r)) if p == r => rows += p.0,
+            // More rows up to the cut-off in the copy: the primary deleted some since
+            // (a range that lost rows *and* gained deletions still shows as fewer).
+            (Ok(p), Ok(r)) if cut.is_some() && r.0 > p.0 => deleted += r.0 - p.0,
             (Ok(p), Ok(r)) => {
                 let at = match range {
                     Range::Whole => String::new(),
@@ -341,6 +353,11 @@ async fn compare_table_with(cx: &Context, primary: &crate::primary::PrimaryDb, t
             (Err(e), _) | (_, Err(e)) => return Outcome::Failed(format!("{t}: {e}")),
         }
     }
+    if deleted > 0 {
+        return Outcome::Deleted(format!(
+            "{t}: {deleted} rows deleted on the primary since the backup (their key ranges not comparable by hash)"
+        ));
+    }
     let estimated = if estimated >= 1.0 { estimated } else { rows as f64 };
     Outcome::Match { rows, sampled, estimated }
 }
@@ -353,7 +370,7 @@ impl Validator for Checksums {
 
     async fn validate(&self, cx: &Context) -> Vec<Finding> {
         let name = self.name();
-        let (primary, common) = match cx.common_tables(name).await {
+        let (primary, common, note) = match cx.common_tables(name).await {
             Ok(v) => v,
             Err(finding) => return vec![finding],
         };
@@ -368,10 +385,13 @@ impl Validator for Checksums {
         outcomes.sort_by(|a, b| a.0.cmp(&b.0));
         let (mut differs, mut failed, mut samples) = (Vec::new(), Vec::new(), Vec::new());
         let mut rows = 0i64;
+        let mut matched = 0u64;
         for (t, o) in &outcomes {
             match o {
+                Outcome::Deleted(d) => samples.push(d.clone()),
                 Outcome::Match { rows: n, sampled, estimated } => {
                     rows += n;
+                    matched += 1;
                     if *sampled {
                         samples.push(format!("{t}: sampled {n} of ~{} rows", *estimated as i64));
                     }
@@ -380,6 +400,7 @@ impl Validator for Checksums {
                 Outcome::Failed(e) => failed.push(e.clone()),
             }
         }
+        samples.extend(note);
         let sampled = if samples.is_empty() { String::new() } else { format!("; {}", some_of(&samples, 10)) };
         if !differs.is_empty() {
             vec![Finding::new(
@@ -391,14 +412,10 @@ impl Validator for Checksums {
             vec![Finding::new(name, Status::Error, format!("could not hash: {}", some_of(&failed, 10)))]
         } else {
             vec![
-                Finding::new(
-                    name,
-                    Status::Passed,
-                    format!("{} tables, {rows} rows hash the same{sampled}", outcomes.len()),
-                )
-                .with("rows_compared", rows as f64)
-                .covered("tables", outcomes.len() as u64)
-                .covered("rows", rows as u64),
+                Finding::new(name, Status::Passed, format!("{matched} tables, {rows} rows hash the same{sampled}"))
+                    .with("rows_compared", rows as f64)
+                    .covered("tables", matched)
+                    .covered("rows", rows as u64),
             ]
         }
     }
@@ -442,11 +459,22 @@ mod tests {
     #[test]
     fn queries_quote_and_bind() {
         let t = TableName { schema: "Sales".into(), name: "Inv\"oices".into() };
-        let q = query_for(&t, Some("id"), Some("at"), Range::Keys(5, 10), "2026-11-30T00:00:00Z", Hash::Text);
+        let cut = Cut::test("\"at\"", "2026-11-30T00:00:00Z", None);
+        let q = query_for(&t, Some("id"), Some(&cut), Range::Keys(5, 10), Hash::Text);
         assert!(q.sql.contains(r#"from "Sales"."Inv""oices" drcheck_row where "id" >= $1::pg_catalog.int8 and "id" < $2::pg_catalog.int8 and "at" <= $3::pg_catalog.timestamptz"#), "{}", q.sql);
         assert_eq!(q.binds, ["5", "10", "2026-11-30T00:00:00Z"]);
-        let q = query_for(&t, None, Some("at"), Range::Whole, "x", Hash::Record);
+        let cut = Cut::test("\"at\"", "x", None);
+        let q = query_for(&t, None, Some(&cut), Range::Whole, Hash::Record);
         assert!(q.sql.ends_with(r#"where "at" <= $1::pg_catalog.timestamptz"#), "{}", q.sql);
+        // A zone-less column: read in the primary's zone, bound after the cut-off.
+        let cut = Cut::test("\"at\"", "2026-11-30T00:00:00Z", Some("America/New_York"));
+        let q = query_for(&t, Some("id"), Some(&cut), Range::Keys(5, 10), Hash::Record);
+        assert!(
+            q.sql.contains(r#""at" <= ($3::pg_catalog.timestamptz at time zone $4::pg_catalog.text)"#),
+            "{}",
+            q.sql
+        );
+        assert_eq!(q.binds, ["5", "10", "2026-11-30T00:00:00Z", "America/New_York"]);
         assert!(
             q.sql.contains("pg_catalog.sum(pg_catalog.hash_record_extended(drcheck_row.*, 0::pg_catalog.int8))"),
             "{}",

@@ -17,8 +17,12 @@ fn newer(a: Option<f64>, b: Option<f64>) -> Option<f64> {
     }
 }
 
-fn newest_sql(t: &TableName, col: &str) -> String {
-    format!("select extract(epoch from max({}))::float8 from {}", quote_ident(col), t.quoted())
+/// The newest value of `col` as seconds since the epoch; a zone-less column's values
+/// are local times of the zone bound as `$1` (the primary's own).
+fn newest_sql(t: &TableName, col: &str, zoneless: bool) -> String {
+    let newest = format!("pg_catalog.max({})", quote_ident(col));
+    let instant = if zoneless { format!("({newest} at time zone $1::pg_catalog.text)") } else { newest };
+    format!("select pg_catalog.date_part('epoch', {instant})::pg_catalog.float8 from {}", t.quoted())
 }
 
 #[async_trait]
@@ -36,8 +40,17 @@ impl Validator for Freshness {
         let (mut restored_newest, mut primary_newest) = (None::<f64>, None::<f64>);
         for (schema, table, col) in &cx.settings.as_of {
             let t = TableName { schema: schema.clone(), name: table.clone() };
-            let sql = newest_sql(&t, col);
-            match sqlx::query_scalar::<_, Option<f64>>(sqlx::AssertSqlSafe(sql.clone())).fetch_one(&cx.restored).await {
+            let zoneless = match crate::catalog::zoneless_column(&cx.restored, &t, col).await {
+                Ok(z) => z,
+                Err(e) => return vec![Finding::new(name, Status::Error, format!("the type of {t}.{col}: {e}"))],
+            };
+            let sql = newest_sql(&t, col, zoneless);
+            let zone = cx.primary_zone().to_string();
+            let q = || {
+                let q = sqlx::query_scalar::<_, Option<f64>>(sqlx::AssertSqlSafe(sql.clone()));
+                if zoneless { q.bind(zone.clone()) } else { q }
+            };
+            match q().fetch_one(&cx.restored).await {
                 Ok(v) => restored_newest = newer(restored_newest, v),
                 Err(e) => {
                     return vec![Finding::new(
@@ -48,7 +61,7 @@ impl Validator for Freshness {
                 }
             }
             if let crate::Primary::Available(p) = &cx.primary {
-                match p.timed(sqlx::query_scalar::<_, Option<f64>>(sqlx::AssertSqlSafe(sql)).fetch_one(&p.pool)).await {
+                match p.timed(q().fetch_one(&p.pool)).await {
                     Ok(v) => primary_newest = newer(primary_newest, v),
                     Err(e) => {
                         return vec![Finding::new(
@@ -65,6 +78,9 @@ impl Validator for Freshness {
         };
         let behind_backup = backup_epoch.map(|b| (b - restored).max(0.0));
         let mut f = Finding::new(name, Status::Passed, "").covered("tables", cx.settings.as_of.len() as u64);
+        if let Some(b) = behind_backup {
+            f = f.with("newest_row_behind_backup_seconds", (b * 1000.0).round() / 1000.0);
+        }
         let mut detail = match behind_backup {
             Some(b) => format!("newest row in the backup is {b:.0}s older than the backup itself"),
             None => "the backup records no time of its own to compare its newest row with".to_string(),

@@ -4,8 +4,9 @@
 //! (could not run — never counted as passed) or `error`, each with a precise detail.
 //!
 //! Self-checks (sandbox only): `amcheck`, `full_read`, `sequences`, `indexes`.
-//! Comparisons with the primary: `schema`, `row_counts`, `checksums`, `freshness`,
-//! and the user's `custom` SQL checks.
+//! Comparisons with the primary: `schema`, `row_counts`, `checksums`, `large_objects`
+//! (which also checks the copy's references to them), `freshness`, and the user's
+//! `custom` SQL checks.
 //!
 //! Validators never know where a backup came from and never see storage credentials.
 //! The primary is reached only through [`primary::PrimaryDb`]: read-only sessions with a
@@ -23,6 +24,7 @@ mod custom;
 mod freshness;
 mod full_read;
 mod indexes;
+mod large_objects;
 mod row_counts;
 mod schema;
 mod sequences;
@@ -152,6 +154,9 @@ pub struct Context {
     /// Allowed relative difference of row counts (0.001 = 0.1%) where no `as_of` applies.
     pub row_count_tolerance: f64,
     pub settings: ValidatorsConfig,
+    /// A base backup (a whole cluster) rather than a logical dump: unlogged tables'
+    /// data is not in it, by design.
+    pub physical: bool,
 }
 
 impl Context {
@@ -165,17 +170,73 @@ impl Context {
         }
     }
 
-    /// The primary and the tables both sides have (minus exclusions), or the finding
-    /// that says why the comparison cannot run.
-    pub(crate) async fn common_tables(&self, name: &str) -> Result<(&PrimaryDb, Vec<TableName>), Finding> {
+    /// The primary and the tables both sides have (minus exclusions, within the dump's
+    /// scope, and — for a base backup — minus unlogged tables), with a note of what was
+    /// left out; or the finding that says why the comparison cannot run.
+    pub(crate) async fn common_tables(
+        &self,
+        name: &str,
+    ) -> Result<(&PrimaryDb, Vec<TableName>, Option<String>), Finding> {
         let primary = self.primary_or_skip(name)?;
         match (primary.timed(catalog::tables(&primary.pool)).await, catalog::tables(&self.restored).await) {
             (Ok(p), Ok(r)) => {
                 let restored: std::collections::BTreeSet<TableName> = r.into_iter().collect();
-                Ok((primary, p.into_iter().filter(|t| restored.contains(t) && !self.excluded(t)).collect()))
+                let unlogged: std::collections::BTreeSet<TableName> = if self.physical {
+                    catalog::unlogged_tables(&self.restored)
+                        .await
+                        .map_err(|e| Finding::new(name, Status::Error, format!("listing unlogged tables: {e}")))?
+                        .into_iter()
+                        .collect()
+                } else {
+                    Default::default()
+                };
+                let tables = p
+                    .into_iter()
+                    .filter(|t| restored.contains(t) && !self.excluded(t) && self.in_scope(t) && !unlogged.contains(t))
+                    .collect();
+                let note = (!unlogged.is_empty()).then(|| {
+                    let list: Vec<String> = unlogged.iter().map(|t| t.to_string()).collect();
+                    format!(
+                        "{} unlogged tables not covered (a base backup holds no unlogged data, by design): {}",
+                        list.len(),
+                        some_of(&list, 10)
+                    )
+                });
+                Ok((primary, tables, note))
             }
             (Err(e), _) | (_, Err(e)) => Err(Finding::new(name, Status::Error, format!("listing tables: {e}"))),
         }
+    }
+
+    /// The cut-off for the rows of `t` by its `as_of` column `col`; `None` when there
+    /// is none. A `timestamp` or `date` column holds local times: they are read in
+    /// the primary's own `TimeZone` (drcheck's sessions are UTC), the same on both sides.
+    pub(crate) async fn as_of_cut(&self, t: &TableName, col: &str) -> Result<Option<Cut>, sqlx::Error> {
+        let column = quote_ident(col);
+        let zoneless = catalog::zoneless_column(&self.restored, t, col).await?;
+        if let Some(at) = self.backup_time {
+            let value = humantime::format_rfc3339_micros(at).to_string();
+            let zone = zoneless.then(|| self.primary_zone().to_string());
+            return Ok(Some(Cut { column, value, zone, cast: "pg_catalog.timestamptz" }));
+        }
+        // No time of its own: the newest value the copy holds, compared as it is stored.
+        let Some(value) = self.cutoff(t, col).await? else { return Ok(None) };
+        let cast = if zoneless { "pg_catalog.timestamp" } else { "pg_catalog.timestamptz" };
+        Ok(Some(Cut { column, value, zone: None, cast }))
+    }
+
+    /// The primary's own time zone (UTC when there is no primary to ask).
+    pub(crate) fn primary_zone(&self) -> &str {
+        match &self.primary {
+            Primary::Available(p) => &p.time_zone,
+            Primary::Unavailable(_) => "UTC",
+        }
+    }
+
+    /// Whether `t` is in the dump's declared scope (`[target] dump_scope`; everything
+    /// when none is declared).
+    pub fn in_scope(&self, t: &TableName) -> bool {
+        in_scope(&self.settings.dump_scope, &t.schema, Some(&t.name))
     }
 
     /// The `as_of` column configured for a table.
@@ -201,6 +262,79 @@ impl Context {
     }
 }
 
+/// What a failed query on the primary says, with the policy to blame when row-level
+/// security refused it (drcheck's sessions set `row_security = off`, so a read that a
+/// policy would filter raises instead of silently returning fewer rows).
+pub(crate) async fn primary_error(primary: &PrimaryDb, t: &TableName, e: &sqlx::Error) -> String {
+    explain_primary_error(primary, t, &e.to_string()).await
+}
+
+/// [`primary_error`] of an error's text.
+pub(crate) async fn explain_primary_error(primary: &PrimaryDb, t: &TableName, message: &str) -> String {
+    if !message.contains("row-level security") {
+        return message.to_string();
+    }
+    let policies: Vec<String> = primary
+        .timed(
+            sqlx::query_scalar("select policyname::text from pg_catalog.pg_policies where schemaname = $1 and tablename = $2 order by 1")
+                .bind(&t.schema)
+                .bind(&t.name)
+                .fetch_all(&primary.pool),
+        )
+        .await
+        .unwrap_or_default();
+    format!(
+        "row-level security on the primary hides rows of {t} from drcheck's role (policies: {}); \
+         the comparison would be of a filtered table. Give the verifier role BYPASSRLS \
+         (ALTER ROLE … BYPASSRLS), or exclude the table",
+        if policies.is_empty() { "none listed".to_string() } else { policies.join(", ") }
+    )
+}
+
+/// An `as_of` cut-off: rows whose column is at or before it.
+#[derive(Debug, Clone)]
+pub(crate) struct Cut {
+    /// The column, quoted.
+    column: String,
+    /// The cut-off, as text.
+    value: String,
+    /// For a zone-less column (`timestamp`, `date`): the zone its values are local to.
+    zone: Option<String>,
+    /// What the value is cast to.
+    cast: &'static str,
+}
+
+impl Cut {
+    /// The SQL condition, its parameters numbered from `$first`.
+    pub(crate) fn condition(&self, first: usize) -> String {
+        let (col, cast) = (&self.column, self.cast);
+        match &self.zone {
+            Some(_) => format!("{col} <= (${first}::{cast} at time zone ${}::pg_catalog.text)", first + 1),
+            None => format!("{col} <= ${first}::{cast}"),
+        }
+    }
+
+    #[cfg(test)]
+    pub(crate) fn test(column: &str, value: &str, zone: Option<&str>) -> Cut {
+        Cut { column: column.into(), value: value.into(), zone: zone.map(Into::into), cast: "pg_catalog.timestamptz" }
+    }
+
+    /// What [`Cut::condition`] binds, in order.
+    pub(crate) fn binds(&self) -> Vec<String> {
+        std::iter::once(self.value.clone()).chain(self.zone.clone()).collect()
+    }
+}
+
+/// Whether an object of `schema` (a table's, when `table` is given) is in `scope`
+/// (schemas, or `schema.table` entries); an empty scope holds everything.
+pub fn in_scope(scope: &[String], schema: &str, table: Option<&str>) -> bool {
+    scope.is_empty()
+        || scope.iter().any(|e| match e.split_once('.') {
+            None => e == schema,
+            Some((s, t)) => s == schema && table.is_none_or(|n| n == t),
+        })
+}
+
 #[async_trait]
 pub trait Validator: Send + Sync {
     fn name(&self) -> &'static str;
@@ -221,6 +355,7 @@ fn all() -> Vec<Box<dyn Validator>> {
         Box::new(schema::Schema),
         Box::new(row_counts::RowCounts),
         Box::new(checksums::Checksums),
+        Box::new(large_objects::LargeObjects),
         Box::new(freshness::Freshness),
         Box::new(custom::Custom),
     ]

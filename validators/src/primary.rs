@@ -60,6 +60,10 @@ pub struct QueryStats {
 pub struct PrimaryDb {
     pub pool: PgPool,
     stats: Arc<Mutex<QueryStats>>,
+    /// The primary's own `TimeZone` for this role and database (what its applications'
+    /// sessions get; drcheck's are pinned to UTC): `timestamp` and `date` values — local
+    /// times, zone-less — mean instants in it.
+    pub time_zone: String,
 }
 
 impl PrimaryDb {
@@ -94,18 +98,36 @@ pub async fn connect(url: &str, limits: &PrimaryLimits) -> Result<PrimaryDb, Str
         ("lock_timeout", "5000"),
     ]);
     // One probe connection first: the pool would keep retrying a refused connection
-    // until its acquire timeout, and a dead primary should be known at once.
-    let probe = tokio::time::timeout(limits.connect_timeout, PgConnection::connect_with(&opts))
+    // until its acquire timeout, and a dead primary should be known at once. It asks
+    // the primary's own time zone (the pool's sessions are pinned to UTC).
+    let mut probe = tokio::time::timeout(limits.connect_timeout, PgConnection::connect_with(&opts))
         .await
         .map_err(|_| format!("no answer within {:?}", limits.connect_timeout))?
         .map_err(|e| scrub(&e.to_string(), url))?;
+    let time_zone: String =
+        sqlx::query_scalar(PRIMARY_TIME_ZONE).fetch_one(&mut probe).await.map_err(|e| scrub(&e.to_string(), url))?;
     let _ = probe.close().await;
     let pool = PgPoolOptions::new()
         .max_connections(limits.max_concurrency.max(1))
         .acquire_timeout(limits.connect_timeout)
         .connect_lazy_with(opts);
-    Ok(PrimaryDb { pool, stats: Default::default() })
+    Ok(PrimaryDb { pool, stats: Default::default(), time_zone })
 }
+
+/// The `TimeZone` the primary's sessions get (a driver's own startup setting aside —
+/// sqlx sends UTC, so `current_setting` cannot tell): `ALTER ROLE … IN DATABASE`, `ALTER
+/// ROLE`, `ALTER DATABASE` settings in that order, else the server's own, read as its
+/// `log_timezone` (initdb writes both from the system's zone; `postgresql.conf` itself
+/// is readable only by superusers).
+const PRIMARY_TIME_ZONE: &str = "select coalesce(
+    (select pg_catalog.substr(s, pg_catalog.strpos(s, '=') + 1)
+       from pg_catalog.pg_db_role_setting d cross join lateral pg_catalog.unnest(d.setconfig) s
+      where pg_catalog.lower(pg_catalog.split_part(s, '=', 1)) = 'timezone'
+        and d.setdatabase in (0, (select oid from pg_catalog.pg_database where datname = pg_catalog.current_database()))
+        and d.setrole in (0, (select oid from pg_catalog.pg_roles where rolname = current_user))
+      order by d.setrole <> 0 desc, d.setdatabase <> 0 desc
+      limit 1),
+    pg_catalog.current_setting('log_timezone'))";
 
 /// Removes the URL and its password from a message, in case a driver ever echoes them.
 pub fn scrub(message: &str, url: &str) -> String {

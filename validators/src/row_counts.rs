@@ -4,7 +4,6 @@
 
 use crate::{Context, Finding, Status, TableName, Validator, some_of};
 use async_trait::async_trait;
-use drcheck_config::quote_ident;
 use futures::stream::{self, StreamExt};
 
 pub struct RowCounts;
@@ -15,14 +14,10 @@ pub(crate) fn within(primary: i64, restored: i64, tolerance: f64) -> bool {
     (primary - restored).abs() <= allowed
 }
 
-/// `select count(*)`, restricted to rows at or before `$1` when `as_of` is given.
-fn count_sql(t: &TableName, as_of: Option<&str>) -> String {
-    match as_of {
-        Some(col) => format!(
-            "select pg_catalog.count(*) from {} where {} <= $1::pg_catalog.timestamptz",
-            t.quoted(),
-            quote_ident(col)
-        ),
+/// `select count(*)`, restricted by `condition` (an `as_of` cut-off) when given.
+fn count_sql(t: &TableName, condition: Option<&str>) -> String {
+    match condition {
+        Some(c) => format!("select pg_catalog.count(*) from {} where {c}", t.quoted()),
         None => format!("select pg_catalog.count(*) from {}", t.quoted()),
     }
 }
@@ -35,28 +30,32 @@ impl Validator for RowCounts {
 
     async fn validate(&self, cx: &Context) -> Vec<Finding> {
         let name = self.name();
-        let (primary, common) = match cx.common_tables(name).await {
+        let (primary, common, note) = match cx.common_tables(name).await {
             Ok(v) => v,
             Err(finding) => return vec![finding],
         };
-        let results: Vec<(TableName, bool, Result<(i64, i64), sqlx::Error>)> = stream::iter(common)
+        let results: Vec<(TableName, bool, Result<(i64, i64), String>)> = stream::iter(common)
             .map(|t| async move {
                 let r = async {
-                    let cutoff = match cx.as_of(&t) {
-                        Some(col) => cx.cutoff(&t, col).await?.map(|c| (col, c)),
+                    let cut = match cx.as_of(&t) {
+                        Some(col) => cx.as_of_cut(&t, col).await.map_err(|e| e.to_string())?,
                         None => None,
                     };
-                    let sql = count_sql(&t, cutoff.as_ref().map(|(col, _)| *col));
+                    let condition = cut.as_ref().map(|c| c.condition(1));
+                    let sql = count_sql(&t, condition.as_deref());
                     let q = || {
-                        let q = sqlx::query_scalar::<_, i64>(sqlx::AssertSqlSafe(sql.clone()));
-                        match &cutoff {
-                            Some((_, c)) => q.bind(c.clone()),
-                            None => q,
+                        let mut q = sqlx::query_scalar::<_, i64>(sqlx::AssertSqlSafe(sql.clone()));
+                        for b in cut.iter().flat_map(|c| c.binds()) {
+                            q = q.bind(b);
                         }
+                        q
                     };
-                    let p = primary.timed(q().fetch_one(&primary.pool)).await?;
-                    let r = q().fetch_one(&cx.restored).await?;
-                    Ok((cutoff.is_some(), p, r))
+                    let p = match primary.timed(q().fetch_one(&primary.pool)).await {
+                        Ok(p) => p,
+                        Err(e) => return Err(crate::primary_error(primary, &t, &e).await),
+                    };
+                    let r = q().fetch_one(&cx.restored).await.map_err(|e| e.to_string())?;
+                    Ok((cut.is_some(), p, r))
                 }
                 .await;
                 match r {
@@ -71,12 +70,18 @@ impl Validator for RowCounts {
         results.sort_by(|a, b| a.0.cmp(&b.0));
         let mut mismatches = Vec::new();
         let mut errors = Vec::new();
+        let mut deleted_since = Vec::new();
         let mut exact = 0;
         for (t, has_as_of, r) in &results {
             exact += *has_as_of as usize;
             match r {
-                Ok((p, r)) if *has_as_of && p != r => {
+                // Fewer rows up to the cut-off than the primary: rows the backup lost.
+                Ok((p, r)) if *has_as_of && r < p => {
                     mismatches.push(format!("{t}: primary {p}, restored {r} rows written at or before the backup time"))
+                }
+                // More: rows the primary deleted after the backup — not a loss.
+                Ok((p, r)) if *has_as_of && r > p => {
+                    deleted_since.push(format!("{t}: {} rows deleted on the primary since the backup", r - p))
                 }
                 Ok((p, r)) if !*has_as_of && !within(*p, *r, cx.row_count_tolerance) => {
                     mismatches.push(format!("{t}: primary {p}, restored {r}"))
@@ -86,7 +91,13 @@ impl Validator for RowCounts {
             }
         }
         let tolerance = format!("{}%", cx.row_count_tolerance * 100.0);
-        let how = format!("{exact} exact by as_of, {} within {tolerance}", results.len() - exact);
+        let mut how = format!("{exact} exact by as_of, {} within {tolerance}", results.len() - exact);
+        if !deleted_since.is_empty() {
+            how.push_str(&format!("; {}", some_of(&deleted_since, 10)));
+        }
+        if let Some(n) = &note {
+            how.push_str(&format!("; {n}"));
+        }
         if !mismatches.is_empty() {
             vec![Finding::new(
                 name,

@@ -48,7 +48,7 @@ select 'column', n.nspname || '.' || c.relname || '.' || a.attname,
   left join pg_attrdef d on d.adrelid = a.attrelid and d.adnum = a.attnum
  where a.attnum > 0 and not a.attisdropped and c.relkind in ('r', 'p', 'v', 'm', 'f')
 union all
-select 'index', n.nspname || '.' || ci.relname, pg_get_indexdef(i.indexrelid)
+select 'index', n.nspname || '.' || t.relname || '.' || ci.relname, pg_get_indexdef(i.indexrelid)
   from pg_index i join pg_class ci on ci.oid = i.indexrelid join ns n on n.oid = ci.relnamespace
   join rels t on t.oid = i.indrelid
 union all
@@ -120,6 +120,56 @@ fn short(def: &str) -> String {
     }
 }
 
+/// The part of a fingerprint a partial dump holds (`dump_scope`): a schema entry keeps
+/// everything in that schema, a `schema.table` entry the table and what hangs off it
+/// (columns, indexes, constraints, triggers). Extensions are not part of a partial dump.
+pub(crate) fn in_scope(fp: BTreeMap<String, String>, scope: &[String]) -> BTreeMap<String, String> {
+    if scope.is_empty() {
+        return fp;
+    }
+    fp.into_iter()
+        .filter(|(k, _)| {
+            let Some((kind, name)) = k.split_once(' ') else { return false };
+            // `partitioned table`, `materialized view`, … : the name follows the last space
+            // of the kind, and names never start with one.
+            let name = if kind == "partitioned" || kind == "materialized" || kind == "foreign" || kind == "window" {
+                name.split_once(' ').map(|(_, n)| n).unwrap_or(name)
+            } else {
+                name
+            };
+            if kind == "extension" {
+                return false;
+            }
+            scope.iter().any(|e| name == e || name.starts_with(&format!("{e}.")))
+        })
+        .collect()
+}
+
+/// Extensions are compared by presence: pg_dump writes `CREATE EXTENSION` without a
+/// version, so a restore installs the server's default. Returns the fingerprints with
+/// extensions present on both sides made equal, and a note of the versions that differ.
+pub(crate) fn extension_versions(
+    primary: &mut BTreeMap<String, String>,
+    restored: &mut BTreeMap<String, String>,
+) -> Option<String> {
+    let mut differ = Vec::new();
+    for (k, v) in primary.iter_mut() {
+        if !k.starts_with("extension ") {
+            continue;
+        }
+        if let Some(r) = restored.get_mut(k) {
+            if r != v {
+                differ.push(format!("{} {v} on the primary, {r} restored", &k["extension ".len()..]));
+            }
+            v.clear();
+            r.clear();
+        }
+    }
+    (!differ.is_empty()).then(|| {
+        format!("extension versions differ (a dump does not keep them; not a difference): {}", some_of(&differ, 10))
+    })
+}
+
 /// The differences between two fingerprints, readable.
 pub(crate) fn diff(primary: &BTreeMap<String, String>, restored: &BTreeMap<String, String>) -> Vec<String> {
     let mut out = Vec::new();
@@ -149,26 +199,40 @@ impl Validator for Schema {
             Ok(p) => p,
             Err(skip) => return vec![skip],
         };
-        let (p, r) = match (primary.timed(fingerprint(&primary.pool)).await, fingerprint(&cx.restored).await) {
-            (Ok(p), Ok(r)) => (p, r),
+        let (mut p, mut r) = match (primary.timed(fingerprint(&primary.pool)).await, fingerprint(&cx.restored).await) {
+            (Ok(p), Ok(r)) => (in_scope(p, &cx.settings.dump_scope), r),
             (Err(e), _) => return vec![Finding::new(name, Status::Error, format!("fingerprinting the primary: {e}"))],
             (_, Err(e)) => {
                 return vec![Finding::new(name, Status::Error, format!("fingerprinting the restored copy: {e}"))];
             }
         };
+        if !cx.settings.dump_scope.is_empty() {
+            r.retain(|k, _| !k.starts_with("extension "));
+        }
+        let versions = extension_versions(&mut p, &mut r);
         let differences = diff(&p, &r);
+        let scope = if cx.settings.dump_scope.is_empty() {
+            String::new()
+        } else {
+            format!(" within the dump's scope ({})", cx.settings.dump_scope.join(", "))
+        };
+        let note = versions.map(|v| format!("; {v}")).unwrap_or_default();
         if differences.is_empty() {
             let tables = r.keys().filter(|k| k.starts_with("table ") || k.starts_with("partitioned table ")).count();
             vec![
-                Finding::new(name, Status::Passed, format!("{} objects match the primary ({tables} tables)", r.len()))
-                    .covered("objects", r.len() as u64)
-                    .covered("tables", tables as u64),
+                Finding::new(
+                    name,
+                    Status::Passed,
+                    format!("{} objects match the primary{scope} ({tables} tables){note}", r.len()),
+                )
+                .covered("objects", r.len() as u64)
+                .covered("tables", tables as u64),
             ]
         } else {
             vec![Finding::new(
                 name,
                 Status::Failed,
-                format!("{} differences: {}", differences.len(), some_of(&differences, 20)),
+                format!("{} differences{scope}: {}{note}", differences.len(), some_of(&differences, 20)),
             )]
         }
     }
@@ -178,10 +242,46 @@ impl Validator for Schema {
 mod tests {
     use super::*;
 
+    fn fp(entries: &[(&str, &str)]) -> BTreeMap<String, String> {
+        entries.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    #[test]
+    fn extensions_compare_by_presence_and_versions_are_a_note() {
+        let mut p = fp(&[("extension pg_trgm", "1.5"), ("extension plpgsql", "1.0"), ("extension gone", "1.0")]);
+        let mut r = fp(&[("extension pg_trgm", "1.6"), ("extension plpgsql", "1.0")]);
+        let note = extension_versions(&mut p, &mut r).unwrap();
+        assert!(note.contains("pg_trgm 1.5 on the primary, 1.6 restored"), "{note}");
+        let d = diff(&p, &r);
+        assert_eq!(d, ["extension gone missing from the restored copy (1.0)"]);
+    }
+
+    #[test]
+    fn a_partial_dump_is_compared_within_its_scope() {
+        let p = fp(&[
+            ("schema public", ""),
+            ("schema sales", ""),
+            ("table public.a", ""),
+            ("column public.a.x", "integer"),
+            ("index public.a.a_pkey", "…"),
+            ("table sales.invoices", ""),
+            ("index sales.invoices.invoices_pkey", "…"),
+            ("table sales.other", ""),
+            ("function sales.f()", "…"),
+            ("partitioned table sales.parts", ""),
+            ("extension pg_trgm", "1.5"),
+        ]);
+        let kept: Vec<String> = in_scope(p.clone(), &["public".into()]).into_keys().collect();
+        assert_eq!(kept, ["column public.a.x", "index public.a.a_pkey", "schema public", "table public.a"]);
+        let kept: Vec<String> = in_scope(p.clone(), &["sales.invoices".into()]).into_keys().collect();
+        assert_eq!(kept, ["index sales.invoices.invoices_pkey", "table sales.invoices"]);
+        assert_eq!(in_scope(p.clone(), &[]).len(), p.len(), "no scope: everything");
+    }
+
     #[test]
     fn diff_names_missing_extra_and_changed() {
         let p: BTreeMap<String, String> = [
-            ("index public.a_idx".to_string(), "CREATE INDEX a_idx ON public.a USING btree (x)".to_string()),
+            ("index public.a.a_idx".to_string(), "CREATE INDEX a_idx ON public.a USING btree (x)".to_string()),
             ("column public.a.x".to_string(), "integer".to_string()),
         ]
         .into();
@@ -191,7 +291,7 @@ mod tests {
         let d = diff(&p, &r);
         assert_eq!(d.len(), 3, "{d:?}");
         assert!(d[0].contains("column public.a.x differs: primary integer, restored bigint"), "{d:?}");
-        assert!(d[1].contains("index public.a_idx missing") && d[1].contains("USING btree"), "{d:?}");
+        assert!(d[1].contains("index public.a.a_idx missing") && d[1].contains("USING btree"), "{d:?}");
         assert!(d[2].contains("table public.b not on the primary"), "{d:?}");
     }
 }

@@ -19,12 +19,15 @@ impl Validator for Sequences {
 
     async fn validate(&self, cx: &Context) -> Vec<Finding> {
         let name = self.name();
-        let rows: Result<Vec<(String, String, Option<String>, i64, String, String, String)>, _> = sqlx::query_as(
-            "select s.schemaname::text, s.sequencename::text, s.last_value::text, s.increment_by,
+        // Each column sequence with its column; its state is read from the sequence
+        // itself (`last_value`, `is_called`): `pg_sequences.last_value` is NULL after
+        // `setval(…, n, false)`, whose next value is n.
+        let rows: Result<Vec<(String, String, i64, String, String, String)>, _> = sqlx::query_as(
+            "select sn.nspname::text, sc.relname::text, s.seqincrement,
                     n.nspname::text, c.relname::text, a.attname::text
-               from pg_sequences s
-               join pg_namespace sn on sn.nspname = s.schemaname
-               join pg_class sc on sc.relnamespace = sn.oid and sc.relname = s.sequencename
+               from pg_sequence s
+               join pg_class sc on sc.oid = s.seqrelid
+               join pg_namespace sn on sn.oid = sc.relnamespace
                join pg_depend d on d.classid = 'pg_class'::regclass and d.objid = sc.oid
                                and d.refclassid = 'pg_class'::regclass and d.deptype in ('a', 'i')
                join pg_class c on c.oid = d.refobjid join pg_namespace n on n.oid = c.relnamespace
@@ -38,25 +41,35 @@ impl Validator for Sequences {
             Err(e) => return vec![Finding::new(name, Status::Error, format!("listing sequences: {e}"))],
         };
         let mut behind = Vec::new();
-        for (sschema, sname, last, increment, tschema, tname, column) in &rows {
+        for (sschema, sname, increment, tschema, tname, column) in &rows {
             let table = TableName { schema: tschema.clone(), name: tname.clone() };
-            let sql = format!("select max({})::text from {}", quote_ident(column), table.quoted());
-            let max: Result<Option<String>, _> =
+            let sequence = TableName { schema: sschema.clone(), name: sname.clone() };
+            let descending = *increment < 0;
+            // The column's extreme in the sequence's direction.
+            let extreme = if descending { "min" } else { "max" };
+            let sql = format!(
+                "select pg_catalog.{extreme}({})::pg_catalog.text from {}",
+                quote_ident(column),
+                table.quoted()
+            );
+            let state = format!("select last_value::pg_catalog.text, is_called from {}", sequence.quoted());
+            let extreme_v: Result<Option<String>, _> =
                 sqlx::query_scalar(sqlx::AssertSqlSafe(sql)).fetch_one(&cx.restored).await;
-            let max = match max {
-                Ok(m) => m,
-                Err(e) => return vec![Finding::new(name, Status::Error, format!("max of {table}.{column}: {e}"))],
+            let seq: Result<(String, bool), _> =
+                sqlx::query_as(sqlx::AssertSqlSafe(state)).fetch_one(&cx.restored).await;
+            let (extreme_v, (last, is_called)) = match (extreme_v, seq) {
+                (Ok(m), Ok(s)) => (m, s),
+                (Err(e), _) => {
+                    return vec![Finding::new(name, Status::Error, format!("{extreme} of {table}.{column}: {e}"))];
+                }
+                (_, Err(e)) => return vec![Finding::new(name, Status::Error, format!("reading {sequence}: {e}"))],
             };
-            let (Some(max), descending) = (max.and_then(|m| m.parse::<i128>().ok()), *increment < 0) else { continue };
-            let last_v = last.as_deref().and_then(|l| l.parse::<i128>().ok());
-            let ok = match last_v {
-                None => false,
-                Some(l) if descending => l <= max,
-                Some(l) => l >= max,
+            let (Some(m), Ok(l)) = (extreme_v.and_then(|m| m.parse::<i128>().ok()), last.parse::<i128>()) else {
+                continue;
             };
-            if !ok {
-                let at = last.clone().unwrap_or_else(|| "never used".into());
-                behind.push(format!("{sschema}.{sname} is at {at}, but max({table}.{column}) is {max}"));
+            if !next_is_free(l, is_called, descending, m) {
+                let next = if is_called { format!("{l} (used)") } else { format!("{l}, not yet used") };
+                behind.push(format!("{sequence} is at {next}, but {extreme}({table}.{column}) is {m}"));
             }
         }
         if behind.is_empty() {
@@ -67,5 +80,35 @@ impl Validator for Sequences {
         } else {
             vec![Finding::new(name, Status::Failed, format!("{} behind: {}", behind.len(), some_of(&behind, 20)))]
         }
+    }
+}
+
+/// Whether a sequence at `last` (`is_called`: `last` was handed out; else it is the next
+/// value) gives next a value past `extreme`, the column's max (ascending) or min
+/// (descending).
+fn next_is_free(last: i128, is_called: bool, descending: bool, extreme: i128) -> bool {
+    match (descending, is_called) {
+        (false, true) => last >= extreme,
+        (false, false) => last > extreme,
+        (true, true) => last <= extreme,
+        (true, false) => last < extreme,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::next_is_free;
+
+    #[test]
+    fn a_sequence_not_yet_called_hands_out_its_last_value_next() {
+        // setval(s, 10, false): the next value is 10.
+        assert!(next_is_free(10, false, false, 9));
+        assert!(!next_is_free(10, false, false, 10));
+        // setval(s, 10): 10 was handed out, 11 is next.
+        assert!(next_is_free(10, true, false, 10));
+        assert!(!next_is_free(10, true, false, 11));
+        // Descending: the column's minimum matters.
+        assert!(next_is_free(-10, true, true, -10));
+        assert!(!next_is_free(-10, false, true, -10));
     }
 }

@@ -252,6 +252,19 @@ fn validate_validators(cx: &Ctx<'_>, i: usize, t: &RawTarget) -> Result<Validato
         }
         as_of.push((schema.to_string(), name.to_string(), column.get_ref().clone()));
     }
+    let mut dump_scope = Vec::new();
+    for entry in t.dump_scope.iter().flatten() {
+        let e = entry.get_ref();
+        let parts: Vec<&str> = e.split('.').collect();
+        if e.is_empty() || parts.len() > 2 || parts.iter().any(|p| p.is_empty()) {
+            return Err(cx.err(
+                &format!("target[{i}].dump_scope"),
+                Some(entry.span()),
+                format!("expected a schema (\"public\") or a table (\"sales.invoices\"), got {e:?}"),
+            ));
+        }
+        dump_scope.push(e.clone());
+    }
     let mut checks = Vec::new();
     for (j, c) in t.checks.iter().enumerate() {
         let k = format!("target[{i}].check[{j}]");
@@ -306,6 +319,7 @@ fn validate_validators(cx: &Ctx<'_>, i: usize, t: &RawTarget) -> Result<Validato
             i64::MAX,
         )?,
         exclude: v.and_then(|v| v.exclude.clone()).unwrap_or_default(),
+        dump_scope,
         as_of,
         checks,
     })

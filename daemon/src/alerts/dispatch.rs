@@ -25,7 +25,6 @@ pub struct Dispatcher<'a> {
     resend: Option<Duration>,
 }
 
-
 /// Alerts for a sink no dispatcher knows are left for one that does; after this long
 /// they move to the dead letters.
 pub const UNKNOWN_SINK_MAX_AGE: Duration = Duration::from_secs(7 * 24 * 3600);

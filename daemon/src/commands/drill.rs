@@ -164,8 +164,8 @@ fn write_outputs(j: &Journal, report: &Path, journal: &Path) -> anyhow::Result<(
 fn write_journal(j: &Journal, path: &Path) -> anyhow::Result<()> {
     let text = serde_json::to_string_pretty(j)?;
     let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let mut tmp = tempfile::NamedTempFile::new_in(dir)
-        .with_context(|| format!("writing the journal to {}", path.display()))?;
+    let mut tmp =
+        tempfile::NamedTempFile::new_in(dir).with_context(|| format!("writing the journal to {}", path.display()))?;
     std::io::Write::write_all(&mut tmp, text.as_bytes())
         .and_then(|()| tmp.as_file().sync_data())
         .with_context(|| format!("writing the journal to {}", path.display()))?;
@@ -187,7 +187,9 @@ async fn drill_totals(config: &Config, j: &Journal) -> Option<Vec<(String, i64)>
     match run.await {
         Ok(t) => Some(t),
         Err(e) => {
-            crate::errln!("drcheck: warning: the drill is not in the history store (its counter counts it alone): {e:#}");
+            crate::errln!(
+                "drcheck: warning: the drill is not in the history store (its counter counts it alone): {e:#}"
+            );
             None
         }
     }

@@ -126,9 +126,9 @@ pub async fn write(
             let after = format!("{}{after}", if frame.heads.is_empty() { "" } else { "\n    " });
             match (&sealed, after.find(EMPTY_ITEMS)) {
                 (Some(_), Some(at)) => {
-                    out.write_all(after[..at].as_bytes())?;
+                    out.write_all(&after.as_bytes()[..at])?;
                     items.write_pretty(&mut *out)?;
-                    out.write_all(after[at + EMPTY_ITEMS.len()..].as_bytes())?;
+                    out.write_all(&after.as_bytes()[at + EMPTY_ITEMS.len()..])?;
                 }
                 _ => out.write_all(after.as_bytes())?,
             }
@@ -236,11 +236,9 @@ impl Items {
     /// key_fingerprint — exactly `canonical(&Seal)`), signed with `key`.
     fn seal(&mut self, key: &SigningKey, evidence_sha256: String) -> std::io::Result<Sealed> {
         let key_fingerprint = sign::fingerprint(&key.verifying_key());
-        let mut canonical = format!(
-            "{{\"algorithm\":\"ed25519\",\"evidence_sha256\":{},\"items\":[",
-            json_str(&evidence_sha256)
-        )
-        .into_bytes();
+        let mut canonical =
+            format!("{{\"algorithm\":\"ed25519\",\"evidence_sha256\":{},\"items\":[", json_str(&evidence_sha256))
+                .into_bytes();
         let mut first = true;
         self.each(|item| {
             if !first {
@@ -403,11 +401,7 @@ mod tests {
                     bytes[at] = if bytes[at] == b'x' { b'y' } else { b'x' };
                     std::fs::write(&path, &bytes).unwrap();
                     let v = crate::evidence::check::check_file(&path, &key.verifying_key()).unwrap();
-                    assert!(
-                        v.problems.iter().any(|p| p.contains("visible text")),
-                        "{format:?}: {:?}",
-                        v.problems
-                    );
+                    assert!(v.problems.iter().any(|p| p.contains("visible text")), "{format:?}: {:?}", v.problems);
                 }
             }
         }

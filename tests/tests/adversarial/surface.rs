@@ -66,6 +66,9 @@ fn signing_keys(dir: &Path) -> (PathBuf, PathBuf) {
     let ok =
         Command::new("openssl").args(["pkey", "-pubout", "-in"]).arg(&key).arg("-out").arg(&public).status().unwrap();
     assert!(ok.success());
+    // The key is drcheck's (in the unprivileged pass, not the test's root).
+    let (uid, gid) = drcheck_e2e::hostile::drcheck_user();
+    std::os::unix::fs::chown(&key, Some(uid), Some(gid)).unwrap();
     (key, public)
 }
 
