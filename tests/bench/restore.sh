@@ -89,11 +89,11 @@ if ! has custom; then
 fi
 [ -n "${BENCH_NO_MOTO:-}" ] || s3 cp --only-show-errors "$dump" s3://bench/bench/bench.dump
 
-config() { # PROFILE JOBS [S3 PORT]
-  local port=${3:-$s3_port}
-  cat >"$work/drcheck-$1-$2-$port.toml" <<TOML
+config() { # PROFILE JOBS [S3 PORT] [HISTORY NAME]
+  local port=${3:-$s3_port} history=${4:-history}
+  cat >"$work/drcheck-$1-$2-$port-$history.toml" <<TOML
 [state]
-url = "sqlite://$work/history.db"
+url = "sqlite://$work/$history.db"
 [sandbox]
 scratch_dir = "$work/scratch"
 profile = "$1"
@@ -110,7 +110,7 @@ rto = "2h"
 rpo = "26h"
 restore_jobs = $2
 TOML
-  echo "$work/drcheck-$1-$2-$port.toml"
+  echo "$work/drcheck-$1-$2-$port-$history.toml"
 }
 
 plain_restore() { # S3 FUNCTION → plain_s: seconds of download, initdb + start, pg_restore -j
@@ -129,8 +129,10 @@ plain_restore() { # S3 FUNCTION → plain_s: seconds of download, initdb + start
 }
 
 run_drcheck() { # PROFILE JOBS [BINARY] [S3 PORT] → prints "rto peak_rss_kib first_byte_s"
-  local out=$work/run.json rss=$work/rss.json bin=${3:-$drcheck}
-  python3 tests/bench/peak_rss.py "$rss" "$bin" --config "$(config "$1" "$2" "${4:-}")" verify --json >"$out" || true
+  local out=$work/run.json rss=$work/rss.json bin=${3:-$drcheck} history=history
+  # Another binary keeps its own history (its migrations may differ).
+  [ "$bin" = "$drcheck" ] || history=history-baseline
+  python3 tests/bench/peak_rss.py "$rss" "$bin" --config "$(config "$1" "$2" "${4:-}" "$history")" verify --json >"$out" || true
   python3 - "$out" "$rss" <<'PY'
 import json, sys
 run = json.load(open(sys.argv[1]))["runs"][0]
