@@ -131,6 +131,8 @@ pub struct RawTarget {
     pub cipher_pass: Option<Spanned<String>>,
     pub server_name: Option<Spanned<String>>,
     pub select: Option<Spanned<String>>,
+    /// How recently each restorable backup must have been proven (`least-proven`, coverage).
+    pub prove_within: Option<Spanned<String>>,
     pub integrity_schedule: Option<Spanned<String>>,
     pub comparisons: Option<Spanned<String>>,
     /// What a deliberately partial dump holds (`pg_dump -n`/`-t`): schemas or tables.

@@ -256,6 +256,10 @@ pub enum Selection {
     Latest,
     /// A random backup finished within this window (so old backups are proven too).
     Random(#[serde(serialize_with = "ser_duration")] Duration),
+    /// The restorable backup whose last passing verification is oldest, never-proven
+    /// ones first (newest of those first): every backup in retention proven in turn.
+    #[serde(rename = "least-proven")]
+    LeastProven,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -295,6 +299,10 @@ pub struct TargetConfig {
     pub stale_after: Option<Duration>,
     pub source: SourceConfig,
     pub select: Selection,
+    /// Each restorable backup should have passed a verification this recently (default
+    /// 30 days): what `least-proven` works through and what coverage counts as proven.
+    #[serde(serialize_with = "ser_duration")]
+    pub prove_within: Duration,
     /// Daemon mode: when to check the backup tool's repository without a restore.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub integrity_schedule: Option<Schedule>,

@@ -8,7 +8,11 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 #[derive(Debug, Parser)]
-#[command(name = "drcheck", version, about = "Proves PostgreSQL backups restore — fast enough and fresh enough")]
+#[command(
+    name = "drcheck",
+    version = concat!(env!("CARGO_PKG_VERSION"), " (commit ", env!("DRCHECK_COMMIT"), ")"),
+    about = "Proves PostgreSQL backups restore — fast enough and fresh enough"
+)]
 pub struct Cli {
     /// Config file [default: drcheck.toml].
     #[arg(long, global = true, env = "DRCHECK_CONFIG")]
@@ -146,7 +150,9 @@ pub enum DeployCommand {
         /// Where --all writes its files.
         #[arg(long)]
         output_dir: Option<PathBuf>,
-        #[arg(long, default_value = "drcheck:latest")]
+        /// The drcheck image the CronJobs run (required: a tag you built and pushed,
+        /// e.g. registry.example.com/drcheck:0.1.0).
+        #[arg(long)]
         image: String,
         /// The Secret holding the environment (${VAR}s of the config, AWS credentials).
         #[arg(long, default_value = "drcheck-secrets")]
@@ -235,7 +241,7 @@ pub enum ConfigCommand {
 
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging(cli.verbose);
+    init_logging(cli.verbose, matches!(cli.command, Command::Daemon));
     harden_process();
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
@@ -275,6 +281,9 @@ fn harden_process() {
 
 pub async fn run(cli: Cli) -> Result<Exit, CliError> {
     let path = cli.config_path();
+    if !matches!(cli.command, Command::Daemon) {
+        drcheck_restore::breaker::mark_one_shot();
+    }
     // A drill loads the config only if it needs one (verify steps, sql on a target).
     let command = match cli.command {
         Command::Drill(cmd) => return commands::drill::run(cli.config.as_deref(), cmd).await,
@@ -323,11 +332,18 @@ impl Cli {
 
 pub const DEFAULT_CONFIG: &str = "drcheck.toml";
 
-fn init_logging(verbose: u8) {
+fn init_logging(verbose: u8, daemon: bool) {
     // sqlx reports every query over 1 s as a warning; long validator queries are
-    // expected, so those reports only show with -vv.
+    // expected, so those reports only show with -vv. A daemon speaks at INFO by default
+    // (start-up, each run's start and verdict, reloads, shutdown) — its own lines, not
+    // its libraries'.
     let default = match verbose {
-        0 => "warn,sqlx::query=error",
+        // aws-config warns once per credential provider it tries (IMDS, …): the run's
+        // error says what to set; -v shows the providers.
+        0 if daemon => {
+            "warn,drcheck=info,drcheck_restore=info,drcheck_validators=info,sqlx::query=error,aws_config=error"
+        }
+        0 => "warn,sqlx::query=error,aws_config=error",
         1 => "info,sqlx::query=error",
         _ => "debug",
     };

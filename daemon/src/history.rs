@@ -425,6 +425,18 @@ impl History {
             .await?)
     }
 
+    /// When each backup of `target` last passed a verification (by backup key).
+    pub async fn last_proven(&self, target: &str) -> anyhow::Result<std::collections::HashMap<String, SystemTime>> {
+        let rows: Vec<(String, String)> = sqlx::query_as(
+            "select backup_key, max(finished_at) from runs
+              where target = $1 and result = 'passed' and backup_key is not null group by backup_key",
+        )
+        .bind(target)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows.into_iter().filter_map(|(key, at)| humantime::parse_rfc3339_weak(&at).ok().map(|t| (key, t))).collect())
+    }
+
     /// Takes the lease on `target` for `ttl` unless another holder's lease is live.
     pub async fn acquire_lease(&self, target: &str, holder: &str, ttl: Duration) -> anyhow::Result<bool> {
         let now = SystemTime::now();
@@ -506,6 +518,15 @@ impl History {
         rows.into_iter()
             .map(|(json,)| serde_json::from_str(&json).context("a history row holds an unreadable report"))
             .collect()
+    }
+
+    /// The run recorded under `run_id`, if any.
+    pub async fn run(&self, run_id: &str) -> anyhow::Result<Option<RunReport>> {
+        let row: Option<(String,)> = sqlx::query_as("select report_json from runs where run_id = $1")
+            .bind(run_id)
+            .fetch_optional(&self.pool)
+            .await?;
+        row.map(|(json,)| serde_json::from_str(&json).context("a history row holds an unreadable report")).transpose()
     }
 
     /// The newest run of `target` that reached a verdict (not `aborted`).

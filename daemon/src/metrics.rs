@@ -26,6 +26,9 @@ pub struct Metrics {
     repository_check_success: IntGaugeVec,
     repository_check_timestamp: GaugeVec,
     restore_profile: IntGaugeVec,
+    backups_restorable: IntGaugeVec,
+    backups_proven: IntGaugeVec,
+    backups_unproven: IntGaugeVec,
     pub scheduled_runs_total: IntCounterVec,
     pub runs_in_flight: IntGauge,
     pub breaker_open: IntGaugeVec,
@@ -146,6 +149,24 @@ impl Metrics {
                 "When the oldest restorable backup in the tool's catalog finished (Unix time).",
                 &["target"],
             ),
+            backups_restorable: int_gauge(
+                &r,
+                "drcheck_backups_restorable",
+                "Restorable backups of the target in its store or catalog, as its last run listed them.",
+                &["target"],
+            ),
+            backups_proven: int_gauge(
+                &r,
+                "drcheck_backups_proven",
+                "Of the restorable backups, those that passed a verification within prove_within.",
+                &["target"],
+            ),
+            backups_unproven: int_gauge(
+                &r,
+                "drcheck_backups_unproven",
+                "Restorable backups with no passing verification within prove_within.",
+                &["target"],
+            ),
             repository_check_success: int_gauge(
                 &r,
                 "drcheck_repository_check_success",
@@ -229,6 +250,9 @@ impl Metrics {
             forget(&self.repository_check_success, "target", v);
             forget(&self.repository_check_timestamp, "target", v);
             forget(&self.restore_profile, "target", v);
+            forget(&self.backups_restorable, "target", v);
+            forget(&self.backups_proven, "target", v);
+            forget(&self.backups_unproven, "target", v);
             forget(&self.scheduled_runs_total, "target", v);
         }
         for sink in old.alerts.iter().filter(|a| new.alerts.iter().all(|n| n.name != a.name)) {
@@ -326,6 +350,11 @@ impl Metrics {
         }
         if let Some(lag) = r.rpo.data_lag_seconds {
             self.data_lag.with_label_values(&[t]).set(lag);
+        }
+        if let Some(c) = &r.coverage {
+            self.backups_restorable.with_label_values(&[t]).set(c.restorable as i64);
+            self.backups_proven.with_label_values(&[t]).set(c.proven as i64);
+            self.backups_unproven.with_label_values(&[t]).set(c.restorable.saturating_sub(c.proven) as i64);
         }
     }
 

@@ -23,6 +23,11 @@ pub fn write(text: &str) {
     }
 }
 
+/// `n` and `noun`, plural when `n` is not 1 ("1 backup", "3 backups", "0 CronJobs").
+pub fn count(n: usize, noun: &str) -> String {
+    if n == 1 { format!("1 {noun}") } else { format!("{n} {noun}s") }
+}
+
 /// Writes `text` to stderr; a failure (a closed pipe) is ignored: there is nowhere
 /// left to say it.
 pub fn write_err(text: &str) {

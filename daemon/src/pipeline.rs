@@ -8,7 +8,9 @@
 use crate::measure::Measurements;
 use crate::progress::Progress;
 use crate::report::RestoreInfo;
-use crate::report::{BackupInfo, Phase, Rpo, Rto, RunError, RunReport, RunResult, ValidatorReport, secs, timestamp};
+use crate::report::{
+    BackupInfo, Coverage, Phase, Rpo, Rto, RunError, RunReport, RunResult, ValidatorReport, secs, timestamp,
+};
 use drcheck_config::{Comparisons, Config, Selection, SourceConfig, StorageConfig, TargetConfig};
 use drcheck_restore::barman::Catalog as BarmanCatalog;
 use drcheck_restore::fetch::FetchOptions;
@@ -82,6 +84,9 @@ struct Run<'a> {
     /// Which attempt this is (1, or 2 after starting over): names the sandbox, since
     /// the first attempt's may still be being removed.
     attempt: u32,
+    /// The chosen backup already counts as proven in the report's coverage (a pass adds
+    /// it otherwise).
+    chosen_proven: bool,
 }
 
 impl Run<'_> {
@@ -98,6 +103,8 @@ impl Run<'_> {
         r.restore = None;
         r.primary_queries = None;
         r.rpo.recovery_window_start = None;
+        r.coverage = None;
+        self.chosen_proven = false;
         self.m = Measurements::default();
         self.attempt += 1;
     }
@@ -422,10 +429,12 @@ pub async fn verify_as(
             primary_queries: None,
             error: None,
             degraded: None,
+            coverage: None,
             usage_error: None,
         },
         m: Measurements::default(),
         attempt: 1,
+        chosen_proven: false,
     };
     tracing::info!(target = %target.name, run_id = %run.report.run_id, "verification started");
     let mut attempts = 0;
@@ -466,6 +475,12 @@ pub async fn verify_as(
     if r.result == RunResult::Error && r.rpo.met == Some(false) {
         r.result = RunResult::Failed;
     }
+    if r.result == RunResult::Passed
+        && !run.chosen_proven
+        && let Some(c) = r.coverage.as_mut()
+    {
+        c.proven = (c.proven + 1).min(c.restorable);
+    }
     r.finished_at = timestamp(SystemTime::now());
     tracing::info!(target = %target.name, run_id = %r.run_id, result = r.result.as_str(), "verification finished");
     run.report
@@ -484,18 +499,29 @@ async fn steps(
     let mut repository = None;
     let tool =
         tool_catalog(config, target, &store, &run.report.run_id).await.map_err(|e| store_stop(Stage::Select, e))?;
-    let (backup, delegated) = match tool {
+    // When each backup last passed: what `least-proven` works through and coverage counts.
+    let proven = proven_backups(config, target).await;
+    let (backup, delegated, restorable) = match tool {
         Some((described, backups, delegated)) => {
             repository = Some((backups.clone(), delegated.clone()));
-            let backup = select_from_catalog(&backups, target, backup_key, &described)?;
+            let (backup, restorable) = select_from_catalog(&backups, target, backup_key, &described, proven.as_ref())?;
             run.report.rpo.recovery_window_start = backups
                 .iter()
                 .find(|b| b.catalog.as_ref().is_some_and(|c| c.status == "ok"))
                 .map(|b| timestamp(b.last_modified));
-            (backup, Some(delegated))
+            (backup, Some(delegated), restorable)
         }
-        None => (select(store.as_ref(), target, backup_key).await?, None),
+        None => {
+            let (backup, restorable) = select(store.as_ref(), target, backup_key, proven.as_ref()).await?;
+            (backup, None, restorable)
+        }
     };
+    if let (Some(proven), Some(restorable)) = (&proven, &restorable) {
+        let (coverage, chosen_proven) =
+            coverage(restorable, proven, target.prove_within, &backup.key, SystemTime::now());
+        run.report.coverage = Some(coverage);
+        run.chosen_proven = chosen_proven;
+    }
     // Ages are taken now, when the store said what exists — never after the restore.
     run.m.listed_at = Some(SystemTime::now());
     match &backup.catalog {
@@ -682,9 +708,10 @@ fn select_from_catalog(
     target: &TargetConfig,
     backup_key: Option<&str>,
     store: &str,
-) -> Result<Backup, Stop> {
+    proven: Option<&Proven>,
+) -> Result<(Backup, Option<Vec<Backup>>), Stop> {
     if let Some(key) = backup_key {
-        return all.iter().find(|b| b.key == key).cloned().ok_or_else(|| {
+        return all.iter().find(|b| b.key == key).cloned().map(|b| (b, None)).ok_or_else(|| {
             let known: Vec<&str> = all.iter().rev().take(5).map(|b| b.key.as_str()).collect();
             Stop::usage(
                 "select",
@@ -699,33 +726,87 @@ fn select_from_catalog(
     }
     // A fixed point in time is reached from the newest backup that ended at or before
     // it (PostgreSQL refuses a target before the backup's end).
+    let restorable: Vec<Backup> = usable.iter().rev().map(|b| (*b).clone()).collect();
     if let Some(at) = fixed_time(target) {
-        return usable.iter().rev().find(|b| b.last_modified <= at).map(|b| (*b).clone()).ok_or_else(|| {
-            Stop::failed(
-                "select",
-                format!(
-                    "recovery_target {}: no restorable backup in the catalog of {store} ended at or before it \
+        return usable
+            .iter()
+            .rev()
+            .find(|b| b.last_modified <= at)
+            .map(|b| ((*b).clone(), Some(restorable.clone())))
+            .ok_or_else(|| {
+                Stop::failed(
+                    "select",
+                    format!(
+                        "recovery_target {}: no restorable backup in the catalog of {store} ended at or before it \
                      (the oldest ended {})",
-                    timestamp(at),
-                    usable.first().map(|b| timestamp(b.last_modified)).unwrap_or_else(|| "—".into())
-                ),
-            )
-        });
+                        timestamp(at),
+                        usable.first().map(|b| timestamp(b.last_modified)).unwrap_or_else(|| "—".into())
+                    ),
+                )
+            });
     }
-    let chosen = match target.select {
-        Selection::Latest => usable.last().copied(),
-        Selection::Random(window) => {
-            let since = SystemTime::now() - window;
-            let recent: Vec<&Backup> = usable.iter().copied().filter(|b| b.last_modified >= since).collect();
-            if recent.is_empty() { usable.last().copied() } else { Some(recent[rand_index(recent.len())]) }
-        }
-    };
-    chosen.cloned().ok_or_else(|| {
+    let chosen = pick(&restorable, target.select, proven).cloned();
+    chosen.map(|b| (b, Some(restorable))).ok_or_else(|| {
         Stop::failed(
             "select",
             format!("no usable backup in the catalog of {store} ({} listed, {skipped} marked in error)", all.len()),
         )
     })
+}
+
+/// When each backup last passed a verification, by key.
+type Proven = std::collections::HashMap<String, SystemTime>;
+
+/// [`History::last_proven`] of the target; `None` (with a log line) when the history
+/// cannot be read — then `least-proven` takes the newest and coverage is not reported.
+async fn proven_backups(config: &Config, target: &TargetConfig) -> Option<Proven> {
+    let history = match crate::history::History::open(&config.state.url).await {
+        Ok(h) => h,
+        Err(e) => {
+            tracing::warn!(target = %target.name, "cannot read which backups were proven: {e:#}");
+            return None;
+        }
+    };
+    let proven = history.last_proven(&target.name).await;
+    history.close().await;
+    proven.map_err(|e| tracing::warn!(target = %target.name, "cannot read which backups were proven: {e:#}")).ok()
+}
+
+/// The backup `select` takes from the restorable ones (newest first): the newest; a
+/// random one finished within the window; or the least proven — never proven first
+/// (the newest of those), else the one whose last pass is oldest.
+fn pick<'a>(newest_first: &'a [Backup], select: Selection, proven: Option<&Proven>) -> Option<&'a Backup> {
+    match (select, proven) {
+        (Selection::Latest, _) | (Selection::LeastProven, None) => newest_first.first(),
+        (Selection::Random(window), _) => {
+            let since = SystemTime::now() - window;
+            let recent: Vec<&Backup> = newest_first.iter().filter(|b| b.last_modified >= since).collect();
+            if recent.is_empty() { newest_first.first() } else { Some(recent[rand_index(recent.len())]) }
+        }
+        (Selection::LeastProven, Some(p)) => newest_first
+            .iter()
+            .find(|b| !p.contains_key(&b.key))
+            .or_else(|| newest_first.iter().min_by_key(|b| p.get(&b.key).copied().unwrap_or(SystemTime::UNIX_EPOCH))),
+    }
+}
+
+/// How much of the restorable backups passed within `within` as of `now`, and whether
+/// `chosen` is already among them.
+fn coverage(
+    restorable: &[Backup],
+    proven: &Proven,
+    within: Duration,
+    chosen: &str,
+    now: SystemTime,
+) -> (Coverage, bool) {
+    let since = now.checked_sub(within).unwrap_or(SystemTime::UNIX_EPOCH);
+    let is_proven = |key: &str| proven.get(key).is_some_and(|t| *t >= since);
+    let n = restorable.iter().filter(|b| is_proven(&b.key)).count() as u64;
+    let chosen_proven = restorable.iter().any(|b| b.key == chosen) && is_proven(chosen);
+    (
+        Coverage { restorable: restorable.len() as u64, proven: n, prove_within_seconds: secs(within) },
+        chosen_proven || !restorable.iter().any(|b| b.key == chosen),
+    )
 }
 
 /// The target's fixed recovery time, if it has one.
@@ -741,11 +822,16 @@ fn rand_index(n: usize) -> usize {
     uuid::Uuid::new_v4().as_u128() as usize % n.max(1)
 }
 
-async fn select(store: &dyn BackupStore, target: &TargetConfig, backup_key: Option<&str>) -> Result<Backup, Stop> {
+async fn select(
+    store: &dyn BackupStore,
+    target: &TargetConfig,
+    backup_key: Option<&str>,
+    proven: Option<&Proven>,
+) -> Result<(Backup, Option<Vec<Backup>>), Stop> {
     if let Some(key) = backup_key {
         let all = store.list(key).await.map_err(|e| store_stop(Stage::Select, e))?;
         // A backup named explicitly is taken even while it looks incomplete.
-        return drcheck_restore::store::group_backups(&all).into_iter().find(|b| b.key == key).ok_or_else(|| {
+        return drcheck_restore::store::group_backups(&all).into_iter().find(|b| b.key == key).map(|b| (b, None)).ok_or_else(|| {
             Stop::usage(
                 "select",
                 format!(
@@ -761,19 +847,25 @@ async fn select(store: &dyn BackupStore, target: &TargetConfig, backup_key: Opti
     // upload had finished by then (so the backup surely ended before it).
     if let (Some(at), Some(_)) = (fixed_time(target), &target.wal_prefix) {
         let candidates: Vec<Backup> = backups_newest_first(&all).into_iter().filter(|b| b.is_physical()).collect();
-        return candidates.iter().find(|b| b.last_modified <= at).cloned().ok_or_else(|| {
-            Stop::failed(
-                "select",
-                format!(
-                    "recovery_target {}: no base backup under prefix {:?} was complete by then ({} base backups)",
-                    timestamp(at),
-                    target.prefix,
-                    candidates.len()
-                ),
-            )
-        });
+        return candidates
+            .iter()
+            .find(|b| b.last_modified <= at)
+            .cloned()
+            .map(|b| (b, Some(candidates.clone())))
+            .ok_or_else(|| {
+                Stop::failed(
+                    "select",
+                    format!(
+                        "recovery_target {}: no base backup under prefix {:?} was complete by then ({} base backups)",
+                        timestamp(at),
+                        target.prefix,
+                        candidates.len()
+                    ),
+                )
+            });
     }
-    drcheck_restore::select_latest(&all).ok_or_else(|| {
+    let restorable = backups_newest_first(&all);
+    pick(&restorable, target.select, proven).cloned().map(|b| (b, Some(restorable.clone()))).ok_or_else(|| {
         Stop::failed(
             "select",
             format!(
@@ -840,21 +932,22 @@ mod select_tests {
     #[test]
     fn the_catalog_selection_skips_errors_and_picks_within_the_window() {
         let all = [backup("old", 30, "ok"), backup("a", 5, "ok"), backup("b", 2, "ok"), backup("broken", 1, "error")];
-        let latest = select_from_catalog(&all, &target("latest"), None, "repo").unwrap_or_else(|_| panic!());
+        let latest = select_from_catalog(&all, &target("latest"), None, "repo", None).unwrap_or_else(|_| panic!()).0;
         assert_eq!(latest.key, "b", "never the one in error");
         let mut seen = std::collections::BTreeSet::new();
         for _ in 0..200 {
-            let b = select_from_catalog(&all, &target("random:7d"), None, "repo").unwrap_or_else(|_| panic!());
+            let b = select_from_catalog(&all, &target("random:7d"), None, "repo", None).unwrap_or_else(|_| panic!()).0;
             seen.insert(b.key);
         }
         assert_eq!(seen.into_iter().collect::<Vec<_>>(), ["a", "b"], "random within the window, never old or broken");
-        let named = select_from_catalog(&all, &target("latest"), Some("old"), "repo").unwrap_or_else(|_| panic!());
+        let named =
+            select_from_catalog(&all, &target("latest"), Some("old"), "repo", None).unwrap_or_else(|_| panic!()).0;
         assert_eq!(named.key, "old");
-        assert!(select_from_catalog(&all, &target("latest"), Some("nope"), "repo").is_err());
+        assert!(select_from_catalog(&all, &target("latest"), Some("nope"), "repo", None).is_err());
         let none = [backup("broken", 1, "error")];
-        let Err(stop) = select_from_catalog(&none, &target("latest"), None, "repo") else { panic!() };
+        let Err(stop) = select_from_catalog(&none, &target("latest"), None, "repo", None) else { panic!() };
         assert!(stop.message.contains("1 marked in error"), "{}", stop.message);
-        let Err(stop) = select_from_catalog(&all, &target("latest"), Some("nope"), "repo") else { panic!() };
+        let Err(stop) = select_from_catalog(&all, &target("latest"), Some("nope"), "repo", None) else { panic!() };
         assert!(stop.usage, "a --backup naming nothing is the caller's mistake: {}", stop.message);
     }
 
@@ -866,11 +959,38 @@ mod select_tests {
         let between = timestamp(SystemTime::now() - Duration::from_secs(3 * 86400));
         let mut t = target("latest");
         t.recovery_target = drcheck_config::RecoveryTarget::Time(between);
-        let chosen = select_from_catalog(&all, &t, None, "repo").unwrap_or_else(|s| panic!("{}", s.message));
+        let chosen = select_from_catalog(&all, &t, None, "repo", None).unwrap_or_else(|s| panic!("{}", s.message)).0;
         assert_eq!(chosen.key, "a");
         t.recovery_target =
             drcheck_config::RecoveryTarget::Time(timestamp(SystemTime::now() - Duration::from_secs(60 * 86400)));
-        let Err(stop) = select_from_catalog(&all, &t, None, "repo") else { panic!() };
+        let Err(stop) = select_from_catalog(&all, &t, None, "repo", None) else { panic!() };
         assert!(stop.message.contains("no restorable backup") && !stop.usage, "{}", stop.message);
+    }
+
+    /// Issue 25: `least-proven` proves never-proven backups first (the newest of them),
+    /// then the one whose last pass is oldest; coverage counts passes within the window.
+    #[test]
+    fn least_proven_works_through_retention_and_coverage_counts_it() {
+        let all = [backup("c1", 3, "ok"), backup("c2", 2, "ok"), backup("c3", 1, "ok"), backup("bad", 0, "error")];
+        let t = target("least-proven");
+        let mut proven = Proven::new();
+        let mut order = Vec::new();
+        let now = SystemTime::now();
+        for i in 0..4u64 {
+            let (b, restorable) =
+                select_from_catalog(&all, &t, None, "repo", Some(&proven)).unwrap_or_else(|_| panic!());
+            let (c, _) = coverage(restorable.as_deref().unwrap(), &proven, t.prove_within, &b.key, now);
+            assert_eq!((c.restorable, c.proven), (3, i.min(3)), "before run {i}");
+            order.push(b.key.clone());
+            proven.insert(b.key, now - Duration::from_secs(3600 * (10 - i)));
+        }
+        assert_eq!(order, ["c3", "c2", "c1", "c3"], "each once, newest first, then the oldest-proven");
+        // A pass older than prove_within no longer counts.
+        proven.insert("c2".into(), now - t.prove_within - Duration::from_secs(1));
+        let (c, chosen_proven) = coverage(&all[..3], &proven, t.prove_within, "c2", now);
+        assert_eq!((c.restorable, c.proven, chosen_proven), (3, 2, false));
+        // Without a history, least-proven is the newest.
+        let (b, _) = select_from_catalog(&all, &t, None, "repo", None).unwrap_or_else(|_| panic!());
+        assert_eq!(b.key, "c3");
     }
 }

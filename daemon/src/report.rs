@@ -158,10 +158,25 @@ pub struct RunReport {
     /// could not run: what the verdict lacks, and why.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub degraded: Option<String>,
+    /// How much of the target's retention has been proven: restorable backups, and how
+    /// many passed a verification within `prove_within` (this run included). Absent
+    /// when the store or the history could not say.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub coverage: Option<Coverage>,
     /// The run was asked for something that does not exist (a `--backup` naming nothing
     /// in the store): a usage error, never recorded as a run.
     #[serde(skip)]
     pub usage_error: Option<String>,
+}
+
+/// Proof of the retention window, backup by backup.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Coverage {
+    /// Restorable backups listed (complete, not marked in error by their tool).
+    pub restorable: u64,
+    /// Of those, how many passed a verification within `prove_within`.
+    pub proven: u64,
+    pub prove_within_seconds: f64,
 }
 
 impl RunReport {
@@ -323,6 +338,7 @@ mod tests {
             primary_queries: None,
             error: None,
             degraded: None,
+            coverage: None,
             usage_error: None,
         }
     }

@@ -210,9 +210,30 @@ async fn primary_for(
     match primary::connect(&url_for_db, &limits(target)).await {
         Ok(p) => Primary::Available(p),
         Err(why) => {
-            tracing::warn!(target = %target.name, database = db, reason = %why, "primary unreachable: comparisons skipped");
-            Primary::Unavailable(format!("cannot connect to {} (database {db:?}): {why}", url.redacted()))
+            // The primary's database, as the URL names it (the restored copy's may differ).
+            let on_primary = url::Url::parse(&url_for_db)
+                .ok()
+                .map(|u| u.path().trim_start_matches('/').to_string())
+                .unwrap_or_else(|| db.to_string());
+            let hint = primary_hint(&why);
+            tracing::warn!(target = %target.name, database = %on_primary, reason = %why, "primary unreachable: comparisons skipped{hint}");
+            Primary::Unavailable(format!("cannot connect to {} (database {on_primary:?}): {why}{hint}", url.redacted()))
         }
+    }
+}
+
+/// What to do about a failed connection to the primary, when the error says.
+fn primary_hint(why: &str) -> &'static str {
+    if why.contains("password authentication failed") || why.contains("no password") {
+        " — check the user and password in the target's primary URL (and the ${VAR} it reads)"
+    } else if why.contains("does not exist") && why.contains("database") {
+        " — the URL names a database the primary does not have"
+    } else if why.contains("Connection refused") || why.contains("no answer within") {
+        " — is the primary's host and port right, and does it accept connections from here?"
+    } else if why.contains("pg_hba.conf") {
+        " — the primary's pg_hba.conf does not admit drcheck's host/user"
+    } else {
+        ""
     }
 }
 

@@ -37,7 +37,26 @@ pub struct Breaker {
     cooloff: Duration,
 }
 
+/// Whether this process is a one-shot command (no later attempt will come).
+static ONE_SHOT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Says this process runs one command and exits: an open circuit is then reported as
+/// giving up, not as a next attempt that will never come.
+pub fn mark_one_shot() {
+    ONE_SHOT.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
 impl Breaker {
+    /// Why a call was refused while the circuit is open, `wait` before the next probe:
+    /// a daemon tries again; a one-shot command has given up.
+    pub fn refusal(&self, wait: Duration, last: &str) -> String {
+        if ONE_SHOT.load(std::sync::atomic::Ordering::Relaxed) {
+            format!("gave up after {} failed attempts in a row (the last: {last})", self.threshold)
+        } else {
+            format!("circuit open after repeated failures (the last: {last}); next attempt in {}s", wait.as_secs())
+        }
+    }
+
     pub fn new(threshold: u32, cooloff: Duration) -> Self {
         Self { inner: Mutex::new(Inner { failures: 0, open_until: None, probing: false }), threshold, cooloff }
     }

@@ -187,6 +187,9 @@ impl Repo {
                     // The restored cluster must never push WAL into the repository.
                     "--archive-mode=off".into(),
                     "--type=immediate".into(),
+                    // pgBackRest restores with one process unless told: give it the
+                    // machine's cores, as an operator restoring by hand would.
+                    format!("--process-max={}", process_max()),
                 ],
             )
             .await?;
@@ -408,6 +411,11 @@ fn parse_info(json: &[u8], stanza: &str) -> Result<Catalog, String> {
         archive_max: archive.and_then(|a| text(&a["max"])),
         archive_min: archive.and_then(|a| text(&a["min"])),
     })
+}
+
+/// Processes for `pgbackrest restore`: the cores this process may use (1–16).
+fn process_max() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, 16)
 }
 
 #[cfg(test)]

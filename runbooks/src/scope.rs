@@ -113,24 +113,29 @@ fn missing(name: &str) -> String {
 
 /// Redacts the password of every `scheme://user:password@host` URL inside `text`.
 pub fn redact_urls(text: &str) -> String {
-    if !text.contains("://") {
-        return text.to_string();
-    }
-    text.split_inclusive(char::is_whitespace)
-        .map(|word| {
-            let trimmed = word.trim_end();
-            let rest = &word[trimmed.len()..];
-            let (lead, core) = match trimmed.find(|c: char| c.is_ascii_alphabetic()) {
-                Some(i) => trimmed.split_at(i),
-                None => ("", trimmed),
-            };
-            if core.contains("://") {
-                format!("{lead}{}{rest}", drcheck_config::redact_url(core))
-            } else {
-                word.to_string()
+    // Only the password of each `scheme://user:password@host` changes: everything else —
+    // quotes, `;`, spaces — stays byte for byte, so the plan shown is the command run.
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find("://") {
+        let (head, tail) = rest.split_at(at + 3);
+        out.push_str(head);
+        let authority_end = tail
+            .find(|c: char| matches!(c, '/' | '?' | '#' | '"' | '\'' | '`') || c.is_whitespace())
+            .unwrap_or(tail.len());
+        let authority = &tail[..authority_end];
+        match authority.rfind('@').and_then(|a| authority[..a].find(':').map(|c| (c, a))) {
+            Some((colon, a)) => {
+                out.push_str(&authority[..=colon]);
+                out.push_str("***");
+                out.push_str(&authority[a..]);
             }
-        })
-        .collect()
+            None => out.push_str(authority),
+        }
+        rest = &tail[authority_end..];
+    }
+    out.push_str(rest);
+    out
 }
 
 /// `text` with every secret value replaced by `***`.
@@ -144,6 +149,15 @@ pub fn scrub(text: &str, secrets: &[String]) -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn urls_lose_their_password_and_nothing_else() {
+        let cmd = r#"psql "postgres://app:s3cr:et@db:5432/orders?sslmode=require" -c "select 1; select 'a b';" && curl https://h/x%20y"#;
+        let want = r#"psql "postgres://app:***@db:5432/orders?sslmode=require" -c "select 1; select 'a b';" && curl https://h/x%20y"#;
+        assert_eq!(redact_urls(cmd), want);
+        assert_eq!(redact_urls("no url; \"quoted\""), "no url; \"quoted\"");
+        assert_eq!(redact_urls("postgres://user@h/db"), "postgres://user@h/db");
+    }
+
     use super::*;
 
     fn scope() -> Scope {

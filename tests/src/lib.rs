@@ -568,12 +568,23 @@ impl Daemon {
     /// [`Daemon::start`] with the open-files limit set to `(soft, hard)` first, as a
     /// service manager would (systemd's default soft limit is 1024).
     pub fn start_limited(config: &Path, port: u16, env: &[(&str, String)], nofile: Option<(u64, u64)>) -> Self {
+        Self::spawn(config, port, env, nofile, &["-v"])
+    }
+
+    /// [`Daemon::start`] at the default log level (no `-v`), as a service runs it.
+    pub fn start_default_logging(config: &Path, port: u16, env: &[(&str, String)]) -> Self {
+        Self::spawn(config, port, env, None, &[])
+    }
+
+    fn spawn(config: &Path, port: u16, env: &[(&str, String)], nofile: Option<(u64, u64)>, flags: &[&str]) -> Self {
         let mut cmd = Command::new(drcheck_bin());
         if let Some((soft, hard)) = nofile {
             under_prlimit(&mut cmd, soft, hard);
         }
         let mut child = cmd
-            .args(["--config", &config.display().to_string(), "-v", "daemon"])
+            .args(["--config", &config.display().to_string()])
+            .args(flags)
+            .arg("daemon")
             .envs(AWS_ENV)
             .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
             .env_remove("RUST_LOG")

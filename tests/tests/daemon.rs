@@ -49,15 +49,26 @@ fn the_daemon_serves_health_metrics_and_the_trigger_api() {
     assert_eq!(status, 202, "{body}");
     let run_id = serde_json::from_str::<serde_json::Value>(&body).unwrap()["run_id"].as_str().unwrap().to_string();
     assert_eq!(http_request(port, "POST", path, &auth, "").0, 409, "the target is already running");
+    // The run id the trigger returned can be looked up: running (202), then recorded (200).
+    let by_id = format!("/api/v1/runs/{run_id}");
+    assert_eq!(http_request(port, "GET", &by_id, &[], "").0, 401, "the API needs the token");
+    let (status, body) = http_request(port, "GET", &by_id, &auth, "");
+    assert!(status == 202 && body.contains("\"running\"") || status == 200, "{status} {body}");
+    let (status, body) = http_request(port, "GET", "/api/v1/runs/no-such-run", &auth, "");
+    assert_eq!(status, 404, "{body}");
 
     let deadline = Instant::now() + Duration::from_secs(90);
     let run = loop {
-        if let Some(r) = runs(port).into_iter().find(|r| r["run_id"] == run_id.as_str()) {
-            break r;
+        let (status, body) = http_request(port, "GET", &by_id, &auth, "");
+        if status == 200 {
+            break serde_json::from_str::<serde_json::Value>(&body).unwrap();
         }
+        assert_eq!(status, 202, "{body}");
         assert!(Instant::now() < deadline, "run {run_id} never recorded");
         std::thread::sleep(Duration::from_millis(200));
     };
+    assert_eq!(run["run_id"], run_id.as_str(), "{run}");
+    assert!(runs(port).into_iter().any(|r| r["run_id"] == run_id.as_str()));
     assert_eq!(run["result"], "passed", "{run}");
     let metrics = http_get(port, "/metrics");
     assert_eq!(drcheck_e2e::sample(&metrics, "drcheck_last_run_success", "target=\"orders\""), Some(1.0), "{metrics}");
@@ -257,4 +268,46 @@ fn healthz_answers_within_a_second_while_two_sandboxes_are_torn_down() {
     let h: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let passed = h["runs"].as_array().unwrap().iter().filter(|r| r["result"] == "passed").count();
     assert_eq!(passed, 2, "{h}");
+}
+
+/// Issue 26: at its default log level the daemon says what it is doing — start-up
+/// (version, config, listen address, each target's next run), each run's start and
+/// verdict, a reload, the shutdown — at INFO, and WARN is for what needs a person.
+#[test]
+fn the_daemon_speaks_at_info_by_default() {
+    let scene = Scene::start();
+    let port = free_port();
+    let config = daemon_config(&scene, port, None, "schedule = \"0 3 * * *\"");
+    let mut d = Daemon::start_default_logging(&config, port, &scene.env());
+    let auth = [("Authorization", "Bearer tok-123")];
+    let (status, body) = http_request(port, "POST", "/api/v1/targets/orders/verify", &auth, "");
+    assert_eq!(status, 202, "{body}");
+    let run_id = serde_json::from_str::<serde_json::Value>(&body).unwrap()["run_id"].as_str().unwrap().to_string();
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while http_request(port, "GET", &format!("/api/v1/runs/{run_id}"), &auth, "").0 != 200 {
+        assert!(Instant::now() < deadline, "run {run_id} never recorded");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    d.signal(nix::sys::signal::Signal::SIGHUP);
+    std::thread::sleep(Duration::from_millis(500));
+    let (status, _) = d.terminate(Duration::from_secs(60));
+    assert!(status.success());
+    let log = d.stderr_text();
+    let line = |needle: &str| {
+        log.lines().find(|l| l.contains(needle)).unwrap_or_else(|| panic!("no {needle:?} line in:\n{log}")).to_string()
+    };
+    let start = line("daemon listening");
+    assert!(start.contains("INFO") && start.contains(&format!("127.0.0.1:{port}")), "{start}");
+    assert!(start.contains(env!("CARGO_PKG_VERSION")) && start.contains(&config.display().to_string()), "{start}");
+    assert!(line("scheduled").contains("next_run="), "{log}");
+    assert!(line("verification started").contains(&run_id), "{log}");
+    let finished = line("verification finished");
+    assert!(finished.contains("INFO") && finished.contains("result=\"passed\""), "{finished}");
+    // Logs and findings agree: a pass over nothing is logged as the skip it is recorded as.
+    let lo = log.lines().find(|l| l.contains("validator finished") && l.contains("validator=large_objects"));
+    assert!(lo.is_some_and(|l| l.contains("status=\"skipped\"") || l.contains("status=skipped")), "{log}");
+    for needle in ["config reloaded", "shutting down"] {
+        assert!(line(needle).contains("INFO"), "{log}");
+    }
+    assert!(!log.contains("WARN"), "nothing here needs a person:\n{log}");
 }

@@ -181,4 +181,28 @@ fn generated_cronjobs_fit_kubernetes_and_never_collide() {
     assert!(name.len() + "drcheck-".len() <= 52, "{name}");
     let label = yaml.lines().find_map(|l| l.trim().strip_prefix("drcheck.io/target: ")).expect("a label");
     assert!(label.len() <= 63, "{label}");
+    // A target without a schedule gets a default one, and is told so.
+    assert!(drcheck_e2e::stderr(&out).contains("no schedule in the config: its CronJob runs daily at 03:00 UTC"));
+}
+
+/// Issue 26: the image is the operator's choice, never a silent `drcheck:latest`.
+#[test]
+fn deploy_kubernetes_requires_an_image() {
+    let dir = drcheck_e2e::TempRoot::new();
+    let config = dir.path().join("c.toml");
+    std::fs::write(
+        &config,
+        "[storage.b]\nkind = \"filesystem\"\npath = \"/nonexistent\"\n[[target]]\nname = \"orders\"\nstorage = \"b\"\nrto = \"30m\"\nrpo = \"1d\"\nschedule = \"0 4 * * *\"\n",
+    )
+    .unwrap();
+    let c = config.display().to_string();
+    let (out, _) = drcheck_e2e::drcheck(
+        &["--config", &c, "deploy", "kubernetes", "--scratch-size", "10Gi"],
+        &[],
+        std::time::Duration::from_secs(60),
+    );
+    let err = drcheck_e2e::stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("--image"), "{err}");
+    assert!(!drcheck_e2e::stdout(&out).contains("drcheck:latest"));
 }

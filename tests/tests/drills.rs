@@ -503,3 +503,29 @@ rollbacks:
     assert_eq!(step(&j, "slow rollback")["status"], "aborted");
     assert_eq!(step(&j, "later rollback")["status"], "skipped");
 }
+
+/// Issue 26: the dry run shows the command that will run, byte for byte — quotes,
+/// semicolons and a URL's query included — with only a URL's password masked; and the
+/// real run executes exactly that.
+#[test]
+fn the_dry_run_shows_the_command_that_runs() {
+    let root = TempRoot::new();
+    let out_file = root.path().join("out.txt");
+    let command = format!(
+        r#"printf '%s\n' "postgres://app:pw-secret@db:5432/orders?sslmode=require" "a;b" 'c "d"' > {}"#,
+        out_file.display()
+    );
+    let yaml = format!(
+        "title: Exact\nsteps:\n  - name: write\n    shell: {{command: {}}}\n    recovery: true\n",
+        serde_json::to_string(&command).unwrap()
+    );
+    let file = runbook(&root, "exact.yaml", &yaml);
+    let (out, _) = drcheck(&["drill", "run", &file.display().to_string(), "--dry-run"], &[], LIMIT);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let shown = command.replace("app:pw-secret@", "app:***@");
+    assert!(stdout(&out).contains(&format!("$ {shown}\n")), "{}", stdout(&out));
+    let (out, _) = run(&root, &file, &[], &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let written = std::fs::read_to_string(&out_file).unwrap();
+    assert_eq!(written, "postgres://app:pw-secret@db:5432/orders?sslmode=require\na;b\nc \"d\"\n");
+}

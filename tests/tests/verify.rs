@@ -339,6 +339,33 @@ fn a_dead_s3_endpoint_exits_3_in_bounded_time() {
     assert!(stderr(&out).contains(&format!("127.0.0.1:{dead}")), "{}", stderr(&out));
 }
 
+/// Issue 26: a one-shot run whose store keeps failing opens the circuit for the targets
+/// after — and says it gave up, not that a next attempt (which never comes) is due.
+#[test]
+fn a_one_shot_run_with_an_open_circuit_says_it_gave_up() {
+    let scene = Scene::start();
+    let mut spec = scene.spec();
+    spec.endpoint = format!("http://127.0.0.1:{}", free_port());
+    for i in 2..=7 {
+        spec.extra_target.push_str(&format!(
+            "[[target]]\nname = \"orders{i}\"\nstorage = \"backups\"\nprefix = \"orders/\"\nrto = \"10m\"\nrpo = \"26h\"\n"
+        ));
+    }
+    let c = cfg(&scene.config(&spec));
+    let (out, _) = drcheck(&["--config", &c, "verify", "--json"], &scene.env(), LIMIT);
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let messages: Vec<String> = report["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["error"]["message"].as_str().unwrap_or_default().to_string())
+        .collect();
+    assert_eq!(messages.len(), 7, "{report}");
+    assert!(messages.iter().any(|m| m.contains("gave up after 5 failed attempts in a row")), "{messages:#?}");
+    assert!(messages.iter().all(|m| !m.contains("next attempt")), "{messages:#?}");
+}
+
 #[test]
 fn sigterm_during_a_restore_exits_promptly_and_leaves_nothing() {
     let scene = Scene::start();
@@ -558,4 +585,63 @@ fn the_history_store_can_be_a_shared_postgresql() {
     assert_eq!(rows, "2", "the runs live in PostgreSQL");
     let (out, _) = drcheck(&["--config", &c, "config", "check"], &scene.env(), LIMIT);
     assert!(!drcheck_e2e::stdout(&out).contains(&pw), "the state password is redacted");
+}
+
+/// Issue 26: `--version` names the commit the binary was built from.
+#[test]
+fn the_version_names_the_commit() {
+    let (out, _) = drcheck(&["--version"], &[], Duration::from_secs(30));
+    assert_eq!(out.status.code(), Some(0));
+    let shown = stdout(&out);
+    let commit = shown.split("(commit ").nth(1).and_then(|r| r.split(')').next()).unwrap_or_else(|| panic!("{shown}"));
+    assert!(commit.len() == 12 && commit.chars().all(|c| c.is_ascii_hexdigit()), "{shown}");
+    let git = std::process::Command::new("git")
+        .args(["cat-file", "-t", commit])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&git.stdout).trim(), "commit", "{commit} is a commit of this checkout");
+}
+
+/// Issue 26: no AWS credentials at all — one line that says what to set, no pages of
+/// credential-provider warnings, no Rust debug formatting, no retries of what cannot
+/// change, and exit 3.
+#[test]
+fn missing_aws_credentials_say_what_to_set() {
+    let scene = Scene::start();
+    let c = cfg(&scene.config(&scene.spec()));
+    let home = scene.root.path().join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    let mut cmd = std::process::Command::new(drcheck_e2e::drcheck_bin());
+    cmd.args(["--config", &c, "backups", "list"])
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("HOME", &home)
+        .env("AWS_DEFAULT_REGION", "us-east-1")
+        .env("ORDERS_PW", &scene.password);
+    let (out, took) = drcheck_e2e::run_with_timeout(cmd, LIMIT);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(3), "{err}");
+    assert!(err.contains("no AWS credentials") && err.contains("AWS_ACCESS_KEY_ID"), "{err}");
+    assert!(!err.contains("ProviderError(") && !err.contains("DispatchFailure(") && !err.contains(" { "), "{err}");
+    assert!(!err.contains("WARN"), "{err}");
+    assert!(took < Duration::from_secs(20), "not retried: {took:?}");
+}
+
+/// Issue 26: a wrong primary password names the primary's database (the URL's, not the
+/// restored copy's) and says what to check.
+#[test]
+fn a_wrong_primary_password_says_what_to_check() {
+    let scene = Scene::start();
+    let mut spec = scene.spec();
+    spec.primary = scene.primary.url("verifier", "not-the-password", "orders");
+    spec.extra_target = "[target.validators]\nenabled = [\"row_counts\"]\n".into();
+    let c = cfg(&scene.config(&spec));
+    let (out, _) = drcheck(&["--config", &c, "verify", "--json"], &scene.env(), LIMIT);
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    let run = only_run(&out);
+    let msg = run["error"]["message"].as_str().unwrap_or_default();
+    assert!(msg.contains("database \"orders\""), "{msg}");
+    assert!(msg.contains("check the user and password in the target's primary URL"), "{msg}");
+    assert!(!msg.contains("not-the-password") && !stderr(&out).contains("not-the-password"), "{msg}");
 }

@@ -93,6 +93,7 @@ pub(super) fn validate_target(
         None => Selection::Latest,
         Some(v) => match v.get_ref().as_str() {
             "latest" => Selection::Latest,
+            "least-proven" => Selection::LeastProven,
             "random" => Selection::Random(Duration::from_secs(7 * 86400)),
             other => match other.strip_prefix("random:").map(crate::parse_duration) {
                 Some(Ok(d)) if !d.is_zero() => Selection::Random(d),
@@ -100,11 +101,17 @@ pub(super) fn validate_target(
                     return Err(cx.err(
                         &key("select"),
                         Some(v.span()),
-                        format!("expected \"latest\", \"random\" or \"random:7d\" (a window), got {other:?}"),
+                        format!(
+                            "expected \"latest\", \"least-proven\", \"random\" or \"random:7d\" (a window), got {other:?}"
+                        ),
                     ));
                 }
             },
         },
+    };
+    let prove_within = match &t.prove_within {
+        None => Duration::from_secs(30 * 86400),
+        Some(p) => cx.duration(&key("prove_within"), p)?,
     };
     let integrity_schedule = match &t.integrity_schedule {
         None => None,
@@ -140,6 +147,7 @@ pub(super) fn validate_target(
         integrity_schedule,
         source,
         select,
+        prove_within,
         schedule,
         jitter,
         stale_after,

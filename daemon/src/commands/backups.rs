@@ -8,8 +8,22 @@ use std::time::SystemTime;
 
 pub async fn list(config: &Config, target: Option<&str>, json: bool) -> Result<Exit, CliError> {
     let targets = super::select_targets(config, target)?;
+    // When each backup last passed a verification: the history's word (left out, with
+    // a warning, when the history cannot be read).
+    let history = match crate::history::History::open(&config.state.url).await {
+        Ok(h) => Some(h),
+        Err(e) => {
+            crate::errln!("drcheck: warning: last_proven_at left out: {e:#}");
+            None
+        }
+    };
     let mut out = Vec::new();
     for t in targets {
+        let proven = match &history {
+            Some(h) => h.last_proven(&t.name).await.ok(),
+            None => None,
+        };
+        let proven_at = |key: &str| proven.as_ref().and_then(|p| p.get(key)).map(|at| timestamp(*at));
         // Whether unreachable or refusing (403, no such bucket), a store that cannot be
         // listed is a problem outside the backups: exit 3.
         let (store, backups) = list_backups(config, t).await.map_err(|e| {
@@ -20,6 +34,9 @@ pub async fn list(config: &Config, target: Option<&str>, json: bool) -> Result<E
                 .iter()
                 .map(|b| {
                     let mut v = serde_json::json!({"key": b.key, "size_bytes": b.size, "created_at": timestamp(b.last_modified)});
+                    if proven.is_some() {
+                        v["last_proven_at"] = proven_at(&b.key).into();
+                    }
                     if let Some(c) = &b.catalog {
                         v["source"] = c.tool.into();
                         v["type"] = c.kind.clone().into();
@@ -33,7 +50,13 @@ pub async fn list(config: &Config, target: Option<&str>, json: bool) -> Result<E
                 .collect();
             out.push(serde_json::json!({"target": t.name, "store": store, "backups": items}));
         } else {
-            crate::outln!("{} — {} under {:?}: {} backups", t.name, store, t.prefix, backups.len());
+            crate::outln!(
+                "{} — {} under {:?}: {}",
+                t.name,
+                store,
+                t.prefix,
+                crate::out::count(backups.len(), "backup")
+            );
             let latest = backups.iter().position(|b| b.catalog.as_ref().is_none_or(|c| c.status == "ok"));
             for (i, b) in backups.iter().enumerate() {
                 let age = SystemTime::now().duration_since(b.last_modified).unwrap_or_default();
@@ -49,8 +72,13 @@ pub async fn list(config: &Config, target: Option<&str>, json: bool) -> Result<E
                     .filter(|c| c.status != "ok")
                     .map(|c| format!("  [{}]", crate::out::shown(&c.status)))
                     .unwrap_or_default();
+                let last_proven = match (&proven, proven_at(&b.key)) {
+                    (None, _) => String::new(),
+                    (Some(_), Some(at)) => format!("  proven {at}"),
+                    (Some(_), None) => "  never proven".to_string(),
+                };
                 crate::outln!(
-                    "  {:<6} {}{catalog}  {:>12} B  {}  (age {}){status}",
+                    "  {:<6} {}{catalog}  {:>12} B  {}  (age {}){status}{last_proven}",
                     marker,
                     crate::out::shown(&b.key),
                     b.size,
@@ -59,6 +87,9 @@ pub async fn list(config: &Config, target: Option<&str>, json: bool) -> Result<E
                 );
             }
         }
+    }
+    if let Some(h) = history {
+        h.close().await;
     }
     if json {
         crate::outln!(

@@ -23,7 +23,7 @@ pub async fn run(config: Config) -> Result<Exit, CliError> {
                 _ = hup.recv() => { let _ = reload_tx.try_send(()); }
             }
         }
-        tracing::warn!("signal received: shutting down");
+        tracing::info!("signal received: shutting down");
         stop.cancel();
     });
     crate::daemon::run(config, shutdown, reload_rx).await.map_err(CliError::incomplete)?;

@@ -1,7 +1,8 @@
 //! The daemon's HTTP surface: the status pages `/` and `/targets/{name}` (`status.rs`),
-//! `/metrics`, `/healthz`, `/readyz`, `GET /api/v1/runs`,
-//! `POST /api/v1/targets/{name}/verify` (bearer token; 401 without it, 404 for an
-//! unknown target, 409 while that target runs, 202 with the run id otherwise).
+//! `/metrics`, `/healthz`, `/readyz`, `GET /api/v1/runs`, `GET /api/v1/runs/{id}` (the
+//! recorded report; 202 with `status: running` for a triggered run not recorded yet;
+//! 404 otherwise), `POST /api/v1/targets/{name}/verify` (bearer token; 401 without it,
+//! 404 for an unknown target, 409 while that target runs, 202 with the run id otherwise).
 //!
 //! With `[api] token` set, every route under `/api` needs it (a layer over the whole
 //! `/api` tree, so a new route cannot forget it) and the status pages ask for it
@@ -18,6 +19,7 @@ use std::sync::Arc;
 pub fn router(shared: Arc<Shared>) -> axum::Router {
     let api = axum::Router::new()
         .route("/api/v1/runs", get(runs))
+        .route("/api/v1/runs/{id}", get(run_by_id))
         .route("/api/v1/targets/{name}/verify", post(trigger))
         .route_layer(axum::middleware::from_fn_with_state(shared.clone(), require_token));
     axum::Router::new()
@@ -83,6 +85,22 @@ async fn runs(State(s): State<Arc<Shared>>, Query(q): Query<RunsQuery>) -> Respo
     }
 }
 
+async fn run_by_id(State(s): State<Arc<Shared>>, Path(id): Path<String>) -> Response {
+    match s.history.run(&id).await {
+        Ok(Some(run)) => Json(serde_json::json!(run)).into_response(),
+        Ok(None) => match s.triggered.lock().unwrap().get(&id) {
+            Some(target) => {
+                (StatusCode::ACCEPTED, Json(serde_json::json!({"run_id": id, "target": target, "status": "running"})))
+                    .into_response()
+            }
+            None => {
+                (StatusCode::NOT_FOUND, Json(serde_json::json!({"error": format!("no run {id:?}")}))).into_response()
+            }
+        },
+        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, format!("{e:#}\n")).into_response(),
+    }
+}
+
 /// Constant-time comparison, so the token cannot be guessed byte by byte.
 pub(super) fn same(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
@@ -104,11 +122,13 @@ async fn trigger(State(s): State<Arc<Shared>>, Path(name): Path<String>, headers
             .into_response();
     }
     let run_id = crate::pipeline::new_run_id();
+    s.triggered.lock().unwrap().insert(run_id.clone(), name.clone());
     let (sh, rid, t) = (s.clone(), run_id.clone(), name.clone());
     s.tracker.spawn(async move {
-        if let Err(e) = run_target(sh.clone(), t.clone(), rid).await {
+        if let Err(e) = run_target(sh.clone(), t.clone(), rid.clone()).await {
             tracing::warn!(target = %t, "triggered run did not start: {e}");
         }
+        sh.triggered.lock().unwrap().remove(&rid);
         sh.running.lock().unwrap().remove(&t);
     });
     (StatusCode::ACCEPTED, Json(serde_json::json!({"run_id": run_id, "target": name}))).into_response()

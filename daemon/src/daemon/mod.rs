@@ -47,6 +47,8 @@ pub struct Shared {
     pub tracker: TaskTracker,
     /// Cancels runs in flight (after the grace period).
     pub runs_cancel: CancellationToken,
+    /// Runs the trigger API accepted and that are not recorded yet: run id → target.
+    pub triggered: std::sync::Mutex<std::collections::HashMap<String, String>>,
 }
 
 impl Shared {
@@ -161,6 +163,7 @@ pub async fn run(
         holder: crate::history::lease_holder_name("daemon"),
         tracker: TaskTracker::new(),
         runs_cancel: CancellationToken::new(),
+        triggered: Default::default(),
     });
     let config = shared.config();
     shared.metrics.init(&config);
@@ -168,7 +171,21 @@ pub async fn run(
     let listener = tokio::net::TcpListener::bind(listen).await.with_context(|| format!("cannot listen on {listen}"))?;
     let nofile = serve::raise_nofile_limit();
     let max_connections = serve::max_connections(nofile);
-    tracing::info!(%listen, max_connections, "daemon listening");
+    tracing::info!(
+        version = env!("CARGO_PKG_VERSION"),
+        config = %shared.config_path.display(),
+        %listen,
+        max_connections,
+        targets = config.targets.len(),
+        "daemon listening"
+    );
+    for t in &config.targets {
+        let next = t.schedule.as_ref().and_then(|s| s.next_after(chrono::Utc::now()));
+        match next {
+            Some(at) => tracing::info!(target = %t.name, next_run = %at.to_rfc3339(), "scheduled"),
+            None => tracing::info!(target = %t.name, "on demand (no schedule)"),
+        }
+    }
     let http_stop = CancellationToken::new();
     let server = {
         let (app, stop) = (http::router(shared.clone()), http_stop.clone());
@@ -223,7 +240,7 @@ pub async fn run(
                 let old = shared.config();
                 match drcheck_config::load(&path) {
                     Ok(new) => {
-                        tracing::warn!(path = %path.display(), targets = new.targets.len(), "config reloaded");
+                        tracing::info!(path = %path.display(), targets = new.targets.len(), "config reloaded");
                         pending = schedule::pending(&before, &entries(&new), chrono::Utc::now());
                         shared.metrics.forget_removed(&old, &new);
                         shared.metrics.init(&new);
@@ -240,7 +257,7 @@ pub async fn run(
     }
 
     // Shutdown: no new runs; runs in flight get a grace period, then are cancelled.
-    tracing::warn!("shutting down: {} run(s) in flight", shared.running.lock().unwrap().len());
+    tracing::info!("shutting down: {} run(s) in flight", shared.running.lock().unwrap().len());
     shared.tracker.close();
     if tokio::time::timeout(GRACE, shared.tracker.wait()).await.is_err() {
         shared.runs_cancel.cancel();

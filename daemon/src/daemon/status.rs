@@ -119,13 +119,13 @@ pub async fn index(State(s): State<Arc<Shared>>, headers: HeaderMap) -> Response
         config.targets.iter().filter(|t| latest.get(&t.name).is_some_and(|r| r.result.as_str() == "passed")).count();
     let _ = writeln!(
         b,
-        "<p id=\"overview\">{passing} of {} targets passed their last verification · {}</p>",
-        config.targets.len(),
+        "<p id=\"overview\">{passing} of {} passed their last verification · {}</p>",
+        crate::out::count(config.targets.len(), "target"),
         esc(&timestamp(std::time::SystemTime::now()))
     );
     let _ = writeln!(
         b,
-        "<table id=\"targets\"><thead><tr><th>target</th><th>last verdict</th><th>when</th><th>RTO measured / target</th><th>recoverable point age / RPO</th><th>next run</th><th>last failure</th></tr></thead><tbody>"
+        "<table id=\"targets\"><thead><tr><th>target</th><th>last verdict</th><th>when</th><th>RTO measured / target</th><th>recoverable point age / RPO</th><th>backups proven</th><th>next run</th><th>last failure</th></tr></thead><tbody>"
     );
     for t in &config.targets {
         let run = latest.get(&t.name);
@@ -141,13 +141,25 @@ pub async fn index(State(s): State<Arc<Shared>>, headers: HeaderMap) -> Response
             }
             None => ("never run".into(), "—".into(), "—".into()),
         };
+        // How much of the retention has been proven (the latest run's count).
+        let proven = run
+            .and_then(|r| r.coverage.as_ref())
+            .map(|c| {
+                format!(
+                    "{} of {} within {}",
+                    c.proven,
+                    c.restorable,
+                    drcheck_config::format_duration(std::time::Duration::from_secs_f64(c.prove_within_seconds))
+                )
+            })
+            .unwrap_or_else(|| "—".into());
         let why = failures
             .get(&t.name)
             .map(|r| format!("{} ({})", esc(&RunEvidence::from_report(r).reasons.join(" | ")), age(&r.started_at)))
             .unwrap_or_default();
         let _ = writeln!(
             b,
-            "<tr class=\"target\" id=\"target-{n}\" data-verdict=\"{verdict}\"><td data-label=\"target\"><a href=\"/targets/{n}\">{n}</a></td><td data-label=\"verdict\"><span class=\"verdict {verdict}\">{verdict}</span></td><td data-label=\"when\">{when}</td><td data-label=\"RTO\">{rto}</td><td data-label=\"RPO\">{rpo}</td><td data-label=\"next\">{}</td><td data-label=\"last failure\" class=\"why\">{why}</td></tr>",
+            "<tr class=\"target\" id=\"target-{n}\" data-verdict=\"{verdict}\"><td data-label=\"target\"><a href=\"/targets/{n}\">{n}</a></td><td data-label=\"verdict\"><span class=\"verdict {verdict}\">{verdict}</span></td><td data-label=\"when\">{when}</td><td data-label=\"RTO\">{rto}</td><td data-label=\"RPO\">{rpo}</td><td data-label=\"proven\" class=\"proven\">{proven}</td><td data-label=\"next\">{}</td><td data-label=\"last failure\" class=\"why\">{why}</td></tr>",
             next_run(&s, &t.name),
             n = esc(&t.name)
         );

@@ -14,7 +14,7 @@ use aws_sdk_s3::config::http::HttpResponse;
 use aws_sdk_s3::config::retry::RetryConfig;
 use aws_sdk_s3::config::timeout::TimeoutConfig;
 use aws_sdk_s3::config::{BehaviorVersion, Region, RequestChecksumCalculation, ResponseChecksumValidation};
-use aws_sdk_s3::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
+use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
 use drcheck_config::S3Storage;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -111,8 +111,17 @@ impl S3Store {
         let changed = matches!(&e, SdkError::ServiceError(s) if s.raw().status().as_u16() == 412);
         let (message, unreachable) = match &e {
             SdkError::TimeoutError(_) => (format!("{what}: timed out"), true),
+            // Asking again cannot find credentials that are not configured.
+            SdkError::DispatchFailure(_) if chain(&e).contains("loading credentials") => (
+                format!(
+                    "{what}: no AWS credentials for this store: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY \
+                     (or AWS_PROFILE, or a web-identity/instance role) in drcheck's environment ({})",
+                    chain(&e)
+                ),
+                false,
+            ),
             SdkError::DispatchFailure(_) => {
-                let detail = DisplayErrorContext(&e).to_string();
+                let detail = chain(&e);
                 // A certificate the client does not trust stays untrusted: asking again
                 // cannot help (set ca_file), unlike a refused or reset connection.
                 if detail.contains("invalid peer certificate") || detail.contains("UnknownIssuer") {
@@ -121,7 +130,7 @@ impl S3Store {
                     (format!("{what}: cannot reach the endpoint after retries: {detail}"), true)
                 }
             }
-            SdkError::ResponseError(_) => (format!("{what}: invalid response: {}", DisplayErrorContext(&e)), true),
+            SdkError::ResponseError(_) => (format!("{what}: invalid response: {}", chain(&e)), true),
             SdkError::ServiceError(s) => {
                 let err = s.err();
                 let code = err.code().unwrap_or("unknown error");
@@ -130,11 +139,26 @@ impl S3Store {
                 let server_side = status >= 500 || status == 429;
                 (format!("{what}: HTTP {status} {code} {msg}").trim_end().to_string(), server_side)
             }
-            _ => (format!("{what}: {}", DisplayErrorContext(&e)), false),
+            _ => (format!("{what}: {}", chain(&e)), false),
         };
         let message = self.scrub(message);
         StoreError { store: self.describe(), message, unreachable: unreachable && !changed, changed }
     }
+}
+
+/// An error and its causes as people read them: each distinct `Display` message once,
+/// joined by ": " (the SDK's `DisplayErrorContext` appends `Debug` dumps).
+fn chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    let mut next = Some(e);
+    while let Some(err) = next {
+        let text = err.to_string();
+        if !text.is_empty() && !parts.iter().any(|p| p.contains(&text)) {
+            parts.push(text);
+        }
+        next = err.source();
+    }
+    parts.join(": ")
 }
 
 impl S3Store {
@@ -160,10 +184,7 @@ impl S3Store {
             let last = self.last_failure.lock().unwrap().clone().unwrap_or_default();
             return Err(StoreError {
                 store: self.describe(),
-                message: format!(
-                    "circuit open after repeated failures (the last: {last}); next attempt in {}s",
-                    wait.as_secs()
-                ),
+                message: self.breaker.refusal(wait, &last),
                 unreachable: true,
                 changed: false,
             });
@@ -353,7 +374,7 @@ impl S3Store {
                 Some(Err(e)) => {
                     return Err(StoreError {
                         store: self.describe(),
-                        message: format!("{what}: body interrupted: {}", DisplayErrorContext(&e)),
+                        message: format!("{what}: body interrupted: {}", chain(&e)),
                         unreachable: true,
                         changed: false,
                     });
