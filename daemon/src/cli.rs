@@ -50,6 +50,13 @@ pub enum Command {
     /// Restore-test evidence for audits (HTML, Markdown, JUnit, JSON), signed with
     /// [evidence] signing_key; `report verify` checks a report.
     Report(ReportArgs),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell) to stdout.
+    Completions {
+        /// The shell to complete for.
+        shell: clap_complete::Shell,
+    },
+    /// Print drcheck's manual page (roff) to stdout: `drcheck man > /usr/local/share/man/man1/drcheck.1`.
+    Man,
 }
 
 #[derive(Debug, Args)]
@@ -66,6 +73,7 @@ pub enum ReportCommand {
     /// Check a report's signature and that nothing in it changed; names what did.
     /// Needs no config.
     Verify {
+        /// The report file (HTML, Markdown or JSON) to check.
         file: PathBuf,
         /// The signer's Ed25519 public key (PEM).
         #[arg(long)]
@@ -87,6 +95,7 @@ pub struct MakeReportArgs {
     /// Only these targets (repeatable); default every target of the config.
     #[arg(long = "target")]
     pub targets: Vec<String>,
+    /// The document to write: html (people), markdown, junit (CI systems), json (tools).
     #[arg(long, value_enum, default_value = "html")]
     pub format: crate::evidence::render::Format,
     /// Write here instead of stdout.
@@ -101,6 +110,7 @@ pub struct MakeReportArgs {
 pub enum DrillCommand {
     /// Check a runbook without running anything; every problem names its line.
     Check {
+        /// The runbook (YAML).
         file: PathBuf,
         /// Override a runbook variable (repeatable).
         #[arg(long = "var", value_name = "NAME=VALUE", value_parser = parse_var)]
@@ -112,6 +122,7 @@ pub enum DrillCommand {
 
 #[derive(Debug, Args)]
 pub struct DrillRunArgs {
+    /// The runbook (YAML).
     pub file: PathBuf,
     /// Print the resolved plan and execute nothing.
     #[arg(long)]
@@ -142,6 +153,7 @@ fn parse_var(s: &str) -> Result<(String, String), String> {
 pub enum DeployCommand {
     /// One CronJob per target (or --target), as YAML on stdout.
     Kubernetes {
+        /// Only this target's CronJob (default: every target, as one YAML stream).
         #[arg(long, conflicts_with = "all")]
         target: Option<String>,
         /// Every target, one file each plus a kustomization.yaml, into --output-dir.
@@ -173,6 +185,7 @@ pub enum AlertsCommand {
     List,
     /// Deliver pending alerts now (for up to --seconds).
     Deliver {
+        /// Keep delivering (with back-off) for at most this many seconds.
         #[arg(long, default_value_t = 30)]
         seconds: u64,
     },
@@ -205,15 +218,19 @@ pub struct VerifyArgs {
 pub enum BackupsCommand {
     /// List a target's backups, newest first.
     List {
+        /// Only this target (default: every target).
         #[arg(long)]
         target: Option<String>,
+        /// Print JSON (`{"targets": [...]}`) instead of the table.
         #[arg(long)]
         json: bool,
     },
     /// Download a backup (the latest, or --backup KEY) with drcheck's concurrent fetcher.
     Fetch {
+        /// The target whose store holds the backup.
         #[arg(long)]
         target: String,
+        /// The backup's key (default: the latest).
         #[arg(long)]
         backup: Option<String>,
         /// Where to write it.
@@ -224,11 +241,13 @@ pub enum BackupsCommand {
 
 #[derive(Debug, Args)]
 pub struct HistoryArgs {
+    /// Only this target's runs.
     #[arg(long)]
     pub target: Option<String>,
     /// How many runs to show.
     #[arg(long, default_value_t = 20)]
     pub limit: u32,
+    /// Print `{"runs": [...]}` instead of the table.
     #[arg(long)]
     pub json: bool,
 }
@@ -280,6 +299,24 @@ fn harden_process() {
 }
 
 pub async fn run(cli: Cli) -> Result<Exit, CliError> {
+    match &cli.command {
+        Command::Completions { shell } => {
+            let mut cmd = <Cli as clap::CommandFactory>::command();
+            let mut out = Vec::new();
+            clap_complete::generate(*shell, &mut cmd, "drcheck", &mut out);
+            crate::out!("{}", String::from_utf8_lossy(&out));
+            return Ok(Exit::Passed);
+        }
+        Command::Man => {
+            let mut out = Vec::new();
+            clap_mangen::Man::new(<Cli as clap::CommandFactory>::command())
+                .render(&mut out)
+                .map_err(|e| CliError::incomplete(anyhow::anyhow!("rendering the manual page: {e}")))?;
+            crate::out!("{}", String::from_utf8_lossy(&out));
+            return Ok(Exit::Passed);
+        }
+        _ => {}
+    }
     let path = cli.config_path();
     if !matches!(cli.command, Command::Daemon) {
         drcheck_restore::breaker::mark_one_shot();
@@ -320,6 +357,7 @@ pub async fn run(cli: Cli) -> Result<Exit, CliError> {
         }
         Command::Drill(cmd) => commands::drill::run(Some(&path), cmd).await,
         Command::Report(args) => commands::report::make(&config, args.make).await,
+        Command::Completions { .. } | Command::Man => unreachable!("answered before the config is loaded"),
     }
 }
 
@@ -358,4 +396,35 @@ fn init_logging(verbose: u8, daemon: bool) {
         // On a closed stderr it would say so with `eprintln!`, which panics there.
         .log_internal_errors(false)
         .init();
+}
+
+#[cfg(test)]
+mod help_tests {
+    use super::Cli;
+    use clap::CommandFactory;
+
+    /// Every option and argument of every command says what it is for in `--help`.
+    #[test]
+    fn every_option_has_a_help_line() {
+        fn walk(cmd: &clap::Command, path: &str, missing: &mut Vec<String>) {
+            for arg in cmd.get_arguments() {
+                let id = arg.get_id().as_str();
+                if id == "help" || id == "version" {
+                    continue;
+                }
+                if arg.get_help().is_none() && arg.get_long_help().is_none() {
+                    missing.push(format!("{path} {id}"));
+                }
+            }
+            for sub in cmd.get_subcommands() {
+                if sub.get_about().is_none() {
+                    missing.push(format!("{path} {} (the command)", sub.get_name()));
+                }
+                walk(sub, &format!("{path} {}", sub.get_name()), missing);
+            }
+        }
+        let mut missing = Vec::new();
+        walk(&Cli::command(), "drcheck", &mut missing);
+        assert!(missing.is_empty(), "no help line: {missing:#?}");
+    }
 }

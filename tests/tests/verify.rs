@@ -645,3 +645,33 @@ fn a_wrong_primary_password_says_what_to_check() {
     assert!(msg.contains("check the user and password in the target's primary URL"), "{msg}");
     assert!(!msg.contains("not-the-password") && !stderr(&out).contains("not-the-password"), "{msg}");
 }
+
+/// Issue 26: shell completions and a manual page come from the CLI itself, so they
+/// cover every command and option there is.
+#[test]
+fn completions_and_the_manual_page_come_from_the_cli() {
+    let root = TempRoot::new();
+    let (out, _) = drcheck(&["completions", "bash"], &[], Duration::from_secs(30));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let script = root.path().join("drcheck.bash");
+    std::fs::write(&script, &out.stdout).unwrap();
+    let syntax = std::process::Command::new("bash").arg("-n").arg(&script).output().unwrap();
+    assert!(syntax.status.success(), "{}", String::from_utf8_lossy(&syntax.stderr));
+    let text = stdout(&out);
+    for word in ["verify", "daemon", "backups", "--target", "--integrity-only", "completions"] {
+        assert!(text.contains(word), "{word} missing from the bash completions");
+    }
+    for shell in ["zsh", "fish"] {
+        let (out, _) = drcheck(&["completions", shell], &[], Duration::from_secs(30));
+        assert_eq!(out.status.code(), Some(0), "{shell}: {}", stderr(&out));
+        assert!(stdout(&out).contains("verify"), "{shell}");
+    }
+    // No config is needed (and none is read) for either.
+    let (out, _) = drcheck(&["--config", "/nonexistent.toml", "man"], &[], Duration::from_secs(30));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let man = stdout(&out);
+    assert!(man.starts_with(".ie") || man.contains(".TH drcheck"), "{man}");
+    for word in ["verify", "daemon", "DRCHECK_CONFIG"] {
+        assert!(man.contains(word), "{word} missing from the manual page");
+    }
+}
