@@ -20,6 +20,11 @@ command -v prometheus-alertmanager >/dev/null 2>&1 || need_apt+=(prometheus-aler
 command -v pgbackrest >/dev/null 2>&1 || need_apt+=(pgbackrest)
 command -v barman-cloud-restore >/dev/null 2>&1 || need_apt+=(barman-cli-cloud)
 command -v openssl >/dev/null 2>&1 || need_apt+=(openssl)
+# Encrypted backups: the tests encrypt fixtures with the real age and gpg CLIs, and
+# drcheck decrypts OpenPGP with gpg (contained).
+command -v age >/dev/null 2>&1 || need_apt+=(age)
+command -v gpg >/dev/null 2>&1 || need_apt+=(gnupg)
+command -v gpg-agent >/dev/null 2>&1 || need_apt+=(gpg-agent)
 # kubectl for `kubectl kustomize` in the deploy checks.
 command -v kubectl >/dev/null 2>&1 || need_apt+=(kubectl)
 # A real browser for the evidence report and status page tests (headless Chromium).

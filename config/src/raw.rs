@@ -138,6 +138,17 @@ pub struct RawTarget {
     /// What a deliberately partial dump holds (`pg_dump -n`/`-t`): schemas or tables.
     pub dump_scope: Option<Vec<Spanned<String>>>,
     pub kubernetes: Option<RawKubernetes>,
+    pub decrypt: Option<RawDecrypt>,
+}
+
+/// `[target.decrypt]`: the keys that open encrypted backups (secrets: `${VAR}` or a path).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawDecrypt {
+    pub age_identity: Option<Spanned<String>>,
+    pub age_passphrase: Option<Spanned<String>>,
+    pub gpg_passphrase: Option<Spanned<String>>,
+    pub gpg_secret_key: Option<Spanned<String>>,
 }
 
 /// `[target.kubernetes]`: how `drcheck deploy kubernetes` sizes and places the job.

@@ -309,6 +309,38 @@ pub struct TargetConfig {
     /// Whether a run may pass without its comparisons with the primary.
     pub comparisons: Comparisons,
     pub kubernetes: KubernetesConfig,
+    /// Keys for encrypted backups (`[target.decrypt]`).
+    #[serde(skip_serializing_if = "DecryptConfig::is_empty")]
+    pub decrypt: DecryptConfig,
+}
+
+/// `[target.decrypt]`: what opens an encrypted backup. Each value is a secret: the key
+/// itself (from `${VAR}`) or the path of a file that holds it, read at each run.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct DecryptConfig {
+    /// An age X25519 identity (`AGE-SECRET-KEY-1…`) or an identity file's path.
+    #[serde(serialize_with = "ser_opt_secret", skip_serializing_if = "Option::is_none")]
+    pub age_identity: Option<Secret>,
+    /// The passphrase of an `age -p` backup (age's scrypt recipient).
+    #[serde(serialize_with = "ser_opt_secret", skip_serializing_if = "Option::is_none")]
+    pub age_passphrase: Option<Secret>,
+    /// OpenPGP: the passphrase of a symmetrically encrypted backup (`gpg -c`), and of
+    /// `gpg_secret_key` when that key is protected.
+    #[serde(serialize_with = "ser_opt_secret", skip_serializing_if = "Option::is_none")]
+    pub gpg_passphrase: Option<Secret>,
+    /// OpenPGP: a secret key (armoured `-----BEGIN PGP PRIVATE KEY BLOCK-----`, or the
+    /// path of a file holding one, armoured or binary) for public-key encrypted backups.
+    #[serde(serialize_with = "ser_opt_secret", skip_serializing_if = "Option::is_none")]
+    pub gpg_secret_key: Option<Secret>,
+}
+
+impl DecryptConfig {
+    pub fn is_empty(&self) -> bool {
+        self.age_identity.is_none()
+            && self.age_passphrase.is_none()
+            && self.gpg_passphrase.is_none()
+            && self.gpg_secret_key.is_none()
+    }
 }
 
 /// `comparisons`: what a run whose comparisons with the primary could not run is.

@@ -67,7 +67,9 @@ impl From<RestoreError> for Stop {
     fn from(e: RestoreError) -> Self {
         let result = if e.is_backup_fault() { RunResult::Failed } else { RunResult::Error };
         let changed = matches!(&e, RestoreError::Store(s) if s.changed);
-        Stop { stage: e.stage().to_string(), message: e.to_string(), result, usage: false, changed }
+        // A backup that needs a key the configuration does not give: the operator's to fix.
+        let usage = matches!(&e, RestoreError::Config { .. });
+        Stop { stage: e.stage().to_string(), message: e.to_string(), result, usage, changed }
     }
 }
 
@@ -539,6 +541,7 @@ async fn steps(
         created_at_source: None,
         uploaded_at: run.m.uploaded_at.map(timestamp),
         format: None,
+        encryption: None,
         kind: backup.catalog.as_ref().map(|c| c.kind.clone()),
         source: backup.catalog.as_ref().map(|c| c.tool.to_string()),
     });
@@ -584,6 +587,8 @@ async fn steps(
         sandbox_ready_in: Default::default(),
         max_write_bytes: expansion_ceiling.min(free_for_restore).max(1 << 20),
         expansion_ceiling,
+        decrypt: &target.decrypt,
+        decryption: Default::default(),
     };
     // Which containment the restore runs under is known before it starts, and reported
     // even when the restore fails.
@@ -595,6 +600,7 @@ async fn steps(
         containment: Some(drcheck_restore::sandbox::containment_name()),
         manifest: None,
         first_byte_seconds: None,
+        decrypted_by: None,
     });
     let outcome = tokio::time::timeout(deadline, job::run(&job)).await;
     if let Some(d) = *job.sandbox_ready_in.lock().unwrap() {
@@ -602,6 +608,14 @@ async fn steps(
     }
     if let (Some(b), Some(f)) = (run.report.backup.as_mut(), format_seen.lock().unwrap().take()) {
         b.format = Some(f);
+    }
+    if let Some(d) = job.decryption.lock().unwrap().take() {
+        if let Some(b) = run.report.backup.as_mut() {
+            b.encryption = Some(d.encryption);
+        }
+        if let Some(r) = run.report.restore.as_mut() {
+            r.decrypted_by = d.decrypted_by;
+        }
     }
     let restored = match outcome {
         Ok(r) => r?,

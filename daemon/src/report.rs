@@ -43,6 +43,9 @@ pub struct BackupInfo {
     pub uploaded_at: Option<String>,
     /// Detected from the content; `null` when the run never got to read it.
     pub format: Option<String>,
+    /// `age` or `openpgp` when the backup is encrypted (detected from its content).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub encryption: Option<String>,
     /// Backups from a tool's catalog: `full`, `diff` or `incr`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kind: Option<String>,
@@ -108,6 +111,10 @@ pub struct RestoreInfo {
     /// From the fetch's start to the first byte handed to the restore (object sources).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub first_byte_seconds: Option<f64>,
+    /// Encrypted backups: which key opened it (a recipient, key fingerprint or
+    /// "passphrase"), never the secret.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decrypted_by: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -315,6 +322,7 @@ mod tests {
                 created_at_source: None,
                 uploaded_at: None,
                 format: Some("custom".into()),
+                encryption: None,
                 kind: None,
                 source: None,
             }),

@@ -113,6 +113,10 @@ pub enum RestoreError {
     /// own limit, not the backup's fault.
     #[error("unsupported: {message}")]
     Unsupported { stage: Stage, message: String },
+    /// The backup needs something the configuration does not give (a decryption key):
+    /// the operator's to fix — exit 2.
+    #[error("{message}")]
+    Config { stage: Stage, message: String },
 }
 
 impl RestoreError {
@@ -121,7 +125,8 @@ impl RestoreError {
             RestoreError::Store(_) => Stage::Fetch,
             RestoreError::BadBackup { stage, .. }
             | RestoreError::Infrastructure { stage, .. }
-            | RestoreError::Unsupported { stage, .. } => *stage,
+            | RestoreError::Unsupported { stage, .. }
+            | RestoreError::Config { stage, .. } => *stage,
         }
     }
 

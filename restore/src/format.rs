@@ -12,12 +12,28 @@ pub enum BackupFormat {
     Gzip,
     Zstd,
     Lz4,
+    /// An age file (`age-encryption.org/v1`), binary or armoured.
+    Age,
+    /// An OpenPGP encrypted message, binary or armoured.
+    OpenPgp,
     /// Looks like SQL text.
     PlainSql,
     Unknown,
 }
 
 impl BackupFormat {
+    /// A layer around the backup proper: compression or encryption.
+    pub fn is_layer(self) -> bool {
+        matches!(
+            self,
+            BackupFormat::Gzip | BackupFormat::Zstd | BackupFormat::Lz4 | BackupFormat::Age | BackupFormat::OpenPgp
+        )
+    }
+
+    pub fn is_encryption(self) -> bool {
+        matches!(self, BackupFormat::Age | BackupFormat::OpenPgp)
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             BackupFormat::Custom => "custom",
@@ -25,6 +41,8 @@ impl BackupFormat {
             BackupFormat::Gzip => "gzip",
             BackupFormat::Zstd => "zstd",
             BackupFormat::Lz4 => "lz4",
+            BackupFormat::Age => "age",
+            BackupFormat::OpenPgp => "openpgp",
             BackupFormat::PlainSql => "plain",
             BackupFormat::Unknown => "unknown",
         }
@@ -88,6 +106,10 @@ pub fn detect(head: &[u8]) -> BackupFormat {
         BackupFormat::Lz4
     } else if head.len() >= 262 && &head[257..262] == b"ustar" {
         BackupFormat::Tar
+    } else if crate::decrypt::is_age(head) {
+        BackupFormat::Age
+    } else if crate::decrypt::is_openpgp(head) {
+        BackupFormat::OpenPgp
     } else if looks_like_sql(head) {
         BackupFormat::PlainSql
     } else {

@@ -159,6 +159,16 @@ pub fn owner_file(root: &Path) -> PathBuf {
     root.with_file_name(name)
 }
 
+/// Where a run keeps what must stay out of the restore server's reach (gpg's home
+/// with the decryption key): beside the sandbox's root, never inside it. Short (gpg's
+/// agent socket lives in it, and a unix socket's path has at most 107 bytes), named
+/// after the root so that teardown and the reaper find it.
+pub fn keys_dir(root: &Path) -> PathBuf {
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(root.file_name().unwrap_or_default().as_encoded_bytes());
+    root.with_file_name(format!("k-{}", &hex::encode(digest)[..12]))
+}
+
 /// Writes `root`'s owner record (replacing it atomically).
 pub fn write_owner(root: &Path, owner: &Owner) -> Result<(), String> {
     let path = owner_file(root);
@@ -241,6 +251,8 @@ fn reap_in(dir: &Path) -> Vec<PathBuf> {
         }
         let root = dir.join(stem);
         stop_processes_in(&root);
+        // Removing it also ends the gpg-agent that watched it.
+        let _ = std::fs::remove_dir_all(keys_dir(&root));
         if let Some(sock) = owner.and_then(|o| o.socket_dir) {
             let text = sock.to_string_lossy();
             let plain = text.strip_prefix(SOCKET_PREFIX).is_some_and(|rest| !rest.is_empty() && !rest.contains('/'));

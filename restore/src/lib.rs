@@ -12,6 +12,7 @@
 pub mod barman;
 pub mod breaker;
 pub mod contain;
+pub mod decrypt;
 pub mod delegate;
 pub mod error;
 pub mod fetch;

@@ -95,6 +95,47 @@ pub fn decompress(outer: BackupFormat, head: Vec<u8>, rest: BackupReader) -> Bac
     }
 }
 
+/// How many layers (compression, encryption) may wrap a backup: more is hostile.
+const MAX_LAYERS: usize = 4;
+
+/// Undoes every layer around a backup, outermost first — gzip, zstd, lz4, age, OpenPGP,
+/// in any order (`pg_dump | gzip | age`, `pg_dump -Fc | gpg -c`). Returns the inner
+/// stream, its first bytes and the layers, outermost first.
+pub async fn peel(
+    job: &crate::request::RestoreJob<'_>,
+    sandbox: &Sandbox,
+    mut head: Vec<u8>,
+    mut reader: BackupReader,
+    store: &str,
+) -> Result<(BackupReader, Vec<u8>, Vec<BackupFormat>), RestoreError> {
+    let mut layers = Vec::new();
+    loop {
+        let layer = format::detect(&head);
+        if !layer.is_layer() {
+            return Ok((reader, head, layers));
+        }
+        if layers.len() == MAX_LAYERS {
+            return Err(RestoreError::bad(
+                Stage::Fetch,
+                format!("the backup is wrapped in more than {MAX_LAYERS} layers of compression or encryption"),
+            ));
+        }
+        let mut inner = if layer.is_encryption() {
+            crate::decrypt::open(layer, head, reader, job.decrypt, sandbox, &job.decryption).await?
+        } else {
+            decompress(layer, head, reader)
+        };
+        head = read_head(&mut inner, store).await?;
+        reader = inner;
+        layers.push(layer);
+    }
+}
+
+/// How layers read in a format name: innermost first (`custom+gzip+age`).
+pub fn layer_suffix(layers: &[BackupFormat]) -> String {
+    layers.iter().rev().map(|l| format!("+{l}")).collect()
+}
+
 /// Counts bytes for progress and notes when the source ran dry: the end of the fetch.
 pub struct Counting<R> {
     inner: R,

@@ -67,17 +67,12 @@ pub async fn restore(job: &RestoreJob<'_>, mut sandbox: Sandbox, started: Instan
     let mut reader: BackupReader = Box::pin(counted);
     let head = logical::read_head(&mut reader, &store_name).await?;
     let outer = format::detect(&head);
-    let compressed = matches!(outer, BackupFormat::Gzip | BackupFormat::Zstd | BackupFormat::Lz4);
-    if compressed {
+    if outer.is_layer() && !outer.is_encryption() {
         check_declared_size(job, object, &head).await?;
     }
-    let (reader, head) = if compressed {
-        let mut d = logical::decompress(outer, head, reader);
-        let inner_head = logical::read_head(&mut d, &store_name).await?;
-        (d, inner_head)
-    } else {
-        (reader, head)
-    };
+    let (reader, head, layers) = logical::peel(job, &sandbox, head, reader, &store_name).await?;
+    let compressed = !layers.is_empty();
+    let suffix = logical::layer_suffix(&layers);
     let reader: BackupReader =
         Box::pin(logical::Bounded::with_room(reader, job.expansion_ceiling, job.max_write_bytes));
     let inner = format::detect(&head);
@@ -87,7 +82,7 @@ pub async fn restore(job: &RestoreJob<'_>, mut sandbox: Sandbox, started: Instan
         BackupFormat::Tar => Kind::TarArchive,
         BackupFormat::PlainSql => Kind::Plain,
         other => {
-            let what = if compressed { format!("{outer}-compressed {other}") } else { other.to_string() };
+            let what = if compressed { format!("{other}{suffix}") } else { other.to_string() };
             (job.on_format)(&what);
             return Err(RestoreError::bad(
                 Stage::Restore,
@@ -97,7 +92,7 @@ pub async fn restore(job: &RestoreJob<'_>, mut sandbox: Sandbox, started: Instan
             ));
         }
     };
-    let shown = |k: &str| if compressed { format!("{k}+{outer}") } else { k.to_string() };
+    let shown = |k: &str| format!("{k}{suffix}");
     if kind != Kind::TarArchive {
         (job.on_format)(&shown(kind_name(kind)));
         let name = if kind == Kind::DumpTar { "tar" } else { kind_name(kind) };

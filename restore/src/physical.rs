@@ -60,6 +60,7 @@ type Received = Arc<std::sync::atomic::AtomicU64>;
 
 async fn unpack_part(
     job: &RestoreJob<'_>,
+    sandbox: &Sandbox,
     part: &BackupObject,
     dest: &Path,
     received: &Received,
@@ -80,15 +81,7 @@ async fn unpack_part(
     );
     let mut reader: BackupReader = Box::pin(counted);
     let head = logical::read_head(&mut reader, &store).await?;
-    let outer = format::detect(&head);
-    let (reader, head) = match outer {
-        BackupFormat::Gzip | BackupFormat::Zstd | BackupFormat::Lz4 => {
-            let mut d = logical::decompress(outer, head, reader);
-            let h = logical::read_head(&mut d, &store).await?;
-            (d, h)
-        }
-        _ => (reader, head),
-    };
+    let (reader, head, _) = logical::peel(job, sandbox, head, reader, &store).await?;
     let reader: BackupReader =
         Box::pin(logical::Bounded::with_room(reader, job.expansion_ceiling, job.max_write_bytes));
     if format::detect(&head) != BackupFormat::Tar {
@@ -135,11 +128,11 @@ pub async fn restore(job: &RestoreJob<'_>, sandbox: Sandbox, started: Instant) -
             // Two downloads at once share the memory bound of one: half the parts each.
             let half = job.fetch.shared_by(2);
             tokio::try_join!(
-                unpack_part(job, base, &data, &received, half),
-                unpack_part(job, wal, &wal_dir, &received, half)
+                unpack_part(job, &sandbox, base, &data, &received, half),
+                unpack_part(job, &sandbox, wal, &wal_dir, &received, half)
             )?;
         }
-        None => unpack_part(job, base, &data, &received, job.fetch).await?,
+        None => unpack_part(job, &sandbox, base, &data, &received, job.fetch).await?,
     }
     let new_map = if tablespaces.is_empty() {
         None
@@ -195,7 +188,7 @@ async fn remap_tablespaces(
             return Err(bad(format!("{}: tablespace {oid} is not in tablespace_map", part.key)));
         }
         let dest = root.join(oid.to_string());
-        unpack_part(job, part, &dest, received, job.fetch).await?;
+        unpack_part(job, sandbox, part, &dest, received, job.fetch).await?;
         let link = data.join("pg_tblspc").join(oid.to_string());
         remove_entry(&link)?;
         std::fs::create_dir_all(data.join("pg_tblspc"))

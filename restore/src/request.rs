@@ -41,6 +41,10 @@ pub struct RestoreJob<'a> {
     /// The part of that limit that comes from the backup's size (× `max_expansion`, plus
     /// what any cluster needs): beyond it the backup is to blame, below it the disk.
     pub expansion_ceiling: u64,
+    /// The keys that open encrypted backups.
+    pub decrypt: &'a drcheck_config::DecryptConfig,
+    /// Set as soon as the backup turns out to be encrypted, then to the key that opened it.
+    pub decryption: Mutex<Option<crate::decrypt::Decryption>>,
 }
 
 /// A backup tool that restores a backup of its own catalog.

@@ -558,6 +558,7 @@ impl Teardown {
             let _ = std::fs::remove_dir_all(&socket_dir);
         }
         if !root.as_os_str().is_empty() {
+            let _ = std::fs::remove_dir_all(leftovers::keys_dir(&root));
             let _ = std::fs::remove_file(leftovers::owner_file(&root));
         }
     }

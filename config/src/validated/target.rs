@@ -141,7 +141,9 @@ pub(super) fn validate_target(
             }
         },
     };
+    let decrypt = validate_decrypt(cx, i, t)?;
     Ok(TargetConfig {
+        decrypt,
         kubernetes,
         comparisons,
         integrity_schedule,
@@ -165,6 +167,42 @@ pub(super) fn validate_target(
         rpo: cx.duration(&key("rpo"), &t.rpo)?,
         row_count_tolerance: tolerance,
         abort_factor,
+    })
+}
+
+/// `[target.decrypt]`: each key present must hold something; an age identity given
+/// inline must look like one (a typo is caught here, not at 3 a.m.).
+fn validate_decrypt(cx: &Ctx<'_>, i: usize, t: &RawTarget) -> Result<DecryptConfig, ConfigError> {
+    let Some(d) = &t.decrypt else { return Ok(DecryptConfig::default()) };
+    let key = |k: &str| format!("target[{i}].decrypt.{k}");
+    let secret = |name: &str, v: &Option<Spanned<String>>| -> Result<Option<Secret>, ConfigError> {
+        let Some(s) = cx.opt_string(&key(name), v)? else { return Ok(None) };
+        if s.trim().is_empty() {
+            let span = v.as_ref().map(|v| v.span());
+            // Usually an environment variable that is set but empty.
+            return Err(cx.err(&key(name), span, "is empty (expected a key, a passphrase or a file's path)"));
+        }
+        Ok(Some(Secret::new(s)))
+    };
+    let age_identity = secret("age_identity", &d.age_identity)?;
+    if let (Some(id), Some(v)) = (&age_identity, &d.age_identity) {
+        let s = id.expose().trim();
+        // Inline: an identity, or an identity file's text (comments and keys); else a path.
+        let inline = s.contains('\n') || s.to_ascii_uppercase().starts_with("AGE-");
+        if inline && !s.contains("AGE-SECRET-KEY-1") {
+            // The value itself is never echoed.
+            return Err(cx.err(
+                &key("age_identity"),
+                Some(v.span()),
+                "expected an age X25519 identity (AGE-SECRET-KEY-1…), an identity file's text, or its path",
+            ));
+        }
+    }
+    Ok(DecryptConfig {
+        age_identity,
+        age_passphrase: secret("age_passphrase", &d.age_passphrase)?,
+        gpg_passphrase: secret("gpg_passphrase", &d.gpg_passphrase)?,
+        gpg_secret_key: secret("gpg_secret_key", &d.gpg_secret_key)?,
     })
 }
 

@@ -461,3 +461,27 @@ fn h_spreads_a_fleet_over_the_hour_stably_by_name() {
 /// The minute `H` picked for the target `orders` by every version so far (FNV-1a of the
 /// name and "minute", mod 60): fleets keep their minutes across upgrades.
 const HISTORIC_ORDERS_MINUTE: u64 = 20;
+
+/// Issue 27: `[target.decrypt]` keys are secrets (never shown), a typo is named with its
+/// line, and an inline age identity must look like one.
+#[test]
+fn decrypt_keys_are_secrets_and_typos_are_named() {
+    let text = format!(
+        "{GOOD}[target.decrypt]\nage_identity = \"AGE-SECRET-KEY-1QQQ${{ORDERS_PW}}\"\ngpg_passphrase = \"${{ORDERS_PW}}\"\n"
+    );
+    let c = parse(&text).unwrap();
+    let d = &c.target("orders").unwrap().decrypt;
+    assert_eq!(d.gpg_passphrase.as_ref().unwrap().expose(), "hunter2");
+    assert!(d.age_identity.as_ref().unwrap().expose().starts_with("AGE-SECRET-KEY-1"));
+    let shown = c.to_redacted_toml();
+    assert!(!shown.contains("hunter2") && !shown.contains("AGE-SECRET-KEY-1QQQ"), "{shown}");
+    assert!(shown.contains("gpg_passphrase = \"***\""), "{shown}");
+
+    let err = parse(&format!("{GOOD}[target.decrypt]\ngpg_pasphrase = \"x\"\n")).unwrap_err().to_string();
+    assert!(err.contains("gpg_pasphrase") && err.contains("gpg_passphrase") && err.contains("line 23"), "{err}");
+    let (key, _, msg) = invalid(&format!("{GOOD}[target.decrypt]\nage_identity = \"AGE-PUBLIC-KEY-1abc\"\n"));
+    assert_eq!(key, "target[0].decrypt.age_identity");
+    assert!(msg.contains("AGE-SECRET-KEY-1") && !msg.contains("AGE-PUBLIC-KEY-1abc"), "{msg}");
+    let (key, _, _) = invalid(&format!("{GOOD}[target.decrypt]\ngpg_secret_key = \"\"\n"));
+    assert_eq!(key, "target[0].decrypt.gpg_secret_key");
+}

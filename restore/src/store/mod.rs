@@ -120,7 +120,15 @@ impl Backup {
 
 /// Whether `name` (a file name) is a base backup's main tar.
 pub fn is_base_tar(name: &str) -> bool {
-    ["base.tar", "base.tar.gz", "base.tar.zst", "base.tar.lz4"].contains(&name)
+    // `base.tar`, compressed and/or encrypted the way backup jobs name them
+    // (`base.tar.gz`, `base.tar.zst.age`, `base.tar.gpg`); the content decides the rest.
+    let Some(rest) = name.strip_prefix("base.tar") else { return false };
+    let layers = ["gz", "zst", "lz4", "age", "gpg", "pgp", "asc"];
+    rest.is_empty()
+        || rest.strip_prefix('.').is_some_and(|r| {
+            let parts: Vec<&str> = r.split('.').collect();
+            parts.len() <= 2 && parts.iter().all(|p| layers.contains(p))
+        })
 }
 
 /// How long a base-backup directory without its `backup_manifest` or `pg_wal.tar`
@@ -187,7 +195,12 @@ fn group(objects: &[BackupObject], complete_as_of: Option<SystemTime>) -> Vec<Ba
     }
     let keys: HashSet<&str> = objects.iter().map(|o| o.key.as_str()).collect();
     for o in objects {
-        if physical.contains(&dir_of(&o.key).0) || !is_backup_key(&o.key) {
+        // `X.asc` beside `X` is X's signature; alone, it is an armoured OpenPGP message
+        // (`gpg -a -e` names its output so): a backup, which its content will tell.
+        let lone_armour = o.key.to_ascii_lowercase().ends_with(".asc")
+            && !keys.contains(&o.key[..o.key.len() - 4])
+            && is_backup_key(&o.key[..o.key.len() - 4]);
+        if physical.contains(&dir_of(&o.key).0) || !(is_backup_key(&o.key) || lone_armour) {
             continue;
         }
         let sidecar = format!("{}.sha256", o.key);
@@ -245,6 +258,21 @@ mod tests {
     fn newest_wins_and_sidecars_are_skipped() {
         let objs = [obj("o/a.dump", 10), obj("o/b.dump", 20), obj("o/b.dump.sha256", 30), obj("o/", 40)];
         assert_eq!(select_latest(&objs).unwrap().key, "o/b.dump");
+    }
+
+    /// Issue 27: `gpg -a -e` names its output `X.asc`; beside `X` the same name is X's
+    /// signature. Encrypted base-backup parts keep their place.
+    #[test]
+    fn a_lone_armoured_message_is_a_backup_and_a_signature_is_not() {
+        let objs = [obj("o/a.dump", 10), obj("o/a.dump.asc", 50), obj("o/b.tar.asc", 20)];
+        let keys: Vec<String> = group_backups(&objs).into_iter().map(|b| b.key).collect();
+        assert_eq!(keys, ["o/a.dump", "o/b.tar.asc"]);
+        for name in ["base.tar.age", "base.tar.gz.gpg", "base.tar.zst.asc", "base.tar"] {
+            assert!(is_base_tar(name), "{name}");
+        }
+        for name in ["base.tar.exe", "base.tar.gz.gz.gz", "base.tarx", "base.tar."] {
+            assert!(!is_base_tar(name), "{name}");
+        }
     }
 
     #[test]
