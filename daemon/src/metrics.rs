@@ -29,6 +29,7 @@ pub struct Metrics {
     backups_restorable: IntGaugeVec,
     backups_proven: IntGaugeVec,
     backups_unproven: IntGaugeVec,
+    points_in_time_proven_total: IntCounterVec,
     pub scheduled_runs_total: IntCounterVec,
     pub runs_in_flight: IntGauge,
     pub breaker_open: IntGaugeVec,
@@ -167,6 +168,12 @@ impl Metrics {
                 "Restorable backups with no passing verification within prove_within.",
                 &["target"],
             ),
+            points_in_time_proven_total: counter(
+                &r,
+                "drcheck_points_in_time_proven_total",
+                "Passing runs whose WAL replay reached the recovery target asked for (a point of the recovery window proven).",
+                &["target"],
+            ),
             repository_check_success: int_gauge(
                 &r,
                 "drcheck_repository_check_success",
@@ -253,6 +260,7 @@ impl Metrics {
             forget(&self.backups_restorable, "target", v);
             forget(&self.backups_proven, "target", v);
             forget(&self.backups_unproven, "target", v);
+            forget(&self.points_in_time_proven_total, "target", v);
             forget(&self.scheduled_runs_total, "target", v);
         }
         for sink in old.alerts.iter().filter(|a| new.alerts.iter().all(|n| n.name != a.name)) {
@@ -344,6 +352,10 @@ impl Metrics {
         // Only a passing run proves its recovered point restorable.
         if passed && let Some(at) = r.restore.as_ref().and_then(|i| i.recovered_to.as_deref()).and_then(unix) {
             self.recoverable_point.with_label_values(&[t]).set(at);
+        }
+        // A point of the window proven: replay asked for a target and the run passed.
+        if passed && r.restore.as_ref().is_some_and(|i| i.recovery_target.is_some() && i.recovered_to.is_some()) {
+            self.points_in_time_proven_total.with_label_values(&[t]).inc();
         }
         if let Some(at) = r.rpo.recovery_window_start.as_deref().and_then(unix) {
             self.recovery_window_start.with_label_values(&[t]).set(at);

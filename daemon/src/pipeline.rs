@@ -601,6 +601,7 @@ async fn steps(
         manifest: None,
         first_byte_seconds: None,
         decrypted_by: None,
+        recovery_target: None,
     });
     let outcome = tokio::time::timeout(deadline, job::run(&job)).await;
     if let Some(d) = *job.sandbox_ready_in.lock().unwrap() {
@@ -645,6 +646,19 @@ async fn steps(
     if let Some(info) = run.report.restore.as_mut() {
         info.server_major = restored.sandbox.bin().major;
         info.recovered_to = restored.recovered_to.clone();
+        // Replay was asked for a point: say which (physical restores with an archive).
+        let replayed =
+            restored.format.contains("physical") && (target.wal_prefix.is_some() || backup.catalog.is_some());
+        if replayed {
+            use drcheck_config::RecoveryTarget as R;
+            let (kind, value) = match &target.recovery_target {
+                R::Latest => ("latest", None),
+                R::Immediate => ("immediate", None),
+                R::Time(t) => ("time", Some(t.clone())),
+                R::Lsn(l) => ("lsn", Some(l.clone())),
+            };
+            info.recovery_target = Some(crate::report::RecoveryTargetInfo { kind: kind.into(), value, random: false });
+        }
         info.containment = Some(restored.sandbox.containment_name());
         info.manifest = restored.manifest.clone();
         info.first_byte_seconds = first_byte.lock().unwrap().map(secs);
@@ -817,8 +831,16 @@ fn coverage(
     let is_proven = |key: &str| proven.get(key).is_some_and(|t| *t >= since);
     let n = restorable.iter().filter(|b| is_proven(&b.key)).count() as u64;
     let chosen_proven = restorable.iter().any(|b| b.key == chosen) && is_proven(chosen);
+    let backups = restorable
+        .iter()
+        .map(|b| crate::report::BackupProof {
+            label: b.key.clone(),
+            stopped_at: timestamp(b.last_modified),
+            last_proven_at: proven.get(&b.key).map(|t| timestamp(*t)),
+        })
+        .collect();
     (
-        Coverage { restorable: restorable.len() as u64, proven: n, prove_within_seconds: secs(within) },
+        Coverage { restorable: restorable.len() as u64, proven: n, prove_within_seconds: secs(within), backups },
         chosen_proven || !restorable.iter().any(|b| b.key == chosen),
     )
 }

@@ -102,6 +102,9 @@ pub struct RestoreInfo {
     pub server_major: Option<u32>,
     /// Physical backups replayed from a WAL archive: the last replayed commit's time.
     pub recovered_to: Option<String>,
+    /// Physical backups with a WAL archive: the target replay was asked to reach.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recovery_target: Option<RecoveryTargetInfo>,
     /// How the restore's processes were confined: `landlock-abi7`, or `none`.
     #[serde(default)]
     pub containment: Option<String>,
@@ -184,6 +187,30 @@ pub struct Coverage {
     /// Of those, how many passed a verification within `prove_within`.
     pub proven: u64,
     pub prove_within_seconds: f64,
+    /// Each restorable backup, newest first, with its last passing verification.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub backups: Vec<BackupProof>,
+}
+
+/// One restorable backup in a target's coverage.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BackupProof {
+    pub label: String,
+    /// When it ended (a tool's catalog stop; an object's upload time).
+    pub stopped_at: String,
+    /// Its last passing verification; `null` when never.
+    pub last_proven_at: Option<String>,
+}
+
+/// `restore.recovery_target`: how far WAL was asked to be replayed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RecoveryTargetInfo {
+    /// `latest`, `immediate`, `time` or `lsn`.
+    pub kind: String,
+    /// The time or LSN; `null` for latest and immediate.
+    pub value: Option<String>,
+    /// Drawn at random within the recovery window (`recovery_target = "random"`).
+    pub random: bool,
 }
 
 impl RunReport {
@@ -363,6 +390,72 @@ mod tests {
         assert_eq!(v["backup"]["size_bytes"], 3 << 20);
         assert_eq!(v["rpo"]["met"], false);
         assert!(v.get("error").is_none());
+    }
+
+    /// Issue 26: what the README says is `null` is `null`, and what it says is absent is
+    /// absent — read from the README itself, checked against a run that measured nothing.
+    #[test]
+    fn the_readme_says_which_fields_are_null_and_which_absent() {
+        let readme = include_str!("../../README.md").replace('\n', " ");
+        let between = |a: &str, b: &str| -> Vec<String> {
+            let start = readme.find(a).unwrap_or_else(|| panic!("README lacks {a:?}")) + a.len();
+            let end = start + readme[start..].find(b).unwrap();
+            // The fields, without the parenthesised reasons (which quote other things).
+            let mut text = String::new();
+            let mut depth = 0;
+            for c in readme[start..end].chars() {
+                match c {
+                    '(' => depth += 1,
+                    ')' => depth -= 1,
+                    c if depth == 0 => text.push(c),
+                    _ => {}
+                }
+            }
+            text.split('`').skip(1).step_by(2).map(str::to_string).collect()
+        };
+        let null = between("is `null`, never a made-up 0:", "A field that does not apply");
+        let absent = between("apply is absent (never `null`):", "For base backups");
+        assert!(null.len() >= 8 && absent.len() >= 12, "{null:?} {absent:?}");
+        // Nothing measured: a backup and a restore that learnt nothing, no error.
+        let mut r = sample();
+        r.rto = Rto { target_seconds: 1.0, measured_seconds: None, met: None };
+        r.rpo.backup_age_seconds = None;
+        r.rpo.met = None;
+        r.backup.as_mut().unwrap().format = None;
+        r.restore = Some(RestoreInfo {
+            profile: "production".into(),
+            jobs: 1,
+            server_major: None,
+            recovered_to: None,
+            recovery_target: None,
+            containment: None,
+            manifest: None,
+            first_byte_seconds: None,
+            decrypted_by: None,
+        });
+        let nested = serde_json::to_value(&r).unwrap();
+        let mut bare = r.clone();
+        bare.backup = None;
+        bare.restore = None;
+        let top = serde_json::to_value(&bare).unwrap();
+        let lookup = |path: &str| -> (bool, Option<serde_json::Value>) {
+            let v = if path.contains('.') { &nested } else { &top };
+            let mut at = v;
+            let parts: Vec<&str> = path.split('.').collect();
+            for p in &parts[..parts.len() - 1] {
+                at = &at[*p];
+            }
+            let last = parts[parts.len() - 1];
+            (at.is_object(), at.get(last).cloned())
+        };
+        for f in &null {
+            let (parent, v) = lookup(f);
+            assert!(parent && v == Some(serde_json::Value::Null), "README: `{f}` is null; the JSON: {v:?}");
+        }
+        for f in &absent {
+            let (parent, v) = lookup(f);
+            assert!(parent && v.is_none(), "README: `{f}` is absent; the JSON: {v:?}");
+        }
     }
 
     #[test]

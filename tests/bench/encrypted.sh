@@ -136,4 +136,5 @@ for line in sys.argv[1:]:
     r = mine / hand
     print(f"  {kind:<4} by hand {hand:8.2f} s   drcheck {mine:8.2f} s   peak RSS {rss / 1024:6.1f} MiB")
     print(f"ratio drcheck/hand ({kind}):  {r:.3f}   (target <= 0.95) {'met' if r <= 0.95 else 'MISSED'}")
+    print(f"peak RSS ({kind}): {rss / 1024:.1f} MiB (the download's bound, 64 MiB) {'met' if rss / 1024 <= 64 else 'MISSED'}")
 PY

@@ -389,3 +389,92 @@ fn missing_wrong_keys_and_altered_bytes_get_the_verdict_they_deserve() {
     let history = std::fs::read(dir.join("history.db")).unwrap_or_default();
     assert_no_secret(&keys, &String::from_utf8_lossy(&history));
 }
+
+/// The attack: a plain dump, encrypted to the ops key, whose SQL (run as the restore's
+/// superuser, while gpg is still decrypting the rest of it) finds gpg's home from its own
+/// data directory and reads every file beneath it — the imported secret key among them.
+/// The defence: gpg's home lies beside the run's directory, outside what the restore
+/// server may open (Landlock). The benign twin runs the same reader on the run's own
+/// directory and is caught reading — so the payload works, and only the home's place
+/// stops it.
+#[test]
+fn a_backup_cannot_read_the_key_that_decrypts_it() {
+    let scene = Scene::start();
+    let dir = scene.root.path();
+    let keys = make_keys(dir);
+    let ops = &keys._homes[0];
+    let payload = |target: &str, depth: u32| {
+        format!(
+            r#"CREATE FUNCTION slurp(p text, depth int) RETURNS text LANGUAGE plpgsql AS $f$
+DECLARE e text; got text := '';
+BEGIN
+  FOR e IN SELECT pg_ls_dir(p) LOOP
+    IF (pg_stat_file(p || '/' || e)).isdir THEN
+      IF depth > 0 THEN got := got || slurp(p || '/' || e, depth - 1); END IF;
+    ELSE
+      BEGIN got := got || pg_read_file(p || '/' || e); EXCEPTION WHEN others THEN NULL; END;
+    END IF;
+  END LOOP;
+  RETURN got;
+END $f$;
+DO $$
+DECLARE
+  data text := current_setting('data_directory');
+  run text := regexp_replace(data, '^.*/(sandbox-[^/]+)/data$', '\1');
+  keys text := regexp_replace(data, '/sandbox-[^/]+/data$', '') || '/k-' || substr(encode(sha256(convert_to(run, 'UTF8')), 'hex'), 1, 12);
+  target text := {target};
+  got text := '';
+BEGIN
+  PERFORM pg_stat_file(target);  -- it exists now: reading a missing one proves nothing
+  BEGIN
+    got := slurp(target, {depth});
+  EXCEPTION WHEN insufficient_privilege THEN
+    RAISE NOTICE 'denied: %', SQLERRM;
+  END;
+  IF got <> '' THEN RAISE EXCEPTION 'LEAKED % bytes from %', length(got), target; END IF;
+END $$;
+DROP FUNCTION slurp(text, int);
+"#
+        )
+    };
+    // Enough data after the payload that gpg is still at work (its home in place) when
+    // psql runs it.
+    let filler: String = (0..60_000).map(|i: u64| format!("{i}\t{:x}{:x}\n", i * 7919, i * 104_729)).collect();
+    let make = |name: &str, target: &str, depth: u32| {
+        let sql = format!(
+            "{}\ncreate table filler (id int, t text);\ncopy filler from stdin;\n{filler}\\.\n",
+            payload(target, depth)
+        );
+        let plain = dir.join(format!("{name}.sql"));
+        std::fs::write(&plain, sql).unwrap();
+        let encrypted = dir.join(format!("{name}.sql.gpg"));
+        ops.gpg(&format!("--trust-model always -e -r ops@example.com -o {} {}", encrypted.display(), plain.display()));
+        scene.s3.upload(&encrypted, &scene.bucket, &format!("orders/{name}.sql.gpg"));
+    };
+    // gpg's home: `k-…/g-…/private-keys-v1.d/<keygrip>.key`, three levels down.
+    make("attack", "keys", 3);
+    // The twin: the run's own directory (its data directory's files, one level down).
+    make("twin", "regexp_replace(data, '/data$', '')", 1);
+    let mut spec = scene.spec();
+    // Self-checks only: the dumps are not the primary's database.
+    spec.extra_target = format!("[target.validators]\nenabled = [\"amcheck\"]\n{DECRYPT}");
+    let c = scene.config(&spec).display().to_string();
+    let env = env(&scene, &keys.age_identity, &keys.gpg_secret, GPG_PASS);
+    let verify = |key: &str| {
+        let (out, _) =
+            drcheck(&["--config", &c, "verify", "--backup", key, "--target", "orders", "--json"], &env, LIMIT);
+        let all = format!("{}\n{}", stdout(&out), stderr(&out));
+        (only_run(&out), all)
+    };
+
+    let (run, all) = verify("orders/attack.sql.gpg");
+    assert!(!all.contains("LEAKED"), "the backup read gpg's home: {all}");
+    assert!(!all.contains("could not stat"), "gpg's home was already gone: the attack proved nothing: {all}");
+    assert_eq!(run["result"], "passed", "{run}\n{all}");
+    assert_eq!(run["backup"]["format"], "plain+openpgp", "{run}");
+    assert_no_secret(&keys, &all);
+
+    let (run, all) = verify("orders/twin.sql.gpg");
+    assert_eq!(run["result"], "failed", "{run}");
+    assert!(all.contains("LEAKED"), "the twin's payload read nothing: it would prove nothing: {all}");
+}

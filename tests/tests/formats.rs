@@ -203,6 +203,8 @@ fn a_physical_backup_replays_archived_wal_to_a_timestamp() {
     assert_eq!(validator(&run, "row_counts")["status"], "passed", "{run}");
     let recovered = run["restore"]["recovered_to"].as_str().unwrap();
     assert!(recovered > target_time.as_str(), "{run}");
+    assert_eq!(run["restore"]["recovery_target"]["kind"], "latest", "{run}");
+    assert!(run["restore"]["recovery_target"]["value"].is_null(), "{run}");
     // What a restore now would lose: the time since the last replayed commit.
     let at = humantime::parse_rfc3339_weak(recovered).unwrap();
     let lost = std::time::SystemTime::now().duration_since(at).unwrap().as_secs_f64();
@@ -219,6 +221,16 @@ fn a_physical_backup_replays_archived_wal_to_a_timestamp() {
     assert_eq!(validator(&run, "row_counts")["status"], "passed", "{run}");
     let recovered = run["restore"]["recovered_to"].as_str().unwrap();
     assert!(recovered <= target_time.as_str(), "recovered to {recovered}, target {target_time}");
+    // Issue 25: the report says which point replay was asked for.
+    assert_eq!(run["restore"]["recovery_target"]["kind"], "time", "{run}");
+    assert_eq!(run["restore"]["recovery_target"]["value"], target_time.as_str(), "{run}");
+    assert_eq!(run["restore"]["recovery_target"]["random"], false, "{run}");
+    // …and the evidence lists both points proven (latest, then the time).
+    let (out, _) = drcheck(&["--config", &c, "report", "--since", "1d", "--format", "json"], &[], LIMIT);
+    let evidence: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let runs = evidence["evidence"]["targets"][0]["runs"].as_array().unwrap();
+    let targets: Vec<&str> = runs.iter().filter_map(|r| r["recovery_target"].as_str()).collect();
+    assert_eq!(targets, ["latest", target_time.as_str()], "{evidence}");
     let private = scratch.join(format!("drcheck-{}", nix::unistd::Uid::effective().as_raw()));
     let left: Vec<_> = std::fs::read_dir(&private).unwrap().filter_map(Result::ok).map(|e| e.file_name()).collect();
     assert!(left.is_empty(), "sandbox left behind: {left:?}");

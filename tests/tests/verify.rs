@@ -339,6 +339,42 @@ fn a_dead_s3_endpoint_exits_3_in_bounded_time() {
     assert!(stderr(&out).contains(&format!("127.0.0.1:{dead}")), "{}", stderr(&out));
 }
 
+/// Issue 26: a bucket that does not exist and a primary role without its grant — errors
+/// a new install meets first — each say what to fix, in one line, without Rust's debug
+/// formatting.
+#[test]
+fn a_wrong_bucket_and_a_missing_grant_say_what_to_fix() {
+    let scene = Scene::start();
+    let good = scene.config(&scene.spec());
+    let text = std::fs::read_to_string(&good)
+        .unwrap()
+        .replace(&format!("bucket = \"{}\"", scene.bucket), "bucket = \"no-such-bucket-26\"");
+    let wrong = scene.root.path().join("wrong-bucket.toml");
+    std::fs::write(&wrong, text).unwrap();
+    let (out, _) = drcheck(&["--config", &cfg(&wrong), "verify", "--json"], &scene.env(), LIMIT);
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    let run = only_run(&out);
+    let msg = run["error"]["message"].as_str().unwrap();
+    assert!(msg.contains("NoSuchBucket") && msg.contains("check the storage's `bucket`"), "{msg}");
+    assert!(!msg.contains("Some(") && !msg.contains("{ "), "no debug formatting: {msg}");
+
+    scene.primary.psql("postgres", "revoke pg_read_all_data from verifier");
+    let (out, _) = drcheck(&["--config", &cfg(&good), "verify", "--json"], &scene.env(), LIMIT);
+    let run = only_run(&out);
+    let errors: Vec<String> = run["validators"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|v| v["status"] == "error")
+        .map(|v| v["detail"].as_str().unwrap().to_string())
+        .collect();
+    assert!(!errors.is_empty(), "{run}");
+    assert!(
+        errors.iter().any(|d| d.contains("permission denied") && d.contains("GRANT pg_read_all_data")),
+        "{errors:#?}"
+    );
+}
+
 /// Issue 26: a one-shot run whose store keeps failing opens the circuit for the targets
 /// after — and says it gave up, not that a next attempt (which never comes) is due.
 #[test]

@@ -77,6 +77,18 @@ fn least_proven_proves_every_backup_in_turn_and_says_how_much_is_proven() {
     d.terminate(Duration::from_secs(30));
     assert!(page.contains("3 of 3 within 30days"), "{page}");
     assert_eq!(sample(&metrics, "drcheck_backups_unproven"), Some(0.0), "{metrics}");
+
+    // The evidence report: per target, N of M proven and each backup's last pass.
+    let (out, _) = drcheck(&["--config", &c, "report", "--since", "1d", "--format", "json"], &scene.env(), LIMIT);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let evidence: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let cov = &evidence["evidence"]["targets"][0]["coverage"];
+    assert_eq!((cov["restorable"].as_u64(), cov["proven"].as_u64()), (Some(3), Some(3)), "{evidence}");
+    let listed = cov["backups"].as_array().unwrap();
+    assert_eq!(listed.len(), 3, "{cov}");
+    assert!(listed.iter().all(|b| b["last_proven_at"].is_string() && b["stopped_at"].is_string()), "{cov}");
+    let (out, _) = drcheck(&["--config", &c, "report", "--since", "1d", "--format", "markdown"], &scene.env(), LIMIT);
+    assert!(stdout(&out).contains("Recovery window: 3 of 3 backups proven within 30days"), "{}", stdout(&out));
 }
 
 /// With `select = "latest"` the coverage still counts: one backup of three proven, the

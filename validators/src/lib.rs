@@ -71,7 +71,15 @@ pub struct Finding {
 
 impl Finding {
     pub fn new(name: &str, status: Status, detail: impl Into<String>) -> Self {
-        Self { name: name.to_string(), status, detail: detail.into(), measurements: BTreeMap::new() }
+        let mut detail = detail.into();
+        // The error a new install meets first on the primary: say what to grant.
+        if status == Status::Error && detail.contains("permission denied for") && !detail.contains("GRANT") {
+            detail.push_str(
+                " — drcheck's role on the primary may not read this: GRANT pg_read_all_data TO that role \
+                 (PostgreSQL 14+), or SELECT on the tables it checks",
+            );
+        }
+        Self { name: name.to_string(), status, detail, measurements: BTreeMap::new() }
     }
 
     pub fn with(mut self, key: &str, value: f64) -> Self {
@@ -436,6 +444,15 @@ pub(crate) fn some_of(items: &[String], n: usize) -> String {
 #[cfg(test)]
 mod coverage_tests {
     use super::*;
+
+    /// Issue 26: a missing grant on the primary says what to grant.
+    #[test]
+    fn a_missing_grant_names_the_grant() {
+        let f = Finding::new("row_counts", Status::Error, "could not count: permission denied for table orders");
+        assert!(f.detail.contains("GRANT pg_read_all_data"), "{}", f.detail);
+        let f = Finding::new("row_counts", Status::Failed, "permission denied for table orders");
+        assert!(!f.detail.contains("GRANT"), "only errors: {}", f.detail);
+    }
 
     #[test]
     fn a_pass_over_nothing_is_not_a_pass() {

@@ -41,8 +41,32 @@ pub struct TargetEvidence {
     pub rto_target_seconds: Option<f64>,
     pub rpo_target_seconds: Option<f64>,
     pub summary: Summary,
+    /// Proof of the recovery window: the newest run's count of restorable backups proven
+    /// within `prove_within`, each backup's last pass, and the points in time the
+    /// window's runs replayed to. Absent when no run recorded coverage.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub coverage: Option<TargetCoverage>,
     /// Oldest first.
     pub runs: Vec<RunEvidence>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TargetCoverage {
+    pub restorable: u64,
+    pub proven: u64,
+    pub prove_within_seconds: f64,
+    pub backups: Vec<crate::report::BackupProof>,
+    pub points_in_time: Vec<PointInTime>,
+}
+
+/// A point in time a run's WAL replay was asked to reach, and what it reached.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PointInTime {
+    /// The time or LSN, or `latest` / `immediate`.
+    pub target: String,
+    pub recovered_to: String,
+    pub run_id: String,
+    pub result: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -56,8 +80,10 @@ pub struct Summary {
     pub pass_rate: Option<f64>,
     /// The longest measured restore; null when no restore finished.
     pub worst_rto_seconds: Option<f64>,
-    /// The longest stretch of the window with no passing run: from the window's start
-    /// (or a pass) to the next pass (or the window's end).
+    /// The longest stretch of the window with no passing run: from the target's first
+    /// run in the window (or a pass) to the next pass (or the window's end) — a target
+    /// added on the window's last day is not "90 days without a pass". The whole window
+    /// when it has no run at all.
     pub longest_without_pass_seconds: f64,
 }
 
@@ -80,6 +106,14 @@ pub struct RunEvidence {
     /// Why the run did not pass: the run's error, else its failed validators and
     /// missed objectives.
     pub reasons: Vec<String>,
+    /// The retention window's coverage as the run saw it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub coverage: Option<crate::report::Coverage>,
+    /// WAL replay: what it was asked to reach, and the last commit replayed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recovery_target: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recovered_to: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -159,6 +193,13 @@ impl RunEvidence {
                 })
                 .collect(),
             reasons,
+            coverage: r.coverage.clone(),
+            recovery_target: r
+                .restore
+                .as_ref()
+                .and_then(|i| i.recovery_target.as_ref())
+                .map(|t| t.value.clone().unwrap_or_else(|| t.kind.clone())),
+            recovered_to: r.restore.as_ref().and_then(|i| i.recovered_to.clone()),
         }
     }
 }
@@ -172,7 +213,8 @@ pub fn epoch(t: &str) -> Option<f64> {
 pub fn summarise(runs: &[RunEvidence], from: f64, to: f64) -> Summary {
     let count = |r: RunResult| runs.iter().filter(|x| x.result == r.as_str()).count() as u32;
     let passed = count(RunResult::Passed);
-    let mut last_pass = from;
+    let first = runs.iter().filter_map(|r| epoch(&r.started_at)).reduce(f64::min);
+    let mut last_pass = first.unwrap_or(from).clamp(from, to);
     let mut longest: f64 = 0.0;
     for r in runs.iter().filter(|r| r.result == RunResult::Passed.as_str()) {
         let at = epoch(&r.finished_at).unwrap_or(last_pass).clamp(from, to);
@@ -196,11 +238,30 @@ pub fn summarise(runs: &[RunEvidence], from: f64, to: f64) -> Summary {
 pub fn target_evidence(name: &str, mut runs: Vec<RunEvidence>, from: f64, to: f64) -> TargetEvidence {
     runs.sort_by(|a, b| a.started_at.cmp(&b.started_at).then(a.run_id.cmp(&b.run_id)));
     let newest = runs.last();
+    let points_in_time: Vec<PointInTime> = runs
+        .iter()
+        .filter_map(|r| {
+            Some(PointInTime {
+                target: r.recovery_target.clone().unwrap_or_else(|| "latest".into()),
+                recovered_to: r.recovered_to.clone()?,
+                run_id: r.run_id.clone(),
+                result: r.result.clone(),
+            })
+        })
+        .collect();
+    let coverage = runs.iter().rev().find_map(|r| r.coverage.as_ref()).map(|c| TargetCoverage {
+        restorable: c.restorable,
+        proven: c.proven,
+        prove_within_seconds: c.prove_within_seconds,
+        backups: c.backups.clone(),
+        points_in_time: points_in_time.clone(),
+    });
     TargetEvidence {
         name: name.to_string(),
         rto_target_seconds: newest.map(|r| r.rto_target_seconds),
         rpo_target_seconds: newest.map(|r| r.rpo_target_seconds),
         summary: summarise(&runs, from, to),
+        coverage,
         runs,
     }
 }
@@ -246,6 +307,9 @@ mod tests {
             rpo_met: None,
             validators: vec![],
             reasons: vec![],
+            coverage: None,
+            recovery_target: None,
+            recovered_to: None,
         }
     }
 
@@ -265,9 +329,14 @@ mod tests {
         assert_eq!(s.worst_rto_seconds, Some(100.0));
         // From the pass on the 2nd to the pass on the 9th: 7 days.
         assert_eq!(s.longest_without_pass_seconds, 7.0 * 86400.0);
-        // No pass at all: the whole window.
+        // No pass at all: from the first run (the 3rd) to the window's end. Issue 26: not
+        // from the window's start, when the target had no run before.
         let s = summarise(&runs[1..3], from, to);
-        assert_eq!(s.longest_without_pass_seconds, 10.0 * 86400.0);
+        assert_eq!(s.longest_without_pass_seconds, 8.0 * 86400.0);
+        // A target whose only run passed on the window's last day: no stretch before it.
+        let late = [run("e", "2026-11-10T23:00:00Z", "2026-11-10T23:00:10Z", "passed", Some(1.0))];
+        assert_eq!(summarise(&late, from, to).longest_without_pass_seconds, 3600.0 - 10.0);
+        assert_eq!(summarise(&[], from, to).longest_without_pass_seconds, 10.0 * 86400.0);
         assert_eq!(summarise(&[], from, to).pass_rate, None);
     }
 }

@@ -125,6 +125,28 @@ fn rate(t: &TargetEvidence) -> String {
     t.summary.pass_rate.map(|r| format!("{:.0}%", r * 100.0)).unwrap_or_else(|| "—".into())
 }
 
+/// The recovery window's proof, in words: `3 of 4 backups proven within 30days;
+/// points in time proven: 2 (latest → 2026-11-30T03:00:00Z, …)`.
+fn window(t: &TargetEvidence) -> Option<String> {
+    let c = t.coverage.as_ref()?;
+    let within = drcheck_config::format_duration(std::time::Duration::from_secs_f64(c.prove_within_seconds));
+    let never: Vec<&str> = c.backups.iter().filter(|b| b.last_proven_at.is_none()).map(|b| b.label.as_str()).collect();
+    let mut line = format!("{} of {} backups proven within {within}", c.proven, c.restorable);
+    if !never.is_empty() {
+        line.push_str(&format!(" (never proven: {})", never.join(", ")));
+    }
+    let passed: Vec<String> = c
+        .points_in_time
+        .iter()
+        .filter(|p| p.result == "passed")
+        .map(|p| format!("{} → {}", p.target, p.recovered_to))
+        .collect();
+    if !passed.is_empty() {
+        line.push_str(&format!("; points in time proven: {} ({})", passed.len(), passed.join(", ")));
+    }
+    Some(line)
+}
+
 /// What the validators covered, in words: `amcheck passed (289 relations); …`.
 fn coverage(r: &RunEvidence) -> String {
     r.validators
@@ -206,6 +228,9 @@ fn html_section(e: &Evidence, t: &TargetEvidence) -> String {
             t.summary.runs,
             t.summary.passed
         );
+        if let Some(w) = window(t) {
+            let _ = writeln!(h, "<p class=\"coverage\">Recovery window: {}.</p>", esc(&w));
+        }
         h.push_str(&rto_chart(t, &e.from, &e.to));
         let _ = writeln!(
             h,
@@ -429,6 +454,9 @@ fn markdown_section(t: &TargetEvidence) -> String {
             t.summary.runs,
             t.summary.passed
         );
+        if let Some(w) = window(t) {
+            let _ = writeln!(m, "Recovery window: {w}.\n");
+        }
         let _ = writeln!(
             m,
             "| started | run | verdict | backup | RTO measured / target | RPO age / target | validators | why not passed |"

@@ -289,6 +289,9 @@ pub(crate) mod tests_support {
             rpo_met: Some(true),
             validators: vec![],
             reasons: vec![],
+            coverage: None,
+            recovery_target: None,
+            recovered_to: None,
         };
         let summary = Summary {
             runs: 2,
@@ -310,6 +313,7 @@ pub(crate) mod tests_support {
                 rto_target_seconds: Some(600.0),
                 rpo_target_seconds: Some(86400.0),
                 summary,
+                coverage: None,
                 runs: vec![run("a", "passed"), run("bb", "failed")],
             }],
             drills: vec![DrillEvidence {

@@ -137,13 +137,40 @@ impl S3Store {
                 let msg = err.message().unwrap_or("");
                 let status = s.raw().status().as_u16();
                 let server_side = status >= 500 || status == 429;
-                (format!("{what}: HTTP {status} {code} {msg}").trim_end().to_string(), server_side)
+                let line = format!("{what}: HTTP {status} {code} {msg}").trim_end().to_string();
+                let line = match service_hint(code, status) {
+                    Some(hint) => format!("{line} — {hint}"),
+                    None => line,
+                };
+                (line, server_side)
             }
             _ => (format!("{what}: {}", chain(&e)), false),
         };
         let message = self.scrub(message);
         StoreError { store: self.describe(), message, unreachable: unreachable && !changed, changed }
     }
+}
+
+/// What to do about an S3 error a user meets first, by its code (the store's own words
+/// come before it).
+fn service_hint(code: &str, status: u16) -> Option<&'static str> {
+    Some(match code {
+        "NoSuchBucket" => "no bucket of that name at this endpoint: check the storage's `bucket` (and `endpoint`)",
+        "PermanentRedirect" | "AuthorizationHeaderMalformed" | "IllegalLocationConstraintException" => {
+            "the bucket is in another region: set the storage's `region` to the bucket's"
+        }
+        "InvalidAccessKeyId" => "the store does not know this access key: check AWS_ACCESS_KEY_ID",
+        "SignatureDoesNotMatch" => "the secret key does not match the access key: check AWS_SECRET_ACCESS_KEY",
+        "AccessDenied" | "AllAccessDisabled" => {
+            "these credentials may not read here: grant s3:ListBucket on the bucket and s3:GetObject on the prefix"
+        }
+        "ExpiredToken" | "TokenRefreshRequired" => "the session token expired: refresh the credentials",
+        _ if status == 301 => "the bucket is in another region: set the storage's `region` to the bucket's",
+        _ if status == 403 => {
+            "these credentials may not read here: grant s3:ListBucket on the bucket and s3:GetObject on the prefix"
+        }
+        _ => return None,
+    })
 }
 
 /// An error and its causes as people read them: each distinct `Display` message once,
@@ -394,5 +421,22 @@ impl S3Store {
             });
         }
         Ok(body)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 26: the S3 errors a user meets first say what to do.
+    #[test]
+    fn first_errors_name_their_fix() {
+        assert!(service_hint("NoSuchBucket", 404).unwrap().contains("`bucket`"));
+        assert!(service_hint("PermanentRedirect", 301).unwrap().contains("`region`"));
+        assert!(service_hint("AuthorizationHeaderMalformed", 400).unwrap().contains("`region`"));
+        assert!(service_hint("AccessDenied", 403).unwrap().contains("s3:GetObject"));
+        assert!(service_hint("InvalidAccessKeyId", 403).unwrap().contains("AWS_ACCESS_KEY_ID"));
+        assert!(service_hint("SignatureDoesNotMatch", 403).unwrap().contains("AWS_SECRET_ACCESS_KEY"));
+        assert_eq!(service_hint("NoSuchKey", 404), None);
     }
 }
