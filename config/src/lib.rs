@@ -35,6 +35,25 @@ pub fn load(path: &Path) -> Result<Config, ConfigError> {
     parse(&text, path)
 }
 
+/// [`load`] for checks that read only the config's shape (its targets, whether each
+/// has a primary) — `drill check`: a `${VAR}` that is unset here (a password the drill
+/// host does not hold) stands in as `unset-VAR` instead of failing the check. When even
+/// that does not validate (a whole URL from a variable), the real error is returned.
+/// Never for a run: nothing it loads may connect anywhere.
+pub fn load_shape(path: &Path) -> Result<Config, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|error| ConfigError::Read { path: path.to_path_buf(), error })?;
+    match parse(&text, path) {
+        Ok(c) => Ok(c),
+        Err(real) => {
+            let Ok(raw) = toml::from_str::<raw::RawConfig>(&text) else { return Err(real) };
+            validated::validate(raw, &text, path, &|name| {
+                Some(std::env::var(name).unwrap_or_else(|_| format!("unset-{name}")))
+            })
+            .map_err(|_| real)
+        }
+    }
+}
+
 /// Parses and validates config text; `path` is only used in error messages.
 pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
     let raw: raw::RawConfig = toml::from_str(text)

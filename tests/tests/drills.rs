@@ -529,3 +529,30 @@ fn the_dry_run_shows_the_command_that_runs() {
     let written = std::fs::read_to_string(&out_file).unwrap();
     assert_eq!(written, "postgres://app:pw-secret@db:5432/orders?sslmode=require\na;b\nc \"d\"\n");
 }
+
+/// Issue 26: `drill check` reads only the config's targets — it does not demand the
+/// secrets (`${ORDERS_PW}`) a drill host may not hold, yet still names a target the
+/// config lacks; `drill run` still needs them.
+#[test]
+fn drill_check_does_not_demand_the_configs_secrets() {
+    let root = TempRoot::new();
+    let config = root.path().join("drcheck.toml");
+    std::fs::write(
+        &config,
+        "[storage.b]\nkind = \"filesystem\"\npath = \"/srv\"\n[[target]]\nname = \"orders\"\n\
+         primary = \"postgres://verifier:${DRILL_TEST_UNSET_PW_26}@db:5432/orders\"\nstorage = \"b\"\nrto = \"30m\"\nrpo = \"26h\"\n",
+    )
+    .unwrap();
+    let c = config.display().to_string();
+    let good = runbook(&root, "good.yaml", "title: t\nsteps:\n  - name: v\n    verify: {target: orders}\n");
+    let (out, _) = drcheck(&["--config", &c, "drill", "check", &good.display().to_string()], &[], LIMIT);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(stdout(&out).contains("ok"), "{}", stdout(&out));
+    let typo = runbook(&root, "typo.yaml", "title: t\nsteps:\n  - name: v\n    verify: {target: ordrs}\n");
+    let (out, _) = drcheck(&["--config", &c, "drill", "check", &typo.display().to_string()], &[], LIMIT);
+    assert_eq!(out.status.code(), Some(2), "{}", stdout(&out));
+    assert!(stderr(&out).contains("\"ordrs\"") && stderr(&out).contains("orders"), "{}", stderr(&out));
+    let (out, _) = drcheck(&["--config", &c, "drill", "run", &good.display().to_string()], &[], LIMIT);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("DRILL_TEST_UNSET_PW_26"), "a run still needs it: {}", stderr(&out));
+}

@@ -16,9 +16,11 @@ use std::path::{Path, PathBuf};
 use tokio_util::sync::CancellationToken;
 
 pub async fn run(config_path: Option<&Path>, cmd: DrillCommand) -> Result<Exit, CliError> {
-    let config = load_config(config_path)?;
     match cmd {
         DrillCommand::Check { file, vars } => {
+            // A check reads only the config's targets: secrets the drill host lacks
+            // (`${ORDERS_PW}`) are not demanded.
+            let config = load_config(config_path, drcheck_config::load_shape)?;
             let rb = load_runbook(&file, &vars, config.as_ref())?;
             let recovery = rb.steps.iter().filter(|s| s.recovery).count();
             crate::outln!(
@@ -37,16 +39,19 @@ pub async fn run(config_path: Option<&Path>, cmd: DrillCommand) -> Result<Exit, 
             }
             Ok(Exit::Passed)
         }
-        DrillCommand::Run(args) => run_drill(config, args).await,
+        DrillCommand::Run(args) => run_drill(load_config(config_path, drcheck_config::load)?, args).await,
     }
 }
 
 /// The config named by `--config`/`DRCHECK_CONFIG` (which must load), else
 /// `./drcheck.toml` if there is one, else none.
-fn load_config(path: Option<&Path>) -> Result<Option<Config>, CliError> {
+fn load_config(
+    path: Option<&Path>,
+    load: fn(&Path) -> Result<Config, drcheck_config::ConfigError>,
+) -> Result<Option<Config>, CliError> {
     match path {
-        Some(p) => Ok(Some(drcheck_config::load(p)?)),
-        None if Path::new(DEFAULT_CONFIG).exists() => Ok(Some(drcheck_config::load(Path::new(DEFAULT_CONFIG))?)),
+        Some(p) => Ok(Some(load(p)?)),
+        None if Path::new(DEFAULT_CONFIG).exists() => Ok(Some(load(Path::new(DEFAULT_CONFIG))?)),
         None => Ok(None),
     }
 }

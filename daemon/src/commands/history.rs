@@ -17,10 +17,18 @@ pub async fn run(config: &Config, args: HistoryArgs) -> Result<Exit, CliError> {
         crate::outln!("{}", serde_json::to_string_pretty(&out).map_err(CliError::incomplete)?);
         return Ok(Exit::Passed);
     }
+    crate::out!("{}", render(&runs));
+    Ok(Exit::Passed)
+}
+
+/// The runs as a table under a header (newest first); a line saying so when there are none.
+fn render(runs: &[crate::report::RunReport]) -> String {
     if runs.is_empty() {
-        crate::outln!("no runs recorded");
+        return "no runs recorded\n".into();
     }
-    for r in &runs {
+    let mut text =
+        format!("{:<24}  {:<16} {:<8} {:>8}  {}  {}\n", "STARTED", "TARGET", "RESULT", "RTO", "BACKUP", "RUN");
+    for r in runs {
         let rto = r.rto.measured_seconds.map(|s| format!("{s:.1}s")).unwrap_or_else(|| "—".into());
         let backup = r.backup.as_ref().map(|b| crate::out::shown(&b.key)).unwrap_or_else(|| "—".into());
         let error = r
@@ -28,8 +36,8 @@ pub async fn run(config: &Config, args: HistoryArgs) -> Result<Exit, CliError> {
             .as_ref()
             .map(|e| format!("  [{}] {}", e.stage, crate::out::shown(first_line(&e.message))))
             .unwrap_or_default();
-        crate::outln!(
-            "{}  {:<16} {:<8} rto {:>8}  {}  {}{}",
+        text.push_str(&format!(
+            "{:<24}  {:<16} {:<8} {:>8}  {}  {}{}\n",
             r.started_at,
             r.target,
             r.result.as_str(),
@@ -37,11 +45,37 @@ pub async fn run(config: &Config, args: HistoryArgs) -> Result<Exit, CliError> {
             backup,
             r.run_id,
             error
-        );
+        ));
     }
-    Ok(Exit::Passed)
+    text
 }
 
 fn first_line(s: &str) -> &str {
     s.lines().next().unwrap_or("")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 26: `history` has a header naming its columns, aligned with the rows.
+    #[test]
+    fn history_has_a_header_over_its_columns() {
+        let mut r: crate::report::RunReport = serde_json::from_value(serde_json::json!({
+            "run_id": "r-1", "target": "orders", "result": "passed",
+            "started_at": "2026-12-01T03:00:00.000Z", "finished_at": "2026-12-01T03:01:00.000Z",
+            "backup": null, "phases": [], "validators": [],
+            "rto": {"target_seconds": 60.0, "measured_seconds": 12.5, "met": true},
+            "rpo": {"target_seconds": 60.0, "backup_age_seconds": null, "met": null}
+        }))
+        .unwrap();
+        r.backup = None;
+        let text = render(&[r]);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 2, "{text}");
+        assert!(lines[0].starts_with("STARTED") && lines[0].contains("TARGET") && lines[0].contains("RUN"), "{text}");
+        assert_eq!(lines[0].find("TARGET"), lines[1].find("orders"), "aligned: {text}");
+        assert_eq!(lines[0].find("RESULT"), lines[1].find("passed"), "aligned: {text}");
+        assert_eq!(render(&[]), "no runs recorded\n");
+    }
 }
