@@ -1,12 +1,20 @@
 #!/usr/bin/env bash
-# Installs what drcheck's demo and tests need, idempotently: PostgreSQL 15 server and
-# client binaries (Debian's postgresql-15), moto's S3-compatible server and the aws CLI.
-# Safe to run again; does nothing when everything is present.
+# Installs what drcheck's tests need, idempotently: PostgreSQL 15 server and client
+# binaries (Debian's postgresql-15), moto's S3-compatible server and the aws CLI, and
+# everything the end-to-end tests drive (Prometheus tools, pgBackRest, barman-cloud,
+# Chromium, age/gpg, kubectl, cargo-nextest, …). Safe to run again; does nothing when
+# everything is present.
+#
+#   scripts/setup.sh           # the tests' set-up
+#   scripts/setup.sh --demo    # only what scripts/demo.sh uses: PostgreSQL, moto, the aws CLI
 set -euo pipefail
+demo_only=
+[ "${1:-}" = "--demo" ] && demo_only=1
 
 need_apt=()
 [ -x /usr/lib/postgresql/15/bin/initdb ] || need_apt+=(postgresql-15)
 command -v pg_dump >/dev/null 2>&1 || need_apt+=(postgresql-client-15)
+if [ -z "$demo_only" ]; then
 # The tests compress fixtures with zstd and lz4 the way backup jobs do.
 command -v zstd >/dev/null 2>&1 || need_apt+=(zstd)
 command -v lz4 >/dev/null 2>&1 || need_apt+=(lz4)
@@ -35,6 +43,7 @@ command -v sqlite3 >/dev/null 2>&1 || need_apt+=(sqlite3)
 [ -x /usr/bin/time ] || need_apt+=(time)
 # A non-C locale (de_DE.UTF-8) for the test that a primary's lc_monetary cannot skew checksums.
 command -v localedef >/dev/null 2>&1 && [ -d /usr/share/i18n/locales ] || need_apt+=(locales)
+fi
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then
     echo "setup: need ${need_apt[*]} (run as root, or install them)" >&2
@@ -53,7 +62,7 @@ if [ "$(id -u)" = 0 ] && ! id -u drcheck-sandbox >/dev/null 2>&1; then
   useradd --system --user-group --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin drcheck-sandbox
 fi
 
-if ! locale -a 2>/dev/null | grep -qi '^de_DE\.utf8$'; then
+if [ -z "$demo_only" ] && ! locale -a 2>/dev/null | grep -qi '^de_DE\.utf8$'; then
   if [ "$(id -u)" = 0 ]; then
     localedef -i de_DE -f UTF-8 de_DE.UTF-8
   else
@@ -64,15 +73,17 @@ fi
 need_pip=()
 python3 -c 'import moto.server, flask_cors' >/dev/null 2>&1 || need_pip+=("moto[server]")
 command -v aws >/dev/null 2>&1 || need_pip+=(awscli)
+if [ -z "$demo_only" ]; then
 command -v kubernetes-validate >/dev/null 2>&1 || need_pip+=(kubernetes-validate)
 # A real JUnit parser reads the JUnit reports in the evidence tests.
 python3 -c 'import junitparser' >/dev/null 2>&1 || need_pip+=(junitparser)
 # A crontab evaluator with Kubernetes' semantics, to check the daemon and the CronJobs
 # drcheck generates fire at the same instants.
 python3 -c 'import croniter' >/dev/null 2>&1 || need_pip+=(croniter)
+fi
 if [ ${#need_pip[@]} -gt 0 ]; then
   echo "setup: installing ${need_pip[*]}" >&2
   python3 -m pip install -q "${need_pip[@]}"
 fi
 command -v moto_server >/dev/null 2>&1 || { echo "setup: moto_server is not on PATH after install" >&2; exit 1; }
-command -v cargo-nextest >/dev/null 2>&1 || cargo install --locked cargo-nextest
+[ -n "$demo_only" ] || command -v cargo-nextest >/dev/null 2>&1 || cargo install --locked cargo-nextest

@@ -267,6 +267,80 @@ fn the_demo_runs_from_a_checkout_in_a_private_directory() {
     assert!(!clone.join(".demo").exists(), "the demo wrote into the checkout");
 }
 
+/// Issue 26: two demos at once each work in a directory of their own and verify their
+/// own backup; a kept demo leaves one command that stops everything it left, and a demo
+/// into a DEMO_DIR another demo holds is refused.
+#[test]
+fn two_demos_at_once_verify_their_own_backups_and_a_kept_one_stops_with_one_command() {
+    let root = drcheck_e2e::TempRoot::new();
+    let tmp = root.path().join("tmp");
+    std::fs::create_dir(&tmp).unwrap();
+    std::fs::set_permissions(&tmp, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/demo.sh");
+    let demo = |envs: &[(&str, String)]| {
+        let mut cmd = std::process::Command::new("bash");
+        cmd.arg(&script).env("DRCHECK_BIN", drcheck_e2e::drcheck_bin()).env("TMPDIR", &tmp);
+        for (k, v) in envs {
+            cmd.env(k, v);
+        }
+        cmd.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
+        cmd.spawn().unwrap()
+    };
+    let text = |out: std::process::Output| {
+        (
+            out.status.success(),
+            format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)),
+        )
+    };
+    let (a, b) = (demo(&[]), demo(&[]));
+    let ((ok_a, a), (ok_b, b)) = (text(a.wait_with_output().unwrap()), text(b.wait_with_output().unwrap()));
+    assert!(ok_a && a.contains("orders: PASSED"), "{a}");
+    assert!(ok_b && b.contains("orders: PASSED"), "{b}");
+    let key = |t: &str| t.lines().find(|l| l.contains("uploaded s3://")).unwrap().to_string();
+    let dir = |t: &str| t.lines().find(|l| l.starts_with("demo: in ")).unwrap().split(' ').nth(2).unwrap().to_string();
+    assert_ne!(dir(&a), dir(&b), "{a}\n{b}");
+    // Each verified the backup it uploaded (its own store), nothing of the other.
+    for (t, other) in [(&a, &b), (&b, &a)] {
+        let k = key(t).split("s3://demo-backups/").nth(1).unwrap().split(' ').next().unwrap().to_string();
+        assert!(t.contains(&format!("verify of s3://demo-backups/{k} exited 0")), "{t}");
+        assert!(!t.contains(&dir(other)), "one demo touched the other's directory: {t}");
+    }
+    let left: Vec<_> = std::fs::read_dir(&tmp).unwrap().filter_map(Result::ok).map(|e| e.file_name()).collect();
+    assert!(left.iter().all(|n| !n.to_string_lossy().starts_with("drcheck-demo-")), "{left:?}");
+
+    // Kept: one printed command stops the primary and the S3 server and removes the rest.
+    let kept_dir = root.path().join("kept");
+    let (ok, kept) = text(
+        demo(&[("DEMO_KEEP", "1".into()), ("DEMO_DIR", kept_dir.display().to_string())]).wait_with_output().unwrap(),
+    );
+    assert!(ok, "{kept}");
+    let stop =
+        kept.lines().find_map(|l| l.strip_prefix("demo: stop everything with: ")).expect("a stop command").to_string();
+    let moto_pid: i32 = std::fs::read_to_string(kept_dir.join("moto.pid")).unwrap().trim().parse().unwrap();
+    assert!(kept_dir.join("data/postmaster.pid").exists(), "the primary was left running");
+    // While it is kept, another demo into the same directory… runs after stopping it
+    // (the kept one holds no lock); one running now would be refused:
+    let lock = std::fs::File::create(kept_dir.with_extension("lock")).unwrap();
+    nix::fcntl::Flock::lock(lock, nix::fcntl::FlockArg::LockExclusiveNonblock)
+        .map(|held| {
+            let (ok, refused) = text(demo(&[("DEMO_DIR", kept_dir.display().to_string())]).wait_with_output().unwrap());
+            assert!(!ok && refused.contains("another demo is using"), "{refused}");
+            drop(held);
+        })
+        .unwrap_or_else(|_| panic!("the kept demo still holds its directory's lock"));
+    sh(&stop);
+    assert!(!kept_dir.exists(), "stop.sh removes the kept demo");
+    let alive = || {
+        std::path::Path::new(&format!("/proc/{moto_pid}")).exists()
+            && !std::fs::read_to_string(format!("/proc/{moto_pid}/stat")).unwrap_or_default().contains(") Z ")
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while alive() && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(!alive(), "the kept S3 server still runs");
+}
+
 /// A physical backup is checked on every database it holds, not just `postgres`: the
 /// self-checks cover both application databases, and each finding says so.
 #[test]
