@@ -76,6 +76,14 @@ psql_pg -d postgres -c "create database orders" \
   -c "create role verifier login password '$password'" \
   -c "grant pg_read_all_data to verifier"
 pgbench -q -i -s "$scale" -h "$demo/sock" -p "$pg_port" -U postgres orders 2>/dev/null
+# What the example runbooks (runbooks/examples/) work with: customers and their orders.
+psql_pg -d orders \
+  -c "create table customers (id int primary key, name text not null)" \
+  -c "insert into customers select g, 'customer ' || g from generate_series(1, 100) g" \
+  -c "create table orders (id serial primary key, customer_id int not null references customers,
+        total numeric(10,2) not null, placed_at timestamptz not null default now())" \
+  -c "insert into orders (customer_id, total, placed_at)
+        select 1 + g % 100, (g % 500) + 0.99, now() - make_interval(mins => g) from generate_series(1, 1000) g"
 
 moto_server -H 127.0.0.1 -p "$s3_port" >"$demo/moto.log" 2>&1 9>&- &
 echo $! >"$demo/moto.pid"
@@ -107,6 +115,8 @@ storage = "backups"
 prefix = "orders/"
 rto = "30m"
 rpo = "26h"
+[target.as_of]
+"public.orders" = "placed_at"     # rows written after the backup are not losses
 TOML
 export ORDERS_PW=$password
 
@@ -138,6 +148,7 @@ if [ -n "${DEMO_KEEP:-}" ]; then
 #!/usr/bin/env bash
 # Stops what DEMO_KEEP=1 scripts/demo.sh left running in $demo, then removes it.
 [ -f "$demo/data/postmaster.pid" ] && ${as_pg_prefix}$pgbin/pg_ctl -D "$demo/data" -m fast stop >/dev/null 2>&1
+[ -f "$demo/restored/data/postmaster.pid" ] && ${as_pg_prefix}$pgbin/pg_ctl -D "$demo/restored/data" -m fast stop >/dev/null 2>&1
 [ -f "$demo/moto.pid" ] && kill "\$(cat "$demo/moto.pid")" 2>/dev/null
 rm -f "$demo/moto.pid"
 [ "\${1:-}" = --keep-files ] || rm -rf "$demo" "$demo.lock"
@@ -146,7 +157,18 @@ STOP
   cat >"$demo/env.sh" <<ENV
 export DRCHECK_CONFIG=$demo/drcheck.toml ORDERS_PW=$password AWS_ACCESS_KEY_ID=demo AWS_SECRET_ACCESS_KEY=demo AWS_DEFAULT_REGION=us-east-1 AWS_EC2_METADATA_DISABLED=true
 ENV
+  cat >>"$demo/env.sh" <<ENV
+export PATH=$(dirname "$(readlink -f "$drcheck")"):\$PATH
+ENV
+  # The example drill, against this demo: its application's config, a place for the
+  # restored cluster (the postgres user's), a free port.
+  printf 'postgresql://postgres@localhost:%s/orders?host=%s\n' "$pg_port" "$demo/sock" >"$demo/app.url"
+  mkdir -p "$demo/restored"
+  [ "$(id -u)" = 0 ] && chown postgres: "$demo/restored"
+  run_as=
+  [ "$(id -u)" = 0 ] && run_as=" --var run_as=postgres"
   echo "demo: left running — config $demo/drcheck.toml; for drcheck commands: source $demo/env.sh"
+  echo "demo: a DR drill against it (add --dry-run to see its plan first): source $demo/env.sh && drcheck drill run $root/runbooks/examples/restore-from-backup.yaml --var app_conf=$demo/app.url --var new_data=$demo/restored/data --var socket_dir=$demo/restored --var new_port=$(free_port) --var work_dir=$demo/drill$run_as"
   echo "demo: stop everything with: bash $demo/stop.sh"
 fi
 exit $rc

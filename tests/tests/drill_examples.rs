@@ -250,3 +250,44 @@ fn primary_failover_example_rolls_back_when_the_promotion_fails() {
         Duration::from_secs(30),
     );
 }
+
+/// Issue 26: the example drill runs against the demo exactly as the demo prints it —
+/// its dry run, then the real run — and the demo's one stop command ends it all.
+#[test]
+fn the_example_drill_runs_against_the_kept_demo_as_printed() {
+    struct Stop(PathBuf);
+    impl Drop for Stop {
+        fn drop(&mut self) {
+            let _ = Command::new("bash").arg(self.0.join("stop.sh")).output();
+        }
+    }
+    let root = TempRoot::new();
+    let demo_dir = root.path().join("demo");
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../scripts/demo.sh");
+    let out = Command::new("bash")
+        .arg(&script)
+        .env("DRCHECK_BIN", drcheck_e2e::drcheck_bin())
+        .env("DEMO_KEEP", "1")
+        .env("DEMO_DIR", &demo_dir)
+        .output()
+        .unwrap();
+    let _stop = Stop(demo_dir.clone());
+    let text = format!("{}{}", stdout(&out), stderr(&out));
+    assert!(out.status.success(), "{text}");
+    let printed = text
+        .lines()
+        .find_map(|l| l.strip_prefix("demo: a DR drill against it (add --dry-run to see its plan first): "))
+        .expect("the demo prints the drill's command")
+        .to_string();
+    let run = |extra: &str| {
+        let out = Command::new("bash").arg("-c").arg(format!("{printed}{extra}")).output().unwrap();
+        (out.status.code(), format!("{}{}", stdout(&out), stderr(&out)))
+    };
+    let (code, plan) = run(" --dry-run");
+    assert_eq!(code, Some(0), "{plan}");
+    assert!(plan.contains("pg_restore") && plan.contains(&demo_dir.display().to_string()), "{plan}");
+    let (code, done) = run("");
+    assert_eq!(code, Some(0), "{done}");
+    assert!(done.to_lowercase().contains("completed"), "{done}");
+    assert!(!demo_dir.join("restored/data/postmaster.pid").exists(), "the drill's rollback stops its cluster");
+}
