@@ -8,6 +8,7 @@
 //! in [`Secret`], whose `Debug` and `Display` never show them.
 
 mod duration;
+mod effective;
 mod error;
 mod interpolate;
 mod raw;
@@ -52,6 +53,23 @@ pub fn load_shape(path: &Path) -> Result<Config, ConfigError> {
             .map_err(|_| real)
         }
     }
+}
+
+/// `config check`'s output: the file validated, its defaults filled in, in its own
+/// shape (it loads back as a config that means the same); `${VAR}` references printed as
+/// written, secrets written literally as `***`.
+pub fn effective(path: &Path) -> Result<String, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|error| ConfigError::Read { path: path.to_path_buf(), error })?;
+    let config = parse(&text, path)?;
+    effective::render(&text, path, &config)
+}
+
+/// [`effective`] of `text`, its `${VAR}`s read from `env`.
+pub fn effective_with(text: &str, path: &Path, env: &dyn Fn(&str) -> Option<String>) -> Result<String, ConfigError> {
+    let raw: raw::RawConfig = toml::from_str(text)
+        .map_err(|e| ConfigError::Parse { path: path.to_path_buf(), message: e.to_string().trim_end().to_string() })?;
+    let config = validated::validate(raw, text, path, env)?;
+    effective::render(text, path, &config)
 }
 
 /// Parses and validates config text; `path` is only used in error messages.

@@ -485,3 +485,63 @@ fn decrypt_keys_are_secrets_and_typos_are_named() {
     let (key, _, _) = invalid(&format!("{GOOD}[target.decrypt]\ngpg_secret_key = \"\"\n"));
     assert_eq!(key, "target[0].decrypt.gpg_secret_key");
 }
+
+/// Issue 26: `config check`'s output loads back as a config that means the same, for
+/// every example config (the README's, the Kubernetes example, this file's, one with
+/// every kind of secret); `${VAR}` references stay references; literal secrets are `***`.
+#[test]
+fn the_effective_config_of_every_example_loads_back_the_same() {
+    let env = |name: &str| -> Option<String> {
+        Some(match name {
+            "DRCHECK_STATE_URL" => "sqlite:///tmp/state.db".into(),
+            other => format!("secret-{other}-value"),
+        })
+    };
+    let readme = include_str!("../../../README.md");
+    let block = |after: &str| -> String {
+        let start = readme.find(after).unwrap();
+        let open = start + readme[start..].find("```toml\n").unwrap() + 8;
+        let close = open + readme[open..].find("```").unwrap();
+        readme[open..close].to_string()
+    };
+    let literal = format!(
+        "{GOOD}[api]\ntoken = \"literal-token-26\"\n[[alert]]\nkind = \"webhook\"\nurl = \"https://u:pw-26@hooks.example.com/x\"\n\
+         secret = \"${{HOOK_SECRET}}\"\n[metrics]\npushgateway = \"http://gw:gwpw-26@127.0.0.1:9091\"\n[target.decrypt]\ngpg_passphrase = \"${{GPG_PASSPHRASE}}\"\n"
+    );
+    let examples = [
+        ("README Config", block("### Config")),
+        ("kubernetes example", include_str!("../../../deploy/kubernetes/overlays/example/drcheck.toml").to_string()),
+        ("kubernetes base", include_str!("../../../deploy/kubernetes/base/drcheck.toml").to_string()),
+        (
+            "cloudnativepg example",
+            include_str!("../../../deploy/kubernetes/overlays/cloudnativepg/drcheck.toml").to_string(),
+        ),
+        ("GOOD", GOOD.to_string()),
+        ("literal secrets", literal.clone()),
+    ];
+    let path = Path::new("drcheck.toml");
+    for (name, text) in &examples {
+        let once = crate::effective_with(text, path, &env).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let twice =
+            crate::effective_with(&once, path, &env).unwrap_or_else(|e| panic!("{name}: loads back: {e}\n{once}"));
+        assert_eq!(once, twice, "{name}: the effective config is its own effective config");
+        let parsed = |t: &str| {
+            let raw: RawConfig = toml::from_str(t).unwrap();
+            validate(raw, t, path, &env).unwrap().to_redacted_toml()
+        };
+        if *name != "literal secrets" {
+            assert_eq!(parsed(text), parsed(&once), "{name}: means the same\n{once}");
+        }
+        assert!(!once.contains("-value"), "{name}: a secret's value was printed: {once}");
+    }
+    let once = crate::effective_with(&literal, path, &env).unwrap();
+    assert!(once.contains("token = \"***\"") && !once.contains("literal-token-26"), "{once}");
+    assert!(
+        !once.contains("pw-26")
+            && !once.contains("gwpw")
+            && once.contains("${HOOK_SECRET}")
+            && once.contains("${ORDERS_PW}"),
+        "{once}"
+    );
+    assert!(once.contains("gpg_passphrase = \"${GPG_PASSPHRASE}\""), "{once}");
+}

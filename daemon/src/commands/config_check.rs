@@ -1,10 +1,17 @@
-//! `drcheck config check`: the config as drcheck understands it, secrets redacted.
+//! `drcheck config check`: the config as it will run — the file's own shape with its
+//! defaults filled in, so the output loads back as a config that means the same;
+//! `${VAR}` references printed as written, secrets written literally as `***`.
 
 use crate::exit::{CliError, Exit};
 use drcheck_config::Config;
 
 pub fn run(config: &Config) -> Result<Exit, CliError> {
-    crate::outln!("# {}: valid ({})", config.path.display(), crate::out::count(config.targets.len(), "target"));
-    crate::out!("{}", config.to_redacted_toml());
+    let effective = drcheck_config::effective(&config.path)?;
+    crate::outln!(
+        "# {}: valid ({}); defaults filled in, ${{VAR}} references as written",
+        config.path.display(),
+        crate::out::count(config.targets.len(), "target")
+    );
+    crate::out!("{effective}");
     Ok(Exit::Passed)
 }
