@@ -157,7 +157,7 @@ fn has_literal_password(v: &str) -> bool {
 /// `16777216` → `"16MiB"`: the largest unit that divides it.
 fn size(n: u64) -> String {
     for (unit, m) in [("GiB", 1u64 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)] {
-        if n >= m && n % m == 0 {
+        if n >= m && n.is_multiple_of(m) {
             return format!("{}{unit}", n / m);
         }
     }
