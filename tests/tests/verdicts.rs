@@ -255,16 +255,41 @@ fn the_demo_runs_from_a_checkout_in_a_private_directory() {
     let clone = private.join("drcheck");
     sh(&format!("git clone -q {} {}", checkout.display(), clone.display()));
     let demo_dir = root.path().join("demo");
+    // Issue 26: the demo installs only what it uses. A PATH on which the tests' tools
+    // (chromium, cargo-nextest) do not exist, and installers that only record a call:
+    // the demo must neither miss them nor try to install anything.
+    let farm = root.path().join("path");
+    std::fs::create_dir(&farm).unwrap();
+    let calls = root.path().join("installer-calls");
+    for stub in ["apt-get", "cargo", "pip", "pip3"] {
+        let p = farm.join(stub);
+        std::fs::write(&p, format!("#!/bin/sh\necho \"{stub} $*\" >> {}\nexit 1\n", calls.display())).unwrap();
+        std::fs::set_permissions(&p, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    }
+    let path = std::env::var("PATH").unwrap_or_default();
+    for dir in path.split(':') {
+        for e in std::fs::read_dir(dir).into_iter().flatten().filter_map(Result::ok) {
+            let name = e.file_name();
+            if ["chromium", "cargo-nextest"].contains(&name.to_string_lossy().as_ref()) || farm.join(&name).exists() {
+                continue;
+            }
+            let _ = std::os::unix::fs::symlink(e.path(), farm.join(&name));
+        }
+    }
     let out = std::process::Command::new("bash")
         .arg(clone.join("scripts/demo.sh"))
         .env("DRCHECK_BIN", drcheck_e2e::drcheck_bin())
         .env("DEMO_DIR", &demo_dir)
+        .env("PATH", &farm)
         .output()
         .unwrap();
     let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert!(out.status.success(), "{text}");
     assert!(text.contains("orders: PASSED"), "{text}");
     assert!(!clone.join(".demo").exists(), "the demo wrote into the checkout");
+    let installed = std::fs::read_to_string(&calls).unwrap_or_default();
+    assert!(installed.is_empty(), "the demo tried to install: {installed}\n{text}");
+    assert!(!text.contains("chromium") && !text.contains("nextest"), "{text}");
 }
 
 /// Issue 26: two demos at once each work in a directory of their own and verify their
