@@ -122,7 +122,10 @@ impl Catalog {
             .await
             .map_err(|e| store_err(e.to_string(), true))?;
         if !out.ok() {
-            return Err(store_err(format!("barman-cloud-backup-list failed ({:?}): {}", out.code, out.text()), true));
+            return Err(store_err(
+                format!("barman-cloud-backup-list failed ({}): {}", out.how(), out.text_with_hint()),
+                true,
+            ));
         }
         let mut backups = parse_list(&out.stdout).map_err(|m| store_err(m, false))?;
         // Sizes and time zones from the store: the listing has neither.

@@ -48,6 +48,26 @@ impl Output {
     pub fn ok(&self) -> bool {
         self.code == Some(0)
     }
+
+    /// How it ended, in words: `exit 4`, `killed by signal 9`.
+    pub fn how(&self) -> String {
+        match (self.code, self.signal) {
+            (Some(c), _) => format!("exit {c}"),
+            (None, Some(s)) => format!("killed by signal {s}"),
+            (None, None) => "no exit status".to_string(),
+        }
+    }
+
+    /// `text`, followed by what to do when the tool's words name a failure a user can
+    /// fix: an untrusted TLS certificate.
+    pub fn text_with_hint(&self) -> String {
+        let text = self.text();
+        if text.contains("CERTIFICATE_VERIFY_FAILED") || text.contains("certificate verify failed") {
+            format!("{text} — TLS: the store's certificate is not trusted: set the storage's ca_file to its CA")
+        } else {
+            text
+        }
+    }
 }
 
 /// The tool's working directory in the sandbox (logs, locks, HOME), made on first use.
@@ -120,12 +140,7 @@ pub fn infra(m: String) -> RestoreError {
 /// with the run's file system full, the world's; otherwise what the tool's own exit
 /// status says (`blame`, from its documented exit codes).
 pub fn judged(sandbox: &Sandbox, what: &str, out: &Output, blame: impl Fn(&Output) -> Blame) -> RestoreError {
-    let how = match (out.code, out.signal) {
-        (Some(c), _) => format!("exit {c}"),
-        (None, Some(s)) => format!("killed by signal {s}"),
-        (None, None) => "no exit status".to_string(),
-    };
-    let message = format!("{what} failed ({how}): {}", out.text());
+    let message = format!("{what} failed ({}): {}", out.how(), out.text_with_hint());
     let room = sandbox.disk_full();
     let who = if out.code.is_none() || room.is_some() { Blame::World } else { blame(out) };
     // A failure to set up the containment is drcheck's (HELPER_FAILED), whatever the tool.

@@ -148,7 +148,7 @@ impl Repo {
         if !out.ok() {
             return Err(StoreError {
                 store: self.describe(),
-                message: format!("pgbackrest info failed ({:?}): {}", out.code, out.text()),
+                message: format!("pgbackrest info failed ({}): {}", out.how(), out.text_with_hint()),
                 unreachable: true,
                 changed: false,
             });

@@ -401,6 +401,12 @@ fn a_barman_store_behind_a_private_ca_is_trusted_through_ca_file() {
     let c = scene.config_via(&tls.endpoint(), "", "").display().to_string();
     let (out, _) = drcheck(&["--config", &c, "verify", "--json"], &[], LIMIT);
     assert_eq!(out.status.code(), Some(3), "{}{}", stdout(&out), stderr(&out));
+    // Issue 26: one line naming TLS and the fix, no debug formatting.
+    let run = only_run(&out);
+    let msg = run["error"]["message"].as_str().unwrap_or_default();
+    assert!(msg.contains("TLS") && msg.contains("not trusted") && msg.contains("ca_file"), "{msg}");
+    assert!(msg.contains("(exit "), "the tool's exit status in words: {msg}");
+    assert!(!msg.contains("Some(") && !msg.contains(" { "), "{msg}");
 }
 
 /// A barman backup with a tablespace: restored inside the run's directory (never at the
