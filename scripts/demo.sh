@@ -123,7 +123,7 @@ export ORDERS_PW=$password
 if [ -n "${DRCHECK_BIN:-}" ]; then
   drcheck=$DRCHECK_BIN
 else
-  echo "demo: building drcheck (cargo build: the first build takes about 10 minutes on 2 cores, later ones seconds)…"
+  echo "demo: building drcheck (cargo build: the first build takes about 8 minutes on 2 cores, later ones seconds)…"
   cargo build --bin drcheck
   drcheck=$root/target/debug/drcheck
 fi
