@@ -280,7 +280,9 @@ fn the_example_drill_runs_against_the_kept_demo_as_printed() {
         .expect("the demo prints the drill's command")
         .to_string();
     let run = |extra: &str| {
-        let out = Command::new("bash").arg("-c").arg(format!("{printed}{extra}")).output().unwrap();
+        // From a directory of the test's: a drill writes its report where it runs.
+        let out =
+            Command::new("bash").arg("-c").arg(format!("{printed}{extra}")).current_dir(root.path()).output().unwrap();
         (out.status.code(), format!("{}{}", stdout(&out), stderr(&out)))
     };
     let (code, plan) = run(" --dry-run");
@@ -290,4 +292,6 @@ fn the_example_drill_runs_against_the_kept_demo_as_printed() {
     assert_eq!(code, Some(0), "{done}");
     assert!(done.to_lowercase().contains("completed"), "{done}");
     assert!(!demo_dir.join("restored/data/postmaster.pid").exists(), "the drill's rollback stops its cluster");
+    let reports = std::fs::read_dir(root.path()).unwrap().filter_map(Result::ok);
+    assert!(reports.into_iter().any(|e| e.file_name().to_string_lossy().starts_with("drill-restore-from-backup-")));
 }
