@@ -302,7 +302,7 @@ async fn open_age(
     let needs = describe_stanzas(&stanzas);
     let scrypt = stanzas.iter().any(|s| s == "scrypt");
     let x25519 = stanzas.iter().any(|s| s == "X25519");
-    let (key, held) = if scrypt {
+    let (tried, held): (Vec<AgeKey>, Vec<String>) = if scrypt {
         let Some(pass) = &keys.age_passphrase else {
             return Err(config_error(
                 "the backup is encrypted with age to a passphrase (age -p); set decrypt.age_passphrase for this target (e.g. \"${AGE_PASSPHRASE}\") to verify it".to_string(),
@@ -310,28 +310,17 @@ async fn open_age(
         };
         let mut id = age::scrypt::Identity::new(pass.expose().to_string().into());
         id.set_max_work_factor(MAX_SCRYPT_LOG_N);
-        (AgeKey::Scrypt(Box::new(id)), "the passphrase in decrypt.age_passphrase".to_string())
+        (vec![AgeKey::Scrypt(Box::new(id))], vec!["the passphrase in decrypt.age_passphrase".to_string()])
     } else if x25519 {
         let Some(value) = &keys.age_identity else {
             return Err(config_error(format!(
                 "the backup is encrypted with age to {needs} (age records no recipient names); set decrypt.age_identity for this target to the identity (AGE-SECRET-KEY-1…, or its file) whose recipient (age1…) the backup was encrypted to"
             )));
         };
+        // Every identity held is tried (cheap: one X25519 exchange per stanza).
         let ids = age_identities(value.expose())?;
-        let held: Vec<String> = ids.iter().map(|i| i.to_public().to_string()).collect();
-        if ids.len() > 1 {
-            // Several identities: try each (cheap: one X25519 exchange per stanza).
-            return open_age_with(
-                head,
-                rest,
-                ids.into_iter().map(|i| AgeKey::X25519(Box::new(i))).collect(),
-                &needs,
-                &held,
-            )
-            .await;
-        }
-        let id = ids.into_iter().next().expect("at least one identity");
-        (AgeKey::X25519(Box::new(id)), held.join(", "))
+        let held = ids.iter().map(|i| i.to_public().to_string()).collect();
+        (ids.into_iter().map(|i| AgeKey::X25519(Box::new(i))).collect(), held)
     } else {
         return Err(RestoreError::unsupported(
             Stage::Fetch,
@@ -340,7 +329,7 @@ async fn open_age(
             ),
         ));
     };
-    open_age_with(head, rest, vec![key], &needs, &[held]).await
+    open_age_with(head, rest, tried, &needs, &held).await
 }
 
 async fn open_age_with(
