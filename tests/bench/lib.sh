@@ -16,3 +16,14 @@ bench_cleanup() {
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
 }
 trap bench_cleanup EXIT
+# moto's S3 server on a free port, logging to $1, stopped on exit; sets s3_port and the
+# AWS variables, defines s3 (the aws CLI against it) and makes bucket $2.
+start_moto() { # LOG BUCKET
+  s3_port=$(free_port)
+  moto_server -H 127.0.0.1 -p "$s3_port" >"$1" 2>&1 &
+  pids+=($!)
+  export AWS_ACCESS_KEY_ID=bench AWS_SECRET_ACCESS_KEY=bench AWS_DEFAULT_REGION=us-east-1 AWS_EC2_METADATA_DISABLED=true
+  for _ in $(seq 100); do (echo >"/dev/tcp/127.0.0.1/$s3_port") 2>/dev/null && break; sleep 0.1; done
+  s3 mb "s3://$2" >/dev/null
+}
+s3() { aws --endpoint-url "http://127.0.0.1:$s3_port" s3 "$@"; }

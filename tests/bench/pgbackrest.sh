@@ -24,12 +24,7 @@ mkdir -p "$work"
 chmod 755 "${BENCH_DIR:-/var/tmp/drcheck-bench}" "$work"
 [ "$(id -u)" = 0 ] && chown postgres: "$work"
 
-export AWS_ACCESS_KEY_ID=bench AWS_SECRET_ACCESS_KEY=bench AWS_DEFAULT_REGION=us-east-1 AWS_EC2_METADATA_DISABLED=true
-s3_port=$(free_port)
-moto_server -H 127.0.0.1 -p "$s3_port" >"$work/moto.log" 2>&1 &
-pids+=($!)
-for _ in $(seq 100); do (echo >"/dev/tcp/127.0.0.1/$s3_port") 2>/dev/null && break; sleep 0.1; done
-aws --endpoint-url "http://127.0.0.1:$s3_port" s3 mb s3://pgbr >/dev/null
+start_moto "$work/moto.log" pgbr
 [ -s "$work/cert.pem" ] || openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj /CN=127.0.0.1 \
   -addext "subjectAltName=DNS:127.0.0.1,IP:127.0.0.1" -keyout "$work/key.pem" -out "$work/cert.pem" 2>/dev/null
 chmod 644 "$work/cert.pem"

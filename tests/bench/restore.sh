@@ -66,13 +66,7 @@ if has custom; then
   [ "$size" -ge 1000000000 ] || echo "bench: WARNING: the dump is under 1 GB"
 fi
 
-s3_port=$(free_port)
-moto_server -H 127.0.0.1 -p "$s3_port" >"$work/moto.log" 2>&1 &
-pids+=($!)
-export AWS_ACCESS_KEY_ID=bench AWS_SECRET_ACCESS_KEY=bench AWS_DEFAULT_REGION=us-east-1 AWS_EC2_METADATA_DISABLED=true
-for _ in $(seq 100); do (echo >"/dev/tcp/127.0.0.1/$s3_port") 2>/dev/null && break; sleep 0.1; done
-s3() { aws --endpoint-url "http://127.0.0.1:$s3_port" s3 "$@"; }
-s3 mb s3://bench >/dev/null
+start_moto "$work/moto.log" bench
 mkdir -p "$work/scratch"; chmod 1777 "$work/scratch"
 . tests/bench/physical.sh
 if ! has custom; then

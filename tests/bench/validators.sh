@@ -51,13 +51,8 @@ psql_p -d postgres -c "drop role if exists verifier" -c "create role verifier lo
 db_size=$(psql_p -d bench -A -t -c "select pg_database_size('bench')")
 echo "bench: database is $db_size bytes on disk; dump $(stat -c %s "$work/bench.dump") bytes"
 
-s3_port=$(free_port)
-moto_server -H 127.0.0.1 -p "$s3_port" >"$work/moto.log" 2>&1 &
-pids+=($!)
-export AWS_ACCESS_KEY_ID=bench AWS_SECRET_ACCESS_KEY=bench AWS_DEFAULT_REGION=us-east-1 AWS_EC2_METADATA_DISABLED=true
-for _ in $(seq 100); do (echo >"/dev/tcp/127.0.0.1/$s3_port") 2>/dev/null && break; sleep 0.1; done
-aws --endpoint-url "http://127.0.0.1:$s3_port" s3 mb s3://bench >/dev/null
-aws --endpoint-url "http://127.0.0.1:$s3_port" s3 cp --only-show-errors "$work/bench.dump" s3://bench/bench/bench.dump
+start_moto "$work/moto.log" bench
+s3 cp --only-show-errors "$work/bench.dump" s3://bench/bench/bench.dump
 
 mkdir -p "$work/scratch"; chmod 1777 "$work/scratch"
 cat >"$work/drcheck.toml" <<TOML
