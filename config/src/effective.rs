@@ -84,6 +84,12 @@ pub fn render(text: &str, path: &Path, config: &Config) -> Result<String, Config
         for (t, tc) in targets.iter_mut().filter_map(Value::as_table_mut).zip(&config.targets) {
             hide(t, "primary", Hide::Password);
             hide(t, "cipher_pass", Hide::Whole);
+            if let Some(Value::Table(h)) = t.get_mut("heartbeat") {
+                hide(h, "url", Hide::Password);
+                if let Some(hb) = &tc.heartbeat {
+                    default(h, "interval", s(&format_duration(hb.interval)));
+                }
+            }
             if let Some(Value::Table(d)) = t.get_mut("decrypt") {
                 for k in ["age_identity", "age_passphrase", "gpg_passphrase", "gpg_secret_key"] {
                     hide(d, k, Hide::Whole);

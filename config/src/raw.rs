@@ -139,6 +139,16 @@ pub struct RawTarget {
     pub dump_scope: Option<Vec<Spanned<String>>>,
     pub kubernetes: Option<RawKubernetes>,
     pub decrypt: Option<RawDecrypt>,
+    pub heartbeat: Option<RawHeartbeat>,
+}
+
+/// `[target.heartbeat]`: the primary's heartbeat table.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawHeartbeat {
+    pub table: Spanned<String>,
+    pub interval: Option<Spanned<String>>,
+    pub url: Option<Spanned<String>>,
 }
 
 /// `[target.decrypt]`: the keys that open encrypted backups (secrets: `${VAR}` or a path).

@@ -195,6 +195,37 @@ pub enum RecoveryTarget {
     Time(String),
     /// To this WAL position (`0/3000028`).
     Lsn(String),
+    /// To a moment drawn at random in the recovery window — from the oldest restorable
+    /// backup's stop (within the last `window`, when given) to the newest commit the
+    /// archive holds — from the newest backup that ended at or before it.
+    Random(#[serde(serialize_with = "ser_opt_duration")] Option<Duration>),
+}
+
+impl RecoveryTarget {
+    /// Whether replay is asked to stop at a moment (a fixed or random time).
+    pub fn is_time(&self) -> bool {
+        matches!(self, RecoveryTarget::Time(_) | RecoveryTarget::Random(_))
+    }
+}
+
+/// `[target.heartbeat]`: a table on the primary that receives a row every `interval`
+/// (column `at timestamptz`) — the clock that proves where replay stopped.
+#[derive(Debug, Clone, Serialize)]
+pub struct HeartbeatConfig {
+    pub schema: String,
+    pub table: String,
+    #[serde(serialize_with = "ser_duration")]
+    pub interval: Duration,
+    /// `drcheck daemon` writes the heartbeat through this (INSERT-only) credential.
+    #[serde(serialize_with = "ser_opt_secret", skip_serializing_if = "Option::is_none")]
+    pub url: Option<Secret>,
+}
+
+impl HeartbeatConfig {
+    /// `"schema"."table"`, quoted.
+    pub fn quoted(&self) -> String {
+        format!("{}.{}", crate::quote_ident(&self.schema), crate::quote_ident(&self.table))
+    }
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -312,6 +343,9 @@ pub struct TargetConfig {
     /// Keys for encrypted backups (`[target.decrypt]`).
     #[serde(skip_serializing_if = "DecryptConfig::is_empty")]
     pub decrypt: DecryptConfig,
+    /// The primary's heartbeat table (`[target.heartbeat]`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub heartbeat: Option<HeartbeatConfig>,
 }
 
 /// `[target.decrypt]`: what opens an encrypted backup. Each value is a secret: the key
@@ -409,7 +443,7 @@ fn ser_opt_duration<S: serde::Serializer>(d: &Option<Duration>, ser: S) -> Resul
 }
 
 /// Every validator drcheck has, in the order they run.
-pub const ALL_VALIDATORS: [&str; 11] = [
+pub const ALL_VALIDATORS: [&str; 12] = [
     "amcheck",
     "full_read",
     "sequences",
@@ -421,6 +455,7 @@ pub const ALL_VALIDATORS: [&str; 11] = [
     "freshness",
     "custom",
     "repository",
+    "point_in_time",
 ];
 
 /// Which validators run for a target, and how.

@@ -47,6 +47,9 @@ pub enum Command {
     /// DR-drill runbooks: rehearse recovery with timed, checked, reversible steps.
     #[command(subcommand)]
     Drill(DrillCommand),
+    /// The primary's heartbeat, the clock that proves where a point-in-time replay stopped.
+    #[command(subcommand)]
+    Heartbeat(HeartbeatCommand),
     /// Restore-test evidence for audits (HTML, Markdown, JUnit, JSON), signed with
     /// [evidence] signing_key; `report verify` checks a report.
     Report(ReportArgs),
@@ -147,6 +150,20 @@ fn parse_var(s: &str) -> Result<(String, String), String> {
         Some((k, v)) if !k.is_empty() => Ok((k.to_string(), v.to_string())),
         _ => Err(format!("expected NAME=VALUE, got {s:?}")),
     }
+}
+
+#[derive(Debug, Subcommand)]
+pub enum HeartbeatCommand {
+    /// Print the SQL that creates a target's [target.heartbeat] table on its primary, an
+    /// INSERT-only writer role, and the pg_cron line for fleets without `drcheck daemon`.
+    Setup {
+        /// The target (its [target.heartbeat] table); every target with one when absent.
+        #[arg(long)]
+        target: Option<String>,
+        /// The writer role the daemon's heartbeat.url logs in as.
+        #[arg(long, default_value = "drcheck_heartbeat")]
+        role: String,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -343,6 +360,9 @@ pub async fn run(cli: Cli) -> Result<Exit, CliError> {
         Command::History(args) => commands::history::run(&config, args).await,
         Command::Config(ConfigCommand::Check) => commands::config_check::run(&config),
         Command::Alerts(cmd) => commands::alerts::run(&config, cmd).await,
+        Command::Heartbeat(HeartbeatCommand::Setup { target, role }) => {
+            commands::heartbeat::setup(&config, target.as_deref(), &role)
+        }
         Command::Deploy(DeployCommand::Kubernetes {
             target,
             all: _,

@@ -15,6 +15,7 @@ pub mod commands;
 pub mod daemon;
 pub mod evidence;
 pub mod exit;
+pub mod heartbeat;
 pub mod history;
 pub mod measure;
 pub mod metrics;

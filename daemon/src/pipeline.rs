@@ -11,7 +11,7 @@ use crate::report::RestoreInfo;
 use crate::report::{
     BackupInfo, Coverage, Phase, Rpo, Rto, RunError, RunReport, RunResult, ValidatorReport, secs, timestamp,
 };
-use drcheck_config::{Comparisons, Config, Selection, SourceConfig, StorageConfig, TargetConfig};
+use drcheck_config::{Comparisons, Config, RecoveryTarget, Selection, SourceConfig, StorageConfig, TargetConfig};
 use drcheck_restore::barman::Catalog as BarmanCatalog;
 use drcheck_restore::fetch::FetchOptions;
 use drcheck_restore::job::Delegated;
@@ -312,7 +312,7 @@ fn fetch_options(config: &Config, target: &TargetConfig) -> FetchOptions {
 }
 
 /// The database a `postgres://` URL names, for physical restores (which hold every database).
-fn database_of(url: &str) -> Option<String> {
+pub fn database_of(url: &str) -> Option<String> {
     let path = url.split('?').next()?.rsplit_once('/')?.1;
     (!path.is_empty() && !path.contains('@')).then(|| path.to_string())
 }
@@ -503,6 +503,21 @@ async fn steps(
         tool_catalog(config, target, &store, &run.report.run_id).await.map_err(|e| store_stop(Stage::Select, e))?;
     // When each backup last passed: what `least-proven` works through and coverage counts.
     let proven = proven_backups(config, target).await;
+    // A random point in time is drawn in the recovery window first; from then on the
+    // run is that of a fixed target (the same choice of backup, the same replay).
+    let drawn_target;
+    let drawn = match &target.recovery_target {
+        RecoveryTarget::Random(window) => {
+            progress.phase(&target.name, "reading the recovery window");
+            let at = draw_point(config, target, &store, tool.as_ref(), &run.report.run_id, *window).await?;
+            tracing::info!(target = %target.name, at = %timestamp(at), "random point in time drawn");
+            drawn_target = TargetConfig { recovery_target: RecoveryTarget::Time(timestamp(at)), ..target.clone() };
+            Some(&drawn_target)
+        }
+        _ => None,
+    };
+    let random = drawn.is_some();
+    let target = drawn.unwrap_or(target);
     let (backup, delegated, restorable) = match tool {
         Some((described, backups, delegated)) => {
             repository = Some((backups.clone(), delegated.clone()));
@@ -602,6 +617,7 @@ async fn steps(
         first_byte_seconds: None,
         decrypted_by: None,
         recovery_target: None,
+        target_reached: None,
     });
     let outcome = tokio::time::timeout(deadline, job::run(&job)).await;
     if let Some(d) = *job.sandbox_ready_in.lock().unwrap() {
@@ -619,7 +635,16 @@ async fn steps(
         }
     }
     let restored = match outcome {
-        Ok(r) => r?,
+        Ok(Err(e)) => {
+            if let Some(info) = run.report.restore.as_mut()
+                && e.to_string().contains(drcheck_restore::recovery::TARGET_NOT_REACHED)
+            {
+                info.recovery_target = Some(recovery_target_info(&target.recovery_target, random));
+                info.target_reached = Some(false);
+            }
+            return Err(e.into());
+        }
+        Ok(Ok(r)) => r,
         Err(_) => {
             run.m.fetch_started = Some(fetch_start);
             run.m.ready = Some(fetch_start.elapsed());
@@ -650,14 +675,12 @@ async fn steps(
         let replayed =
             restored.format.contains("physical") && (target.wal_prefix.is_some() || backup.catalog.is_some());
         if replayed {
-            use drcheck_config::RecoveryTarget as R;
-            let (kind, value) = match &target.recovery_target {
-                R::Latest => ("latest", None),
-                R::Immediate => ("immediate", None),
-                R::Time(t) => ("time", Some(t.clone())),
-                R::Lsn(l) => ("lsn", Some(l.clone())),
-            };
-            info.recovery_target = Some(crate::report::RecoveryTargetInfo { kind: kind.into(), value, random: false });
+            info.recovery_target = Some(recovery_target_info(&target.recovery_target, random));
+            // The server promotes only once the target is reached (PostgreSQL 13+
+            // refuses to end recovery short of it): a started copy reached it.
+            if matches!(target.recovery_target, RecoveryTarget::Time(_) | RecoveryTarget::Lsn(_)) {
+                info.target_reached = Some(true);
+            }
         }
         info.containment = Some(restored.sandbox.containment_name());
         info.manifest = restored.manifest.clone();
@@ -687,8 +710,15 @@ async fn steps(
         .await
         .map_err(|e| Stop::incomplete("validate", e))?;
     run.report.validators = validated.findings.iter().map(ValidatorReport::from).collect();
-    run.report.rpo.data_lag_seconds =
-        validated.findings.iter().find_map(|f| f.measurements.get("data_lag_seconds").copied());
+    // The heartbeat is the data's own clock: its lag is preferred to the as_of columns'.
+    let lag_of = |name: &str| {
+        validated
+            .findings
+            .iter()
+            .filter(|f| f.name == name)
+            .find_map(|f| f.measurements.get("data_lag_seconds").copied())
+    };
+    run.report.rpo.data_lag_seconds = lag_of("point_in_time").or_else(|| lag_of("freshness"));
     run.report.primary_queries = validated.primary_queries;
     if let Some(why) = &validated.primary_unavailable {
         match target.comparisons {
@@ -845,6 +875,107 @@ fn coverage(
     )
 }
 
+/// `restore.recovery_target` of a run's (drawn) target.
+fn recovery_target_info(target: &RecoveryTarget, random: bool) -> crate::report::RecoveryTargetInfo {
+    let (kind, value) = match target {
+        RecoveryTarget::Latest | RecoveryTarget::Random(_) => ("latest", None),
+        RecoveryTarget::Immediate => ("immediate", None),
+        RecoveryTarget::Time(t) => ("time", Some(t.clone())),
+        RecoveryTarget::Lsn(l) => ("lsn", Some(l.clone())),
+    };
+    crate::report::RecoveryTargetInfo { kind: kind.into(), value, random }
+}
+
+/// A moment drawn uniformly in the target's recovery window: from the oldest
+/// restorable backup's stop (a base backup's upload for objects: it surely stopped
+/// before) — or the start of `window` before now, if later — to the newest transaction
+/// end the WAL archive holds (read from the WAL itself), that end excluded (replay must
+/// see a commit after the target to stop there).
+async fn draw_point(
+    config: &Config,
+    target: &TargetConfig,
+    store: &Arc<dyn BackupStore>,
+    tool: Option<&(String, Vec<Backup>, Delegated)>,
+    run_id: &str,
+    window: Option<Duration>,
+) -> Result<SystemTime, Stop> {
+    let stops: Vec<SystemTime> = match tool {
+        Some((_, backups, _)) => backups
+            .iter()
+            .filter(|b| b.catalog.as_ref().is_some_and(|c| c.status == "ok"))
+            .map(|b| b.last_modified)
+            .collect(),
+        None => {
+            let all = store.list(&target.prefix).await.map_err(|e| store_stop(Stage::Select, e))?;
+            backups_newest_first(&all)
+                .into_iter()
+                .filter(|b| b.is_physical())
+                .map(|b| b.last_modified + UPLOAD_CLOCK)
+                .collect()
+        }
+    };
+    let described = tool.map(|(d, _, _)| d.clone()).unwrap_or_else(|| store.describe());
+    let Some(oldest) = stops.iter().min().copied() else {
+        return Err(Stop::failed(
+            "select",
+            format!("no restorable base backup in {described} to draw a point in time after"),
+        ));
+    };
+    let sandbox = catalog_sandbox(config, &described, run_id).map_err(|e| store_stop(Stage::Select, e))?;
+    let bindir = config.sandbox.pg_bindir.as_deref();
+    let reach = match tool {
+        Some((_, _, Delegated::Pgbackrest(repo, catalog))) => repo.reach(&sandbox, catalog, bindir).await,
+        Some((_, _, Delegated::Barman(catalog))) => catalog.reach(&sandbox, store, bindir).await,
+        None => match &target.wal_prefix {
+            Some(prefix) => {
+                drcheck_restore::reach::objects(store.clone(), prefix, fetch_options(config, target), &sandbox, bindir)
+                    .await
+            }
+            None => Ok(None),
+        },
+    };
+    sandbox.teardown();
+    let Some(reach) = reach? else {
+        return Err(Stop::incomplete(
+            "select",
+            format!(
+                "the WAL archive of {described} holds no transaction in its newest segments: no recovery window to draw a point in"
+            ),
+        ));
+    };
+    let start = match window {
+        Some(w) => oldest.max(SystemTime::now().checked_sub(w).unwrap_or(oldest)),
+        None => oldest,
+    };
+    if reach.at <= start {
+        return Err(Stop::incomplete(
+            "select",
+            format!(
+                "the WAL archive of {described} replays to {} (its last transaction, in {}), not past {} ({}): no point in time to draw",
+                timestamp(reach.at),
+                reach.segment,
+                timestamp(start),
+                if start == oldest { "the oldest restorable backup's stop" } else { "the window's start" }
+            ),
+        ));
+    }
+    Ok(draw_between(start, reach.at, uuid::Uuid::new_v4().as_u128()))
+}
+
+/// An object's upload time bounds its base backup's stop from above — to the second:
+/// S3 listings give `LastModified` in whole seconds (truncated), so a second is added.
+const UPLOAD_CLOCK: Duration = Duration::from_secs(1);
+
+/// A moment in `[start, end)`, whole microseconds (PostgreSQL's resolution), from `seed`.
+fn draw_between(start: SystemTime, end: SystemTime, seed: u128) -> SystemTime {
+    let span = end.duration_since(start).unwrap_or_default().as_micros().max(1);
+    let offset = (seed % span) as u64;
+    let at = start + Duration::from_micros(offset);
+    let micros = at.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default().as_micros() as u64;
+    let at = SystemTime::UNIX_EPOCH + Duration::from_micros(micros);
+    if at >= end { end - Duration::from_micros(1) } else { at }
+}
+
 /// The target's fixed recovery time, if it has one.
 fn fixed_time(target: &TargetConfig) -> Option<SystemTime> {
     match &target.recovery_target {
@@ -885,7 +1016,7 @@ async fn select(
         let candidates: Vec<Backup> = backups_newest_first(&all).into_iter().filter(|b| b.is_physical()).collect();
         return candidates
             .iter()
-            .find(|b| b.last_modified <= at)
+            .find(|b| b.last_modified + UPLOAD_CLOCK <= at)
             .cloned()
             .map(|b| (b, Some(candidates.clone())))
             .ok_or_else(|| {

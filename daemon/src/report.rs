@@ -105,6 +105,10 @@ pub struct RestoreInfo {
     /// Physical backups with a WAL archive: the target replay was asked to reach.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub recovery_target: Option<RecoveryTargetInfo>,
+    /// Time and LSN targets: whether replay reached the target (`false`: recovery ended
+    /// before it — a gap in the archive, or an archive that ends too early).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_reached: Option<bool>,
     /// How the restore's processes were confined: `landlock-abi7`, or `none`.
     #[serde(default)]
     pub containment: Option<String>,
@@ -428,6 +432,7 @@ mod tests {
             server_major: None,
             recovered_to: None,
             recovery_target: None,
+            target_reached: None,
             containment: None,
             manifest: None,
             first_byte_seconds: None,

@@ -95,6 +95,11 @@ pub async fn run(
             row_count_tolerance: target.row_count_tolerance,
             settings: settings.clone(),
             physical,
+            heartbeat: target.heartbeat.clone(),
+            target_time: match &target.recovery_target {
+                drcheck_config::RecoveryTarget::Time(t) if physical => humantime::parse_rfc3339_weak(t).ok(),
+                _ => None,
+            },
         };
         let validators: Vec<_> = drcheck_validators::selected(&settings.enabled)
             .into_iter()

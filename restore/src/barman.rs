@@ -223,6 +223,25 @@ impl Catalog {
         Ok(Restored { recovered_to, wal_files: plan.segments.len(), wal_gap: plan.gap, fetched_in })
     }
 
+    /// How far the server's WAL archive replays: its newest segments read with `pg_waldump`.
+    pub async fn reach(
+        &self,
+        sandbox: &Sandbox,
+        store: &Arc<dyn BackupStore>,
+        pg_bindir: Option<&Path>,
+    ) -> Result<Option<crate::reach::Reach>, RestoreError> {
+        let mut archived = Archived::default();
+        for o in store.list(&format!("{}wals/", self.server_prefix())).await? {
+            archived.add(o.key.rsplit('/').next().unwrap_or(&o.key));
+        }
+        crate::reach::newest(sandbox, pg_bindir, archived.segments, |name, path| async move {
+            let dir = path.parent().unwrap_or(Path::new("/")).to_path_buf();
+            self.fetch_wal(sandbox, &dir, &name).await?;
+            sandbox.give_to_server(&path)
+        })
+        .await
+    }
+
     /// The catalog checked without a restore: the newest backup's status, and WAL
     /// continuity from the oldest restorable backup to the newest archived file.
     pub async fn integrity(&self, store: &Arc<dyn BackupStore>, backups: &[Backup]) -> Result<Integrity, RestoreError> {

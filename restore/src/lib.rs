@@ -25,6 +25,7 @@ pub mod pgbackrest;
 pub mod pgbin;
 pub mod physical;
 pub mod pool;
+pub mod reach;
 pub mod recovery;
 pub mod request;
 pub mod retry;

@@ -250,6 +250,22 @@ impl Repo {
         Ok(integrity)
     }
 
+    /// How far the stanza's archive replays: its newest segments read with `pg_waldump`.
+    pub async fn reach(
+        &self,
+        sandbox: &Sandbox,
+        catalog: &Catalog,
+        pg_bindir: Option<&Path>,
+    ) -> Result<Option<crate::reach::Reach>, RestoreError> {
+        let archived = self.archived_segments(sandbox, catalog).await?;
+        crate::reach::newest(sandbox, pg_bindir, archived.segments, |name, path| async move {
+            let dir = path.parent().unwrap_or(Path::new("/")).to_path_buf();
+            self.fetch_wal(sandbox, &dir, &name).await?;
+            sandbox.give_to_server(&path)
+        })
+        .await
+    }
+
     /// `pgbackrest archive-get NAME` into the spool.
     async fn fetch_wal(&self, sandbox: &Sandbox, spool: &Path, name: &str) -> Result<(), RestoreError> {
         let dest = spool.join(name);

@@ -326,6 +326,58 @@ pub fn parse_start_segment(label: &str) -> Result<String, RestoreError> {
 /// Most a single archived WAL file may expand to: PostgreSQL's largest segment size.
 const MAX_WAL_FILE: u64 = 1 << 30;
 
+/// Downloads one archived WAL file (decompressing `.gz`/`.zst`/`.lz4`) to `path`,
+/// streamed to disk, at most [`MAX_WAL_FILE`] bytes.
+pub(crate) async fn fetch_wal_object(
+    store: Arc<dyn crate::store::BackupStore>,
+    obj: &BackupObject,
+    fetch: fetch::FetchOptions,
+    path: &Path,
+) -> Result<(), RestoreError> {
+    let described = store.describe();
+    if obj.size == 0 {
+        return tokio::fs::write(path, b"")
+            .await
+            .map_err(|e| RestoreError::infra(Stage::Fetch, format!("spooling {}: {e}", path.display())));
+    }
+    let mut reader = fetch::parallel(store, obj, fetch);
+    let head = logical::read_head(&mut reader, &described).await?;
+    let fmt = format::detect(&head);
+    let (reader, head) = match fmt {
+        BackupFormat::Gzip | BackupFormat::Zstd | BackupFormat::Lz4 => {
+            let mut d = logical::decompress(fmt, head, reader);
+            let h = logical::read_head(&mut d, &described)
+                .await
+                .map_err(|e| RestoreError::bad(Stage::Fetch, format!("{}: corrupt {fmt} data: {e}", obj.key)))?;
+            (d, h)
+        }
+        _ => (reader, head),
+    };
+    let bounded: BackupReader = Box::pin(logical::Bounded::new(reader, MAX_WAL_FILE));
+    logical::stage_to_file(head, bounded, path, &described).await.map(|_| ()).map_err(|e| match e {
+        RestoreError::BadBackup { stage, message } => {
+            RestoreError::BadBackup { stage, message: format!("archived WAL {}: {message}", obj.key) }
+        }
+        other => other,
+    })
+}
+
+/// The archived WAL files under `prefix` (segments and timeline histories, by their
+/// plain names), each with its object.
+pub(crate) fn wal_objects(listed: Vec<BackupObject>) -> Vec<(BackupObject, String)> {
+    listed
+        .into_iter()
+        .filter_map(|o| {
+            let name = name_of(&o).to_string();
+            let plain = [".gz", ".zst", ".lz4"].iter().find_map(|s| name.strip_suffix(s)).unwrap_or(&name).to_string();
+            let segment = plain.len() == 24 && plain.chars().all(|c| c.is_ascii_hexdigit());
+            let history =
+                plain.len() == 16 && plain.ends_with(".history") && plain[..8].chars().all(|c| c.is_ascii_hexdigit());
+            (segment || history).then_some((o, plain))
+        })
+        .collect()
+}
+
 /// Downloads archived WAL from the backup's start on into `spool` (decompressing
 /// `.gz`/`.zst`/`.lz4`), streamed to disk — never a whole segment in memory; returns
 /// how many files.
@@ -334,59 +386,18 @@ async fn spool_wal(job: &RestoreJob<'_>, wal: &WalReplay, data: &Path, spool: &P
     std::fs::create_dir_all(spool)
         .map_err(|e| RestoreError::infra(Stage::Fetch, format!("{}: {e}", spool.display())))?;
     let listed = job.store.list(&wal.prefix).await?;
-    let wanted: Vec<(BackupObject, String)> = listed
+    let wanted: Vec<(BackupObject, String)> = wal_objects(listed)
         .into_iter()
-        .filter_map(|o| {
-            let name = name_of(&o).to_string();
-            let plain = ["", ".gz", ".zst", ".lz4"]
-                .iter()
-                .find_map(|s| name.strip_suffix(s).filter(|_| !s.is_empty()))
-                .unwrap_or(&name)
-                .to_string();
-            let segment = plain.len() == 24 && plain.chars().all(|c| c.is_ascii_hexdigit());
-            let history =
-                plain.len() == 16 && plain.ends_with(".history") && plain[..8].chars().all(|c| c.is_ascii_hexdigit());
-            let keep = (segment && plain[8..] >= start[8..] && plain[..8] >= start[..8]) || history;
-            keep.then_some((o, plain))
-        })
+        .filter(|(_, plain)| plain.ends_with(".history") || (plain[8..] >= start[8..] && plain[..8] >= start[..8]))
         .collect();
     let n = wanted.len();
-    let store = job.store.describe();
     // Each file is itself fetched in parallel parts; the files that download at once
     // share one download's memory bound.
     let fetch = job.fetch.shared_by(WAL_FILES_AT_ONCE);
     stream::iter(wanted)
         .map(|(obj, plain)| {
-            let store = store.clone();
-            async move {
-                let path = spool.join(&plain);
-                if obj.size == 0 {
-                    return tokio::fs::write(&path, b"")
-                        .await
-                        .map_err(|e| RestoreError::infra(Stage::Fetch, format!("spooling {plain}: {e}")));
-                }
-                let mut reader = fetch::parallel(job.store.clone(), &obj, fetch);
-                let head = logical::read_head(&mut reader, &store).await?;
-                let fmt = format::detect(&head);
-                let (reader, head) = match fmt {
-                    BackupFormat::Gzip | BackupFormat::Zstd | BackupFormat::Lz4 => {
-                        let mut d = logical::decompress(fmt, head, reader);
-                        let h = logical::read_head(&mut d, &store).await.map_err(|e| {
-                            RestoreError::bad(Stage::Fetch, format!("{}: corrupt {fmt} data: {e}", obj.key))
-                        })?;
-                        (d, h)
-                    }
-                    _ => (reader, head),
-                };
-                let bounded: BackupReader = Box::pin(logical::Bounded::new(reader, MAX_WAL_FILE));
-                logical::stage_to_file(head, bounded, &path, &store).await.map_err(|e| match e {
-                    RestoreError::BadBackup { stage, message } => {
-                        RestoreError::BadBackup { stage, message: format!("archived WAL {}: {message}", obj.key) }
-                    }
-                    other => other,
-                })?;
-                Ok(())
-            }
+            let store = job.store.clone();
+            async move { fetch_wal_object(store, &obj, fetch, &spool.join(&plain)).await }
         })
         .buffer_unordered(WAL_FILES_AT_ONCE)
         .try_collect::<Vec<()>>()

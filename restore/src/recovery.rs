@@ -97,7 +97,7 @@ pub async fn start_restored(
         // One sync of the file system at start-up instead of an fsync per file.
         ("recovery_init_sync_method".into(), "syncfs".into()),
     ];
-    if let Some(replay) = replay {
+    if let Some(replay) = &replay {
         // PostgreSQL runs restore_command through the shell: the shell and cp may
         // execute, confined like the server.
         sandbox.allow_server_exec(&["/bin/sh", "/usr/bin/cp", "/bin/cp"]);
@@ -113,10 +113,61 @@ pub async fn start_restored(
     std::fs::set_permissions(&data, std::fs::Permissions::from_mode(0o700)).map_err(|e| infra(e.to_string()))?;
     // Who is to blame for a server giving up on the restored data directory is decided
     // where it gives up (`Sandbox::server_blame`: its SQLSTATE), not remapped here.
-    sandbox.start_existing(bin, &settings, RECOVERY_TIMEOUT).await?;
+    let targeted = replay.as_ref().filter(|r| matches!(r.target, RecoveryTarget::Time(_) | RecoveryTarget::Lsn(_)));
+    let short = targeted.map(|r| (r.spool.to_path_buf(), r.target.clone()));
+    if let Err(e) = sandbox.start_existing(bin, &settings, RECOVERY_TIMEOUT).await {
+        let log = std::fs::read(sandbox.root().join("postgres.log")).unwrap_or_default();
+        let log = String::from_utf8_lossy(&log);
+        return Err(match short {
+            Some((spool, target)) if log.contains("recovery ended before configured recovery target was reached") => {
+                RestoreError::bad(Stage::Restore, not_reached(&target, &log, &spool))
+            }
+            _ => e,
+        });
+    }
     let recovered_to = recovered_to(sandbox).await;
     require_password(sandbox, &hba).await?;
     Ok(recovered_to)
+}
+
+/// How a run that stopped short of its recovery target says so (the pipeline reports
+/// `restore.target_reached = false` for it).
+pub const TARGET_NOT_REACHED: &str = "recovery ended before reaching its target";
+
+/// Why replay stopped short of `target`: the last transaction it replayed (the server's
+/// own log line) and the first WAL file it needed that the spool — what the archive
+/// holds — does not have.
+fn not_reached(target: &RecoveryTarget, log: &str, spool: &Path) -> String {
+    let what = match target {
+        RecoveryTarget::Time(t) => format!("recovery_target_time {t}"),
+        RecoveryTarget::Lsn(l) => format!("recovery_target_lsn {l}"),
+        _ => "the recovery target".into(),
+    };
+    let last = log
+        .lines()
+        .rev()
+        .find_map(|l| l.split("last completed transaction was at log time ").nth(1))
+        .map(|t| format!("the last transaction replayed was at {}", t.trim()))
+        .unwrap_or_else(|| "no transaction was replayed after the backup".into());
+    let mut names: Vec<String> = std::fs::read_dir(spool)
+        .map(|d| d.flatten().filter_map(|e| e.file_name().into_string().ok()).collect())
+        .unwrap_or_default();
+    names.retain(|n| n.len() == 24 && n.chars().all(|c| c.is_ascii_hexdigit()));
+    names.sort();
+    let missing = names.first().map(|first| {
+        let mut seg = first.clone();
+        while let Some(next) = next_segment(&seg).filter(|n| names.binary_search(n).is_ok()) {
+            seg = next;
+        }
+        next_segment(&seg).unwrap_or(seg)
+    });
+    let missing = match missing {
+        Some(m) => format!(
+            "; replay needed WAL file {m}, which the archive does not hold (a gap, or an archive that ends before the target)"
+        ),
+        None => "; the archive held no WAL file after the backup".into(),
+    };
+    format!("{TARGET_NOT_REACHED} ({what}): {last}{missing}")
 }
 
 /// The `recovery_target*` settings of a target (none for `latest`).
@@ -126,6 +177,8 @@ pub fn target_settings(target: &RecoveryTarget) -> Vec<(String, String)> {
         RecoveryTarget::Immediate => vec![("recovery_target".into(), "immediate".into())],
         RecoveryTarget::Time(t) => vec![("recovery_target_time".into(), pg_timestamp(t))],
         RecoveryTarget::Lsn(l) => vec![("recovery_target_lsn".into(), l.clone())],
+        // Drawn into a `Time` before any restore starts (the window needs the catalog).
+        RecoveryTarget::Random(_) => unreachable!("a random recovery target is drawn before the restore"),
     }
 }
 

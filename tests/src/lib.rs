@@ -134,6 +134,24 @@ impl PgPrimary {
     }
 
     /// Starts a primary with extra `-c name=value` settings.
+    /// A primary that archives every WAL file into `archive` (a directory it may write:
+    /// [`TempRoot::pg_dir`]).
+    pub fn start_archiving(root: &TempRoot, archive: &Path) -> Self {
+        let command = format!("cp %p {}/%f", archive.display());
+        Self::start_with(root, &[("archive_mode", "on"), ("archive_command", &command), ("wal_level", "replica")])
+    }
+
+    /// Switches WAL and waits until the file written last is in `archive`.
+    pub fn archive_all(&self, archive: &Path) {
+        let last = self.psql("postgres", "select pg_walfile_name(pg_current_wal_lsn())");
+        self.psql("postgres", "select pg_switch_wal()");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !archive.join(&last).exists() {
+            assert!(Instant::now() < deadline, "WAL {last} was never archived");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     pub fn start_with(root: &TempRoot, settings: &[(&str, &str)]) -> Self {
         Self::start_opts(
             root,

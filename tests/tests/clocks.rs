@@ -3,7 +3,6 @@
 
 use drcheck_e2e::hostile::{Lab, assert_ran};
 use drcheck_e2e::{PgPrimary, TempRoot, drcheck, stderr, unique, validator};
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 fn plain(body: &str) -> Vec<u8> {
@@ -242,19 +241,12 @@ fn no_allocator_setting_reaches_a_drill_step() {
 fn the_recoverable_points_age_excludes_the_restore() {
     let lab = Lab::new();
     let archive = lab.root.pg_dir("archive");
-    let primary = PgPrimary::start_with(
-        &lab.root,
-        &[
-            ("archive_mode", "on"),
-            ("archive_command", &format!("cp %p {}/%f", archive.display())),
-            ("wal_level", "replica"),
-        ],
-    );
+    let primary = PgPrimary::start_archiving(&lab.root, &archive);
     primary.psql("postgres", "create table t as select g from generate_series(1, 100) g");
     let bb = lab.root.pg_dir("bb").join("b");
     primary.tool("pg_basebackup", &["-D", &bb.display().to_string(), "-Ft", "-X", "stream", "--checkpoint=fast"]);
     primary.psql("postgres", "insert into t select g from generate_series(101, 200) g");
-    archive_all(&primary, &archive);
+    primary.archive_all(&archive);
     lab.put("phys/b1/base.tar", &std::fs::read(bb.join("base.tar")).unwrap());
     lab.put("phys/b1/pg_wal.tar", &std::fs::read(bb.join("pg_wal.tar")).unwrap());
     for e in std::fs::read_dir(&archive).unwrap().filter_map(Result::ok) {
@@ -281,17 +273,6 @@ fn the_recoverable_points_age_excludes_the_restore() {
     );
 }
 
-/// Switches WAL and waits until the segment written last is archived.
-fn archive_all(primary: &PgPrimary, archive: &Path) {
-    let last = primary.psql("postgres", "select pg_walfile_name(pg_current_wal_lsn())");
-    primary.psql("postgres", "select pg_switch_wal()");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !archive.join(&last).exists() {
-        assert!(Instant::now() < deadline, "WAL {last} was never archived");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
 /// A fixed recovery time between two base backups restores the older one and replays
 /// to it — PostgreSQL refuses to stop before the newer one's end, which the code before
 /// chose and then blamed on the backup.
@@ -299,14 +280,7 @@ fn archive_all(primary: &PgPrimary, archive: &Path) {
 fn a_fixed_recovery_time_restores_the_backup_that_ended_before_it() {
     let lab = Lab::new();
     let archive = lab.root.pg_dir("archive");
-    let primary = PgPrimary::start_with(
-        &lab.root,
-        &[
-            ("archive_mode", "on"),
-            ("archive_command", &format!("cp %p {}/%f", archive.display())),
-            ("wal_level", "replica"),
-        ],
-    );
+    let primary = PgPrimary::start_archiving(&lab.root, &archive);
     primary.psql("postgres", "create table t (id int, batch text)");
     primary.psql("postgres", "insert into t select g, 'A' from generate_series(1, 100) g");
     let base = |name: &str| {
@@ -323,7 +297,7 @@ fn a_fixed_recovery_time_restores_the_backup_that_ended_before_it() {
     std::thread::sleep(Duration::from_millis(1200));
     primary.psql("postgres", "insert into t select g, 'C' from generate_series(201, 300) g");
     base("b2");
-    archive_all(&primary, &archive);
+    primary.archive_all(&archive);
     for e in std::fs::read_dir(&archive).unwrap().filter_map(Result::ok) {
         lab.put(&format!("wal/{}", e.file_name().to_string_lossy()), &std::fs::read(e.path()).unwrap());
     }

@@ -8,7 +8,7 @@ use drcheck_e2e::{
 };
 use std::path::Path;
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const LIMIT: Duration = Duration::from_secs(120);
 
@@ -131,11 +131,7 @@ fn owners_are_kept_when_a_globals_file_brings_the_roles() {
 fn a_physical_backup_replays_archived_wal_to_a_timestamp() {
     let root = TempRoot::new();
     let archive = root.pg_dir("archive");
-    let archive_cmd = format!("cp %p {}/%f", archive.display());
-    let primary = PgPrimary::start_with(
-        &root,
-        &[("archive_mode", "on"), ("archive_command", &archive_cmd), ("wal_level", "replica")],
-    );
+    let primary = PgPrimary::start_archiving(&root, &archive);
     let s3 = S3Server::start(&root);
     let bucket = unique("phys");
     s3.make_bucket(&bucket);
@@ -157,13 +153,7 @@ fn a_physical_backup_replays_archived_wal_to_a_timestamp() {
         .psql("orders", "select to_char(clock_timestamp() at time zone 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')");
     std::thread::sleep(Duration::from_millis(1200));
     primary.psql("orders", "insert into t select g, 'C' from generate_series(301, 700) g");
-    let last = primary.psql("orders", "select pg_walfile_name(pg_current_wal_lsn())");
-    primary.psql("orders", "select pg_switch_wal()");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !archive.join(&last).exists() {
-        assert!(Instant::now() < deadline, "WAL {last} was never archived");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    primary.archive_all(&archive);
     for e in std::fs::read_dir(&archive).unwrap().filter_map(Result::ok) {
         let name = e.file_name().to_string_lossy().into_owned();
         let gz = root.path().join(format!("{name}.gz"));

@@ -6,7 +6,7 @@ use crate::{COVERED, Finding, Status};
 
 /// Validators whose configuration names tables of one database (`as_of` columns, custom
 /// SQL): they run on the target's own database only.
-pub const ONE_DATABASE: &[&str] = &["freshness", "custom"];
+pub const ONE_DATABASE: &[&str] = &["freshness", "custom", "point_in_time"];
 
 /// Whether validator (or finding) `name` runs on every database of a cluster.
 pub fn runs_everywhere(name: &str) -> bool {

@@ -5,8 +5,9 @@
 //!
 //! Self-checks (sandbox only): `amcheck`, `full_read`, `sequences`, `indexes`.
 //! Comparisons with the primary: `schema`, `row_counts`, `checksums`, `large_objects`
-//! (which also checks the copy's references to them), `freshness`, and the user's
-//! `custom` SQL checks.
+//! (which also checks the copy's references to them), `freshness`, the user's
+//! `custom` SQL checks, and `point_in_time` (where replay stopped, by the primary's
+//! heartbeat).
 //!
 //! Validators never know where a backup came from and never see storage credentials.
 //! The primary is reached only through [`primary::PrimaryDb`]: read-only sessions with a
@@ -25,6 +26,7 @@ mod freshness;
 mod full_read;
 mod indexes;
 mod large_objects;
+mod point_in_time;
 mod row_counts;
 mod schema;
 mod sequences;
@@ -165,6 +167,10 @@ pub struct Context {
     /// A base backup (a whole cluster) rather than a logical dump: unlogged tables'
     /// data is not in it, by design.
     pub physical: bool,
+    /// The primary's heartbeat table (`[target.heartbeat]`), for `point_in_time`.
+    pub heartbeat: Option<drcheck_config::HeartbeatConfig>,
+    /// The moment replay was asked to stop at (a time recovery target), if any.
+    pub target_time: Option<SystemTime>,
 }
 
 impl Context {
@@ -366,6 +372,7 @@ fn all() -> Vec<Box<dyn Validator>> {
         Box::new(large_objects::LargeObjects),
         Box::new(freshness::Freshness),
         Box::new(custom::Custom),
+        Box::new(point_in_time::PointInTime),
     ]
 }
 

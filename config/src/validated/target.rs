@@ -69,16 +69,34 @@ pub(super) fn validate_target(
             "immediate" => RecoveryTarget::Immediate,
             lsn if lsn.strip_prefix("lsn:").is_some_and(is_lsn) => RecoveryTarget::Lsn(lsn[4..].to_string()),
             ts if humantime::parse_rfc3339_weak(ts).is_ok() => RecoveryTarget::Time(ts.to_string()),
-            other => {
-                return Err(cx.err(
-                    &key("recovery_target"),
-                    Some(v.span()),
-                    format!("expected \"latest\", \"immediate\", a timestamp like \"2026-11-30T03:00:00Z\" or \"lsn:0/3000028\", got {other:?}"),
-                ));
-            }
+            "random" => RecoveryTarget::Random(None),
+            other => match other.strip_prefix("random:").map(crate::parse_duration) {
+                Some(Ok(d)) if !d.is_zero() => RecoveryTarget::Random(Some(d)),
+                _ => {
+                    return Err(cx.err(
+                        &key("recovery_target"),
+                        Some(v.span()),
+                        format!("expected \"latest\", \"immediate\", \"random\", \"random:7d\" (a window), a timestamp like \"2026-11-30T03:00:00Z\" or \"lsn:0/3000028\", got {other:?}"),
+                    ));
+                }
+            },
         },
     };
-    let validators = validate_validators(cx, i, t)?;
+    let heartbeat = validate_heartbeat(cx, i, t)?;
+    let mut validators = validate_validators(cx, i, t)?;
+    // `point_in_time` runs by default only where it has something to check: a heartbeat
+    // table, or replay to a moment.
+    // The heartbeat says when each of its rows was written: its `at` is an `as_of`
+    // column (rows up to the replayed point compared exactly, none expected after).
+    if let Some(h) = &heartbeat
+        && !validators.as_of.iter().any(|(s, n, _)| *s == h.schema && *n == h.table)
+    {
+        validators.as_of.push((h.schema.clone(), h.table.clone(), "at".into()));
+    }
+    let defaulted = t.validators.as_ref().and_then(|v| v.enabled.as_ref()).is_none();
+    if defaulted && heartbeat.is_none() && !recovery_target.is_time() {
+        validators.enabled.retain(|v| v != "point_in_time");
+    }
     let schedule = match &t.schedule {
         None => None,
         Some(s) => Some(Schedule::parse(&name, s.get_ref()).map_err(|m| cx.err(&key("schedule"), Some(s.span()), m))?),
@@ -142,7 +160,17 @@ pub(super) fn validate_target(
         },
     };
     let decrypt = validate_decrypt(cx, i, t)?;
+    if let (RecoveryTarget::Random(_), SourceConfig::Objects, None) = (&recovery_target, &source, &t.wal_prefix) {
+        let span = t.recovery_target.as_ref().map(|v| v.span());
+        return Err(cx.err(
+            &key("recovery_target"),
+            span,
+            "a random point in time needs a WAL archive: set wal_prefix (physical backups), or read a backup \
+             tool's repository (source = \"pgbackrest\" or \"barman-cloud\")",
+        ));
+    }
     Ok(TargetConfig {
+        heartbeat,
         decrypt,
         kubernetes,
         comparisons,
@@ -204,6 +232,45 @@ fn validate_decrypt(cx: &Ctx<'_>, i: usize, t: &RawTarget) -> Result<DecryptConf
         gpg_passphrase: secret("gpg_passphrase", &d.gpg_passphrase)?,
         gpg_secret_key: secret("gpg_secret_key", &d.gpg_secret_key)?,
     })
+}
+
+/// `[target.heartbeat]`: `table` as `schema.table` (`public` when bare), `interval` at
+/// least a second (default 1m), `url` a secret (a database URL).
+fn validate_heartbeat(cx: &Ctx<'_>, i: usize, t: &RawTarget) -> Result<Option<HeartbeatConfig>, ConfigError> {
+    let Some(h) = &t.heartbeat else { return Ok(None) };
+    let key = |k: &str| format!("target[{i}].heartbeat.{k}");
+    let table = h.table.get_ref().trim();
+    let (schema, name) = table.split_once('.').unwrap_or(("public", table));
+    if schema.is_empty() || name.is_empty() || name.contains('.') {
+        return Err(cx.err(
+            &key("table"),
+            Some(h.table.span()),
+            format!("expected \"schema.table\" (e.g. \"drcheck.heartbeat\"), got {table:?}"),
+        ));
+    }
+    let interval = match &h.interval {
+        None => Duration::from_secs(60),
+        Some(v) => {
+            let d = cx.duration(&key("interval"), v)?;
+            if d < Duration::from_secs(1) {
+                return Err(cx.err(
+                    &key("interval"),
+                    Some(v.span()),
+                    format!("must be at least 1s, got {:?}", v.get_ref()),
+                ));
+            }
+            d
+        }
+    };
+    let url = match cx.opt_string(&key("url"), &h.url)? {
+        Some(u) if !(u.starts_with("postgres://") || u.starts_with("postgresql://")) => {
+            let span = h.url.as_ref().map(|v| v.span());
+            // The URL holds a password: never echoed.
+            return Err(cx.err(&key("url"), span, "expected a postgres:// URL"));
+        }
+        u => u.map(Secret::new),
+    };
+    Ok(Some(HeartbeatConfig { schema: schema.to_string(), table: name.to_string(), interval, url }))
 }
 
 fn validate_kubernetes(cx: &Ctx<'_>, i: usize, t: &RawTarget) -> Result<KubernetesConfig, ConfigError> {

@@ -215,7 +215,51 @@ compare = "primary"
     let (key, _, _) = invalid(&format!("{GOOD}\n[[target.check]]\nname = \"x\"\nsql = \"select 1\"\n"));
     assert_eq!(key, "target[0].check[0]");
     let defaults = parse(GOOD).unwrap();
-    assert_eq!(defaults.targets[0].validators.enabled.len(), ALL_VALIDATORS.len());
+    // point_in_time only where it has something to check.
+    assert_eq!(defaults.targets[0].validators.enabled.len(), ALL_VALIDATORS.len() - 1);
+    assert!(!defaults.targets[0].validators.enabled.iter().any(|v| v == "point_in_time"));
+}
+
+#[test]
+fn random_targets_and_heartbeats_parse_and_reject_nonsense() {
+    let with = |extra: &str| GOOD.replace("rpo = \"26h\"", &format!("rpo = \"26h\"\n{extra}"));
+    let wal = "format = \"physical\"\nwal_prefix = \"wal/\"\n";
+    let c = parse(&with(&format!("{wal}recovery_target = \"random\""))).unwrap();
+    assert_eq!(c.targets[0].recovery_target, RecoveryTarget::Random(None));
+    assert!(c.targets[0].validators.enabled.iter().any(|v| v == "point_in_time"));
+    let c = parse(&with(&format!("{wal}recovery_target = \"random:7d\""))).unwrap();
+    assert_eq!(c.targets[0].recovery_target, RecoveryTarget::Random(Some(Duration::from_secs(7 * 86400))));
+    for bad in ["random:", "random:0s", "random:soon"] {
+        let (key, line, msg) = invalid(&with(&format!("{wal}recovery_target = \"{bad}\"")));
+        assert_eq!(key, "target[0].recovery_target", "{bad}");
+        assert!(line.is_some() && msg.contains("random:7d"), "{bad}: {msg}");
+    }
+    // No archive to draw from: said, not discovered at 3 a.m.
+    let (key, _, msg) = invalid(&with("recovery_target = \"random\""));
+    assert_eq!(key, "target[0].recovery_target");
+    assert!(msg.contains("wal_prefix"), "{msg}");
+
+    let hb = "[target.heartbeat]\ntable = \"drcheck.heartbeat\"\ninterval = \"10s\"\nurl = \"postgres://hb:s3cret@db/orders\"\n";
+    let c = parse(&format!("{GOOD}\n{hb}")).unwrap();
+    let h = c.targets[0].heartbeat.as_ref().unwrap();
+    assert_eq!((h.schema.as_str(), h.table.as_str(), h.interval), ("drcheck", "heartbeat", Duration::from_secs(10)));
+    assert_eq!(h.quoted(), "\"drcheck\".\"heartbeat\"");
+    assert!(c.targets[0].validators.enabled.iter().any(|v| v == "point_in_time"));
+    // Its rows say when they were written: compared up to the replayed point.
+    assert!(c.targets[0].validators.as_of.contains(&("drcheck".into(), "heartbeat".into(), "at".into())));
+    let c = parse(&format!("{GOOD}\n[target.heartbeat]\ntable = \"beats\"\n")).unwrap();
+    let h = c.targets[0].heartbeat.as_ref().unwrap();
+    assert_eq!((h.schema.as_str(), h.interval), ("public", Duration::from_secs(60)));
+    let (key, _, msg) = invalid(&format!("{GOOD}\n{}", hb.replace("10s", "500ms")));
+    assert_eq!(key, "target[0].heartbeat.interval");
+    assert!(msg.contains("at least 1s"), "{msg}");
+    let (key, _, _) = invalid(&format!("{GOOD}\n{}", hb.replace("drcheck.heartbeat", "a.b.c")));
+    assert_eq!(key, "target[0].heartbeat.table");
+    let (key, _, msg) = invalid(&format!("{GOOD}\n{}", hb.replace("postgres://", "mysql://")));
+    assert_eq!(key, "target[0].heartbeat.url");
+    assert!(!msg.contains("s3cret"), "{msg}");
+    let e = parse(&format!("{GOOD}\n{}", hb.replace("interval", "intervall"))).unwrap_err().to_string();
+    assert!(e.contains("intervall"), "{e}");
 }
 
 #[test]

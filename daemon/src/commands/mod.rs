@@ -6,6 +6,7 @@ pub mod config_check;
 pub mod daemon;
 pub mod deploy;
 pub mod drill;
+pub mod heartbeat;
 pub mod history;
 pub mod report;
 pub mod verify;

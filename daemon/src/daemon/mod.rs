@@ -194,6 +194,10 @@ pub async fn run(
     let background = CancellationToken::new();
     let dispatcher = tokio::spawn(dispatch_loop(shared.clone(), background.clone()));
     let stale = tokio::spawn(stale_loop(shared.clone(), background.clone()));
+    let heartbeat = {
+        let sh = shared.clone();
+        tokio::spawn(crate::heartbeat::writer_loop(move || sh.config(), background.clone()))
+    };
 
     let mut pending = schedule::pending(&schedule::Pending::new(), &entries(&config), chrono::Utc::now());
     loop {
@@ -268,6 +272,7 @@ pub async fn run(
     let _ = server.await;
     let _ = dispatcher.await;
     let _ = stale.await;
+    let _ = heartbeat.await;
     // One last delivery round for the alerts the final runs raised.
     let config = shared.config();
     let d = Dispatcher::new(&shared.history, &config.alerts, Some(&shared.metrics));

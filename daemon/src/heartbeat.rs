@@ -1,0 +1,150 @@
+//! The primary's heartbeat (`[target.heartbeat]`): a row in a table every `interval`,
+//! the clock `point_in_time` reads to prove where replay stopped.
+//!
+//! - `drcheck heartbeat setup` prints the DDL and GRANTs (and a pg_cron line for fleets
+//!   that run drcheck only as a CronJob);
+//! - `drcheck daemon` writes the rows itself through the target's `heartbeat.url` — its
+//!   own INSERT-only credential, never the verifier's.
+
+use drcheck_config::{Config, HeartbeatConfig, TargetConfig, quote_ident};
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+use tokio_util::sync::CancellationToken;
+
+/// The SQL that sets the heartbeat of `target` up on its primary: the table, an
+/// INSERT-only writer role, and the pg_cron job that writes it without the daemon.
+pub fn setup_sql(target: &TargetConfig, hb: &HeartbeatConfig, writer: &str) -> String {
+    let table = hb.quoted();
+    let schema = quote_ident(&hb.schema);
+    let role = quote_ident(writer);
+    let database = target
+        .primary
+        .as_ref()
+        .and_then(|p| crate::pipeline::database_of(p.expose()))
+        .unwrap_or_else(|| "postgres".into());
+    let cron = cron_schedule(hb.interval);
+    let db_literal = database.replace('\'', "''");
+    format!(
+        "-- drcheck heartbeat for target {name}: run once on the primary, in database {database},\n\
+         -- as a role that may create schemas and roles.\n\
+         CREATE SCHEMA IF NOT EXISTS {schema};\n\
+         CREATE TABLE IF NOT EXISTS {table} (at timestamptz PRIMARY KEY DEFAULT pg_catalog.clock_timestamp());\n\
+         \n\
+         -- The writer: may insert heartbeats and nothing else (set its password yourself,\n\
+         -- and give it to drcheck as [target.heartbeat] url = \"postgres://{writer}:${{HB_PW}}@…/{database}\").\n\
+         DO $$ BEGIN\n  \
+           IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = '{writer_lit}') THEN\n    \
+             CREATE ROLE {role} LOGIN;\n  \
+           END IF;\n\
+         END $$;\n\
+         GRANT USAGE ON SCHEMA {schema} TO {role};\n\
+         GRANT INSERT ON {table} TO {role};\n\
+         \n\
+         -- drcheck's verifier role reads it like every table (pg_read_all_data, or):\n\
+         -- GRANT USAGE ON SCHEMA {schema} TO <verifier>; GRANT SELECT ON {table} TO <verifier>;\n\
+         \n\
+         -- Without `drcheck daemon` (CronJob fleets), pg_cron writes it every {every}:\n\
+         -- SELECT cron.schedule_in_database('drcheck-heartbeat-{name}', '{cron}', $$INSERT INTO {table} DEFAULT VALUES$$, '{db_literal}');\n\
+         \n\
+         -- Keep a retention's worth (older rows prove nothing a backup still needs):\n\
+         -- SELECT cron.schedule_in_database('drcheck-heartbeat-trim-{name}', '17 3 * * *', $$DELETE FROM {table} WHERE at < now() - interval '60 days'$$, '{db_literal}');\n",
+        name = target.name,
+        writer_lit = writer.replace('\'', "''"),
+        every = drcheck_config::format_duration(hb.interval),
+    )
+}
+
+/// pg_cron's schedule for `interval`: `N seconds` below a minute (pg_cron 1.5+), else a
+/// cron expression in whole minutes.
+pub fn cron_schedule(interval: Duration) -> String {
+    let s = interval.as_secs().max(1);
+    if s < 60 {
+        format!("{s} seconds")
+    } else {
+        let m = (s / 60).clamp(1, 59);
+        if m == 1 { "* * * * *".into() } else { format!("*/{m} * * * *") }
+    }
+}
+
+/// One target's writer: its pool, the URL it was made from, and when it last wrote.
+struct Writer {
+    url: String,
+    pool: sqlx::PgPool,
+    last: Option<Instant>,
+    failing: bool,
+}
+
+/// Writes every target's heartbeat (those with a `heartbeat.url`) every `interval`
+/// until `stop`; reads the config each tick, so a reload takes effect. A failed write
+/// is logged once when it starts failing and once when it recovers (the URL never).
+pub async fn writer_loop(config: impl Fn() -> std::sync::Arc<Config>, stop: CancellationToken) {
+    let mut writers: HashMap<String, Writer> = HashMap::new();
+    while !stop.is_cancelled() {
+        let config = config();
+        writers.retain(|name, _| {
+            config.target(name).is_some_and(|t| t.heartbeat.as_ref().is_some_and(|h| h.url.is_some()))
+        });
+        for t in &config.targets {
+            let Some(hb) = &t.heartbeat else { continue };
+            let Some(url) = &hb.url else { continue };
+            let url = url.expose().to_string();
+            if writers.get(&t.name).is_none_or(|w| w.url != url) {
+                let pool = sqlx::postgres::PgPoolOptions::new()
+                    .max_connections(1)
+                    .acquire_timeout(Duration::from_secs(5))
+                    .connect_lazy(&url);
+                match pool {
+                    Ok(pool) => {
+                        writers.insert(t.name.clone(), Writer { url, pool, last: None, failing: false });
+                    }
+                    Err(e) => {
+                        tracing::warn!(target = %t.name, "heartbeat.url: {}", drcheck_config::redact_userinfo(&e.to_string()));
+                        continue;
+                    }
+                }
+            }
+            let w = writers.get_mut(&t.name).expect("inserted above");
+            if w.last.is_some_and(|l| l.elapsed() < hb.interval) {
+                continue;
+            }
+            w.last = Some(Instant::now());
+            let sql = format!("insert into {} (at) values (pg_catalog.clock_timestamp())", hb.quoted());
+            let wrote =
+                tokio::time::timeout(Duration::from_secs(10), sqlx::query(sqlx::AssertSqlSafe(sql)).execute(&w.pool))
+                    .await;
+            match wrote {
+                Ok(Ok(_)) if std::mem::take(&mut w.failing) => {
+                    tracing::info!(target = %t.name, table = %hb.quoted(), "heartbeat written again");
+                }
+                Ok(Err(e)) if !w.failing => {
+                    w.failing = true;
+                    tracing::warn!(target = %t.name, table = %hb.quoted(), "cannot write the heartbeat: {}", drcheck_config::redact_userinfo(&e.to_string()));
+                }
+                Err(_) if !w.failing => {
+                    w.failing = true;
+                    tracing::warn!(target = %t.name, table = %hb.quoted(), "cannot write the heartbeat: no answer within 10s");
+                }
+                _ => {}
+            }
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_millis(250)) => {}
+            _ = stop.cancelled() => {}
+        }
+    }
+    for (_, w) in writers {
+        w.pool.close().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pg_cron_schedules_follow_the_interval() {
+        assert_eq!(cron_schedule(Duration::from_secs(10)), "10 seconds");
+        assert_eq!(cron_schedule(Duration::from_secs(60)), "* * * * *");
+        assert_eq!(cron_schedule(Duration::from_secs(300)), "*/5 * * * *");
+    }
+}

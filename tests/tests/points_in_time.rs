@@ -1,0 +1,304 @@
+//! End-to-end: proving points in time in the recovery window (issue 25) on base backups in objects with
+//! a WAL archive under `wal_prefix`. A primary keeps writing — its heartbeat written by
+//! `drcheck daemon` through the INSERT-only role `drcheck heartbeat setup` creates, and
+//! `events` rows with an `as_of` column — across three base backups; then random
+//! points in time, a fixed point between two backups, a WAL gap before the point and a
+//! heartbeat that fell silent each get the verdict they deserve.
+
+use drcheck_e2e::{
+    Daemon, PgPrimary, S3Server, TempRoot, drcheck, free_port, make_world_enterable, only_run, stderr, stdout, unique,
+    validator,
+};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant, SystemTime};
+
+const LIMIT: Duration = Duration::from_secs(180);
+
+fn sh(cmd: &str) {
+    let out = Command::new("sh").arg("-c").arg(cmd).output().unwrap();
+    assert!(out.status.success(), "{cmd}: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+fn clock(primary: &PgPrimary) -> String {
+    primary.psql("orders", "select to_char(clock_timestamp() at time zone 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')")
+}
+
+fn at(s: &str) -> SystemTime {
+    humantime::parse_rfc3339_weak(s).unwrap_or_else(|e| panic!("{s}: {e}"))
+}
+
+/// Rows written over `seconds`, a batch every 200 ms.
+fn write_for(primary: &PgPrimary, seconds: f64) {
+    let until = Instant::now() + Duration::from_secs_f64(seconds);
+    while Instant::now() < until {
+        primary.psql("orders", "insert into events (note) select 'e' || g from generate_series(1, 20) g");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+struct Window {
+    primary: PgPrimary,
+    _s3: S3Server,
+    dir: PathBuf,
+    base: String,
+    /// Each backup's upload: the primary's clock before it started and after it ended.
+    uploads: Vec<(SystemTime, SystemTime)>,
+    /// A moment between backups 2 and 3, and the WAL file it is in.
+    between: String,
+    between_segment: String,
+    hb_password: String,
+    /// Last: removed after the servers in it stopped.
+    _root: TempRoot,
+}
+
+impl Window {
+    fn config(&self, extra: &str, heartbeat_table: &str, wal_prefix: &str) -> String {
+        // The daemon's heartbeat table is an as_of table of itself when it is the
+        // heartbeat; otherwise say so.
+        let other = if heartbeat_table == "drcheck.heartbeat" { "" } else { "\"drcheck.heartbeat\" = \"at\"\n" };
+        let text = format!(
+            "{base}wal_prefix = \"{wal_prefix}\"\n{extra}\n[target.as_of]\n\"public.events\" = \"at\"\n{other}\
+             [target.heartbeat]\ntable = \"{heartbeat_table}\"\ninterval = \"1s\"\n\
+             url = \"postgres://drcheck_heartbeat:${{HB_PW}}@127.0.0.1:{port}/orders\"\n",
+            base = self.base,
+            port = self.primary.port,
+        );
+        let path = self.dir.join(format!("{}.toml", unique("c")));
+        std::fs::write(&path, text).unwrap();
+        path.display().to_string()
+    }
+
+    fn env(&self) -> [(&'static str, String); 1] {
+        [("HB_PW", self.hb_password.clone())]
+    }
+
+    fn verify(&self, config: &str) -> (Option<i32>, serde_json::Value, String) {
+        let (out, _) = drcheck(&["--config", config, "verify", "--json"], &self.env(), LIMIT);
+        (out.status.code(), only_run(&out), stderr(&out))
+    }
+}
+
+fn setup() -> Window {
+    let root = TempRoot::new();
+    let archive = root.pg_dir("archive");
+    let primary = PgPrimary::start_archiving(&root, &archive);
+    let s3 = S3Server::start(&root);
+    let bucket = unique("window");
+    s3.make_bucket(&bucket);
+    primary.psql("postgres", "create database orders");
+    primary.psql(
+        "orders",
+        "create table events (id bigserial primary key, at timestamptz not null default clock_timestamp(), note text)",
+    );
+    let password = unique("pw");
+    primary.psql("postgres", &format!("create role verifier login password '{password}'"));
+    primary.psql("postgres", "grant pg_read_all_data to verifier");
+    let scratch = root.path().join("scratch");
+    std::fs::create_dir_all(&scratch).unwrap();
+    make_world_enterable(&scratch);
+    let metrics = free_port();
+    let base = format!(
+        "[state]\nurl = \"sqlite://{root}/history.db\"\n[sandbox]\nscratch_dir = \"{scratch}\"\n\
+         [metrics]\nlisten = \"127.0.0.1:{metrics}\"\n\
+         [storage.s3]\nkind = \"s3\"\nbucket = \"{bucket}\"\nendpoint = \"{endpoint}\"\npath_style = true\n\
+         [[target]]\nname = \"orders\"\nprimary = \"{primary}\"\nstorage = \"s3\"\nprefix = \"phys/\"\n\
+         rto = \"10m\"\nrpo = \"1h\"\n",
+        root = root.path().display(),
+        scratch = scratch.display(),
+        endpoint = s3.endpoint(),
+        primary = primary.url("verifier", &password, "orders"),
+    );
+    let dir = root.path().join("configs");
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut w = Window {
+        primary,
+        _s3: s3,
+        dir,
+        base,
+        uploads: vec![],
+        between: String::new(),
+        between_segment: String::new(),
+        hb_password: unique("hb"),
+        _root: root,
+    };
+    let root_path = w._root.path().to_path_buf();
+
+    // The heartbeat, set up with drcheck's own SQL, written by drcheck's daemon.
+    let config = w.config("", "drcheck.heartbeat", "wal/");
+    let (out, _) = drcheck(&["--config", &config, "heartbeat", "setup", "--target", "orders"], &w.env(), LIMIT);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let sql = stdout(&out);
+    assert!(sql.contains("GRANT INSERT ON \"drcheck\".\"heartbeat\" TO \"drcheck_heartbeat\""), "{sql}");
+    assert!(sql.contains("cron.schedule_in_database('drcheck-heartbeat-orders', '1 seconds'"), "{sql}");
+    let script = root_path.join("heartbeat.sql");
+    std::fs::write(&script, &sql).unwrap();
+    make_world_enterable(&root_path);
+    let out = w.primary.run_script("orders", &script);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    w.primary.psql("orders", &format!("alter role drcheck_heartbeat password '{}'", w.hb_password));
+    // Set up twice: nothing breaks (a re-run during a rollout).
+    assert!(w.primary.run_script("orders", &script).status.success());
+    // A table the test fills by hand: a heartbeat that falls silent.
+    w.primary.psql("orders", "create table public.quiet (at timestamptz primary key default clock_timestamp())");
+
+    let mut daemon = Daemon::start(Path::new(&config), metrics, &w.env());
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while w.primary.psql("orders", "select count(*) from drcheck.heartbeat") == "0" {
+        assert!(Instant::now() < deadline, "the daemon wrote no heartbeat: {}", daemon.stderr_text());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // The writer may insert and nothing else.
+    let as_writer = |sql: &str| {
+        Command::new("psql")
+            .arg(format!("postgres://drcheck_heartbeat:{}@127.0.0.1:{}/orders", w.hb_password, w.primary.port))
+            .args(["-XAtc", sql])
+            .output()
+            .unwrap()
+    };
+    for denied in
+        ["select count(*) from drcheck.heartbeat", "delete from drcheck.heartbeat", "select count(*) from events"]
+    {
+        let out = as_writer(denied);
+        assert!(!out.status.success(), "the heartbeat writer could run {denied:?}");
+        assert!(String::from_utf8_lossy(&out.stderr).contains("permission denied"), "{denied}");
+    }
+
+    for i in 1..=3 {
+        write_for(&w.primary, 1.5);
+        if i == 1 {
+            w.primary.psql("orders", "insert into public.quiet default values");
+        }
+        let bb = root_path.join(format!("bb{i}"));
+        w.primary.tool(
+            "pg_basebackup",
+            &["-D", &bb.display().to_string(), "-Ft", "-z", "-X", "stream", "--checkpoint=fast"],
+        );
+        let before = at(&clock(&w.primary));
+        for f in ["base.tar.gz", "pg_wal.tar.gz", "backup_manifest"] {
+            w._s3.upload(&bb.join(f), &bucket, &format!("phys/b{i}/{f}"));
+        }
+        let after = at(&clock(&w.primary));
+        w.uploads.push((before, after));
+        if i == 2 {
+            // A moment between backups 2 and 3, past the upload's second.
+            write_for(&w.primary, 1.6);
+            w.between = clock(&w.primary);
+            w.between_segment = w.primary.psql("orders", "select pg_walfile_name(pg_current_wal_lsn())");
+        }
+    }
+    write_for(&w.primary, 2.0);
+    let (status, _) = daemon.terminate(Duration::from_secs(20));
+    assert!(status.success(), "{status}");
+    w.primary.archive_all(&archive);
+    for e in std::fs::read_dir(&archive).unwrap().filter_map(Result::ok) {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let gz = root_path.join(format!("{name}.gz"));
+        sh(&format!("gzip -c {} > {}", e.path().display(), gz.display()));
+        w._s3.upload(&gz, &bucket, &format!("wal/{name}.gz"));
+        // The same archive with one segment lost.
+        if name != w.between_segment {
+            w._s3.upload(&gz, &bucket, &format!("walgap/{name}.gz"));
+        }
+    }
+    w
+}
+
+#[test]
+fn points_in_time_are_proven_by_the_heartbeat_and_failures_say_where_replay_stopped() {
+    let w = setup();
+    let between = w.between.clone();
+    let cutoff = at(&between);
+
+    // A fixed point between backups 2 and 3: backup 2 is restored, replay stops at it
+    // (its newest heartbeat within 1 s + 5 s before it), and nothing after it is there.
+    let c = w.config(&format!("recovery_target = \"{between}\""), "drcheck.heartbeat", "wal/");
+    let (code, run, err) = w.verify(&c);
+    assert_eq!(code, Some(0), "{run}\n{err}");
+    assert_eq!(run["backup"]["key"], "phys/b2/", "{run}");
+    let pit = validator(&run, "point_in_time");
+    assert_eq!(pit["status"], "passed", "{run}");
+    assert_eq!(pit["measurements"]["rows_after_target"], 0.0, "{pit}");
+    assert!(pit["measurements"]["covered_heartbeats"].as_f64().unwrap() >= 3.0, "{pit}");
+    assert!(pit["measurements"]["newest_heartbeat_before_target_seconds"].as_f64().unwrap() <= 6.0, "{pit}");
+    assert_eq!(validator(&run, "row_counts")["status"], "passed", "{run}");
+    assert_eq!(run["restore"]["recovery_target"]["kind"], "time", "{run}");
+    assert_eq!(run["restore"]["recovery_target"]["random"], false, "{run}");
+    assert_eq!(run["restore"]["target_reached"], true, "{run}");
+    let recovered = at(run["restore"]["recovered_to"].as_str().unwrap());
+    assert!(recovered <= cutoff, "{run}");
+
+    // The same point with the WAL file it lies in lost: failed (the backup's), naming
+    // the file, target not reached.
+    let c = w.config(&format!("recovery_target = \"{between}\""), "drcheck.heartbeat", "walgap/");
+    let (code, run, err) = w.verify(&c);
+    assert_eq!(code, Some(1), "{run}\n{err}");
+    assert_eq!(run["result"], "failed", "{run}");
+    let message = run["error"]["message"].as_str().unwrap();
+    assert!(message.contains(&w.between_segment), "{message}");
+    assert!(message.contains("recovery ended before reaching its target"), "{message}");
+    assert_eq!(run["restore"]["target_reached"], false, "{run}");
+    assert_eq!(run["restore"]["recovery_target"]["value"], between.as_str(), "{run}");
+
+    // A heartbeat that fell silent long before the point proves nothing: never passed.
+    let c = w.config(&format!("recovery_target = \"{between}\""), "public.quiet", "wal/");
+    let (code, run, err) = w.verify(&c);
+    let pit = validator(&run, "point_in_time");
+    assert_eq!(pit["status"], "error", "{run}\n{err}");
+    assert!(pit["detail"].as_str().unwrap().contains("heartbeat writer running"), "{pit}");
+    assert_eq!(code, Some(3), "{run}");
+
+    // Random points: drawn in the window, restored from the newest backup that ended
+    // by then, replayed there and proven by the heartbeat.
+    let c = w.config("recovery_target = \"random\"", "drcheck.heartbeat", "wal/");
+    let mut drawn = Vec::new();
+    for _ in 0..2 {
+        let (code, run, err) = w.verify(&c);
+        assert_eq!(code, Some(0), "{run}\n{err}");
+        let target = &run["restore"]["recovery_target"];
+        assert_eq!(target["random"], true, "{run}");
+        assert_eq!(target["kind"], "time", "{run}");
+        let t = at(target["value"].as_str().unwrap());
+        assert!(t >= w.uploads[0].0, "drawn {t:?} before the first backup: {run}");
+        assert_eq!(validator(&run, "point_in_time")["status"], "passed", "{run}");
+        assert_eq!(run["restore"]["target_reached"], true, "{run}");
+        // Never a backup whose upload began after T; the newest one surely done by T.
+        let key = run["backup"]["key"].as_str().unwrap();
+        let chosen: usize = key.trim_start_matches("phys/b").trim_end_matches('/').parse().unwrap();
+        assert!(w.uploads[chosen - 1].0 <= t, "backup {chosen} began uploading after {t:?}: {run}");
+        let surely = (0..3).rev().find(|i| w.uploads[*i].1 + Duration::from_secs(1) <= t).map(|i| i + 1);
+        if let Some(s) = surely {
+            assert!(chosen >= s, "backup {chosen} chosen for {t:?}, {s} was newer and done: {run}");
+        }
+        drawn.push(t);
+    }
+    assert_ne!(drawn[0], drawn[1], "two draws gave the same moment");
+
+    // The evidence lists the points in time proven (the random ones and the fixed one).
+    let (out, _) = drcheck(&["--config", &c, "report", "--since", "1d", "--format", "json"], &w.env(), LIMIT);
+    let evidence: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let points = evidence["evidence"]["targets"][0]["coverage"]["points_in_time"].as_array().unwrap();
+    let passed = points.iter().filter(|p| p["result"] == "passed").count();
+    assert!(passed >= 3, "{evidence}");
+}
+
+#[test]
+fn random_targets_need_an_archive_and_heartbeats_need_a_sane_table() {
+    let root = TempRoot::new();
+    let path = root.path().join("c.toml");
+    let base = "[state]\nurl = \"sqlite:///tmp/x.db\"\n[storage.s3]\nkind = \"s3\"\nbucket = \"b\"\n\
+                [[target]]\nname = \"orders\"\nstorage = \"s3\"\nrto = \"1h\"\nrpo = \"1d\"\n";
+    std::fs::write(&path, format!("{base}recovery_target = \"random\"\n")).unwrap();
+    let (out, _) = drcheck(&["--config", &path.display().to_string(), "config", "check"], &[], LIMIT);
+    assert_eq!(out.status.code(), Some(2), "{}", stdout(&out));
+    assert!(
+        stderr(&out).contains("target[0].recovery_target") && stderr(&out).contains("wal_prefix"),
+        "{}",
+        stderr(&out)
+    );
+    // `heartbeat setup` without a heartbeat says what to add.
+    std::fs::write(&path, base).unwrap();
+    let (out, _) = drcheck(&["--config", &path.display().to_string(), "heartbeat", "setup"], &[], LIMIT);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("[target.heartbeat]"), "{}", stderr(&out));
+}
