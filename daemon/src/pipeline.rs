@@ -16,10 +16,12 @@ use drcheck_restore::barman::Catalog as BarmanCatalog;
 use drcheck_restore::fetch::FetchOptions;
 use drcheck_restore::job::Delegated;
 use drcheck_restore::job::{self, RestoreJob};
-use drcheck_restore::pgbackrest::Repo;
-use drcheck_restore::physical::WalReplay;
+use drcheck_restore::objects::WalArchive;
+use drcheck_restore::pgbackrest::{Repo, Stanza};
+use drcheck_restore::recovery::WalReplay;
 use drcheck_restore::request::Consistency;
 use drcheck_restore::sandbox::reap_leftovers;
+use drcheck_restore::source::Archive;
 use drcheck_restore::store::backups_newest_first;
 use drcheck_restore::{Backup, BackupStore, RestoreError, SandboxOptions, Stage, StoreError, open_store};
 use sqlx::postgres::PgPoolOptions;
@@ -166,7 +168,7 @@ async fn tool_catalog(
             let sandbox = catalog_sandbox(config, &catalog.describe(), run_id)?;
             let backups = catalog.catalog(&sandbox, store).await;
             sandbox.teardown();
-            return Ok(Some((catalog.describe(), backups?, Delegated::Barman(catalog))));
+            return Ok(Some((catalog.describe(), backups?, Arc::new(catalog))));
         }
     };
     let repo = delegated;
@@ -174,7 +176,7 @@ async fn tool_catalog(
     let catalog = repo.catalog(&sandbox).await;
     sandbox.teardown();
     let catalog = catalog?;
-    Ok(Some((repo.describe(), catalog.backups.clone(), Delegated::Pgbackrest(repo, catalog))))
+    Ok(Some((repo.describe(), catalog.backups.clone(), Arc::new(Stanza { repo, catalog }))))
 }
 
 /// The `repository` validator on its own (`verify --integrity-only`, `integrity_schedule`).
@@ -207,18 +209,13 @@ pub async fn check_repository(
 ) -> drcheck_validators::Finding {
     use drcheck_validators::{Finding, Status};
     let t = Instant::now();
-    let result = match delegated {
-        Delegated::Pgbackrest(repo, catalog) => {
-            match catalog_sandbox(config, &repo.describe(), &format!("{run_id}-verify")) {
-                Ok(sandbox) => {
-                    let r = repo.integrity(&sandbox, catalog).await;
-                    sandbox.teardown();
-                    r
-                }
-                Err(e) => Err(RestoreError::Store(e)),
-            }
+    let result = match catalog_sandbox(config, &delegated.describe(), &format!("{run_id}-verify")) {
+        Ok(sandbox) => {
+            let r = delegated.integrity(&sandbox.host(), store, backups).await;
+            sandbox.teardown();
+            r
         }
-        Delegated::Barman(catalog) => catalog.integrity(store, backups).await,
+        Err(e) => Err(RestoreError::Store(e)),
     };
     let finding = match result {
         Err(e) if e.is_backup_fault() => Finding::new("repository", Status::Failed, e.to_string()),
@@ -789,7 +786,7 @@ fn select_from_catalog(
         return usable
             .iter()
             .rev()
-            .find(|b| b.last_modified <= at)
+            .find(|b| b.last_modified + STOP_CLOCK <= at)
             .map(|b| ((*b).clone(), Some(restorable.clone())))
             .ok_or_else(|| {
                 Stop::failed(
@@ -903,14 +900,14 @@ async fn draw_point(
         Some((_, backups, _)) => backups
             .iter()
             .filter(|b| b.catalog.as_ref().is_some_and(|c| c.status == "ok"))
-            .map(|b| b.last_modified)
+            .map(|b| b.last_modified + STOP_CLOCK)
             .collect(),
         None => {
             let all = store.list(&target.prefix).await.map_err(|e| store_stop(Stage::Select, e))?;
             backups_newest_first(&all)
                 .into_iter()
                 .filter(|b| b.is_physical())
-                .map(|b| b.last_modified + UPLOAD_CLOCK)
+                .map(|b| b.last_modified + STOP_CLOCK)
                 .collect()
         }
     };
@@ -923,16 +920,18 @@ async fn draw_point(
     };
     let sandbox = catalog_sandbox(config, &described, run_id).map_err(|e| store_stop(Stage::Select, e))?;
     let bindir = config.sandbox.pg_bindir.as_deref();
-    let reach = match tool {
-        Some((_, _, Delegated::Pgbackrest(repo, catalog))) => repo.reach(&sandbox, catalog, bindir).await,
-        Some((_, _, Delegated::Barman(catalog))) => catalog.reach(&sandbox, store, bindir).await,
-        None => match &target.wal_prefix {
-            Some(prefix) => {
-                drcheck_restore::reach::objects(store.clone(), prefix, fetch_options(config, target), &sandbox, bindir)
-                    .await
-            }
-            None => Ok(None),
-        },
+    // Every source's archive answers the same question.
+    let objects = target
+        .wal_prefix
+        .as_ref()
+        .map(|prefix| WalArchive { prefix: prefix.clone(), fetch: fetch_options(config, target) });
+    let archive: Option<&dyn Archive> = match tool {
+        Some((_, _, repository)) => Some(repository.as_ref()),
+        None => objects.as_ref().map(|o| o as &dyn Archive),
+    };
+    let reach = match archive {
+        Some(a) => a.reach(&sandbox, store, bindir).await,
+        None => Ok(None),
     };
     sandbox.teardown();
     let Some(reach) = reach? else {
@@ -962,9 +961,12 @@ async fn draw_point(
     Ok(draw_between(start, reach.at, uuid::Uuid::new_v4().as_u128()))
 }
 
-/// An object's upload time bounds its base backup's stop from above — to the second:
-/// S3 listings give `LastModified` in whole seconds (truncated), so a second is added.
-const UPLOAD_CLOCK: Duration = Duration::from_secs(1);
+/// A backup's recorded stop bounds its real stop from above only to the second: S3
+/// listings give an object's `LastModified` (which bounds a base backup's stop) in whole
+/// seconds, truncated, and so does pgBackRest's catalog (`timestamp.stop`). A second is
+/// added before comparing it with a recovery target: PostgreSQL refuses a target before
+/// the backup's end.
+const STOP_CLOCK: Duration = Duration::from_secs(1);
 
 /// A moment in `[start, end)`, whole microseconds (PostgreSQL's resolution), from `seed`.
 fn draw_between(start: SystemTime, end: SystemTime, seed: u128) -> SystemTime {
@@ -1016,7 +1018,7 @@ async fn select(
         let candidates: Vec<Backup> = backups_newest_first(&all).into_iter().filter(|b| b.is_physical()).collect();
         return candidates
             .iter()
-            .find(|b| b.last_modified + UPLOAD_CLOCK <= at)
+            .find(|b| b.last_modified + STOP_CLOCK <= at)
             .cloned()
             .map(|b| (b, Some(candidates.clone())))
             .ok_or_else(|| {
@@ -1043,6 +1045,27 @@ async fn select(
             ),
         )
     })
+}
+
+#[cfg(test)]
+mod draw_tests {
+    use super::*;
+
+    #[test]
+    fn points_are_drawn_inside_the_window_to_the_microsecond() {
+        let start = SystemTime::UNIX_EPOCH + Duration::from_micros(1_796_000_000_123_456);
+        let end = start + Duration::from_secs(3600);
+        let mut seen = std::collections::BTreeSet::new();
+        for seed in [0u128, 1, 59, u128::MAX, 3_600_000_000, 3_599_999_999, 1 << 90] {
+            let at = draw_between(start, end, seed);
+            assert!(at >= start && at < end, "{seed}: {at:?}");
+            assert_eq!(at.duration_since(SystemTime::UNIX_EPOCH).unwrap().subsec_nanos() % 1000, 0);
+            seen.insert(at);
+        }
+        assert!(seen.len() >= 5, "{seen:?}");
+        // The end itself is never drawn (replay must see a commit after the target).
+        assert!(draw_between(start, start + Duration::from_micros(1), 0) == start);
+    }
 }
 
 #[cfg(test)]

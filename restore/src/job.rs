@@ -1,12 +1,12 @@
 //! One restore, start to finish: a fresh sandbox, then the method the backup's source
-//! calls for — objects ([`crate::objects`], [`crate::physical`]), or delegation to a
-//! backup tool ([`crate::pgbackrest`], [`crate::barman`]) — all sharing recovery
-//! ([`crate::recovery`]). The whole restore is watched: it fails as soon as its
+//! calls for — objects ([`crate::sources::objects`], [`crate::sources::physical`]), or delegation to a
+//! backup tool ([`crate::sources::pgbackrest`], [`crate::sources::barman`]) — all sharing recovery
+//! ([`crate::server::recovery`]). The whole restore is watched: it fails as soon as its
 //! directory grows beyond what the backup's size explains.
 
 use crate::error::{RestoreError, Stage};
-use crate::logical;
-use crate::sandbox::Sandbox;
+use crate::server::sandbox::Sandbox;
+use crate::sources::logical;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -15,7 +15,7 @@ pub use crate::request::{Delegated, RESTORED_DB, RestoreJob, Restored};
 /// Restores `job`'s backup; fails it as soon as the run's directory grows beyond
 /// `max_write_bytes` (whatever writes there: unpacking, staging, the server itself).
 pub async fn run(job: &RestoreJob<'_>) -> Result<Restored, RestoreError> {
-    let root = crate::sandbox::sandbox_root(&job.sandbox)?;
+    let root = crate::server::sandbox::sandbox_root(&job.sandbox)?;
     tokio::select! {
         r = run_inner(job) => r,
         e = watch_usage(root, job.max_write_bytes, job.expansion_ceiling) => Err(e),
@@ -132,23 +132,12 @@ fn disk_usage(dir: &Path) -> u64 {
 async fn run_inner(job: &RestoreJob<'_>) -> Result<Restored, RestoreError> {
     let started = Instant::now();
     let mut sandbox = Sandbox::create(&job.sandbox)?;
-    let Some(d) = &job.delegated else { return crate::objects::restore(job, sandbox, started).await };
+    let Some(d) = &job.delegated else { return crate::sources::objects::restore(job, sandbox, started).await };
     let kind = job.backup.catalog.as_ref().map_or("", |c| c.kind.as_str());
     let format = format!("physical ({} {kind})", d.tool());
     (job.on_format)(&format);
-    let (recovered_to, wal_files, wal_gap, fetched_in) = match d {
-        Delegated::Pgbackrest(repo, catalog) => {
-            let r =
-                repo.restore(&mut sandbox, job.pg_bindir.as_deref(), job.backup, catalog, &job.recovery_target).await?;
-            (r.recovered_to, r.wal_files, r.wal_gap, r.fetched_in)
-        }
-        Delegated::Barman(catalog) => {
-            let r = catalog
-                .restore(&mut sandbox, &job.store, job.pg_bindir.as_deref(), job.backup, &job.recovery_target)
-                .await?;
-            (r.recovered_to, r.wal_files, r.wal_gap, r.fetched_in)
-        }
-    };
+    let r = d.restore(&mut sandbox, &job.store, job.pg_bindir.as_deref(), job.backup, &job.recovery_target).await?;
+    let (recovered_to, wal_files, wal_gap, fetched_in) = (r.recovered_to, r.wal_files, r.wal_gap, r.fetched_in);
     let database = job.database_hint.clone().unwrap_or_else(|| "postgres".into());
     Ok(Restored {
         sandbox,

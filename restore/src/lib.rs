@@ -9,29 +9,19 @@
 //!
 //! This crate never compares data: that is `drcheck-validators`' job.
 
-pub mod barman;
-pub mod breaker;
-pub mod contain;
-pub mod decrypt;
-pub mod delegate;
 pub mod error;
-pub mod fetch;
-pub mod format;
 pub mod job;
-pub mod leftovers;
-pub mod logical;
-pub mod objects;
-pub mod pgbackrest;
-pub mod pgbin;
-pub mod physical;
-pub mod pool;
-pub mod reach;
-pub mod recovery;
 pub mod request;
-pub mod retry;
-pub mod sandbox;
+pub mod server;
+pub mod source;
+pub mod sources;
 pub mod store;
-pub mod unpack;
+pub mod transfer;
+
+// The layers' modules by their short names, for the binary.
+pub use server::{contain, leftovers, pgbin, reach, recovery, sandbox};
+pub use sources::{barman, delegate, logical, objects, pgbackrest, physical};
+pub use transfer::{breaker, decrypt, fetch, format, pool, retry, unpack};
 
 pub use error::{Blame, RestoreError, Stage, StoreError};
 pub use format::BackupFormat;

@@ -3,10 +3,10 @@
 //! methods, and the methods only on this.
 
 use crate::error::{RestoreError, Stage};
-use crate::fetch::FetchOptions;
-use crate::physical::WalReplay;
-use crate::sandbox::{Sandbox, SandboxOptions};
+use crate::server::recovery::WalReplay;
+use crate::server::sandbox::{Sandbox, SandboxOptions};
 use crate::store::{Backup, BackupStore};
+use crate::transfer::fetch::FetchOptions;
 use drcheck_config::FormatSetting;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -44,25 +44,11 @@ pub struct RestoreJob<'a> {
     /// The keys that open encrypted backups.
     pub decrypt: &'a drcheck_config::DecryptConfig,
     /// Set as soon as the backup turns out to be encrypted, then to the key that opened it.
-    pub decryption: Mutex<Option<crate::decrypt::Decryption>>,
+    pub decryption: Mutex<Option<crate::transfer::decrypt::Decryption>>,
 }
 
-/// A backup tool that restores a backup of its own catalog.
-#[derive(Clone)]
-pub enum Delegated {
-    /// The repository, and the catalog the backup was chosen from (WAL range, archive id).
-    Pgbackrest(crate::pgbackrest::Repo, crate::pgbackrest::Catalog),
-    Barman(crate::barman::Catalog),
-}
-
-impl Delegated {
-    pub fn tool(&self) -> &'static str {
-        match self {
-            Delegated::Pgbackrest(..) => "pgbackrest",
-            Delegated::Barman(_) => "barman-cloud",
-        }
-    }
-}
+/// A backup tool's repository that restores a backup of its own catalog.
+pub type Delegated = Arc<dyn crate::source::Repository>;
 
 /// A restored database, running in its sandbox.
 pub struct Restored {

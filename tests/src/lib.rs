@@ -152,6 +152,34 @@ impl PgPrimary {
         }
     }
 
+    /// Creates `drcheck.heartbeat` in `db` and writes a row into it every 500 ms while
+    /// `f` runs — what pg_cron or `drcheck daemon` does for a real primary.
+    pub fn with_heartbeat<R>(&self, db: &str, f: impl FnOnce() -> R) -> R {
+        self.psql(
+            db,
+            "create schema if not exists drcheck; create table if not exists drcheck.heartbeat \
+             (at timestamptz primary key default clock_timestamp())",
+        );
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    self.psql(db, "insert into drcheck.heartbeat default values");
+                    std::thread::sleep(Duration::from_millis(500));
+                }
+            });
+            // Stopped even when `f` panics.
+            struct Stop<'a>(&'a std::sync::atomic::AtomicBool);
+            impl Drop for Stop<'_> {
+                fn drop(&mut self) {
+                    self.0.store(true, std::sync::atomic::Ordering::Relaxed);
+                }
+            }
+            let _stop = Stop(&stop);
+            f()
+        })
+    }
+
     pub fn start_with(root: &TempRoot, settings: &[(&str, &str)]) -> Self {
         Self::start_opts(
             root,

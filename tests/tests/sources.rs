@@ -10,8 +10,12 @@ const LIMIT: Duration = Duration::from_secs(300);
 
 /// full → diff → incr with writes in between and after, all archived.
 fn three_backups(scene: &PgbrScene) {
+    scene.primary.psql("postgres", "create database app");
+    three_backups_of_app(scene);
+}
+
+fn three_backups_of_app(scene: &PgbrScene) {
     let p = &scene.primary;
-    p.psql("postgres", "create database app");
     p.psql("postgres", "create role verifier login password 'vpw-123'; grant pg_read_all_data to verifier");
     p.psql(
         "app",
@@ -207,6 +211,51 @@ fn recovery_targets_in_time_and_lsn_stop_replay_there() {
     assert_eq!(validator(&run, "check: before")["status"], "passed", "{run}");
 }
 
+/// `recovery_target = "random"` and `[target.heartbeat]` in a target's config (issue 25).
+const RANDOM_WITH_HEARTBEAT: &str = "recovery_target = \"random\"\n[target.as_of]\n\"public.events\" = \"at\"\n\
+                                     [target.heartbeat]\ntable = \"drcheck.heartbeat\"\ninterval = \"1s\"\n";
+
+/// A random point in time of a run: drawn, reached, and proven by the heartbeat.
+fn assert_random_point_proven(run: &serde_json::Value) -> std::time::SystemTime {
+    assert_eq!(run["result"], "passed", "{run}");
+    assert_eq!(run["restore"]["recovery_target"]["random"], true, "{run}");
+    assert_eq!(run["restore"]["recovery_target"]["kind"], "time", "{run}");
+    assert_eq!(run["restore"]["target_reached"], true, "{run}");
+    assert_eq!(validator(run, "point_in_time")["status"], "passed", "{run}");
+    let t = ts(run["restore"]["recovery_target"]["value"].as_str().unwrap());
+    assert!(ts(run["restore"]["recovered_to"].as_str().unwrap()) <= t, "{run}");
+    t
+}
+
+#[test]
+fn random_points_in_time_of_a_pgbackrest_repository_are_proven_by_the_heartbeat() {
+    let scene = PgbrScene::start(None);
+    scene.primary.psql("postgres", "create database app");
+    scene.primary.with_heartbeat("app", || {
+        three_backups_of_app(&scene);
+        scene.primary.psql("app", "insert into events (note) values ('after')");
+        std::thread::sleep(Duration::from_millis(2500));
+    });
+    scene.archive_now();
+    let extra = format!("{}{RANDOM_WITH_HEARTBEAT}", primary_line(&scene));
+    let info = scene.info();
+    let stops: Vec<(String, u64)> = info[0]["backup"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| (b["label"].as_str().unwrap().to_string(), b["timestamp"]["stop"].as_u64().unwrap()))
+        .collect();
+    for _ in 0..2 {
+        let (out, run) = verify(&scene, &extra);
+        let t = assert_random_point_proven(&run);
+        let t_secs = t.duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64();
+        assert!(t_secs >= stops[0].1 as f64, "drawn before the oldest backup stopped: {run}\n{}", stderr(&out));
+        // The newest backup that surely ended by T (a second's slack: whole seconds).
+        let expected = stops.iter().rev().find(|(_, stop)| (*stop + 1) as f64 <= t_secs).unwrap();
+        assert_eq!(run["backup"]["key"], expected.0.as_str(), "{run}");
+    }
+}
+
 #[test]
 fn an_encrypted_repository_restores_with_the_passphrase_from_the_environment() {
     let scene = PgbrScene::start(Some("s3cret-Passphrase-42"));
@@ -229,8 +278,13 @@ use drcheck_e2e::repos::BarmanScene;
 
 fn barman_with_two_backups() -> (BarmanScene, String, String) {
     let scene = BarmanScene::start();
+    scene.primary.psql("postgres", "create database app");
+    let (first, second) = barman_backups(&scene);
+    (scene, first, second)
+}
+
+fn barman_backups(scene: &BarmanScene) -> (String, String) {
     let p = &scene.primary;
-    p.psql("postgres", "create database app");
     p.psql("postgres", "create role verifier login password 'vpw-123'; grant pg_read_all_data to verifier");
     p.psql(
         "app",
@@ -240,7 +294,28 @@ fn barman_with_two_backups() -> (BarmanScene, String, String) {
     let first = scene.backup();
     p.psql("app", "insert into events (note) select 'two ' || g from generate_series(1, 500) g");
     let second = scene.backup();
-    (scene, first, second)
+    (first, second)
+}
+
+#[test]
+fn random_points_in_time_of_a_barman_cloud_catalog_are_proven_by_the_heartbeat() {
+    let scene = BarmanScene::start();
+    scene.primary.psql("postgres", "create database app");
+    let (first, second) = scene.primary.with_heartbeat("app", || {
+        let backups = barman_backups(&scene);
+        scene.primary.psql("app", "insert into events (note) values ('after')");
+        std::thread::sleep(Duration::from_millis(2500));
+        backups
+    });
+    scene.archive_now();
+    let extra = format!(
+        "primary = \"postgres://verifier:vpw-123@127.0.0.1:{}/app\"\n{RANDOM_WITH_HEARTBEAT}",
+        scene.primary.port
+    );
+    let (out, run) = barman_verify(&scene, &extra);
+    assert_random_point_proven(&run);
+    let key = run["backup"]["key"].as_str().unwrap();
+    assert!(key == first || key == second, "{run}\n{}", stderr(&out));
 }
 
 fn barman_verify(scene: &BarmanScene, extra: &str) -> (std::process::Output, serde_json::Value) {

@@ -550,7 +550,8 @@ fn the_effective_config_of_every_example_loads_back_the_same() {
     };
     let literal = format!(
         "{GOOD}[api]\ntoken = \"literal-token-26\"\n[[alert]]\nkind = \"webhook\"\nurl = \"https://u:pw-26@hooks.example.com/x\"\n\
-         secret = \"${{HOOK_SECRET}}\"\n[metrics]\npushgateway = \"http://gw:gwpw-26@127.0.0.1:9091\"\n[target.decrypt]\ngpg_passphrase = \"${{GPG_PASSPHRASE}}\"\n"
+         secret = \"${{HOOK_SECRET}}\"\n[metrics]\npushgateway = \"http://gw:gwpw-26@127.0.0.1:9091\"\n[target.decrypt]\ngpg_passphrase = \"${{GPG_PASSPHRASE}}\"\n\
+         [target.heartbeat]\ntable = \"drcheck.heartbeat\"\nurl = \"postgres://hb:hbpw-26@db/orders\"\n"
     );
     let examples = [
         ("README Config", block("### Config")),
@@ -583,6 +584,8 @@ fn the_effective_config_of_every_example_loads_back_the_same() {
     assert!(
         !once.contains("pw-26")
             && !once.contains("gwpw")
+            && !once.contains("hbpw")
+            && once.contains("interval = \"1m\"")
             && once.contains("${HOOK_SECRET}")
             && once.contains("${ORDERS_PW}"),
         "{once}"

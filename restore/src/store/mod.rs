@@ -66,7 +66,7 @@ pub trait BackupStore: Send + Sync {
 
     /// Held by a download for as long as it runs: a store that reads into pooled blocks
     /// keeps them for reuse meanwhile, and frees them when the last download ends.
-    fn download_lease(&self) -> Option<crate::pool::Lease> {
+    fn download_lease(&self) -> Option<crate::transfer::pool::Lease> {
         None
     }
 }

@@ -6,9 +6,9 @@
 //! per-attempt timeouts bound every call, and a stalled body fails after `BODY_IDLE_TIMEOUT` without a byte.
 
 use super::{BackupObject, BackupStore};
-use crate::breaker::{self, Breaker};
 use crate::error::StoreError;
-use crate::retry::Backoff;
+use crate::transfer::breaker::{self, Breaker};
+use crate::transfer::retry::Backoff;
 use async_trait::async_trait;
 use aws_sdk_s3::config::http::HttpResponse;
 use aws_sdk_s3::config::retry::RetryConfig;
@@ -32,13 +32,13 @@ pub struct S3Store {
     /// The last failure that counted against the breaker: said again while it is open.
     last_failure: std::sync::Mutex<Option<String>>,
     /// The blocks downloads are read into, reused (`pool.rs`).
-    blocks: Arc<crate::pool::BlockPool>,
+    blocks: Arc<crate::transfer::pool::BlockPool>,
 }
 
 /// The size of the blocks a part is handed over in.
 const BLOCK: usize = 1 << 20;
 /// Idle blocks kept for reuse: what a download's window holds, and a few more.
-const KEEP_BLOCKS: usize = (crate::fetch::WINDOW as usize / BLOCK) + 4;
+const KEEP_BLOCKS: usize = (crate::transfer::fetch::WINDOW as usize / BLOCK) + 4;
 
 impl S3Store {
     pub async fn new(_name: &str, cfg: &S3Storage) -> Self {
@@ -100,7 +100,7 @@ impl S3Store {
             raw_endpoint,
             breaker,
             last_failure: Default::default(),
-            blocks: crate::pool::BlockPool::new(BLOCK, KEEP_BLOCKS),
+            blocks: crate::transfer::pool::BlockPool::new(BLOCK, KEEP_BLOCKS),
         }
     }
 
@@ -287,7 +287,7 @@ impl BackupStore for S3Store {
         self.guarded(self.read_range_unguarded(key, etag, offset, len)).await
     }
 
-    fn download_lease(&self) -> Option<crate::pool::Lease> {
+    fn download_lease(&self) -> Option<crate::transfer::pool::Lease> {
         Some(self.blocks.lease())
     }
 }

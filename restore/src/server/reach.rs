@@ -5,15 +5,15 @@
 //! moment drawn in that gap would fail a good archive.
 //!
 //! Each source says which segments its archive holds and fetches one by name
-//! ([`objects`], [`crate::pgbackrest::Repo::reach`], [`crate::barman::Catalog::reach`]);
+//! ([`objects`], [`crate::sources::pgbackrest::Repo::reach`], [`crate::sources::barman::Catalog::reach`]);
 //! [`newest`] tries them newest first.
 
-use crate::contain;
 use crate::error::{RestoreError, Stage};
-use crate::fetch::FetchOptions;
-use crate::pgbin;
-use crate::sandbox::{Sandbox, tail};
+use crate::server::contain;
+use crate::server::pgbin;
+use crate::server::sandbox::{Sandbox, tail};
 use crate::store::BackupStore;
+use crate::transfer::fetch::FetchOptions;
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -50,6 +50,8 @@ where
     names.dedup();
     let dir = sandbox.root().join("reach");
     std::fs::create_dir_all(&dir).map_err(|e| RestoreError::infra(Stage::Select, format!("{}: {e}", dir.display())))?;
+    // Backup tools write into it as the sandbox user.
+    sandbox.give_to_server(&dir)?;
     for name in names.iter().rev().take(SEGMENTS_TRIED) {
         let path = dir.join(name);
         fetch(name.clone(), path.clone()).await?;
@@ -74,14 +76,14 @@ pub async fn objects(
     sandbox: &Sandbox,
     pg_bindir: Option<&Path>,
 ) -> Result<Option<Reach>, RestoreError> {
-    let listed = crate::physical::wal_objects(store.list(prefix).await?);
+    let listed = crate::sources::physical::wal_objects(store.list(prefix).await?);
     let by_name: std::collections::BTreeMap<String, crate::store::BackupObject> =
         listed.into_iter().filter(|(_, n)| is_segment(n)).map(|(o, n)| (n, o)).collect();
     let names: Vec<String> = by_name.keys().cloned().collect();
     newest(sandbox, pg_bindir, names, |name, path| {
         let (store, obj) = (store.clone(), by_name[&name].clone());
         async move {
-            crate::physical::fetch_wal_object(store, &obj, fetch, &path).await?;
+            crate::sources::physical::fetch_wal_object(store, &obj, fetch, &path).await?;
             sandbox.give_to_server(&path)
         }
     })

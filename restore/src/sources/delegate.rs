@@ -3,15 +3,15 @@
 //! archived WAL files recovery needs.
 //!
 //! The tool reads backup content, so it runs like every other such process (see
-//! [`crate::contain`]): as the sandbox user, confined to the run's directory, with a
+//! [`crate::server::contain`]): as the sandbox user, confined to the run's directory, with a
 //! clean environment — plus the one thing it needs that the restored server never
 //! gets: a TCP connection to the store's port. Its credentials reach it through its
 //! environment, never its command line.
 
-use crate::contain;
 use crate::error::{Blame, RestoreError, Stage};
-use crate::recovery::next_segment;
-use crate::sandbox::{Sandbox, tail};
+use crate::server::contain;
+use crate::server::recovery::next_segment;
+use crate::server::sandbox::{Contained, Host, tail};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
@@ -71,21 +71,33 @@ impl Output {
 }
 
 /// The tool's working directory in the sandbox (logs, locks, HOME), made on first use.
-pub fn work_dir(sandbox: &Sandbox) -> Result<PathBuf, RestoreError> {
-    let work = sandbox.root().join("tool");
+pub fn work_dir(host: &Host) -> Result<PathBuf, RestoreError> {
+    let work = host.root().join("tool");
     if !work.exists() {
         std::fs::create_dir_all(&work).map_err(|e| infra(format!("{}: {e}", work.display())))?;
-        sandbox.give_to_server(&work)?;
+        host.give_to_server(&work)?;
     }
     Ok(work)
 }
 
-/// Runs `tool` with `args`, contained in `sandbox`'s directory.
-pub async fn run(sandbox: &Sandbox, tool: &Tool<'_>, args: &[String]) -> Result<Output, RestoreError> {
-    let work = work_dir(sandbox)?;
+/// Runs `tool` with `args`, contained in the run's directory.
+pub async fn run(at: &impl Contained, tool: &Tool<'_>, args: &[String]) -> Result<Output, RestoreError> {
+    run_to(at, tool, args, None).await
+}
+
+/// [`run`], its standard output (binary: never scrubbed nor decoded) written to
+/// `stdout_file` when given, created by drcheck inside the run's directory.
+pub async fn run_to(
+    at: &impl Contained,
+    tool: &Tool<'_>,
+    args: &[String],
+    stdout_file: Option<&Path>,
+) -> Result<Output, RestoreError> {
+    let host = at.host();
+    let work = work_dir(&host)?;
     let mut exec = vec![tool.program.to_path_buf()];
     exec.extend(tool.exec.iter().cloned());
-    let mut policy = sandbox.policy(&exec);
+    let mut policy = host.policy(&exec);
     policy.connect_tcp.push(tool.port);
     if policy.syscalls != contain::Syscalls::Unfiltered {
         policy.syscalls = contain::Syscalls::Tool;
@@ -102,10 +114,21 @@ pub async fn run(sandbox: &Sandbox, tool: &Tool<'_>, args: &[String]) -> Result<
         .args(args)
         .stdin(std::process::Stdio::null())
         .kill_on_drop(true);
+    // `output()` would capture stdout whatever is set: spawn, and wait for the rest.
+    let stdout = match stdout_file {
+        Some(path) => std::process::Stdio::from(
+            std::fs::File::create(path).map_err(|e| infra(format!("{}: {e}", path.display())))?,
+        ),
+        None => std::process::Stdio::piped(),
+    };
     let out = cmd
-        .output()
+        .stdout(stdout)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .map_err(|e| infra(format!("cannot run {}: {e} (is it installed?)", tool.program.display())))?
+        .wait_with_output()
         .await
-        .map_err(|e| infra(format!("cannot run {}: {e} (is it installed?)", tool.program.display())))?;
+        .map_err(|e| infra(format!("running {}: {e}", tool.program.display())))?;
     use std::os::unix::process::ExitStatusExt;
     // The tool's credentials never travel on in what it printed (a debug log may quote
     // an access key in a header).
@@ -139,9 +162,9 @@ pub fn infra(m: String) -> RestoreError {
 /// A tool's failure, judged where it happened: killed by a signal (the OOM killer) or
 /// with the run's file system full, the world's; otherwise what the tool's own exit
 /// status says (`blame`, from its documented exit codes).
-pub fn judged(sandbox: &Sandbox, what: &str, out: &Output, blame: impl Fn(&Output) -> Blame) -> RestoreError {
+pub fn judged(at: &impl Contained, what: &str, out: &Output, blame: impl Fn(&Output) -> Blame) -> RestoreError {
     let message = format!("{what} failed ({}): {}", out.how(), out.text_with_hint());
-    let room = sandbox.disk_full();
+    let room = at.host().disk_full();
     let who = if out.code.is_none() || room.is_some() { Blame::World } else { blame(out) };
     // A failure to set up the containment is drcheck's (HELPER_FAILED), whatever the tool.
     let who = if out.code == Some(contain::HELPER_FAILED) { Blame::World } else { who };

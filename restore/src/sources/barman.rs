@@ -5,15 +5,16 @@
 //! timestamps: barman uploads `data.tar` before `backup.info`, so the newest object is not
 //! the newest backup, and only backups whose status is `DONE` are restorable. Backups come
 //! from `barman-cloud-restore`, archived WAL from `barman-cloud-wal-restore`, each
-//! contained (see [`crate::delegate`]). drcheck's own S3 client only lists names: the
+//! contained (see [`crate::sources::delegate`]). drcheck's own S3 client only lists names: the
 //! archive's segment names (to know which files recovery needs and whether one is
 //! missing) and the backup's objects (for its size); it reads `backup.info` for the
 //! time zone the JSON listing drops.
 
-use crate::delegate::{self, Archived, Integrity, Output, Tool, plan_segments};
 use crate::error::{Blame, RestoreError, Stage, StoreError};
-use crate::recovery;
-use crate::sandbox::Sandbox;
+use crate::server::recovery;
+use crate::server::sandbox::{Contained, Host, Sandbox};
+use crate::source::{Archive, Repository, ToolRestored};
+use crate::sources::delegate::{self, Archived, Integrity, Output, Tool, plan_segments};
 use crate::store::{Backup, BackupStore, CatalogEntry};
 use drcheck_config::RecoveryTarget;
 use std::path::{Path, PathBuf};
@@ -39,14 +40,6 @@ impl std::fmt::Debug for Catalog {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "barman-cloud server {} in {}", self.server_name, self.destination())
     }
-}
-
-/// The outcome of a delegated restore.
-pub struct Restored {
-    pub recovered_to: Option<String>,
-    pub wal_files: usize,
-    pub wal_gap: Option<String>,
-    pub fetched_in: Duration,
 }
 
 impl Catalog {
@@ -97,7 +90,7 @@ impl Catalog {
         Ok(Tool { program, exec: vec![PathBuf::from(PYTHON), python], read, port, env })
     }
 
-    async fn run(&self, sandbox: &Sandbox, script: &str, args: &[String]) -> Result<Output, RestoreError> {
+    async fn run(&self, sandbox: &impl Contained, script: &str, args: &[String]) -> Result<Output, RestoreError> {
         let program = PathBuf::from(format!("/usr/bin/{script}"));
         let tool = self.tool(&program)?;
         let mut all = Vec::new();
@@ -157,14 +150,14 @@ impl Catalog {
 
     /// Restores `backup` into the sandbox, spools the WAL recovery needs and starts the
     /// server.
-    pub async fn restore(
+    async fn restore_backup(
         &self,
         sandbox: &mut Sandbox,
         store: &Arc<dyn BackupStore>,
         pg_bindir: Option<&Path>,
         backup: &Backup,
         target: &RecoveryTarget,
-    ) -> Result<Restored, RestoreError> {
+    ) -> Result<ToolRestored, RestoreError> {
         let began = std::time::Instant::now();
         let data = sandbox.data_dir().to_path_buf();
         // -vv: a failure ends in the exception's traceback, whose class says who is to blame.
@@ -212,31 +205,34 @@ impl Catalog {
             )
         })?;
         let spool = recovery::spool_dir(sandbox)?;
-        let names: Vec<String> = plan.segments.iter().chain(archived.history.iter()).cloned().collect();
-        // Each fetch is a Python start (≈ 0.6 s): four at a time.
-        for chunk in names.chunks(4) {
-            futures::future::try_join_all(chunk.iter().map(|name| self.fetch_wal(sandbox, &spool, name))).await?;
-        }
+        // Timeline histories first: recovery reads them before any segment.
+        let names: Vec<String> = archived.history.iter().chain(plan.segments.iter()).cloned().collect();
         let fetched_in = began.elapsed();
+        let host = sandbox.host();
+        // Each fetch is a Python start (≈ 0.6 s): four at a time, while recovery replays
+        // what has arrived.
         let recovered_to =
-            recovery::start_restored(sandbox, pg_bindir, Some(recovery::Replay { spool: &spool, target })).await?;
-        Ok(Restored { recovered_to, wal_files: plan.segments.len(), wal_gap: plan.gap, fetched_in })
+            recovery::start_while_fetching(sandbox, pg_bindir, &spool, target, names, 4, |name, part| {
+                let host = host.clone();
+                async move { self.fetch_wal(&host, &part, &name).await }
+            })
+            .await?;
+        Ok(ToolRestored { recovered_to, wal_files: plan.segments.len(), wal_gap: plan.gap, fetched_in })
     }
 
     /// How far the server's WAL archive replays: its newest segments read with `pg_waldump`.
-    pub async fn reach(
+    async fn archive_reach(
         &self,
         sandbox: &Sandbox,
         store: &Arc<dyn BackupStore>,
         pg_bindir: Option<&Path>,
-    ) -> Result<Option<crate::reach::Reach>, RestoreError> {
+    ) -> Result<Option<crate::server::reach::Reach>, RestoreError> {
         let mut archived = Archived::default();
         for o in store.list(&format!("{}wals/", self.server_prefix())).await? {
             archived.add(o.key.rsplit('/').next().unwrap_or(&o.key));
         }
-        crate::reach::newest(sandbox, pg_bindir, archived.segments, |name, path| async move {
-            let dir = path.parent().unwrap_or(Path::new("/")).to_path_buf();
-            self.fetch_wal(sandbox, &dir, &name).await?;
+        crate::server::reach::newest(sandbox, pg_bindir, archived.segments, |name, path| async move {
+            self.fetch_wal(sandbox, &path, &name).await?;
             sandbox.give_to_server(&path)
         })
         .await
@@ -244,7 +240,7 @@ impl Catalog {
 
     /// The catalog checked without a restore: the newest backup's status, and WAL
     /// continuity from the oldest restorable backup to the newest archived file.
-    pub async fn integrity(&self, store: &Arc<dyn BackupStore>, backups: &[Backup]) -> Result<Integrity, RestoreError> {
+    async fn check(&self, store: &Arc<dyn BackupStore>, backups: &[Backup]) -> Result<Integrity, RestoreError> {
         let mut integrity = Integrity::default();
         if let Some(newest) = backups.last()
             && let Some(c) = newest.catalog.as_ref().filter(|c| c.status != "ok")
@@ -259,8 +255,8 @@ impl Catalog {
         Ok(integrity)
     }
 
-    async fn fetch_wal(&self, sandbox: &Sandbox, spool: &Path, name: &str) -> Result<(), RestoreError> {
-        let dest = spool.join(name);
+    /// `barman-cloud-wal-restore NAME` into `dest`.
+    async fn fetch_wal(&self, sandbox: &impl Contained, dest: &Path, name: &str) -> Result<(), RestoreError> {
         let args = [
             "-vv".to_string(),
             self.destination(),
@@ -270,6 +266,49 @@ impl Catalog {
         ];
         let out = self.run(sandbox, "barman-cloud-wal-restore", &args).await?;
         if out.ok() { Ok(()) } else { Err(classify(sandbox, &format!("barman-cloud-wal-restore {name}"), &out)) }
+    }
+}
+
+#[async_trait::async_trait]
+impl Archive for Catalog {
+    fn describe(&self) -> String {
+        Catalog::describe(self)
+    }
+
+    async fn reach(
+        &self,
+        sandbox: &Sandbox,
+        store: &Arc<dyn BackupStore>,
+        pg_bindir: Option<&Path>,
+    ) -> Result<Option<crate::server::reach::Reach>, RestoreError> {
+        self.archive_reach(sandbox, store, pg_bindir).await
+    }
+}
+
+#[async_trait::async_trait]
+impl Repository for Catalog {
+    fn tool(&self) -> &'static str {
+        "barman-cloud"
+    }
+
+    async fn restore(
+        &self,
+        sandbox: &mut Sandbox,
+        store: &Arc<dyn BackupStore>,
+        pg_bindir: Option<&Path>,
+        backup: &Backup,
+        target: &RecoveryTarget,
+    ) -> Result<ToolRestored, RestoreError> {
+        self.restore_backup(sandbox, store, pg_bindir, backup, target).await
+    }
+
+    async fn integrity(
+        &self,
+        _host: &Host,
+        store: &Arc<dyn BackupStore>,
+        backups: &[Backup],
+    ) -> Result<Integrity, RestoreError> {
+        self.check(store, backups).await
     }
 }
 
@@ -303,7 +342,7 @@ fn blame(out: &Output) -> Blame {
     }
 }
 
-fn classify(sandbox: &Sandbox, what: &str, out: &Output) -> RestoreError {
+fn classify(sandbox: &impl Contained, what: &str, out: &Output) -> RestoreError {
     delegate::judged(sandbox, what, out, blame)
 }
 

@@ -106,9 +106,9 @@ pub fn detect(head: &[u8]) -> BackupFormat {
         BackupFormat::Lz4
     } else if head.len() >= 262 && &head[257..262] == b"ustar" {
         BackupFormat::Tar
-    } else if crate::decrypt::is_age(head) {
+    } else if crate::transfer::decrypt::is_age(head) {
         BackupFormat::Age
-    } else if crate::decrypt::is_openpgp(head) {
+    } else if crate::transfer::decrypt::is_openpgp(head) {
         BackupFormat::OpenPgp
     } else if looks_like_sql(head) {
         BackupFormat::PlainSql

@@ -8,15 +8,16 @@
 //! credentials reach it through its environment (`PGBACKREST_REPO1_*`), never its
 //! command line; its configuration file is `/dev/null`, so nothing of the host's
 //! `/etc/pgbackrest` applies. The restored server itself never reaches the repository:
-//! drcheck spools the WAL first and recovery reads the spool (see [`crate::recovery`]).
+//! drcheck spools the WAL first and recovery reads the spool (see [`crate::server::recovery`]).
 //!
 //! pgBackRest's exit code is not trusted where it is known to lie (`info` exits 0 on
 //! a repository it reports as broken): the JSON's status is read.
 
-use crate::delegate::{self, Archived, Integrity, Output, Tool, plan_segments};
 use crate::error::{Blame, RestoreError, Stage, StoreError};
-use crate::recovery;
-use crate::sandbox::Sandbox;
+use crate::server::recovery;
+use crate::server::sandbox::{Contained, Host, Sandbox};
+use crate::source::{Archive, Repository, ToolRestored};
+use crate::sources::delegate::{self, Archived, Integrity, Output, Tool, plan_segments};
 use crate::store::{Backup, CatalogEntry};
 use drcheck_config::RecoveryTarget;
 use std::path::{Path, PathBuf};
@@ -120,10 +121,10 @@ impl Repo {
 
     /// `pgbackrest ARGS`, contained in `sandbox`'s directory with a connection to the
     /// repository's port only.
-    async fn run(&self, sandbox: &Sandbox, args: &[String]) -> Result<Output, RestoreError> {
+    async fn run(&self, sandbox: &impl Contained, args: &[String]) -> Result<Output, RestoreError> {
         let unsupported = |m| RestoreError::Unsupported { stage: Stage::Fetch, message: m };
         let (_, port) = self.host_port().map_err(unsupported)?;
-        let work = delegate::work_dir(sandbox)?;
+        let work = delegate::work_dir(&sandbox.host())?;
         let tool = Tool {
             program: Path::new(PGBACKREST),
             exec: vec![],
@@ -171,7 +172,7 @@ impl Repo {
         backup: &Backup,
         catalog: &Catalog,
         target: &RecoveryTarget,
-    ) -> Result<Restored, RestoreError> {
+    ) -> Result<ToolRestored, RestoreError> {
         let began = std::time::Instant::now();
         let data = sandbox.data_dir().to_path_buf();
         let tablespaces = sandbox.root().join("tablespaces");
@@ -223,22 +224,26 @@ impl Repo {
         }
         let spool = recovery::spool_dir(sandbox)?;
         let n = plan.segments.len();
-        let names: Vec<String> = plan.segments.iter().chain(archived.history.iter()).cloned().collect();
-        // Four at a time: each is one short-lived pgbackrest process.
-        for chunk in names.chunks(4) {
-            futures::future::try_join_all(chunk.iter().map(|name| self.fetch_wal(sandbox, &spool, name))).await?;
-        }
-        tracing::info!(segments = n, backup = %backup.key, "archived WAL fetched for replay");
+        // Timeline histories first: recovery reads them before any segment.
+        let names: Vec<String> = archived.history.iter().chain(plan.segments.iter()).cloned().collect();
         let fetched_in = began.elapsed();
+        let host = sandbox.host();
+        // Four at a time (each is one short-lived pgbackrest process), while recovery
+        // replays what has arrived.
         let recovered_to =
-            recovery::start_restored(sandbox, pg_bindir, Some(recovery::Replay { spool: &spool, target })).await?;
-        Ok(Restored { recovered_to, wal_files: n, wal_gap: plan.gap, fetched_in })
+            recovery::start_while_fetching(sandbox, pg_bindir, &spool, target, names, 4, |name, part| {
+                let host = host.clone();
+                async move { self.fetch_wal(&host, &part, &name).await }
+            })
+            .await?;
+        tracing::info!(segments = n, backup = %backup.key, "archived WAL replayed as it was fetched");
+        Ok(ToolRestored { recovered_to, wal_files: n, wal_gap: plan.gap, fetched_in })
     }
 
     /// The repository checked without a restore: `pgbackrest verify`'s report read
     /// line by line (its exit code is 0 whatever it finds), and WAL continuity checked
     /// by drcheck (verify calls backups valid whose WAL is gone).
-    pub async fn integrity(&self, sandbox: &Sandbox, catalog: &Catalog) -> Result<Integrity, RestoreError> {
+    pub async fn integrity(&self, sandbox: &impl Contained, catalog: &Catalog) -> Result<Integrity, RestoreError> {
         let mut integrity = Integrity::default();
         let out = self.run(sandbox, &["verify".into(), "--output=text".into(), "--verbose=y".into()]).await?;
         if !out.ok() {
@@ -256,20 +261,77 @@ impl Repo {
         sandbox: &Sandbox,
         catalog: &Catalog,
         pg_bindir: Option<&Path>,
-    ) -> Result<Option<crate::reach::Reach>, RestoreError> {
-        let archived = self.archived_segments(sandbox, catalog).await?;
-        crate::reach::newest(sandbox, pg_bindir, archived.segments, |name, path| async move {
-            let dir = path.parent().unwrap_or(Path::new("/")).to_path_buf();
-            self.fetch_wal(sandbox, &dir, &name).await?;
-            sandbox.give_to_server(&path)
+    ) -> Result<Option<crate::server::reach::Reach>, RestoreError> {
+        // `archive-get` needs the cluster's pg_control, which exists only after a
+        // restore: `repo-get` reads the file itself (decrypted, still compressed).
+        let Some(id) = &catalog.archive_id else { return Ok(None) };
+        let files = self.archived_files(sandbox, id).await?;
+        let names: Vec<String> = files.keys().cloned().collect();
+        crate::server::reach::newest(sandbox, pg_bindir, names, |name, path| {
+            let file = format!("archive/{}/{id}/{}", self.stanza, files[&name]);
+            async move {
+                let raw = path.with_extension("repo");
+                let work = delegate::work_dir(&sandbox.host())?;
+                let (_, port) =
+                    self.host_port().map_err(|m| RestoreError::Unsupported { stage: Stage::Fetch, message: m })?;
+                let tool = Tool {
+                    program: Path::new(PGBACKREST),
+                    exec: vec![],
+                    read: self.ca_file.iter().cloned().collect(),
+                    port,
+                    env: self.env(&work).map_err(|m| RestoreError::Unsupported { stage: Stage::Fetch, message: m })?,
+                };
+                let args = ["--config=/dev/null".to_string(), "repo-get".into(), file.clone()];
+                let out = delegate::run_to(sandbox, &tool, &args, Some(&raw)).await?;
+                let empty = std::fs::metadata(&raw).map(|m| m.len() == 0).unwrap_or(true);
+                if !out.ok() || empty {
+                    return Err(classify(sandbox, &format!("pgbackrest repo-get {file}"), &out));
+                }
+                crate::sources::physical::decompress_file(&raw, &path, &file).await?;
+                let _ = std::fs::remove_file(&raw);
+                sandbox.give_to_server(&path)
+            }
         })
         .await
     }
 
-    /// `pgbackrest archive-get NAME` into the spool.
-    async fn fetch_wal(&self, sandbox: &Sandbox, spool: &Path, name: &str) -> Result<(), RestoreError> {
-        let dest = spool.join(name);
-        let pg1 = format!("--pg1-path={}", sandbox.data_dir().display());
+    /// Every segment of the archive `id`, with its path in the archive
+    /// (`0000000100000000/000000010000000000000003-<sha1>.gz`).
+    async fn archived_files(
+        &self,
+        sandbox: &impl Contained,
+        id: &str,
+    ) -> Result<std::collections::BTreeMap<String, String>, RestoreError> {
+        let out = self
+            .run(
+                sandbox,
+                &[
+                    "repo-ls".into(),
+                    format!("archive/{}/{id}", self.stanza),
+                    "--recurse".into(),
+                    "--output=json".into(),
+                ],
+            )
+            .await?;
+        if !out.ok() {
+            return Err(classify(sandbox, "pgbackrest repo-ls of the WAL archive", &out));
+        }
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .map_err(|e| RestoreError::infra(Stage::Fetch, format!("pgbackrest repo-ls printed no JSON: {e}")))?;
+        let mut files = std::collections::BTreeMap::new();
+        for (path, info) in v.as_object().into_iter().flatten() {
+            let name = path.rsplit('/').next().unwrap_or(path);
+            let segment = name.get(..24).filter(|s| s.chars().all(|c| c.is_ascii_hexdigit()));
+            if let (Some(segment), true) = (segment, info["type"] == "file" && name[24..].starts_with('-')) {
+                files.insert(segment.to_ascii_uppercase(), path.clone());
+            }
+        }
+        Ok(files)
+    }
+
+    /// `pgbackrest archive-get NAME` into `dest`.
+    async fn fetch_wal(&self, sandbox: &impl Contained, dest: &Path, name: &str) -> Result<(), RestoreError> {
+        let pg1 = format!("--pg1-path={}", sandbox.host().data_dir().display());
         let out = self.run(sandbox, &["archive-get".into(), pg1, name.to_string(), dest.display().to_string()]).await?;
         match out.code {
             Some(0) => Ok(()),
@@ -278,7 +340,7 @@ impl Repo {
     }
 
     /// The WAL files (and timeline history files) in the stanza's current archive.
-    async fn archived_segments(&self, sandbox: &Sandbox, catalog: &Catalog) -> Result<Archived, RestoreError> {
+    async fn archived_segments(&self, sandbox: &impl Contained, catalog: &Catalog) -> Result<Archived, RestoreError> {
         let Some(id) = &catalog.archive_id else { return Ok(Archived::default()) };
         let out = self
             .run(
@@ -298,14 +360,53 @@ impl Repo {
     }
 }
 
-/// The outcome of a delegated restore.
-pub struct Restored {
-    pub recovered_to: Option<String>,
-    pub wal_files: usize,
-    /// The first WAL file missing after the backup's own (recovery stopped before it).
-    pub wal_gap: Option<String>,
-    /// How long `pgbackrest restore` and the WAL fetch took (the rest is recovery).
-    pub fetched_in: Duration,
+/// A stanza with the catalog it was read as: the [`Repository`] a run restores from.
+pub struct Stanza {
+    pub repo: Repo,
+    pub catalog: Catalog,
+}
+
+#[async_trait::async_trait]
+impl Archive for Stanza {
+    fn describe(&self) -> String {
+        self.repo.describe()
+    }
+
+    async fn reach(
+        &self,
+        sandbox: &Sandbox,
+        _store: &std::sync::Arc<dyn crate::store::BackupStore>,
+        pg_bindir: Option<&Path>,
+    ) -> Result<Option<crate::server::reach::Reach>, RestoreError> {
+        self.repo.reach(sandbox, &self.catalog, pg_bindir).await
+    }
+}
+
+#[async_trait::async_trait]
+impl Repository for Stanza {
+    fn tool(&self) -> &'static str {
+        "pgbackrest"
+    }
+
+    async fn restore(
+        &self,
+        sandbox: &mut Sandbox,
+        _store: &std::sync::Arc<dyn crate::store::BackupStore>,
+        pg_bindir: Option<&Path>,
+        backup: &Backup,
+        target: &RecoveryTarget,
+    ) -> Result<ToolRestored, RestoreError> {
+        self.repo.restore(sandbox, pg_bindir, backup, &self.catalog, target).await
+    }
+
+    async fn integrity(
+        &self,
+        host: &Host,
+        _store: &std::sync::Arc<dyn crate::store::BackupStore>,
+        _backups: &[Backup],
+    ) -> Result<Integrity, RestoreError> {
+        self.repo.integrity(host, &self.catalog).await
+    }
 }
 
 /// pgBackRest's own verdict on a failure, from its exit code (its error code, see
@@ -328,7 +429,7 @@ fn blame(out: &Output) -> Blame {
     if out.code.is_some_and(|c| BACKUP.contains(&c)) { Blame::Backup } else { Blame::World }
 }
 
-fn classify(sandbox: &Sandbox, what: &str, out: &Output) -> RestoreError {
+fn classify(sandbox: &impl Contained, what: &str, out: &Output) -> RestoreError {
     delegate::judged(sandbox, what, out, blame)
 }
 

@@ -6,46 +6,20 @@
 //! or, with a WAL archive configured, replays archived WAL (drcheck fetches it into a
 //! spool and serves it through `restore_command`) to the recovery target.
 
-use crate::contain;
 use crate::error::{RestoreError, Stage};
-use crate::fetch;
-use crate::format::{self, BackupFormat};
-use crate::logical::{self, Counting};
-use crate::pgbin;
-use crate::recovery::{self, read_major, remove_entry, write_new};
 use crate::request::{FetchEnd, RestoreJob, Restored, read_small};
-use crate::sandbox::{Sandbox, tail};
+use crate::server::contain;
+use crate::server::pgbin;
+use crate::server::recovery::WalReplay;
+use crate::server::recovery::{self, read_major, remove_entry, write_new};
+use crate::server::sandbox::{Sandbox, tail};
+use crate::sources::logical::{self, Counting};
 use crate::store::{BackupObject, BackupReader, is_base_tar};
-use drcheck_config::RecoveryTarget;
-use futures::stream::{self, StreamExt, TryStreamExt};
+use crate::transfer::fetch;
+use crate::transfer::format::{self, BackupFormat};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
-
-/// Archived WAL to replay after a base backup.
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn malformed_backup_labels_are_errors_not_panics() {
-        let good = "START WAL LOCATION: 0/2000028 (file 000000010000000000000002)\nCHECKPOINT LOCATION: 0/2000060\n";
-        assert_eq!(super::parse_start_segment(good).unwrap(), "000000010000000000000002");
-        for bad in [
-            "",
-            "START WAL LOCATION: 0/2000028 (file abc)",
-            "START WAL LOCATION: 0/2000028 (file é00000010000000000000002)",
-            "START WAL LOCATION: 0/2000028",
-            "START WAL LOCATION: (file 0000000100000000000000020000)",
-        ] {
-            assert!(super::parse_start_segment(bad).is_err(), "{bad:?}");
-        }
-    }
-}
-
-#[derive(Debug, Clone)]
-pub struct WalReplay {
-    pub prefix: String,
-    pub target: RecoveryTarget,
-}
 
 /// WAL files spooled at once (each itself in parallel parts).
 const WAL_FILES_AT_ONCE: usize = 2;
@@ -212,7 +186,7 @@ async fn verify_backup(sandbox: &Sandbox, data: &Path, manifest: &str) -> Result
         return Ok(format!("not checked: {} not found", tool.display()));
     }
     let path = sandbox.root().join("backup_manifest");
-    crate::sandbox::write_private(&path, manifest.as_bytes())?;
+    crate::server::sandbox::write_private(&path, manifest.as_bytes())?;
     sandbox.give_to_server(&path)?;
     // pg_verifybackup runs pg_waldump through the shell: both may execute, confined.
     let mut exec = vec![bin.dir.clone()];
@@ -259,18 +233,36 @@ pub async fn restore_unpacked(
         .ok()
         .and_then(|l| label_start_time(&String::from_utf8_lossy(&l)))
         .map(|at| crate::request::Consistency { at, source: "backup_label START TIME" });
-    let spool = match &job.wal {
+    *fetch_end.lock().unwrap() = Some(Instant::now());
+    let recovered_to = match &job.wal {
         Some(wal) => {
             let spool = recovery::spool_dir(&sandbox)?;
-            let n = spool_wal(job, wal, &data, &spool).await?;
-            tracing::info!(segments = n, "archived WAL fetched for replay");
-            Some((spool, wal.target.clone()))
+            let wanted = archived_wal_from(job, wal, &data).await?;
+            let n = wanted.len();
+            let objects: std::collections::HashMap<String, BackupObject> =
+                wanted.iter().map(|(o, name)| (name.clone(), o.clone())).collect();
+            let names: Vec<String> = wanted.into_iter().map(|(_, name)| name).collect();
+            // Each file is itself fetched in parallel parts; the files that download at
+            // once share one download's memory bound; recovery replays what has arrived.
+            let fetch = job.fetch.shared_by(WAL_FILES_AT_ONCE);
+            let recovered = recovery::start_while_fetching(
+                &mut sandbox,
+                job.pg_bindir.as_deref(),
+                &spool,
+                &wal.target,
+                names,
+                WAL_FILES_AT_ONCE,
+                |name, part| {
+                    let (store, obj) = (job.store.clone(), objects[&name].clone());
+                    async move { fetch_wal_object(store, &obj, fetch, &part).await }
+                },
+            )
+            .await?;
+            tracing::info!(files = n, "archived WAL replayed as it was fetched");
+            recovered
         }
-        None => None,
+        None => recovery::start_restored(&mut sandbox, job.pg_bindir.as_deref(), None).await?,
     };
-    *fetch_end.lock().unwrap() = Some(Instant::now());
-    let replay = spool.as_ref().map(|(spool, target)| recovery::Replay { spool, target });
-    let recovered_to = recovery::start_restored(&mut sandbox, job.pg_bindir.as_deref(), replay).await?;
     let database = job.database_hint.clone().unwrap_or_else(|| "postgres".into());
     let fetch = fetch_end.lock().unwrap().map(|t| t - started).unwrap_or_default();
     Ok(Restored {
@@ -334,29 +326,42 @@ pub(crate) async fn fetch_wal_object(
     fetch: fetch::FetchOptions,
     path: &Path,
 ) -> Result<(), RestoreError> {
-    let described = store.describe();
     if obj.size == 0 {
         return tokio::fs::write(path, b"")
             .await
             .map_err(|e| RestoreError::infra(Stage::Fetch, format!("spooling {}: {e}", path.display())));
     }
-    let mut reader = fetch::parallel(store, obj, fetch);
-    let head = logical::read_head(&mut reader, &described).await?;
+    let described = store.describe();
+    stage_wal(fetch::parallel(store, obj, fetch), &described, &obj.key, path).await
+}
+
+/// A WAL file fetched by a backup tool into `raw` (`what` names it), decompressed into `path`.
+pub(crate) async fn decompress_file(raw: &Path, path: &Path, what: &str) -> Result<(), RestoreError> {
+    let file = tokio::fs::File::open(raw)
+        .await
+        .map_err(|e| RestoreError::infra(Stage::Fetch, format!("{}: {e}", raw.display())))?;
+    stage_wal(Box::pin(file), what, what, path).await
+}
+
+/// Writes one WAL file from `reader` to `path`: decompressed when it is `.gz`/`.zst`/
+/// `.lz4` data (detected from content), streamed, at most [`MAX_WAL_FILE`] bytes.
+async fn stage_wal(mut reader: BackupReader, source: &str, what: &str, path: &Path) -> Result<(), RestoreError> {
+    let head = logical::read_head(&mut reader, source).await?;
     let fmt = format::detect(&head);
     let (reader, head) = match fmt {
         BackupFormat::Gzip | BackupFormat::Zstd | BackupFormat::Lz4 => {
             let mut d = logical::decompress(fmt, head, reader);
-            let h = logical::read_head(&mut d, &described)
+            let h = logical::read_head(&mut d, source)
                 .await
-                .map_err(|e| RestoreError::bad(Stage::Fetch, format!("{}: corrupt {fmt} data: {e}", obj.key)))?;
+                .map_err(|e| RestoreError::bad(Stage::Fetch, format!("{what}: corrupt {fmt} data: {e}")))?;
             (d, h)
         }
         _ => (reader, head),
     };
     let bounded: BackupReader = Box::pin(logical::Bounded::new(reader, MAX_WAL_FILE));
-    logical::stage_to_file(head, bounded, path, &described).await.map(|_| ()).map_err(|e| match e {
+    logical::stage_to_file(head, bounded, path, source).await.map(|_| ()).map_err(|e| match e {
         RestoreError::BadBackup { stage, message } => {
-            RestoreError::BadBackup { stage, message: format!("archived WAL {}: {message}", obj.key) }
+            RestoreError::BadBackup { stage, message: format!("archived WAL {what}: {message}") }
         }
         other => other,
     })
@@ -378,29 +383,38 @@ pub(crate) fn wal_objects(listed: Vec<BackupObject>) -> Vec<(BackupObject, Strin
         .collect()
 }
 
-/// Downloads archived WAL from the backup's start on into `spool` (decompressing
-/// `.gz`/`.zst`/`.lz4`), streamed to disk — never a whole segment in memory; returns
-/// how many files.
-async fn spool_wal(job: &RestoreJob<'_>, wal: &WalReplay, data: &Path, spool: &Path) -> Result<usize, RestoreError> {
+/// The archived WAL under the target's `wal_prefix` that recovery of the base backup in
+/// `data` may need, in replay order: timeline histories, then segments from the backup's
+/// start on.
+async fn archived_wal_from(
+    job: &RestoreJob<'_>,
+    wal: &WalReplay,
+    data: &Path,
+) -> Result<Vec<(BackupObject, String)>, RestoreError> {
     let start = start_segment(data)?;
-    std::fs::create_dir_all(spool)
-        .map_err(|e| RestoreError::infra(Stage::Fetch, format!("{}: {e}", spool.display())))?;
     let listed = job.store.list(&wal.prefix).await?;
-    let wanted: Vec<(BackupObject, String)> = wal_objects(listed)
+    let mut wanted: Vec<(BackupObject, String)> = wal_objects(listed)
         .into_iter()
         .filter(|(_, plain)| plain.ends_with(".history") || (plain[8..] >= start[8..] && plain[..8] >= start[..8]))
         .collect();
-    let n = wanted.len();
-    // Each file is itself fetched in parallel parts; the files that download at once
-    // share one download's memory bound.
-    let fetch = job.fetch.shared_by(WAL_FILES_AT_ONCE);
-    stream::iter(wanted)
-        .map(|(obj, plain)| {
-            let store = job.store.clone();
-            async move { fetch_wal_object(store, &obj, fetch, &spool.join(&plain)).await }
-        })
-        .buffer_unordered(WAL_FILES_AT_ONCE)
-        .try_collect::<Vec<()>>()
-        .await?;
-    Ok(n)
+    wanted.sort_by_key(|(_, name)| (!name.ends_with(".history"), name.clone()));
+    Ok(wanted)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn malformed_backup_labels_are_errors_not_panics() {
+        let good = "START WAL LOCATION: 0/2000028 (file 000000010000000000000002)\nCHECKPOINT LOCATION: 0/2000060\n";
+        assert_eq!(super::parse_start_segment(good).unwrap(), "000000010000000000000002");
+        for bad in [
+            "",
+            "START WAL LOCATION: 0/2000028 (file abc)",
+            "START WAL LOCATION: 0/2000028 (file é00000010000000000000002)",
+            "START WAL LOCATION: 0/2000028",
+            "START WAL LOCATION: (file 0000000100000000000000020000)",
+        ] {
+            assert!(super::parse_start_segment(bad).is_err(), "{bad:?}");
+        }
+    }
 }

@@ -19,9 +19,9 @@
 //! verification (exit 1): in a disaster it could not be restored with the keys kept.
 
 use crate::error::{RestoreError, Stage, StoreError};
-use crate::format::BackupFormat;
-use crate::sandbox::Sandbox;
+use crate::server::sandbox::Sandbox;
 use crate::store::BackupReader;
+use crate::transfer::format::BackupFormat;
 use drcheck_config::DecryptConfig;
 use std::future::Future;
 use std::io;
@@ -387,7 +387,7 @@ async fn open_age_with(
 fn age_header_error(e: &age::DecryptError) -> RestoreError {
     match e {
         age::DecryptError::Io(io) if io.get_ref().is_some_and(|i| i.is::<StoreError>()) => {
-            crate::logical::read_error("", io::Error::new(io.kind(), io.to_string()))
+            crate::sources::logical::read_error("", io::Error::new(io.kind(), io.to_string()))
         }
         age::DecryptError::InvalidMac => {
             RestoreError::bad(Stage::Fetch, "the backup's age header fails its MAC: the header was altered")
@@ -450,11 +450,11 @@ fn gpg_program(name: &str) -> Result<PathBuf, RestoreError> {
 fn gpg_command(sandbox: &Sandbox, program: &Path, home: &Path) -> tokio::process::Command {
     let mut policy = sandbox.policy(&[program.to_path_buf()]);
     policy.read_write = vec![home.to_path_buf()];
-    if policy.syscalls != crate::contain::Syscalls::Unfiltered {
+    if policy.syscalls != crate::server::contain::Syscalls::Unfiltered {
         // gpg talks to its agent over the home's unix socket.
-        policy.syscalls = crate::contain::Syscalls::Client;
+        policy.syscalls = crate::server::contain::Syscalls::Client;
     }
-    let mut cmd = tokio::process::Command::from(crate::contain::command(program, &policy));
+    let mut cmd = tokio::process::Command::from(crate::server::contain::command(program, &policy));
     cmd.current_dir(home)
         .env_clear()
         .env("PATH", "/usr/bin:/bin")
@@ -526,7 +526,7 @@ async fn open_openpgp(
         return Err(config_error(message));
     }
     let gpg = gpg_program("gpg")?;
-    let keys_root = crate::leftovers::keys_dir(sandbox.root());
+    let keys_root = crate::server::leftovers::keys_dir(sandbox.root());
     let home = GpgHome { path: keys_root.join(format!("g-{:06x}", rand::random::<u32>() & 0xff_ffff)) };
     let socket_len = home.path.join("S.gpg-agent.browser").as_os_str().len();
     if can_key && socket_len > 107 {
@@ -677,7 +677,7 @@ async fn open_openpgp(
                 if let Some(inner) = e.get_ref().and_then(|i| i.downcast_ref::<GpgFailure>()) {
                     return Err(inner.to_restore_error());
                 }
-                return Err(crate::logical::read_error("", e));
+                return Err(crate::sources::logical::read_error("", e));
             }
         }
     }

@@ -1,17 +1,18 @@
 //! Backups kept as objects (one object, or one base-backup directory, per backup):
 //! fetch, detect what it is by content (magic bytes, never the name), pick the server
 //! binaries its version needs, and restore it by the method the format calls for —
-//! logical dumps here, base backups in [`crate::physical`].
+//! logical dumps here, base backups in [`crate::sources::physical`].
 
 use crate::error::{RestoreError, Stage};
-use crate::fetch::{self, Sha256Verify};
-use crate::format::{self, BackupFormat};
-use crate::logical::{self, Counting};
-use crate::pgbin;
-use crate::physical;
 use crate::request::{Consistency, RESTORED_DB, RestoreJob, Restored, read_small};
-use crate::sandbox::Sandbox;
+use crate::server::pgbin;
+use crate::server::sandbox::Sandbox;
+use crate::source::Archive;
+use crate::sources::logical::{self, Counting};
+use crate::sources::physical;
 use crate::store::{BackupObject, BackupReader};
+use crate::transfer::fetch::{self, Sha256Verify};
+use crate::transfer::format::{self, BackupFormat};
 use drcheck_config::FormatSetting;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -276,4 +277,27 @@ async fn apply_globals(sandbox: &Sandbox, job: &RestoreJob<'_>) -> Result<bool, 
     let (head, reader) = logical::restricted(script.into_bytes(), reader);
     logical::stream_into(sandbox, cmd, "psql (globals)", head, reader, &job.store.describe()).await?;
     Ok(true)
+}
+
+/// Archived WAL objects under a `wal_prefix`: the [`Archive`] of base backups kept as
+/// objects.
+pub struct WalArchive {
+    pub prefix: String,
+    pub fetch: crate::transfer::fetch::FetchOptions,
+}
+
+#[async_trait::async_trait]
+impl Archive for WalArchive {
+    fn describe(&self) -> String {
+        format!("archived WAL under {:?}", self.prefix)
+    }
+
+    async fn reach(
+        &self,
+        sandbox: &Sandbox,
+        store: &std::sync::Arc<dyn crate::store::BackupStore>,
+        pg_bindir: Option<&std::path::Path>,
+    ) -> Result<Option<crate::server::reach::Reach>, RestoreError> {
+        crate::server::reach::objects(store.clone(), &self.prefix, self.fetch, sandbox, pg_bindir).await
+    }
 }

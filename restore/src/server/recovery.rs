@@ -7,9 +7,9 @@
 //! switches the server to the run's password.
 
 use crate::error::{RestoreError, Stage};
-use crate::format;
-use crate::pgbin;
-use crate::sandbox::Sandbox;
+use crate::server::pgbin;
+use crate::server::sandbox::Sandbox;
+use crate::transfer::format;
 use drcheck_config::RecoveryTarget;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -17,10 +17,97 @@ use std::time::Duration;
 /// Recovery can take long; the pipeline's RTO deadline is what bounds it.
 const RECOVERY_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
 
-/// Archived WAL to replay: the spool drcheck filled, and how far to go.
+/// Archived WAL under a prefix of the store, to replay after a base backup to `target`.
+#[derive(Debug, Clone)]
+pub struct WalReplay {
+    pub prefix: String,
+    pub target: RecoveryTarget,
+}
+
+/// Archived WAL to replay: the spool drcheck fills, and how far to go.
 pub struct Replay<'a> {
     pub spool: &'a Path,
     pub target: &'a RecoveryTarget,
+    /// The spool is still being filled ([`start_while_fetching`]): a file it lists in
+    /// [`PLANNED`] and does not hold yet is waited for, not taken for the archive's end.
+    pub streamed: bool,
+}
+
+/// The spool's list of the files being fetched into it, one name per line.
+const PLANNED: &str = ".planned";
+/// Written into the spool when a fetch failed: nothing more is waited for.
+const FAILED: &str = ".failed";
+
+/// Starts the restored server while `names` — archived WAL in replay order, timeline
+/// histories first — are fetched into `spool` by `fetch(name, temporary path)`,
+/// `at_once` at a time: recovery replays each file as soon as it is whole (renamed into
+/// place), so fetching and replay overlap instead of one waiting for the other. A failed
+/// fetch fails the restore even when recovery then ended (it would have taken the missing
+/// file for the archive's end). Past a time or LSN target the server no longer asks:
+/// the files after it are not fetched.
+pub async fn start_while_fetching<F, Fut>(
+    sandbox: &mut Sandbox,
+    pg_bindir: Option<&Path>,
+    spool: &Path,
+    target: &RecoveryTarget,
+    names: Vec<String>,
+    at_once: usize,
+    fetch: F,
+) -> Result<Option<String>, RestoreError>
+where
+    F: Fn(String, PathBuf) -> Fut,
+    Fut: std::future::Future<Output = Result<(), RestoreError>>,
+{
+    use futures::stream::{self, StreamExt, TryStreamExt};
+    let planned = spool.join(PLANNED);
+    write_new(&planned, &names.iter().map(|n| format!("{n}\n")).collect::<String>())?;
+    let host = sandbox.host();
+    host.give_to_server(&planned)?;
+    let fetching = async {
+        let done = stream::iter(names)
+            .map(|name| {
+                let part = spool.join(format!(".part-{name}"));
+                let fetched = fetch(name.clone(), part.clone());
+                let host = &host;
+                async move {
+                    fetched.await?;
+                    host.give_to_server(&part)?;
+                    std::fs::rename(&part, spool.join(&name))
+                        .map_err(|e| RestoreError::infra(Stage::Fetch, format!("spooling {name}: {e}")))
+                }
+            })
+            .buffered(at_once.max(1))
+            .try_collect::<Vec<()>>()
+            .await;
+        if done.is_err() {
+            let _ = write_new(&spool.join(FAILED), "");
+        }
+        done
+    };
+    let starting = start_restored(sandbox, pg_bindir, Some(Replay { spool, target, streamed: true }));
+    tokio::pin!(fetching, starting);
+    tokio::select! {
+        biased;
+        fetched = &mut fetching => {
+            let started = starting.await;
+            // A failed fetch is the cause of whatever recovery did next.
+            fetched?;
+            started
+        }
+        started = &mut starting => {
+            let recovered = started?;
+            match target {
+                // Reached (the server refuses to promote short of it): what comes after
+                // is not needed.
+                RecoveryTarget::Time(_) | RecoveryTarget::Lsn(_) => Ok(recovered),
+                // Recovery ended where the spool ended: every fetch must have succeeded.
+                _ => {
+                    fetching.await?;
+                    Ok(recovered)
+                }
+            }
+        }
+    }
 }
 
 /// The major version in a data directory's `PG_VERSION`.
@@ -102,7 +189,18 @@ pub async fn start_restored(
         // execute, confined like the server.
         sandbox.allow_server_exec(&["/bin/sh", "/usr/bin/cp", "/bin/cp"]);
         settings.retain(|(k, _)| k != "restore_command");
-        settings.push(("restore_command".into(), format!("cp '{}/%f' '%p'", replay.spool.display())));
+        let spool = replay.spool.display();
+        let command = if replay.streamed {
+            // A planned file not there yet is waited for (until it is, or a fetch failed).
+            sandbox.allow_server_exec(&["/usr/bin/grep", "/bin/grep", "/usr/bin/sleep", "/bin/sleep"]);
+            format!(
+                "if grep -qxF '%f' '{spool}/{PLANNED}'; then until [ -e '{spool}/%f' ] || [ -e '{spool}/{FAILED}' ]; \
+                 do sleep 0.02; done; fi; cp '{spool}/%f' '%p'"
+            )
+        } else {
+            format!("cp '{spool}/%f' '%p'")
+        };
+        settings.push(("restore_command".into(), command));
         settings.extend(target_settings(replay.target));
         settings.push(("recovery_target_action".into(), "promote".into()));
         write_new(&data.join("recovery.signal"), "")?;
@@ -262,7 +360,7 @@ pub fn remove_entry(path: &Path) -> Result<(), RestoreError> {
 /// Writes a new file that drcheck controls: never through a link the backup planted.
 pub fn write_new(path: &Path, content: &str) -> Result<(), RestoreError> {
     remove_entry(path)?;
-    crate::sandbox::write_private(path, content.as_bytes())
+    crate::server::sandbox::write_private(path, content.as_bytes())
 }
 
 /// An RFC 3339 timestamp the way PostgreSQL's `recovery_target_time` accepts it
@@ -288,11 +386,35 @@ async fn recovered_to(sandbox: &Sandbox) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
+    use drcheck_config::RecoveryTarget;
+
     #[test]
     fn segments_follow_each_other() {
         assert_eq!(super::next_segment("000000010000000000000002").unwrap(), "000000010000000000000003");
         assert_eq!(super::next_segment("0000000100000000000000FF").unwrap(), "000000010000000100000000");
         assert_eq!(super::next_segment("short"), None);
+    }
+
+    #[test]
+    fn replay_that_stopped_short_names_the_last_transaction_and_the_missing_file() {
+        let spool = tempfile::tempdir().unwrap();
+        for n in
+            ["000000010000000000000002", "000000010000000000000003", "000000010000000000000005", "00000002.history"]
+        {
+            std::fs::write(spool.path().join(n), b"").unwrap();
+        }
+        std::fs::write(spool.path().join(".part-000000010000000000000004"), b"").unwrap();
+        let log = "00000 LOG:  redo done at 0/3000148\n00000 LOG:  last completed transaction was at log time 2026-12-02 02:15:24.335+00\n\
+                   XX000 FATAL:  recovery ended before configured recovery target was reached\n";
+        let target = RecoveryTarget::Time("2026-12-02T02:15:30Z".into());
+        let m = super::not_reached(&target, log, spool.path());
+        assert!(m.starts_with(super::TARGET_NOT_REACHED), "{m}");
+        assert!(m.contains("recovery_target_time 2026-12-02T02:15:30Z"), "{m}");
+        assert!(m.contains("the last transaction replayed was at 2026-12-02 02:15:24.335+00"), "{m}");
+        assert!(m.contains("needed WAL file 000000010000000000000004"), "{m}");
+        let empty = tempfile::tempdir().unwrap();
+        let m = super::not_reached(&target, "", empty.path());
+        assert!(m.contains("no transaction was replayed") && m.contains("held no WAL file"), "{m}");
     }
 
     #[test]

@@ -4,10 +4,10 @@
 //! and undoing outer compression.
 
 use crate::error::{RestoreError, Stage, StoreError};
-use crate::format::{self, BackupFormat};
-use crate::sandbox::{Sandbox, tail};
+use crate::server::sandbox::{Sandbox, tail};
 use crate::store::BackupReader;
-use crate::unpack;
+use crate::transfer::format::{self, BackupFormat};
+use crate::transfer::unpack;
 use async_compression::tokio::bufread::{GzipDecoder, Lz4Decoder, ZstdDecoder};
 use std::io;
 use std::path::Path;
@@ -121,7 +121,7 @@ pub async fn peel(
             ));
         }
         let mut inner = if layer.is_encryption() {
-            crate::decrypt::open(layer, head, reader, job.decrypt, sandbox, &job.decryption).await?
+            crate::transfer::decrypt::open(layer, head, reader, job.decrypt, sandbox, &job.decryption).await?
         } else {
             decompress(layer, head, reader)
         };
@@ -515,7 +515,7 @@ impl AsyncRead for Tap {
     }
 }
 
-/// Unpacks a tar stream into `dest` with [`crate::unpack`]'s rules (nothing leaves
+/// Unpacks a tar stream into `dest` with [`crate::transfer::unpack`]'s rules (nothing leaves
 /// `dest`, no privilege bits, no device nodes). Dropping the returned future stops the
 /// unpacking thread within one chunk.
 pub async fn extract_tar(head: Vec<u8>, reader: BackupReader, dest: &Path, store: &str) -> Result<(), RestoreError> {

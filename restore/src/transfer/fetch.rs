@@ -14,8 +14,8 @@
 //! (moto reads the whole object for each) is read one large part at a time.
 
 use crate::error::StoreError;
-use crate::retry::Backoff;
 use crate::store::{BackupObject, BackupReader, BackupStore};
+use crate::transfer::retry::Backoff;
 use futures::stream;
 use sha2::{Digest, Sha256};
 use std::collections::VecDeque;
@@ -272,7 +272,7 @@ struct Download {
     /// What is left of the part being handed to the consumer.
     current: std::vec::IntoIter<bytes::Bytes>,
     /// Keeps the store's block pool while the download runs.
-    _lease: Option<crate::pool::Lease>,
+    _lease: Option<crate::transfer::pool::Lease>,
 }
 
 impl Download {

@@ -11,15 +11,15 @@
 //! and removes every file it made — on success, failure, panic or cancellation.
 //! [`reap_leftovers`] removes what a crashed earlier run left behind.
 //!
-//! Every process that touches the restored data runs through [`crate::contain`]:
+//! Every process that touches the restored data runs through [`crate::server::contain`]:
 //! confined to the run's directories, never as root. Each sandbox has a random
 //! password of its own (SCRAM; no `trust`), kept in a 0600 file in its directory, so
 //! a process of one run cannot enter another run's server over its socket.
 
-use crate::contain::{self, Level, Policy, Syscalls};
 use crate::error::{Blame, RestoreError, Stage};
-use crate::leftovers;
-use crate::pgbin::PgBin;
+use crate::server::contain::{self, Level, Policy, Syscalls};
+use crate::server::leftovers;
+use crate::server::pgbin::PgBin;
 use drcheck_config::Profile;
 use drcheck_config::quote_ident;
 use nix::sys::signal::{Signal, kill, killpg};
@@ -33,7 +33,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-pub use crate::leftovers::SANDBOX_PREFIX;
+pub use crate::server::leftovers::SANDBOX_PREFIX;
 /// libpq's password file for the clients of this sandbox (0600).
 const PASS_FILE: &str = "pgpass";
 /// The port only names the socket file; nothing listens on TCP.
@@ -77,6 +77,94 @@ pub struct Sandbox {
     server_exec: Vec<PathBuf>,
     /// The data directory came from a backup (a base backup), not from drcheck's initdb.
     restored: bool,
+}
+
+/// What a contained process of a run needs of its sandbox — its directories, the
+/// server's user, the containment — owned and cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Host {
+    root: PathBuf,
+    socket_dir: PathBuf,
+    bindir: PathBuf,
+    owner: Option<(Uid, Gid)>,
+    containment: Level,
+}
+
+/// Anything a contained process can run beside: a [`Sandbox`], or its [`Host`].
+pub trait Contained {
+    fn host(&self) -> Host;
+}
+
+impl Contained for Sandbox {
+    fn host(&self) -> Host {
+        Sandbox::host(self)
+    }
+}
+
+impl Contained for Host {
+    fn host(&self) -> Host {
+        self.clone()
+    }
+}
+
+impl Host {
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// Where the restored data directory is (or will be).
+    pub fn data_dir(&self) -> PathBuf {
+        self.root.join("data")
+    }
+
+    /// The containment of a process of this run: the run's directories read-write, the
+    /// PostgreSQL installation and system libraries read-only, `execute` executable, the
+    /// server's system calls (no `connect()`; a client or a tool sets its own
+    /// [`Policy::syscalls`]), private namespaces where the kernel offers them.
+    pub fn policy(&self, execute: &[PathBuf]) -> Policy {
+        let mut exec: Vec<PathBuf> = execute.to_vec();
+        exec.extend(contain::loader_paths());
+        Policy {
+            read_write: vec![self.root.clone(), self.socket_dir.clone()],
+            read_only: contain::system_read_paths(&self.bindir),
+            execute: exec,
+            user: self.owner.map(|(u, g)| (u.as_raw(), g.as_raw())),
+            require_abi: self.containment.landlock,
+            connect_tcp: Vec::new(),
+            syscalls: if self.containment.seccomp { Syscalls::Server } else { Syscalls::Unfiltered },
+            namespaces: self.containment.namespaces,
+        }
+    }
+
+    /// Hands a path to the server's user (recursively), when drcheck runs as root.
+    pub fn give_to_server(&self, path: &Path) -> Result<(), RestoreError> {
+        let Some((uid, gid)) = self.owner else { return Ok(()) };
+        let mut stack = vec![path.to_path_buf()];
+        while let Some(p) = stack.pop() {
+            std::os::unix::fs::lchown(&p, Some(uid.as_raw()), Some(gid.as_raw()))
+                .map_err(|e| infra(format!("cannot hand {} to the sandbox user: {e}", p.display())))?;
+            if p.is_dir() && !p.is_symlink() && p != self.socket_dir && p != self.root {
+                for e in std::fs::read_dir(&p).map_err(|e| infra(format!("{}: {e}", p.display())))? {
+                    stack.push(e.map_err(|e| infra(e.to_string()))?.path());
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// When the file system of the run's directory has less than 64 MiB left: how much.
+    pub fn disk_full(&self) -> Option<String> {
+        let s = nix::sys::statvfs::statvfs(&self.root).ok()?;
+        let free = s.blocks_available().saturating_mul(s.fragment_size());
+        (free < 64 << 20).then(|| {
+            format!(
+                "no room left in the scratch directory {} ({} MiB free of {} MiB)",
+                self.root.parent().unwrap_or(&self.root).display(),
+                free >> 20,
+                s.blocks().saturating_mul(s.fragment_size()) >> 20
+            )
+        })
+    }
 }
 
 fn infra(message: impl Into<String>) -> RestoreError {
@@ -187,23 +275,20 @@ impl Sandbox {
         }
     }
 
-    /// The containment of a process of this run: the run's directories read-write, the
-    /// PostgreSQL installation and system libraries read-only, `execute` executable, the
-    /// server's system calls (no `connect()`; a client or a tool sets its own
-    /// [`Policy::syscalls`]), private namespaces where the kernel offers them.
+    /// The containment of a process of this run: see [`Host::policy`].
     pub fn policy(&self, execute: &[PathBuf]) -> Policy {
-        let bindir = self.bin.as_ref().map(|b| b.dir.clone()).unwrap_or_default();
-        let mut exec: Vec<PathBuf> = execute.to_vec();
-        exec.extend(contain::loader_paths());
-        Policy {
-            read_write: vec![self.root.clone(), self.socket_dir.clone()],
-            read_only: contain::system_read_paths(&bindir),
-            execute: exec,
-            user: self.owner.map(|(u, g)| (u.as_raw(), g.as_raw())),
-            require_abi: self.containment.landlock,
-            connect_tcp: Vec::new(),
-            syscalls: if self.containment.seccomp { Syscalls::Server } else { Syscalls::Unfiltered },
-            namespaces: self.containment.namespaces,
+        self.host().policy(execute)
+    }
+
+    /// What contained tools need of this sandbox, owned: a WAL fetch runs beside the
+    /// server's recovery without borrowing the sandbox.
+    pub fn host(&self) -> Host {
+        Host {
+            root: self.root.clone(),
+            socket_dir: self.socket_dir.clone(),
+            bindir: self.bin.as_ref().map(|b| b.dir.clone()).unwrap_or_default(),
+            owner: self.owner,
+            containment: self.containment,
         }
     }
 
@@ -229,18 +314,7 @@ impl Sandbox {
 
     /// Hands a path to the server's user (recursively), when drcheck runs as root.
     pub fn give_to_server(&self, path: &Path) -> Result<(), RestoreError> {
-        let Some((uid, gid)) = self.owner else { return Ok(()) };
-        let mut stack = vec![path.to_path_buf()];
-        while let Some(p) = stack.pop() {
-            std::os::unix::fs::lchown(&p, Some(uid.as_raw()), Some(gid.as_raw()))
-                .map_err(|e| infra(format!("cannot hand {} to the sandbox user: {e}", p.display())))?;
-            if p.is_dir() && !p.is_symlink() && p != self.socket_dir && p != self.root {
-                for e in std::fs::read_dir(&p).map_err(|e| infra(format!("{}: {e}", p.display())))? {
-                    stack.push(e.map_err(|e| infra(e.to_string()))?.path());
-                }
-            }
-        }
-        Ok(())
+        self.host().give_to_server(path)
     }
 
     fn bin_ref(&self) -> &PgBin {
@@ -425,19 +499,9 @@ impl Sandbox {
         }
     }
 
-    /// Whether the file system of the run's directory has less than 64 MiB left.
     /// When the file system of the run's directory has less than 64 MiB left: how much.
     pub fn disk_full(&self) -> Option<String> {
-        let s = nix::sys::statvfs::statvfs(&self.root).ok()?;
-        let free = s.blocks_available().saturating_mul(s.fragment_size());
-        (free < 64 << 20).then(|| {
-            format!(
-                "no room left in the scratch directory {} ({} MiB free of {} MiB)",
-                self.root.parent().unwrap_or(&self.root).display(),
-                free >> 20,
-                s.blocks().saturating_mul(s.fragment_size()) >> 20
-            )
-        })
+        self.host().disk_full()
     }
 
     /// The last lines of the server's log, for error messages.
@@ -673,7 +737,7 @@ pub fn sandbox_root(opts: &SandboxOptions) -> Result<PathBuf, RestoreError> {
 }
 
 /// Removes sandboxes left by drcheck processes that no longer exist (see
-/// [`crate::leftovers`]). Returns the directories removed.
+/// [`crate::server::leftovers`]). Returns the directories removed.
 pub fn reap_leftovers(scratch_dir: &Path) -> Vec<PathBuf> {
     leftovers::reap(scratch_dir)
 }
