@@ -94,7 +94,9 @@ pgbr backup --type=full
 echo "bench: pgbackrest full backup took $(elapsed "$t0" "$(now)") s"
 # WAL after the backup, as in production: recovery replays it. T lies in the middle.
 pgbench -n -T 6 -c 2 -h "$work" -p "$port" -U postgres bench >/dev/null 2>&1
-target=$(psql_p -d postgres -Atc "select to_char(clock_timestamp() at time zone 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')")
+# Milliseconds: what pgBackRest's --target accepts (as "YYYY-MM-DD HH:MM:SS.mmm+00").
+target=$(psql_p -d postgres -Atc "select to_char(clock_timestamp() at time zone 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"')")
+target_pgbr="$(echo "$target" | tr T ' ' | sed 's/Z$/+00/')"
 pgbench -n -T 6 -c 2 -h "$work" -p "$port" -U postgres bench >/dev/null 2>&1
 echo "bench: point in time T = $target"
 seg=$(psql_p -d postgres -Atc "select pg_walfile_name(pg_switch_wal())")
@@ -159,7 +161,7 @@ hand=(); mine=(); hand_t=(); mine_t=()
 for i in $(seq "$rounds"); do
   h=$(by_hand latest); hand+=("$h"); echo "bench: round $i: latest by hand $h s"
   d=$(with_drcheck latest); mine+=("$d"); echo "bench: round $i: latest drcheck $d s"
-  h=$(by_hand "$target"); hand_t+=("$h"); echo "bench: round $i: time T by hand $h s"
+  h=$(by_hand "$target_pgbr"); hand_t+=("$h"); echo "bench: round $i: time T by hand $h s"
   d=$(with_drcheck time); mine_t+=("$d"); echo "bench: round $i: time T drcheck $d s"
 done
 python3 - "${hand[*]}" "${mine[*]}" "${hand_t[*]}" "${mine_t[*]}" <<'PY'
