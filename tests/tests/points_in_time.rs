@@ -20,6 +20,7 @@ fn sh(cmd: &str) {
     assert!(out.status.success(), "{cmd}: {}", String::from_utf8_lossy(&out.stderr));
 }
 
+/// The primary's clock, now, in RFC 3339.
 fn clock(primary: &PgPrimary) -> String {
     primary.psql("orders", "select to_char(clock_timestamp() at time zone 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')")
 }
@@ -301,4 +302,42 @@ fn random_targets_need_an_archive_and_heartbeats_need_a_sane_table() {
     let (out, _) = drcheck(&["--config", &path.display().to_string(), "heartbeat", "setup"], &[], LIMIT);
     assert_eq!(out.status.code(), Some(2));
     assert!(stderr(&out).contains("[target.heartbeat]"), "{}", stderr(&out));
+}
+
+/// A logical dump's newest heartbeat is its data's true time: how far the copy is behind
+/// the primary (`rpo.data_lag_seconds`) comes from it, not from the upload.
+#[test]
+fn a_dumps_newest_heartbeat_says_how_far_its_data_is_behind() {
+    use drcheck_e2e::scenario::Scene;
+    let scene = Scene::start();
+    let dump = scene.root.path().join("orders-2.dump");
+    let dumped = scene.primary.with_heartbeat("orders", || {
+        std::thread::sleep(Duration::from_millis(1500));
+        scene.primary.dump("orders", &dump, &[]);
+        let dumped = at(&clock(&scene.primary));
+        // The primary goes on beating for a while after the dump.
+        std::thread::sleep(Duration::from_millis(3000));
+        dumped
+    });
+    scene.s3.upload(&dump, &scene.bucket, "orders/orders-2.dump");
+    let mut spec = scene.spec();
+    spec.extra_target = "[target.heartbeat]\ntable = \"drcheck.heartbeat\"\ninterval = \"1s\"\n".into();
+    let config = scene.config(&spec).display().to_string();
+    let (out, _) = drcheck(&["--config", &config, "verify", "--json"], &scene.env(), LIMIT);
+    let run = only_run(&out);
+    assert_eq!(out.status.code(), Some(0), "{run}\n{}", stderr(&out));
+    assert_eq!(run["backup"]["key"], "orders/orders-2.dump", "{run}");
+    let pit = validator(&run, "point_in_time");
+    assert_eq!(pit["status"], "passed", "{run}");
+    // The dump's newest heartbeat is from before it was taken, within the interval.
+    let data_time = pit["measurements"]["data_time"].as_f64().expect("data_time");
+    let dumped_s = dumped.duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64();
+    assert!(data_time <= dumped_s && data_time > dumped_s - 3.0, "data_time {data_time}, dumped {dumped_s}: {pit}");
+    // ~3 s of beats after the dump: that is what a restore of it would lose.
+    let lag = run["rpo"]["data_lag_seconds"].as_f64().expect("data_lag_seconds");
+    assert!((2.0..10.0).contains(&lag), "data lag {lag}: {run}");
+    // The heartbeat table is compared up to the dump's time like any as_of table.
+    assert_eq!(validator(&run, "row_counts")["status"], "passed", "{run}");
+    // No time target: the report says nothing about a target reached.
+    assert!(run["restore"]["target_reached"].is_null(), "{run}");
 }
