@@ -55,14 +55,15 @@ pub fn setup_sql(target: &TargetConfig, hb: &HeartbeatConfig, writer: &str) -> S
 }
 
 /// pg_cron's schedule for `interval`: `N seconds` below a minute (pg_cron 1.5+), else a
-/// cron expression in whole minutes.
+/// cron expression in whole minutes, or whole hours from an hour on.
 pub fn cron_schedule(interval: Duration) -> String {
     let s = interval.as_secs().max(1);
-    if s < 60 {
-        format!("{s} seconds")
-    } else {
-        let m = (s / 60).clamp(1, 59);
-        if m == 1 { "* * * * *".into() } else { format!("*/{m} * * * *") }
+    match s {
+        0..60 => format!("{s} seconds"),
+        60..120 => "* * * * *".into(),
+        120..3600 => format!("*/{} * * * *", s / 60),
+        3600..7200 => "0 * * * *".into(),
+        _ => format!("0 */{} * * *", (s / 3600).min(23)),
     }
 }
 
@@ -146,5 +147,7 @@ mod tests {
         assert_eq!(cron_schedule(Duration::from_secs(10)), "10 seconds");
         assert_eq!(cron_schedule(Duration::from_secs(60)), "* * * * *");
         assert_eq!(cron_schedule(Duration::from_secs(300)), "*/5 * * * *");
+        assert_eq!(cron_schedule(Duration::from_secs(3600)), "0 * * * *");
+        assert_eq!(cron_schedule(Duration::from_secs(6 * 3600)), "0 */6 * * *");
     }
 }
