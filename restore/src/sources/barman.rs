@@ -11,7 +11,6 @@
 //! time zone the JSON listing drops.
 
 use crate::error::{Blame, RestoreError, Stage, StoreError};
-use crate::server::recovery;
 use crate::server::sandbox::{Contained, Host, Sandbox};
 use crate::source::{Archive, Repository, ToolRestored};
 use crate::sources::delegate::{self, Archived, Integrity, Output, Tool, plan_segments};
@@ -204,17 +203,11 @@ impl Catalog {
                 ),
             )
         })?;
-        let spool = recovery::spool_dir(sandbox)?;
-        // Timeline histories first: recovery reads them before any segment.
-        let names: Vec<String> = archived.history.iter().chain(plan.segments.iter()).cloned().collect();
         let fetched_in = began.elapsed();
-        let host = sandbox.host();
-        // Each fetch is a Python start (≈ 0.6 s): four at a time, while recovery replays
-        // what has arrived.
+        // Each fetch is a Python start (≈ 0.6 s).
         let recovered_to =
-            recovery::start_while_fetching(sandbox, pg_bindir, &spool, target, names, 4, |name, part| {
-                let host = host.clone();
-                async move { self.fetch_wal(&host, &part, &name).await }
+            delegate::replay_plan(sandbox, pg_bindir, target, &archived, &plan, |host, name, part| async move {
+                self.fetch_wal(&host, &part, &name).await
             })
             .await?;
         Ok(ToolRestored { recovered_to, wal_files: plan.segments.len(), wal_gap: plan.gap, fetched_in })

@@ -10,8 +10,9 @@
 
 use crate::error::{Blame, RestoreError, Stage};
 use crate::server::contain;
-use crate::server::recovery::next_segment;
-use crate::server::sandbox::{Contained, Host, tail};
+use crate::server::recovery;
+use crate::server::sandbox::{Contained, Host, Sandbox, tail};
+use drcheck_config::RecoveryTarget;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
@@ -251,11 +252,36 @@ pub fn plan_segments(start: &str, stop: &str, last: &str, archived: &Archived) -
         if seg.as_str() >= last {
             return Ok(Plan { segments, gap: None });
         }
-        match next_segment(&seg) {
+        match recovery::next_segment(&seg) {
             Some(n) => seg = n,
             None => return Ok(Plan { segments, gap: None }),
         }
     }
+}
+
+/// Fetches a tool's planned WAL — timeline histories first, recovery reads them before
+/// any segment — by `fetch(host, name, path)`, four at a time (each is one short-lived
+/// tool process), while the sandbox's server replays what has arrived
+/// ([`recovery::start_while_fetching`]). Returns the recovered point.
+pub async fn replay_plan<F, Fut>(
+    sandbox: &mut Sandbox,
+    pg_bindir: Option<&Path>,
+    target: &RecoveryTarget,
+    archived: &Archived,
+    plan: &Plan,
+    fetch: F,
+) -> Result<Option<String>, RestoreError>
+where
+    F: Fn(Host, String, PathBuf) -> Fut,
+    Fut: std::future::Future<Output = Result<(), RestoreError>>,
+{
+    let spool = recovery::spool_dir(sandbox)?;
+    let names: Vec<String> = archived.history.iter().chain(plan.segments.iter()).cloned().collect();
+    let host = sandbox.host();
+    recovery::start_while_fetching(sandbox, pg_bindir, &spool, target, names, 4, |name, part| {
+        fetch(host.clone(), name, part)
+    })
+    .await
 }
 
 /// What a repository check found, without restoring anything.

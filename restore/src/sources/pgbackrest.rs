@@ -14,7 +14,6 @@
 //! a repository it reports as broken): the JSON's status is read.
 
 use crate::error::{Blame, RestoreError, Stage, StoreError};
-use crate::server::recovery;
 use crate::server::sandbox::{Contained, Host, Sandbox};
 use crate::source::{Archive, Repository, ToolRestored};
 use crate::sources::delegate::{self, Archived, Integrity, Output, Tool, plan_segments};
@@ -122,6 +121,16 @@ impl Repo {
     /// `pgbackrest ARGS`, contained in `sandbox`'s directory with a connection to the
     /// repository's port only.
     async fn run(&self, sandbox: &impl Contained, args: &[String]) -> Result<Output, RestoreError> {
+        self.run_to(sandbox, args, None).await
+    }
+
+    /// [`Self::run`], its standard output written to `stdout_file` when given.
+    async fn run_to(
+        &self,
+        sandbox: &impl Contained,
+        args: &[String],
+        stdout_file: Option<&Path>,
+    ) -> Result<Output, RestoreError> {
         let unsupported = |m| RestoreError::Unsupported { stage: Stage::Fetch, message: m };
         let (_, port) = self.host_port().map_err(unsupported)?;
         let work = delegate::work_dir(&sandbox.host())?;
@@ -134,7 +143,7 @@ impl Repo {
         };
         let mut all = vec!["--config=/dev/null".to_string()];
         all.extend(args.iter().cloned());
-        delegate::run(sandbox, &tool, &all).await
+        delegate::run_to(sandbox, &tool, &all, stdout_file).await
     }
 
     /// The stanza's catalog. Backups pgBackRest marks in error are kept, with their
@@ -222,18 +231,11 @@ impl Repo {
         if let Some(gap) = &plan.gap {
             tracing::warn!(backup = %backup.key, missing = %gap, "the WAL archive has a gap after the backup: recovery stops before it");
         }
-        let spool = recovery::spool_dir(sandbox)?;
         let n = plan.segments.len();
-        // Timeline histories first: recovery reads them before any segment.
-        let names: Vec<String> = archived.history.iter().chain(plan.segments.iter()).cloned().collect();
         let fetched_in = began.elapsed();
-        let host = sandbox.host();
-        // Four at a time (each is one short-lived pgbackrest process), while recovery
-        // replays what has arrived.
         let recovered_to =
-            recovery::start_while_fetching(sandbox, pg_bindir, &spool, target, names, 4, |name, part| {
-                let host = host.clone();
-                async move { self.fetch_wal(&host, &part, &name).await }
+            delegate::replay_plan(sandbox, pg_bindir, target, &archived, &plan, |host, name, part| async move {
+                self.fetch_wal(&host, &part, &name).await
             })
             .await?;
         tracing::info!(segments = n, backup = %backup.key, "archived WAL replayed as it was fetched");
@@ -271,18 +273,7 @@ impl Repo {
             let file = format!("archive/{}/{id}/{}", self.stanza, files[&name]);
             async move {
                 let raw = path.with_extension("repo");
-                let work = delegate::work_dir(&sandbox.host())?;
-                let (_, port) =
-                    self.host_port().map_err(|m| RestoreError::Unsupported { stage: Stage::Fetch, message: m })?;
-                let tool = Tool {
-                    program: Path::new(PGBACKREST),
-                    exec: vec![],
-                    read: self.ca_file.iter().cloned().collect(),
-                    port,
-                    env: self.env(&work).map_err(|m| RestoreError::Unsupported { stage: Stage::Fetch, message: m })?,
-                };
-                let args = ["--config=/dev/null".to_string(), "repo-get".into(), file.clone()];
-                let out = delegate::run_to(sandbox, &tool, &args, Some(&raw)).await?;
+                let out = self.run_to(sandbox, &["repo-get".into(), file.clone()], Some(&raw)).await?;
                 let empty = std::fs::metadata(&raw).map(|m| m.len() == 0).unwrap_or(true);
                 if !out.ok() || empty {
                     return Err(classify(sandbox, &format!("pgbackrest repo-get {file}"), &out));
@@ -302,21 +293,8 @@ impl Repo {
         sandbox: &impl Contained,
         id: &str,
     ) -> Result<std::collections::BTreeMap<String, String>, RestoreError> {
-        let out = self
-            .run(
-                sandbox,
-                &[
-                    "repo-ls".into(),
-                    format!("archive/{}/{id}", self.stanza),
-                    "--recurse".into(),
-                    "--output=json".into(),
-                ],
-            )
-            .await?;
-        if !out.ok() {
-            return Err(classify(sandbox, "pgbackrest repo-ls of the WAL archive", &out));
-        }
-        let v: serde_json::Value = serde_json::from_slice(&out.stdout)
+        let listing = self.list_archive(sandbox, id).await?;
+        let v: serde_json::Value = serde_json::from_slice(&listing)
             .map_err(|e| RestoreError::infra(Stage::Fetch, format!("pgbackrest repo-ls printed no JSON: {e}")))?;
         let mut files = std::collections::BTreeMap::new();
         for (path, info) in v.as_object().into_iter().flatten() {
@@ -327,6 +305,17 @@ impl Repo {
             }
         }
         Ok(files)
+    }
+
+    /// `repo-ls --recurse --output=json` of the archive `id`: its JSON.
+    async fn list_archive(&self, sandbox: &impl Contained, id: &str) -> Result<Vec<u8>, RestoreError> {
+        let args =
+            ["repo-ls".into(), format!("archive/{}/{id}", self.stanza), "--recurse".into(), "--output=json".into()];
+        let out = self.run(sandbox, &args).await?;
+        if !out.ok() {
+            return Err(classify(sandbox, "pgbackrest repo-ls of the WAL archive", &out));
+        }
+        Ok(out.stdout)
     }
 
     /// `pgbackrest archive-get NAME` into `dest`.
@@ -342,21 +331,8 @@ impl Repo {
     /// The WAL files (and timeline history files) in the stanza's current archive.
     async fn archived_segments(&self, sandbox: &impl Contained, catalog: &Catalog) -> Result<Archived, RestoreError> {
         let Some(id) = &catalog.archive_id else { return Ok(Archived::default()) };
-        let out = self
-            .run(
-                sandbox,
-                &[
-                    "repo-ls".into(),
-                    format!("archive/{}/{id}", self.stanza),
-                    "--recurse".into(),
-                    "--output=json".into(),
-                ],
-            )
-            .await?;
-        if !out.ok() {
-            return Err(classify(sandbox, "pgbackrest repo-ls of the WAL archive", &out));
-        }
-        parse_repo_ls(&out.stdout).map_err(|m| RestoreError::infra(Stage::Fetch, m))
+        let listing = self.list_archive(sandbox, id).await?;
+        parse_repo_ls(&listing).map_err(|m| RestoreError::infra(Stage::Fetch, m))
     }
 }
 
