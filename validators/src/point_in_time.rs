@@ -166,38 +166,30 @@ impl Validator for PointInTime {
                 rfc(target)
             ));
         }
-        // Both sides' heartbeats up to T, over the span both keep.
+        // Both sides' heartbeats written up to T − SLACK, over the span both keep: one
+        // written just before T may commit after it, and rightly not be in the copy.
+        let settled = rfc(target.checked_sub(SLACK).unwrap_or(target));
         let primary_beats = match primary {
             Some(p) => {
-                let from = copy.oldest;
-                match p.timed(read_beats(&p.pool, &table, upto.as_deref(), None)).await {
-                    Ok(pb) => {
-                        let from = match (pb.oldest, from) {
-                            (Some(a), Some(b)) => Some(a.max(b)),
-                            (a, b) => a.or(b),
-                        };
-                        let p_range = p.timed(read_beats(&p.pool, &table, upto.as_deref(), from)).await;
-                        let c_range = read_beats(&cx.restored, &table, upto.as_deref(), from).await;
-                        match (p_range, c_range) {
-                            (Ok(pr), Ok(cr)) => Some((pr, cr)),
-                            (Err(e), _) => {
-                                return vec![Finding::new(
-                                    name,
-                                    Status::Error,
-                                    format!("heartbeat {t} on the primary: {e}"),
-                                )];
-                            }
-                            (_, Err(e)) => {
-                                return vec![Finding::new(
-                                    name,
-                                    Status::Error,
-                                    format!("heartbeat {t} in the copy: {e}"),
-                                )];
-                            }
-                        }
-                    }
+                let read = async {
+                    let oldest = p.timed(read_beats(&p.pool, &table, Some(&settled), None)).await?.oldest;
+                    let from = match (oldest, copy.oldest) {
+                        (Some(a), Some(b)) => Some(a.max(b)),
+                        (a, b) => a.or(b),
+                    };
+                    let pr = p.timed(read_beats(&p.pool, &table, Some(&settled), from)).await?;
+                    Ok::<_, sqlx::Error>((pr, from))
+                };
+                let (pr, from) = match read.await {
+                    Ok(r) => r,
                     Err(e) => {
                         return vec![Finding::new(name, Status::Error, format!("heartbeat {t} on the primary: {e}"))];
+                    }
+                };
+                match read_beats(&cx.restored, &table, Some(&settled), from).await {
+                    Ok(cr) => Some((pr, cr)),
+                    Err(e) => {
+                        return vec![Finding::new(name, Status::Error, format!("heartbeat {t} in the copy: {e}"))];
                     }
                 }
             }
@@ -207,59 +199,49 @@ impl Validator for PointInTime {
             Ok(b) => b.recent.first().copied(),
             Err(e) => return vec![Finding::new(name, Status::Error, format!("heartbeat {t} in the copy: {e}"))],
         };
-        match &primary_beats {
-            Some((pr, cr)) => {
-                let p_newest = pr.recent.first().copied();
-                match (p_newest, copy_at_t) {
-                    (Some(pn), Some(cn)) if cn + 1e-3 < pn => problems.push(format!(
-                        "replay stopped early: the primary's heartbeat at {} (at or before the target {}) is not in the copy, whose newest is {}",
-                        stamp(pn),
-                        rfc(target),
-                        stamp(cn)
-                    )),
-                    (Some(pn), _) if target_s - pn > allowed => {
-                        silent = Some(format!(
-                            "the primary wrote no heartbeat in the {:.0}s before the target {} (its newest before it: {}; interval {}s + {}s): \
-                             where replay stopped cannot be proven — is the heartbeat writer running?",
-                            target_s - pn,
-                            rfc(target),
-                            stamp(pn),
-                            hb.interval.as_secs(),
-                            SLACK.as_secs()
-                        ))
-                    }
-                    (None, _) => {
-                        silent = Some(format!("the primary holds no heartbeat at or before the target {}", rfc(target)))
-                    }
-                    _ => {}
-                }
-                if pr.count != cr.count {
-                    problems.push(format!(
-                        "the primary holds {} heartbeats up to the target, the copy {} (over the span both keep)",
-                        pr.count, cr.count
-                    ));
-                } else if let Some((p, c)) = pr.recent.iter().zip(&cr.recent).find(|(p, c)| (**p - **c).abs() > 1e-3) {
-                    problems.push(format!(
-                        "the heartbeats up to the target differ: the primary has {}, the copy {}",
-                        stamp(*p),
-                        stamp(*c)
-                    ));
-                }
+        if let Some((pr, cr)) = &primary_beats {
+            if pr.count != cr.count {
+                problems.push(format!(
+                    "replay stopped early or diverged: the primary holds {} heartbeats written up to {}s before the target {}, the copy {} (over the span both keep)",
+                    pr.count,
+                    SLACK.as_secs(),
+                    rfc(target),
+                    cr.count
+                ));
+            } else if let Some((p, c)) = pr.recent.iter().zip(&cr.recent).find(|(p, c)| (**p - **c).abs() > 1e-3) {
+                problems.push(format!(
+                    "the heartbeats up to the target differ: the primary has {}, the copy {}",
+                    stamp(*p),
+                    stamp(*c)
+                ));
             }
-            None => match copy_at_t {
-                Some(cn) if target_s - cn > allowed => {
-                    silent = Some(format!(
-                        "the copy's newest heartbeat is {:.0}s before the target {} (interval {}s + {}s), and the primary \
-                         cannot be asked whether replay stopped early or the heartbeat fell silent",
-                        target_s - cn,
-                        rfc(target),
-                        hb.interval.as_secs(),
-                        SLACK.as_secs()
-                    ))
-                }
-                None => problems.push(format!("the copy holds no heartbeat at or before the target {}", rfc(target))),
-                _ => {}
-            },
+        }
+        // The copy agrees with the primary; its newest heartbeat must still be close to T,
+        // or nothing says where replay stopped.
+        let asked = if primary_beats.is_some() {
+            "the primary wrote none in between either"
+        } else {
+            "the primary cannot be asked whether replay stopped early or the heartbeat fell silent"
+        };
+        match copy_at_t {
+            Some(cn) if target_s - cn > allowed && problems.is_empty() => {
+                silent = Some(format!(
+                    "the copy's newest heartbeat {} is {:.0}s before the target {} (interval {}s + {}s), and {asked}: \
+                     where replay stopped cannot be proven — is the heartbeat writer running?",
+                    stamp(cn),
+                    target_s - cn,
+                    rfc(target),
+                    hb.interval.as_secs(),
+                    SLACK.as_secs()
+                ))
+            }
+            None if problems.is_empty() => {
+                silent = Some(format!(
+                    "neither side holds a heartbeat at or before the target {}: is the heartbeat writer running?",
+                    rfc(target)
+                ))
+            }
+            _ => {}
         }
         // No as_of row after T.
         let mut after = 0u64;
