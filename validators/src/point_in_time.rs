@@ -6,7 +6,8 @@
 //!   within `interval` + 5 s of it (it did not stop early) — when the primary itself
 //!   wrote nothing in that span, the heartbeat fell silent and nothing can be proven:
 //!   `error`, never `passed`;
-//! - the primary and the copy hold the same heartbeats up to T (over the span both keep);
+//! - the primary and the copy hold the same heartbeats written up to T − 5 s (over the span
+//!   both keep; one written just before T may commit after it);
 //! - no row of an `as_of` table is newer than T (rows up to T are compared exactly by
 //!   `row_counts` and `checksums`, cut at the replayed point).
 //!
