@@ -165,14 +165,14 @@ async fn tool_catalog(
                 region: s3.region.clone(),
                 ca_file: s3.ca_file.clone(),
             };
-            let sandbox = catalog_sandbox(config, &catalog.describe(), run_id)?;
+            let sandbox = catalog_sandbox(config, &catalog.describe(), run_id, Purpose::Catalog)?;
             let backups = catalog.catalog(&sandbox, store).await;
             sandbox.teardown();
             return Ok(Some((catalog.describe(), backups?, Arc::new(catalog))));
         }
     };
     let repo = delegated;
-    let sandbox = catalog_sandbox(config, &repo.describe(), run_id)?;
+    let sandbox = catalog_sandbox(config, &repo.describe(), run_id, Purpose::Catalog)?;
     let catalog = repo.catalog(&sandbox).await;
     sandbox.teardown();
     let catalog = catalog?;
@@ -209,7 +209,7 @@ pub async fn check_repository(
 ) -> drcheck_validators::Finding {
     use drcheck_validators::{Finding, Status};
     let t = Instant::now();
-    let result = match catalog_sandbox(config, &delegated.describe(), &format!("{run_id}-verify")) {
+    let result = match catalog_sandbox(config, &delegated.describe(), run_id, Purpose::Integrity) {
         Ok(sandbox) => {
             let r = delegated.integrity(&sandbox.host(), store, backups).await;
             sandbox.teardown();
@@ -266,14 +266,49 @@ pub(crate) fn sandbox_options(config: &Config, run_id: String) -> SandboxOptions
     }
 }
 
-/// A sandbox directory (no server) for a backup tool listing its catalog.
-fn catalog_sandbox(config: &Config, store: &str, run_id: &str) -> Result<drcheck_restore::Sandbox, StoreError> {
-    drcheck_restore::Sandbox::create(&sandbox_options(config, format!("{run_id}-catalog"))).map_err(|e| StoreError {
+/// A sandbox directory (no server) for a backup tool reading its repository: listing
+/// the catalog, reading the archive's reach, checking integrity.
+///
+/// Each `purpose` of a run gets a directory of its own: a sandbox is torn down on a
+/// thread of its own after the run is done with it, so the next one of the same run
+/// must never need the same name (it would find the last one still being removed).
+fn catalog_sandbox(
+    config: &Config,
+    store: &str,
+    run_id: &str,
+    purpose: Purpose,
+) -> Result<drcheck_restore::Sandbox, StoreError> {
+    drcheck_restore::Sandbox::create(&sandbox_options(config, purpose.sandbox_name(run_id))).map_err(|e| StoreError {
         store: store.to_string(),
         message: e.to_string(),
         unreachable: false,
         changed: false,
     })
+}
+
+/// What a run reads a backup tool's repository for, each in a sandbox of its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Purpose {
+    /// Listing the catalog (`tool_catalog`).
+    Catalog,
+    /// Reading the newest transaction the archive holds (`draw_point`).
+    Reach,
+    /// The `repository` validator (`check_repository`).
+    Integrity,
+}
+
+impl Purpose {
+    #[cfg(test)]
+    const ALL: [Purpose; 3] = [Purpose::Catalog, Purpose::Reach, Purpose::Integrity];
+
+    fn sandbox_name(self, run_id: &str) -> String {
+        let purpose = match self {
+            Purpose::Catalog => "catalog",
+            Purpose::Reach => "reach",
+            Purpose::Integrity => "integrity",
+        };
+        format!("{run_id}-{purpose}")
+    }
 }
 
 /// Downloads a single-object backup to `output` with the concurrent fetcher.
@@ -918,7 +953,8 @@ async fn draw_point(
             format!("no restorable base backup in {described} to draw a point in time after"),
         ));
     };
-    let sandbox = catalog_sandbox(config, &described, run_id).map_err(|e| store_stop(Stage::Select, e))?;
+    let sandbox =
+        catalog_sandbox(config, &described, run_id, Purpose::Reach).map_err(|e| store_stop(Stage::Select, e))?;
     let bindir = config.sandbox.pg_bindir.as_deref();
     // Every source's archive answers the same question.
     let objects = target
@@ -1065,6 +1101,19 @@ mod draw_tests {
         assert!(seen.len() >= 5, "{seen:?}");
         // The end itself is never drawn (replay must see a commit after the target).
         assert!(draw_between(start, start + Duration::from_micros(1), 0) == start);
+    }
+
+    /// Sandboxes are torn down on threads of their own: a random run lists the catalog,
+    /// then reads the archive's reach at once, and a shared name made the second find
+    /// the first still being removed ("cannot create sandbox directory …: File exists").
+    #[test]
+    fn every_sandbox_of_a_run_has_a_name_of_its_own() {
+        let run_id = "82a2924a-47e4-4b60-80d0-dc3f5e5a911a";
+        let mut names: Vec<String> = Purpose::ALL.iter().map(|p| p.sandbox_name(run_id)).collect();
+        // The restore's own sandboxes: the run's id, then `-2`, `-3`… on retries.
+        names.extend([run_id.to_string(), format!("{run_id}-2"), format!("{run_id}-3")]);
+        let distinct: std::collections::BTreeSet<&String> = names.iter().collect();
+        assert_eq!(distinct.len(), names.len(), "{names:?}");
     }
 }
 
