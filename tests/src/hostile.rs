@@ -73,6 +73,18 @@ impl Lab {
         (out.status.code(), only_run(&out), all)
     }
 
+    /// `drcheck verify --target t --json` (the target's own choice of backup), and the
+    /// most memory drcheck itself held meanwhile, in MiB (see [`peak_memory_of`]).
+    pub fn verify_measured(&self, config: &Path) -> (Option<i32>, serde_json::Value, String, u64) {
+        let mut cmd = std::process::Command::new(drcheck_bin());
+        cmd.args(["--config", &config.display().to_string(), "verify", "--target", "t", "--json"])
+            .env_remove("RUST_LOG")
+            .env_remove("DRCHECK_CONFIG");
+        let (out, peak) = peak_memory_of(cmd, LIMIT);
+        let all = format!("{}\n{}", stdout(&out), stderr(&out));
+        (out.status.code(), only_run(&out), all, peak)
+    }
+
     /// `drcheck verify --backup KEY --json` started in the background (output piped).
     pub fn spawn_verify(&self, config: &Path, key: &str) -> std::process::Child {
         std::process::Command::new(drcheck_bin())
@@ -260,4 +272,39 @@ pub fn write_file(dir: &Path, name: &str, bytes: &[u8]) -> PathBuf {
     let mut f = std::fs::File::create(&p).unwrap();
     f.write_all(bytes).unwrap();
     p
+}
+
+/// Runs `cmd` to its end (failing the test past `limit`), sampling the process's own
+/// peak resident memory (`VmHWM` in `/proc`) every 20 ms; returns its output and the
+/// largest peak seen, in MiB. Unlike `getrusage(RUSAGE_CHILDREN)`, this counts neither
+/// its children nor what a forked child briefly shares with the test process.
+pub fn peak_memory_of(mut cmd: std::process::Command, limit: Duration) -> (Output, u64) {
+    let dir = tempfile::tempdir().unwrap();
+    let (out_path, err_path) = (dir.path().join("stdout"), dir.path().join("stderr"));
+    cmd.stdin(std::process::Stdio::null())
+        .stdout(std::fs::File::create(&out_path).unwrap())
+        .stderr(std::fs::File::create(&err_path).unwrap());
+    let mut child = cmd.spawn().unwrap();
+    let status_file = format!("/proc/{}/status", child.id());
+    let deadline = std::time::Instant::now() + limit;
+    let mut peak_kib = 0u64;
+    let status = loop {
+        let hwm = std::fs::read_to_string(&status_file).ok().and_then(|t| {
+            t.lines()
+                .find_map(|l| l.strip_prefix("VmHWM:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        });
+        peak_kib = peak_kib.max(hwm.unwrap_or(0));
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{cmd:?} ran over {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let out = Output { status, stdout: std::fs::read(&out_path).unwrap(), stderr: std::fs::read(&err_path).unwrap() };
+    (out, peak_kib / 1024)
 }

@@ -185,13 +185,22 @@ fn another_runs_process_cannot_enter_a_running_sandbox() {
     let psql = format!("{PG_BIN}/psql");
     let passfile = passfile.display().to_string();
     for env in [vec![], vec![("PGPASSFILE", passfile.as_str())]] {
-        let out = as_other_run(
-            &other,
-            &psql,
-            &["-h", &sock, "-p", "5432", "-U", "postgres", "-d", "postgres", "-w", "-Atc", "select 'got in'"],
-            &env,
-        );
-        let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        // The socket exists once the server listens, which is before it accepts logins:
+        // under load "the database system is starting up" can still answer for a while.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let (out, text) = loop {
+            let out = as_other_run(
+                &other,
+                &psql,
+                &["-h", &sock, "-p", "5432", "-U", "postgres", "-d", "postgres", "-w", "-Atc", "select 'got in'"],
+                &env,
+            );
+            let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+            if !text.contains("is starting up") || Instant::now() > deadline {
+                break (out, text);
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        };
         assert!(!out.status.success(), "another run's process logged in ({env:?}): {text}");
         assert!(text.contains("password"), "refused for another reason ({env:?}): {text}");
     }
@@ -441,6 +450,105 @@ fn a_wal_bomb_is_bounded_and_never_held_in_memory() {
     assert!(msg.contains("0000000100000000000000FF") && msg.contains("expands beyond"), "{msg}");
     assert_contained(&run);
     assert!(lab.leftovers().is_empty(), "{:?}", lab.leftovers());
+}
+
+/// A WAL segment full of the smallest commits: the archive's newest segment is read
+/// with `pg_waldump` to find where the recovery window ends, and one crafted 64 MiB
+/// segment makes it print over 200 MB (a 1 GiB one, over 3 GB). drcheck reads it line by line, holding one line,
+/// and still finds the newest commit (the segment's last record).
+#[test]
+fn a_wal_segment_full_of_commits_never_floods_memory() {
+    let lab = Lab::new();
+    // A base backup, complete by its manifest, never read: the window ends before it.
+    lab.put("phys/b1/base.tar", b"never read");
+    lab.put("phys/b1/backup_manifest", b"never read");
+    let name = "000000010000000000000003";
+    let newest = "2021-02-03T04:05:06.789012Z";
+    let segment = forged_commit_segment(3, 64 << 20, 15 << 9, newest);
+    lab.put(&format!("wal/{name}"), &segment);
+    drop(segment);
+    // The attack works: pg_waldump prints hundreds of megabytes, ending in `newest`.
+    let mut waldump = std::process::Command::new(format!("{PG_BIN}/pg_waldump"))
+        .args(["--rmgr=Transaction", &format!("--path={}", lab.store.join("wal").display()), name])
+        .env("TZ", "UTC")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let (mut printed, mut last) = (0usize, String::new());
+    for line in std::io::BufRead::lines(std::io::BufReader::new(waldump.stdout.take().unwrap())) {
+        let line = line.unwrap();
+        printed += line.len() + 1;
+        last = line;
+    }
+    let _ = waldump.wait();
+    assert!(printed > 200_000_000, "pg_waldump printed only {printed} bytes");
+    assert!(last.ends_with("desc: COMMIT 2021-02-03 04:05:06.789012 UTC"), "{last}");
+    let config = lab.config("", "wal_prefix = \"wal/\"\nrecovery_target = \"random\"");
+    let (code, run, all, peak_mib) = lab.verify_measured(&config);
+    eprintln!("drcheck peaked at {peak_mib} MiB");
+    assert!(peak_mib > 0 && peak_mib < 128, "drcheck peaked at {peak_mib} MiB");
+    // The window ends at the forged newest commit, before the only backup: nothing to draw.
+    assert_ran(&run, code, 3, &all);
+    let msg = run["error"]["message"].as_str().unwrap_or_default();
+    assert!(msg.contains("replays to 2021-02-03T04:05:06.789Z") && msg.contains(name), "{msg}");
+    assert!(lab.leftovers().is_empty(), "{:?}", lab.leftovers());
+}
+
+/// A PostgreSQL 15 WAL segment crafted byte by byte: segment `segno` of `seg_size`
+/// bytes, its first `pages` 8 KiB pages filled with the smallest commit records (no
+/// record crosses a page), the last one committed at `newest`, zeros after.
+fn forged_commit_segment(segno: u64, seg_size: u32, pages: usize, newest: &str) -> Vec<u8> {
+    const PAGE: usize = 8192;
+    const CRC32C: crc::Crc<u32> = crc::Crc::<u32>::new(&crc::CRC_32_ISCSI);
+    let pg_epoch = chrono::DateTime::parse_from_rfc3339("2000-01-01T00:00:00Z").unwrap();
+    let newest = (chrono::DateTime::parse_from_rfc3339(newest).unwrap() - pg_epoch).num_microseconds().unwrap();
+    let start = segno * u64::from(seg_size);
+    let mut wal = vec![0u8; seg_size as usize];
+    // Where each record goes: 40 bytes each, the last of a page taking what is left.
+    let mut records = Vec::new();
+    for page in 0..pages {
+        let header = if page == 0 { 40 } else { 24 };
+        let usable = PAGE - header;
+        let mut at = page * PAGE + header;
+        for _ in 0..usable / 40 - 1 {
+            records.push((at, 40));
+            at += 40;
+        }
+        records.push((at, 40 + usable % 40));
+        let o = page * PAGE;
+        wal[o..o + 2].copy_from_slice(&0xD110u16.to_le_bytes()); // XLOG_PAGE_MAGIC of 15
+        let info: u16 = if page == 0 { 2 } else { 0 }; // XLP_LONG_HEADER on a segment's first page
+        wal[o + 2..o + 4].copy_from_slice(&info.to_le_bytes());
+        wal[o + 4..o + 8].copy_from_slice(&1u32.to_le_bytes()); // timeline
+        wal[o + 8..o + 16].copy_from_slice(&(start + o as u64).to_le_bytes());
+        if page == 0 {
+            wal[24..32].copy_from_slice(&7_000_000_000_000_000_000u64.to_le_bytes()); // system id
+            wal[32..36].copy_from_slice(&seg_size.to_le_bytes());
+            wal[36..40].copy_from_slice(&(PAGE as u32).to_le_bytes());
+        }
+    }
+    let n = records.len() as i64;
+    let mut prev = start - 40;
+    for (i, &(at, len)) in records.iter().enumerate() {
+        // XLogRecord: total length, xid, previous record, info (COMMIT), rmgr (Transaction), CRC.
+        let mut record = vec![0u8; len];
+        record[0..4].copy_from_slice(&(len as u32).to_le_bytes());
+        record[4..8].copy_from_slice(&(1000 + i as u32).to_le_bytes());
+        record[8..16].copy_from_slice(&prev.to_le_bytes());
+        record[17] = 1;
+        // The main data (XLR_BLOCK_ID_DATA_SHORT): xl_xact_commit's xact_time, padding.
+        record[24] = 255;
+        record[25] = (len - 26) as u8;
+        record[26..34].copy_from_slice(&(newest - (n - 1 - i as i64)).to_le_bytes());
+        let mut crc = CRC32C.digest();
+        crc.update(&record[24..]);
+        crc.update(&record[..20]);
+        record[20..24].copy_from_slice(&crc.finalize().to_le_bytes());
+        wal[at..at + len].copy_from_slice(&record);
+        prev = start + at as u64;
+    }
+    wal
 }
 
 /// Stops the test's bystander process however the test ends.

@@ -49,6 +49,39 @@ fn leading_count(progress: &str, unit: &str) -> u64 {
         .unwrap_or(0)
 }
 
+/// Runs pg_amcheck to its end, keeping the last [`OUTPUT_KEPT`] bytes of its stdout
+/// and stderr: the copy is the backup's, and one report line per corrupt page of a
+/// crafted database would be any size (`restore::server::capture` does the same for
+/// the restore's tools).
+async fn run_bounded(
+    mut cmd: tokio::process::Command,
+) -> std::io::Result<(std::process::ExitStatus, Vec<u8>, Vec<u8>)> {
+    use std::process::Stdio;
+    let mut child = cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn()?;
+    let (out, err) = (child.stdout.take().expect("piped"), child.stderr.take().expect("piped"));
+    let (out, err, status) = tokio::join!(read_end(out), read_end(err), child.wait());
+    Ok((status?, out?, err?))
+}
+
+/// How much of each of pg_amcheck's streams is kept (their ends say what was found).
+const OUTPUT_KEPT: usize = 64 << 10;
+
+async fn read_end(mut r: impl tokio::io::AsyncRead + Unpin) -> std::io::Result<Vec<u8>> {
+    use tokio::io::AsyncReadExt;
+    let (mut kept, mut chunk) = (Vec::new(), vec![0u8; 16 << 10]);
+    loop {
+        let n = r.read(&mut chunk).await?;
+        if n == 0 {
+            break;
+        }
+        kept.extend_from_slice(&chunk[..n]);
+        if kept.len() > 2 * OUTPUT_KEPT {
+            kept.drain(..kept.len() - OUTPUT_KEPT);
+        }
+    }
+    Ok(kept)
+}
+
 pub(crate) fn tail(bytes: &[u8], max: usize) -> String {
     let start = bytes.len().saturating_sub(max);
     String::from_utf8_lossy(&bytes[start..]).trim().to_string()
@@ -96,7 +129,7 @@ impl Validator for Amcheck {
         }
         let mut cmd = tool(&cx.access, "pg_amcheck");
         cmd.args(["--heapallindexed", "--jobs=2", "--progress", "-d", &cx.access.database]);
-        let out = cmd.output().await;
+        let out = run_bounded(cmd).await;
         if !had {
             let _ = sqlx::query("drop extension if exists amcheck").execute(&cx.restored).await;
             let drop = format!("drop schema if exists {}", quote_ident(&schema));
@@ -106,11 +139,11 @@ impl Validator for Amcheck {
             Ok(o) => o,
             Err(e) => return vec![Finding::new(name, Status::Error, format!("cannot run pg_amcheck: {e}"))],
         };
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        let stderr = String::from_utf8_lossy(&out.stderr);
+        let (status, stdout, stderr) = out;
+        let (stdout, stderr) = (String::from_utf8_lossy(&stdout), String::from_utf8_lossy(&stderr));
         // With --progress, the last progress line says how many relations were checked.
         let progress = stderr.rsplit(['\r', '\n']).find(|l| l.contains("relations")).unwrap_or("").trim().to_string();
-        match out.status.code() {
+        match status.code() {
             Some(0) => vec![
                 Finding::new(name, Status::Passed, format!("no corruption found ({progress})"))
                     .covered("relations", leading_count(&progress, "relations")),
@@ -122,7 +155,7 @@ impl Validator for Amcheck {
             _ => vec![Finding::new(
                 name,
                 Status::Error,
-                format!("pg_amcheck failed ({}): {}", out.status, tail(format!("{stdout}{stderr}").as_bytes(), 3000)),
+                format!("pg_amcheck failed ({status}): {}", tail(format!("{stdout}{stderr}").as_bytes(), 3000)),
             )],
         }
     }

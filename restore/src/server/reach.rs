@@ -9,6 +9,7 @@
 //! [`newest`] tries them newest first.
 
 use crate::error::{RestoreError, Stage};
+use crate::server::capture;
 use crate::server::contain;
 use crate::server::pgbin;
 use crate::server::sandbox::{Sandbox, tail};
@@ -16,6 +17,7 @@ use crate::store::BackupStore;
 use crate::transfer::fetch::FetchOptions;
 use std::future::Future;
 use std::path::{Path, PathBuf};
+use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -132,50 +134,63 @@ async fn newest_in_file(
     policy.read_only.extend(contain::system_read_paths(&bin.dir));
     let name = file.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
     let dir = file.parent().unwrap_or(Path::new("/"));
-    let out = tokio::process::Command::from(contain::command(&tool, &policy))
+    let mut child = tokio::process::Command::from(contain::command(&tool, &policy))
         .arg(format!("--path={}", dir.display()))
         .arg("--rmgr=Transaction")
         .arg(&name)
         .env_clear()
         .env("TZ", "UTC")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
         .kill_on_drop(true)
-        .output();
-    let out = tokio::time::timeout(Duration::from_secs(120), out)
+        .spawn()
+        .map_err(|e| infra(format!("cannot run {}: {e}", tool.display())))?;
+    let (stdout, stderr) = (child.stdout.take(), child.stderr.take());
+    // A segment is the backup's bytes: one full of commits prints hundreds of megabytes.
+    // Read line by line, keeping only the newest time seen.
+    let mut newest: Option<SystemTime> = None;
+    let read = async {
+        let out = capture::each_line(stdout.expect("piped"), LINE_KEPT, |line| {
+            newest = newest.max(transaction_end(&String::from_utf8_lossy(line)));
+        });
+        let err = capture::last_bytes(stderr.expect("piped"), 2000);
+        let (out, err, status) = tokio::join!(out, err, child.wait());
+        Ok::<_, std::io::Error>((out?, err?, status?))
+    };
+    let (printed, err, status) = tokio::time::timeout(Duration::from_secs(120), read)
         .await
         .map_err(|_| infra(format!("pg_waldump of {name} took over 2 minutes")))?
-        .map_err(|e| infra(format!("cannot run {}: {e}", tool.display())))?;
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let found = newest_transaction_end(&stdout);
+        .map_err(|e| infra(format!("running {}: {e}", tool.display())))?;
     // pg_waldump exits 1 at the end of the written WAL ("invalid record length"): what it
     // printed before counts. Nothing printed and a failure is a failure.
-    if found.is_none() && !out.status.success() && stdout.trim().is_empty() {
-        let err = tail(&out.stderr, 2000);
+    if newest.is_none() && !status.success() && printed == 0 {
+        let err = tail(&err, 2000);
         let benign = err.contains("invalid record length") || err.contains("could not find a valid record");
         if !benign {
             return Err(RestoreError::bad(Stage::Select, format!("pg_waldump cannot read archived WAL {name}: {err}")));
         }
     }
-    Ok(found)
+    Ok(newest)
 }
 
-/// The newest `COMMIT`/`ABORT` time in `pg_waldump --rmgr=Transaction` output
-/// (`desc: COMMIT 2026-12-02 02:10:00.123456 UTC; …`).
-pub fn newest_transaction_end(waldump: &str) -> Option<SystemTime> {
-    waldump
-        .lines()
-        .filter_map(|l| {
-            let desc = l.split("desc: ").nth(1)?;
-            let rest = desc.strip_prefix("COMMIT ").or_else(|| desc.strip_prefix("ABORT "))?;
-            let stamp = rest.split(';').next()?.trim();
-            let (when, zone) = stamp.rsplit_once(' ')?;
-            if zone != "UTC" && zone != "GMT" {
-                return None;
-            }
-            let t = chrono::NaiveDateTime::parse_from_str(when, "%Y-%m-%d %H:%M:%S%.f").ok()?.and_utc();
-            let micros = u64::try_from(t.timestamp_micros()).ok()?;
-            Some(SystemTime::UNIX_EPOCH + Duration::from_micros(micros))
-        })
-        .max()
+/// The most of one `pg_waldump` line read: a commit's time comes right after `desc:`,
+/// its list of subtransactions, relations and invalidations (any length) after it.
+const LINE_KEPT: usize = 4096;
+
+/// The time of a `COMMIT`/`ABORT` line of `pg_waldump --rmgr=Transaction`
+/// (`… desc: COMMIT 2026-12-02 02:10:00.123456 UTC; …`), if it is one.
+pub fn transaction_end(line: &str) -> Option<SystemTime> {
+    let desc = line.split("desc: ").nth(1)?;
+    let rest = desc.strip_prefix("COMMIT ").or_else(|| desc.strip_prefix("ABORT "))?;
+    let stamp = rest.split(';').next()?.trim();
+    let (when, zone) = stamp.rsplit_once(' ')?;
+    if zone != "UTC" && zone != "GMT" {
+        return None;
+    }
+    let t = chrono::NaiveDateTime::parse_from_str(when, "%Y-%m-%d %H:%M:%S%.f").ok()?.and_utc();
+    let micros = u64::try_from(t.timestamp_micros()).ok()?;
+    Some(SystemTime::UNIX_EPOCH + Duration::from_micros(micros))
 }
 
 #[cfg(test)]
@@ -188,10 +203,10 @@ mod tests {
                    rmgr: Transaction len (rec/tot):     34/    34, tx:        736, lsn: 0/03000200, prev 0/03000100, desc: ABORT 2026-12-02 02:10:05.000001 UTC\n\
                    rmgr: Transaction len (rec/tot):    530/   530, tx:        737, lsn: 0/03000300, prev 0/03000200, desc: COMMIT 2026-12-02 02:10:03.5 UTC; inval msgs: catcache 7\n\
                    rmgr: Transaction len (rec/tot):     34/    34, tx:        738, lsn: 0/03000400, prev 0/03000300, desc: COMMIT 2026-12-02 04:10:03.5 CEST\n";
-        let t = newest_transaction_end(out).unwrap();
+        let t = out.lines().filter_map(transaction_end).max().unwrap();
         assert_eq!(humantime::format_rfc3339_micros(t).to_string(), "2026-12-02T02:10:05.000001Z");
-        assert_eq!(newest_transaction_end("rmgr: XLOG desc: SWITCH\n"), None);
-        assert_eq!(newest_transaction_end(""), None);
+        assert_eq!(transaction_end("rmgr: XLOG desc: SWITCH"), None);
+        assert_eq!(transaction_end(""), None);
     }
 
     #[test]

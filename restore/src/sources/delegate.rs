@@ -9,12 +9,21 @@
 //! environment, never its command line.
 
 use crate::error::{Blame, RestoreError, Stage};
+use crate::server::capture;
 use crate::server::contain;
 use crate::server::recovery;
 use crate::server::sandbox::{Contained, Host, Sandbox, tail};
 use drcheck_config::RecoveryTarget;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
+
+/// The most of a tool's standard output read (a catalog, a listing): more is a
+/// repository beyond what drcheck holds in memory, and the run stops (drcheck's limit:
+/// exit 3).
+pub const STDOUT_LIMIT: usize = 128 << 20;
+
+/// The end of a tool's standard error kept: its reason comes last.
+const STDERR_KEEP: usize = 64 << 10;
 
 /// One contained run of a backup tool.
 pub struct Tool<'a> {
@@ -122,14 +131,36 @@ pub async fn run_to(
         ),
         None => std::process::Stdio::piped(),
     };
-    let out = cmd
+    let mut child = cmd
         .stdout(stdout)
         .stderr(std::process::Stdio::piped())
         .spawn()
-        .map_err(|e| infra(format!("cannot run {}: {e} (is it installed?)", tool.program.display())))?
-        .wait_with_output()
-        .await
-        .map_err(|e| infra(format!("running {}: {e}", tool.program.display())))?;
+        .map_err(|e| infra(format!("cannot run {}: {e} (is it installed?)", tool.program.display())))?;
+    // What it prints is the repository's doing: read it bounded (see `capture`).
+    let (out_pipe, err_pipe) = (child.stdout.take(), child.stderr.take());
+    let read_out = async move {
+        match out_pipe {
+            Some(p) => capture::at_most(p, STDOUT_LIMIT).await,
+            None => Ok(Ok(Vec::new())),
+        }
+    };
+    let read_err = async move {
+        match err_pipe {
+            Some(p) => capture::last_bytes(p, STDERR_KEEP).await,
+            None => Ok(Vec::new()),
+        }
+    };
+    let (stdout, stderr, status) = tokio::join!(read_out, read_err, child.wait());
+    let running = |e: std::io::Error| infra(format!("running {}: {e}", tool.program.display()));
+    let (status, stderr) = (status.map_err(running)?, stderr.map_err(running)?);
+    let stdout = stdout.map_err(running)?.map_err(|n| {
+        infra(format!(
+            "{} printed {n} bytes, more than the {} MiB drcheck reads of a tool's output",
+            tool.program.display(),
+            STDOUT_LIMIT >> 20
+        ))
+    })?;
+    let out = std::process::Output { status, stdout, stderr };
     use std::os::unix::process::ExitStatusExt;
     // The tool's credentials never travel on in what it printed (a debug log may quote
     // an access key in a header).

@@ -4,6 +4,7 @@
 //! and undoing outer compression.
 
 use crate::error::{RestoreError, Stage, StoreError};
+use crate::server::capture;
 use crate::server::sandbox::{Sandbox, tail};
 use crate::store::BackupReader;
 use crate::transfer::format::{self, BackupFormat};
@@ -371,16 +372,20 @@ impl AsyncRead for RestrictLines {
 /// fault unless [`Sandbox::judge_client`] says the world's, with the tool's stderr tail
 /// as the reason.
 pub async fn run_tool(sandbox: &Sandbox, mut cmd: tokio::process::Command, what: &str) -> Result<(), RestoreError> {
-    let out = cmd
+    let mut child = cmd
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
-        .output()
-        .await
+        .spawn()
         .map_err(|e| RestoreError::infra(Stage::Restore, format!("cannot run {what}: {e}")))?;
-    if !out.status.success() {
-        let (who, why) = sandbox.judge_client(&out.status);
-        let message = format!("{what} failed ({}): {}", out.status, tail(&out.stderr, STDERR_KEEP));
+    // The backup decides how much the tool complains: only the end is kept.
+    let stderr = child.stderr.take().expect("stderr is piped");
+    let (stderr, status) = tokio::join!(capture::last_bytes(stderr, STDERR_KEEP), child.wait());
+    let running = |e: std::io::Error| RestoreError::infra(Stage::Restore, format!("running {what}: {e}"));
+    let (stderr, status) = (stderr.map_err(running)?, status.map_err(running)?);
+    if !status.success() {
+        let (who, why) = sandbox.judge_client(&status);
+        let message = format!("{what} failed ({status}): {}", tail(&stderr, STDERR_KEEP));
         return Err(who.error(Stage::Restore, crate::error::with_reason(message, why)));
     }
     Ok(())
@@ -403,21 +408,8 @@ pub async fn stream_into(
         .spawn()
         .map_err(|e| RestoreError::infra(Stage::Restore, format!("cannot run {what}: {e}")))?;
     // Drain stderr concurrently: a full pipe would otherwise stall the tool.
-    let mut stderr = child.stderr.take().expect("stderr is piped");
-    let stderr_task = tokio::spawn(async move {
-        let mut buf = Vec::new();
-        let mut chunk = [0u8; 4096];
-        while let Ok(n) = stderr.read(&mut chunk).await {
-            if n == 0 {
-                break;
-            }
-            buf.extend_from_slice(&chunk[..n]);
-            if buf.len() > 4 * STDERR_KEEP {
-                buf.drain(..buf.len() - STDERR_KEEP);
-            }
-        }
-        buf
-    });
+    let stderr = child.stderr.take().expect("stderr is piped");
+    let stderr_task = tokio::spawn(async move { capture::last_bytes(stderr, STDERR_KEEP).await.unwrap_or_default() });
     let mut stdin = child.stdin.take().expect("stdin is piped");
     let mut pipe_closed = stdin.write_all(&head).await.is_err();
     let mut buf = vec![0u8; CHUNK];

@@ -8,6 +8,7 @@
 
 use crate::error::{RestoreError, Stage};
 use crate::request::{FetchEnd, RestoreJob, Restored, read_small};
+use crate::server::capture;
 use crate::server::contain;
 use crate::server::pgbin;
 use crate::server::recovery::WalReplay;
@@ -194,21 +195,28 @@ async fn verify_backup(sandbox: &Sandbox, data: &Path, manifest: &str) -> Result
     let mut policy = sandbox.policy(&exec);
     policy.read_only.extend(contain::system_read_paths(&bin.dir));
     let cmd = contain::command(&tool, &policy);
-    let out = tokio::process::Command::from(cmd)
+    let mut child = tokio::process::Command::from(cmd)
         .arg("-q")
         .arg("-m")
         .arg(&path)
         .arg(data)
         .env_clear()
         .env("PATH", format!("{}:/usr/bin:/bin", bin.dir.display()))
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
         .kill_on_drop(true)
-        .output()
-        .await
+        .spawn()
         .map_err(|e| RestoreError::infra(Stage::Restore, format!("cannot run {}: {e}", tool.display())))?;
-    if !out.status.success() {
+    // A forged manifest makes one complaint per file it lists: only the end is kept.
+    let stderr = child.stderr.take().expect("stderr is piped");
+    let (stderr, status) = tokio::join!(capture::last_bytes(stderr, 4000), child.wait());
+    let running = |e: std::io::Error| RestoreError::infra(Stage::Restore, format!("running {}: {e}", tool.display()));
+    let (stderr, status) = (stderr.map_err(running)?, status.map_err(running)?);
+    if !status.success() {
         return Err(RestoreError::bad(
             Stage::Restore,
-            format!("pg_verifybackup found the backup does not match its manifest: {}", tail(&out.stderr, 4000)),
+            format!("pg_verifybackup found the backup does not match its manifest: {}", tail(&stderr, 4000)),
         ));
     }
     Ok("verified with pg_verifybackup against backup_manifest".to_string())
