@@ -2,7 +2,7 @@
 # Installs what drcheck's tests need, idempotently: PostgreSQL 15 server and client
 # binaries (Debian's postgresql-15), moto's S3-compatible server and the aws CLI, and
 # everything the end-to-end tests drive (Prometheus tools, pgBackRest, barman-cloud,
-# Chromium, age/gpg, kubectl, cargo-nextest, …). Safe to run again; does nothing when
+# pg_cron, Chromium, age/gpg, kubectl, cargo-nextest, …). Safe to run again; does nothing when
 # everything is present.
 #
 #   scripts/setup.sh           # the tests' set-up
@@ -41,6 +41,8 @@ command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
 # and GNU time (peak RSS).
 command -v sqlite3 >/dev/null 2>&1 || need_apt+=(sqlite3)
 [ -x /usr/bin/time ] || need_apt+=(time)
+# pg_cron, for the test that the heartbeat's printed pg_cron jobs are pg_cron's own.
+[ -f /usr/lib/postgresql/15/lib/pg_cron.so ] || need_apt+=(postgresql-15-cron)
 # A non-C locale (de_DE.UTF-8) for the test that a primary's lc_monetary cannot skew checksums.
 command -v localedef >/dev/null 2>&1 && [ -d /usr/share/i18n/locales ] || need_apt+=(locales)
 fi

@@ -43,7 +43,7 @@ pub fn setup_sql(target: &TargetConfig, hb: &HeartbeatConfig, writer: &str) -> S
          -- drcheck's verifier role reads it like every table (pg_read_all_data, or):\n\
          -- GRANT USAGE ON SCHEMA {schema} TO <verifier>; GRANT SELECT ON {table} TO <verifier>;\n\
          \n\
-         -- Without `drcheck daemon` (CronJob fleets), pg_cron writes it every {every}:\n\
+         -- Without `drcheck daemon` (CronJob fleets), pg_cron writes it every {every}{seconds_note}:\n\
          -- SELECT cron.schedule_in_database('drcheck-heartbeat-{name}', '{cron}', $$INSERT INTO {table} DEFAULT VALUES$$, '{db_literal}');\n\
          \n\
          -- Keep a retention's worth (older rows prove nothing a backup still needs):\n\
@@ -51,6 +51,12 @@ pub fn setup_sql(target: &TargetConfig, hb: &HeartbeatConfig, writer: &str) -> S
         name = target.name,
         writer_lit = writer.replace('\'', "''"),
         every = drcheck_config::format_duration(hb.interval),
+        seconds_note = if hb.interval < Duration::from_secs(60) {
+            "\n-- (a schedule in seconds needs pg_cron 1.5 or later; with an older one, schedule\n\
+             -- '* * * * *' and set [target.heartbeat] interval = \"1m\")"
+        } else {
+            ""
+        },
     )
 }
 

@@ -132,6 +132,7 @@ fn setup() -> Window {
     let sql = stdout(&out);
     assert!(sql.contains("GRANT INSERT ON \"drcheck\".\"heartbeat\" TO \"drcheck_heartbeat\""), "{sql}");
     assert!(sql.contains("cron.schedule_in_database('drcheck-heartbeat-orders', '1 seconds'"), "{sql}");
+    assert!(sql.contains("a schedule in seconds needs pg_cron 1.5 or later"), "{sql}");
     let script = root_path.join("heartbeat.sql");
     std::fs::write(&script, &sql).unwrap();
     make_world_enterable(&root_path);
@@ -340,4 +341,72 @@ fn a_dumps_newest_heartbeat_says_how_far_its_data_is_behind() {
     assert_eq!(validator(&run, "row_counts")["status"], "passed", "{run}");
     // No time target: the report says nothing about a target reached.
     assert!(run["restore"]["target_reached"].is_null(), "{run}");
+}
+
+/// The pg_cron lines `heartbeat setup` prints (for fleets that run drcheck only as a
+/// CronJob) are pg_cron's own: a primary with pg_cron loaded (Debian's
+/// postgresql-15-cron) takes both jobs as printed, for the target's database, and the
+/// heartbeat job's command, run there, writes a heartbeat.
+#[test]
+fn the_printed_pg_cron_jobs_are_taken_by_pg_cron_and_write_the_heartbeat() {
+    let root = TempRoot::new();
+    let primary = PgPrimary::start_with(
+        &root,
+        &[
+            ("shared_preload_libraries", "pg_cron"),
+            ("cron.database_name", "postgres"),
+            ("cron.use_background_workers", "on"),
+        ],
+    );
+    primary.psql("postgres", "create database orders");
+    let store = root.path().join("store");
+    std::fs::create_dir_all(&store).unwrap();
+    let config = root.path().join("c.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[state]\nurl = \"sqlite://{root}/history.db\"\n\
+             [storage.local]\nkind = \"filesystem\"\npath = \"{store}\"\n\
+             [[target]]\nname = \"orders\"\nprimary = \"{primary}\"\nstorage = \"local\"\nrto = \"10m\"\nrpo = \"1h\"\n\
+             [target.heartbeat]\ntable = \"drcheck.heartbeat\"\ninterval = \"1m\"\n",
+            root = root.path().display(),
+            store = store.display(),
+            primary = primary.url("postgres", "unused", "orders"),
+        ),
+    )
+    .unwrap();
+    let (out, _) =
+        drcheck(&["--config", &config.display().to_string(), "heartbeat", "setup", "--target", "orders"], &[], LIMIT);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let sql = stdout(&out);
+    assert!(!sql.contains("pg_cron 1.5"), "a schedule in minutes suits every pg_cron: {sql}");
+    let script = root.path().join("heartbeat.sql");
+    std::fs::write(&script, &sql).unwrap();
+    make_world_enterable(root.path());
+    let applied = primary.run_script("orders", &script);
+    assert!(applied.status.success(), "{}", String::from_utf8_lossy(&applied.stderr));
+    // The jobs are printed commented out (pg_cron is optional): taken as printed.
+    primary.psql("postgres", "create extension pg_cron");
+    let jobs: Vec<&str> = sql.lines().filter_map(|l| l.strip_prefix("-- SELECT cron.")).collect();
+    assert_eq!(jobs.len(), 2, "{sql}");
+    for job in &jobs {
+        primary.psql("postgres", &format!("SELECT cron.{job}"));
+    }
+    let listed = primary.psql(
+        "postgres",
+        "select jobname || ' | ' || schedule || ' | ' || database || ' | ' || active from cron.job order by jobname",
+    );
+    assert_eq!(
+        listed,
+        "drcheck-heartbeat-orders | * * * * * | orders | true\ndrcheck-heartbeat-trim-orders | 17 3 * * * | orders | true"
+    );
+    // What pg_cron runs, run where it would: in the target's database.
+    let count = || primary.psql("orders", "select count(*) from drcheck.heartbeat").parse::<u64>().unwrap();
+    let before = count();
+    for command in primary.psql("postgres", "select command from cron.job order by jobname").lines() {
+        primary.psql("orders", command);
+    }
+    assert!(count() > before, "the heartbeat job's command wrote nothing");
+    let newest = primary.psql("orders", "select extract(epoch from now() - max(at)) < 5 from drcheck.heartbeat");
+    assert_eq!(newest, "t");
 }
