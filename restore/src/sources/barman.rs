@@ -147,9 +147,57 @@ impl Catalog {
         Ok(backups)
     }
 
-    /// Restores `backup` into the sandbox, spools the WAL recovery needs and starts the
-    /// server.
-    async fn restore_backup(
+    /// The WAL files the server's archive (`wals/`) holds.
+    async fn archived(&self, store: &Arc<dyn BackupStore>) -> Result<Archived, StoreError> {
+        let mut archived = Archived::default();
+        for o in store.list(&format!("{}wals/", self.server_prefix())).await? {
+            archived.add(o.key.rsplit('/').next().unwrap_or(&o.key));
+        }
+        Ok(archived)
+    }
+
+    /// `barman-cloud-wal-restore NAME` into `dest`.
+    async fn fetch_wal(&self, sandbox: &impl Contained, dest: &Path, name: &str) -> Result<(), RestoreError> {
+        let args = [
+            "-vv".to_string(),
+            self.destination(),
+            self.server_name.clone(),
+            name.to_string(),
+            dest.display().to_string(),
+        ];
+        let out = self.run(sandbox, "barman-cloud-wal-restore", &args).await?;
+        if out.ok() { Ok(()) } else { Err(classify(sandbox, &format!("barman-cloud-wal-restore {name}"), &out)) }
+    }
+}
+
+#[async_trait::async_trait]
+impl Archive for Catalog {
+    fn describe(&self) -> String {
+        Catalog::describe(self)
+    }
+
+    async fn reach(
+        &self,
+        sandbox: &Sandbox,
+        store: &Arc<dyn BackupStore>,
+        pg_bindir: Option<&Path>,
+    ) -> Result<Option<crate::server::reach::Reach>, RestoreError> {
+        let archived = self.archived(store).await?;
+        crate::server::reach::newest(sandbox, pg_bindir, archived.segments, |name, path| async move {
+            self.fetch_wal(sandbox, &path, &name).await?;
+            sandbox.give_to_server(&path)
+        })
+        .await
+    }
+}
+
+#[async_trait::async_trait]
+impl Repository for Catalog {
+    fn tool(&self) -> &'static str {
+        "barman-cloud"
+    }
+
+    async fn restore(
         &self,
         sandbox: &mut Sandbox,
         store: &Arc<dyn BackupStore>,
@@ -186,10 +234,7 @@ impl Catalog {
                 format!("the catalog names no WAL range for {}", backup.key),
             ));
         };
-        let mut archived = Archived::default();
-        for o in store.list(&format!("{}wals/", self.server_prefix())).await? {
-            archived.add(o.key.rsplit('/').next().unwrap_or(&o.key));
-        }
+        let archived = self.archived(store).await?;
         let last = match target {
             RecoveryTarget::Immediate => stop.clone(),
             _ => archived.segments.iter().next_back().cloned().unwrap_or_else(|| stop.clone()),
@@ -213,95 +258,23 @@ impl Catalog {
         Ok(ToolRestored { recovered_to, wal_files: plan.segments.len(), wal_gap: plan.gap, fetched_in })
     }
 
-    /// How far the server's WAL archive replays: its newest segments read with `pg_waldump`.
-    async fn archive_reach(
-        &self,
-        sandbox: &Sandbox,
-        store: &Arc<dyn BackupStore>,
-        pg_bindir: Option<&Path>,
-    ) -> Result<Option<crate::server::reach::Reach>, RestoreError> {
-        let mut archived = Archived::default();
-        for o in store.list(&format!("{}wals/", self.server_prefix())).await? {
-            archived.add(o.key.rsplit('/').next().unwrap_or(&o.key));
-        }
-        crate::server::reach::newest(sandbox, pg_bindir, archived.segments, |name, path| async move {
-            self.fetch_wal(sandbox, &path, &name).await?;
-            sandbox.give_to_server(&path)
-        })
-        .await
-    }
-
     /// The catalog checked without a restore: the newest backup's status, and WAL
     /// continuity from the oldest restorable backup to the newest archived file.
-    async fn check(&self, store: &Arc<dyn BackupStore>, backups: &[Backup]) -> Result<Integrity, RestoreError> {
-        let mut integrity = Integrity::default();
-        if let Some(newest) = backups.last()
-            && let Some(c) = newest.catalog.as_ref().filter(|c| c.status != "ok")
-        {
-            integrity.notes.push(format!("the newest backup {} is {}: not restorable", newest.key, c.status));
-        }
-        let mut archived = Archived::default();
-        for o in store.list(&format!("{}wals/", self.server_prefix())).await? {
-            archived.add(o.key.rsplit('/').next().unwrap_or(&o.key));
-        }
-        delegate::continuity(backups, &archived, &mut integrity);
-        Ok(integrity)
-    }
-
-    /// `barman-cloud-wal-restore NAME` into `dest`.
-    async fn fetch_wal(&self, sandbox: &impl Contained, dest: &Path, name: &str) -> Result<(), RestoreError> {
-        let args = [
-            "-vv".to_string(),
-            self.destination(),
-            self.server_name.clone(),
-            name.to_string(),
-            dest.display().to_string(),
-        ];
-        let out = self.run(sandbox, "barman-cloud-wal-restore", &args).await?;
-        if out.ok() { Ok(()) } else { Err(classify(sandbox, &format!("barman-cloud-wal-restore {name}"), &out)) }
-    }
-}
-
-#[async_trait::async_trait]
-impl Archive for Catalog {
-    fn describe(&self) -> String {
-        Catalog::describe(self)
-    }
-
-    async fn reach(
-        &self,
-        sandbox: &Sandbox,
-        store: &Arc<dyn BackupStore>,
-        pg_bindir: Option<&Path>,
-    ) -> Result<Option<crate::server::reach::Reach>, RestoreError> {
-        self.archive_reach(sandbox, store, pg_bindir).await
-    }
-}
-
-#[async_trait::async_trait]
-impl Repository for Catalog {
-    fn tool(&self) -> &'static str {
-        "barman-cloud"
-    }
-
-    async fn restore(
-        &self,
-        sandbox: &mut Sandbox,
-        store: &Arc<dyn BackupStore>,
-        pg_bindir: Option<&Path>,
-        backup: &Backup,
-        target: &RecoveryTarget,
-    ) -> Result<ToolRestored, RestoreError> {
-        self.restore_backup(sandbox, store, pg_bindir, backup, target).await
-    }
-
     async fn integrity(
         &self,
         _host: &Host,
         store: &Arc<dyn BackupStore>,
         backups: &[Backup],
     ) -> Result<Integrity, RestoreError> {
-        self.check(store, backups).await
+        let mut integrity = Integrity::default();
+        if let Some(newest) = backups.last()
+            && let Some(c) = newest.catalog.as_ref().filter(|c| c.status != "ok")
+        {
+            integrity.notes.push(format!("the newest backup {} is {}: not restorable", newest.key, c.status));
+        }
+        let archived = self.archived(store).await?;
+        delegate::continuity(backups, &archived, &mut integrity);
+        Ok(integrity)
     }
 }
 
