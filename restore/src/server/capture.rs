@@ -61,6 +61,17 @@ pub async fn last_bytes<R: AsyncRead + Unpin>(mut r: R, keep: usize) -> io::Resu
     Ok(kept)
 }
 
+/// Waits for `child` (its stderr piped), reading its stderr meanwhile and keeping the
+/// last `keep` bytes of it.
+pub async fn wait_keeping_stderr(
+    child: &mut tokio::process::Child,
+    keep: usize,
+) -> io::Result<(std::process::ExitStatus, Vec<u8>)> {
+    let stderr = child.stderr.take().expect("stderr is piped");
+    let (stderr, status) = tokio::join!(last_bytes(stderr, keep), child.wait());
+    Ok((status?, stderr?))
+}
+
 /// Reads `r` to its end: all of it when it holds at most `limit` bytes, else
 /// `Err(bytes read)` after reading (and dropping) the rest, so the writer is never
 /// left blocked on a full pipe.

@@ -379,10 +379,9 @@ pub async fn run_tool(sandbox: &Sandbox, mut cmd: tokio::process::Command, what:
         .spawn()
         .map_err(|e| RestoreError::infra(Stage::Restore, format!("cannot run {what}: {e}")))?;
     // The backup decides how much the tool complains: only the end is kept.
-    let stderr = child.stderr.take().expect("stderr is piped");
-    let (stderr, status) = tokio::join!(capture::last_bytes(stderr, STDERR_KEEP), child.wait());
-    let running = |e: std::io::Error| RestoreError::infra(Stage::Restore, format!("running {what}: {e}"));
-    let (stderr, status) = (stderr.map_err(running)?, status.map_err(running)?);
+    let (status, stderr) = capture::wait_keeping_stderr(&mut child, STDERR_KEEP)
+        .await
+        .map_err(|e| RestoreError::infra(Stage::Restore, format!("running {what}: {e}")))?;
     if !status.success() {
         let (who, why) = sandbox.judge_client(&status);
         let message = format!("{what} failed ({status}): {}", tail(&stderr, STDERR_KEEP));

@@ -209,10 +209,9 @@ async fn verify_backup(sandbox: &Sandbox, data: &Path, manifest: &str) -> Result
         .spawn()
         .map_err(|e| RestoreError::infra(Stage::Restore, format!("cannot run {}: {e}", tool.display())))?;
     // A forged manifest makes one complaint per file it lists: only the end is kept.
-    let stderr = child.stderr.take().expect("stderr is piped");
-    let (stderr, status) = tokio::join!(capture::last_bytes(stderr, 4000), child.wait());
-    let running = |e: std::io::Error| RestoreError::infra(Stage::Restore, format!("running {}: {e}", tool.display()));
-    let (stderr, status) = (stderr.map_err(running)?, status.map_err(running)?);
+    let (status, stderr) = capture::wait_keeping_stderr(&mut child, 4000)
+        .await
+        .map_err(|e| RestoreError::infra(Stage::Restore, format!("running {}: {e}", tool.display())))?;
     if !status.success() {
         return Err(RestoreError::bad(
             Stage::Restore,
