@@ -650,6 +650,7 @@ async fn steps(
         decrypted_by: None,
         recovery_target: None,
         target_reached: None,
+        privileges_skipped: None,
     });
     let outcome = tokio::time::timeout(deadline, job::run(&job)).await;
     if let Some(d) = *job.sandbox_ready_in.lock().unwrap() {
@@ -717,6 +718,7 @@ async fn steps(
         info.containment = Some(restored.sandbox.containment_name());
         info.manifest = restored.manifest.clone();
         info.first_byte_seconds = first_byte.lock().unwrap().map(secs);
+        info.privileges_skipped = restored.skipped_privileges;
     }
     progress.phase(&target.name, "checking the restored database");
     let physical = restored.format.contains("physical");

@@ -122,6 +122,11 @@ pub struct RestoreInfo {
     /// "passphrase"), never the secret.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub decrypted_by: Option<String>,
+    /// Plain dumps restored without the source's roles (no `globals_key`): how many
+    /// ownership and privilege statements were left out, as an archive's restore leaves
+    /// them out (`--no-owner --no-privileges`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub privileges_skipped: Option<u64>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -437,6 +442,7 @@ mod tests {
             manifest: None,
             first_byte_seconds: None,
             decrypted_by: None,
+            privileges_skipped: None,
         });
         let nested = serde_json::to_value(&r).unwrap();
         let mut bare = r.clone();

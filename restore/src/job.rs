@@ -138,6 +138,7 @@ async fn run_inner(job: &RestoreJob<'_>) -> Result<Restored, RestoreError> {
     (job.on_format)(&format);
     let r = d.restore(&mut sandbox, &job.store, job.pg_bindir.as_deref(), job.backup, &job.recovery_target).await?;
     let (recovered_to, wal_files, wal_gap, fetched_in) = (r.recovered_to, r.wal_files, r.wal_gap, r.fetched_in);
+    let horizon = r.horizon;
     let database = job.database_hint.clone().unwrap_or_else(|| "postgres".into());
     Ok(Restored {
         sandbox,
@@ -157,5 +158,7 @@ async fn run_inner(job: &RestoreJob<'_>) -> Result<Restored, RestoreError> {
             .catalog
             .as_ref()
             .map(|_| crate::request::Consistency { at: job.backup.last_modified, source: "catalog (backup stop)" }),
+        skipped_privileges: None,
+        horizon,
     })
 }

@@ -20,7 +20,7 @@ pub mod transfer;
 
 // The layers' modules by their short names, for the binary.
 pub use server::{contain, leftovers, pgbin, reach, recovery, sandbox};
-pub use sources::{barman, delegate, logical, objects, pgbackrest, physical};
+pub use sources::{barman, delegate, logical, objects, pgbackrest, physical, plain};
 pub use transfer::{breaker, decrypt, fetch, format, pool, retry, unpack};
 
 pub use error::{Blame, RestoreError, Stage, StoreError};

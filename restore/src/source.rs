@@ -68,6 +68,8 @@ pub trait Repository: Archive {
 /// The outcome of a restore by a backup tool.
 pub struct ToolRestored {
     pub recovered_to: Option<String>,
+    /// The copy's transaction horizon (read right after recovery).
+    pub horizon: Option<crate::request::Horizon>,
     pub wal_files: usize,
     /// The first WAL file missing after the backup's own (recovery stopped before it).
     pub wal_gap: Option<String>,

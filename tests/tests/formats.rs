@@ -123,6 +123,51 @@ fn owners_are_kept_when_a_globals_file_brings_the_roles() {
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     let msg = only_run(&out)["error"]["message"].as_str().unwrap().to_string();
     assert!(msg.contains("app_owner"), "{msg}");
+
+    // Issue 32: a plain dump of a database that grants to an application role stopped at
+    // `role "appuser" does not exist` (exit 1). Without the roles its ownership and
+    // privilege statements are left out, counted, as an archive's are — and only they:
+    // a function whose body holds the same words keeps its body (`schema` compares it).
+    scene.primary.psql("postgres", "create role appuser nologin");
+    scene.primary.psql(
+        "orders",
+        "grant select on orders to appuser; grant usage on schema \"Sales\" to appuser;
+         create function public.grants() returns text language sql as $_$
+select 'x'::text
+-- GRANT SELECT ON orders TO appuser;
+$_$;
+         alter function public.grants() owner to appuser;",
+    );
+    let plain = dir.join("grants.sql");
+    scene.primary.tool("pg_dump", &["-Fp", "-f", &plain.display().to_string(), "orders"]);
+    let text = std::fs::read_to_string(&plain).unwrap();
+    assert!(text.contains("TO appuser;") && text.contains("OWNER TO app_owner;"), "the dump grants and owns");
+    scene.s3.upload(&plain, &scene.bucket, "orders/grants.sql");
+    let c = scene.config(&scene.spec()).display().to_string();
+    let (out, _) = drcheck(
+        &["--config", &c, "verify", "--backup", "orders/grants.sql", "--target", "orders", "--json"],
+        &scene.env(),
+        LIMIT,
+    );
+    let run = only_run(&out);
+    assert_eq!(out.status.code(), Some(0), "{run}\n{}", stderr(&out));
+    assert_eq!(run["backup"]["format"], "plain", "{run}");
+    let skipped = run["restore"]["privileges_skipped"].as_u64().unwrap_or(0);
+    assert!(skipped >= 5, "owners and grants of app_owner and appuser, and public's: {run}");
+    assert_all_validators_pass(&run);
+    // With the roles (globals_key), they are restored instead, and nothing is skipped.
+    scene.primary.tool("pg_dumpall", &["--globals-only", "-f", &globals.display().to_string()]);
+    scene.s3.upload(&globals, &scene.bucket, "globals/globals2.sql");
+    spec.extra_target = "globals_key = \"globals/globals2.sql\"".into();
+    let c = scene.config(&spec).display().to_string();
+    let (out, _) = drcheck(
+        &["--config", &c, "verify", "--backup", "orders/grants.sql", "--target", "orders", "--json"],
+        &scene.env(),
+        LIMIT,
+    );
+    let run = only_run(&out);
+    assert_eq!(out.status.code(), Some(0), "{run}\n{}", stderr(&out));
+    assert!(run["restore"].get("privileges_skipped").is_none(), "{run}");
 }
 
 /// A base backup (`pg_basebackup -Ft -z -X stream`) and archived WAL, replayed to the

@@ -53,7 +53,7 @@ pub async fn start_while_fetching<F, Fut>(
     names: Vec<String>,
     at_once: usize,
     fetch: F,
-) -> Result<Option<String>, RestoreError>
+) -> Result<Recovered, RestoreError>
 where
     F: Fn(String, PathBuf) -> Fut,
     Fut: std::future::Future<Output = Result<(), RestoreError>>,
@@ -125,7 +125,7 @@ pub async fn start_restored(
     sandbox: &mut Sandbox,
     pg_bindir: Option<&Path>,
     replay: Option<Replay<'_>>,
-) -> Result<Option<String>, RestoreError> {
+) -> Result<Recovered, RestoreError> {
     let infra = |m: String| RestoreError::infra(Stage::Restore, m);
     let data = sandbox.data_dir().to_path_buf();
     let major = read_major(&data)?;
@@ -223,9 +223,19 @@ pub async fn start_restored(
             _ => e,
         });
     }
-    let recovered_to = recovered_to(sandbox).await;
+    // Read before drcheck writes anything (setting the password takes a transaction id).
+    let recovered = recovered(sandbox).await;
     require_password(sandbox, &hba).await?;
-    Ok(recovered_to)
+    Ok(recovered)
+}
+
+/// Where a restored server's recovery ended, read before drcheck wrote to it.
+#[derive(Debug, Clone, Default)]
+pub struct Recovered {
+    /// The last replayed commit's time, when the WAL had one.
+    pub recovered_to: Option<String>,
+    /// The transaction horizon of the copy's point.
+    pub horizon: Option<crate::request::Horizon>,
 }
 
 /// How a run that stopped short of its recovery target says so (the pipeline reports
@@ -372,16 +382,26 @@ fn pg_timestamp(rfc3339: &str) -> String {
     }
 }
 
-async fn recovered_to(sandbox: &Sandbox) -> Option<String> {
+/// The last replayed commit and the transaction horizon, asked of the server right
+/// after recovery, before any transaction of drcheck's: built-ins only, schema-qualified
+/// (the catalog check later proves them PostgreSQL's own).
+async fn recovered(sandbox: &Sandbox) -> Recovered {
     use sqlx::Connection;
-    let mut conn = sqlx::postgres::PgConnection::connect_with(&sandbox.connect_options("postgres")).await.ok()?;
-    sqlx::query_scalar::<_, Option<String>>(
-        "select to_char(pg_last_xact_replay_timestamp() at time zone 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"')",
+    let Ok(mut conn) = sqlx::postgres::PgConnection::connect_with(&sandbox.connect_options("postgres")).await else {
+        return Recovered::default();
+    };
+    let row = sqlx::query_as::<_, (Option<String>, Option<String>, Option<String>)>(
+        "select pg_catalog.to_char(pg_catalog.timezone('UTC', pg_catalog.pg_last_xact_replay_timestamp()),                 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"'),                 pg_catalog.pg_snapshot_xmax(pg_catalog.pg_current_snapshot())::pg_catalog.text,                 (select s.system_identifier::pg_catalog.text from pg_catalog.pg_control_system() s)",
     )
     .fetch_one(&mut conn)
-    .await
-    .ok()
-    .flatten()
+    .await;
+    let _ = conn.close().await;
+    let Ok((recovered_to, xmax, system)) = row else { return Recovered::default() };
+    let horizon = match (xmax.and_then(|x| x.parse::<u64>().ok()), system) {
+        (Some(next_xid), Some(system_identifier)) => Some(crate::request::Horizon { next_xid, system_identifier }),
+        _ => None,
+    };
+    Recovered { recovered_to, horizon }
 }
 
 #[cfg(test)]

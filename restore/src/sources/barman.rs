@@ -250,12 +250,18 @@ impl Repository for Catalog {
         })?;
         let fetched_in = began.elapsed();
         // Each fetch is a Python start (≈ 0.6 s).
-        let recovered_to =
+        let recovered =
             delegate::replay_plan(sandbox, pg_bindir, target, &archived, &plan, |host, name, part| async move {
                 self.fetch_wal(&host, &part, &name).await
             })
             .await?;
-        Ok(ToolRestored { recovered_to, wal_files: plan.segments.len(), wal_gap: plan.gap, fetched_in })
+        Ok(ToolRestored {
+            recovered_to: recovered.recovered_to,
+            horizon: recovered.horizon,
+            wal_files: plan.segments.len(),
+            wal_gap: plan.gap,
+            fetched_in,
+        })
     }
 
     /// The catalog checked without a restore: the newest backup's status, and WAL

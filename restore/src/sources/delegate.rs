@@ -301,7 +301,7 @@ pub async fn replay_plan<F, Fut>(
     archived: &Archived,
     plan: &Plan,
     fetch: F,
-) -> Result<Option<String>, RestoreError>
+) -> Result<recovery::Recovered, RestoreError>
 where
     F: Fn(Host, String, PathBuf) -> Fut,
     Fut: std::future::Future<Output = Result<(), RestoreError>>,

@@ -11,3 +11,4 @@ pub mod logical;
 pub mod objects;
 pub mod pgbackrest;
 pub mod physical;
+pub mod plain;

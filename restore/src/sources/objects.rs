@@ -10,6 +10,7 @@ use crate::server::sandbox::Sandbox;
 use crate::source::Archive;
 use crate::sources::logical::{self, Counting};
 use crate::sources::physical;
+use crate::sources::plain;
 use crate::store::{BackupObject, BackupReader};
 use crate::transfer::fetch::{self, Sha256Verify};
 use crate::transfer::format::{self, BackupFormat};
@@ -116,6 +117,7 @@ pub async fn restore(job: &RestoreJob<'_>, mut sandbox: Sandbox, started: Instan
         Kind::TarArchive => None,
     };
     let restore_started = Instant::now();
+    let skipped_privileges = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
     let done = |sandbox: Sandbox, database: String, format: String, consistent_at: Option<Consistency>| {
         let fetch = fetch_end.lock().unwrap().map(|t| t - started).unwrap_or_else(|| started.elapsed());
         Ok(Restored {
@@ -127,6 +129,11 @@ pub async fn restore(job: &RestoreJob<'_>, mut sandbox: Sandbox, started: Instan
             recovered_to: None,
             manifest: None,
             consistent_at,
+            skipped_privileges: match skipped_privileges.load(std::sync::atomic::Ordering::Relaxed) {
+                0 => None,
+                n => Some(n),
+            },
+            horizon: None,
         })
     };
 
@@ -185,7 +192,11 @@ pub async fn restore(job: &RestoreJob<'_>, mut sandbox: Sandbox, started: Instan
         }
         Kind::Plain => {
             let cmd = logical::psql_script(&sandbox, RESTORED_DB)?;
-            let (head, reader) = logical::restricted(head, reader);
+            // Without the source's roles, ownership and privileges are left out (as
+            // `pg_restore --no-owner --no-privileges` leaves them out of archives), counted.
+            let privileges =
+                if keep_owners { plain::Privileges::Keep } else { plain::Privileges::Skip(skipped_privileges.clone()) };
+            let (head, reader) = plain::restricted(head, reader, privileges);
             logical::stream_into(&sandbox, cmd, "psql", head, reader, &store_name).await?;
         }
         Kind::TarArchive => unreachable!("handled above"),
@@ -274,7 +285,7 @@ async fn apply_globals(sandbox: &Sandbox, job: &RestoreJob<'_>) -> Result<bool, 
     let mut cmd = logical::client_command(sandbox, "psql", "postgres")?;
     cmd.args(["-X", "-q", "-f", "-"]);
     let reader: BackupReader = Box::pin(std::io::Cursor::new(Vec::new()));
-    let (head, reader) = logical::restricted(script.into_bytes(), reader);
+    let (head, reader) = plain::restricted(script.into_bytes(), reader, plain::Privileges::Keep);
     logical::stream_into(sandbox, cmd, "psql (globals)", head, reader, &job.store.describe()).await?;
     Ok(true)
 }

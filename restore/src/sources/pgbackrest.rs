@@ -233,13 +233,19 @@ impl Repo {
         }
         let n = plan.segments.len();
         let fetched_in = began.elapsed();
-        let recovered_to =
+        let recovered =
             delegate::replay_plan(sandbox, pg_bindir, target, &archived, &plan, |host, name, part| async move {
                 self.fetch_wal(&host, &part, &name).await
             })
             .await?;
         tracing::info!(segments = n, backup = %backup.key, "archived WAL replayed as it was fetched");
-        Ok(ToolRestored { recovered_to, wal_files: n, wal_gap: plan.gap, fetched_in })
+        Ok(ToolRestored {
+            recovered_to: recovered.recovered_to,
+            horizon: recovered.horizon,
+            wal_files: n,
+            wal_gap: plan.gap,
+            fetched_in,
+        })
     }
 
     /// The repository checked without a restore: `pgbackrest verify`'s report read

@@ -241,7 +241,7 @@ pub async fn restore_unpacked(
         .and_then(|l| label_start_time(&String::from_utf8_lossy(&l)))
         .map(|at| crate::request::Consistency { at, source: "backup_label START TIME" });
     *fetch_end.lock().unwrap() = Some(Instant::now());
-    let recovered_to = match &job.wal {
+    let recovered = match &job.wal {
         Some(wal) => {
             let spool = recovery::spool_dir(&sandbox)?;
             let wanted = archived_wal_from(job, wal, &data).await?;
@@ -278,9 +278,11 @@ pub async fn restore_unpacked(
         format: "physical".into(),
         fetch,
         restore: restore_started.elapsed(),
-        recovered_to,
+        recovered_to: recovered.recovered_to,
         manifest: None,
         consistent_at,
+        skipped_privileges: None,
+        horizon: recovered.horizon,
     })
 }
 
