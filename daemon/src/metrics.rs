@@ -22,6 +22,7 @@ pub struct Metrics {
     validator_success: IntGaugeVec,
     data_lag: GaugeVec,
     recoverable_point: GaugeVec,
+    rpo_measured: GaugeVec,
     recovery_window_start: GaugeVec,
     repository_check_success: IntGaugeVec,
     repository_check_timestamp: GaugeVec,
@@ -122,7 +123,7 @@ impl Metrics {
             backup_timestamp: gauge(
                 &r,
                 "drcheck_backup_timestamp_seconds",
-                "When the last verified backup was taken (Unix time).",
+                "When the newest verified backup's data is from (Unix time: its consistency time); never moves back.",
                 &["target"],
             ),
             backup_size: gauge(&r, "drcheck_backup_size_bytes", "Size of the last verified backup.", &["target"]),
@@ -141,7 +142,13 @@ impl Metrics {
             recoverable_point: gauge(
                 &r,
                 "drcheck_recoverable_point_timestamp_seconds",
-                "The last commit a verified restore replayed to (Unix time): what a restore now would keep.",
+                "The newest recoverable point (Unix time) at the last run's listing: the WAL archive's newest replayable commit, else the newest backup's consistency time; never moves back.",
+                &["target"],
+            ),
+            rpo_measured: gauge(
+                &r,
+                "drcheck_rpo_measured_timestamp_seconds",
+                "When the recoverable point was last read (Unix time: the run's listing time); DrcheckRPOMissed compares the two.",
                 &["target"],
             ),
             recovery_window_start: gauge(
@@ -253,6 +260,7 @@ impl Metrics {
             forget(&self.validator_success, "target", v);
             forget(&self.data_lag, "target", v);
             forget(&self.recoverable_point, "target", v);
+            forget(&self.rpo_measured, "target", v);
             forget(&self.recovery_window_start, "target", v);
             forget(&self.repository_check_success, "target", v);
             forget(&self.repository_check_timestamp, "target", v);
@@ -322,10 +330,10 @@ impl Metrics {
         self.rto_target.with_label_values(&[t]).set(target.rto.as_secs_f64());
         self.rpo_target.with_label_values(&[t]).set(target.rpo.as_secs_f64());
         if let Some(b) = &r.backup {
+            // Freshness only moves forward: proving an older backup (least-proven, a
+            // point in time) says nothing about how fresh the newest one is.
             if let Some(Ok(ts)) = b.created_at.as_deref().map(humantime::parse_rfc3339) {
-                self.backup_timestamp
-                    .with_label_values(&[t])
-                    .set(ts.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs_f64());
+                forward(&self.backup_timestamp, t, ts.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs_f64());
             }
             self.backup_size.with_label_values(&[t]).set(b.size_bytes as f64);
         }
@@ -349,9 +357,13 @@ impl Metrics {
                 .ok()
                 .map(|t| t.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs_f64())
         };
-        // Only a passing run proves its recovered point restorable.
-        if passed && let Some(at) = r.restore.as_ref().and_then(|i| i.recovered_to.as_deref()).and_then(unix) {
-            self.recoverable_point.with_label_values(&[t]).set(at);
+        // The newest recoverable point the run knew of (the archive's reach, else the
+        // newest backup's time) — not the point it proved; it only moves forward.
+        if let Some(at) = r.rpo.recoverable_point.as_deref().and_then(unix) {
+            forward(&self.recoverable_point, t, at);
+        }
+        if let Some(at) = r.rpo.measured_at.as_deref().and_then(unix) {
+            forward(&self.rpo_measured, t, at);
         }
         // A point of the window proven: replay asked for a target and the run passed.
         if passed && r.restore.as_ref().is_some_and(|i| i.recovery_target.is_some() && i.recovered_to.is_some()) {
@@ -439,6 +451,14 @@ pub async fn push_group(gateway: &str, grouping: &str, body: String) -> anyhow::
         );
     }
     Ok(())
+}
+
+/// Sets a timestamp gauge to `at` unless it already holds a later one.
+fn forward(g: &GaugeVec, target: &str, at: f64) {
+    let g = g.with_label_values(&[target]);
+    if at > g.get() {
+        g.set(at);
+    }
 }
 
 /// Writes the exposition to `path` atomically (a temporary file renamed into place).

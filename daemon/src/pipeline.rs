@@ -248,6 +248,9 @@ fn objectives(run: &mut Run<'_>) {
     }
     r.rpo.backup_age_seconds = m.backup_age().map(secs);
     r.rpo.recoverable_point_age_seconds = m.recoverable_point_age().map(secs);
+    r.rpo.recoverable_point = m.recoverable_point().map(timestamp);
+    r.rpo.measured_at = m.recoverable_point().and(m.listed_at).map(timestamp);
+    r.rpo.proven_point = m.proven_point().map(timestamp);
     r.rpo.met = m.rpo_met(target.rpo);
     if let (Some(b), Some(c)) = (r.backup.as_mut(), m.consistent) {
         b.created_at = Some(timestamp(c.at));
@@ -456,6 +459,9 @@ pub async fn verify_as(
                 met: None,
                 data_lag_seconds: None,
                 recoverable_point_age_seconds: None,
+                recoverable_point: None,
+                measured_at: None,
+                proven_point: None,
                 recovery_window_start: None,
             },
             validators: Vec::new(),
@@ -541,10 +547,23 @@ async fn steps(
     let drawn = match &target.recovery_target {
         RecoveryTarget::Random(window) => {
             progress.phase(&target.name, "reading the recovery window");
-            let at = draw_point(config, target, &store, tool.as_ref(), &run.report.run_id, *window).await?;
+            let (at, reach) = draw_point(config, target, &store, tool.as_ref(), &run.report.run_id, *window).await?;
             tracing::info!(target = %target.name, at = %timestamp(at), "random point in time drawn");
+            run.m.archive_reach = Some(reach);
             drawn_target = TargetConfig { recovery_target: RecoveryTarget::Time(timestamp(at)), ..target.clone() };
             Some(&drawn_target)
+        }
+        // A fixed point proves T; the RPO is still the archive's: how far it reaches now.
+        RecoveryTarget::Time(_) | RecoveryTarget::Lsn(_) if has_archive(target) => {
+            progress.phase(&target.name, "reading the archive's reach");
+            match archive_reach(config, target, &store, tool.as_ref(), &run.report.run_id).await {
+                Ok(Some(reach)) => run.m.archive_reach = Some(reach.at),
+                Ok(None) => {}
+                Err(stop) => {
+                    tracing::warn!(target = %target.name, reason = %stop.message, "cannot read how far the WAL archive reaches: the RPO is not measured");
+                }
+            }
+            None
         }
         _ => None,
     };
@@ -565,6 +584,17 @@ async fn steps(
             (backup, None, restorable)
         }
     };
+    // What the RPO judges: the archive's reach, else the newest backup's time.
+    run.m.has_archive = has_archive(target);
+    run.m.replays_to_end = matches!(target.recovery_target, RecoveryTarget::Latest);
+    let newest = restorable.as_ref().and_then(|r| r.first());
+    run.m.chosen_is_newest = newest.is_some_and(|n| n.key == backup.key);
+    if let Some(n) = newest.filter(|n| n.key != backup.key) {
+        match n.catalog {
+            Some(_) => run.m.newest_consistent = Some(n.last_modified),
+            None => run.m.newest_uploaded_at = Some(n.last_modified),
+        }
+    }
     if let (Some(proven), Some(restorable)) = (&proven, &restorable) {
         let (coverage, chosen_proven) =
             coverage(restorable, proven, target.prove_within, &backup.key, SystemTime::now());
@@ -920,11 +950,45 @@ fn recovery_target_info(target: &RecoveryTarget, random: bool) -> crate::report:
     crate::report::RecoveryTargetInfo { kind: kind.into(), value, random }
 }
 
+/// Whether the target keeps a WAL archive: `wal_prefix`, or a backup tool's repository.
+fn has_archive(target: &TargetConfig) -> bool {
+    target.wal_prefix.is_some() || !matches!(target.source, SourceConfig::Objects)
+}
+
+/// How far the target's WAL archive replays: its newest transaction end, read from the
+/// WAL itself (every source's archive answers the same question), in a sandbox of its own.
+async fn archive_reach(
+    config: &Config,
+    target: &TargetConfig,
+    store: &Arc<dyn BackupStore>,
+    tool: Option<&(String, Vec<Backup>, Delegated)>,
+    run_id: &str,
+) -> Result<Option<drcheck_restore::reach::Reach>, Stop> {
+    let described = tool.map(|(d, _, _)| d.clone()).unwrap_or_else(|| store.describe());
+    let sandbox =
+        catalog_sandbox(config, &described, run_id, Purpose::Reach).map_err(|e| store_stop(Stage::Select, e))?;
+    let bindir = config.sandbox.pg_bindir.as_deref();
+    let objects = target
+        .wal_prefix
+        .as_ref()
+        .map(|prefix| WalArchive { prefix: prefix.clone(), fetch: fetch_options(config, target) });
+    let archive: Option<&dyn Archive> = match tool {
+        Some((_, _, repository)) => Some(repository.as_ref()),
+        None => objects.as_ref().map(|o| o as &dyn Archive),
+    };
+    let reach = match archive {
+        Some(a) => a.reach(&sandbox, store, bindir).await,
+        None => Ok(None),
+    };
+    sandbox.teardown();
+    Ok(reach?)
+}
+
 /// A moment drawn uniformly in the target's recovery window: from the oldest
 /// restorable backup's stop (a base backup's upload for objects: it surely stopped
 /// before) — or the start of `window` before now, if later — to the newest transaction
 /// end the WAL archive holds (read from the WAL itself), that end excluded (replay must
-/// see a commit after the target to stop there).
+/// see a commit after the target to stop there). Returns the moment and the archive's end.
 async fn draw_point(
     config: &Config,
     target: &TargetConfig,
@@ -932,7 +996,7 @@ async fn draw_point(
     tool: Option<&(String, Vec<Backup>, Delegated)>,
     run_id: &str,
     window: Option<Duration>,
-) -> Result<SystemTime, Stop> {
+) -> Result<(SystemTime, SystemTime), Stop> {
     let stops: Vec<SystemTime> = match tool {
         Some((_, backups, _)) => backups
             .iter()
@@ -955,24 +1019,7 @@ async fn draw_point(
             format!("no restorable base backup in {described} to draw a point in time after"),
         ));
     };
-    let sandbox =
-        catalog_sandbox(config, &described, run_id, Purpose::Reach).map_err(|e| store_stop(Stage::Select, e))?;
-    let bindir = config.sandbox.pg_bindir.as_deref();
-    // Every source's archive answers the same question.
-    let objects = target
-        .wal_prefix
-        .as_ref()
-        .map(|prefix| WalArchive { prefix: prefix.clone(), fetch: fetch_options(config, target) });
-    let archive: Option<&dyn Archive> = match tool {
-        Some((_, _, repository)) => Some(repository.as_ref()),
-        None => objects.as_ref().map(|o| o as &dyn Archive),
-    };
-    let reach = match archive {
-        Some(a) => a.reach(&sandbox, store, bindir).await,
-        None => Ok(None),
-    };
-    sandbox.teardown();
-    let Some(reach) = reach? else {
+    let Some(reach) = archive_reach(config, target, store, tool, run_id).await? else {
         return Err(Stop::incomplete(
             "select",
             format!(
@@ -996,7 +1043,7 @@ async fn draw_point(
             ),
         ));
     }
-    Ok(draw_between(start, reach.at, uuid::Uuid::new_v4().as_u128()))
+    Ok((draw_between(start, reach.at, uuid::Uuid::new_v4().as_u128()), reach.at))
 }
 
 /// A backup's recorded stop bounds its real stop from above only to the second: S3

@@ -77,10 +77,22 @@ pub struct Rpo {
     /// backup's newest row — what a restore right now would lose.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub data_lag_seconds: Option<f64>,
-    /// Physical restores with WAL replay: now − `restore.recovered_to`, what a restore
-    /// right now would lose. When known, `met` judges this rather than the backup's age.
+    /// What a restore right now would lose: listing time − `recoverable_point`. `met`
+    /// judges this, never the age of the point the run proved.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub recoverable_point_age_seconds: Option<f64>,
+    /// The newest recoverable point known when the run listed the backups: the WAL
+    /// archive's newest replayable commit, else the newest backup's consistency time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recoverable_point: Option<String>,
+    /// When the recoverable point was read: the run's listing time, which the RPO's age
+    /// is taken at.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub measured_at: Option<String>,
+    /// The point this run proved: where replay stopped (a fixed or random T, the latest
+    /// point), else the chosen backup's own time. Reported, never judged against the RPO.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proven_point: Option<String>,
     /// Backups from a tool's catalog: when the oldest restorable backup finished.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub recovery_window_start: Option<String>,
@@ -307,12 +319,14 @@ pub fn render_human(r: &RunReport) -> String {
         human_secs(r.rto.target_seconds),
         verdict(r.rto.met)
     );
-    let age = match (r.rpo.recoverable_point_age_seconds, r.rpo.backup_age_seconds) {
-        (Some(p), _) => format!("recoverable point {} old", human_secs(p)),
-        (None, Some(a)) => format!("backup age {}", human_secs(a)),
-        (None, None) => "the backup's data time is unknown".to_string(),
+    let age = match r.rpo.recoverable_point_age_seconds {
+        Some(p) => format!("recoverable point {} old", human_secs(p)),
+        None => "the newest recoverable point is unknown".to_string(),
     };
     let _ = writeln!(s, "  RPO         {age}, target {} — {}", human_secs(r.rpo.target_seconds), verdict(r.rpo.met));
+    if let Some(p) = &r.rpo.proven_point {
+        let _ = writeln!(s, "  proven      {p} (the point this run restored and checked)");
+    }
     if let Some(lag) = r.rpo.data_lag_seconds {
         let _ = writeln!(s, "  data lag    {} behind the primary (what a restore now would lose)", human_secs(lag));
     }
@@ -367,7 +381,10 @@ mod tests {
             rpo: Rpo {
                 target_seconds: 3600.0,
                 backup_age_seconds: Some(7200.0),
-                recoverable_point_age_seconds: None,
+                recoverable_point_age_seconds: Some(7200.0),
+                recoverable_point: None,
+                measured_at: None,
+                proven_point: None,
                 recovery_window_start: None,
                 met: Some(false),
                 data_lag_seconds: None,
@@ -429,6 +446,7 @@ mod tests {
         let mut r = sample();
         r.rto = Rto { target_seconds: 1.0, measured_seconds: None, met: None };
         r.rpo.backup_age_seconds = None;
+        r.rpo.recoverable_point_age_seconds = None;
         r.rpo.met = None;
         r.backup.as_mut().unwrap().format = None;
         r.restore = Some(RestoreInfo {
@@ -474,7 +492,7 @@ mod tests {
         let h = render_human(&sample());
         assert!(h.contains("orders: FAILED"), "{h}");
         assert!(h.contains("3.0 MiB"), "{h}");
-        assert!(h.contains("RPO         backup age 2h, target 1h — MISSED"), "{h}");
+        assert!(h.contains("RPO         recoverable point 2h old, target 1h — MISSED"), "{h}");
         assert!(h.contains("skipped"), "{h}");
     }
 }

@@ -266,9 +266,11 @@ fn the_recoverable_points_age_excludes_the_restore() {
         .filter(|p| p["name"] == "restore")
         .map(|p| p["seconds"].as_f64().unwrap())
         .sum();
-    assert!(restore > 1.0, "the restore took long enough to tell: {run}");
+    assert!(restore > 0.2, "the restore took long enough to tell: {run}");
+    // Listing comes right after the start; the restore after that: half the restore's
+    // time tells the two apart however fast the machine is.
     assert!(
-        age <= before_run + 1.0,
+        age <= before_run + restore * 0.5,
         "age {age} s includes the restore ({restore} s); {before_run} s passed before the run"
     );
 }

@@ -229,6 +229,20 @@ fn points_in_time_are_proven_by_the_heartbeat_and_failures_say_where_replay_stop
     assert_eq!(run["restore"]["target_reached"], true, "{run}");
     let recovered = at(run["restore"]["recovered_to"].as_str().unwrap());
     assert!(recovered <= cutoff, "{run}");
+    // Issue 32: the RPO is the archive's (its newest commit, after backup 3 and the
+    // writes that followed it), never T's age; T is what the run proved.
+    let archive_ends = |run: &serde_json::Value| {
+        let reach =
+            at(run["rpo"]["recoverable_point"].as_str().unwrap_or_else(|| panic!("no recoverable point: {run}")));
+        assert!(reach > w.uploads[2].1, "the recoverable point is the archive's end, after backup 3: {run}");
+        let proven = at(run["rpo"]["proven_point"].as_str().unwrap());
+        assert_eq!(proven, at(run["restore"]["recovered_to"].as_str().unwrap()), "{run}");
+        let measured = at(run["rpo"]["measured_at"].as_str().unwrap());
+        let age = run["rpo"]["recoverable_point_age_seconds"].as_f64().unwrap();
+        let t_age = measured.duration_since(proven).unwrap().as_secs_f64();
+        assert!(age + 3.0 < t_age, "the RPO judged T's age ({t_age} s), not the archive's ({age} s): {run}");
+    };
+    archive_ends(&run);
 
     // The same point with the WAL file it lies in lost: failed (the backup's), naming
     // the file, target not reached.
@@ -264,6 +278,7 @@ fn points_in_time_are_proven_by_the_heartbeat_and_failures_say_where_replay_stop
         assert!(t >= w.uploads[0].0, "drawn {t:?} before the first backup: {run}");
         assert_eq!(validator(&run, "point_in_time")["status"], "passed", "{run}");
         assert_eq!(run["restore"]["target_reached"], true, "{run}");
+        archive_ends(&run);
         // Never a backup whose upload began after T; the newest one surely done by T.
         let key = run["backup"]["key"].as_str().unwrap();
         let chosen: usize = key.trim_start_matches("phys/b").trim_end_matches('/').parse().unwrap();

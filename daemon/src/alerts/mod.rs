@@ -72,8 +72,8 @@ pub fn firing(r: &RunReport) -> Vec<(&'static str, &'static str, String)> {
             RPO_MISSED,
             severity_of(RPO_MISSED),
             format!(
-                "the latest backup is {:.0}s old, the RPO is {:.0}s",
-                r.rpo.backup_age_seconds.unwrap_or_default(),
+                "the newest recoverable point is {:.0}s old, the RPO is {:.0}s",
+                r.rpo.recoverable_point_age_seconds.or(r.rpo.backup_age_seconds).unwrap_or_default(),
                 r.rpo.target_seconds
             ),
         ));
