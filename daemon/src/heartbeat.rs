@@ -81,10 +81,29 @@ struct Writer {
     failing: bool,
 }
 
+/// What a failed write says, with the URL and its password masked — and nothing else:
+/// the reason (refused, a wrong password, no such table) is what the operator needs.
+pub fn reason(error: &str, url: &str) -> String {
+    let mut m = drcheck_validators::primary::scrub(error, url);
+    if let Ok(u) = url::Url::parse(url)
+        && let Some(pw) = u.password()
+        && let Ok(decoded) = percent_encoding::percent_decode_str(pw).decode_utf8()
+        && !decoded.is_empty()
+    {
+        m = m.replace(decoded.as_ref(), "***");
+    }
+    m
+}
+
 /// Writes every target's heartbeat (those with a `heartbeat.url`) every `interval`
 /// until `stop`; reads the config each tick, so a reload takes effect. A failed write
-/// is logged once when it starts failing and once when it recovers (the URL never).
-pub async fn writer_loop(config: impl Fn() -> std::sync::Arc<Config>, stop: CancellationToken) {
+/// is logged once when it starts failing (with the reason, secrets masked) and once when
+/// it recovers; each write and each failure is a metric.
+pub async fn writer_loop(
+    config: impl Fn() -> std::sync::Arc<Config>,
+    stop: CancellationToken,
+    metrics: crate::metrics::HeartbeatMetrics,
+) {
     let mut writers: HashMap<String, Writer> = HashMap::new();
     while !stop.is_cancelled() {
         let config = config();
@@ -105,7 +124,7 @@ pub async fn writer_loop(config: impl Fn() -> std::sync::Arc<Config>, stop: Canc
                         writers.insert(t.name.clone(), Writer { url, pool, last: None, failing: false });
                     }
                     Err(e) => {
-                        tracing::warn!(target = %t.name, "heartbeat.url: {}", drcheck_config::redact_userinfo(&e.to_string()));
+                        tracing::warn!(target = %t.name, "heartbeat.url: {}", reason(&e.to_string(), &url));
                         continue;
                     }
                 }
@@ -119,19 +138,23 @@ pub async fn writer_loop(config: impl Fn() -> std::sync::Arc<Config>, stop: Canc
             let wrote =
                 tokio::time::timeout(Duration::from_secs(10), sqlx::query(sqlx::AssertSqlSafe(sql)).execute(&w.pool))
                     .await;
-            match wrote {
-                Ok(Ok(_)) if std::mem::take(&mut w.failing) => {
-                    tracing::info!(target = %t.name, table = %hb.quoted(), "heartbeat written again");
+            let failure = match wrote {
+                Ok(Ok(_)) => {
+                    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+                    metrics.last_write.with_label_values(&[&t.name]).set(now.as_secs_f64());
+                    if std::mem::take(&mut w.failing) {
+                        tracing::info!(target = %t.name, table = %hb.quoted(), "heartbeat written again");
+                    }
+                    None
                 }
-                Ok(Err(e)) if !w.failing => {
-                    w.failing = true;
-                    tracing::warn!(target = %t.name, table = %hb.quoted(), "cannot write the heartbeat: {}", drcheck_config::redact_userinfo(&e.to_string()));
+                Ok(Err(e)) => Some(reason(&e.to_string(), &w.url)),
+                Err(_) => Some("no answer within 10s".to_string()),
+            };
+            if let Some(why) = failure {
+                metrics.failures_total.with_label_values(&[&t.name]).inc();
+                if !std::mem::replace(&mut w.failing, true) {
+                    tracing::warn!(target = %t.name, table = %hb.quoted(), "cannot write the heartbeat: {why}");
                 }
-                Err(_) if !w.failing => {
-                    w.failing = true;
-                    tracing::warn!(target = %t.name, table = %hb.quoted(), "cannot write the heartbeat: no answer within 10s");
-                }
-                _ => {}
             }
         }
         tokio::select! {
@@ -147,6 +170,23 @@ pub async fn writer_loop(config: impl Fn() -> std::sync::Arc<Config>, stop: Canc
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 32: a wrong heartbeat password logged `cannot write the heartbeat: ***` —
+    /// the whole reason masked. Only the URL and its password are.
+    #[test]
+    fn a_failed_writes_reason_is_kept_and_only_secrets_are_masked() {
+        let url = "postgres://drcheck_heartbeat:s3cr%40t@db.internal:5432/orders";
+        for error in [
+            "error returned from database: password authentication failed for user \"drcheck_heartbeat\"",
+            "error with configuration: postgres://drcheck_heartbeat:s3cr%40t@db.internal:5432/orders is bad",
+            "echoed s3cr@t and s3cr%40t",
+        ] {
+            let shown = reason(error, url);
+            assert!(!shown.contains("s3cr"), "{shown}");
+        }
+        let shown = reason("error returned from database: password authentication failed for user \"drcheck_heartbeat\"", url);
+        assert!(shown.contains("password authentication failed for user"), "{shown}");
+    }
 
     #[test]
     fn pg_cron_schedules_follow_the_interval() {

@@ -12,6 +12,19 @@ use std::os::unix::fs::OpenOptionsExt as _;
 use std::time::Duration;
 use std::time::SystemTime;
 
+/// A backup's proof record: kept while the backup is in the store, whatever `keep_runs`
+/// prunes from the runs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Proof {
+    /// Its last passing verification.
+    pub last_passed: SystemTime,
+    /// When its data is consistent as of, as that run read it.
+    pub consistent_at: Option<String>,
+    pub last_run_id: String,
+    /// Passing runs that replayed it to a recovery target (points in time proven).
+    pub points_proven: u64,
+}
+
 pub struct History {
     pool: AnyPool,
     /// PostgreSQL (else SQLite): claims skip rows another dispatcher has locked.
@@ -161,6 +174,30 @@ impl History {
                 .bind(&v.detail)
                 .execute(&mut *tx)
                 .await?;
+        }
+        if r.result == crate::report::RunResult::Passed
+            && let Some(b) = &r.backup
+        {
+            // The backup's proof outlives the run's row (keep_runs prunes runs, not proofs).
+            let point = r.restore.as_ref().is_some_and(|i| i.recovery_target.is_some());
+            sqlx::query(
+                "insert into backup_proofs (target, backup_key, consistent_at, first_passed_at, last_passed_at,
+                     last_run_id, points_proven)
+                 values ($1, $2, $3, $4, $4, $5, $6)
+                 on conflict (target, backup_key) do update set
+                     consistent_at = coalesce(excluded.consistent_at, backup_proofs.consistent_at),
+                     last_passed_at = excluded.last_passed_at, last_run_id = excluded.last_run_id,
+                     points_proven = backup_proofs.points_proven + excluded.points_proven",
+            )
+            .bind(&r.target)
+            .bind(&b.key)
+            .bind(b.created_at.clone())
+            .bind(&r.finished_at)
+            .bind(&r.run_id)
+            .bind(i64::from(point))
+            .persistent(false)
+            .execute(&mut *tx)
+            .await?;
         }
         if !sinks.is_empty() && r.result != crate::report::RunResult::Aborted {
             enqueue_run_alerts(&mut tx, r, sinks).await?;
@@ -425,16 +462,43 @@ impl History {
             .await?)
     }
 
-    /// When each backup of `target` last passed a verification (by backup key).
-    pub async fn last_proven(&self, target: &str) -> anyhow::Result<std::collections::HashMap<String, SystemTime>> {
-        let rows: Vec<(String, String)> = sqlx::query_as(
-            "select backup_key, max(finished_at) from runs
-              where target = $1 and result = 'passed' and backup_key is not null group by backup_key",
+    /// Each proven backup of `target` (by backup key): its proof record, which outlives
+    /// the runs' rows.
+    pub async fn proofs(&self, target: &str) -> anyhow::Result<std::collections::HashMap<String, Proof>> {
+        let rows: Vec<(String, Option<String>, String, String, i64)> = sqlx::query_as(
+            "select backup_key, consistent_at, last_passed_at, last_run_id, points_proven
+               from backup_proofs where target = $1",
         )
         .bind(target)
         .fetch_all(&self.pool)
         .await?;
-        Ok(rows.into_iter().filter_map(|(key, at)| humantime::parse_rfc3339_weak(&at).ok().map(|t| (key, t))).collect())
+        Ok(rows
+            .into_iter()
+            .filter_map(|(key, consistent_at, at, run_id, points)| {
+                let last_passed = humantime::parse_rfc3339_weak(&at).ok()?;
+                Some((key, Proof { last_passed, consistent_at, last_run_id: run_id, points_proven: points.max(0) as u64 }))
+            })
+            .collect())
+    }
+
+    /// Forgets the proofs of `target`'s backups that are no longer in its store (`listed`:
+    /// every backup a full listing found). Returns how many were forgotten.
+    pub async fn keep_proofs_of(&self, target: &str, listed: &[String]) -> anyhow::Result<u64> {
+        let known: Vec<String> = sqlx::query_scalar("select backup_key from backup_proofs where target = $1")
+            .bind(target)
+            .fetch_all(&self.pool)
+            .await?;
+        let listed: std::collections::HashSet<&str> = listed.iter().map(String::as_str).collect();
+        let mut gone = 0;
+        for key in known.iter().filter(|k| !listed.contains(k.as_str())) {
+            gone += sqlx::query("delete from backup_proofs where target = $1 and backup_key = $2")
+                .bind(target)
+                .bind(key)
+                .execute(&self.pool)
+                .await?
+                .rows_affected();
+        }
+        Ok(gone)
     }
 
     /// Takes the lease on `target` for `ttl` unless another holder's lease is live.
@@ -843,6 +907,54 @@ mod tests {
         let pid = child.id() as i32;
         child.wait().unwrap();
         pid
+    }
+
+    fn passing_run(id: &str, key: &str, at: &str, point: bool) -> RunReport {
+        let mut v = serde_json::json!({
+            "run_id": id, "target": "orders", "result": "passed",
+            "started_at": at, "finished_at": at,
+            "backup": {"key": key, "size_bytes": 1, "created_at": "2026-12-01T00:00:00.000Z", "format": "custom"},
+            "phases": [], "validators": [],
+            "rto": {"target_seconds": 60.0, "measured_seconds": 1.0, "met": true},
+            "rpo": {"target_seconds": 60.0, "backup_age_seconds": null, "met": null}
+        });
+        if point {
+            v["restore"] = serde_json::json!({"profile": "production", "jobs": 1, "server_major": 15,
+                "recovered_to": at, "recovery_target": {"kind": "time", "value": at, "random": true}});
+        }
+        serde_json::from_value(v).unwrap()
+    }
+
+    /// Issue 32: `least-proven` with `keep_runs = 2` and 4 backups never proved backup 1
+    /// (its proof lived in pruned runs). Proofs outlive the runs, and leave with the backup.
+    #[tokio::test]
+    async fn proofs_outlive_pruned_runs_and_leave_with_their_backup() {
+        let dir = tempfile::tempdir().unwrap();
+        let h = store(&dir).await;
+        for (i, key) in ["b1", "b2", "b3", "b4"].iter().enumerate() {
+            h.record(&passing_run(&format!("r{i}"), key, &format!("2026-12-0{}T00:00:00.000Z", i + 1), i == 0))
+                .await
+                .unwrap();
+        }
+        h.record(&passing_run("r9", "b1", "2026-12-09T00:00:00.000Z", true)).await.unwrap();
+        assert!(h.prune(2).await.unwrap() >= 3);
+        let proofs = h.proofs("orders").await.unwrap();
+        assert_eq!(proofs.len(), 4, "{proofs:?}");
+        let b1 = &proofs["b1"];
+        assert_eq!(b1.last_run_id, "r9");
+        assert_eq!(b1.points_proven, 2, "two points in time proven from b1");
+        assert_eq!(b1.consistent_at.as_deref(), Some("2026-12-01T00:00:00.000Z"));
+        assert_eq!(proofs["b2"].last_passed, humantime::parse_rfc3339("2026-12-02T00:00:00Z").unwrap());
+        // A failed run proves nothing.
+        let mut failed = passing_run("r10", "b5", "2026-12-10T00:00:00.000Z", false);
+        failed.result = crate::report::RunResult::Failed;
+        h.record(&failed).await.unwrap();
+        assert!(!h.proofs("orders").await.unwrap().contains_key("b5"));
+        // b2 left the store: its proof goes; the others stay.
+        let listed: Vec<String> = ["b1", "b3", "b4"].iter().map(|s| s.to_string()).collect();
+        assert_eq!(h.keep_proofs_of("orders", &listed).await.unwrap(), 1);
+        let keys: std::collections::BTreeSet<String> = h.proofs("orders").await.unwrap().into_keys().collect();
+        assert_eq!(keys.into_iter().collect::<Vec<_>>(), ["b1", "b3", "b4"]);
     }
 
     #[tokio::test]

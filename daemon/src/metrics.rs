@@ -37,6 +37,18 @@ pub struct Metrics {
     pub alerts_sent_total: IntCounterVec,
     pub alerts_dead_lettered_total: IntCounterVec,
     pub alert_outbox_depth: IntGauge,
+    pub heartbeat: HeartbeatMetrics,
+}
+
+/// The heartbeat writer's own health (the daemon writes each target's heartbeat).
+#[derive(Clone)]
+pub struct HeartbeatMetrics {
+    /// The last heartbeat written (Unix time).
+    pub last_write: GaugeVec,
+    /// How often it is to be written.
+    pub interval: GaugeVec,
+    /// Writes that failed.
+    pub failures_total: IntCounterVec,
 }
 
 fn gauge(r: &Registry, name: &str, help: &str, labels: &[&str]) -> GaugeVec {
@@ -220,6 +232,26 @@ impl Metrics {
                 &["sink"],
             ),
             alert_outbox_depth,
+            heartbeat: HeartbeatMetrics {
+                last_write: gauge(
+                    &r,
+                    "drcheck_heartbeat_last_write_timestamp_seconds",
+                    "When the daemon last wrote the target's heartbeat row on its primary (Unix time).",
+                    &["target"],
+                ),
+                interval: gauge(
+                    &r,
+                    "drcheck_heartbeat_interval_seconds",
+                    "How often the target's heartbeat is to be written ([target.heartbeat] interval).",
+                    &["target"],
+                ),
+                failures_total: counter(
+                    &r,
+                    "drcheck_heartbeat_write_failures_total",
+                    "Heartbeat writes that failed (the daemon's log says why, secrets masked).",
+                    &["target"],
+                ),
+            },
             registry: r,
         }
     }
@@ -239,6 +271,10 @@ impl Metrics {
             self.runs_total.with_label_values(&[&t.name, "error"]);
             if t.schedule.is_some() {
                 self.scheduled_runs_total.with_label_values(&[&t.name]);
+            }
+            if let Some(hb) = t.heartbeat.as_ref().filter(|h| h.url.is_some()) {
+                self.heartbeat.interval.with_label_values(&[&t.name]).set(hb.interval.as_secs_f64());
+                self.heartbeat.failures_total.with_label_values(&[&t.name]);
             }
         }
     }
@@ -270,6 +306,9 @@ impl Metrics {
             forget(&self.backups_unproven, "target", v);
             forget(&self.points_in_time_proven_total, "target", v);
             forget(&self.scheduled_runs_total, "target", v);
+            forget(&self.heartbeat.last_write, "target", v);
+            forget(&self.heartbeat.interval, "target", v);
+            forget(&self.heartbeat.failures_total, "target", v);
         }
         for sink in old.alerts.iter().filter(|a| new.alerts.iter().all(|n| n.name != a.name)) {
             forget(&self.alerts_sent_total, "sink", &sink.name);
@@ -376,10 +415,15 @@ impl Metrics {
             self.data_lag.with_label_values(&[t]).set(lag);
         }
         if let Some(c) = &r.coverage {
-            self.backups_restorable.with_label_values(&[t]).set(c.restorable as i64);
-            self.backups_proven.with_label_values(&[t]).set(c.proven as i64);
-            self.backups_unproven.with_label_values(&[t]).set(c.restorable.saturating_sub(c.proven) as i64);
+            self.show_coverage(t, c);
         }
+    }
+
+    /// A target's coverage gauges.
+    pub fn show_coverage(&self, t: &str, c: &crate::report::Coverage) {
+        self.backups_restorable.with_label_values(&[t]).set(c.restorable as i64);
+        self.backups_proven.with_label_values(&[t]).set(c.proven as i64);
+        self.backups_unproven.with_label_values(&[t]).set(c.restorable.saturating_sub(c.proven) as i64);
     }
 
     /// Records a repository check (the `repository` validator, alone or in a run).

@@ -515,13 +515,22 @@ pub async fn verify_as(
     if r.result == RunResult::Error && r.rpo.met == Some(false) {
         r.result = RunResult::Failed;
     }
+    r.finished_at = timestamp(SystemTime::now());
+    // A pass proves the chosen backup: the coverage says so (and the evidence, which
+    // reads it), not only the count.
     if r.result == RunResult::Passed
-        && !run.chosen_proven
         && let Some(c) = r.coverage.as_mut()
     {
-        c.proven = (c.proven + 1).min(c.restorable);
+        if !run.chosen_proven {
+            c.proven = (c.proven + 1).min(c.restorable);
+        }
+        let key = r.backup.as_ref().map(|b| b.key.as_str());
+        let point = r.restore.as_ref().is_some_and(|i| i.recovery_target.is_some());
+        if let Some(b) = c.backups.iter_mut().find(|b| Some(b.label.as_str()) == key) {
+            b.last_proven_at = Some(r.finished_at.clone());
+            b.points_proven += u64::from(point);
+        }
     }
-    r.finished_at = timestamp(SystemTime::now());
     tracing::info!(target = %target.name, run_id = %r.run_id, result = r.result.as_str(), "verification finished");
     run.report
 }
@@ -584,6 +593,11 @@ async fn steps(
             (backup, None, restorable)
         }
     };
+    // A full listing says which backups left the store: their proofs go with them.
+    if let (None, None, Some(listed)) = (backup_key, fixed_time(target), &restorable) {
+        let keys: Vec<String> = listed.iter().map(|b| b.key.clone()).collect();
+        forget_removed_proofs(config, target, &keys).await;
+    }
     // What the RPO judges: the archive's reach, else the newest backup's time.
     run.m.has_archive = has_archive(target);
     run.m.replays_to_end = matches!(target.recovery_target, RecoveryTarget::Latest);
@@ -876,12 +890,12 @@ fn select_from_catalog(
     })
 }
 
-/// When each backup last passed a verification, by key.
-type Proven = std::collections::HashMap<String, SystemTime>;
+/// Each proven backup's proof record, by key.
+pub(crate) type Proven = std::collections::HashMap<String, crate::history::Proof>;
 
-/// [`History::last_proven`] of the target; `None` (with a log line) when the history
-/// cannot be read — then `least-proven` takes the newest and coverage is not reported.
-async fn proven_backups(config: &Config, target: &TargetConfig) -> Option<Proven> {
+/// [`History::proofs`] of the target; `None` (with a log line) when the history cannot be
+/// read — then `least-proven` takes the newest and coverage is not reported.
+pub(crate) async fn proven_backups(config: &Config, target: &TargetConfig) -> Option<Proven> {
     let history = match crate::history::History::open(&config.state.url).await {
         Ok(h) => h,
         Err(e) => {
@@ -889,9 +903,32 @@ async fn proven_backups(config: &Config, target: &TargetConfig) -> Option<Proven
             return None;
         }
     };
-    let proven = history.last_proven(&target.name).await;
+    let proven = history.proofs(&target.name).await;
     history.close().await;
     proven.map_err(|e| tracing::warn!(target = %target.name, "cannot read which backups were proven: {e:#}")).ok()
+}
+
+/// A target's coverage right now: its restorable backups (a fresh listing) against their
+/// proof records — what the daemon exports for every target from its start, before any
+/// run of it.
+pub async fn coverage_now(config: &Config, target: &TargetConfig) -> Result<Coverage, String> {
+    let (_, listed) = list_backups(config, target).await.map_err(|e| e.to_string())?;
+    let restorable: Vec<Backup> =
+        listed.into_iter().filter(|b| b.catalog.as_ref().is_none_or(|c| c.status == "ok")).collect();
+    let proven = proven_backups(config, target).await.ok_or("the history store cannot be read")?;
+    Ok(coverage(&restorable, &proven, target.prove_within, "", SystemTime::now()).0)
+}
+
+/// Forgets the proofs of backups a full listing (`listed`: every restorable key) no
+/// longer finds: a proof is kept while its backup is in the store.
+async fn forget_removed_proofs(config: &Config, target: &TargetConfig, listed: &[String]) {
+    let Ok(history) = crate::history::History::open(&config.state.url).await else { return };
+    match history.keep_proofs_of(&target.name, listed).await {
+        Ok(0) => {}
+        Ok(n) => tracing::info!(target = %target.name, forgotten = n, "proofs of backups no longer in the store forgotten"),
+        Err(e) => tracing::warn!(target = %target.name, "cannot forget the proofs of removed backups: {e:#}"),
+    }
+    history.close().await;
 }
 
 /// The backup `select` takes from the restorable ones (newest first): the newest; a
@@ -908,7 +945,9 @@ fn pick<'a>(newest_first: &'a [Backup], select: Selection, proven: Option<&Prove
         (Selection::LeastProven, Some(p)) => newest_first
             .iter()
             .find(|b| !p.contains_key(&b.key))
-            .or_else(|| newest_first.iter().min_by_key(|b| p.get(&b.key).copied().unwrap_or(SystemTime::UNIX_EPOCH))),
+            .or_else(|| {
+                newest_first.iter().min_by_key(|b| p.get(&b.key).map(|p| p.last_passed).unwrap_or(SystemTime::UNIX_EPOCH))
+            }),
     }
 }
 
@@ -922,7 +961,7 @@ fn coverage(
     now: SystemTime,
 ) -> (Coverage, bool) {
     let since = now.checked_sub(within).unwrap_or(SystemTime::UNIX_EPOCH);
-    let is_proven = |key: &str| proven.get(key).is_some_and(|t| *t >= since);
+    let is_proven = |key: &str| proven.get(key).is_some_and(|p| p.last_passed >= since);
     let n = restorable.iter().filter(|b| is_proven(&b.key)).count() as u64;
     let chosen_proven = restorable.iter().any(|b| b.key == chosen) && is_proven(chosen);
     let backups = restorable
@@ -930,7 +969,8 @@ fn coverage(
         .map(|b| crate::report::BackupProof {
             label: b.key.clone(),
             stopped_at: timestamp(b.last_modified),
-            last_proven_at: proven.get(&b.key).map(|t| timestamp(*t)),
+            last_proven_at: proven.get(&b.key).map(|p| timestamp(p.last_passed)),
+            points_proven: proven.get(&b.key).map(|p| p.points_proven).unwrap_or(0),
         })
         .collect();
     (
@@ -1217,6 +1257,10 @@ mod select_tests {
         }
     }
 
+    fn proof(last_passed: SystemTime) -> crate::history::Proof {
+        crate::history::Proof { last_passed, consistent_at: None, last_run_id: "r".into(), points_proven: 0 }
+    }
+
     #[test]
     fn the_catalog_selection_skips_errors_and_picks_within_the_window() {
         let all = [backup("old", 30, "ok"), backup("a", 5, "ok"), backup("b", 2, "ok"), backup("broken", 1, "error")];
@@ -1270,11 +1314,11 @@ mod select_tests {
             let (c, _) = coverage(restorable.as_deref().unwrap(), &proven, t.prove_within, &b.key, now);
             assert_eq!((c.restorable, c.proven), (3, i.min(3)), "before run {i}");
             order.push(b.key.clone());
-            proven.insert(b.key, now - Duration::from_secs(3600 * (10 - i)));
+            proven.insert(b.key, proof(now - Duration::from_secs(3600 * (10 - i))));
         }
         assert_eq!(order, ["c3", "c2", "c1", "c3"], "each once, newest first, then the oldest-proven");
         // A pass older than prove_within no longer counts.
-        proven.insert("c2".into(), now - t.prove_within - Duration::from_secs(1));
+        proven.insert("c2".into(), proof(now - t.prove_within - Duration::from_secs(1)));
         let (c, chosen_proven) = coverage(&all[..3], &proven, t.prove_within, "c2", now);
         assert_eq!((c.restorable, c.proven, chosen_proven), (3, 2, false));
         // Without a history, least-proven is the newest.

@@ -221,6 +221,9 @@ pub struct BackupProof {
     pub stopped_at: String,
     /// Its last passing verification; `null` when never.
     pub last_proven_at: Option<String>,
+    /// Passing runs that replayed it to a recovery target (points in time proven).
+    #[serde(default)]
+    pub points_proven: u64,
 }
 
 /// `restore.recovery_target`: how far WAL was asked to be replayed.

@@ -91,10 +91,14 @@ fn every_metric_in_the_rules_and_the_dashboard_is_exported() {
         assert!(!used.is_empty(), "{file} uses no drcheck metric?");
         // Exported only for targets whose backups come from a backup tool's catalog:
         // tests/tests/sources.rs asserts them on a pgBackRest run's textfile and daemon.
+        // And only for targets with a heartbeat the daemon writes: tests/tests/live.rs
+        // asserts those on its daemon.
         let replay_only = [
             "drcheck_recoverable_point_timestamp_seconds",
             "drcheck_recovery_window_start_timestamp_seconds",
             "drcheck_repository_check_success",
+            "drcheck_heartbeat_last_write_timestamp_seconds",
+            "drcheck_heartbeat_interval_seconds",
         ];
         let missing: Vec<&String> =
             used.iter().filter(|n| !exported.contains(*n) && !replay_only.contains(&n.as_str())).collect();

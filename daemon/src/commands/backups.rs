@@ -20,10 +20,11 @@ pub async fn list(config: &Config, target: Option<&str>, json: bool) -> Result<E
     let mut out = Vec::new();
     for t in targets {
         let proven = match &history {
-            Some(h) => h.last_proven(&t.name).await.ok(),
+            Some(h) => h.proofs(&t.name).await.ok(),
             None => None,
         };
-        let proven_at = |key: &str| proven.as_ref().and_then(|p| p.get(key)).map(|at| timestamp(*at));
+        let proof = |key: &str| proven.as_ref().and_then(|p| p.get(key));
+        let proven_at = |key: &str| proof(key).map(|p| timestamp(p.last_passed));
         // Whether unreachable or refusing (403, no such bucket), a store that cannot be
         // listed is a problem outside the backups: exit 3.
         let (store, backups) = list_backups(config, t).await.map_err(|e| {
@@ -36,6 +37,7 @@ pub async fn list(config: &Config, target: Option<&str>, json: bool) -> Result<E
                     let mut v = serde_json::json!({"key": b.key, "size_bytes": b.size, "created_at": timestamp(b.last_modified)});
                     if proven.is_some() {
                         v["last_proven_at"] = proven_at(&b.key).into();
+                        v["points_proven"] = proof(&b.key).map_or(0, |p| p.points_proven).into();
                     }
                     if let Some(c) = &b.catalog {
                         v["source"] = c.tool.into();
@@ -74,7 +76,11 @@ pub async fn list(config: &Config, target: Option<&str>, json: bool) -> Result<E
                     .unwrap_or_default();
                 let last_proven = match (&proven, proven_at(&b.key)) {
                     (None, _) => String::new(),
-                    (Some(_), Some(at)) => format!("  proven {at}"),
+                    (Some(_), Some(at)) => match proof(&b.key).map_or(0, |p| p.points_proven) {
+                        0 => format!("  proven {at}"),
+                        1 => format!("  proven {at}, 1 point in time"),
+                        n => format!("  proven {at}, {n} points in time"),
+                    },
                     (Some(_), None) => "  never proven".to_string(),
                 };
                 crate::outln!(

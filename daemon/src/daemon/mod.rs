@@ -195,9 +195,13 @@ pub async fn run(
     let dispatcher = tokio::spawn(dispatch_loop(shared.clone(), background.clone()));
     let stale = tokio::spawn(stale_loop(shared.clone(), background.clone()));
     let heartbeat = {
-        let sh = shared.clone();
-        tokio::spawn(crate::heartbeat::writer_loop(move || sh.config(), background.clone()))
+        let (sh, metrics) = (shared.clone(), shared.metrics.heartbeat.clone());
+        tokio::spawn(crate::heartbeat::writer_loop(move || sh.config(), background.clone(), metrics))
     };
+    // Every target's coverage from the start, so DrcheckBackupsUnproven can fire for a
+    // target that has not run yet.
+    let names: Vec<String> = config.targets.iter().map(|t| t.name.clone()).collect();
+    tokio::spawn(coverage_refresh(shared.clone(), names, background.clone()));
 
     let mut pending = schedule::pending(&schedule::Pending::new(), &entries(&config), chrono::Utc::now());
     loop {
@@ -248,6 +252,9 @@ pub async fn run(
                         pending = schedule::pending(&before, &entries(&new), chrono::Utc::now());
                         shared.metrics.forget_removed(&old, &new);
                         shared.metrics.init(&new);
+                        let added: Vec<String> =
+                            new.targets.iter().filter(|t| old.target(&t.name).is_none()).map(|t| t.name.clone()).collect();
+                        tokio::spawn(coverage_refresh(shared.clone(), added, background.clone()));
                         shared.resize_bulkhead(new.daemon.max_concurrent_restores);
                         *shared.config.write().unwrap() = Arc::new(new);
                     }
@@ -278,6 +285,31 @@ pub async fn run(
     let d = Dispatcher::new(&shared.history, &config.alerts, Some(&shared.metrics));
     let _ = d.drain(Duration::from_secs(5), &CancellationToken::new()).await;
     Ok(())
+}
+
+/// Lists each of `targets` and sets its coverage gauges from the proof records, a few at
+/// a time, each within a bound; a target that cannot be listed is left to its first run.
+async fn coverage_refresh(shared: Arc<Shared>, targets: Vec<String>, stop: CancellationToken) {
+    use futures::stream::{self, StreamExt};
+    let config = shared.config();
+    let work = stream::iter(targets)
+        .map(|name| {
+            let (config, shared) = (config.clone(), shared.clone());
+            async move {
+                let Some(t) = config.target(&name) else { return };
+                match tokio::time::timeout(Duration::from_secs(120), pipeline::coverage_now(&config, t)).await {
+                    Ok(Ok(c)) => shared.metrics.show_coverage(&name, &c),
+                    Ok(Err(e)) => tracing::info!(target = %name, "coverage not known until its first run: {e}"),
+                    Err(_) => tracing::info!(target = %name, "coverage not known until its first run: listing took over 2 minutes"),
+                }
+            }
+        })
+        .buffer_unordered(4)
+        .collect::<Vec<()>>();
+    tokio::select! {
+        _ = work => {}
+        _ = stop.cancelled() => {}
+    }
 }
 
 async fn dispatch_loop(shared: Arc<Shared>, stop: CancellationToken) {
