@@ -184,7 +184,8 @@ mod tests {
             let shown = reason(error, url);
             assert!(!shown.contains("s3cr"), "{shown}");
         }
-        let shown = reason("error returned from database: password authentication failed for user \"drcheck_heartbeat\"", url);
+        let shown =
+            reason("error returned from database: password authentication failed for user \"drcheck_heartbeat\"", url);
         assert!(shown.contains("password authentication failed for user"), "{shown}");
     }
 

@@ -476,7 +476,10 @@ impl History {
             .into_iter()
             .filter_map(|(key, consistent_at, at, run_id, points)| {
                 let last_passed = humantime::parse_rfc3339_weak(&at).ok()?;
-                Some((key, Proof { last_passed, consistent_at, last_run_id: run_id, points_proven: points.max(0) as u64 }))
+                Some((
+                    key,
+                    Proof { last_passed, consistent_at, last_run_id: run_id, points_proven: points.max(0) as u64 },
+                ))
             })
             .collect())
     }

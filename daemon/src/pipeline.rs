@@ -925,7 +925,9 @@ async fn forget_removed_proofs(config: &Config, target: &TargetConfig, listed: &
     let Ok(history) = crate::history::History::open(&config.state.url).await else { return };
     match history.keep_proofs_of(&target.name, listed).await {
         Ok(0) => {}
-        Ok(n) => tracing::info!(target = %target.name, forgotten = n, "proofs of backups no longer in the store forgotten"),
+        Ok(n) => {
+            tracing::info!(target = %target.name, forgotten = n, "proofs of backups no longer in the store forgotten")
+        }
         Err(e) => tracing::warn!(target = %target.name, "cannot forget the proofs of removed backups: {e:#}"),
     }
     history.close().await;
@@ -942,12 +944,9 @@ fn pick<'a>(newest_first: &'a [Backup], select: Selection, proven: Option<&Prove
             let recent: Vec<&Backup> = newest_first.iter().filter(|b| b.last_modified >= since).collect();
             if recent.is_empty() { newest_first.first() } else { Some(recent[rand_index(recent.len())]) }
         }
-        (Selection::LeastProven, Some(p)) => newest_first
-            .iter()
-            .find(|b| !p.contains_key(&b.key))
-            .or_else(|| {
-                newest_first.iter().min_by_key(|b| p.get(&b.key).map(|p| p.last_passed).unwrap_or(SystemTime::UNIX_EPOCH))
-            }),
+        (Selection::LeastProven, Some(p)) => newest_first.iter().find(|b| !p.contains_key(&b.key)).or_else(|| {
+            newest_first.iter().min_by_key(|b| p.get(&b.key).map(|p| p.last_passed).unwrap_or(SystemTime::UNIX_EPOCH))
+        }),
     }
 }
 

@@ -123,7 +123,10 @@ pub fn check_file(path: &Path, key: &VerifyingKey) -> anyhow::Result<Verdict> {
         if index > 0 {
             canon.update(b",");
         }
-        canon.update(canonical_json(&t));
+        super::stream::canonical_target(&t, &mut |b| {
+            canon.update(b);
+            Ok(())
+        })?;
         let target_items = sign::target_items(&t);
         for i in &target_items {
             items.see(i);

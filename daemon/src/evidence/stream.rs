@@ -95,14 +95,15 @@ pub async fn write(
         if i > 0 {
             canon.write(b",")?;
         }
-        canon.write(&canonical_json(&t))?;
+        canonical_target(&t, &mut |b| canon.write(b))?;
         for item in sign::target_items(&t) {
             items.push(&item)?;
         }
         match format {
             Format::Json => {
-                let item = indent(&serde_json::to_string_pretty(&t)?, 6);
-                out.write_all(format!("{}{item}", if i > 0 { ",\n" } else { "\n" }).as_bytes())?;
+                // Written as it serializes: a target of many runs is never one string.
+                out.write_all(if i > 0 { b",\n" } else { b"\n" })?;
+                serde_json::to_writer_pretty(Indented::new(&mut *out, 6), &t)?;
             }
             _ => out.write_all(render::section(format, &shell, &t).as_bytes())?,
         }
@@ -301,6 +302,89 @@ impl Write for LineWrap<'_> {
 
 /// `text` with every line indented by `n` spaces (pretty JSON nested that deep: no line
 /// of it is inside a string, where JSON escapes newlines).
+/// `t`'s canonical JSON (what [`canonical_json`] makes of it) handed to `out` piece by
+/// piece: its runs one at a time, never the whole target as one value or string.
+pub(crate) fn canonical_target(
+    t: &TargetEvidence,
+    out: &mut dyn FnMut(&[u8]) -> std::io::Result<()>,
+) -> anyhow::Result<()> {
+    let head = TargetEvidence {
+        name: t.name.clone(),
+        rto_target_seconds: t.rto_target_seconds,
+        rpo_target_seconds: t.rpo_target_seconds,
+        summary: t.summary.clone(),
+        coverage: t.coverage.clone(),
+        runs: Vec::new(),
+    };
+    let serde_json::Value::Object(mut fields) = serde_json::to_value(&head)? else {
+        anyhow::bail!("a target serializes to an object")
+    };
+    fields.remove("runs");
+    // serde_json's map keeps keys sorted: "runs" goes where it sorts.
+    let mut runs_written = false;
+    let mut first = true;
+    out(b"{")?;
+    let runs = |out: &mut dyn FnMut(&[u8]) -> std::io::Result<()>, first: bool| -> anyhow::Result<()> {
+        out(if first { b"\"runs\":[" } else { b",\"runs\":[" })?;
+        for (n, r) in t.runs.iter().enumerate() {
+            if n > 0 {
+                out(b",")?;
+            }
+            out(&canonical_json(r))?;
+        }
+        out(b"]")?;
+        Ok(())
+    };
+    for (k, v) in &fields {
+        if !runs_written && k.as_str() > "runs" {
+            runs(out, first)?;
+            runs_written = true;
+            first = false;
+        }
+        out(if first { b"" } else { b"," })?;
+        out(serde_json::to_string(k)?.as_bytes())?;
+        out(b":")?;
+        out(&serde_json::to_vec(v)?)?;
+        first = false;
+    }
+    if !runs_written {
+        runs(out, first)?;
+    }
+    out(b"}")?;
+    Ok(())
+}
+
+/// A writer that indents every line by `n` spaces — what [`indent`] does to a whole
+/// text, done as it streams.
+pub(crate) struct Indented<'a> {
+    inner: &'a mut dyn Write,
+    pad: Vec<u8>,
+    at_line_start: bool,
+}
+
+impl<'a> Indented<'a> {
+    pub(crate) fn new(inner: &'a mut dyn Write, n: usize) -> Self {
+        Indented { inner, pad: vec![b' '; n], at_line_start: true }
+    }
+}
+
+impl Write for Indented<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        for line in buf.split_inclusive(|b| *b == b'\n') {
+            if self.at_line_start && !line.is_empty() && line != b"\n" {
+                self.inner.write_all(&self.pad)?;
+            }
+            self.inner.write_all(line)?;
+            self.at_line_start = line.ends_with(b"\n");
+        }
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+}
+
 pub(crate) fn indent(text: &str, n: usize) -> String {
     let pad = " ".repeat(n);
     text.lines().map(|l| format!("{pad}{l}")).collect::<Vec<_>>().join("\n")
@@ -372,6 +456,33 @@ mod tests {
         }
     }
 
+    /// The canonical target written run by run is the canonical target written whole.
+    #[test]
+    fn a_target_is_canonical_piece_by_piece() {
+        let mut e = evidence();
+        for t in [e.targets[0].clone(), {
+            let mut t = e.targets[0].clone();
+            t.coverage = Some(crate::evidence::TargetCoverage {
+                restorable: 2,
+                proven: 1,
+                prove_within_seconds: 0.1 + 0.2,
+                backups: vec![],
+                points_in_time: vec![],
+            });
+            t.runs.clear();
+            t
+        }] {
+            let mut got = Vec::new();
+            canonical_target(&t, &mut |b| {
+                got.extend_from_slice(b);
+                Ok(())
+            })
+            .unwrap();
+            assert_eq!(String::from_utf8(got).unwrap(), String::from_utf8(canonical_json(&t)).unwrap());
+        }
+        e.targets.clear();
+    }
+
     /// What the stream writes, the streaming verifier accepts as it is — every format,
     /// several targets or none — and one changed byte of the visible text is named.
     #[tokio::test]
@@ -404,6 +515,108 @@ mod tests {
                     assert!(v.problems.iter().any(|p| p.contains("visible text")), "{format:?}: {:?}", v.problems);
                 }
             }
+        }
+    }
+}
+
+/// Issue 32: a pass rate of 10/11 (`0.9090909090909091`) made a report fail its own
+/// `report verify` in every format. Random histories — run counts, results and measured
+/// numbers of every kind — are rendered in every format, signed, and verified.
+#[cfg(test)]
+mod property_tests {
+    use super::*;
+    use crate::evidence::{RunEvidence, Summary, ValidatorEvidence};
+    use proptest::prelude::*;
+
+    fn run(i: usize, passed: bool, rto: f64, age: f64, covered: f64) -> RunEvidence {
+        RunEvidence {
+            run_id: format!("run-{i}"),
+            started_at: format!("2026-11-01T{:02}:{:02}:00.000Z", (i / 60) % 24, i % 60),
+            finished_at: format!("2026-11-01T{:02}:{:02}:30.000Z", (i / 60) % 24, i % 60),
+            result: if passed { "passed" } else { "failed" }.into(),
+            backup_key: Some(format!("orders/{i}.dump")),
+            backup_created_at: None,
+            rto_target_seconds: 600.0,
+            rto_measured_seconds: Some(rto),
+            rto_met: Some(rto <= 600.0),
+            rpo_target_seconds: 86400.0,
+            rpo_age_seconds: Some(age),
+            rpo_met: Some(true),
+            validators: vec![ValidatorEvidence {
+                name: "checksums".into(),
+                status: if passed { "passed" } else { "failed" }.into(),
+                detail: format!("{covered} rows"),
+                covered: [("rows".to_string(), covered)].into(),
+            }],
+            reasons: vec![],
+            coverage: None,
+            recovery_target: None,
+            recovered_to: None,
+        }
+    }
+
+    fn history(results: Vec<(bool, f64, f64, f64)>) -> Evidence {
+        let runs: Vec<RunEvidence> =
+            results.iter().enumerate().map(|(i, (p, rto, age, cov))| run(i, *p, *rto, *age, *cov)).collect();
+        let from = crate::evidence::epoch("2026-11-01T00:00:00.000Z").unwrap();
+        let to = crate::evidence::epoch("2026-12-01T00:00:00.000Z").unwrap();
+        let summary: Summary = crate::evidence::summarise(&runs, from, to);
+        let mut e = crate::evidence::sign::tests_support::sample();
+        e.targets[0].summary = summary;
+        e.targets[0].runs = runs;
+        e
+    }
+
+    fn verified(e: &Evidence, format: Format) -> Vec<String> {
+        let key = SigningKey::from_bytes(&[11; 32]);
+        let frame = Frame {
+            format_version: e.format_version,
+            generated_at: e.generated_at.clone(),
+            from: e.from.clone(),
+            to: e.to.clone(),
+            heads: e.targets.iter().map(|t| TargetEvidence { runs: vec![], ..t.clone() }).collect(),
+            drills: e.drills.clone(),
+        };
+        let targets = e.targets.clone();
+        let mut load = move |name: &str| {
+            let t = targets.iter().find(|t| t.name == name).cloned().unwrap();
+            Box::pin(async move { Ok(t) }) as futures::future::BoxFuture<'static, anyhow::Result<TargetEvidence>>
+        };
+        let mut out = Vec::new();
+        let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        rt.block_on(write(format, &frame, &mut load, Some(&key), &mut out)).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("report");
+        std::fs::write(&path, &out).unwrap();
+        crate::evidence::check::check_file(&path, &key.verifying_key()).unwrap().problems
+    }
+
+    /// The rates the issue named, in every format.
+    #[test]
+    fn pass_rates_that_do_not_end_verify() {
+        for (passed, total) in [(10, 11), (2, 3), (1, 7), (0, 1), (1, 1)] {
+            let e = history((0..total).map(|i| (i < passed, 42.5, 3600.0, 1.0)).collect());
+            for format in [Format::Html, Format::Markdown, Format::Junit, Format::Json] {
+                let p = verified(&e, format);
+                assert!(p.is_empty(), "{passed}/{total}, {format:?}: {p:?}");
+            }
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+        #[test]
+        fn random_histories_render_and_verify(
+            results in proptest::collection::vec(
+                (any::<bool>(), 0.0f64..1e6, 0.0f64..1e9, proptest::num::f64::POSITIVE | proptest::num::f64::ZERO),
+                1..40,
+            ),
+            format in 0usize..4,
+        ) {
+            let e = history(results);
+            let format = [Format::Html, Format::Markdown, Format::Junit, Format::Json][format];
+            let p = verified(&e, format);
+            prop_assert!(p.is_empty(), "{:?}: {:?}", format, p);
         }
     }
 }
