@@ -126,6 +126,7 @@ pub fn render(text: &str, path: &Path, config: &Config) -> Result<String, Config
             default(&mut v, "primary_concurrency", Value::Integer(i64::from(vc.primary_concurrency)));
             default(&mut v, "checksum_chunk_rows", Value::Integer(vc.checksum_chunk_rows as i64));
             default(&mut v, "checksum_sample_rows", Value::Integer(vc.checksum_sample_rows as i64));
+            default(&mut v, "as_of_grace", s(&format_duration(vc.as_of_grace)));
             t.insert("validators".into(), Value::Table(v));
         }
     }

@@ -195,6 +195,7 @@ pub struct RawValidators {
     pub primary_concurrency: Option<Spanned<i64>>,
     pub checksum_chunk_rows: Option<Spanned<i64>>,
     pub checksum_sample_rows: Option<Spanned<i64>>,
+    pub as_of_grace: Option<Spanned<String>>,
     pub exclude: Option<Vec<String>>,
 }
 

@@ -474,6 +474,11 @@ pub struct ValidatorsConfig {
     pub checksum_chunk_rows: u64,
     /// Tables larger than this are sampled: this many rows, in whole chunks.
     pub checksum_sample_rows: u64,
+    /// Where nothing says which transactions had committed at the copy's point (a dump
+    /// without `track_commit_timestamp` on the primary), `as_of` rows this close before
+    /// the cut-off may still have been in flight: they are counted, not compared.
+    #[serde(serialize_with = "ser_duration")]
+    pub as_of_grace: Duration,
     /// Tables (`schema.table`) left out of row counts and checksums.
     pub exclude: Vec<String>,
     /// `[target] dump_scope`: what a deliberately partial dump holds — schemas

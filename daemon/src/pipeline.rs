@@ -784,7 +784,11 @@ async fn steps(
     progress.phase(&target.name, "validating");
     let t = Instant::now();
     let cutoff = run.m.as_of_cutoff();
-    let validated = crate::validate::run(config, target, &sandbox, &database, physical, cutoff)
+    let horizon = restored.horizon.as_ref().map(|h| drcheck_validators::asof::CopyHorizon {
+        next_xid: h.next_xid,
+        system_identifier: h.system_identifier.clone(),
+    });
+    let validated = crate::validate::run(config, target, &sandbox, &database, physical, cutoff, horizon)
         .await
         .map_err(|e| Stop::incomplete("validate", e))?;
     run.report.validators = validated.findings.iter().map(ValidatorReport::from).collect();

@@ -154,6 +154,10 @@ pub struct ValidatorReport {
     pub detail: String,
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub measurements: std::collections::BTreeMap<String, f64>,
+    /// What the check could not prove (a difference that cannot be told from a change on
+    /// the primary since the copy's point), each with what would prove it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub inconclusive: Vec<String>,
 }
 
 impl From<&Finding> for ValidatorReport {
@@ -163,6 +167,7 @@ impl From<&Finding> for ValidatorReport {
             status: f.status.as_str().to_string(),
             detail: f.detail.clone(),
             measurements: f.measurements.clone(),
+            inconclusive: f.inconclusive.clone(),
         }
     }
 }
@@ -346,6 +351,13 @@ pub fn render_human(r: &RunReport) -> String {
                 crate::out::shown(&v.name),
                 crate::out::shown_lines(&v.detail, "                            ")
             );
+            for i in &v.inconclusive {
+                let _ = writeln!(
+                    s,
+                    "             inconclusive  {}",
+                    crate::out::shown_lines(i, "                           ")
+                );
+            }
         }
     }
     if let Some(d) = &r.degraded {
@@ -397,6 +409,7 @@ mod tests {
                 status: "skipped".into(),
                 detail: "primary unavailable".into(),
                 measurements: Default::default(),
+                inconclusive: vec![],
             }],
             restore: None,
             primary_queries: None,

@@ -36,7 +36,11 @@ pub async fn run(
     main: &str,
     physical: bool,
     backup_time: Option<SystemTime>,
+    horizon: Option<drcheck_validators::asof::CopyHorizon>,
 ) -> Result<Validated, String> {
+    let point = drcheck_validators::asof::CopyPoint { at: backup_time, horizon };
+    // Which transactions had committed at the copy's point: cluster-wide, read once.
+    let aborted = drcheck_validators::asof::Aborted::new();
     let settings = &target.validators;
     let reference = crate::pristine::reference(config, sandbox.bin()).await;
     let mut names = vec![main.to_string()];
@@ -86,6 +90,11 @@ pub async fn run(
         if let (true, Some(_), Primary::Unavailable(why)) = (is_main, &target.primary, &primary) {
             primary_unavailable = Some(why.clone());
         }
+        let since = match &primary {
+            Primary::Available(p) => drcheck_validators::asof::establish(&point, &pool, p, &aborted).await,
+            Primary::Unavailable(why) => drcheck_validators::asof::Since::Unknown { why: why.clone() },
+        };
+        tracing::info!(target = %target.name, database = %db, how = %since.describe(), "comparing as of the copy's point");
         let cx = Context {
             restored: pool,
             access: access(sandbox, db),
@@ -100,6 +109,7 @@ pub async fn run(
                 drcheck_config::RecoveryTarget::Time(t) if physical => humantime::parse_rfc3339_weak(t).ok(),
                 _ => None,
             },
+            since,
         };
         let validators: Vec<_> = drcheck_validators::selected(&settings.enabled)
             .into_iter()

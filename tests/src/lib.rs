@@ -310,6 +310,17 @@ impl PgPrimary {
         assert!(out.status.success(), "pg_dump: {}", String::from_utf8_lossy(&out.stderr));
     }
 
+    /// A backup that differs from `db` as it is: `pg_dump -Fc` into `path` of a copy of
+    /// `db` (`CREATE DATABASE … TEMPLATE`) changed by `sql` — a dump whose rows the primary
+    /// never had, taken after every row it does have. The copy is dropped again.
+    pub fn tampered_dump(&self, db: &str, sql: &str, path: &Path) {
+        let copy = unique("tamper");
+        self.psql("postgres", &format!("create database {copy} template {db}"));
+        self.psql(&copy, sql);
+        self.dump(&copy, path, &[]);
+        self.psql("postgres", &format!("drop database {copy}"));
+    }
+
     /// `pg_dump -Fp` of `db`: the plain SQL script, as text.
     pub fn dump_plain(&self, db: &str) -> String {
         let out = Command::new("pg_dump")

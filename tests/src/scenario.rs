@@ -44,14 +44,29 @@ impl Scene {
     /// Starts the primary and moto, loads the sample data, dumps and uploads it as
     /// `orders/orders-1.dump`.
     pub fn start() -> Scene {
+        Self::start_with(&[])
+    }
+
+    /// [`Scene::start`] with a primary that tracks commit timestamps: what changed on it
+    /// since a dump can be told (`track_commit_timestamp = on`).
+    pub fn start_tracking() -> Scene {
+        Self::start_with(&[("track_commit_timestamp", "on")])
+    }
+
+    fn start_with(settings: &[(&str, &str)]) -> Scene {
         let root = TempRoot::new();
-        let primary = PgPrimary::start(&root);
+        let primary = PgPrimary::start_with(&root, settings);
         let s3 = S3Server::start(&root);
         let password = unique("pw");
         primary.psql("postgres", "create database orders");
         primary.psql("postgres", &format!("create role verifier login password '{password}'"));
         primary.psql("postgres", "grant pg_read_all_data to verifier");
         primary.psql("orders", SAMPLE_SQL);
+        if !settings.is_empty() {
+            // Committed a second before the dump's start (its header has whole seconds):
+            // commit times then tell them from what the primary writes after it.
+            std::thread::sleep(std::time::Duration::from_millis(1100));
+        }
         let dump = root.path().join("orders.dump");
         primary.dump("orders", &dump, &[]);
         let bucket = unique("bk");

@@ -99,11 +99,19 @@ compare = "primary"
 
 #[test]
 fn corruption_against_the_primary_is_caught_precisely() {
-    let scene = Scene::start();
-    // After the backup: the primary gains a row dated before it (so the backup lacks an
-    // old row), an old value changes, and an index appears that the backup lacks.
-    scene.primary.psql("orders", "insert into orders (customer_id, total, placed_at) values (1, 1, '2020-01-01')");
-    scene.primary.psql("orders", "update customers set name = 'changed' where id = 250");
+    let scene = Scene::start_tracking();
+    // A backup that lacks a row the primary holds unchanged (an old order) and holds
+    // another value for one (customer 250); after it, the primary changes customer 300
+    // (its own change: counted, not failed) and gains an index the backup lacks.
+    let bad = scene.root.path().join("bad.dump");
+    scene.primary.tampered_dump(
+        "orders",
+        "delete from orders where id = 17; update customers set name = 'changed' where id = 250",
+        &bad,
+    );
+    std::thread::sleep(Duration::from_millis(1100));
+    scene.s3.upload(&bad, &scene.bucket, "orders/orders-2.dump");
+    scene.primary.psql("orders", "update customers set name = 'renamed' where id = 300");
     scene.primary.psql("orders", "create index orders_total_idx on orders (total)");
     let mut spec = scene.spec();
     spec.extra_target = r#"[target.as_of]
@@ -126,15 +134,14 @@ expect = "499"
     };
     let counts = detail("row_counts");
     assert!(
-        counts.contains("public.orders: primary 5001, restored 5000 rows written at or before the backup time"),
+        counts.contains("public.orders: the primary holds 5000 rows unchanged since the copy's point, the copy 4999"),
         "{counts}"
     );
     let sums = detail("checksums");
-    assert!(
-        sums.contains("public.customers for id in [") && sums.contains("same 500 rows, different content"),
-        "{sums}"
-    );
-    assert!(sums.contains("public.orders"), "{sums}");
+    assert!(sums.contains("public.customers: id=250 differs"), "{sums}");
+    assert!(sums.contains("public.orders: id=17 is missing from the copy"), "{sums}");
+    assert!(!sums.contains("id=300"), "the primary's own change since is not the backup's: {sums}");
+    assert!(sums.contains("1 rows changed and 0 deleted on the primary since"), "{sums}");
     let schema = detail("schema");
     assert!(schema.contains("index public.orders.orders_total_idx missing from the restored copy"), "{schema}");
     let custom = detail("check: customer count");
@@ -269,7 +276,7 @@ fn money_hashes_alike_whatever_the_primarys_lc_monetary() {
 /// backup; `checksums` names both.
 #[test]
 fn checksums_cover_every_column_by_value_or_by_text() {
-    let scene = Scene::start();
+    let scene = Scene::start_tracking();
     scene.primary.psql(
         "orders",
         "create table alias_clash (id int primary key, t text, v int);
@@ -277,11 +284,17 @@ fn checksums_cover_every_column_by_value_or_by_text() {
          create table by_text (id int primary key, doc json, n int);
          insert into by_text select g, json_build_object('g', g), g from generate_series(1, 200) g;",
     );
+    // The backup holds other values than the primary, which never changed them (since a
+    // second before it: the dump's header time has whole seconds).
+    std::thread::sleep(Duration::from_millis(1100));
     let dump = scene.root.path().join("cols.dump");
-    scene.primary.dump("orders", &dump, &[]);
+    scene.primary.tampered_dump(
+        "orders",
+        "update alias_clash set v = -1 where id = 7; update by_text set n = -1 where id = 9",
+        &dump,
+    );
     std::thread::sleep(Duration::from_millis(1100));
     scene.s3.upload(&dump, &scene.bucket, "orders/cols.dump");
-    scene.primary.psql("orders", "update alias_clash set v = -1 where id = 7; update by_text set n = -1 where id = 9");
     let c = scene.config(&scene.spec()).display().to_string();
     let (out, _) = drcheck(&["--config", &c, "verify", "--json"], &scene.env(), LIMIT);
     let run = only_run(&out);
@@ -289,7 +302,7 @@ fn checksums_cover_every_column_by_value_or_by_text() {
     assert_eq!(sums["status"], "failed", "{sums}\n{}", stderr(&out));
     let detail = sums["detail"].as_str().unwrap();
     assert!(
-        detail.contains("public.alias_clash for id in [") && detail.contains("public.by_text for id in ["),
+        detail.contains("public.alias_clash: id=7 differs") && detail.contains("public.by_text: id=9 differs"),
         "{detail}"
     );
     assert!(detail.starts_with("2 of "), "{detail}");

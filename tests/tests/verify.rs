@@ -125,10 +125,24 @@ fn an_explicit_backup_key_is_verified() {
 }
 
 #[test]
-fn rows_the_backup_lacks_beyond_the_tolerance_fail_row_counts() {
-    let scene = Scene::start();
+fn rows_the_backup_lacks_fail_row_counts_and_rows_added_since_are_counted() {
+    // A primary that tracks commit timestamps: what it wrote after a dump is told apart.
+    let scene = Scene::start_tracking();
+    // Issue 32: rows added after the dump are the primary's changes since — counted,
+    // never a failure (this failed with "primary 600, restored 500").
     scene.primary.psql("orders", "insert into customers select g, 'new' from generate_series(501, 600) g");
     let c = cfg(&scene.config(&scene.spec()));
+    let (out, _) = drcheck(&["--config", &c, "verify", "--json"], &scene.env(), LIMIT);
+    let run = only_run(&out);
+    assert_eq!(out.status.code(), Some(0), "{run}\n{}", stderr(&out));
+    let counts = validator(&run, "row_counts");
+    assert_eq!(counts["status"], "passed", "{counts}");
+    assert_eq!(counts["measurements"]["rows_changed_since"], 100.0, "{counts}");
+    // A dump that lacks rows the primary held, unchanged, when it was taken: failed.
+    let lacking = scene.root.path().join("lacking.dump");
+    scene.primary.tampered_dump("orders", "delete from customers where id > 500", &lacking);
+    std::thread::sleep(Duration::from_millis(1100));
+    scene.s3.upload(&lacking, &scene.bucket, "orders/orders-2.dump");
     let (out, _) = drcheck(&["--config", &c, "verify", "--json"], &scene.env(), LIMIT);
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     let run = only_run(&out);
@@ -136,7 +150,10 @@ fn rows_the_backup_lacks_beyond_the_tolerance_fail_row_counts() {
     assert_eq!(validator(&run, "schema")["status"], "passed", "{run}");
     assert_eq!(validator(&run, "row_counts")["status"], "failed");
     let detail = validator(&run, "row_counts")["detail"].as_str().unwrap();
-    assert!(detail.contains("public.customers: primary 600, restored 500"), "{detail}");
+    assert!(
+        detail.contains("public.customers: the primary holds 600 rows unchanged since the copy's point, the copy 500"),
+        "{detail}"
+    );
     assert!(!detail.contains("public.orders"), "{detail}");
 }
 

@@ -8,6 +8,9 @@ use crate::{COVERED, Finding, Status};
 /// SQL): they run on the target's own database only.
 pub const ONE_DATABASE: &[&str] = &["freshness", "custom", "point_in_time"];
 
+/// Measurements that add up over a cluster's databases (besides `covered_*`).
+const SUMMED: &[&str] = &["seconds", "rows_compared", "inconclusive", "rows_changed_since", "rows_deleted_since"];
+
 /// Whether validator (or finding) `name` runs on every database of a cluster.
 pub fn runs_everywhere(name: &str) -> bool {
     !ONE_DATABASE.iter().any(|v| name == *v || name.starts_with(&format!("{v}:")) || name.starts_with("check: "))
@@ -49,9 +52,12 @@ pub fn merge(per_database: Vec<(String, Vec<Finding>)>) -> Vec<Finding> {
             let detail: Vec<String> =
                 entries.iter().map(|(db, f)| format!("{db}: {} {}", f.status.as_str(), f.detail)).collect();
             let mut merged = Finding::new(&name, status, detail.join("; "));
+            for (db, f) in &entries {
+                merged.inconclusive.extend(f.inconclusive.iter().map(|i| format!("{db}: {i}")));
+            }
             for (_, f) in &entries {
                 for (k, v) in &f.measurements {
-                    if k.starts_with(COVERED) || k == "seconds" || k == "rows_compared" {
+                    if k.starts_with(COVERED) || SUMMED.contains(&k.as_str()) {
                         *merged.measurements.entry(k.clone()).or_insert(0.0) += v;
                     } else {
                         merged.measurements.entry(k.clone()).or_insert(*v);

@@ -38,8 +38,16 @@ impl Validator for Freshness {
         }
         let backup_epoch = cx.backup_time.map(|t| t.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs_f64());
         let (mut restored_newest, mut primary_newest) = (None::<f64>, None::<f64>);
+        let mut absent = Vec::new();
+        let mut checked = 0u64;
         for (schema, table, col) in &cx.settings.as_of {
             let t = TableName { schema: schema.clone(), name: table.clone() };
+            // A table outside the dump's scope, or made after the copy's point, is not
+            // the copy's to hold.
+            if !cx.in_scope(&t) {
+                continue;
+            }
+            checked += 1;
             let zoneless = match crate::catalog::zoneless_column(&cx.restored, &t, col).await {
                 Ok(z) => z,
                 Err(e) => return vec![Finding::new(name, Status::Error, format!("the type of {t}.{col}: {e}"))],
@@ -52,6 +60,11 @@ impl Validator for Freshness {
             };
             match q().fetch_one(&cx.restored).await {
                 Ok(v) => restored_newest = newer(restored_newest, v),
+                Err(e) if crate::point_in_time::undefined_table(&e) => {
+                    absent.push(t.to_string());
+                    checked -= 1;
+                    continue;
+                }
                 Err(e) => {
                     return vec![Finding::new(
                         name,
@@ -73,11 +86,20 @@ impl Validator for Freshness {
                 }
             }
         }
+        let absent = if absent.is_empty() {
+            String::new()
+        } else {
+            format!("; not in the copy (made after its point): {}", absent.join(", "))
+        };
         let Some(restored) = restored_newest else {
-            return vec![Finding::new(name, Status::Skipped, "the as_of columns hold no rows in the restored copy")];
+            return vec![Finding::new(
+                name,
+                Status::Skipped,
+                format!("the as_of columns hold no rows in the restored copy{absent}"),
+            )];
         };
         let behind_backup = backup_epoch.map(|b| (b - restored).max(0.0));
-        let mut f = Finding::new(name, Status::Passed, "").covered("tables", cx.settings.as_of.len() as u64);
+        let mut f = Finding::new(name, Status::Passed, "").covered("tables", checked);
         if let Some(b) = behind_backup {
             f = f.with("newest_row_behind_backup_seconds", (b * 1000.0).round() / 1000.0);
         }
@@ -98,7 +120,7 @@ impl Validator for Freshness {
             f.status = Status::Failed;
             detail = format!("the backup's newest data is older than the RPO allows: {detail}");
         }
-        f.detail = detail;
+        f.detail = detail + &absent;
         vec![f]
     }
 }

@@ -1,38 +1,40 @@
-//! `large_objects`: the copy holds the primary's large objects — the same number, the
-//! same OIDs (pg_dump keeps them) and the same bytes — and nothing in it refers to a large
-//! object it lacks.
+//! `large_objects`: the copy holds the primary's large objects as of the copy's point T
+//! ([`crate::asof`]) — the same objects (pg_dump keeps their OIDs) with the same bytes —
+//! and nothing in it refers to a large object it lacks.
 //!
-//! - Against the primary: the count and an order-independent hash of
-//!   `pg_largeobject_metadata`'s OIDs, then of every data page (`pg_largeobject`: object,
-//!   page number, the page's MD5). Owners and ACLs are not compared (a restore may map
-//!   roles). Reading `pg_largeobject` takes `pg_read_all_data` (or superuser); without it
-//!   the finding is `error`, naming the grant.
-//! - On the copy alone: columns of type `lo` (the `lo` extension's domain) and `oid`
+//! - **Against the primary**, in bounded ranges of OIDs (never one statement over
+//!   `pg_largeobject`; sampled in whole ranges above `checksum_sample_rows` pages): each
+//!   object's pages counted and hashed (`md5` of each page, with its number) on both
+//!   sides and compared object by object. An object the primary created, wrote or
+//!   unlinked since T is counted, not compared; an object the primary held unchanged at T
+//!   must be in the copy with the same bytes — where changes since T cannot be told (a
+//!   dump without commit times), a difference is inconclusive. Owners and ACLs are not
+//!   compared (a restore may map roles). Reading `pg_largeobject` takes
+//!   `pg_read_all_data` (or superuser); without it the finding is `error`, naming the grant.
+//! - **On the copy alone**: columns of type `lo` (the `lo` extension's domain) and `oid`
 //!   columns that hold large-object OIDs — on the copy or, when it has none, on the
-//!   primary — must name objects the copy has. A dump taken with `-t` or `-n` leaves
-//!   large objects out (pg_dump's default): every such reference dangles, and that
-//!   backup could not bring those rows' documents back.
+//!   primary — must name objects the copy has. A reference that dangles on the primary
+//!   the same way is the primary's, not the backup's: a note. A dump taken with `-t` or
+//!   `-n` leaves large objects out (pg_dump's default): every such reference dangles.
 //!
 //! A deliberate partial dump (`[target] dump_scope`) without large objects is not
-//! compared by count (the objects were never meant to be in it); its references still
-//! have to resolve. A sparse object (written with holes) is stored page by page
-//! differently after a restore and would differ — a documented limit.
+//! compared (the objects were never meant to be in it); its references still have to
+//! resolve. A sparse object (written with holes) is stored page by page differently
+//! after a restore and would differ — a documented limit.
 
+use crate::asof::{self, Bind};
+use crate::checksums::plan::{Range, plan};
+use crate::primary::PrimaryDb;
 use crate::{Context, Finding, Status, Validator, some_of};
 use async_trait::async_trait;
 use drcheck_config::quote_ident;
 use sqlx::PgPool;
+use std::collections::{BTreeMap, BTreeSet};
 
 pub struct LargeObjects;
 
-/// Count and OID hash of the large objects.
-const METADATA: &str = "select pg_catalog.count(*), coalesce(pg_catalog.sum(pg_catalog.hashint8extended(\
-     oid::pg_catalog.int8, 0::pg_catalog.int8)), 0)::pg_catalog.text from pg_catalog.pg_largeobject_metadata";
-
-/// Count and hash of the data pages.
-const DATA: &str = "select pg_catalog.count(*), coalesce(pg_catalog.sum(pg_catalog.hashtextextended(\
-     pg_catalog.concat_ws(' ', loid, pageno, pg_catalog.md5(data)), 0::pg_catalog.int8)), 0)::pg_catalog.text \
-     from pg_catalog.pg_largeobject";
+/// OIDs named one by one in a finding, at most.
+const NAMED: usize = 10;
 
 /// User tables' columns that can hold a large object's OID: `oid`, or a domain over it
 /// (the `lo` extension's `lo`); whether the type is `lo`.
@@ -47,11 +49,13 @@ const REFERENCE_COLUMNS: &str = "select n.nspname::text, c.relname::text, a.attn
              or (ty.typtype = 'd' and ty.typbasetype = 'pg_catalog.oid'::pg_catalog.regtype))
       order by 1, 2, 3";
 
-/// Distinct non-null values of a column, and how many of them name a large object.
+/// Distinct non-null values of a column, how many of them name a large object, and up
+/// to 100 of those that do not.
 fn references_sql(schema: &str, table: &str, column: &str) -> String {
     format!(
-        "select pg_catalog.count(*), pg_catalog.count(m.oid) from (select distinct {c}::pg_catalog.oid as v \
-           from {s}.{t} where {c} is not null) d \
+        "select pg_catalog.count(*), pg_catalog.count(m.oid), \
+                (pg_catalog.array_agg(d.v::pg_catalog.int8) filter (where m.oid is null))[1:100] \
+           from (select distinct {c}::pg_catalog.oid as v from {s}.{t} where {c} is not null) d \
            left join pg_catalog.pg_largeobject_metadata m on m.oid operator(pg_catalog.=) d.v",
         c = quote_ident(column),
         s = quote_ident(schema),
@@ -59,95 +63,227 @@ fn references_sql(schema: &str, table: &str, column: &str) -> String {
     )
 }
 
-async fn totals(pool: &PgPool, sql: &'static str) -> Result<(i64, String), sqlx::Error> {
-    sqlx::query_as(sql).fetch_one(pool).await
+async fn references(
+    pool: &PgPool,
+    schema: &str,
+    table: &str,
+    column: &str,
+) -> Result<(i64, i64, Vec<i64>), sqlx::Error> {
+    let (n, present, missing): (i64, i64, Option<Vec<i64>>) =
+        sqlx::query_as(sqlx::AssertSqlSafe(references_sql(schema, table, column))).fetch_one(pool).await?;
+    Ok((n, present, missing.unwrap_or_default()))
 }
 
-async fn references(pool: &PgPool, schema: &str, table: &str, column: &str) -> Result<(i64, i64), sqlx::Error> {
-    sqlx::query_as(sqlx::AssertSqlSafe(references_sql(schema, table, column))).fetch_one(pool).await
+/// One side's objects in an OID range: OID → (pages, hash sum, changed since T).
+type Objects = BTreeMap<i64, (i64, i128, bool)>;
+
+/// The objects of one OID range, with their pages' count and hash; on the primary,
+/// whether the object (its metadata row or any page) was written since T.
+async fn objects_in(
+    pool: &PgPool,
+    primary: Option<&PrimaryDb>,
+    since: &asof::Since,
+    range: Range,
+) -> Result<Objects, sqlx::Error> {
+    let (lo, hi) = match range {
+        Range::Keys(lo, hi) => (lo, hi),
+        Range::Whole => (0, i64::MAX),
+    };
+    let (mchanged, pchanged, extra) = match primary.and_then(|_| since.changed("m", 3)) {
+        Some((m, b)) => {
+            let (p, _) = since.changed("p", 3).expect("same mode");
+            (m, p, b)
+        }
+        None => ("false".into(), "false".into(), vec![]),
+    };
+    let sql = format!(
+        "select m.oid::pg_catalog.int8, coalesce(d.pages, 0), coalesce(d.h, '0'), ({mchanged}) or coalesce(d.changed, false)
+           from pg_catalog.pg_largeobject_metadata m
+           left join (select p.loid, pg_catalog.count(*) as pages,
+                             pg_catalog.sum(pg_catalog.hashtextextended(
+                                 pg_catalog.concat_ws(' ', p.pageno, pg_catalog.md5(p.data)), 0::pg_catalog.int8))::pg_catalog.text as h,
+                             pg_catalog.bool_or({pchanged}) as changed
+                        from pg_catalog.pg_largeobject p
+                       where p.loid::pg_catalog.int8 >= $1::pg_catalog.int8 and p.loid::pg_catalog.int8 < $2::pg_catalog.int8
+                       group by p.loid) d on d.loid operator(pg_catalog.=) m.oid
+          where m.oid::pg_catalog.int8 >= $1::pg_catalog.int8 and m.oid::pg_catalog.int8 < $2::pg_catalog.int8"
+    );
+    let mut binds = vec![Bind::Int(lo), Bind::Int(hi)];
+    binds.extend(extra);
+    let q = asof::bind_all(sqlx::query_as::<_, (i64, i64, String, bool)>(sqlx::AssertSqlSafe(sql)), &binds)
+        .persistent(false);
+    let rows = match primary {
+        Some(p) => p.timed(q.fetch_all(pool)).await?,
+        None => q.fetch_all(pool).await?,
+    };
+    Ok(rows.into_iter().map(|(oid, pages, h, changed)| (oid, (pages, h.parse().unwrap_or(0), changed))).collect())
 }
 
 /// What the comparison with the primary found.
-enum Compared {
-    /// Objects and pages match: how many of each.
-    Same(i64, i64),
-    Differs(String),
-    /// Not compared with the primary: why (none, a partial dump without objects).
-    Unmatched(String),
-    Error(String),
+#[derive(Default)]
+struct Compared {
+    objects: u64,
+    pages: u64,
+    /// Created, written or unlinked on the primary since T.
+    created: u64,
+    written: u64,
+    unlinked: u64,
+    lost: Vec<i64>,
+    differs: Vec<i64>,
+    /// Differences nothing tells from a change since T.
+    unknown: Vec<i64>,
+    sampled: bool,
 }
 
-async fn compare(cx: &Context, restored: (i64, String)) -> Compared {
-    let primary = match cx.primary_or_skip("large_objects") {
-        Ok(p) => p,
-        Err(f) => return Compared::Unmatched(f.detail),
+async fn compare(cx: &Context, primary: &PrimaryDb) -> Result<Compared, String> {
+    let bounds =
+        "select pg_catalog.min(oid::pg_catalog.int8), pg_catalog.max(oid::pg_catalog.int8), pg_catalog.count(*)
+                    from pg_catalog.pg_largeobject_metadata";
+    let pages = "select greatest(c.reltuples, 0)::pg_catalog.float8 from pg_catalog.pg_class c
+                  where c.oid = 'pg_catalog.pg_largeobject'::pg_catalog.regclass";
+    let (pb, cb, est) = tokio::join!(
+        primary.timed(sqlx::query_as::<_, (Option<i64>, Option<i64>, i64)>(bounds).fetch_one(&primary.pool)),
+        sqlx::query_as::<_, (Option<i64>, Option<i64>, i64)>(bounds).fetch_one(&cx.restored),
+        primary.timed(sqlx::query_scalar::<_, f64>(pages).fetch_one(&primary.pool)),
+    );
+    let (pb, cb) = (pb.map_err(|e| e.to_string())?, cb.map_err(|e| e.to_string())?);
+    let mut out = Compared::default();
+    let (Some(lo), Some(hi)) = (pb.0.into_iter().chain(cb.0).min(), pb.1.into_iter().chain(cb.1).max()) else {
+        return Ok(out);
     };
-    let p = match primary.timed(totals(&primary.pool, METADATA)).await {
-        Ok(p) => p,
-        Err(e) => return Compared::Error(format!("reading the primary's large objects: {e}")),
-    };
-    if !cx.settings.dump_scope.is_empty() && restored.0 == 0 {
-        return Compared::Unmatched(format!(
-            "the primary has {} large objects; a partial dump (dump_scope) leaves them out unless taken with --blobs",
-            p.0
-        ));
-    }
-    if p.0 != restored.0 {
-        return Compared::Differs(format!("primary {} large objects, restored {}", p.0, restored.0));
-    }
-    if p.1 != restored.1 {
-        return Compared::Differs(format!("same {} large objects, different OIDs", p.0));
-    }
-    let (pd, rd) = tokio::join!(primary.timed(totals(&primary.pool, DATA)), totals(&cx.restored, DATA));
-    match (pd, rd) {
-        (Ok(p), Ok(r)) if p == r => Compared::Same(restored.0, p.0),
-        (Ok(p), Ok(r)) if p.0 != r.0 => Compared::Differs(format!(
-            "same {} large objects, primary {} data pages, restored {}",
-            restored.0, p.0, r.0
-        )),
-        (Ok(p), Ok(_)) => {
-            Compared::Differs(format!("same {} large objects and {} pages, different bytes", restored.0, p.0))
+    // Ranges of about `checksum_chunk_rows` pages, by the objects' average size.
+    let objects = pb.2.max(cb.2).max(1) as f64;
+    let per_object = (est.unwrap_or(0.0) / objects).max(1.0);
+    let chunk = (cx.settings.checksum_chunk_rows as f64 / per_object).max(1.0) as u64;
+    let sample = (cx.settings.checksum_sample_rows as f64 / per_object).max(1.0) as u64;
+    let (ranges, sampled) = plan(lo, hi, objects, chunk, sample);
+    out.sampled = sampled;
+    let known = cx.since.known();
+    let mut suspects: Vec<i64> = Vec::new();
+    for range in ranges {
+        let (p, c) = tokio::join!(
+            objects_in(&primary.pool, Some(primary), &cx.since, range),
+            objects_in(&cx.restored, None, &cx.since, range)
+        );
+        let (p, c) = (p.map_err(|e| e.to_string())?, c.map_err(|e| e.to_string())?);
+        for (oid, (pages, h, changed)) in &p {
+            match (c.get(oid), changed) {
+                (None, true) => out.created += 1,
+                (Some(_), true) => out.written += 1,
+                (None, false) if known => suspects.push(*oid),
+                (None, false) => out.unknown.push(*oid),
+                (Some((cp, ch, _)), false) if (cp, ch) == (pages, h) => {
+                    out.objects += 1;
+                    out.pages += *pages as u64;
+                }
+                (Some(_), false) if known => out.differs.push(*oid),
+                (Some(_), false) => out.unknown.push(*oid),
+            }
         }
-        (Err(e), _) if e.to_string().contains("permission denied") => Compared::Error(format!(
-            "the primary refuses to show large objects' data to drcheck's role ({e}): grant it pg_read_all_data"
-        )),
-        (Err(e), _) => Compared::Error(format!("reading the primary's large-object data: {e}")),
-        (_, Err(e)) => Compared::Error(format!("reading the copy's large-object data: {e}")),
+        out.unlinked += c.keys().filter(|o| !p.contains_key(o)).count() as u64;
     }
+    // An object the copy lacks whose creating transaction had not committed at T (in
+    // flight then) was created since.
+    if !suspects.is_empty() {
+        let xmins: Vec<(i64, i64)> = primary
+            .timed(
+                sqlx::query_as(
+                    "select m.oid::pg_catalog.int8, ((m.xmin)::pg_catalog.text)::pg_catalog.int8
+                       from pg_catalog.pg_largeobject_metadata m
+                      where m.oid::pg_catalog.int8 operator(pg_catalog.=) any($1::pg_catalog.int8[])",
+                )
+                .bind(&suspects)
+                .fetch_all(&primary.pool),
+            )
+            .await
+            .map_err(|e| e.to_string())?;
+        let ids: Vec<i64> = xmins.iter().map(|(_, x)| *x).collect::<BTreeSet<_>>().into_iter().collect();
+        let committed =
+            asof::committed_at_point(&cx.since, &cx.restored, primary, &ids).await.map_err(|e| e.to_string())?;
+        for (oid, x) in xmins {
+            match committed.get(&x).copied().flatten() {
+                Some(true) => out.lost.push(oid),
+                Some(false) => out.created += 1,
+                None => out.unknown.push(oid),
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// At most [`NAMED`] OIDs, then how many more.
+fn oids(list: &[i64]) -> String {
+    some_of(&list.iter().map(i64::to_string).collect::<Vec<_>>(), NAMED)
 }
 
 /// References on the copy to large objects it does not have: `(checked columns, dangling
-/// descriptions)`.
-async fn dangling(cx: &Context) -> Result<(usize, Vec<String>), String> {
+/// descriptions, notes of references that dangle on the primary too)`.
+async fn dangling(cx: &Context) -> Result<(usize, Vec<String>, Vec<String>), String> {
     let columns: Vec<(String, String, String, bool)> =
         sqlx::query_as(REFERENCE_COLUMNS).fetch_all(&cx.restored).await.map_err(|e| format!("listing columns: {e}"))?;
     let mut checked = 0;
-    let mut found = Vec::new();
+    let (mut found, mut notes) = (Vec::new(), Vec::new());
+    let primary = match &cx.primary {
+        crate::Primary::Available(p) => Some(p),
+        crate::Primary::Unavailable(_) => None,
+    };
     for (schema, table, column, is_lo) in columns {
         let t = crate::TableName { schema: schema.clone(), name: table.clone() };
         if cx.excluded(&t) || !cx.in_scope(&t) {
             continue;
         }
-        let (values, present) =
+        let (values, present, missing) =
             references(&cx.restored, &schema, &table, &column).await.map_err(|e| format!("{t}.{column}: {e}"))?;
         // An `oid` column is a reference when its values name large objects — here or,
         // if none here, on the primary (a copy without its objects names none).
         let mut is_reference = is_lo || present > 0;
         if !is_reference
             && values > 0
-            && let crate::Primary::Available(p) = &cx.primary
+            && let Some(p) = primary
         {
-            is_reference = matches!(p.timed(references(&p.pool, &schema, &table, &column)).await, Ok((_, n)) if n > 0);
+            is_reference =
+                matches!(p.timed(references(&p.pool, &schema, &table, &column)).await, Ok((_, n, _)) if n > 0);
         }
         if !is_reference {
             continue;
         }
         checked += 1;
-        if present < values {
-            found.push(format!("{t}.{column}: {} of {values} large objects it names are missing", values - present));
+        if present >= values {
+            continue;
+        }
+        // Missing on the primary as well: the primary dangles the same way.
+        let also: BTreeSet<i64> = match primary {
+            Some(p) => p
+                .timed(
+                    sqlx::query_scalar::<_, i64>(
+                        "select v from pg_catalog.unnest($1::pg_catalog.int8[]) v
+                          where not exists (select 1 from pg_catalog.pg_largeobject_metadata m
+                                             where m.oid::pg_catalog.int8 operator(pg_catalog.=) v)",
+                    )
+                    .bind(&missing)
+                    .fetch_all(&p.pool),
+                )
+                .await
+                .map_err(|e| format!("{t}.{column} on the primary: {e}"))?
+                .into_iter()
+                .collect(),
+            None => BTreeSet::new(),
+        };
+        let ours: Vec<i64> = missing.iter().copied().filter(|v| !also.contains(v)).collect();
+        if !also.is_empty() {
+            notes.push(format!("{t}.{column}: {} references dangle on the primary too (not the backup's)", also.len()));
+        }
+        if !ours.is_empty() || (missing.len() as i64) < values - present {
+            let n = (values - present) - also.len() as i64;
+            if n > 0 {
+                found.push(format!(
+                    "{t}.{column}: {n} of {values} large objects it names are missing ({})",
+                    oids(&ours)
+                ));
+            }
         }
     }
-    Ok((checked, found))
+    Ok((checked, found, notes))
 }
 
 #[async_trait]
@@ -158,57 +294,95 @@ impl Validator for LargeObjects {
 
     async fn validate(&self, cx: &Context) -> Vec<Finding> {
         let name = self.name();
-        let restored = match totals(&cx.restored, METADATA).await {
-            Ok(r) => r,
+        let restored_count: Result<i64, _> =
+            sqlx::query_scalar("select pg_catalog.count(*) from pg_catalog.pg_largeobject_metadata")
+                .fetch_one(&cx.restored)
+                .await;
+        let restored_count = match restored_count {
+            Ok(n) => n,
             Err(e) => return vec![Finding::new(name, Status::Error, format!("reading the copy's large objects: {e}"))],
         };
-        let compared = compare(cx, restored.clone()).await;
-        let refs = dangling(cx).await;
         let mut how = Vec::new();
-        let (objects, pages) = match &compared {
-            Compared::Same(o, p) => (*o as u64, *p as u64),
-            _ => (0, 0),
-        };
-        if let Compared::Same(o, p) = &compared {
-            how.push(format!("{o} large objects and {p} data pages match the primary"));
+        let (mut failures, mut errors, mut inconclusive) = (Vec::new(), Vec::new(), Vec::new());
+        let mut compared = Compared::default();
+        match cx.primary_or_skip(name) {
+            Err(f) => how.push(format!("not compared with the primary: {}", f.detail)),
+            Ok(_) if !cx.settings.dump_scope.is_empty() && restored_count == 0 => how.push(
+                "not compared with the primary: a partial dump (dump_scope) leaves large objects out unless taken with --blobs"
+                    .into(),
+            ),
+            Ok(primary) => match compare(cx, primary).await {
+                Ok(c) => compared = c,
+                Err(e) if e.contains("permission denied") => errors.push(format!(
+                    "the primary refuses to show large objects' data to drcheck's role ({e}): grant it pg_read_all_data"
+                )),
+                Err(e) => errors.push(format!("comparing large objects: {e}")),
+            },
         }
-        if let Compared::Unmatched(why) = &compared {
-            how.push(format!("not compared with the primary: {why}"));
+        let c = &compared;
+        if c.objects > 0 || c.created + c.written + c.unlinked > 0 {
+            how.push(format!(
+                "{} large objects and {} data pages match the primary{}",
+                c.objects,
+                c.pages,
+                if c.sampled { " (sampled in whole OID ranges)" } else { "" }
+            ));
         }
-        let columns = match &refs {
-            Ok((n, _)) => *n as u64,
-            Err(_) => 0,
+        if c.created + c.written + c.unlinked > 0 {
+            how.push(format!(
+                "since the copy's point the primary created {}, wrote {} and unlinked {} (counted, not compared)",
+                c.created, c.written, c.unlinked
+            ));
+        }
+        if !c.lost.is_empty() {
+            failures.push(format!(
+                "{} large objects the primary held unchanged at the copy's point are missing: {}",
+                c.lost.len(),
+                oids(&c.lost)
+            ));
+        }
+        if !c.differs.is_empty() {
+            failures.push(format!(
+                "{} large objects differ from the primary's, which did not change them since: {}",
+                c.differs.len(),
+                oids(&c.differs)
+            ));
+        }
+        if !c.unknown.is_empty() {
+            inconclusive.push(format!(
+                "{} large objects differ or are missing, and changes since the copy's point cannot be told ({}): {} — to prove them, {}",
+                c.unknown.len(),
+                cx.since.describe(),
+                oids(&c.unknown),
+                cx.since.how_to_prove()
+            ));
+        }
+        let columns = match dangling(cx).await {
+            Ok((n, found, notes)) => {
+                if !found.is_empty() {
+                    failures.push(format!("dangling references: {}", some_of(&found, 10)));
+                }
+                how.extend(notes);
+                n as u64
+            }
+            Err(e) => {
+                errors.push(format!("checking references: {e}"));
+                0
+            }
         };
         how.push(format!("{columns} referencing columns resolve"));
-        let mut failures = Vec::new();
-        if let Compared::Differs(d) = &compared {
-            failures.push(d.clone());
-        }
-        if let Ok((_, d)) = &refs
-            && !d.is_empty()
-        {
-            failures.push(format!("dangling references: {}", some_of(d, 10)));
-        }
-        if !failures.is_empty() {
-            return vec![Finding::new(name, Status::Failed, failures.join("; "))];
-        }
-        let errors: Vec<String> = [
-            if let Compared::Error(e) = &compared { Some(e.clone()) } else { None },
-            refs.as_ref().err().map(|e| format!("checking references: {e}")),
-        ]
-        .into_iter()
-        .flatten()
-        .collect();
-        if !errors.is_empty() {
-            return vec![Finding::new(name, Status::Error, errors.join("; "))];
-        }
-        // Nothing compared and no reference checked: enforce_coverage makes it skipped.
-        vec![
+        let finding = if !failures.is_empty() {
+            Finding::new(name, Status::Failed, failures.join("; "))
+        } else if !errors.is_empty() {
+            Finding::new(name, Status::Error, errors.join("; "))
+        } else {
+            // Nothing compared and no reference checked: enforce_coverage makes it skipped.
             Finding::new(name, Status::Passed, how.join("; "))
-                .covered("large_objects", objects)
-                .covered("large_object_pages", pages)
-                .covered("reference_columns", columns),
-        ]
+                .covered("large_objects", c.objects)
+                .covered("large_object_pages", c.pages)
+                .covered("reference_columns", columns)
+        };
+        vec![finding.inconclusive(inconclusive)]
     }
 }
 

@@ -14,6 +14,7 @@
 //! `statement_timeout`, a pool as large as the allowed concurrency, every query counted
 //! and timed. Every identifier reaching SQL is quoted with `quote_ident`.
 
+pub mod asof;
 pub mod catalog;
 pub mod databases;
 pub mod guard;
@@ -69,6 +70,11 @@ pub struct Finding {
     /// Numbers a validator measured (e.g. `data_lag_seconds`).
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub measurements: BTreeMap<String, f64>,
+    /// What the check could not prove, each with why and what would prove it: a
+    /// difference that cannot be told apart from a change on the primary since the
+    /// copy's point. Never counted as covered, never a failure.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub inconclusive: Vec<String>,
 }
 
 impl Finding {
@@ -81,7 +87,14 @@ impl Finding {
                  (PostgreSQL 14+), or SELECT on the tables it checks",
             );
         }
-        Self { name: name.to_string(), status, detail, measurements: BTreeMap::new() }
+        Self { name: name.to_string(), status, detail, measurements: BTreeMap::new(), inconclusive: Vec::new() }
+    }
+
+    /// Records what could not be proven (see [`Finding::inconclusive`]).
+    pub fn inconclusive(mut self, items: Vec<String>) -> Self {
+        self.measurements.insert("inconclusive".into(), items.len() as f64);
+        self.inconclusive = items;
+        self
     }
 
     pub fn with(mut self, key: &str, value: f64) -> Self {
@@ -171,6 +184,8 @@ pub struct Context {
     pub heartbeat: Option<drcheck_config::HeartbeatConfig>,
     /// The moment replay was asked to stop at (a time recovery target), if any.
     pub target_time: Option<SystemTime>,
+    /// How changes on the primary since the copy's point are told ([`asof::Since`]).
+    pub since: asof::Since,
 }
 
 impl Context {
@@ -231,12 +246,12 @@ impl Context {
         if let Some(at) = self.backup_time {
             let value = humantime::format_rfc3339_micros(at).to_string();
             let zone = zoneless.then(|| self.primary_zone().to_string());
-            return Ok(Some(Cut { column, value, zone, cast: "pg_catalog.timestamptz" }));
+            return Ok(Some(Cut { column, value, zone, cast: "pg_catalog.timestamptz", less: None }));
         }
         // No time of its own: the newest value the copy holds, compared as it is stored.
         let Some(value) = self.cutoff(t, col).await? else { return Ok(None) };
         let cast = if zoneless { "pg_catalog.timestamp" } else { "pg_catalog.timestamptz" };
-        Ok(Some(Cut { column, value, zone: None, cast }))
+        Ok(Some(Cut { column, value, zone: None, cast, less: None }))
     }
 
     /// The primary's own time zone (UTC when there is no primary to ask).
@@ -316,26 +331,48 @@ pub(crate) struct Cut {
     zone: Option<String>,
     /// What the value is cast to.
     cast: &'static str,
+    /// A band before the cut-off left out too (`as_of_grace`), as an interval.
+    less: Option<String>,
 }
 
 impl Cut {
     /// The SQL condition, its parameters numbered from `$first`.
     pub(crate) fn condition(&self, first: usize) -> String {
         let (col, cast) = (&self.column, self.cast);
-        match &self.zone {
-            Some(_) => format!("{col} <= (${first}::{cast} at time zone ${}::pg_catalog.text)", first + 1),
-            None => format!("{col} <= ${first}::{cast}"),
+        let mut n = first + 1;
+        let mut value = format!("${first}::{cast}");
+        if self.less.is_some() {
+            value = format!("({value} - ${n}::pg_catalog.interval)");
+            n += 1;
         }
+        match &self.zone {
+            Some(_) => format!("{col} <= ({value} at time zone ${n}::pg_catalog.text)"),
+            None => format!("{col} <= {value}"),
+        }
+    }
+
+    /// The same cut-off, `grace` earlier.
+    pub(crate) fn less(mut self, grace: Duration) -> Cut {
+        if !grace.is_zero() {
+            self.less = Some(format!("{} seconds", grace.as_secs_f64()));
+        }
+        self
     }
 
     #[cfg(test)]
     pub(crate) fn test(column: &str, value: &str, zone: Option<&str>) -> Cut {
-        Cut { column: column.into(), value: value.into(), zone: zone.map(Into::into), cast: "pg_catalog.timestamptz" }
+        Cut {
+            column: column.into(),
+            value: value.into(),
+            zone: zone.map(Into::into),
+            cast: "pg_catalog.timestamptz",
+            less: None,
+        }
     }
 
     /// What [`Cut::condition`] binds, in order.
     pub(crate) fn binds(&self) -> Vec<String> {
-        std::iter::once(self.value.clone()).chain(self.zone.clone()).collect()
+        std::iter::once(self.value.clone()).chain(self.less.clone()).chain(self.zone.clone()).collect()
     }
 }
 

@@ -89,6 +89,11 @@ async fn read_beats(
     Ok(Beats { newest, oldest, count, recent })
 }
 
+/// Whether a query failed because its table does not exist (SQLSTATE 42P01).
+pub(crate) fn undefined_table(e: &sqlx::Error) -> bool {
+    e.as_database_error().and_then(|d| d.code()).is_some_and(|c| c == "42P01")
+}
+
 #[async_trait]
 impl Validator for PointInTime {
     fn name(&self) -> &'static str {
@@ -108,8 +113,21 @@ impl Validator for PointInTime {
         let table = t.quoted();
         let target = cx.target_time;
         let upto = target.map(rfc);
+        if !cx.in_scope(&t) {
+            return vec![Finding::new(
+                name,
+                Status::Skipped,
+                format!("heartbeat {t} is outside the dump's scope (dump_scope): the backup does not hold it"),
+            )];
+        }
+        let primary = match &cx.primary {
+            crate::Primary::Available(p) => Some(p),
+            crate::Primary::Unavailable(_) => None,
+        };
         let copy = match read_beats(&cx.restored, &table, None, None).await {
             Ok(b) => b,
+            // Not in the copy at all: made after its point (`heartbeat setup` run since).
+            Err(e) if undefined_table(&e) => Beats::default(),
             Err(e) => {
                 return vec![Finding::new(
                     name,
@@ -119,16 +137,46 @@ impl Validator for PointInTime {
             }
         };
         let Some(copy_newest) = copy.newest else {
-            let status = if target.is_some() { Status::Failed } else { Status::Skipped };
-            return vec![Finding::new(
-                name,
-                status,
-                format!("the restored copy holds no heartbeat in {t}: nothing says how far its data reaches"),
-            )];
-        };
-        let primary = match &cx.primary {
-            crate::Primary::Available(p) => Some(p),
-            crate::Primary::Unavailable(_) => None,
+            let Some(target) = target else {
+                return vec![Finding::new(
+                    name,
+                    Status::Skipped,
+                    format!("the restored copy holds no heartbeat in {t}: nothing says how far its data reaches"),
+                )];
+            };
+            // Empty at T on the primary too (the heartbeat began later): nothing to prove
+            // with — the backup is not to blame.
+            let settled = rfc(target.checked_sub(SLACK).unwrap_or(target));
+            let before = match primary {
+                Some(p) => match p.timed(read_beats(&p.pool, &table, Some(&settled), None)).await {
+                    Ok(b) => b.newest,
+                    Err(e) if undefined_table(&e) => None,
+                    Err(e) => {
+                        return vec![Finding::new(name, Status::Error, format!("heartbeat {t} on the primary: {e}"))];
+                    }
+                },
+                None => None,
+            };
+            return vec![match before {
+                Some(at) => Finding::new(
+                    name,
+                    Status::Failed,
+                    format!(
+                        "the restored copy holds no heartbeat in {t}, though the primary wrote one at {} before the target {}: replay stopped early, or the backup lost them",
+                        stamp(at),
+                        rfc(target)
+                    ),
+                ),
+                None => Finding::new(
+                    name,
+                    Status::Skipped,
+                    format!(
+                        "neither side holds a heartbeat in {t} written by the target {}{}: the heartbeat began later, nothing to prove where replay stopped with",
+                        rfc(target),
+                        if primary.is_none() { " (the primary could not be asked)" } else { "" }
+                    ),
+                ),
+            }];
         };
         let Some(target) = target else {
             // The latest point or a logical dump: the heartbeat says how fresh the data is.
@@ -253,22 +301,35 @@ impl Validator for PointInTime {
                 Err(e) => return vec![Finding::new(name, Status::Error, format!("the type of {at}.{col}: {e}"))],
             };
             let column = quote_ident(col);
+            // Past the target by more than the slack: a client's clock a little ahead
+            // writes rows stamped after T that committed before it.
             let cond = if zoneless {
-                format!("{column} > ($1::pg_catalog.timestamptz at time zone $2::pg_catalog.text)")
+                format!(
+                    "{column} > (($1::pg_catalog.timestamptz + $3::pg_catalog.interval) at time zone $2::pg_catalog.text)"
+                )
             } else {
-                format!("{column} > $1::pg_catalog.timestamptz and $2::pg_catalog.text is not null")
+                format!(
+                    "{column} > ($1::pg_catalog.timestamptz + $3::pg_catalog.interval) and $2::pg_catalog.text is not null"
+                )
             };
             let sql = format!("select pg_catalog.count(*) from only {} where {cond}", at.quoted());
             let n: Result<i64, _> = sqlx::query_scalar(sqlx::AssertSqlSafe(sql))
                 .bind(rfc(target))
                 .bind(cx.primary_zone().to_string())
+                .bind(format!("{} seconds", SLACK.as_secs()))
                 .fetch_one(&cx.restored)
                 .await;
             match n {
                 Ok(0) => {}
+                // A table the copy does not hold (made after its point) holds no row after it.
+                Err(e) if undefined_table(&e) => {}
                 Ok(n) => {
                     after += n as u64;
-                    problems.push(format!("{at} holds {n} rows whose {col} is after the target {}", rfc(target)));
+                    problems.push(format!(
+                        "{at} holds {n} rows whose {col} is more than {}s after the target {}",
+                        SLACK.as_secs(),
+                        rfc(target)
+                    ));
                 }
                 Err(e) => {
                     return vec![Finding::new(name, Status::Error, format!("rows of {at} after the target: {e}"))];

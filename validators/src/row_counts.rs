@@ -1,7 +1,15 @@
-//! `row_counts`: each table has as many rows in the restored copy as on the primary —
-//! exactly, counting rows written at or before the backup time, where the table has an
-//! `as_of` column; otherwise within a relative tolerance (the primary keeps changing).
+//! `row_counts`: each table has as many rows in the restored copy as the primary had at
+//! the copy's point T — cheap counts, as of T ([`crate::asof`]):
+//!
+//! - where changes since T can be told (transaction ids, commit times), every row the
+//!   primary holds unchanged since T must be in the copy: the copy may hold more (rows
+//!   updated or deleted since), never fewer;
+//! - where nothing tells, a table with an `as_of` column counts its rows up to T less
+//!   `as_of_grace` exactly (fewer in the copy: lost; more: deleted on the primary since);
+//!   other tables must be within a relative tolerance, and a difference beyond it cannot
+//!   be told from the primary's own changes since: inconclusive, with what would prove it.
 
+use crate::asof::{self, Bind};
 use crate::{Context, Finding, Status, TableName, Validator, some_of};
 use async_trait::async_trait;
 use futures::stream::{self, StreamExt};
@@ -14,12 +22,58 @@ pub(crate) fn within(primary: i64, restored: i64, tolerance: f64) -> bool {
     (primary - restored).abs() <= allowed
 }
 
-/// `select count(*)`, restricted by `condition` (an `as_of` cut-off) when given.
-fn count_sql(t: &TableName, condition: Option<&str>) -> String {
-    match condition {
-        Some(c) => format!("select pg_catalog.count(*) from {} where {c}", t.quoted()),
-        None => format!("select pg_catalog.count(*) from {}", t.quoted()),
-    }
+/// How one table was counted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum How {
+    /// Rows unchanged since T (by transaction ids or commit times).
+    AsOf,
+    /// Rows written up to T less the grace band (`as_of`).
+    Cut,
+    /// All rows, within the tolerance.
+    Tolerance,
+}
+
+/// Counts of one table: the primary's (unchanged since T, or cut), its rows changed
+/// since T, the copy's.
+async fn count(
+    cx: &Context,
+    primary: &crate::primary::PrimaryDb,
+    t: &TableName,
+) -> Result<(How, i64, i64, i64), String> {
+    let (how, filter, binds, changed) = match cx.since.changed("drcheck_row", 1) {
+        Some((changed, binds)) => (How::AsOf, None, binds, Some(changed)),
+        None => match cx.as_of(t) {
+            Some(col) => match cx.as_of_cut(t, col).await.map_err(|e| e.to_string())? {
+                Some(cut) => {
+                    let cut = cut.less(cx.settings.as_of_grace);
+                    (How::Cut, Some(cut.condition(1)), cut.binds().into_iter().map(Bind::Text).collect(), None)
+                }
+                None => (How::Tolerance, None, vec![], None),
+            },
+            None => (How::Tolerance, None, vec![], None),
+        },
+    };
+    let where_ = filter.as_deref().map(|c| format!(" where {c}")).unwrap_or_default();
+    let table = t.quoted();
+    let primary_sql = match &changed {
+        Some(c) => format!(
+            "select pg_catalog.count(*) filter (where not ({c})), pg_catalog.count(*) filter (where {c}) \
+               from {table} drcheck_row"
+        ),
+        None => format!("select pg_catalog.count(*), 0::pg_catalog.int8 from {table} drcheck_row{where_}"),
+    };
+    let q = asof::bind_all(sqlx::query_as::<_, (i64, i64)>(sqlx::AssertSqlSafe(primary_sql)), &binds).persistent(false);
+    let (p, p_changed) = match primary.timed(q.fetch_one(&primary.pool)).await {
+        Ok(v) => v,
+        Err(e) => return Err(crate::primary_error(primary, t, &e).await),
+    };
+    let copy_sql = format!("select pg_catalog.count(*) from {table} drcheck_row{where_}");
+    let copy_binds = if how == How::Cut { binds } else { vec![] };
+    let r = asof::bind_scalar(sqlx::query_scalar::<_, i64>(sqlx::AssertSqlSafe(copy_sql)), &copy_binds)
+        .fetch_one(&cx.restored)
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok((how, p, p_changed, r))
 }
 
 #[async_trait]
@@ -34,72 +88,68 @@ impl Validator for RowCounts {
             Ok(v) => v,
             Err(finding) => return vec![finding],
         };
-        let results: Vec<(TableName, bool, Result<(i64, i64), String>)> = stream::iter(common)
+        let mut results: Vec<(TableName, Result<(How, i64, i64, i64), String>)> = stream::iter(common)
             .map(|t| async move {
-                let r = async {
-                    let cut = match cx.as_of(&t) {
-                        Some(col) => cx.as_of_cut(&t, col).await.map_err(|e| e.to_string())?,
-                        None => None,
-                    };
-                    let condition = cut.as_ref().map(|c| c.condition(1));
-                    let sql = count_sql(&t, condition.as_deref());
-                    let q = || {
-                        let mut q = sqlx::query_scalar::<_, i64>(sqlx::AssertSqlSafe(sql.clone()));
-                        for b in cut.iter().flat_map(|c| c.binds()) {
-                            q = q.bind(b);
-                        }
-                        q
-                    };
-                    let p = match primary.timed(q().fetch_one(&primary.pool)).await {
-                        Ok(p) => p,
-                        Err(e) => return Err(crate::primary_error(primary, &t, &e).await),
-                    };
-                    let r = q().fetch_one(&cx.restored).await.map_err(|e| e.to_string())?;
-                    Ok((cut.is_some(), p, r))
-                }
-                .await;
-                match r {
-                    Ok((exact, p, r)) => (t, exact, Ok((p, r))),
-                    Err(e) => (t, false, Err(e)),
-                }
+                let r = count(cx, primary, &t).await;
+                (t, r)
             })
             .buffer_unordered(cx.settings.primary_concurrency.max(1) as usize)
             .collect()
             .await;
-        let mut results = results;
         results.sort_by(|a, b| a.0.cmp(&b.0));
-        let mut mismatches = Vec::new();
-        let mut errors = Vec::new();
-        let mut deleted_since = Vec::new();
-        let mut exact = 0;
-        for (t, has_as_of, r) in &results {
-            exact += *has_as_of as usize;
-            match r {
-                // Fewer rows up to the cut-off than the primary: rows the backup lost.
-                Ok((p, r)) if *has_as_of && r < p => {
-                    mismatches.push(format!("{t}: primary {p}, restored {r} rows written at or before the backup time"))
+        let (mut mismatches, mut errors, mut since, mut inconclusive) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let (mut as_of, mut cut, mut tolerance) = (0u64, 0u64, 0u64);
+        let mut changed_total = 0i64;
+        for (t, r) in &results {
+            let (how, p, changed, r) = match r {
+                Ok(v) => *v,
+                Err(e) => {
+                    errors.push(format!("{t}: {e}"));
+                    continue;
                 }
-                // More: rows the primary deleted after the backup — not a loss.
-                Ok((p, r)) if *has_as_of && r > p => {
-                    deleted_since.push(format!("{t}: {} rows deleted on the primary since the backup", r - p))
+            };
+            changed_total += changed;
+            match how {
+                // Every row unchanged since T must be there; more are rows changed since.
+                How::AsOf if r < p => mismatches
+                    .push(format!("{t}: the primary holds {p} rows unchanged since the copy's point, the copy {r}")),
+                How::AsOf => as_of += 1,
+                How::Cut if r < p => mismatches.push(format!(
+                    "{t}: primary {p}, restored {r} rows written at or before the backup time (less as_of_grace)"
+                )),
+                How::Cut => {
+                    cut += 1;
+                    if r > p {
+                        since.push(format!("{t}: {} rows deleted on the primary since the backup", r - p));
+                    }
                 }
-                Ok((p, r)) if !*has_as_of && !within(*p, *r, cx.row_count_tolerance) => {
-                    mismatches.push(format!("{t}: primary {p}, restored {r}"))
-                }
-                Ok(_) => {}
-                Err(e) => errors.push(format!("{t}: {e}")),
+                How::Tolerance if within(p, r, cx.row_count_tolerance) => tolerance += 1,
+                How::Tolerance => inconclusive.push(format!(
+                    "{t}: primary {p} rows, restored {r} — beyond {}%, and changes since the dump cannot be told \
+                     from lost rows; to prove it, {}",
+                    cx.row_count_tolerance * 100.0,
+                    cx.since.how_to_prove()
+                )),
             }
         }
-        let tolerance = format!("{}%", cx.row_count_tolerance * 100.0);
-        let mut how = format!("{exact} exact by as_of, {} within {tolerance}", results.len() - exact);
-        if !deleted_since.is_empty() {
-            how.push_str(&format!("; {}", some_of(&deleted_since, 10)));
+        let mut how = Vec::new();
+        if as_of > 0 {
+            how.push(format!(
+                "{as_of} as of the copy's point ({changed_total} rows changed on the primary since, counted)"
+            ));
         }
-        if let Some(n) = &note {
-            how.push_str(&format!("; {n}"));
+        if cut > 0 {
+            how.push(format!("{cut} exact by as_of"));
         }
-        if !mismatches.is_empty() {
-            vec![Finding::new(
+        if tolerance > 0 {
+            how.push(format!("{tolerance} within {}%", cx.row_count_tolerance * 100.0));
+        }
+        how.extend(since);
+        how.extend(note);
+        let how = how.join("; ");
+        let finding = if !mismatches.is_empty() {
+            Finding::new(
                 name,
                 Status::Failed,
                 format!(
@@ -108,15 +158,14 @@ impl Validator for RowCounts {
                     results.len(),
                     some_of(&mismatches, 20)
                 ),
-            )]
+            )
         } else if !errors.is_empty() {
-            vec![Finding::new(name, Status::Error, format!("could not count: {}", some_of(&errors, 10)))]
+            Finding::new(name, Status::Error, format!("could not count: {}", some_of(&errors, 10)))
         } else {
-            vec![
-                Finding::new(name, Status::Passed, format!("{} tables match ({how})", results.len()))
-                    .covered("tables", results.len() as u64),
-            ]
-        }
+            let matched = as_of + cut + tolerance;
+            Finding::new(name, Status::Passed, format!("{matched} tables match ({how})")).covered("tables", matched)
+        };
+        vec![finding.with("rows_changed_since", changed_total as f64).inconclusive(inconclusive)]
     }
 }
 

@@ -431,6 +431,7 @@ fn validate_validators(cx: &Ctx<'_>, i: usize, t: &RawTarget) -> Result<Validato
             5_000_000,
             i64::MAX,
         )?,
+        as_of_grace: dur("as_of_grace", v.and_then(|v| v.as_of_grace.as_ref()), 300)?,
         exclude: v.and_then(|v| v.exclude.clone()).unwrap_or_default(),
         dump_scope,
         as_of,
