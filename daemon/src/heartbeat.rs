@@ -26,9 +26,40 @@ pub fn setup_sql(target: &TargetConfig, hb: &HeartbeatConfig, writer: &str) -> S
     let db_literal = database.replace('\'', "''");
     format!(
         "-- drcheck heartbeat for target {name}: run once on the primary, in database {database},\n\
-         -- as a role that may create schemas and roles.\n\
+         -- as a superuser (the DDL log's event triggers need one).\n\
          CREATE SCHEMA IF NOT EXISTS {schema};\n\
          CREATE TABLE IF NOT EXISTS {table} (at timestamptz PRIMARY KEY DEFAULT pg_catalog.clock_timestamp());\n\
+         COMMENT ON TABLE {table} IS 'drcheck: heartbeat (as_of at)';\n\
+         \n\
+         -- The DDL log: each DDL command with its time and object, written by an event trigger,\n\
+         -- so drcheck tells a migration after a backup from a schema the backup lost.\n\
+         CREATE TABLE IF NOT EXISTS {log} (\n  \
+           at timestamptz NOT NULL DEFAULT pg_catalog.clock_timestamp(),\n  \
+           xid xid8 NOT NULL DEFAULT pg_catalog.pg_current_xact_id(),\n  \
+           tag text NOT NULL,\n  \
+           object_type text,\n  \
+           identity text\n\
+         );\n\
+         COMMENT ON TABLE {log} IS 'drcheck: ddl log (as_of at)';\n\
+         CREATE OR REPLACE FUNCTION {schema}.log_ddl() RETURNS event_trigger\n  \
+           LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $f$\n\
+         DECLARE r record;\n\
+         BEGIN\n  \
+           IF TG_EVENT = 'sql_drop' THEN\n    \
+             FOR r IN SELECT * FROM pg_catalog.pg_event_trigger_dropped_objects() LOOP\n      \
+               INSERT INTO {log} (tag, object_type, identity) VALUES (TG_TAG, r.object_type, r.object_identity);\n    \
+             END LOOP;\n  \
+           ELSE\n    \
+             FOR r IN SELECT * FROM pg_catalog.pg_event_trigger_ddl_commands() LOOP\n      \
+               INSERT INTO {log} (tag, object_type, identity) VALUES (r.command_tag, r.object_type, r.object_identity);\n    \
+             END LOOP;\n  \
+           END IF;\n\
+         END $f$;\n\
+         REVOKE ALL ON FUNCTION {schema}.log_ddl() FROM PUBLIC;\n\
+         DROP EVENT TRIGGER IF EXISTS drcheck_ddl_log_end;\n\
+         CREATE EVENT TRIGGER drcheck_ddl_log_end ON ddl_command_end EXECUTE FUNCTION {schema}.log_ddl();\n\
+         DROP EVENT TRIGGER IF EXISTS drcheck_ddl_log_drop;\n\
+         CREATE EVENT TRIGGER drcheck_ddl_log_drop ON sql_drop EXECUTE FUNCTION {schema}.log_ddl();\n\
          \n\
          -- The writer: may insert heartbeats and nothing else (set its password yourself,\n\
          -- and give it to drcheck as [target.heartbeat] url = \"postgres://{writer}:${{HB_PW}}@…/{database}\").\n\
@@ -40,8 +71,8 @@ pub fn setup_sql(target: &TargetConfig, hb: &HeartbeatConfig, writer: &str) -> S
          GRANT USAGE ON SCHEMA {schema} TO {role};\n\
          GRANT INSERT ON {table} TO {role};\n\
          \n\
-         -- drcheck's verifier role reads it like every table (pg_read_all_data, or):\n\
-         -- GRANT USAGE ON SCHEMA {schema} TO <verifier>; GRANT SELECT ON {table} TO <verifier>;\n\
+         -- drcheck's verifier role reads both like every table (pg_read_all_data, or):\n\
+         -- GRANT USAGE ON SCHEMA {schema} TO <verifier>; GRANT SELECT ON {table}, {log} TO <verifier>;\n\
          \n\
          -- Without `drcheck daemon` (CronJob fleets), pg_cron writes it every {every}{seconds_note}:\n\
          -- SELECT cron.schedule_in_database('drcheck-heartbeat-{name}', '{cron}', $$INSERT INTO {table} DEFAULT VALUES$$, '{db_literal}');\n\
@@ -49,6 +80,7 @@ pub fn setup_sql(target: &TargetConfig, hb: &HeartbeatConfig, writer: &str) -> S
          -- Keep a retention's worth (older rows prove nothing a backup still needs):\n\
          -- SELECT cron.schedule_in_database('drcheck-heartbeat-trim-{name}', '17 3 * * *', $$DELETE FROM {table} WHERE at < now() - interval '60 days'$$, '{db_literal}');\n",
         name = target.name,
+        log = format!("{schema}.{}", quote_ident("ddl_log")),
         writer_lit = writer.replace('\'', "''"),
         every = drcheck_config::format_duration(hb.interval),
         seconds_note = if hb.interval < Duration::from_secs(60) {

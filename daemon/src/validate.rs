@@ -95,6 +95,23 @@ pub async fn run(
             Primary::Unavailable(why) => drcheck_validators::asof::Since::Unknown { why: why.clone() },
         };
         tracing::info!(target = %target.name, database = %db, how = %since.describe(), "comparing as of the copy's point");
+        // drcheck's own tables on this database (any target's heartbeat, the DDL log) are
+        // `as_of` tables of themselves for every target.
+        let mut settings = settings.clone();
+        if let Primary::Available(p) = &primary {
+            match p.timed(drcheck_validators::ddl::marked(&p.pool)).await {
+                Ok(m) => {
+                    for t in m.tables {
+                        if !settings.as_of.iter().any(|(s, n, _)| *s == t.schema && *n == t.name) {
+                            settings.as_of.push((t.schema, t.name, "at".into()));
+                        }
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(target = %target.name, database = %db, "cannot list drcheck's tables on the primary: {e}")
+                }
+            }
+        }
         let cx = Context {
             restored: pool,
             access: access(sandbox, db),
@@ -102,7 +119,7 @@ pub async fn run(
             backup_time,
             rpo: target.rpo,
             row_count_tolerance: target.row_count_tolerance,
-            settings: settings.clone(),
+            settings,
             physical,
             heartbeat: target.heartbeat.clone(),
             target_time: match &target.recovery_target {
@@ -111,12 +128,12 @@ pub async fn run(
             },
             since,
         };
-        let validators: Vec<_> = drcheck_validators::selected(&settings.enabled)
+        let validators: Vec<_> = drcheck_validators::selected(&cx.settings.enabled)
             .into_iter()
             .filter(|v| is_main || databases::runs_everywhere(v.name()))
             .collect();
         let mut findings = vec![drcheck_validators::enforce_coverage(catalog)];
-        findings.extend(drcheck_validators::run_all(&validators, &cx, settings.timeout).await);
+        findings.extend(drcheck_validators::run_all(&validators, &cx, cx.settings.timeout).await);
         cx.restored.close().await;
         if let Primary::Available(p) = &cx.primary {
             let s = p.stats();

@@ -25,7 +25,9 @@ impl Bank {
     /// The bank, with `extra` SQL run on the primary after the data (objects the primary
     /// really has, which its dump then carries).
     pub fn start(lab: &Lab, extra: &str) -> Bank {
-        let primary = PgPrimary::start(&lab.root);
+        // Commit times on the primary tell what changed since the dump: a changed balance
+        // the primary never wrote is the backup's (without them it would be inconclusive).
+        let primary = PgPrimary::start_with(&lab.root, &[("track_commit_timestamp", "on")]);
         let password = unique("pw");
         primary.psql("postgres", &format!("create role verifier login password '{password}'"));
         primary.psql("postgres", "grant pg_read_all_data to verifier");
@@ -35,7 +37,10 @@ impl Bank {
         if !extra.is_empty() {
             primary.psql("bank", extra);
         }
-        let plain = primary.dump_plain("bank");
+        // A second before the dump's start (the header has whole seconds), with the time
+        // in the script (`-- Started on`, pg_dump --verbose).
+        std::thread::sleep(std::time::Duration::from_millis(1100));
+        let plain = primary.dump_plain_verbose("bank");
         assert!(plain.contains(TAMPERED_FROM), "the dump holds the row to tamper with");
         Bank { primary, password, plain }
     }
@@ -57,9 +62,10 @@ impl Bank {
     }
 }
 
-/// How drcheck hashes `accounts` now: schema-qualified, exact argument types.
-pub const QUALIFIED_HASH: &str =
-    "select pg_catalog.sum(pg_catalog.hash_record_extended(a.*, 0::pg_catalog.int8)) from public.accounts a";
+/// How drcheck hashes `accounts` now: schema-qualified, exact argument types, the record
+/// hash hashed again.
+pub const QUALIFIED_HASH: &str = "select pg_catalog.sum(pg_catalog.hashint8extended(\
+     pg_catalog.hash_record_extended(a.*, 0::pg_catalog.int8), 1::pg_catalog.int8)) from public.accounts a";
 /// How drcheck hashed it before: unqualified, an `integer` seed, the session's path.
 pub const UNQUALIFIED_HASH: &str = "select sum(hash_record_extended(a.*, 0)) from accounts a";
 

@@ -333,6 +333,20 @@ impl PgPrimary {
         String::from_utf8(out.stdout).unwrap()
     }
 
+    /// `pg_dump -Fp --verbose` of `db`: the plain script with its `-- Started on` time.
+    pub fn dump_plain_verbose(&self, db: &str) -> String {
+        let out = Command::new("pg_dump")
+            .args(["-Fp", "--verbose", "-h"])
+            .arg(&self.sock)
+            .args(["-p", &self.port.to_string(), "-U", "postgres", db])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "pg_dump: {}", String::from_utf8_lossy(&out.stderr));
+        let text = String::from_utf8(out.stdout).unwrap();
+        assert!(text.contains("-- Started on "), "pg_dump --verbose names its start");
+        text
+    }
+
     /// Runs a psql script file on `db` (stopping at the first error); its output.
     pub fn run_script(&self, db: &str, script: &Path) -> Output {
         Command::new("psql").args(self.psql_args(db)).arg("-f").arg(script).output().unwrap()

@@ -99,6 +99,7 @@ fn every_metric_in_the_rules_and_the_dashboard_is_exported() {
             "drcheck_repository_check_success",
             "drcheck_heartbeat_last_write_timestamp_seconds",
             "drcheck_heartbeat_interval_seconds",
+            "drcheck_heartbeat_write_failures_total",
         ];
         let missing: Vec<&String> =
             used.iter().filter(|n| !exported.contains(*n) && !replay_only.contains(&n.as_str())).collect();

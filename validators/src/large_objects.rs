@@ -308,7 +308,7 @@ impl Validator for LargeObjects {
         match cx.primary_or_skip(name) {
             Err(f) => how.push(format!("not compared with the primary: {}", f.detail)),
             Ok(_) if !cx.settings.dump_scope.is_empty() && restored_count == 0 => how.push(
-                "not compared with the primary: a partial dump (dump_scope) leaves large objects out unless taken with --blobs"
+                "not compared with the primary: a partial dump (dump_scope) leaves them out unless taken with --blobs"
                     .into(),
             ),
             Ok(primary) => match compare(cx, primary).await {

@@ -17,6 +17,7 @@
 pub mod asof;
 pub mod catalog;
 pub mod databases;
+pub mod ddl;
 pub mod guard;
 pub mod primary;
 

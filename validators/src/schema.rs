@@ -1,8 +1,11 @@
 //! `schema`: a fingerprint of schemas, tables, columns and their types, indexes,
 //! constraints, views, functions, sequences, triggers, extensions, types (enum labels,
 //! domains, ranges, base types' I/O functions) and operators — and of anything added to
-//! `pg_catalog` or `information_schema` — taken on both sides and compared; a mismatch
-//! is a readable diff.
+//! `pg_catalog` or `information_schema` — taken on both sides and compared **as of the
+//! copy's point**: a difference that the primary's DDL log ([`crate::ddl`]) shows was
+//! made after it is a note naming the command, never a failure; drcheck's own tables
+//! (the heartbeat, the DDL log) are never "missing" from a copy made before them. Without
+//! a DDL log a difference is a failure that says how to install one.
 
 use crate::{Context, Finding, Status, Validator, some_of};
 use async_trait::async_trait;
@@ -170,21 +173,33 @@ pub(crate) fn extension_versions(
     })
 }
 
-/// The differences between two fingerprints, readable.
-pub(crate) fn diff(primary: &BTreeMap<String, String>, restored: &BTreeMap<String, String>) -> Vec<String> {
+/// The differences between two fingerprints, readable, each with its entry's key.
+pub(crate) fn diff(primary: &BTreeMap<String, String>, restored: &BTreeMap<String, String>) -> Vec<(String, String)> {
     let mut out = Vec::new();
     for (k, def) in primary {
         match restored.get(k) {
-            None if def.is_empty() => out.push(format!("{k} missing from the restored copy")),
-            None => out.push(format!("{k} missing from the restored copy ({})", short(def))),
-            Some(r) if r != def => out.push(format!("{k} differs: primary {}, restored {}", short(def), short(r))),
+            None if def.is_empty() => out.push((k.clone(), format!("{k} missing from the restored copy"))),
+            None => out.push((k.clone(), format!("{k} missing from the restored copy ({})", short(def)))),
+            Some(r) if r != def => {
+                out.push((k.clone(), format!("{k} differs: primary {}, restored {}", short(def), short(r))))
+            }
             Some(_) => {}
         }
     }
     for k in restored.keys().filter(|k| !primary.contains_key(*k)) {
-        out.push(format!("{k} not on the primary"));
+        out.push((k.clone(), format!("{k} not on the primary")));
     }
     out
+}
+
+/// A fingerprint key's kind and name (`partitioned table` and the like are two words).
+pub(crate) fn kind_and_name(key: &str) -> (&str, &str) {
+    for two in ["partitioned table ", "materialized view ", "foreign table ", "window function "] {
+        if let Some(name) = key.strip_prefix(two) {
+            return (two.trim_end().rsplit(' ').next().unwrap_or("table"), name);
+        }
+    }
+    key.split_once(' ').unwrap_or((key, ""))
 }
 
 #[async_trait]
@@ -210,16 +225,61 @@ impl Validator for Schema {
             r.retain(|k, _| !k.starts_with("extension "));
         }
         let versions = extension_versions(&mut p, &mut r);
-        let differences = diff(&p, &r);
+        // drcheck's own tables (by their mark on the primary) are never a difference.
+        let marked = match primary.timed(crate::ddl::marked(&primary.pool)).await {
+            Ok(m) => m,
+            Err(e) => {
+                return vec![Finding::new(name, Status::Error, format!("reading drcheck's tables on the primary: {e}"))];
+            }
+        };
+        let differences: Vec<(String, String)> = diff(&p, &r)
+            .into_iter()
+            .filter(|(k, _)| {
+                let (kind, n) = kind_and_name(k);
+                !marked.owns(kind, n)
+            })
+            .collect();
+        let after = if differences.is_empty() {
+            None
+        } else {
+            match crate::ddl::after_point(primary, &cx.restored, &marked, cx.backup_time, cx.settings.as_of_grace).await
+            {
+                Ok(a) => Some(a),
+                Err(e) => {
+                    return vec![Finding::new(name, Status::Error, format!("reading the primary's DDL log: {e}"))];
+                }
+            }
+        };
+        let (mut explained, mut unexplained) = (Vec::new(), Vec::new());
+        for (k, message) in &differences {
+            let (kind, n) = kind_and_name(k);
+            let by = match &after {
+                Some(crate::ddl::After::Logged { commands, .. }) => crate::ddl::explains(commands, kind, n),
+                _ => None,
+            };
+            match by {
+                Some(c) => {
+                    explained.push(format!("{message} — {} {} at {} (after the copy's point)", c.tag, c.identity, c.at))
+                }
+                None => unexplained.push(message.clone()),
+            }
+        }
         let scope = if cx.settings.dump_scope.is_empty() {
             String::new()
         } else {
             format!(" within the dump's scope ({})", cx.settings.dump_scope.join(", "))
         };
-        let note = versions.map(|v| format!("; {v}")).unwrap_or_default();
-        if differences.is_empty() {
+        let mut note = versions.map(|v| format!("; {v}")).unwrap_or_default();
+        if !explained.is_empty() {
+            note.push_str(&format!(
+                "; {} changed on the primary since the copy's point (its DDL log): {}",
+                explained.len(),
+                some_of(&explained, 10)
+            ));
+        }
+        if unexplained.is_empty() {
             let tables = r.keys().filter(|k| k.starts_with("table ") || k.starts_with("partitioned table ")).count();
-            vec![
+            return vec![
                 Finding::new(
                     name,
                     Status::Passed,
@@ -227,14 +287,25 @@ impl Validator for Schema {
                 )
                 .covered("objects", r.len() as u64)
                 .covered("tables", tables as u64),
-            ]
-        } else {
-            vec![Finding::new(
-                name,
-                Status::Failed,
-                format!("{} differences{scope}: {}{note}", differences.len(), some_of(&differences, 20)),
-            )]
+            ];
         }
+        let hint = match &after {
+            Some(crate::ddl::After::NoLog) | None => "; if a migration changed the primary after the backup, drcheck \
+                 cannot tell it from a defect without its DDL log: `drcheck heartbeat setup` installs it (an event \
+                 trigger recording each DDL command)"
+                .to_string(),
+            Some(crate::ddl::After::Logged { begins: Some(b), .. }) => {
+                format!("; the primary's DDL log names no command after the copy's point for these (it begins {b})")
+            }
+            Some(crate::ddl::After::Logged { begins: None, .. }) => {
+                "; the primary's DDL log names no command after the copy's point for these".to_string()
+            }
+        };
+        vec![Finding::new(
+            name,
+            Status::Failed,
+            format!("{} differences{scope}: {}{note}{hint}", unexplained.len(), some_of(&unexplained, 20)),
+        )]
     }
 }
 
@@ -252,7 +323,7 @@ mod tests {
         let mut r = fp(&[("extension pg_trgm", "1.6"), ("extension plpgsql", "1.0")]);
         let note = extension_versions(&mut p, &mut r).unwrap();
         assert!(note.contains("pg_trgm 1.5 on the primary, 1.6 restored"), "{note}");
-        let d = diff(&p, &r);
+        let d: Vec<String> = diff(&p, &r).into_iter().map(|(_, m)| m).collect();
         assert_eq!(d, ["extension gone missing from the restored copy (1.0)"]);
     }
 
@@ -288,7 +359,7 @@ mod tests {
         let r: BTreeMap<String, String> =
             [("column public.a.x".to_string(), "bigint".to_string()), ("table public.b".to_string(), String::new())]
                 .into();
-        let d = diff(&p, &r);
+        let d: Vec<String> = diff(&p, &r).into_iter().map(|(_, m)| m).collect();
         assert_eq!(d.len(), 3, "{d:?}");
         assert!(d[0].contains("column public.a.x differs: primary integer, restored bigint"), "{d:?}");
         assert!(d[1].contains("index public.a.a_idx missing") && d[1].contains("USING btree"), "{d:?}");
