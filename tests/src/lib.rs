@@ -112,6 +112,10 @@ pub struct PgPrimary {
     child: Option<Child>,
     /// The test's own statements go over TCP (the socket takes peer logins only).
     via_tcp: bool,
+    /// Its directory, its log and its `-c` settings: what a restart starts it with.
+    base: PathBuf,
+    log: PathBuf,
+    settings: Vec<(String, String)>,
 }
 
 /// How a test cluster is made (see [`PgPrimary::start_opts`]).
@@ -232,21 +236,53 @@ impl PgPrimary {
             .unwrap();
         assert!(out.status.success(), "initdb: {}", String::from_utf8_lossy(&out.stderr));
         let port = free_port();
-        let settings = o.settings;
-        let log = std::fs::File::create(root.path().join(format!("{}.log", o.name))).unwrap();
-        let child = as_pg(Command::new(format!("{PG_BIN}/postgres")).current_dir(&base))
+        let log = root.path().join(format!("{}.log", o.name));
+        let mut me = PgPrimary {
+            port,
+            sock,
+            data,
+            child: None,
+            via_tcp: o.local_auth != "trust",
+            base,
+            log,
+            settings: o.settings.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+        };
+        me.spawn();
+        me.wait_ready(o.name);
+        me
+    }
+
+    /// Starts the server process on the cluster's data directory.
+    fn spawn(&mut self) {
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(&self.log).unwrap();
+        let child = as_pg(Command::new(format!("{PG_BIN}/postgres")).current_dir(&self.base))
             .arg("-D")
-            .arg(&data)
+            .arg(&self.data)
             .arg("-k")
-            .arg(&sock)
-            .args(["-p", &port.to_string(), "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off"])
-            .args(settings.iter().flat_map(|(k, v)| ["-c".to_string(), format!("{k}={v}")]))
+            .arg(&self.sock)
+            .args(["-p", &self.port.to_string(), "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off"])
+            .args(self.settings.iter().flat_map(|(k, v)| ["-c".to_string(), format!("{k}={v}")]))
             .stdout(log.try_clone().unwrap())
             .stderr(log)
             .process_group(0)
             .spawn()
             .unwrap();
-        let me = PgPrimary { port, sock, data, child: Some(child), via_tcp: o.local_auth != "trust" };
+        self.child = Some(child);
+    }
+
+    /// Stops the server and starts it again with `changed` settings (others kept).
+    pub fn restart_with(&mut self, changed: &[(&str, &str)]) {
+        self.stop();
+        for (k, v) in changed {
+            self.settings.retain(|(key, _)| key != k);
+            self.settings.push((k.to_string(), v.to_string()));
+        }
+        self.spawn();
+        self.wait_ready("the restarted cluster");
+    }
+
+    fn wait_ready(&self, name: &str) {
+        let me = self;
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             let ok = Command::new("psql")
@@ -259,15 +295,9 @@ impl PgPrimary {
             if ok {
                 break;
             }
-            assert!(
-                Instant::now() < deadline,
-                "{} did not start; see {}",
-                o.name,
-                root.path().join(format!("{}.log", o.name)).display()
-            );
+            assert!(Instant::now() < deadline, "{name} did not start; see {}", me.log.display());
             std::thread::sleep(Duration::from_millis(50));
         }
-        me
     }
 
     fn psql_args(&self, db: &str) -> Vec<String> {

@@ -229,7 +229,11 @@ impl Validator for Schema {
         let marked = match primary.timed(crate::ddl::marked(&primary.pool)).await {
             Ok(m) => m,
             Err(e) => {
-                return vec![Finding::new(name, Status::Error, format!("reading drcheck's tables on the primary: {e}"))];
+                return vec![Finding::new(
+                    name,
+                    Status::Error,
+                    format!("reading drcheck's tables on the primary: {e}"),
+                )];
             }
         };
         let differences: Vec<(String, String)> = diff(&p, &r)

@@ -5,10 +5,12 @@
 //! those whose own hash falls in a slice of the hash space.
 //!
 //! As of T, the primary adds up only its rows unchanged since T, and counts the others.
-//! Rows cannot be matched one by one, so: the copy holding exactly those rows proves the
-//! table; the primary having changed nothing since T (and the copy then holding fewer
-//! rows, or other ones) is a failure — deletions, which leave no trace, only ever make the
-//! copy hold *more*; anything else cannot be told from a change since T: inconclusive.
+//! Rows cannot be matched by key, so: the copy holding exactly those rows proves the
+//! table — or those rows and some the primary changed since, told by their hashes (a
+//! dump's first second, rows the primary appended since); the primary having changed
+//! nothing since T and the copy then holding fewer rows, or other ones, is a failure —
+//! deletions, which leave no trace, only ever make the copy hold *more*; anything else
+//! cannot be told from a change since T: inconclusive.
 
 use super::Tally;
 use super::plan::{BlockPlan, Hash};
@@ -16,6 +18,9 @@ use crate::asof::{self, Bind, Since};
 use crate::primary::PrimaryDb;
 use crate::{Context, TableName};
 use sqlx::PgPool;
+
+/// Rows changed since T whose hashes are asked of the copy, at most.
+const MAX_CHANGED: i64 = 10_000;
 
 /// Totals of one side: rows unchanged since T (count, sum) and rows changed since.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -25,13 +30,14 @@ struct Totals {
     changed: i64,
 }
 
-async fn totals(
+/// The block ranges a side is read in: about `chunk_rows` rows each, and one more past
+/// the end (rows of pages added since the size was read).
+async fn ranges(
     pool: &PgPool,
     primary: Option<&PrimaryDb>,
     t: &TableName,
-    plan: &BlockPlan<'_>,
-    since: Option<&Since>,
-) -> Result<Totals, sqlx::Error> {
+    chunk_rows: u64,
+) -> Result<Vec<(i64, i64)>, sqlx::Error> {
     let size = sqlx::query_as(sqlx::AssertSqlSafe(format!(
         "select (pg_catalog.pg_relation_size('{0}'::pg_catalog.regclass) / \
                  pg_catalog.current_setting('block_size')::pg_catalog.int4)::pg_catalog.int8,
@@ -45,38 +51,71 @@ async fn totals(
         None => size.await?,
     };
     let per_block = if blocks > 0 && tuples >= 1.0 { tuples / blocks as f64 } else { 100.0 };
-    let step = ((plan.chunk_rows as f64 / per_block.max(1.0)).ceil() as i64).max(1);
-    let mut total = Totals::default();
+    let step = ((chunk_rows as f64 / per_block.max(1.0)).ceil() as i64).max(1);
+    let mut out = Vec::new();
     let mut lo = 0i64;
-    // One more range past the end: rows of pages added since the size was read.
     while lo <= blocks {
         let hi = if lo + step > blocks { i64::from(u32::MAX) } else { lo + step };
-        let mut conds = vec!["ctid >= $1::pg_catalog.tid and ctid < $2::pg_catalog.tid".to_string()];
-        let mut binds = vec![Bind::Text(format!("({lo},0)")), Bind::Text(format!("({hi},0)"))];
-        if let Some(c) = plan.cut {
-            conds.push(c.condition(binds.len() + 1));
-            binds.extend(c.binds().into_iter().map(Bind::Text));
+        out.push((lo, hi));
+        lo = hi;
+    }
+    Ok(out)
+}
+
+/// The rows of one block range a plan reads (the range, the cut, the sample), as
+/// `select {h} as h, {extra} from … where …`; binds from `$1`.
+fn rows_sql(
+    t: &TableName,
+    plan: &BlockPlan<'_>,
+    (lo, hi): (i64, i64),
+    extra: &str,
+    since: Option<&Since>,
+) -> (String, Vec<Bind>) {
+    let mut conds = vec!["ctid >= $1::pg_catalog.tid and ctid < $2::pg_catalog.tid".to_string()];
+    let mut binds = vec![Bind::Text(format!("({lo},0)")), Bind::Text(format!("({hi},0)"))];
+    if let Some(c) = plan.cut {
+        conds.push(c.condition(binds.len() + 1));
+        binds.extend(c.binds().into_iter().map(Bind::Text));
+    }
+    if let Some(k) = plan.slice {
+        conds.push(format!(
+            "(pg_catalog.hashtextextended(({})::pg_catalog.text, 42::pg_catalog.int8) & 1023) < {k}",
+            plan.row.0
+        ));
+    }
+    let changed = match since.and_then(|s| s.changed("drcheck_row", binds.len() + 1)) {
+        Some((sql, b)) => {
+            binds.extend(b);
+            sql
         }
-        if let Some(k) = plan.slice {
-            conds.push(format!(
-                "(pg_catalog.hashtextextended((drcheck_row.*)::pg_catalog.text, 42::pg_catalog.int8) & 1023) < {k}"
-            ));
-        }
-        let changed = match since.and_then(|s| s.changed("drcheck_row", binds.len() + 1)) {
-            Some((sql, b)) => {
-                binds.extend(b);
-                sql
-            }
-            None => "false".into(),
-        };
+        None => "false".into(),
+    };
+    let extra = extra.replace("{changed}", &changed);
+    (
+        format!(
+            "select {h} as h{extra} from {t} drcheck_row where {c}",
+            h = plan.hash.expr(plan.row),
+            t = t.quoted(),
+            c = conds.join(" and ")
+        ),
+        binds,
+    )
+}
+
+async fn totals(
+    pool: &PgPool,
+    primary: Option<&PrimaryDb>,
+    t: &TableName,
+    plan: &BlockPlan<'_>,
+    since: Option<&Since>,
+) -> Result<Totals, sqlx::Error> {
+    let mut total = Totals::default();
+    for range in ranges(pool, primary, t, plan.chunk_rows).await? {
+        let (rows, binds) = rows_sql(t, plan, range, ", {changed} as new", since);
         let sql = format!(
             "select pg_catalog.count(*) filter (where not s.new), \
                     coalesce(pg_catalog.sum(s.h) filter (where not s.new), 0)::pg_catalog.text, \
-                    pg_catalog.count(*) filter (where s.new) \
-               from (select {h} as h, {changed} as new from {t} drcheck_row where {c}) s",
-            h = plan.hash.expr(),
-            t = t.quoted(),
-            c = conds.join(" and ")
+                    pg_catalog.count(*) filter (where s.new) from ({rows}) s"
         );
         let q =
             asof::bind_all(sqlx::query_as::<_, (i64, String, i64)>(sqlx::AssertSqlSafe(sql)), &binds).persistent(false);
@@ -87,9 +126,49 @@ async fn totals(
         total.count += c;
         total.sum += s.parse::<i128>().unwrap_or(0);
         total.changed += n;
-        lo = hi;
     }
     Ok(total)
+}
+
+/// The hashes of the primary's rows changed since T.
+async fn changed_hashes(
+    primary: &PrimaryDb,
+    t: &TableName,
+    plan: &BlockPlan<'_>,
+    since: &Since,
+) -> Result<Vec<i64>, sqlx::Error> {
+    let mut out = Vec::new();
+    for range in ranges(&primary.pool, Some(primary), t, plan.chunk_rows).await? {
+        let (rows, binds) = rows_sql(t, plan, range, ", {changed} as new", Some(since));
+        let sql = format!("select s.h from ({rows}) s where s.new");
+        let q = asof::bind_scalar(sqlx::query_scalar::<_, i64>(sqlx::AssertSqlSafe(sql)), &binds).persistent(false);
+        out.extend(primary.timed(q.fetch_all(&primary.pool)).await?);
+    }
+    Ok(out)
+}
+
+/// Count and sum of the copy's rows whose hash is one of `hashes`.
+async fn matching(
+    pool: &PgPool,
+    t: &TableName,
+    plan: &BlockPlan<'_>,
+    hashes: &[i64],
+) -> Result<(i64, i128), sqlx::Error> {
+    let (mut count, mut sum) = (0i64, 0i128);
+    for range in ranges(pool, None, t, plan.chunk_rows).await? {
+        let (rows, mut binds) = rows_sql(t, plan, range, "", None);
+        let at = binds.len() + 1;
+        binds.push(Bind::Ints(hashes.to_vec()));
+        let sql = format!(
+            "select pg_catalog.count(*), coalesce(pg_catalog.sum(s.h), 0)::pg_catalog.text from ({rows}) s \
+              where s.h operator(pg_catalog.=) any(${at}::pg_catalog.int8[])"
+        );
+        let q = asof::bind_all(sqlx::query_as::<_, (i64, String)>(sqlx::AssertSqlSafe(sql)), &binds).persistent(false);
+        let (c, s) = q.fetch_one(pool).await?;
+        count += c;
+        sum += s.parse::<i128>().unwrap_or(0);
+    }
+    Ok((count, sum))
 }
 
 /// Compares a keyless table (see the module's documentation).
@@ -111,6 +190,16 @@ pub(crate) async fn compare(
     if (p.count, p.sum) == (r.count, r.sum) {
         tally.compared += p.count;
         return Ok(());
+    }
+    // More rows in the copy: some may be rows the primary changed since — the copy holds
+    // them as they were written (appended rows the copy caught). Told by their hashes.
+    if known && r.count > p.count && (1..=MAX_CHANGED).contains(&p.changed) {
+        let hashes = changed_hashes(primary, t, plan, since).await.map_err(|e| e.to_string())?;
+        let (m, msum) = matching(&cx.restored, t, plan, &hashes).await.map_err(|e| e.to_string())?;
+        if (r.count - m, r.sum - msum) == (p.count, p.sum) {
+            tally.compared += p.count;
+            return Ok(());
+        }
     }
     // Nothing changed since T, or an append-only (as_of) table cut before it: fewer or
     // other rows in the copy are the backup's.
@@ -138,7 +227,13 @@ pub(crate) async fn compare(
 
 impl Hash {
     /// The plan of a keyless table hashed with this hash.
-    pub(crate) fn blocks<'a>(self, cut: Option<&'a crate::Cut>, chunk_rows: u64, slice: Option<u32>) -> BlockPlan<'a> {
-        BlockPlan { cut, chunk_rows, slice, hash: self }
+    pub(crate) fn blocks<'a>(
+        self,
+        row: &'a super::plan::Row,
+        cut: Option<&'a crate::Cut>,
+        chunk_rows: u64,
+        slice: Option<u32>,
+    ) -> BlockPlan<'a> {
+        BlockPlan { row, cut, chunk_rows, slice, hash: self }
     }
 }

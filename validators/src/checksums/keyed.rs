@@ -41,6 +41,8 @@ pub(crate) struct Keyed<'a> {
     pub t: &'a TableName,
     pub key: &'a str,
     pub hash: Hash,
+    /// The row both sides hash.
+    pub row: &'a super::plan::Row,
     pub since: &'a Since,
     /// Where nothing tells changes: the `as_of` cut-off, less the grace band.
     pub cut: Option<&'a Cut>,
@@ -67,7 +69,7 @@ impl Keyed<'_> {
         format!(
             "select ({k})::pg_catalog.int8 as k, {h} as h{extra} from {t} drcheck_row where {filter}",
             k = quote_ident(self.key),
-            h = self.hash.expr(),
+            h = self.hash.expr(self.row),
             t = self.t.quoted()
         )
     }
@@ -278,7 +280,8 @@ mod tests {
         let t = TableName { schema: "Sales".into(), name: "Inv\"oices".into() };
         let cut = Cut::test("\"at\"", "2026-11-30T00:00:00Z", None).less(std::time::Duration::from_secs(300));
         let since = Since::Unknown { why: "a dump".into() };
-        let plan = Keyed { t: &t, key: "id", hash: Hash::Record, since: &since, cut: Some(&cut) };
+        let whole = super::super::plan::Row::whole();
+        let plan = Keyed { t: &t, key: "id", hash: Hash::Record, row: &whole, since: &since, cut: Some(&cut) };
         let (filter, binds) = plan.filter();
         assert_eq!(
             filter,
@@ -298,7 +301,7 @@ mod tests {
         assert_eq!(zoned.binds(), ["2026-11-30T00:00:00Z", "60 seconds", "America/New_York"]);
         // As of T by transaction ids: no cut, the changed rows named by the primary.
         let xid = Since::Xid { next: 1000, aborted: Arc::new(vec![]), from: 3 };
-        let plan = Keyed { t: &t, key: "id", hash: Hash::Text, since: &xid, cut: None };
+        let plan = Keyed { t: &t, key: "id", hash: Hash::Text, row: &whole, since: &xid, cut: None };
         let (filter, binds) = plan.filter();
         assert_eq!(filter, r#""id" >= $1::pg_catalog.int8 and "id" < $2::pg_catalog.int8"#);
         assert!(binds.is_empty());

@@ -46,6 +46,8 @@ pub(crate) struct Tally {
     unproven: Vec<String>,
     sampled: bool,
     estimated: f64,
+    /// Columns only one side has, or has otherwise (DDL since the point): not hashed.
+    left_out: Vec<String>,
 }
 
 impl Tally {
@@ -79,11 +81,12 @@ async fn compare_with(
     let cut = as_of_cutoff(cx, t).await.map_err(|e| e.to_string())?;
     let key = primary.timed(catalog::integer_key(&primary.pool, t)).await.map_err(|e| e.to_string())?;
     let estimated = primary.timed(catalog::estimated_rows(&primary.pool, t)).await.unwrap_or(0.0);
-    let mut tally = Tally { estimated, ..Tally::default() };
+    let (row, left_out) = plan::common_row(primary, &cx.restored, t).await.map_err(|e| e.to_string())?;
+    let mut tally = Tally { estimated, left_out, ..Tally::default() };
     let Some(k) = key else {
         let slice = plan::sample_slice(estimated, cx.settings.checksum_sample_rows);
         tally.sampled = slice.is_some();
-        let bp = hash.blocks(cut.as_ref(), cx.settings.checksum_chunk_rows, slice);
+        let bp = hash.blocks(&row, cut.as_ref(), cx.settings.checksum_chunk_rows, slice);
         blocks::compare(cx, primary, t, &bp, &cx.since, &mut tally).await?;
         return Ok(tally);
     };
@@ -100,7 +103,10 @@ async fn compare_with(
         _ => (vec![Range::Whole], false),
     };
     tally.sampled = sampled;
-    let keyed = keyed::Keyed { t, key: &k, hash, since: &cx.since, cut: cut.as_ref() };
+    if tally.left_out.iter().any(|c| *c == k) {
+        return Err(format!("its key column {k} is not the same on both sides"));
+    }
+    let keyed = keyed::Keyed { t, key: &k, hash, row: &row, since: &cx.since, cut: cut.as_ref() };
     keyed::compare(cx, primary, &keyed, ranges, &mut tally).await?;
     Ok(tally)
 }
@@ -164,6 +170,12 @@ impl Validator for Checksums {
             }
             if tally.sampled {
                 notes.push(format!("{t}: sampled {} of ~{} rows", tally.compared, tally.estimated.max(0.0) as i64));
+            }
+            if !tally.left_out.is_empty() {
+                notes.push(format!(
+                    "{t}: compared on the columns both sides have alike ({} left out; schema judges them)",
+                    tally.left_out.join(", ")
+                ));
             }
         }
         notes.extend(note);

@@ -51,25 +51,76 @@ pub(crate) enum Hash {
 }
 
 impl Hash {
-    /// The row's hash, an `int8`. A record's hash combines its columns' hashes linearly
-    /// (×31 + next), so a sum of them would not see two rows exchanging the values of one
-    /// column; the record hash is hashed again, which no sum undoes.
-    pub(crate) fn expr(self) -> &'static str {
+    /// The hash of `row` (a row expression: [`Row`]), an `int8`. A record's hash combines
+    /// its columns' hashes linearly (×31 + next), so a sum of them would not see two rows
+    /// exchanging the values of one column; the record hash is hashed again, which no sum
+    /// undoes.
+    pub(crate) fn expr(self, row: &Row) -> String {
+        let row = &row.0;
         match self {
             // Schema-qualified, with exact argument types: no overload the restored copy
             // defines elsewhere can be chosen instead (and `catalog` checks pg_catalog).
-            Hash::Record => {
-                "pg_catalog.hashint8extended(pg_catalog.hash_record_extended(drcheck_row.*, 0::pg_catalog.int8), \
-                 1::pg_catalog.int8)"
-            }
-            Hash::Text => "pg_catalog.hashtextextended((drcheck_row.*)::pg_catalog.text, 0::pg_catalog.int8)",
+            Hash::Record => format!(
+                "pg_catalog.hashint8extended(pg_catalog.hash_record_extended({row}, 0::pg_catalog.int8), 1::pg_catalog.int8)"
+            ),
+            Hash::Text => format!("pg_catalog.hashtextextended(({row})::pg_catalog.text, 0::pg_catalog.int8)"),
         }
     }
+}
+
+/// The row both sides hash: the whole row (`drcheck_row.*`), or — when a column was
+/// added, dropped or retyped on one side (DDL after the copy's point, which `schema`
+/// judges) — the columns both have, alike, in the primary's order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Row(pub(crate) String);
+
+impl Row {
+    pub(crate) fn whole() -> Row {
+        Row("drcheck_row.*".into())
+    }
+}
+
+/// The columns (name, type) of `t`, in order.
+async fn columns(pool: &sqlx::PgPool, t: &TableName) -> Result<Vec<(String, String)>, sqlx::Error> {
+    sqlx::query_as(
+        "select a.attname::pg_catalog.text, pg_catalog.format_type(a.atttypid, a.atttypmod)
+           from pg_catalog.pg_attribute a
+           join pg_catalog.pg_class c on c.oid = a.attrelid
+           join pg_catalog.pg_namespace n on n.oid = c.relnamespace
+          where n.nspname = $1 and c.relname = $2 and a.attnum > 0 and not a.attisdropped
+          order by a.attnum",
+    )
+    .bind(&t.schema)
+    .bind(&t.name)
+    .fetch_all(pool)
+    .await
+}
+
+/// The row of `t` both sides hash, and the columns left out (see [`Row`]).
+pub(crate) async fn common_row(
+    primary: &crate::primary::PrimaryDb,
+    restored: &sqlx::PgPool,
+    t: &TableName,
+) -> Result<(Row, Vec<String>), sqlx::Error> {
+    let (p, r) = tokio::join!(primary.timed(columns(&primary.pool, t)), columns(restored, t));
+    let (p, r) = (p?, r?);
+    if p == r {
+        return Ok((Row::whole(), vec![]));
+    }
+    let common: Vec<&(String, String)> = p.iter().filter(|c| r.contains(c)).collect();
+    let left_out: Vec<String> =
+        p.iter().chain(r.iter()).filter(|c| !common.contains(c)).map(|(n, _)| n.clone()).collect();
+    let cols: Vec<String> =
+        common.iter().map(|(n, _)| format!("drcheck_row.{}", drcheck_config::quote_ident(n))).collect();
+    // `ROW(…)` (the keyword) is a record whatever the number of columns.
+    Ok((Row(format!("ROW({})", cols.join(", "))), left_out))
 }
 
 /// How a keyless table is hashed: the same on both sides.
 #[derive(Clone, Copy)]
 pub(crate) struct BlockPlan<'a> {
+    /// The row both sides hash.
+    pub row: &'a Row,
     /// Where nothing tells changes since T: the `as_of` cut-off, less the grace band.
     pub cut: Option<&'a crate::Cut>,
     pub chunk_rows: u64,
