@@ -23,3 +23,13 @@ select r.target, r.backup_key, max(r.backup_created_at), min(r.finished_at), max
   from runs r
  where r.result = 'passed' and r.backup_key is not null
  group by r.target, r.backup_key;
+
+-- The newest points a target's runs have seen, whichever backup each run proved: the
+-- freshness gauges read them, so proving an older backup never moves them back, in the
+-- daemon or in a one-shot run's push.
+create table freshness (
+    target text primary key,
+    backup_at text,
+    recoverable_point text,
+    measured_at text
+);

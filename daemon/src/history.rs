@@ -199,11 +199,26 @@ impl History {
             .execute(&mut *tx)
             .await?;
         }
+        if r.result != crate::report::RunResult::Aborted {
+            record_freshness(&mut tx, r).await?;
+        }
         if !sinks.is_empty() && r.result != crate::report::RunResult::Aborted {
             enqueue_run_alerts(&mut tx, r, sinks).await?;
         }
         tx.commit().await?;
         Ok(())
+    }
+
+    /// The newest points `target`'s runs have seen: (the newest backup's time, the newest
+    /// recoverable point, when that was measured), RFC 3339.
+    pub async fn freshness(&self, target: &str) -> anyhow::Result<Freshness> {
+        let row: Option<(Option<String>, Option<String>, Option<String>)> =
+            sqlx::query_as("select backup_at, recoverable_point, measured_at from freshness where target = $1")
+                .bind(target)
+                .fetch_optional(&self.pool)
+                .await?;
+        let (backup_at, recoverable_point, measured_at) = row.unwrap_or_default();
+        Ok(Freshness { backup_at, recoverable_point, measured_at })
     }
 
     /// Claims the alerts of `sink` that are due, for `holder`, until [`CLAIM_TTL`]:
@@ -716,6 +731,52 @@ async fn dead_letter_rows(tx: &mut AnyConnection, filter: &str, a: &str, b: &str
 /// Applies the migrations, one process at a time: PostgreSQL's migrator takes an
 /// advisory lock; SQLite's does not, so two processes opening a fresh history at once
 /// would both create its tables — a lock file beside the database orders them.
+/// The newest points a target's runs have seen (see [`History::freshness`]).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Freshness {
+    pub backup_at: Option<String>,
+    pub recoverable_point: Option<String>,
+    pub measured_at: Option<String>,
+}
+
+/// The later of two RFC 3339 times (either may be missing or unreadable).
+fn later(a: Option<String>, b: Option<String>) -> Option<String> {
+    match (a, b) {
+        (Some(a), Some(b)) => {
+            let (ta, tb) = (humantime::parse_rfc3339_weak(&a).ok(), humantime::parse_rfc3339_weak(&b).ok());
+            Some(if tb > ta { b } else { a })
+        }
+        (a, b) => a.or(b),
+    }
+}
+
+/// Moves `r`'s target's freshness forward to what `r` saw, in the run's transaction.
+async fn record_freshness(tx: &mut AnyConnection, r: &RunReport) -> anyhow::Result<()> {
+    let old: Option<(Option<String>, Option<String>, Option<String>)> =
+        sqlx::query_as("select backup_at, recoverable_point, measured_at from freshness where target = $1")
+            .bind(&r.target)
+            .fetch_optional(&mut *tx)
+            .await?;
+    let (b, p, m) = old.clone().unwrap_or_default();
+    let new = (
+        later(b, r.backup.as_ref().and_then(|b| b.created_at.clone())),
+        later(p, r.rpo.recoverable_point.clone()),
+        later(m, r.rpo.measured_at.clone()),
+    );
+    if old.as_ref() == Some(&new) {
+        return Ok(());
+    }
+    sqlx::query("delete from freshness where target = $1").bind(&r.target).execute(&mut *tx).await?;
+    sqlx::query("insert into freshness (target, backup_at, recoverable_point, measured_at) values ($1, $2, $3, $4)")
+        .bind(&r.target)
+        .bind(new.0)
+        .bind(new.1)
+        .bind(new.2)
+        .execute(&mut *tx)
+        .await?;
+    Ok(())
+}
+
 async fn migrate(pool: &AnyPool, postgres: bool, raw: &str) -> anyhow::Result<()> {
     let file = raw.strip_prefix("sqlite:").map(|r| r.trim_start_matches("//").split('?').next().unwrap_or_default());
     let _lock = match file {
@@ -958,6 +1019,28 @@ mod tests {
         assert_eq!(h.keep_proofs_of("orders", &listed).await.unwrap(), 1);
         let keys: std::collections::BTreeSet<String> = h.proofs("orders").await.unwrap().into_keys().collect();
         assert_eq!(keys.into_iter().collect::<Vec<_>>(), ["b1", "b3", "b4"]);
+    }
+
+    /// Issue 32: proving an older backup moved drcheck_backup_timestamp_seconds back (and
+    /// fired the RPO alert). What the runs saw only moves forward.
+    #[tokio::test]
+    async fn freshness_only_moves_forward() {
+        let dir = tempfile::tempdir().unwrap();
+        let h = store(&dir).await;
+        let mut newer = passing_run("r1", "b2", "2026-12-02T00:00:00.000Z", false);
+        newer.backup.as_mut().unwrap().created_at = Some("2026-12-02T00:00:00.000Z".into());
+        newer.rpo.recoverable_point = Some("2026-12-02T00:05:00.000Z".into());
+        newer.rpo.measured_at = Some("2026-12-02T00:06:00.000Z".into());
+        h.record(&newer).await.unwrap();
+        let mut older = passing_run("r2", "b1", "2026-12-03T00:00:00.000Z", true);
+        older.backup.as_mut().unwrap().created_at = Some("2026-12-01T00:00:00.000Z".into());
+        older.rpo.measured_at = Some("2026-12-03T00:01:00.000Z".into());
+        h.record(&older).await.unwrap();
+        let f = h.freshness("orders").await.unwrap();
+        assert_eq!(f.backup_at.as_deref(), Some("2026-12-02T00:00:00.000Z"), "never back to the older backup");
+        assert_eq!(f.recoverable_point.as_deref(), Some("2026-12-02T00:05:00.000Z"));
+        assert_eq!(f.measured_at.as_deref(), Some("2026-12-03T00:01:00.000Z"), "the later listing");
+        assert_eq!(h.freshness("other").await.unwrap(), Freshness::default());
     }
 
     #[tokio::test]

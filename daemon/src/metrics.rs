@@ -344,6 +344,23 @@ impl Metrics {
             if let Ok(Some(last)) = history.last_success(&t.name).await {
                 self.set_last_success(&t.name, &last);
             }
+            // The newest points any run saw: whatever the latest run proved, they hold.
+            if let Ok(f) = history.freshness(&t.name).await {
+                let unix = |s: &Option<String>| {
+                    s.as_deref()
+                        .and_then(|s| humantime::parse_rfc3339_weak(s).ok())
+                        .map(|t| t.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs_f64())
+                };
+                if let Some(at) = unix(&f.backup_at) {
+                    forward(&self.backup_timestamp, &t.name, at);
+                }
+                if let Some(at) = unix(&f.recoverable_point) {
+                    forward(&self.recoverable_point, &t.name, at);
+                }
+                if let Some(at) = unix(&f.measured_at) {
+                    forward(&self.rpo_measured, &t.name, at);
+                }
+            }
         }
     }
 

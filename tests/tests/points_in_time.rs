@@ -231,7 +231,7 @@ fn points_in_time_are_proven_by_the_heartbeat_and_failures_say_where_replay_stop
     assert!(recovered <= cutoff, "{run}");
     // Issue 32: the RPO is the archive's (its newest commit, after backup 3 and the
     // writes that followed it), never T's age; T is what the run proved.
-    let archive_ends = |run: &serde_json::Value| {
+    let archive_ends = |run: &serde_json::Value, gap: f64| {
         let reach =
             at(run["rpo"]["recoverable_point"].as_str().unwrap_or_else(|| panic!("no recoverable point: {run}")));
         assert!(reach > w.uploads[2].1, "the recoverable point is the archive's end, after backup 3: {run}");
@@ -240,9 +240,10 @@ fn points_in_time_are_proven_by_the_heartbeat_and_failures_say_where_replay_stop
         let measured = at(run["rpo"]["measured_at"].as_str().unwrap());
         let age = run["rpo"]["recoverable_point_age_seconds"].as_f64().unwrap();
         let t_age = measured.duration_since(proven).unwrap().as_secs_f64();
-        assert!(age + 3.0 < t_age, "the RPO judged T's age ({t_age} s), not the archive's ({age} s): {run}");
+        assert!(age + gap <= t_age, "the RPO judged T's age ({t_age} s), not the archive's ({age} s): {run}");
     };
-    archive_ends(&run);
+    // The fixed point is seconds before the archive's end (backup 3 and writes after it).
+    archive_ends(&run, 3.0);
 
     // The same point with the WAL file it lies in lost: failed (the backup's), naming
     // the file, target not reached.
@@ -255,6 +256,21 @@ fn points_in_time_are_proven_by_the_heartbeat_and_failures_say_where_replay_stop
     assert!(message.contains("recovery ended before reaching its target"), "{message}");
     assert_eq!(run["restore"]["target_reached"], false, "{run}");
     assert_eq!(run["restore"]["recovery_target"]["value"], between.as_str(), "{run}");
+
+    // Issue 32: a heartbeat table made after the point (a `heartbeat setup` since) is
+    // neither side's at T: nothing to prove with — skipped, never the backup's failure.
+    w.primary.psql(
+        "orders",
+        "create table public.late (at timestamptz primary key default clock_timestamp()); \
+                              insert into public.late default values",
+    );
+    let c = w.config(&format!("recovery_target = \"{between}\""), "public.late", "wal/");
+    let (code, run, err) = w.verify(&c);
+    let pit = validator(&run, "point_in_time");
+    assert_eq!(pit["status"], "skipped", "{run}\n{err}");
+    assert!(pit["detail"].as_str().unwrap().contains("the heartbeat began later"), "{pit}");
+    assert_eq!(code, Some(0), "{run}");
+    w.primary.psql("orders", "drop table public.late");
 
     // A heartbeat that fell silent long before the point proves nothing: never passed.
     let c = w.config(&format!("recovery_target = \"{between}\""), "public.quiet", "wal/");
@@ -278,7 +294,7 @@ fn points_in_time_are_proven_by_the_heartbeat_and_failures_say_where_replay_stop
         assert!(t >= w.uploads[0].0, "drawn {t:?} before the first backup: {run}");
         assert_eq!(validator(&run, "point_in_time")["status"], "passed", "{run}");
         assert_eq!(run["restore"]["target_reached"], true, "{run}");
-        archive_ends(&run);
+        archive_ends(&run, 0.0);
         // Never a backup whose upload began after T; the newest one surely done by T.
         let key = run["backup"]["key"].as_str().unwrap();
         let chosen: usize = key.trim_start_matches("phys/b").trim_end_matches('/').parse().unwrap();
@@ -356,6 +372,22 @@ fn a_dumps_newest_heartbeat_says_how_far_its_data_is_behind() {
     assert_eq!(validator(&run, "row_counts")["status"], "passed", "{run}");
     // No time target: the report says nothing about a target reached.
     assert!(run["restore"]["target_reached"].is_null(), "{run}");
+
+    // Issue 32: a heartbeat outside the dump's scope errored every run; the backup does
+    // not hold it: skipped, and the run passes on what it does hold.
+    let partial = scene.root.path().join("orders-3.dump");
+    std::thread::sleep(Duration::from_millis(1100));
+    scene.primary.dump("orders", &partial, &["-n", "public"]);
+    scene.s3.upload(&partial, &scene.bucket, "orders/orders-3.dump");
+    spec.extra_target =
+        "dump_scope = [\"public\"]\n[target.heartbeat]\ntable = \"drcheck.heartbeat\"\ninterval = \"1s\"\n".into();
+    let config = scene.config(&spec).display().to_string();
+    let (out, _) = drcheck(&["--config", &config, "verify", "--json"], &scene.env(), LIMIT);
+    let run = only_run(&out);
+    assert_eq!(out.status.code(), Some(0), "{run}\n{}", stderr(&out));
+    let pit = validator(&run, "point_in_time");
+    assert_eq!(pit["status"], "skipped", "{pit}");
+    assert!(pit["detail"].as_str().unwrap().contains("outside the dump's scope"), "{pit}");
 }
 
 /// The pg_cron lines `heartbeat setup` prints (for fleets that run drcheck only as a

@@ -37,8 +37,13 @@ fn least_proven_proves_every_backup_in_turn_and_says_how_much_is_proven() {
          [metrics]\ntextfile = \"{}\"\nlisten = \"127.0.0.1:{port}\"\n",
         textfile.display()
     );
-    let c = scene.config(&spec).display().to_string();
+    let path = scene.config(&spec);
+    // Issue 32: proofs outlive run history — two runs kept, three backups proven in turn.
+    let text = std::fs::read_to_string(&path).unwrap().replacen("[state]\n", "[state]\nkeep_runs = 2\n", 1);
+    std::fs::write(&path, text).unwrap();
+    let c = path.display().to_string();
     let mut chosen = Vec::new();
+    let mut newest_backup_at = None;
     for run_no in 1..=4u64 {
         let (out, _) = drcheck(&["--config", &c, "verify", "--json"], &scene.env(), LIMIT);
         assert_eq!(out.status.code(), Some(0), "run {run_no}: {}", stderr(&out));
@@ -51,6 +56,11 @@ fn least_proven_proves_every_backup_in_turn_and_says_how_much_is_proven() {
         assert_eq!(sample(&exposition, "drcheck_backups_restorable"), Some(3.0), "{exposition}");
         assert_eq!(sample(&exposition, "drcheck_backups_proven"), Some(run_no.min(3) as f64), "{exposition}");
         assert_eq!(sample(&exposition, "drcheck_backups_unproven"), Some(3.0 - run_no.min(3) as f64), "{exposition}");
+        // Issue 32: proving an older backup never moves the freshness gauge back (it moved
+        // back, and DrcheckRPOMissed fired, on the second run).
+        let at = sample(&exposition, "drcheck_backup_timestamp_seconds").expect("backup timestamp");
+        let first = *newest_backup_at.get_or_insert(at);
+        assert_eq!(at, first, "run {run_no} ({}) moved the newest backup's time", chosen[run_no as usize - 1]);
     }
     assert_eq!(
         chosen,

@@ -149,7 +149,8 @@ impl Validator for PointInTime {
             let settled = rfc(target.checked_sub(SLACK).unwrap_or(target));
             let before = match primary {
                 Some(p) => match p.timed(read_beats(&p.pool, &table, Some(&settled), None)).await {
-                    Ok(b) => b.newest,
+                    // The newest written by then (not the newest of all).
+                    Ok(b) => b.recent.first().copied(),
                     Err(e) if undefined_table(&e) => None,
                     Err(e) => {
                         return vec![Finding::new(name, Status::Error, format!("heartbeat {t} on the primary: {e}"))];
