@@ -92,7 +92,7 @@ impl Load {
             while !s.load(Ordering::Relaxed) {
                 create();
                 n += 1;
-                if n % 3 == 0 {
+                if n.is_multiple_of(3) {
                     unlink();
                 }
                 std::thread::sleep(Duration::from_millis(300));

@@ -103,7 +103,7 @@ async fn compare_with(
         _ => (vec![Range::Whole], false),
     };
     tally.sampled = sampled;
-    if tally.left_out.iter().any(|c| *c == k) {
+    if tally.left_out.contains(&k) {
         return Err(format!("its key column {k} is not the same on both sides"));
     }
     let keyed = keyed::Keyed { t, key: &k, hash, row: &row, since: &cx.since, cut: cut.as_ref() };
