@@ -252,7 +252,8 @@ impl Live {
     /// Runs `drcheck verify` of `target` with `targets` as the config's targets.
     fn verify(&self, target: &str, targets: &str) -> (Option<i32>, serde_json::Value, String) {
         let c = self.config(targets);
-        let (out, _) = drcheck(&["--config", &c, "verify", "--target", target, "--json"], &self.env(), LIMIT);
+        let (out, took) = drcheck(&["--config", &c, "verify", "--target", target, "--json"], &self.env(), LIMIT);
+        eprintln!("live: verify {target} took {:.1}s", took.as_secs_f64());
         (out.status.code(), only_run(&out), stderr(&out))
     }
 }
