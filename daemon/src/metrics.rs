@@ -20,6 +20,7 @@ pub struct Metrics {
     backup_timestamp: GaugeVec,
     backup_size: GaugeVec,
     validator_success: IntGaugeVec,
+    validator_inconclusive: IntGaugeVec,
     data_lag: GaugeVec,
     recoverable_point: GaugeVec,
     rpo_measured: GaugeVec,
@@ -139,6 +140,12 @@ impl Metrics {
                 &["target"],
             ),
             backup_size: gauge(&r, "drcheck_backup_size_bytes", "Size of the last verified backup.", &["target"]),
+            validator_inconclusive: int_gauge(
+                &r,
+                "drcheck_validator_inconclusive",
+                "What the last run's validator could not prove (cannot be told from changes on the primary since the copy's point): how many items.",
+                &["target", "validator"],
+            ),
             validator_success: int_gauge(
                 &r,
                 "drcheck_validator_success",
@@ -294,6 +301,7 @@ impl Metrics {
             forget(&self.backup_timestamp, "target", v);
             forget(&self.backup_size, "target", v);
             forget(&self.validator_success, "target", v);
+            forget(&self.validator_inconclusive, "target", v);
             forget(&self.data_lag, "target", v);
             forget(&self.recoverable_point, "target", v);
             forget(&self.rpo_measured, "target", v);
@@ -395,6 +403,7 @@ impl Metrics {
         }
         for v in &r.validators {
             self.validator_success.with_label_values(&[t, &v.name]).set((v.status == "passed") as i64);
+            self.validator_inconclusive.with_label_values(&[t, &v.name]).set(v.inconclusive.len() as i64);
             if v.name == "repository"
                 && let Ok(at) = humantime::parse_rfc3339_weak(&r.finished_at)
             {

@@ -123,6 +123,10 @@ pub struct ValidatorEvidence {
     pub detail: String,
     /// `covered_*` measurements without the prefix: what the check covered.
     pub covered: BTreeMap<String, f64>,
+    /// What the check could not prove (cannot be told from a change on the primary since
+    /// the copy's point), each with what would prove it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub inconclusive: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -190,6 +194,7 @@ impl RunEvidence {
                         .iter()
                         .filter_map(|(k, n)| k.strip_prefix("covered_").map(|k| (k.to_string(), *n)))
                         .collect(),
+                    inconclusive: v.inconclusive.clone(),
                 })
                 .collect(),
             reasons,

@@ -152,7 +152,10 @@ fn coverage(r: &RunEvidence) -> String {
     r.validators
         .iter()
         .map(|v| {
-            let covered: Vec<String> = v.covered.iter().map(|(k, n)| format!("{n:.0} {k}")).collect();
+            let mut covered: Vec<String> = v.covered.iter().map(|(k, n)| format!("{n:.0} {k}")).collect();
+            if !v.inconclusive.is_empty() {
+                covered.push(format!("{} inconclusive", v.inconclusive.len()));
+            }
             if covered.is_empty() {
                 format!("{} {}", v.name, v.status)
             } else {

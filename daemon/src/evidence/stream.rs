@@ -547,6 +547,11 @@ mod property_tests {
                 status: if passed { "passed" } else { "failed" }.into(),
                 detail: format!("{covered} rows"),
                 covered: [("rows".to_string(), covered)].into(),
+                inconclusive: if i % 3 == 0 {
+                    vec![format!("public.t{i}: \"why\" — what would prove it")]
+                } else {
+                    vec![]
+                },
             }],
             reasons: vec![],
             coverage: None,
