@@ -403,13 +403,20 @@ fn every_verdict_holds_on_a_live_primary() {
     let mut live = setup();
     let metrics_port = live.metrics_port;
     let daemon_metrics = || http_get(metrics_port, "/metrics");
-    // Coverage series exist for every target from the daemon's start, before any run.
-    let m = daemon_metrics();
-    for t in ["phys", "dump"] {
-        assert!(
-            sample(&m, "drcheck_backups_unproven", &format!("target=\"{t}\"")).is_some(),
-            "no coverage series for {t} from the daemon's start:\n{m}"
-        );
+    // Coverage series exist for every target from the daemon's start (its first listing
+    // of each), before any run.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let m = daemon_metrics();
+        let missing: Vec<&str> = ["phys", "dump"]
+            .into_iter()
+            .filter(|t| sample(&m, "drcheck_backups_unproven", &format!("target=\"{t}\"")).is_none())
+            .collect();
+        if missing.is_empty() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no coverage series for {missing:?} from the daemon's start:\n{m}");
+        std::thread::sleep(Duration::from_millis(250));
     }
     std::thread::sleep(Duration::from_secs(3));
     live.base_backup();

@@ -133,9 +133,11 @@ impl Since {
                 let x = xmin(alias);
                 let h32 = (*next % (1u64 << 32)) as i64;
                 Some((
+                    // The primary's horizon is the statement's own (a subquery, evaluated once):
+                    // every row version it sees began below it.
                     format!(
                         "((({x} - ${a}::pg_catalog.int8 + {XID_SPACE}) % {XID_SPACE}) < \
-                         ((pg_catalog.pg_snapshot_xmax(pg_catalog.pg_current_snapshot()))::pg_catalog.text::pg_catalog.int8 \
+                         ((select (pg_catalog.pg_snapshot_xmax(pg_catalog.pg_current_snapshot()))::pg_catalog.text::pg_catalog.int8) \
                           - ${b}::pg_catalog.int8) \
                          or {x} = any(${c}::pg_catalog.int8[]))",
                         a = first,

@@ -165,15 +165,19 @@ pub fn explains<'a>(commands: &'a [Logged], kind: &str, name: &str) -> Option<&'
     let relation = (parts.len() >= 2).then(|| format!("{}.{}", parts[0], parts[1].split('(').next().unwrap_or("")));
     // An index's identity is `schema.index`; the fingerprint names it `schema.table.index`.
     let index = (kind == "index" && parts.len() == 3).then(|| format!("{}.{}", parts[0], parts[2]));
-    let mut candidates = vec![name.to_string()];
-    candidates.extend(relation);
-    candidates.extend(index);
-    commands.iter().find(|c| {
-        let touched = c.touched();
-        touched.iter().any(|t| candidates.iter().any(|n| n == t))
-            || (c.object_type == "schema" && touched.iter().any(|t| t == schema))
-            || (kind == "schema" && touched.iter().any(|t| t == name))
-    })
+    // The most specific explanation first: the object itself, its table, its schema.
+    let mut exact = vec![name.to_string()];
+    exact.extend(index);
+    let touches = |c: &Logged, names: &[String]| c.touched().iter().any(|t| names.iter().any(|n| n == t));
+    commands
+        .iter()
+        .find(|c| touches(c, &exact))
+        .or_else(|| relation.and_then(|r| commands.iter().find(|c| touches(c, &[r.clone()]))))
+        .or_else(|| {
+            commands
+                .iter()
+                .find(|c| (c.object_type == "schema" || kind == "schema") && c.touched().iter().any(|t| t == schema))
+        })
 }
 
 #[cfg(test)]
