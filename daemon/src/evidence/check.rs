@@ -105,8 +105,14 @@ pub fn check_file(path: &Path, key: &VerifyingKey) -> anyhow::Result<Verdict> {
     // compared one by one where `"items": []` stands).
     let (json_before, json_after) = match format {
         Format::Json => {
+            // Not a clone of the seal: its items are the report's every run.
             let bare = SignatureBlock {
-                seal: sign::Seal { items: Vec::new(), ..block.seal.clone() },
+                seal: sign::Seal {
+                    algorithm: block.seal.algorithm.clone(),
+                    key_fingerprint: block.seal.key_fingerprint.clone(),
+                    evidence_sha256: block.seal.evidence_sha256.clone(),
+                    items: Vec::new(),
+                },
                 signature: block.signature.clone(),
             };
             super::stream::json_shell(&shell, Some(&bare))
