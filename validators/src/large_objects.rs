@@ -350,7 +350,7 @@ impl Validator for LargeObjects {
         }
         if !c.unknown.is_empty() {
             inconclusive.push(format!(
-                "{} large objects differ or are missing, and changes since the copy's point cannot be told ({}): {} — to prove them, {}",
+                "{} large objects differ or are missing, and {}: {} — to prove them, {}",
                 c.unknown.len(),
                 cx.since.describe(),
                 oids(&c.unknown),

@@ -215,11 +215,17 @@ pub(crate) async fn compare(
              matched without a key",
             r.count - p.count
         ));
-    } else {
+    } else if known {
         tally.unproven.push(format!(
             "{} rows unchanged on the primary, {} in the copy, {} changed since the copy's point: without a key the \
              changes cannot be matched row by row",
             p.count, r.count, p.changed
+        ));
+    } else {
+        tally.unproven.push(format!(
+            "primary {} rows, copy {}: without a key, and with nothing to tell the primary's changes since from \
+             the backup's, the difference cannot be placed",
+            p.count, r.count
         ));
     }
     Ok(())
