@@ -172,7 +172,7 @@ pub fn explains<'a>(commands: &'a [Logged], kind: &str, name: &str) -> Option<&'
     commands
         .iter()
         .find(|c| touches(c, &exact))
-        .or_else(|| relation.and_then(|r| commands.iter().find(|c| touches(c, &[r.clone()]))))
+        .or_else(|| relation.and_then(|r| commands.iter().find(|c| touches(c, std::slice::from_ref(&r)))))
         .or_else(|| {
             commands
                 .iter()

@@ -414,7 +414,8 @@ mod tests {
         crate::evidence::sign::tests_support::sample()
     }
 
-    async fn streamed(format: Format, e: &Evidence, key: Option<&SigningKey>) -> String {
+    /// `e` written by [`write`], as the report command does (one target loaded at a time).
+    pub(super) async fn streamed(format: Format, e: &Evidence, key: Option<&SigningKey>) -> String {
         let frame = Frame {
             format_version: e.format_version,
             generated_at: e.generated_at.clone(),
@@ -547,7 +548,7 @@ mod property_tests {
                 status: if passed { "passed" } else { "failed" }.into(),
                 detail: format!("{covered} rows"),
                 covered: [("rows".to_string(), covered)].into(),
-                inconclusive: if i % 3 == 0 {
+                inconclusive: if i.is_multiple_of(3) {
                     vec![format!("public.t{i}: \"why\" — what would prove it")]
                 } else {
                     vec![]
@@ -574,22 +575,8 @@ mod property_tests {
 
     fn verified(e: &Evidence, format: Format) -> Vec<String> {
         let key = SigningKey::from_bytes(&[11; 32]);
-        let frame = Frame {
-            format_version: e.format_version,
-            generated_at: e.generated_at.clone(),
-            from: e.from.clone(),
-            to: e.to.clone(),
-            heads: e.targets.iter().map(|t| TargetEvidence { runs: vec![], ..t.clone() }).collect(),
-            drills: e.drills.clone(),
-        };
-        let targets = e.targets.clone();
-        let mut load = move |name: &str| {
-            let t = targets.iter().find(|t| t.name == name).cloned().unwrap();
-            Box::pin(async move { Ok(t) }) as futures::future::BoxFuture<'static, anyhow::Result<TargetEvidence>>
-        };
-        let mut out = Vec::new();
         let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
-        rt.block_on(write(format, &frame, &mut load, Some(&key), &mut out)).unwrap();
+        let out = rt.block_on(super::tests::streamed(format, e, Some(&key)));
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("report");
         std::fs::write(&path, &out).unwrap();
