@@ -75,17 +75,7 @@ pub struct Restored {
     pub horizon: Option<Horizon>,
 }
 
-/// What a restored physical copy knows of its point: the transaction horizon and the
-/// cluster it came from. On the primary, a row version whose `xmin` is below `next_xid`
-/// and committed in the copy was there, unchanged, at the copy's point.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Horizon {
-    /// `pg_snapshot_xmax(pg_current_snapshot())` right after recovery: every
-    /// transaction id at or above it began after the copy's point.
-    pub next_xid: u64,
-    /// `pg_control_system().system_identifier`: the cluster the backup was taken of.
-    pub system_identifier: String,
-}
+pub use crate::server::recovery::Horizon;
 
 /// The time a backup's data is consistent as of — never an object's upload time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -229,13 +229,25 @@ pub async fn start_restored(
     Ok(recovered)
 }
 
+/// What a restored physical copy knows of its point: the transaction horizon and the
+/// cluster it came from. On the primary, a row version whose `xmin` is below `next_xid`
+/// and committed in the copy was there, unchanged, at the copy's point.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Horizon {
+    /// `pg_snapshot_xmax(pg_current_snapshot())` right after recovery: every
+    /// transaction id at or above it began after the copy's point.
+    pub next_xid: u64,
+    /// `pg_control_system().system_identifier`: the cluster the backup was taken of.
+    pub system_identifier: String,
+}
+
 /// Where a restored server's recovery ended, read before drcheck wrote to it.
 #[derive(Debug, Clone, Default)]
 pub struct Recovered {
     /// The last replayed commit's time, when the WAL had one.
     pub recovered_to: Option<String>,
     /// The transaction horizon of the copy's point.
-    pub horizon: Option<crate::request::Horizon>,
+    pub horizon: Option<Horizon>,
 }
 
 /// How a run that stopped short of its recovery target says so (the pipeline reports
@@ -398,7 +410,7 @@ async fn recovered(sandbox: &Sandbox) -> Recovered {
     let _ = conn.close().await;
     let Ok((recovered_to, xmax, system)) = row else { return Recovered::default() };
     let horizon = match (xmax.and_then(|x| x.parse::<u64>().ok()), system) {
-        (Some(next_xid), Some(system_identifier)) => Some(crate::request::Horizon { next_xid, system_identifier }),
+        (Some(next_xid), Some(system_identifier)) => Some(Horizon { next_xid, system_identifier }),
         _ => None,
     };
     Recovered { recovered_to, horizon }
