@@ -766,14 +766,18 @@ async fn record_freshness(tx: &mut AnyConnection, r: &RunReport) -> anyhow::Resu
     if old.as_ref() == Some(&new) {
         return Ok(());
     }
-    sqlx::query("delete from freshness where target = $1").bind(&r.target).execute(&mut *tx).await?;
-    sqlx::query("insert into freshness (target, backup_at, recoverable_point, measured_at) values ($1, $2, $3, $4)")
-        .bind(&r.target)
-        .bind(new.0)
-        .bind(new.1)
-        .bind(new.2)
-        .execute(&mut *tx)
-        .await?;
+    // An upsert: two processes recording runs of one target never collide on its row.
+    sqlx::query(
+        "insert into freshness (target, backup_at, recoverable_point, measured_at) values ($1, $2, $3, $4)
+         on conflict (target) do update set backup_at = excluded.backup_at,
+             recoverable_point = excluded.recoverable_point, measured_at = excluded.measured_at",
+    )
+    .bind(&r.target)
+    .bind(new.0)
+    .bind(new.1)
+    .bind(new.2)
+    .execute(&mut *tx)
+    .await?;
     Ok(())
 }
 

@@ -84,34 +84,35 @@ pub enum Bind {
     Text(String),
 }
 
+/// Binds each of `binds`, in order, to the query `$q`.
+macro_rules! bind_each {
+    ($q:expr, $binds:expr) => {{
+        let mut q = $q;
+        for b in $binds {
+            q = match b {
+                Bind::Int(i) => q.bind(*i),
+                Bind::Ints(v) => q.bind(v.clone()),
+                Bind::Text(t) => q.bind(t.clone()),
+            };
+        }
+        q
+    }};
+}
+
 /// Binds `binds`, in order, to `q`.
 pub fn bind_all<'q, O>(
-    mut q: sqlx::query::QueryAs<'q, sqlx::Postgres, O, sqlx::postgres::PgArguments>,
+    q: sqlx::query::QueryAs<'q, sqlx::Postgres, O, sqlx::postgres::PgArguments>,
     binds: &[Bind],
 ) -> sqlx::query::QueryAs<'q, sqlx::Postgres, O, sqlx::postgres::PgArguments> {
-    for b in binds {
-        q = match b {
-            Bind::Int(i) => q.bind(*i),
-            Bind::Ints(v) => q.bind(v.clone()),
-            Bind::Text(t) => q.bind(t.clone()),
-        };
-    }
-    q
+    bind_each!(q, binds)
 }
 
 /// Binds `binds`, in order, to a scalar query.
 pub fn bind_scalar<'q, O>(
-    mut q: sqlx::query::QueryScalar<'q, sqlx::Postgres, O, sqlx::postgres::PgArguments>,
+    q: sqlx::query::QueryScalar<'q, sqlx::Postgres, O, sqlx::postgres::PgArguments>,
     binds: &[Bind],
 ) -> sqlx::query::QueryScalar<'q, sqlx::Postgres, O, sqlx::postgres::PgArguments> {
-    for b in binds {
-        q = match b {
-            Bind::Int(i) => q.bind(*i),
-            Bind::Ints(v) => q.bind(v.clone()),
-            Bind::Text(t) => q.bind(t.clone()),
-        };
-    }
-    q
+    bind_each!(q, binds)
 }
 
 /// `alias.xmin` as a 32-bit number (an `int8`).

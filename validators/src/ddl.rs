@@ -43,7 +43,6 @@ impl Marked {
             relation == full
                 || (kind == "schema" && name == t.schema)
                 || (kind == "function" && name == format!("{}.log_ddl()", t.schema))
-                || (kind == "sequence" && name.starts_with(&format!("{full}_")))
         })
     }
 }

@@ -255,6 +255,19 @@ impl Context {
         Ok(Some(Cut { column, value, zone: None, cast, less: None }))
     }
 
+    /// Where nothing tells the primary's changes since the copy's point: `t`'s `as_of`
+    /// cut-off less `as_of_grace` (younger rows may have been in flight), if it has one.
+    /// `None` where changes can be told (the cut is then not needed) or `t` has no `as_of`.
+    pub(crate) async fn settled_cut(&self, t: &TableName) -> Result<Option<Cut>, sqlx::Error> {
+        if self.since.known() {
+            return Ok(None);
+        }
+        match self.as_of(t) {
+            Some(col) => Ok(self.as_of_cut(t, col).await?.map(|c| c.less(self.settings.as_of_grace))),
+            None => Ok(None),
+        }
+    }
+
     /// The primary's own time zone (UTC when there is no primary to ask).
     pub(crate) fn primary_zone(&self) -> &str {
         match &self.primary {

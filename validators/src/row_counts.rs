@@ -42,14 +42,8 @@ async fn count(
 ) -> Result<(How, i64, i64, i64), String> {
     let (how, filter, binds, changed) = match cx.since.changed("drcheck_row", 1) {
         Some((changed, binds)) => (How::AsOf, None, binds, Some(changed)),
-        None => match cx.as_of(t) {
-            Some(col) => match cx.as_of_cut(t, col).await.map_err(|e| e.to_string())? {
-                Some(cut) => {
-                    let cut = cut.less(cx.settings.as_of_grace);
-                    (How::Cut, Some(cut.condition(1)), cut.binds().into_iter().map(Bind::Text).collect(), None)
-                }
-                None => (How::Tolerance, None, vec![], None),
-            },
+        None => match cx.settled_cut(t).await.map_err(|e| e.to_string())? {
+            Some(cut) => (How::Cut, Some(cut.condition(1)), cut.binds().into_iter().map(Bind::Text).collect(), None),
             None => (How::Tolerance, None, vec![], None),
         },
     };

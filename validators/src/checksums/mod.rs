@@ -60,25 +60,13 @@ impl Tally {
     }
 }
 
-/// The table's `as_of` cut-off where nothing else tells changes since T: its rows up to
-/// the copy's point less `as_of_grace` (younger ones may have been in flight).
-async fn as_of_cutoff(cx: &Context, t: &TableName) -> Result<Option<crate::Cut>, sqlx::Error> {
-    if cx.since.known() {
-        return Ok(None);
-    }
-    match cx.as_of(t) {
-        Some(col) => Ok(cx.as_of_cut(t, col).await?.map(|c| c.less(cx.settings.as_of_grace))),
-        None => Ok(None),
-    }
-}
-
 async fn compare_with(
     cx: &Context,
     primary: &crate::primary::PrimaryDb,
     t: &TableName,
     hash: Hash,
 ) -> Result<Tally, String> {
-    let cut = as_of_cutoff(cx, t).await.map_err(|e| e.to_string())?;
+    let cut = cx.settled_cut(t).await.map_err(|e| e.to_string())?;
     let key = primary.timed(catalog::integer_key(&primary.pool, t)).await.map_err(|e| e.to_string())?;
     let estimated = primary.timed(catalog::estimated_rows(&primary.pool, t)).await.unwrap_or(0.0);
     let (row, left_out) = plan::common_row(primary, &cx.restored, t).await.map_err(|e| e.to_string())?;
