@@ -20,7 +20,12 @@ static MAKING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 /// The pristine fingerprint for `bin`: from the cache, or made now.
 pub async fn reference(config: &Config, bin: &PgBin) -> Result<BTreeMap<String, String>, String> {
     let version = server_version(bin).await?;
-    let digest = hex::encode(Sha256::digest(format!("{}\n{version}", bin.dir.display())));
+    // What is fingerprinted is part of the name: a drcheck that covers more makes a new one.
+    let digest = hex::encode(Sha256::digest(format!(
+        "{}\n{version}\n{}",
+        bin.dir.display(),
+        drcheck_validators::guard::FINGERPRINT_REVISION
+    )));
     let cache = drcheck_restore::leftovers::ensure_cache_dir(&config.sandbox.scratch_dir)?;
     let path = cache.join(format!("catalog-{}.json", &digest[..16]));
     if let Some(cached) = read_cached(&path) {

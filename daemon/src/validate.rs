@@ -60,13 +60,28 @@ pub async fn run(
     let mut primary_unavailable = None;
     for (i, db) in names.iter().enumerate() {
         let is_main = i == 0;
+        // Neutralized on a session of its own; every session validators use opens after
+        // it, so none carries a setting the copy applied before the reset.
+        let started = std::time::Instant::now();
+        let neutralized = neutralize_database(sandbox, db).await?;
         let pool = PgPoolOptions::new()
             .max_connections(4)
             .acquire_timeout(Duration::from_secs(30))
             .connect_with(restored_session(sandbox.connect_options(db)))
             .await
             .map_err(|e| format!("the restored database {db:?} does not accept connections: {e}"))?;
-        let catalog = guard_database(&pool, db, reference.as_ref()).await;
+        let catalog = match neutralized {
+            Some(refused) => refused,
+            None => match reference.as_ref() {
+                Ok(reference) => guard::check_catalog(&pool, reference).await,
+                Err(why) => Finding::new(
+                    guard::CATALOG,
+                    Status::Error,
+                    format!("no pristine catalog to compare with: {why}"),
+                ),
+            },
+        }
+        .with("seconds", started.elapsed().as_secs_f64());
         if catalog.status == Status::Failed {
             // Nothing the copy computes can be trusted: report the catalog alone.
             let skipped = drcheck_validators::selected(&settings.enabled)
@@ -147,36 +162,36 @@ pub async fn run(
     Ok(Validated { findings: databases::merge(per_database), primary_queries: queries, primary_unavailable })
 }
 
-/// Neutralizes database `db` of the copy and checks its catalog: the `catalog` finding,
-/// with how long both took (`seconds`).
-async fn guard_database(
-    pool: &sqlx::PgPool,
-    db: &str,
-    reference: Result<&std::collections::BTreeMap<String, String>, &String>,
-) -> Finding {
-    let started = std::time::Instant::now();
-    let finding = guard_database_untimed(pool, db, reference).await;
-    finding.with("seconds", started.elapsed().as_secs_f64())
-}
-
-async fn guard_database_untimed(
-    pool: &sqlx::PgPool,
-    db: &str,
-    reference: Result<&std::collections::BTreeMap<String, String>, &String>,
-) -> Finding {
-    match guard::neutralize(pool).await {
-        Ok(done) if !done.is_empty() => {
-            tracing::info!(database = db, changes = %done.join("; "), "restored copy neutralized")
-        }
-        Ok(_) => {}
-        Err(e) => {
-            return Finding::new(guard::CATALOG, Status::Error, format!("cannot neutralize the restored copy: {e}"));
-        }
-    }
-    match reference {
-        Ok(reference) => guard::check_catalog(pool, reference).await,
-        Err(why) => Finding::new(guard::CATALOG, Status::Error, format!("no pristine catalog to compare with: {why}")),
-    }
+/// Neutralizes database `db` of the copy on a session of its own, closed before any
+/// validator connects. The catalog state that would defeat the reset (a rule or trigger
+/// on a system catalog, …: [`guard::structure`]) is refused first: `Some` is then the
+/// `catalog` finding, failed or in error.
+async fn neutralize_database(sandbox: &Sandbox, db: &str) -> Result<Option<Finding>, String> {
+    let pool = PgPoolOptions::new()
+        .max_connections(1)
+        .acquire_timeout(Duration::from_secs(30))
+        .connect_with(restored_session(sandbox.connect_options(db)))
+        .await
+        .map_err(|e| format!("the restored database {db:?} does not accept connections: {e}"))?;
+    let finding = match guard::structure(&pool).await {
+        Err(e) => Some(Finding::new(guard::CATALOG, Status::Error, format!("cannot read the restored catalog: {e}"))),
+        Ok(found) if !found.is_empty() => Some(guard::structure_finding(&found)),
+        Ok(_) => match guard::neutralize(&pool).await {
+            Ok(done) => {
+                if !done.is_empty() {
+                    tracing::info!(database = db, changes = %done.join("; "), "restored copy neutralized");
+                }
+                None
+            }
+            Err(e) => Some(Finding::new(
+                guard::CATALOG,
+                Status::Error,
+                format!("cannot neutralize the restored copy: {e}"),
+            )),
+        },
+    };
+    pool.close().await;
+    Ok(finding)
 }
 
 /// The databases a restored cluster holds (not templates, only those that take connections).

@@ -3,7 +3,8 @@
 # tables plus random text, bytea and jsonb), restored from a dump by drcheck and
 # compared with the live primary. Prints the time per validator, the number of queries
 # sent to the primary and the longest one, and the ratio of `checksums` time to a plain
-# `SELECT count(*)` of every table on the same data (the primary).
+# `SELECT count(*)` of every table on the same data (the primary), and the cost of
+# mixing each row's hash (the record hash alone vs drcheck's, the same sums).
 #
 #   tests/bench/validators.sh
 #
@@ -115,9 +116,30 @@ for port in ports:
 print(f"{took[0]:.3f} {took[1]:.3f}")
 PY
 )
+# The row hash's mixing (issue 33): the same sum over every table of the primary, with
+# the record hash alone (linear in its columns' hashes: exchanges balance it) and mixed
+# as drcheck hashes it, in the same run.
+echo "bench: the record hash alone vs mixed, every table of the primary…"
+mix_s=$(python3 - "$work" "$port" <<'PY'
+import subprocess, sys, time
+work, port = sys.argv[1:]
+q = lambda sql: subprocess.run(["psql", "-X", "-A", "-t", "-h", work, "-p", port, "-U", "postgres", "-d", "bench", "-c", sql],
+                               check=True, capture_output=True, text=True).stdout
+tables = q("select quote_ident(schemaname) || '.' || quote_ident(relname) from pg_stat_user_tables").split()
+linear = "pg_catalog.hash_record_extended(drcheck_row.*, 0::pg_catalog.int8)"
+mixed = f"pg_catalog.hashint8extended({linear}, 1::pg_catalog.int8)"
+took = []
+for expr in (linear, mixed, linear, mixed):
+    start = time.monotonic()
+    for t in tables:
+        q(f"select pg_catalog.sum({expr}) from {t} drcheck_row")
+    took.append(time.monotonic() - start)
+print(f"{min(took[0], took[2]):.3f} {min(took[1], took[3]):.3f}")
+PY
+)
 as_pg "$pgbin/pg_ctl" -D "$work/copy" -m fast stop >/dev/null
 rm -rf "$work/copy"
-python3 - "$work/run.json" "$count_s" "$db_size" "$work/baseline.json" <<'PY'
+python3 - "$work/run.json" "$count_s" "$db_size" "$work/baseline.json" "$mix_s" <<'PY'
 import json, sys
 run = json.load(open(sys.argv[1]))["runs"][0]
 count_p, count_r = (float(x) for x in sys.argv[2].split())
@@ -136,6 +158,8 @@ print(f"  plain SELECT count(*) of every table: primary {count_p:.2f} s + restor
 print()
 ratio = cs / count_s
 print(f"ratio checksums / count(*) on both sides: {ratio:.2f} (target <= 6) {'met' if ratio <= 6 else 'MISSED'}")
+lin, mix = (float(x) for x in sys.argv[5].split())
+print(f"row hash, every table of the primary: record hash alone {lin:.2f} s, mixed (drcheck's) {mix:.2f} s: ratio {mix / lin:.3f}")
 phase = lambda r: next((p["seconds"] for p in r["phases"] if p["name"] == "validate"), None)
 if baseline and phase(baseline):
     b = phase(baseline)

@@ -5,11 +5,16 @@ use crate::TableName;
 use sqlx::PgPool;
 
 /// User tables (plain and partitioned parents; partitions are covered by their parent).
+/// Listed from what holds data — every plain table — and a partition is left to its
+/// parent only when it has one that is partitioned: a flag alone cannot take a table
+/// out of the list (the `catalog` check names such a flag too).
 pub async fn tables(pool: &PgPool) -> Result<Vec<TableName>, sqlx::Error> {
     let rows: Vec<(String, String)> = sqlx::query_as(
         "select n.nspname::text, c.relname::text
            from pg_class c join pg_namespace n on n.oid = c.relnamespace
-          where c.relkind in ('r', 'p') and not c.relispartition
+          where c.relkind in ('r', 'p')
+            and not exists (select 1 from pg_inherits i join pg_class p on p.oid = i.inhparent
+                             where i.inhrelid = c.oid and p.relkind = 'p')
             and n.nspname not in ('pg_catalog', 'information_schema')
             and n.nspname not like 'pg\\_toast%' and n.nspname not like 'pg\\_temp%'
             and not exists (select 1 from pg_depend d

@@ -9,15 +9,18 @@
 //!   libraries, `$libdir` as the only library path, no timeouts the copy chose, and
 //!   the canonical output settings), overriding whatever the copy set for its
 //!   database or roles;
-//! - [`neutralize`]: before validating, the copy's event triggers are disabled and its
-//!   database, role and `ALTER SYSTEM` settings reset (the copy is disposable);
+//! - [`neutralize`]: before validating, on a session of its own that closes before any
+//!   validator connects, the copy's event triggers are disabled and its database, role
+//!   and `ALTER SYSTEM` settings reset (the copy is disposable) — after [`structure`]
+//!   refused what would make the reset a no-op (a rule or trigger on a system catalog);
 //! - [`check_catalog`] (the `catalog` finding, always first): the copy's built-in
 //!   catalog is PostgreSQL's own — no user objects in `pg_catalog` or
 //!   `information_schema`, no C function loading a library from outside the
 //!   installation, the login still a superuser, a backup's own `amcheck` made of
 //!   amcheck's C functions, and the rows of built-in functions, operators, casts,
 //!   operator classes and families, access methods, types, languages, conversions and
-//!   system views equal to those of a pristine `initdb` of the same major
+//!   system views — and every row of every catalog the build made, by construction —
+//!   equal to those of a pristine `initdb` of the same major
 //!   ([`builtin_fingerprint`], computed once per installed major by the binary and
 //!   cached). A copy that fails it is `failed` — the backup's fault — naming what was
 //!   changed, and no other validator runs on it.
@@ -65,6 +68,19 @@ pub const RESTORED_SETTINGS: &[(&str, &str)] = &[
     ("array_nulls", "on"),
     ("xmloption", "content"),
     ("jit", "off"),
+    // What a database setting, role setting or configuration file could use to change
+    // what a read returns: damaged pages zeroed or checksum failures ignored (the copy
+    // then reads as fewer or other rows), catalogs edited, triggers and rules skipped,
+    // indexes preferred to the heap (an index-only scan answers from a tampered index).
+    ("zero_damaged_pages", "off"),
+    ("ignore_checksum_failure", "off"),
+    ("ignore_system_indexes", "off"),
+    ("allow_system_table_mods", "off"),
+    ("session_replication_role", "origin"),
+    ("enable_seqscan", "on"),
+    ("enable_indexscan", "on"),
+    ("enable_indexonlyscan", "on"),
+    ("enable_bitmapscan", "on"),
 ];
 
 /// `PGOPTIONS` for a client tool (pg_amcheck, pg_dump) connecting to the copy.
@@ -95,6 +111,12 @@ pub async fn neutralize(pool: &PgPool) -> Result<Vec<String>, sqlx::Error> {
     if settings > 0 {
         done.push(format!("{settings} database/role settings reset"));
     }
+    let left: i64 = sqlx::query_scalar("select pg_catalog.count(*) from pg_catalog.pg_db_role_setting")
+        .fetch_one(pool)
+        .await?;
+    if left > 0 {
+        return Err(sqlx::Error::Protocol(format!("{left} database/role settings survived their deletion")));
+    }
     sqlx::query("alter system reset all").execute(pool).await?;
     sqlx::query("select pg_catalog.pg_reload_conf()").execute(pool).await?;
     Ok(done)
@@ -109,7 +131,7 @@ const BUILTIN_FINGERPRINT: &str = r#"
 select 'function ' || p.oid::regprocedure::text,
        concat_ws(' ', l.lanname, p.prokind, p.provolatile, p.proisstrict, p.prosecdef, p.proretset, p.proparallel,
                  p.prorettype::regtype::text, p.prosupport::oid::regprocedure::text,
-                 md5(coalesce(p.prosrc, '')), coalesce(p.probin, ''), coalesce(array_to_string(p.proconfig, ','), ''))
+                 md5(coalesce(p.prosrc, '')), md5(coalesce(p.probin, '')), md5(coalesce(array_to_string(p.proconfig, ','), '')))
   from pg_proc p join pg_language l on l.oid = p.prolang
  where p.oid < 16384
 union all
@@ -179,10 +201,134 @@ select 'view ' || c.oid::regclass::text, md5(pg_get_viewdef(c.oid))
  where c.relkind = 'v' and c.oid < 16384
 "#;
 
-/// The fingerprint of the built-in catalog of the database behind `pool`.
+/// Which fingerprint [`builtin_fingerprint`] makes (part of the cached reference's name).
+pub const FINGERPRINT_REVISION: u32 = 2;
+
+/// Objects numbered below this were made by the build (genbki), not by `initdb`'s
+/// scripts (`FirstUnpinnedObjectId`): catalog rows keyed below it are byte for byte the
+/// same on every cluster of one major, whichever machine made it.
+pub const FIRST_UNPINNED_OID: u32 = 12000;
+
+/// Catalogs whose rows are not built-in behaviour: statistics, large objects' data,
+/// dependencies, comments, privileges recorded at `initdb`, security labels (shared
+/// catalogs — roles, databases, tablespaces — are left out too: they are the
+/// cluster's, not a database's, and the checks above and `databases` judge them).
+pub const UNCOVERED_CATALOGS: &[&str] =
+    &["pg_statistic", "pg_statistic_ext_data", "pg_largeobject", "pg_depend", "pg_description", "pg_init_privs", "pg_seclabel"];
+
+/// Columns that change on every cluster without changing behaviour: sizes and statistics
+/// (`VACUUM`, `ANALYZE`), the file a relation lives in (`VACUUM FULL`, `REINDEX`),
+/// owners and privileges (drcheck's login is a superuser).
+const VOLATILE_COLUMNS: &str = r"^(relpages|reltuples|relallvisible|relfrozenxid|relminmxid|relfilenode|.*acl|.*owner)$";
+
+/// Every catalog of the database (`pg_catalog`'s tables, made by the build) with the
+/// columns its fingerprint reads and its key column (the first: the row's own OID, or the
+/// object it describes — `aggfnoid`, `attrelid`, `indexrelid`, …).
+const CATALOG_COLUMNS: &str = r#"
+select c.relname::text, array_agg(a.attname::text order by a.attnum),
+       array_agg(a.atttypid = 'anyarray'::regtype order by a.attnum),
+       (select k.attname::text from pg_attribute k where k.attrelid = c.oid and k.attnum = 1)
+  from pg_class c join pg_attribute a on a.attrelid = c.oid
+ where c.relnamespace = 'pg_catalog'::regnamespace and c.relkind = 'r' and c.oid < $1 and not c.relisshared
+   and c.relname <> all($2) and a.attnum > 0 and not a.attisdropped and a.attname !~ $3
+ group by c.oid, c.relname
+ order by 1
+"#;
+
+/// The fingerprint of the built-in catalog of the database behind `pool`: the named
+/// objects [`BUILTIN_FINGERPRINT`] renders, and — by construction rather than by list —
+/// every row of every catalog that the build made (keyed below [`FIRST_UNPINNED_OID`]),
+/// whatever catalog it is in: `row <catalog> <its start> md5 <its hash>`. A row that
+/// differs from a pristine cluster's is one removed and one added.
 pub async fn builtin_fingerprint(pool: &PgPool) -> Result<BTreeMap<String, String>, sqlx::Error> {
     let rows: Vec<(String, Option<String>)> = sqlx::query_as(BUILTIN_FINGERPRINT).fetch_all(pool).await?;
-    Ok(rows.into_iter().map(|(k, v)| (k, v.unwrap_or_default())).collect())
+    let mut out: BTreeMap<String, String> = rows.into_iter().map(|(k, v)| (k, v.unwrap_or_default())).collect();
+    // Names are quoted here, not by the copy's own functions.
+    let catalogs: Vec<(String, Vec<String>, Vec<bool>, String)> = sqlx::query_as(CATALOG_COLUMNS)
+        .bind(FIRST_UNPINNED_OID as i64)
+        .bind(UNCOVERED_CATALOGS)
+        .bind(VOLATILE_COLUMNS)
+        .fetch_all(pool)
+        .await?;
+    if catalogs.is_empty() {
+        return Ok(out);
+    }
+    // One statement; each row is hashed in the server, only its first 120 characters
+    // travel (a backup can make a catalog row of any size).
+    let sql = catalogs
+        .iter()
+        .map(|(name, columns, anyarray, key)| {
+            let cols: Vec<String> = columns
+                .iter()
+                .zip(anyarray)
+                .map(|(c, any)| if *any { format!("{}::pg_catalog.text", quote_ident(c)) } else { quote_ident(c) })
+                .collect();
+            format!(
+                "select {lit}, pg_catalog.md5(t), pg_catalog.left(t, 120) from (select row({cols})::pg_catalog.text                  as t from pg_catalog.{name} where {key}::pg_catalog.oid < {FIRST_UNPINNED_OID}) r",
+                lit = format!("'{}'", name.replace('\'', "''")),
+                cols = cols.join(", "),
+                name = quote_ident(name),
+                key = quote_ident(key),
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\nunion all\n");
+    let rows: Vec<(String, String, String)> = sqlx::query_as(sqlx::AssertSqlSafe(sql)).fetch_all(pool).await?;
+    for (catalog, md5, start) in rows {
+        out.insert(format!("row {catalog} {start} md5 {md5}"), String::new());
+    }
+    Ok(out)
+}
+
+/// Catalog state that changes what a relation reads as, or what reading a system catalog
+/// does, whatever rows it holds: rules, triggers, policies, indexes or inheritance
+/// attached to a system relation (`initdb` attaches none but the system views' own
+/// rules); a SELECT rule on anything but a view (the table then reads as the rule's
+/// query, not its heap); a relation marked temporary outside a temporary schema
+/// (`pg_amcheck` skips temporary relations); a table marked as a partition with no
+/// partitioned parent (table lists leave partitions to their parent); a relation of a
+/// kind without storage that has a file, or of no kind PostgreSQL knows.
+const STRUCTURE: &str = r#"
+select 'rule ' || r.rulename::text || ' on system relation ' || r.ev_class::regclass::text
+  from pg_rewrite r where r.ev_class < 16384 and r.oid >= 16384
+union all
+select 'a SELECT rule (' || r.rulename::text || ') on ' || c.oid::regclass::text || ', which is not a view: it reads '
+       || 'as the rule''s query, not as what it holds'
+  from pg_rewrite r join pg_class c on c.oid = r.ev_class where r.ev_type = '1' and c.relkind not in ('v', 'm')
+union all
+select 'trigger ' || t.tgname::text || ' on system relation ' || t.tgrelid::regclass::text
+  from pg_trigger t where t.tgrelid < 16384
+union all
+select 'policy ' || p.polname::text || ' on system relation ' || p.polrelid::regclass::text
+  from pg_policy p where p.polrelid < 16384
+union all
+select 'index ' || i.indexrelid::regclass::text || ' on system relation ' || i.indrelid::regclass::text
+  from pg_index i where i.indrelid < 16384 and i.indexrelid >= 16384
+union all
+select 'inheritance between ' || i.inhrelid::regclass::text || ' and system relation ' || i.inhparent::regclass::text
+  from pg_inherits i where i.inhrelid < 16384 or i.inhparent < 16384
+union all
+select 'relation ' || c.oid::regclass::text || ' marked temporary outside a temporary schema'
+  from pg_class c join pg_namespace n on n.oid = c.relnamespace
+ where c.relpersistence = 't' and n.nspname !~ '^pg_(toast_)?temp_[0-9]+$'
+union all
+select 'relation ' || c.oid::regclass::text || ' marked as a partition without a partitioned parent'
+  from pg_class c
+ where c.relispartition and not exists (select 1 from pg_inherits i join pg_class p on p.oid = i.inhparent
+                                         where i.inhrelid = c.oid and p.relkind in ('p', 'I'))
+union all
+select 'relation ' || c.oid::regclass::text || ' of kind ' || c.relkind::text || ' (which has no storage) has a file'
+  from pg_class c where c.relkind in ('v', 'c', 'f', 'p', 'I') and c.relfilenode <> 0
+union all
+select 'relation ' || c.oid::regclass::text || ' of unknown kind ' || c.relkind::text
+  from pg_class c where c.relkind not in ('r', 'i', 'S', 't', 'v', 'm', 'c', 'f', 'p', 'I')
+order by 1
+"#;
+
+/// What [`STRUCTURE`] finds: catalog state no row comparison covers. Checked before
+/// anything is neutralized (a rule on `pg_db_role_setting` would make the reset a no-op).
+pub async fn structure(pool: &PgPool) -> Result<Vec<String>, sqlx::Error> {
+    sqlx::query_scalar(STRUCTURE).fetch_all(pool).await
 }
 
 /// Objects a backup added where only PostgreSQL's own belong (`pg_catalog`,
@@ -265,17 +411,26 @@ pub async fn check_catalog(pool: &PgPool, reference: &BTreeMap<String, String>) 
             format!("the built-in catalog is PostgreSQL's own ({checked} built-in objects checked)"),
         )
         .covered("objects", checked as u64),
-        Ok((changes, _)) => Finding::new(
-            CATALOG,
-            Status::Failed,
-            format!(
-                "the backup changed PostgreSQL's built-in catalog, which could change what validators compute \
-                 ({} changes): {}",
-                changes.len(),
-                some_of(&changes, 20)
-            ),
-        ),
+        Ok((changes, _)) => changed(&changes),
     }
+}
+
+/// The `catalog` finding for catalog state that defeats the checks ([`structure`]).
+pub fn structure_finding(found: &[String]) -> Finding {
+    changed(found)
+}
+
+fn changed(changes: &[String]) -> Finding {
+    Finding::new(
+        CATALOG,
+        Status::Failed,
+        format!(
+            "the backup changed PostgreSQL's built-in catalog, which could change what validators compute \
+             ({} changes): {}",
+            changes.len(),
+            some_of(changes, 20)
+        ),
+    )
 }
 
 async fn changes(pool: &PgPool, reference: &BTreeMap<String, String>) -> Result<(Vec<String>, usize), sqlx::Error> {
@@ -288,6 +443,7 @@ async fn changes(pool: &PgPool, reference: &BTreeMap<String, String>) -> Result<
     if !superuser {
         out.push("the role drcheck logs in as is no longer a superuser".to_string());
     }
+    out.extend(structure(pool).await?);
     let intruders: Vec<String> = sqlx::query_scalar(INTRUDERS).fetch_all(pool).await?;
     out.extend(intruders.into_iter().map(|o| format!("{o} added to a system schema")));
     let libdir: String = sqlx::query_scalar("select setting from pg_catalog.pg_config() where name = 'PKGLIBDIR'")
@@ -315,7 +471,7 @@ pub fn diff_builtin(reference: &BTreeMap<String, String>, restored: &BTreeMap<St
     }
     for (k, v) in restored {
         if !reference.contains_key(k) {
-            out.push(format!("{k} added ({v})"));
+            out.push(if v.is_empty() { format!("{k} added") } else { format!("{k} added ({v})") });
         }
     }
     out

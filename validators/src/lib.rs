@@ -23,6 +23,7 @@ pub mod primary;
 
 mod amcheck;
 mod checksums;
+pub use checksums::record_hash_sql;
 mod custom;
 mod freshness;
 mod full_read;

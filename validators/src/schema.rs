@@ -1,5 +1,7 @@
-//! `schema`: a fingerprint of schemas, tables, columns and their types, indexes,
-//! constraints, views, functions, sequences, triggers, extensions, types (enum labels,
+//! `schema`: a fingerprint of schemas, tables (and their row security), columns and
+//! their types, defaults, generated expressions and identity, indexes, constraints (as
+//! defined: `NOT VALID` included), views, functions, sequences, triggers (and whether
+//! they fire), rules, row security policies, extensions, types (enum labels,
 //! domains, ranges, base types' I/O functions) and operators — and of anything added to
 //! `pg_catalog` or `information_schema` — taken on both sides and compared **as of the
 //! copy's point**: a difference that the primary's DDL log ([`crate::ddl`]) shows was
@@ -38,7 +40,9 @@ select case c.relkind when 'r' then 'table' when 'p' then 'partitioned table' wh
                                               || ' min ' || s.seqmin || ' max ' || s.seqmax
                                               || case when s.seqcycle then ' cycle' else '' end
                                          from pg_sequence s where s.seqrelid = c.oid)
-            else coalesce(pg_get_partkeydef(c.oid), '') end
+            else coalesce(pg_get_partkeydef(c.oid), '')
+                 || case when c.relrowsecurity then ' row security' else '' end
+                 || case when c.relforcerowsecurity then ' forced' else '' end end
   from rels c join ns n on n.oid = c.relnamespace
  where c.relkind in ('r', 'p', 'v', 'm', 'S', 'f')
 union all
@@ -47,6 +51,8 @@ select 'column', n.nspname || '.' || c.relname || '.' || a.attname,
        || case when a.attnotnull then ' not null' else '' end
        || case when a.attgenerated = 's' then ' generated always as ' || pg_get_expr(d.adbin, d.adrelid) else '' end
        || case when a.attidentity <> '' then ' identity ' || a.attidentity::text else '' end
+       || case when a.attgenerated = '' and d.adbin is not null then ' default ' || pg_get_expr(d.adbin, d.adrelid)
+               else '' end
   from pg_attribute a join rels c on c.oid = a.attrelid join ns n on n.oid = c.relnamespace
   left join pg_attrdef d on d.adrelid = a.attrelid and d.adnum = a.attnum
  where a.attnum > 0 and not a.attisdropped and c.relkind in ('r', 'p', 'v', 'm', 'f')
@@ -66,9 +72,26 @@ select case p.prokind when 'p' then 'procedure' when 'a' then 'aggregate' when '
   from pg_proc p join ns n on n.oid = p.pronamespace
  where not exists (select 1 from ext where ext.classid = 'pg_proc'::regclass and ext.objid = p.oid)
 union all
-select 'trigger', n.nspname || '.' || c.relname || '.' || tg.tgname, pg_get_triggerdef(tg.oid)
+select 'trigger', n.nspname || '.' || c.relname || '.' || tg.tgname,
+       pg_get_triggerdef(tg.oid) || case tg.tgenabled when 'O' then '' when 'D' then ' (disabled)'
+                                      when 'R' then ' (enabled on replica)' when 'A' then ' (enabled always)' end
   from pg_trigger tg join rels c on c.oid = tg.tgrelid join ns n on n.oid = c.relnamespace
  where not tg.tgisinternal
+union all
+select 'rule', n.nspname || '.' || c.relname || '.' || r.rulename,
+       pg_get_ruledef(r.oid) || case r.ev_enabled when 'O' then '' when 'D' then ' (disabled)'
+                                  when 'R' then ' (enabled on replica)' when 'A' then ' (enabled always)' end
+  from pg_rewrite r join rels c on c.oid = r.ev_class join ns n on n.oid = c.relnamespace
+ where not (r.rulename = '_RETURN' and c.relkind in ('v', 'm'))
+union all
+select 'policy', n.nspname || '.' || c.relname || '.' || p.polname,
+       concat_ws(' ', case p.polcmd when 'r' then 'select' when 'a' then 'insert' when 'w' then 'update'
+                                    when 'd' then 'delete' else 'all' end,
+                 case when p.polpermissive then 'permissive' else 'restrictive' end,
+                 'to ' || (select string_agg(case when rl = 0 then 'public' else rl::regrole::text end, ',' order by rl)
+                             from unnest(p.polroles) rl),
+                 'using ' || pg_get_expr(p.polqual, p.polrelid), 'check ' || pg_get_expr(p.polwithcheck, p.polrelid))
+  from pg_policy p join rels c on c.oid = p.polrelid join ns n on n.oid = c.relnamespace
 union all
 select 'extension', e.extname::text, e.extversion from pg_extension e
  where obj_description(e.oid, 'pg_extension') is distinct from 'drcheck: temporary, for amcheck'

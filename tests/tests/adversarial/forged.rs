@@ -143,3 +143,161 @@ fn an_edited_catalog_row_fails_the_backup() {
     assert_ran(&run, code, 0, &all);
     assert_eq!(validator(&run, "catalog")["status"], "passed", "{run}");
 }
+
+/// What the bank's primary has besides `accounts`, for the round-4 attacks: a ledger
+/// with a default and a check, an audit trigger, a view over a copy of the balances and
+/// one over an empty table shaped like `pg_largeobject`.
+const ROUND4: &str = "create table public.ledger (id int primary key, amount numeric(12,2) not null default 0 \
+    check (amount >= 0)); insert into public.ledger select g, 5 from generate_series(1, 20) g; \
+    create function public.audit() returns trigger language plpgsql as $$ begin return new; end $$; \
+    create trigger audit_t before update on public.accounts for each row execute function public.audit(); \
+    create table public.shadow (id int, balance numeric(12,2)); insert into public.shadow select * from public.accounts; \
+    create view public.fake as select id, balance from public.shadow; \
+    create table public.lo_shadow (loid oid, pageno int, data bytea); \
+    create view public.lo_fake as select loid, pageno, data from public.lo_shadow";
+
+/// Issue 33: catalog state that no list of rows covered. A flag takes `ledger` out of the
+/// table list (`relispartition` with no parent); a view's SELECT rule moved onto
+/// `accounts` makes it read as the view (the heap holds the tampered balance); the same
+/// onto `pg_largeobject` hides every large object from SQL; a rule on
+/// `pg_db_role_setting` makes the settings reset a no-op; an index flagged temporary is
+/// one `pg_amcheck` skips. Each is shown to work unprotected; drcheck names every one.
+/// Then a built-in aggregate's row edited (`sum(bigint)` finishing as an average) and
+/// three built-ins' `probin` made 64 MiB each: named by the rows compared by
+/// construction, in a report that stays small.
+#[test]
+fn catalog_state_outside_any_list_fails_the_backup() {
+    let lab = Lab::new();
+    let bank = Bank::start(&lab, ROUND4);
+    let structure = bank.tampered(
+        "SET allow_system_table_mods = on;
+         UPDATE pg_catalog.pg_class SET relispartition = true WHERE oid = 'public.ledger'::pg_catalog.regclass;
+         UPDATE pg_catalog.pg_rewrite SET ev_class = 'public.accounts'::pg_catalog.regclass
+          WHERE ev_class = 'public.fake'::pg_catalog.regclass;
+         UPDATE pg_catalog.pg_class SET relhasrules = true WHERE oid = 'public.accounts'::pg_catalog.regclass;
+         SELECT pg_catalog.lo_from_bytea(0, '\\x0102'::bytea);
+         UPDATE pg_catalog.pg_rewrite SET ev_class = 'pg_catalog.pg_largeobject'::pg_catalog.regclass
+          WHERE ev_class = 'public.lo_fake'::pg_catalog.regclass;
+         UPDATE pg_catalog.pg_class SET relhasrules = true WHERE oid = 'pg_catalog.pg_largeobject'::pg_catalog.regclass;
+         CREATE RULE keep AS ON DELETE TO pg_catalog.pg_db_role_setting DO INSTEAD NOTHING;
+         DO $$ BEGIN EXECUTE pg_catalog.format('ALTER DATABASE %I SET work_mem = %L', pg_catalog.current_database(), '77kB'); END $$;
+         CREATE INDEX ledger_amount ON public.ledger (amount);
+         UPDATE pg_catalog.pg_class SET relpersistence = 't' WHERE oid = 'public.ledger_amount'::pg_catalog.regclass;",
+    );
+    // Unprotected, each payload works.
+    let copy = unprotected(&lab, &structure);
+    let listed = "select count(*) from pg_class where relname = 'ledger' and relkind in ('r', 'p') and not relispartition";
+    assert_eq!(copy.psql("bank", listed), "0", "the flag takes ledger out of the old table list");
+    assert_eq!(copy.psql("bank", "select balance from accounts where id = 7"), "100.00", "accounts reads as the view");
+    assert_eq!(copy.psql("bank", "select count(*) from pg_largeobject"), "0", "SQL sees no large object");
+    assert_eq!(copy.psql("bank", "select count(*) from pg_largeobject_metadata"), "1");
+    copy.psql("bank", "delete from pg_db_role_setting");
+    assert_eq!(copy.psql("bank", "select count(*) from pg_db_role_setting"), "1", "the reset is a no-op");
+    assert_eq!(copy.psql("bank", "select relpersistence from pg_class where relname = 'ledger_amount'"), "t");
+
+    let config = lab.config("", &bank.target());
+    lab.put("structure.sql", structure.as_bytes());
+    let (code, run, all) = lab.verify(&config, "structure.sql");
+    assert_ran(&run, code, 1, &all);
+    assert_contained(&run);
+    let catalog = validator(&run, "catalog");
+    assert_eq!(catalog["status"], "failed", "{run}");
+    let detail = catalog["detail"].as_str().unwrap();
+    for named in [
+        "relation public.ledger marked as a partition without a partitioned parent",
+        "a SELECT rule (_RETURN) on public.accounts, which is not a view",
+        "rule _RETURN on system relation pg_largeobject",
+        "rule keep on system relation pg_db_role_setting",
+        "relation public.ledger_amount marked temporary outside a temporary schema",
+    ] {
+        assert!(detail.contains(named), "{named:?} not in {detail}");
+    }
+    assert_eq!(validator(&run, "checksums")["status"], "skipped", "{run}");
+
+    let mib = 64 * 1024 * 1024;
+    let rows = bank.tampered(&format!(
+        "UPDATE pg_catalog.pg_aggregate SET aggfinalfn = 'pg_catalog.numeric_poly_avg'::pg_catalog.regproc
+          WHERE aggfnoid = 'pg_catalog.sum(pg_catalog.int8)'::pg_catalog.regprocedure;
+         UPDATE pg_catalog.pg_proc SET probin = pg_catalog.repeat('x', {mib})
+          WHERE oid IN ('pg_catalog.now()'::pg_catalog.regprocedure, 'pg_catalog.random()'::pg_catalog.regprocedure,
+                        'pg_catalog.version()'::pg_catalog.regprocedure);"
+    ));
+    let copy = unprotected(&lab, &rows);
+    assert_eq!(copy.psql("bank", "select sum(x) from (values (1::int8), (3::int8)) v(x)"), "2.0000000000000000", "an average");
+    lab.put("rows.sql", rows.as_bytes());
+    let (code, run, all) = lab.verify(&config, "rows.sql");
+    assert_ran(&run, code, 1, &all);
+    let catalog = validator(&run, "catalog");
+    assert_eq!(catalog["status"], "failed", "{run}");
+    let detail = catalog["detail"].as_str().unwrap();
+    assert!(detail.contains("row pg_aggregate (pg_catalog.sum,n,0,int8_avg_accum,numeric_poly_avg,"), "{detail}");
+    assert!(detail.contains("function now() changed"), "{detail}");
+    assert!(all.len() < 256 * 1024, "the output holds the backup's 64 MiB values: {} bytes", all.len());
+}
+
+/// Issue 33: `schema` compares behaviour, not only names and types. A copy that keeps
+/// every object but adds a rule that swallows inserts, changes a column default,
+/// disables a trigger, un-validates a check and hides a row behind a forced row
+/// security policy: each works unprotected, and `schema` names each. Then settings the
+/// copy applies to its database (`zero_damaged_pages`, an index-only planner) never
+/// reach a validator's session.
+#[test]
+fn schema_compares_what_changes_behaviour_and_settings_never_reach_validators() {
+    let lab = Lab::new();
+    let bank = Bank::start(&lab, ROUND4);
+    let behaviour = format!(
+        "{}\nCREATE RULE vanish AS ON INSERT TO public.accounts DO INSTEAD NOTHING;
+         ALTER TABLE public.ledger ALTER COLUMN amount SET DEFAULT 1000000;
+         ALTER TABLE public.accounts DISABLE TRIGGER audit_t;
+         UPDATE pg_catalog.pg_constraint SET convalidated = false WHERE conname = 'ledger_amount_check';
+         ALTER TABLE public.shadow ENABLE ROW LEVEL SECURITY; ALTER TABLE public.shadow FORCE ROW LEVEL SECURITY;
+         CREATE POLICY hide ON public.shadow USING (id <> 7);\n",
+        bank.plain
+    );
+    let copy = unprotected(&lab, &behaviour);
+    copy.psql("bank", "insert into accounts values (1000, 1)");
+    assert_eq!(copy.psql("bank", "select count(*) from accounts where id = 1000"), "0", "the insert vanished");
+    copy.psql("bank", "insert into ledger (id) values (1000)");
+    assert_eq!(copy.psql("bank", "select amount from ledger where id = 1000"), "1000000.00");
+    assert_eq!(copy.psql("bank", "select tgenabled from pg_trigger where tgname = 'audit_t'"), "D");
+    assert_eq!(copy.psql("bank", "select convalidated from pg_constraint where conname = 'ledger_amount_check'"), "f");
+
+    let config = lab.config("", &bank.target());
+    lab.put("behaviour.sql", behaviour.as_bytes());
+    let (code, run, all) = lab.verify(&config, "behaviour.sql");
+    assert_ran(&run, code, 1, &all);
+    assert_eq!(validator(&run, "catalog")["status"], "passed", "{run}");
+    let schema = validator(&run, "schema");
+    assert_eq!(schema["status"], "failed", "{run}");
+    let detail = schema["detail"].as_str().unwrap();
+    for named in [
+        "rule public.accounts.vanish",
+        "column public.ledger.amount",
+        "trigger public.accounts.audit_t",
+        "constraint public.ledger.ledger_amount_check",
+        "policy public.shadow.hide",
+        "table public.shadow",
+    ] {
+        assert!(detail.contains(named), "{named:?} not in {detail}");
+    }
+
+    // Settings the copy gives its database: unprotected, a new session has them; a
+    // validator's session (a `custom` check) never does.
+    let settings = bank.tampered(
+        "DO $$ BEGIN EXECUTE pg_catalog.format('ALTER DATABASE %I SET zero_damaged_pages = on', \
+         pg_catalog.current_database()); EXECUTE pg_catalog.format('ALTER DATABASE %I SET enable_seqscan = off', \
+         pg_catalog.current_database()); END $$;",
+    );
+    let copy = unprotected(&lab, &settings);
+    assert_eq!(copy.psql("bank", "show zero_damaged_pages"), "on");
+    let check = "[[target.check]]\nname = \"pins\"\n\
+        sql = \"select current_setting('zero_damaged_pages') || current_setting('enable_seqscan')\"\nexpect = \"offon\"\n";
+    let config = lab.config("", &format!("{}{check}", bank.target()));
+    lab.put("settings.sql", settings.as_bytes());
+    let (code, run, all) = lab.verify(&config, "settings.sql");
+    assert_ran(&run, code, 1, &all);
+    assert_eq!(validator(&run, "check: pins")["status"], "passed", "{run}");
+    let c = validator(&run, "checksums");
+    assert_eq!(c["status"], "failed", "{run}");
+    assert!(c["detail"].as_str().unwrap().contains("public.accounts"), "{c}");
+}

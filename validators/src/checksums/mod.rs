@@ -31,6 +31,12 @@ use plan::{Hash, Range};
 
 pub struct Checksums;
 
+/// The expression `checksums` sums for each row of a table aliased `drcheck_row` whose
+/// columns all hash by value (for the property test that no exchange of values balances).
+pub fn record_hash_sql() -> String {
+    Hash::Record.expr(&plan::Row::whole())
+}
+
 /// What comparing (part of) a table found.
 #[derive(Debug, Default)]
 pub(crate) struct Tally {
