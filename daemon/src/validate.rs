@@ -44,17 +44,21 @@ pub async fn run(
     let settings = &target.validators;
     let reference = crate::pristine::reference(config, sandbox.bin()).await;
     let mut names = vec![main.to_string()];
-    if physical {
-        for db in cluster_databases(sandbox).await? {
-            if !names.contains(&db) {
-                names.push(db);
+    let cluster = if physical { Some(cluster_databases(sandbox).await?) } else { None };
+    if let Some(cluster) = &cluster {
+        for db in cluster.databases.iter().filter(|d| d.connectable) {
+            if !names.contains(&db.name) {
+                names.push(db.name.clone());
             }
         }
     }
-    let primary_dbs = match (&target.primary, physical) {
+    let primary_listed = match (&target.primary, physical) {
         (Some(url), true) => primary_databases(url.expose(), target).await,
         _ => None,
     };
+    let primary_dbs: Option<Vec<String>> =
+        primary_listed.as_ref().map(|l| l.iter().map(|(name, _)| name.clone()).collect());
+    let mut refused: Vec<(String, String)> = Vec::new();
     let mut per_database = Vec::new();
     let mut queries: Option<PrimaryQueries> = None;
     let mut primary_unavailable = None;
@@ -63,13 +67,26 @@ pub async fn run(
         // Neutralized on a session of its own; every session validators use opens after
         // it, so none carries a setting the copy applied before the reset.
         let started = std::time::Instant::now();
-        let neutralized = neutralize_database(sandbox, db).await?;
-        let pool = PgPoolOptions::new()
-            .max_connections(4)
-            .acquire_timeout(Duration::from_secs(30))
-            .connect_with(restored_session(sandbox.connect_options(db)))
-            .await
-            .map_err(|e| format!("the restored database {db:?} does not accept connections: {e}"))?;
+        let opened = match neutralize_database(sandbox, db).await {
+            Ok(neutralized) => PgPoolOptions::new()
+                .max_connections(4)
+                .acquire_timeout(Duration::from_secs(30))
+                .connect_with(restored_session(sandbox.connect_options(db)))
+                .await
+                .map(|pool| (neutralized, pool))
+                .map_err(|e| format!("the restored database {db:?} does not accept connections: {e}")),
+            Err(e) => Err(e),
+        };
+        let (neutralized, pool) = match opened {
+            Ok(opened) => opened,
+            // Another database of the cluster that the server lists but will not open is
+            // the backup's (named in `databases`); the target's own is the run's error.
+            Err(e) if !is_main => {
+                refused.push((db.clone(), e));
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
         let catalog = match neutralized {
             Some(refused) => refused,
             None => match reference.as_ref() {
@@ -159,7 +176,18 @@ pub async fn run(
         }
         per_database.push((db.clone(), findings));
     }
-    Ok(Validated { findings: databases::merge(per_database), primary_queries: queries, primary_unavailable })
+    let mut findings = databases::merge(per_database);
+    if let Some(cluster) = &cluster {
+        let validated: Vec<String> = names.iter().filter(|n| !refused.iter().any(|(r, _)| r == *n)).cloned().collect();
+        let at = catalog_at(&findings);
+        findings.insert(at, databases::coverage(cluster, primary_listed.as_deref(), &validated, &refused));
+    }
+    Ok(Validated { findings, primary_queries: queries, primary_unavailable })
+}
+
+/// Where the `databases` finding goes: right after `catalog`.
+fn catalog_at(findings: &[Finding]) -> usize {
+    findings.iter().position(|f| f.name == guard::CATALOG).map_or(0, |i| i + 1)
 }
 
 /// Neutralizes database `db` of the copy on a session of its own, closed before any
@@ -194,27 +222,42 @@ async fn neutralize_database(sandbox: &Sandbox, db: &str) -> Result<Option<Findi
     Ok(finding)
 }
 
-/// The databases a restored cluster holds (not templates, only those that take connections).
-async fn cluster_databases(sandbox: &Sandbox) -> Result<Vec<String>, String> {
+/// Every database a restored cluster holds but its templates, whether it takes
+/// connections or not, and the OID the copy would give next (what was made before its
+/// point has a smaller one).
+async fn cluster_databases(sandbox: &Sandbox) -> Result<databases::Cluster, String> {
     use sqlx::Connection;
-    let mut conn = sqlx::postgres::PgConnection::connect_with(&sandbox.connect_options("postgres"))
+    let mut conn = sqlx::postgres::PgConnection::connect_with(&restored_session(sandbox.connect_options("postgres")))
         .await
         .map_err(|e| format!("the restored cluster does not accept connections: {e}"))?;
-    let dbs = sqlx::query_scalar("select datname from pg_database where datallowconn and not datistemplate order by 1")
-        .fetch_all(&mut conn)
+    let dbs: Vec<(String, bool)> = sqlx::query_as(
+        "select datname::text, datallowconn and datconnlimit <> -2 from pg_catalog.pg_database
+          where not datistemplate order by 1",
+    )
+    .fetch_all(&mut conn)
+    .await
+    .map_err(|e| format!("listing the restored cluster's databases: {e}"))?;
+    let next_oid: Option<i64> = sqlx::query_scalar("select next_oid::int8 from pg_catalog.pg_control_checkpoint()")
+        .fetch_optional(&mut conn)
         .await
-        .map_err(|e| format!("listing the restored cluster's databases: {e}"))?;
+        .map_err(|e| format!("reading the restored cluster's control data: {e}"))?;
     let _ = conn.close().await;
-    Ok(dbs)
+    Ok(databases::Cluster {
+        databases: dbs.into_iter().map(|(name, connectable)| databases::ClusterDb { name, connectable }).collect(),
+        next_oid,
+    })
 }
 
-/// The databases on the primary, as its URL's user sees them; `None` if it cannot say.
-async fn primary_databases(url: &str, target: &TargetConfig) -> Option<Vec<String>> {
+/// The databases on the primary that take connections, with their OIDs, as its URL's
+/// user sees them; `None` if it cannot say.
+async fn primary_databases(url: &str, target: &TargetConfig) -> Option<Vec<(String, i64)>> {
     let p = primary::connect(url, &limits(target)).await.ok()?;
     let dbs = p
         .timed(
-            sqlx::query_scalar::<_, String>("select datname from pg_database where datallowconn and not datistemplate")
-                .fetch_all(&p.pool),
+            sqlx::query_as::<_, (String, i64)>(
+                "select datname::text, oid::int8 from pg_catalog.pg_database where datallowconn and not datistemplate",
+            )
+            .fetch_all(&p.pool),
         )
         .await
         .ok();

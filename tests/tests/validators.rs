@@ -394,3 +394,65 @@ fn no_exchange_of_values_balances_the_checksum() {
     }
     assert!(balanced_linear > 100, "{balanced_linear}");
 }
+
+/// Issue 33: every database of a physical backup. The primary has `orders`, `billing`
+/// and `ledger`; the backup holds `billing` made unconnectable (as it was when the
+/// backup ran; the primary opens it again since) and `ledger` without its directory.
+/// `databases` fails naming both; the target's own database is still validated.
+#[test]
+fn a_physical_backup_is_validated_on_every_database() {
+    let root = TempRoot::new();
+    let primary = PgPrimary::start(&root);
+    let s3 = S3Server::start(&root);
+    let bucket = unique("pg");
+    s3.make_bucket(&bucket);
+    let password = unique("pw");
+    primary.psql("postgres", &format!("create role verifier login password '{password}'"));
+    primary.psql("postgres", "grant pg_read_all_data to verifier");
+    for db in ["orders", "billing", "ledger"] {
+        primary.psql("postgres", &format!("create database {db}"));
+        primary.psql(db, "create table t (id int primary key); insert into t select generate_series(1, 100)");
+    }
+    let ledger = primary.psql("postgres", "select oid from pg_database where datname = 'ledger'");
+    primary.psql("postgres", "alter database billing allow_connections false");
+    let bb = root.path().join("bb");
+    primary.tool("pg_basebackup", &["-D", &bb.display().to_string(), "-Ft", "-X", "fetch", "--checkpoint=fast"]);
+    primary.psql("postgres", "alter database billing allow_connections true");
+    let unpacked = root.path().join("unpacked");
+    std::fs::create_dir_all(&unpacked).unwrap();
+    sh(&format!("tar -C {} -xf {}", unpacked.display(), bb.join("base.tar").display()));
+    std::fs::remove_dir_all(unpacked.join("base").join(&ledger)).unwrap();
+    let tampered = root.path().join("base.tar");
+    sh(&format!("tar -C {} -cf {} .", unpacked.display(), tampered.display()));
+    s3.upload(&tampered, &bucket, "phys/b1/base.tar");
+
+    let scratch = root.path().join("scratch");
+    std::fs::create_dir_all(&scratch).unwrap();
+    make_world_enterable(&scratch);
+    let config = root.path().join("drcheck.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[state]\nurl = \"sqlite://{r}/h.db\"\n[sandbox]\nscratch_dir = \"{s}\"\n[storage.s3]\nkind = \"s3\"\nbucket = \"{bucket}\"\n\
+             endpoint = \"{e}\"\npath_style = true\n[[target]]\nname = \"orders\"\nstorage = \"s3\"\nprefix = \"phys/\"\n\
+             primary = \"{p}\"\nrto = \"10m\"\nrpo = \"3650d\"\n",
+            r = root.path().display(),
+            s = scratch.display(),
+            e = s3.endpoint(),
+            p = primary.url("verifier", &password, "orders"),
+        ),
+    )
+    .unwrap();
+    let c = config.display().to_string();
+    let (out, _) =
+        drcheck(&["--config", &c, "verify", "--target", "orders", "--backup", "phys/b1/", "--json"], &[], LIMIT);
+    assert_eq!(out.status.code(), Some(1), "{}\n{}", drcheck_e2e::stdout(&out), stderr(&out));
+    let run = only_run(&out);
+    assert_eq!(run["backup"]["format"], "physical");
+    let d = validator(&run, "databases");
+    assert_eq!(d["status"], "failed", "{run}");
+    let detail = d["detail"].as_str().unwrap();
+    assert!(detail.contains("\"billing\" is in the backup but takes no connections"), "{detail}");
+    assert!(detail.contains("\"ledger\" is in the backup but cannot be opened"), "{detail}");
+    assert_eq!(validator(&run, "checksums")["status"], "passed", "orders itself is intact: {run}");
+}

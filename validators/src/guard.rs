@@ -202,7 +202,7 @@ select 'view ' || c.oid::regclass::text, md5(pg_get_viewdef(c.oid))
 "#;
 
 /// Which fingerprint [`builtin_fingerprint`] makes (part of the cached reference's name).
-pub const FINGERPRINT_REVISION: u32 = 2;
+pub const FINGERPRINT_REVISION: u32 = 3;
 
 /// Objects numbered below this were made by the build (genbki), not by `initdb`'s
 /// scripts (`FirstUnpinnedObjectId`): catalog rows keyed below it are byte for byte the
@@ -219,7 +219,7 @@ pub const UNCOVERED_CATALOGS: &[&str] =
 /// Columns that change on every cluster without changing behaviour: sizes and statistics
 /// (`VACUUM`, `ANALYZE`), the file a relation lives in (`VACUUM FULL`, `REINDEX`),
 /// owners and privileges (drcheck's login is a superuser).
-const VOLATILE_COLUMNS: &str = r"^(relpages|reltuples|relallvisible|relfrozenxid|relminmxid|relfilenode|.*acl|.*owner)$";
+const VOLATILE_COLUMNS: &str = r"^(relpages|reltuples|relallvisible|relfrozenxid|relminmxid|relfilenode|indcheckxmin|.*acl|.*owner)$";
 
 /// Every catalog of the database (`pg_catalog`'s tables, made by the build) with the
 /// columns its fingerprint reads and its key column (the first: the row's own OID, or the

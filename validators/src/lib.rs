@@ -89,13 +89,24 @@ impl Finding {
                  (PostgreSQL 14+), or SELECT on the tables it checks",
             );
         }
-        Self { name: name.to_string(), status, detail, measurements: BTreeMap::new(), inconclusive: Vec::new() }
+        Self {
+            name: name.to_string(),
+            status,
+            detail: bounded(detail, MAX_DETAIL),
+            measurements: BTreeMap::new(),
+            inconclusive: Vec::new(),
+        }
     }
 
-    /// Records what could not be proven (see [`Finding::inconclusive`]).
+    /// Records what could not be proven (see [`Finding::inconclusive`]): all of it counted,
+    /// the first [`MAX_INCONCLUSIVE`] kept (each bounded like a detail).
     pub fn inconclusive(mut self, items: Vec<String>) -> Self {
         self.measurements.insert("inconclusive".into(), items.len() as f64);
-        self.inconclusive = items;
+        let more = items.len().saturating_sub(MAX_INCONCLUSIVE);
+        self.inconclusive = items.into_iter().take(MAX_INCONCLUSIVE).map(|i| bounded(i, MAX_DETAIL / 16)).collect();
+        if more > 0 {
+            self.inconclusive.push(format!("and {more} more, counted, not listed"));
+        }
         self
     }
 
@@ -111,6 +122,28 @@ impl Finding {
     }
 }
 
+/// The most of a finding's detail that is kept (a backup controls much of what a detail
+/// quotes: names, values, definitions); the rest is counted, never stored.
+pub const MAX_DETAIL: usize = 64 * 1024;
+
+/// The most inconclusive items a finding lists (all are counted).
+pub const MAX_INCONCLUSIVE: usize = 1000;
+
+/// `text` cut to at most `max` bytes (on a character boundary), saying how much was left out.
+pub fn bounded(mut text: String, max: usize) -> String {
+    if text.len() <= max {
+        return text;
+    }
+    let mut cut = max;
+    while !text.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    let left = text.len() - cut;
+    text.truncate(cut);
+    text.push_str(&format!("… ({left} more bytes not kept)"));
+    text
+}
+
 /// Measurements named like this say what a finding covered.
 pub const COVERED: &str = "covered_";
 
@@ -118,6 +151,7 @@ pub const COVERED: &str = "covered_";
 /// `covered_*` is 0) or did not say what it covered is `skipped` instead, with why. It
 /// is applied to every finding by [`run_all`], so no validator can pass over nothing.
 pub fn enforce_coverage(mut f: Finding) -> Finding {
+    f.detail = bounded(std::mem::take(&mut f.detail), MAX_DETAIL);
     if f.status != Status::Passed {
         return f;
     }
