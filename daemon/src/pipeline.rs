@@ -41,6 +41,19 @@ struct Stop {
     changed: bool,
 }
 
+/// The restored server stopped answering (`message`). Its processes crashing on what the
+/// backup holds (a catalog edited so that every backend crashes), with nothing of the
+/// host's to show, is the backup's; anything else cannot be told apart: the run's.
+fn restored_unreachable(sandbox: &drcheck_restore::Sandbox, stage: &str, message: String) -> Stop {
+    match (sandbox.server_blame(), sandbox.backend_crashed()) {
+        ((drcheck_restore::error::Blame::Backup, _), Some(crash)) => Stop::failed(
+            stage,
+            format!("{message} — the restored server's processes crash on what the backup holds ({crash})"),
+        ),
+        ((_, why), _) => Stop::incomplete(stage, drcheck_restore::error::with_reason(message, why)),
+    }
+}
+
 impl Stop {
     fn usage(stage: &str, message: impl Into<String>) -> Self {
         Stop { stage: stage.into(), message: message.into(), result: RunResult::Error, usage: true, changed: false }
@@ -773,11 +786,13 @@ async fn steps(
         .acquire_timeout(Duration::from_secs(30))
         .connect_with(drcheck_validators::guard::restored_session(sandbox.connect_options(&database)))
         .await
-        .map_err(|e| Stop::incomplete("restore", format!("the restored database does not accept connections: {e}")))?;
+        .map_err(|e| {
+            restored_unreachable(&sandbox, "restore", format!("the restored database does not accept connections: {e}"))
+        })?;
     sqlx::query("select 1")
         .execute(&pool)
         .await
-        .map_err(|e| Stop::incomplete("restore", format!("the restored database does not answer: {e}")))?;
+        .map_err(|e| restored_unreachable(&sandbox, "restore", format!("the restored database does not answer: {e}")))?;
     run.m.ready = Some(fetch_start.elapsed());
     pool.close().await;
 
@@ -788,9 +803,10 @@ async fn steps(
         next_xid: h.next_xid,
         system_identifier: h.system_identifier.clone(),
     });
-    let validated = crate::validate::run(config, target, &sandbox, &database, physical, cutoff, horizon)
-        .await
-        .map_err(|e| Stop::incomplete("validate", e))?;
+    let validated = match crate::validate::run(config, target, &sandbox, &database, physical, cutoff, horizon).await {
+        Ok(v) => v,
+        Err(e) => return Err(restored_unreachable(&sandbox, "validate", e)),
+    };
     run.report.validators = validated.findings.iter().map(ValidatorReport::from).collect();
     // The heartbeat is the data's own clock: its lag is preferred to the as_of columns'.
     let lag_of = |name: &str| {

@@ -73,6 +73,45 @@ pub fn blame_of_server_line(code: &str, message: &str) -> Blame {
     blame_of_sqlstate(code)
 }
 
+/// The first line of a sandbox server's log (`%e` then the level then the message) that
+/// blames the world ([`blame_of_server_line`]) — unless the entry's own context shows it
+/// was raised by code the backup defined (`CONTEXT: PL/pgSQL function …`, `SQL
+/// function …`, `… at RAISE`): a dump can raise any SQLSTATE it likes, and "disk full"
+/// said by its own function is the backup speaking, not the host. (A real shortage met
+/// inside a backup's function shows on the host: its free space, checked first.)
+pub fn world_line_of_log(text: &str) -> Option<&str> {
+    let lines: Vec<&str> = text.lines().collect();
+    for (i, line) in lines.iter().enumerate() {
+        let mut words = line.splitn(3, ' ');
+        let (Some(code), Some(level), Some(message)) = (words.next(), words.next(), words.next()) else {
+            continue;
+        };
+        if code.len() != 5
+            || !["ERROR:", "FATAL:", "PANIC:"].contains(&level)
+            || blame_of_server_line(code, message.trim_start()) != Blame::World
+        {
+            continue;
+        }
+        // The entry's other lines carry the same code and their own level.
+        let raised_by_backup = lines[i + 1..]
+            .iter()
+            .take_while(|l| {
+                let mut w = l.splitn(3, ' ');
+                w.next() == Some(code)
+                    && w.next().is_some_and(|lv| ["DETAIL:", "HINT:", "CONTEXT:", "STATEMENT:", "QUERY:"].contains(&lv))
+            })
+            .any(|l| {
+                let rest = l.splitn(3, ' ').nth(2).unwrap_or_default();
+                l.splitn(3, ' ').nth(1) == Some("CONTEXT:")
+                    && (rest.contains("PL/pgSQL function") || rest.contains("SQL function") || rest.contains(" at RAISE"))
+            });
+        if !raised_by_backup {
+            return Some(line);
+        }
+    }
+    None
+}
+
 /// `message`, led by what blamed the world when something did (a full disk, a signal,
 /// the server's own error code): the first thing a reader needs.
 pub fn with_reason(message: String, why: Option<String>) -> String {
@@ -171,5 +210,15 @@ mod tests {
         assert_eq!(blame_of_server_line("53200", refused), Blame::Backup);
         assert_eq!(blame_of_server_line("53200", "out of memory"), Blame::World);
         assert_eq!(blame_of_server_line("53100", "could not extend file: No space left on device"), Blame::World);
+        // Issue 33: a dump raising "disk full" itself is the backup speaking.
+        let raised = "53100 ERROR:  could not extend file: No space left on device\n\
+                      53100 CONTEXT:  PL/pgSQL function inline_code_block line 1 at RAISE\n\
+                      53100 STATEMENT:  DO $$ BEGIN RAISE EXCEPTION USING ERRCODE = '53100'; END $$;\n";
+        assert_eq!(world_line_of_log(raised), None);
+        let real = "00000 LOG:  checkpoint starting\n53100 ERROR:  could not extend file \"base/1/2\": No space left on device\n\
+                    53100 STATEMENT:  COPY t FROM stdin;\n";
+        assert!(world_line_of_log(real).is_some_and(|l| l.contains("No space left")));
+        let func = "53200 ERROR:  out of memory\n53200 CONTEXT:  SQL function \"f\" statement 1\n";
+        assert_eq!(world_line_of_log(func), None);
     }
 }

@@ -473,19 +473,20 @@ impl Sandbox {
         }
         let log = std::fs::read(self.root.join("postgres.log")).unwrap_or_default();
         let text = String::from_utf8_lossy(&log);
-        let world = text.lines().find(|l| {
-            let mut words = l.splitn(3, ' ');
-            let (Some(code), Some(level), Some(message)) = (words.next(), words.next(), words.next()) else {
-                return false;
-            };
-            code.len() == 5
-                && ["ERROR:", "FATAL:", "PANIC:"].contains(&level)
-                && crate::error::blame_of_server_line(code, message.trim_start()) == Blame::World
-        });
-        match world {
+        match crate::error::world_line_of_log(&text) {
             Some(line) => (Blame::World, Some(format!("the server says: {}", line.escape_debug()))),
             None => (Blame::Backup, None),
         }
+    }
+
+    /// Whether the server's log shows one of its processes crashing (a backend ended by a
+    /// signal it did not get from outside: the server restarts the others and says so).
+    pub fn backend_crashed(&self) -> Option<String> {
+        let log = std::fs::read(self.root.join("postgres.log")).unwrap_or_default();
+        let text = String::from_utf8_lossy(&log);
+        text.lines()
+            .find(|l| l.contains("was terminated by signal") && !l.contains("signal 9:"))
+            .map(|l| l.splitn(2, ' ').nth(1).unwrap_or(l).trim().to_string())
     }
 
     /// Who is to blame for a client tool (pg_restore, psql) failing against this

@@ -301,3 +301,41 @@ fn schema_compares_what_changes_behaviour_and_settings_never_reach_validators() 
     assert_eq!(c["status"], "failed", "{run}");
     assert!(c["detail"].as_str().unwrap().contains("public.accounts"), "{c}");
 }
+
+/// Issue 33: blame. A dump that raises "disk full" (SQLSTATE 53100) itself, and one whose
+/// rule on `pg_amproc` makes every new backend of the restored server crash, are the
+/// backup's (exit 1) — not the host's (exit 3): the host has room, and the server's
+/// own processes crash on what the backup holds. Both are first shown to do that to a
+/// plain server.
+#[test]
+fn what_the_backup_raises_or_crashes_is_blamed_on_the_backup() {
+    let lab = Lab::new();
+    let raise = "create table t (id int);\ninsert into t values (1);\n\
+        DO $$ BEGIN RAISE EXCEPTION 'could not extend file: No space left on device' USING ERRCODE = '53100'; END $$;\n";
+    let crash = "create table t (id int);\ninsert into t values (1);\nSET allow_system_table_mods = on;\n\
+        CREATE RULE r AS ON INSERT TO pg_catalog.pg_amproc DO INSTEAD NOTHING;\n";
+    let copy = unprotected(&lab, "select 1;");
+    let raised = copy.run_script("bank", &drcheck_e2e::attack::script_file(&lab, raise));
+    assert!(String::from_utf8_lossy(&raised.stderr).contains("No space left on device"), "{raised:?}");
+    copy.psql("postgres", "create database crash");
+    let made = copy.run_script("crash", &drcheck_e2e::attack::script_file(&lab, crash));
+    assert!(made.status.success(), "{made:?}");
+    let after = std::process::Command::new("psql")
+        .args(["-X", "-h"])
+        .arg(&copy.sock)
+        .args(["-p", &copy.port.to_string(), "-U", "postgres", "-d", "crash", "-c", "select 1"])
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&after.stderr).contains("terminated abnormally"), "{after:?}");
+
+    let config = lab.config("", "");
+    for (key, script, says) in [("raise.sql", raise, "No space left on device"), ("crash.sql", crash, "crash")] {
+        lab.put(key, format!("--\n-- PostgreSQL database dump\n--\n\n{script}").as_bytes());
+        let (code, run, all) = lab.verify(&config, key);
+        assert_eq!(code, Some(1), "{key}: {all}");
+        assert_eq!(run["result"], "failed", "{key}: {run}");
+        let msg = run["error"]["message"].as_str().unwrap_or_default();
+        assert!(msg.contains(says), "{key}: {msg}");
+    }
+    assert!(lab.leftovers().is_empty(), "{:?}", lab.leftovers());
+}
