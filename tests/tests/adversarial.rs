@@ -761,3 +761,125 @@ fn a_delegated_backup_tool_connects_to_the_store_port_only() {
     let other = probe(other_port);
     assert!(other.starts_with("refused") && other.contains("Permission denied"), "another port: {other}");
 }
+
+/// Issue 33: bounds on what the backup controls before a byte is restored. (1) An age
+/// header of 30,000 recipient stanzas (age re-parses a growing header line by line:
+/// minutes of CPU in drcheck's own process) is refused unparsed. (2) Two zstd layers,
+/// the outer one expanding into a 2 GiB skippable frame that the inner one skips: the
+/// innermost output is a tiny plain dump (the old bound counted only it), but every
+/// layer's output now counts and the run fails as the backup's once it passes the bound.
+/// (3) SIGTERM during the bomb ends the run within seconds. Each payload is first shown
+/// to be what it claims with the real tools.
+#[test]
+fn bombs_in_layers_and_headers_are_bounded() {
+    let lab = Lab::new();
+    let dir = lab.root.path();
+    let identity = sh("age-keygen 2>/dev/null").lines().find(|l| l.starts_with("AGE-SECRET-KEY-")).unwrap().to_string();
+    let recipient = sh(&format!("printf '%s\\n' '{identity}' | age-keygen -y")).trim().to_string();
+    let dump = write_file(dir, "tiny.sql", &plain("create table t (id int);\ninsert into t values (1);\n"));
+
+    // (1) The age header: a real file, its one stanza repeated.
+    let sealed = dir.join("tiny.sql.age");
+    sh(&format!("age -r {recipient} -o {} {}", sealed.display(), dump.display()));
+    let bytes = std::fs::read(&sealed).unwrap();
+    let text_end = bytes.windows(5).position(|w| w == b"\n--- ").unwrap();
+    let header = String::from_utf8(bytes[..text_end].to_vec()).unwrap();
+    let stanza_at = header.find("\n-> ").unwrap() + 1;
+    let stanza = header[stanza_at..].to_string() + "\n";
+    let mut bomb = bytes[..stanza_at].to_vec();
+    for _ in 0..30_000 {
+        bomb.extend_from_slice(stanza.as_bytes());
+    }
+    bomb.extend_from_slice(&bytes[stanza_at..]);
+    assert!(bomb.len() > 2 << 20, "{}", bomb.len());
+    let key_file = write_file(dir, "age.key", format!("{identity}\n").as_bytes());
+    std::fs::set_permissions(&key_file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let config = lab.config(
+        "max_expansion = 2",
+        &format!("[target.decrypt]\nage_identity = \"{}\"\n", key_file.display()),
+    );
+    lab.put("ok.sql.age", &bytes);
+    let (code, run, all) = lab.verify(&config, "ok.sql.age");
+    assert_ran(&run, code, 0, &all);
+    lab.put("header.sql.age", &bomb);
+    let started = Instant::now();
+    let (code, run, all) = lab.verify(&config, "header.sql.age");
+    assert_eq!(code, Some(1), "{all}");
+    let msg = run["error"]["message"].as_str().unwrap_or_default();
+    assert!(msg.contains("more than 256 recipient stanzas"), "{msg}");
+    assert!(started.elapsed() < Duration::from_secs(60), "{:?}", started.elapsed());
+
+    // (2) zstd(skippable frames of 4 GiB + zstd(dump)), written block by block.
+    let inner = dir.join("inner.zst");
+    sh(&format!("zstd -q -19 -c {} > {}", dump.display(), inner.display()));
+    let inner = std::fs::read(&inner).unwrap();
+    let layered = write_file(dir, "layered.sql.zst", &skipping_bomb(1, &inner));
+    let packed = std::fs::read(&layered).unwrap();
+    assert!(packed.len() < 1 << 20, "{}", packed.len());
+    // What the layers hold: the dump, behind 4 GiB the inner decoder skips.
+    let through = sh(&format!("zstd -q -dc {} | zstd -q -dc", layered.display()));
+    assert!(through.contains("insert into t values (1);"), "{through}");
+    lab.put("layered.sql.zst", &packed);
+    let (code, run, all) = lab.verify(&config, "layered.sql.zst");
+    assert_eq!(code, Some(1), "{all}");
+    let msg = run["error"]["message"].as_str().unwrap_or_default();
+    assert!(msg.contains("expands beyond"), "{msg}");
+
+    // (3) SIGTERM while decoding 2 TiB of them (bounded only far beyond): the 64 MiB of
+    // blocks that expand to them, compressed once more, are a file of kilobytes.
+    let blocks = write_file(dir, "blocks.zst", &skipping_bomb(512, &inner));
+    let long = dir.join("long.sql.zst");
+    sh(&format!("zstd -q -3 -c {} > {}", blocks.display(), long.display()));
+    let long = std::fs::read(&long).unwrap();
+    assert!(long.len() < 1 << 20, "{}", long.len());
+    lab.put("long.sql.zst", &long);
+    let config = lab.config("max_expansion = 1000000000", "");
+    let mut child = lab.spawn_verify(&config, "long.sql.zst");
+    std::thread::sleep(Duration::from_millis(1500));
+    let sent = Instant::now();
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGTERM).unwrap();
+    let deadline = sent + Duration::from_secs(10);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break Some(status);
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(status.is_some(), "SIGTERM not honoured within 10 s");
+    assert!(sent.elapsed() < Duration::from_secs(3), "SIGTERM took {:?}", sent.elapsed());
+    assert!(lab.leftovers().is_empty(), "{:?}", lab.leftovers());
+}
+
+/// A zstd frame whose output is `skips` skippable frames of about 4 GiB of zeros each,
+/// then `tail` (itself a zstd stream): 4 bytes of input per 128 KiB of output (RLE
+/// blocks), so a file of megabytes expands to tens of gigabytes that the next layer's
+/// decoder skips without output.
+fn skipping_bomb(skips: usize, tail: &[u8]) -> Vec<u8> {
+    const BLOCK: u32 = 128 * 1024;
+    const BLOCKS: u32 = 32767;
+    // Frame header: no content size, not single-segment (a window of 128 KiB), no checksum.
+    let mut out = vec![0x28, 0xb5, 0x2f, 0xfd, 0x00, 0x38];
+    let block_header = |size: u32, kind: u32, last: bool| {
+        let h = (size << 3) | (kind << 1) | u32::from(last);
+        [h as u8, (h >> 8) as u8, (h >> 16) as u8]
+    };
+    for _ in 0..skips {
+        let mut skippable = vec![0x50, 0x2a, 0x4d, 0x18];
+        skippable.extend_from_slice(&(BLOCK * BLOCKS).to_le_bytes());
+        out.extend_from_slice(&block_header(skippable.len() as u32, 0, false));
+        out.extend_from_slice(&skippable);
+        for _ in 0..BLOCKS {
+            out.extend_from_slice(&block_header(BLOCK, 1, false));
+            out.push(0);
+        }
+    }
+    assert!(tail.len() < BLOCK as usize);
+    out.extend_from_slice(&block_header(tail.len() as u32, 0, true));
+    out.extend_from_slice(tail);
+    out
+}

@@ -121,11 +121,14 @@ pub async fn peel(
                 format!("the backup is wrapped in more than {MAX_LAYERS} layers of compression or encryption"),
             ));
         }
-        let mut inner = if layer.is_encryption() {
+        let inner = if layer.is_encryption() {
             crate::transfer::decrypt::open(layer, head, reader, job.decrypt, sandbox, &job.decryption).await?
         } else {
             decompress(layer, head, reader)
         };
+        // Every layer's output counts against the bound, not only the innermost's: a
+        // layer can expand into what the next one skips (zstd's skippable frames).
+        let mut inner: BackupReader = Box::pin(Bounded::new(inner, job.expansion_ceiling));
         head = read_head(&mut inner, store).await?;
         reader = inner;
         layers.push(layer);
@@ -383,6 +386,8 @@ pub async fn extract_tar(head: Vec<u8>, reader: BackupReader, dest: &Path, store
 pub struct Bounded {
     inner: BackupReader,
     seen: u64,
+    /// Bytes since this reader last gave the runtime a turn.
+    since_yield: u64,
     limit: u64,
     /// Where `limit` is the free space rather than the backup's size × max_expansion:
     /// passing it is the disk's shortfall, not the backup's.
@@ -391,13 +396,13 @@ pub struct Bounded {
 
 impl Bounded {
     pub fn new(inner: BackupReader, limit: u64) -> Self {
-        Self { inner, seen: 0, limit, disk_limit: None }
+        Self { inner, seen: 0, since_yield: 0, limit, disk_limit: None }
     }
 
     /// Bounded by what the backup's size explains (`ceiling`) and by the room the disk
     /// has (`room`): past the first, the backup's fault; past only the second, not.
     pub fn with_room(inner: BackupReader, ceiling: u64, room: u64) -> Self {
-        Self { inner, seen: 0, limit: ceiling, disk_limit: (room < ceiling).then_some(room) }
+        Self { inner, seen: 0, since_yield: 0, limit: ceiling, disk_limit: (room < ceiling).then_some(room) }
     }
 }
 
@@ -407,12 +412,24 @@ pub const NO_ROOM: &str = "scratch_dir has too little room for this backup";
 /// The message of [`Bounded`]'s error, recognised by [`read_error`].
 pub const EXPANSION_EXCEEDED: &str = "the backup expands beyond";
 
+/// Bytes a decoding loop may pass before it gives the runtime a turn: a stream that is
+/// always ready (decompressing from memory) would otherwise hold its worker, and a
+/// SIGTERM's cancellation would wait for the whole bomb.
+const YIELD_EVERY: u64 = 8 << 20;
+
 impl AsyncRead for Bounded {
     fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        if self.since_yield >= YIELD_EVERY {
+            self.since_yield = 0;
+            cx.waker().wake_by_ref();
+            return Poll::Pending;
+        }
         let before = buf.filled().len();
         let r = self.inner.as_mut().poll_read(cx, buf);
         if let Poll::Ready(Ok(())) = &r {
-            self.seen += (buf.filled().len() - before) as u64;
+            let n = (buf.filled().len() - before) as u64;
+            self.seen += n;
+            self.since_yield += n;
             if let Some(room) = self.disk_limit
                 && self.seen > room
                 && self.seen <= self.limit

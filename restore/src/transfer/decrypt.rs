@@ -340,8 +340,12 @@ async fn open_age_with(
     held: &[String],
 ) -> Result<(BackupReader, String), RestoreError> {
     let src: BackupReader = Box::pin(std::io::Cursor::new(head).chain(rest));
-    let armored = age::armor::ArmoredReader::from_async_reader(src.compat());
-    let decryptor = age::Decryptor::new_async_buffered(armored).await.map_err(|e| age_header_error(&e))?;
+    let mut armored = age::armor::ArmoredReader::from_async_reader(src.compat());
+    // The header is read here, bounded, before age parses it (age re-reads a growing
+    // header line by line: a header of many thousand stanzas is minutes of CPU).
+    let header = bounded_age_header(&mut armored).await?;
+    let src = futures::AsyncReadExt::chain(futures::io::Cursor::new(header), armored);
+    let decryptor = age::Decryptor::new_async_buffered(src).await.map_err(|e| age_header_error(&e))?;
     let needs = needs.to_string();
     let held_list = held.to_vec();
     // Unwrapping the file key is CPU work (a second of scrypt for passphrases): not on
@@ -381,6 +385,58 @@ async fn open_age_with(
             "the backup's age passphrase asks for scrypt work 2^{required}; drcheck accepts at most 2^{MAX_SCRYPT_LOG_N} (age -p uses about 2^18)"
         ))),
         (Err(e), _) => Err(age_header_error(&e)),
+    }
+}
+
+/// The most of an age header drcheck reads: age writes about a hundred bytes per
+/// recipient, so this is hundreds of recipients.
+pub const MAX_AGE_HEADER: usize = 64 * 1024;
+
+/// The most recipient stanzas an age header may have.
+pub const MAX_AGE_STANZAS: usize = 256;
+
+/// Where an age header ends: after its MAC line (`--- …\n`).
+fn age_header_end(b: &[u8]) -> Option<usize> {
+    let at = b.windows(5).position(|w| w == b"\n--- ")?;
+    b[at + 5..].iter().position(|c| *c == b'\n').map(|nl| at + 5 + nl + 1)
+}
+
+/// The start of an age stream (its binary form), read until its header ends — or the
+/// backup's fault once it passes [`MAX_AGE_HEADER`] bytes or [`MAX_AGE_STANZAS`] stanzas.
+/// What it read (perhaps some payload too) goes back in front of the rest.
+async fn bounded_age_header<R: futures::AsyncRead + Unpin>(r: &mut R) -> Result<Vec<u8>, RestoreError> {
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        let end = age_header_end(&buf);
+        let header = &buf[..end.unwrap_or(buf.len()).min(buf.len())];
+        let stanzas = header.split(|c| *c == b'\n').filter(|l| l.starts_with(b"-> ")).count();
+        if stanzas > MAX_AGE_STANZAS {
+            return Err(RestoreError::bad(
+                Stage::Fetch,
+                format!(
+                    "the backup's age header has more than {MAX_AGE_STANZAS} recipient stanzas: not a header age \
+                     writes for a backup"
+                ),
+            ));
+        }
+        if end.is_some() {
+            return Ok(buf);
+        }
+        if buf.len() > MAX_AGE_HEADER {
+            return Err(RestoreError::bad(
+                Stage::Fetch,
+                format!("the backup's age header runs past {MAX_AGE_HEADER} bytes ({stanzas} stanzas): not a header age writes"),
+            ));
+        }
+        let n = futures::AsyncReadExt::read(r, &mut chunk).await.map_err(|e| {
+            age_header_error(&age::DecryptError::Io(e))
+        })?;
+        if n == 0 {
+            // Cut short: age says so, in its words.
+            return Ok(buf);
+        }
+        buf.extend_from_slice(&chunk[..n]);
     }
 }
 

@@ -74,6 +74,9 @@ pub fn declared_expanded_size(head: &[u8], tail: &[u8]) -> Option<u64> {
 
 /// The Frame_Content_Size of the first zstd frame, when the header carries one.
 fn zstd_content_size(head: &[u8]) -> Option<u64> {
+    if !head.starts_with(&[0x28, 0xb5, 0x2f, 0xfd]) {
+        return None;
+    }
     let descriptor = *head.get(4)?;
     let fcs_flag = descriptor >> 6;
     let single_segment = descriptor & 0x20 != 0;
@@ -100,7 +103,10 @@ pub fn detect(head: &[u8]) -> BackupFormat {
         BackupFormat::Custom
     } else if head.starts_with(&[0x1f, 0x8b]) {
         BackupFormat::Gzip
-    } else if head.starts_with(&[0x28, 0xb5, 0x2f, 0xfd]) {
+    } else if head.starts_with(&[0x28, 0xb5, 0x2f, 0xfd])
+        // A skippable frame (0x184D2A50–5F) may open a zstd stream too.
+        || (head.len() >= 4 && head[0] & 0xf0 == 0x50 && head[1..4] == [0x2a, 0x4d, 0x18])
+    {
         BackupFormat::Zstd
     } else if head.starts_with(&[0x04, 0x22, 0x4d, 0x18]) {
         BackupFormat::Lz4
@@ -270,6 +276,7 @@ mod tests {
         assert_eq!(detect(b"PGDMP\x01\x0e\x00"), BackupFormat::Custom);
         assert_eq!(detect(&[0x1f, 0x8b, 8, 0]), BackupFormat::Gzip);
         assert_eq!(detect(&[0x28, 0xb5, 0x2f, 0xfd, 0]), BackupFormat::Zstd);
+        assert_eq!(detect(&[0x5a, 0x2a, 0x4d, 0x18, 0, 0, 0, 0]), BackupFormat::Zstd, "a skippable frame first");
         assert_eq!(detect(b"--\n-- PostgreSQL database dump\n"), BackupFormat::PlainSql);
         assert_eq!(detect(b"\x00\x01garbage"), BackupFormat::Unknown);
         let mut tar = vec![0u8; 512];
