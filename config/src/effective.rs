@@ -48,6 +48,7 @@ pub fn render(text: &str, path: &Path, config: &Config) -> Result<String, Config
     default(&mut sandbox, "require_containment", Value::Boolean(sb.require_containment));
     default(&mut sandbox, "max_expansion", Value::Float(sb.max_expansion));
     default(&mut sandbox, "user", s(&sb.user));
+    default(&mut sandbox, "memory_limit", s(&size(sb.memory_limit)));
     doc.insert("sandbox".into(), Value::Table(sandbox));
 
     if let Some(Value::Table(storage)) = doc.get_mut("storage") {

@@ -82,6 +82,7 @@ pub struct RawSandbox {
     pub require_containment: Option<bool>,
     pub max_expansion: Option<Spanned<f64>>,
     pub user: Option<Spanned<String>>,
+    pub memory_limit: Option<Spanned<String>>,
 }
 
 /// One storage. `kind` selects which of the other keys apply; the validation step

@@ -137,7 +137,14 @@ pub struct SandboxConfig {
     /// The user every process that reads backup content runs as when drcheck is root:
     /// one that owns nothing else (default `drcheck-sandbox`).
     pub user: String,
+    /// The address space each process of the sandbox server may use (`RLIMIT_AS`):
+    /// a backup's statements that need more fail as the backup's, never the host's.
+    pub memory_limit: u64,
 }
+
+/// `[sandbox] memory_limit` when not set: room for the server's shared memory, a
+/// 512 MB index build and a generous query, far below what starves a host.
+pub const DEFAULT_SANDBOX_MEMORY: u64 = 2 << 30;
 
 /// How the sandbox server is tuned.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -576,6 +583,21 @@ pub(crate) fn validate(
     let require_containment = raw.sandbox.require_containment.unwrap_or(true);
     let max_expansion = cx.number_at_least("sandbox.max_expansion", raw.sandbox.max_expansion.as_ref(), 200.0, 1.0)?;
     let sandbox_user = cx.opt_string("sandbox.user", &raw.sandbox.user)?.unwrap_or_else(|| "drcheck-sandbox".into());
+    let memory_limit = match &raw.sandbox.memory_limit {
+        None => DEFAULT_SANDBOX_MEMORY,
+        Some(v) => {
+            let n = ctx::parse_size(v.get_ref())
+                .map_err(|m| cx.err("sandbox.memory_limit", Some(v.span()), m))?;
+            if n < 512 << 20 {
+                return Err(cx.err(
+                    "sandbox.memory_limit",
+                    Some(v.span()),
+                    format!("{:?} is too little for a PostgreSQL server: at least 512MiB", v.get_ref()),
+                ));
+            }
+            n
+        }
+    };
     if sandbox_user.is_empty() || sandbox_user == "root" || sandbox_user == "postgres" {
         let span = raw.sandbox.user.as_ref().map(|v| v.span());
         return Err(cx.err(
@@ -718,6 +740,7 @@ pub(crate) fn validate(
             require_containment,
             user: sandbox_user,
             max_expansion,
+            memory_limit,
         },
         storage,
         targets,

@@ -183,6 +183,8 @@ pub struct Policy {
     pub syscalls: Syscalls,
     /// Enter private namespaces and remount `read_write` noexec (required when set).
     pub namespaces: bool,
+    /// The address space the process (and every child) may use, `RLIMIT_AS`.
+    pub memory: Option<u64>,
 }
 
 /// Paths every PostgreSQL binary needs to read: the installation, shared libraries,
@@ -227,7 +229,8 @@ pub fn command(program: &Path, policy: &Policy) -> std::process::Command {
     let wanted = policy.require_abi.is_some()
         || policy.user.is_some()
         || policy.syscalls != Syscalls::Unfiltered
-        || policy.namespaces;
+        || policy.namespaces
+        || policy.memory.is_some();
     let Some(helper) = HELPER.get().filter(|_| wanted) else {
         let mut cmd = std::process::Command::new(program);
         if let Some((uid, gid)) = policy.user {
@@ -253,6 +256,9 @@ pub fn command(program: &Path, policy: &Policy) -> std::process::Command {
     }
     if policy.namespaces {
         cmd.arg("--ns");
+    }
+    if let Some(bytes) = policy.memory {
+        cmd.arg("--memory").arg(bytes.to_string());
     }
     match policy.require_abi {
         Some(abi) => cmd.arg("--abi").arg(abi.to_string()),
@@ -310,6 +316,10 @@ pub fn helper_main(args: &[OsString]) -> Option<std::convert::Infallible> {
                 let v = value.to_string_lossy();
                 policy.connect_tcp.push(v.parse().unwrap_or_else(|_| fail(format!("bad --connect {v}"))));
             }
+            b"--memory" => {
+                let v = value.to_string_lossy();
+                policy.memory = Some(v.parse().unwrap_or_else(|_| fail(format!("bad --memory {v}"))));
+            }
             b"--abi" => {
                 let v = value.to_string_lossy();
                 policy.require_abi = Some(v.parse().unwrap_or_else(|_| fail(format!("bad --abi {v}"))));
@@ -331,6 +341,11 @@ pub fn helper_main(args: &[OsString]) -> Option<std::convert::Infallible> {
     }
     if let Some((uid, gid)) = policy.user {
         drop_privileges(uid, gid).unwrap_or_else(|e| fail(format!("cannot drop to uid {uid}: {e}")));
+    }
+    if let Some(bytes) = policy.memory {
+        use nix::sys::resource::{Resource, setrlimit};
+        setrlimit(Resource::RLIMIT_AS, bytes, bytes)
+            .unwrap_or_else(|e| fail(format!("cannot limit the address space to {bytes} bytes: {e}")));
     }
     if !uncontained {
         let want = policy.require_abi.unwrap_or(1);

@@ -199,15 +199,25 @@ pub(crate) fn create_private(path: &Path, content: &[u8]) -> Result<(), String> 
 
 /// Whether process `pid`, started at `start` (clock ticks after boot), still runs. A
 /// process of another user (the signal refused) counts as running when its start time
-/// cannot be read; a pid reused by a later process does not.
+/// cannot be read; a pid reused by a later process does not; a zombie (dead, its exit
+/// not yet collected by its parent — a SIGKILLed one-shot under a shell that has not
+/// waited) does not either: it holds nothing.
 pub fn process_running(pid: i32, start: u64) -> bool {
     if pid <= 0 {
         return false;
     }
     match kill(Pid::from_raw(pid), None) {
-        Ok(()) | Err(nix::errno::Errno::EPERM) => start_time(pid).is_none_or(|s| s == start),
+        Ok(()) | Err(nix::errno::Errno::EPERM) => {
+            !matches!(state(pid), Some('Z' | 'X')) && start_time(pid).is_none_or(|s| s == start)
+        }
         Err(_) => false,
     }
+}
+
+/// A process's state letter (`R`, `S`, `Z`, …), field 3 of `/proc/PID/stat`.
+fn state(pid: i32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat[stat.rfind(')')? + 1..].trim_start().chars().next()
 }
 
 /// This machine as seen from this process: the kernel's boot id and the pid namespace,
@@ -311,5 +321,29 @@ mod tests {
         assert!(!Owner { start: me.start + 1, ..me.clone() }.alive(), "same pid, other start time");
         assert!(!Owner { pid: 0, ..me }.alive());
         assert_eq!(Owner::parse("1\n"), None);
+    }
+}
+
+#[cfg(test)]
+mod zombie_tests {
+    use super::*;
+
+    /// Issue 33: a dead child not yet waited for is a zombie; it holds no lease.
+    #[test]
+    fn a_zombie_is_not_running() {
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id() as i32;
+        let start = start_time(pid).unwrap();
+        // Not waited for: once it exits it stays a zombie until reaped.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while state(pid) != Some('Z') {
+            assert!(std::time::Instant::now() < deadline, "the child never became a zombie");
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert!(kill(Pid::from_raw(pid), None).is_ok(), "a zombie still takes signal 0");
+        assert!(!process_running(pid, start));
+        child.wait().unwrap();
+        let me = std::process::id() as i32;
+        assert!(process_running(me, start_time(me).unwrap()));
     }
 }

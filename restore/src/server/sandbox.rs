@@ -51,6 +51,8 @@ pub struct SandboxOptions {
     pub require_containment: bool,
     /// The user sandbox processes run as when drcheck is root.
     pub user: String,
+    /// The address space of each server process (`RLIMIT_AS`); `None`: unlimited.
+    pub memory_limit: Option<u64>,
 }
 
 /// The `[sandbox] user` default, created by `scripts/setup.sh` and the image.
@@ -77,6 +79,8 @@ pub struct Sandbox {
     server_exec: Vec<PathBuf>,
     /// The data directory came from a backup (a base backup), not from drcheck's initdb.
     restored: bool,
+    /// `RLIMIT_AS` of each server process.
+    memory_limit: Option<u64>,
 }
 
 /// What a contained process of a run needs of its sandbox — its directories, the
@@ -133,6 +137,7 @@ impl Host {
             connect_tcp: Vec::new(),
             syscalls: if self.containment.seccomp { Syscalls::Server } else { Syscalls::Unfiltered },
             namespaces: self.containment.namespaces,
+            memory: None,
         }
     }
 
@@ -227,6 +232,7 @@ impl Sandbox {
             password: random_password(),
             server_exec: Vec::new(),
             restored: false,
+            memory_limit: opts.memory_limit,
         };
         let socket_dir = tempfile::Builder::new()
             .prefix("drcheck-")
@@ -338,6 +344,11 @@ impl Sandbox {
         let mut policy = self.policy(&exec);
         if client && policy.syscalls != Syscalls::Unfiltered {
             policy.syscalls = Syscalls::Client;
+        }
+        if !client {
+            // The server and every backend it forks: what one statement of the backup
+            // may hold.
+            policy.memory = self.memory_limit;
         }
         let mut cmd = contain::command(&self.bin_ref().tool(tool), &policy);
         cmd.current_dir(&self.root)
@@ -473,6 +484,13 @@ impl Sandbox {
         }
         let log = std::fs::read(self.root.join("postgres.log")).unwrap_or_default();
         let text = String::from_utf8_lossy(&log);
+        // Under `[sandbox] memory_limit`, a server process out of memory is a backup
+        // asking one process for more than the limit allows: the backup's.
+        let text: String = if self.memory_limit.is_some() {
+            text.lines().filter(|l| !l.starts_with("53200 ")).collect::<Vec<_>>().join("\n")
+        } else {
+            text.into_owned()
+        };
         match crate::error::world_line_of_log(&text) {
             Some(line) => (Blame::World, Some(format!("the server says: {}", line.escape_debug()))),
             None => (Blame::Backup, None),

@@ -302,11 +302,12 @@ fn schema_compares_what_changes_behaviour_and_settings_never_reach_validators() 
     assert!(c["detail"].as_str().unwrap().contains("public.accounts"), "{c}");
 }
 
-/// Issue 33: blame. A dump that raises "disk full" (SQLSTATE 53100) itself, and one whose
-/// rule on `pg_amproc` makes every new backend of the restored server crash, are the
-/// backup's (exit 1) — not the host's (exit 3): the host has room, and the server's
-/// own processes crash on what the backup holds. Both are first shown to do that to a
-/// plain server.
+/// Issue 33: blame and the sandbox's memory. A dump that raises "disk full" (SQLSTATE
+/// 53100) itself, and one whose rule on `pg_amproc` makes every new backend of the
+/// restored server crash, are the backup's (exit 1) — not the host's (exit 3): the host
+/// has room, and the server's own processes crash on what the backup holds. A statement
+/// holding 2.4 GB in one backend meets `[sandbox] memory_limit` (2 GiB by default) and
+/// fails as the backup's. Each is first shown to do that to a plain server.
 #[test]
 fn what_the_backup_raises_or_crashes_is_blamed_on_the_backup() {
     let lab = Lab::new();
@@ -317,6 +318,16 @@ fn what_the_backup_raises_or_crashes_is_blamed_on_the_backup() {
     let copy = unprotected(&lab, "select 1;");
     let raised = copy.run_script("bank", &drcheck_e2e::attack::script_file(&lab, raise));
     assert!(String::from_utf8_lossy(&raised.stderr).contains("No space left on device"), "{raised:?}");
+    // One statement that holds 2.4 GB in a backend: unbounded, it completes.
+    let hog = "create table t (id int);\ninsert into t values (1);\nselect pg_catalog.length(a)::pg_catalog.int8 \
+        + pg_catalog.length(b) + pg_catalog.length(c) from (select pg_catalog.repeat('a', 800000000) a, pg_catalog.repeat('b', 800000000) b, \
+        pg_catalog.repeat('c', 800000000) c) s;\n";
+    assert_eq!(
+        copy.psql("bank", hog.lines().last().unwrap()),
+        "2400000000",
+        "the statement holds 2.4 GB where nothing bounds it"
+    );
+
     copy.psql("postgres", "create database crash");
     let made = copy.run_script("crash", &drcheck_e2e::attack::script_file(&lab, crash));
     assert!(made.status.success(), "{made:?}");
@@ -329,7 +340,11 @@ fn what_the_backup_raises_or_crashes_is_blamed_on_the_backup() {
     assert!(String::from_utf8_lossy(&after.stderr).contains("terminated abnormally"), "{after:?}");
 
     let config = lab.config("", "");
-    for (key, script, says) in [("raise.sql", raise, "No space left on device"), ("crash.sql", crash, "crash")] {
+    for (key, script, says) in [
+        ("raise.sql", raise, "No space left on device"),
+        ("crash.sql", crash, "crash"),
+        ("hog.sql", hog, "out of memory"),
+    ] {
         lab.put(key, format!("--\n-- PostgreSQL database dump\n--\n\n{script}").as_bytes());
         let (code, run, all) = lab.verify(&config, key);
         assert_eq!(code, Some(1), "{key}: {all}");
