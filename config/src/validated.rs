@@ -586,8 +586,7 @@ pub(crate) fn validate(
     let memory_limit = match &raw.sandbox.memory_limit {
         None => DEFAULT_SANDBOX_MEMORY,
         Some(v) => {
-            let n = ctx::parse_size(v.get_ref())
-                .map_err(|m| cx.err("sandbox.memory_limit", Some(v.span()), m))?;
+            let n = ctx::parse_size(v.get_ref()).map_err(|m| cx.err("sandbox.memory_limit", Some(v.span()), m))?;
             if n < 512 << 20 {
                 return Err(cx.err(
                     "sandbox.memory_limit",

@@ -790,10 +790,9 @@ async fn steps(
         .map_err(|e| {
             restored_unreachable(&sandbox, "restore", format!("the restored database does not accept connections: {e}"))
         })?;
-    sqlx::query("select 1")
-        .execute(&pool)
-        .await
-        .map_err(|e| restored_unreachable(&sandbox, "restore", format!("the restored database does not answer: {e}")))?;
+    sqlx::query("select 1").execute(&pool).await.map_err(|e| {
+        restored_unreachable(&sandbox, "restore", format!("the restored database does not answer: {e}"))
+    })?;
     run.m.ready = Some(fetch_start.elapsed());
     pool.close().await;
 

@@ -91,11 +91,9 @@ pub async fn run(
             Some(refused) => refused,
             None => match reference.as_ref() {
                 Ok(reference) => guard::check_catalog(&pool, reference).await,
-                Err(why) => Finding::new(
-                    guard::CATALOG,
-                    Status::Error,
-                    format!("no pristine catalog to compare with: {why}"),
-                ),
+                Err(why) => {
+                    Finding::new(guard::CATALOG, Status::Error, format!("no pristine catalog to compare with: {why}"))
+                }
             },
         }
         .with("seconds", started.elapsed().as_secs_f64());
@@ -211,11 +209,9 @@ async fn neutralize_database(sandbox: &Sandbox, db: &str) -> Result<Option<Findi
                 }
                 None
             }
-            Err(e) => Some(Finding::new(
-                guard::CATALOG,
-                Status::Error,
-                format!("cannot neutralize the restored copy: {e}"),
-            )),
+            Err(e) => {
+                Some(Finding::new(guard::CATALOG, Status::Error, format!("cannot neutralize the restored copy: {e}")))
+            }
         },
     };
     pool.close().await;

@@ -102,8 +102,10 @@ pub fn world_line_of_log(text: &str) -> Option<&str> {
             })
             .any(|l| {
                 let rest = l.splitn(3, ' ').nth(2).unwrap_or_default();
-                l.splitn(3, ' ').nth(1) == Some("CONTEXT:")
-                    && (rest.contains("PL/pgSQL function") || rest.contains("SQL function") || rest.contains(" at RAISE"))
+                l.split(' ').nth(1) == Some("CONTEXT:")
+                    && (rest.contains("PL/pgSQL function")
+                        || rest.contains("SQL function")
+                        || rest.contains(" at RAISE"))
             });
         if !raised_by_backup {
             return Some(line);

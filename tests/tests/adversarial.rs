@@ -672,7 +672,9 @@ fn a_second_verify_of_the_same_target_waits_for_the_lease() {
 
 /// A `verify` killed outright (SIGKILL, the OOM killer) cannot release its lease. The
 /// next run on the same machine sees that the holder's process is gone and takes the
-/// lease over, instead of refusing the target until the lease's TTL (hours) runs out.
+/// lease over, instead of refusing the target until the lease's TTL (hours) runs out —
+/// even while the dead process is still a zombie its parent has not reaped (issue 33: a
+/// zombie answers signal 0, and was taken for the holder).
 #[test]
 fn a_lease_left_by_a_killed_verify_is_taken_over() {
     let lab = Lab::new();
@@ -688,7 +690,13 @@ fn a_lease_left_by_a_killed_verify_is_taken_over() {
         std::thread::sleep(Duration::from_millis(50));
     }
     first.kill().unwrap();
-    first.wait().unwrap();
+    // Not reaped yet: a zombie until the end of the test.
+    let zombie = format!("/proc/{}/stat", first.id());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !std::fs::read_to_string(&zombie).unwrap_or_default().contains(") Z ") {
+        assert!(Instant::now() < deadline, "the killed run never became a zombie");
+        std::thread::sleep(Duration::from_millis(10));
+    }
     let (second, _) = drcheck_e2e::drcheck(
         &["--config", &c, "verify", "--target", "t", "--backup", "quick.sql", "--json"],
         &[],
@@ -698,6 +706,7 @@ fn a_lease_left_by_a_killed_verify_is_taken_over() {
     assert!(!err.contains("is verifying it"), "the dead run's lease still held the target: {err}");
     assert!(err.contains("took over the lease"), "{err}");
     assert_eq!(second.status.code(), Some(0), "{err}");
+    first.wait().unwrap();
 }
 
 /// With `[api] token`, every API route needs it; only /metrics, /healthz and /readyz
@@ -794,10 +803,8 @@ fn bombs_in_layers_and_headers_are_bounded() {
     assert!(bomb.len() > 2 << 20, "{}", bomb.len());
     let key_file = write_file(dir, "age.key", format!("{identity}\n").as_bytes());
     std::fs::set_permissions(&key_file, std::fs::Permissions::from_mode(0o600)).unwrap();
-    let config = lab.config(
-        "max_expansion = 2",
-        &format!("[target.decrypt]\nage_identity = \"{}\"\n", key_file.display()),
-    );
+    let config =
+        lab.config("max_expansion = 2", &format!("[target.decrypt]\nage_identity = \"{}\"\n", key_file.display()));
     lab.put("ok.sql.age", &bytes);
     let (code, run, all) = lab.verify(&config, "ok.sql.age");
     assert_ran(&run, code, 0, &all);

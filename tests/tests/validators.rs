@@ -337,7 +337,8 @@ fn no_exchange_of_values_balances_the_checksum() {
         "select ((pg_catalog.sum({ours}) % {m} + {m}) % {m})::text || '|' \
          || ((pg_catalog.sum({linear}) % {m} + {m}) % {m})::text from public.t drcheck_row;\n"
     );
-    let mut seed: u64 = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64 | 1;
+    let mut seed: u64 =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64 | 1;
     let mut next = move |n: u64| {
         seed ^= seed << 13;
         seed ^= seed >> 7;

@@ -111,9 +111,8 @@ pub async fn neutralize(pool: &PgPool) -> Result<Vec<String>, sqlx::Error> {
     if settings > 0 {
         done.push(format!("{settings} database/role settings reset"));
     }
-    let left: i64 = sqlx::query_scalar("select pg_catalog.count(*) from pg_catalog.pg_db_role_setting")
-        .fetch_one(pool)
-        .await?;
+    let left: i64 =
+        sqlx::query_scalar("select pg_catalog.count(*) from pg_catalog.pg_db_role_setting").fetch_one(pool).await?;
     if left > 0 {
         return Err(sqlx::Error::Protocol(format!("{left} database/role settings survived their deletion")));
     }
@@ -213,13 +212,21 @@ pub const FIRST_UNPINNED_OID: u32 = 12000;
 /// dependencies, comments, privileges recorded at `initdb`, security labels (shared
 /// catalogs — roles, databases, tablespaces — are left out too: they are the
 /// cluster's, not a database's, and the checks above and `databases` judge them).
-pub const UNCOVERED_CATALOGS: &[&str] =
-    &["pg_statistic", "pg_statistic_ext_data", "pg_largeobject", "pg_depend", "pg_description", "pg_init_privs", "pg_seclabel"];
+pub const UNCOVERED_CATALOGS: &[&str] = &[
+    "pg_statistic",
+    "pg_statistic_ext_data",
+    "pg_largeobject",
+    "pg_depend",
+    "pg_description",
+    "pg_init_privs",
+    "pg_seclabel",
+];
 
 /// Columns that change on every cluster without changing behaviour: sizes and statistics
 /// (`VACUUM`, `ANALYZE`), the file a relation lives in (`VACUUM FULL`, `REINDEX`),
 /// owners and privileges (drcheck's login is a superuser).
-const VOLATILE_COLUMNS: &str = r"^(relpages|reltuples|relallvisible|relfrozenxid|relminmxid|relfilenode|indcheckxmin|.*acl|.*owner)$";
+const VOLATILE_COLUMNS: &str =
+    r"^(relpages|reltuples|relallvisible|relfrozenxid|relminmxid|relfilenode|indcheckxmin|.*acl|.*owner)$";
 
 /// Every catalog of the database (`pg_catalog`'s tables, made by the build) with the
 /// columns its fingerprint reads and its key column (the first: the row's own OID, or the
@@ -264,8 +271,9 @@ pub async fn builtin_fingerprint(pool: &PgPool) -> Result<BTreeMap<String, Strin
                 .map(|(c, any)| if *any { format!("{}::pg_catalog.text", quote_ident(c)) } else { quote_ident(c) })
                 .collect();
             format!(
-                "select {lit}, pg_catalog.md5(t), pg_catalog.left(t, 120) from (select row({cols})::pg_catalog.text                  as t from pg_catalog.{name} where {key}::pg_catalog.oid < {FIRST_UNPINNED_OID}) r",
-                lit = format!("'{}'", name.replace('\'', "''")),
+                "select '{lit}', pg_catalog.md5(t), pg_catalog.left(t, 120) from (select row({cols})::pg_catalog.text \
+                 as t from pg_catalog.{name} where {key}::pg_catalog.oid < {FIRST_UNPINNED_OID}) r",
+                lit = name.replace('\'', "''"),
                 cols = cols.join(", "),
                 name = quote_ident(name),
                 key = quote_ident(key),

@@ -504,7 +504,7 @@ impl Sandbox {
         let text = String::from_utf8_lossy(&log);
         text.lines()
             .find(|l| l.contains("was terminated by signal") && !l.contains("signal 9:"))
-            .map(|l| l.splitn(2, ' ').nth(1).unwrap_or(l).trim().to_string())
+            .map(|l| l.split_once(' ').map_or(l, |(_, rest)| rest).trim().to_string())
     }
 
     /// Who is to blame for a client tool (pg_restore, psql) failing against this

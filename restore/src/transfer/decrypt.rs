@@ -426,12 +426,14 @@ async fn bounded_age_header<R: futures::AsyncRead + Unpin>(r: &mut R) -> Result<
         if buf.len() > MAX_AGE_HEADER {
             return Err(RestoreError::bad(
                 Stage::Fetch,
-                format!("the backup's age header runs past {MAX_AGE_HEADER} bytes ({stanzas} stanzas): not a header age writes"),
+                format!(
+                    "the backup's age header runs past {MAX_AGE_HEADER} bytes ({stanzas} stanzas): not a header age writes"
+                ),
             ));
         }
-        let n = futures::AsyncReadExt::read(r, &mut chunk).await.map_err(|e| {
-            age_header_error(&age::DecryptError::Io(e))
-        })?;
+        let n = futures::AsyncReadExt::read(r, &mut chunk)
+            .await
+            .map_err(|e| age_header_error(&age::DecryptError::Io(e)))?;
         if n == 0 {
             // Cut short: age says so, in its words.
             return Ok(buf);

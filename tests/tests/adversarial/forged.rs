@@ -186,7 +186,8 @@ fn catalog_state_outside_any_list_fails_the_backup() {
     );
     // Unprotected, each payload works.
     let copy = unprotected(&lab, &structure);
-    let listed = "select count(*) from pg_class where relname = 'ledger' and relkind in ('r', 'p') and not relispartition";
+    let listed =
+        "select count(*) from pg_class where relname = 'ledger' and relkind in ('r', 'p') and not relispartition";
     assert_eq!(copy.psql("bank", listed), "0", "the flag takes ledger out of the old table list");
     assert_eq!(copy.psql("bank", "select balance from accounts where id = 7"), "100.00", "accounts reads as the view");
     assert_eq!(copy.psql("bank", "select count(*) from pg_largeobject"), "0", "SQL sees no large object");
@@ -223,7 +224,11 @@ fn catalog_state_outside_any_list_fails_the_backup() {
                         'pg_catalog.version()'::pg_catalog.regprocedure);"
     ));
     let copy = unprotected(&lab, &rows);
-    assert_eq!(copy.psql("bank", "select sum(x) from (values (1::int8), (3::int8)) v(x)"), "2.0000000000000000", "an average");
+    assert_eq!(
+        copy.psql("bank", "select sum(x) from (values (1::int8), (3::int8)) v(x)"),
+        "2.0000000000000000",
+        "an average"
+    );
     lab.put("rows.sql", rows.as_bytes());
     let (code, run, all) = lab.verify(&config, "rows.sql");
     assert_ran(&run, code, 1, &all);
