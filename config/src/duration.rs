@@ -8,6 +8,16 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     if t.is_empty() {
         return Err("expected a duration like \"90s\", \"30m\" or \"26h\", got an empty string".into());
     }
+    // Months are never a unit here: `M` is one letter from minutes (`15M` read as 15
+    // months is a deadline of a year), and a month has no fixed length.
+    for unit in t.split(|c: char| !c.is_ascii_alphabetic()).filter(|u| !u.is_empty()) {
+        if unit == "M" || unit.to_ascii_lowercase().starts_with("month") {
+            return Err(format!(
+                "{s:?}: months are not a unit drcheck takes (\"M\" is months in that notation, not minutes): \
+                 write minutes as \"m\" (\"15m\") or days as \"d\" (\"90d\")"
+            ));
+        }
+    }
     let d = humantime::parse_duration(t)
         .map_err(|e| format!("expected a duration like \"90s\", \"30m\" or \"26h\", got {s:?} ({e})"))?;
     if d.is_zero() {
@@ -39,6 +49,17 @@ mod tests {
         assert!(parse_duration("0s").unwrap_err().contains("greater than zero"));
         assert!(parse_duration("30").is_err());
         assert!(parse_duration("").is_err());
+    }
+
+    /// Issue 34: `rto = "15M"` was 15 months, silently.
+    #[test]
+    fn months_are_refused_saying_what_to_write() {
+        for s in ["15M", "1M 2d", "3months", "1 month"] {
+            let e = parse_duration(s).unwrap_err();
+            assert!(e.contains("months are not a unit") && e.contains("\"15m\""), "{s}: {e}");
+        }
+        assert_eq!(parse_duration("15m").unwrap(), Duration::from_secs(900));
+        assert_eq!(parse_duration("15min").unwrap(), Duration::from_secs(900));
     }
 
     #[test]

@@ -47,6 +47,9 @@ pub enum Command {
     /// DR-drill runbooks: rehearse recovery with timed, checked, reversible steps.
     #[command(subcommand)]
     Drill(DrillCommand),
+    /// The per-target leases that keep two runs off one target: list them, release one.
+    #[command(subcommand)]
+    Lease(LeaseCommand),
     /// The primary's heartbeat, the clock that proves where a point-in-time replay stopped.
     #[command(subcommand)]
     Heartbeat(HeartbeatCommand),
@@ -193,6 +196,23 @@ pub enum DeployCommand {
         /// be listed to size it from.
         #[arg(long, default_value = "50Gi")]
         scratch_size: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum LeaseCommand {
+    /// Every lease: target, holder, when it expires, and whether its holder still runs
+    /// (known on the holder's own machine only), as JSON.
+    List,
+    /// Release a target's lease — one left by a run that died (a deleted pod, a lost
+    /// node). Refuses a holder that still runs on this machine, and one on another
+    /// machine whose lease is live, unless --force.
+    Release {
+        #[arg(long)]
+        target: String,
+        /// Release it even from a holder that may still be running.
+        #[arg(long)]
+        force: bool,
     },
 }
 
@@ -348,6 +368,11 @@ pub async fn run(cli: Cli) -> Result<Exit, CliError> {
         other => other,
     };
     let config = drcheck_config::load(&path)?;
+    if matches!(command, Command::Daemon | Command::Deploy(_)) {
+        for w in crate::pipeline::config_warnings(&config) {
+            tracing::warn!("{w}");
+        }
+    }
     match command {
         Command::Verify(args) => commands::verify::run(&config, args).await,
         Command::Daemon => commands::daemon::run(config).await,
@@ -360,6 +385,7 @@ pub async fn run(cli: Cli) -> Result<Exit, CliError> {
         Command::History(args) => commands::history::run(&config, args).await,
         Command::Config(ConfigCommand::Check) => commands::config_check::run(&config),
         Command::Alerts(cmd) => commands::alerts::run(&config, cmd).await,
+        Command::Lease(cmd) => commands::lease::run(&config, cmd).await,
         Command::Heartbeat(HeartbeatCommand::Setup { target, role }) => {
             commands::heartbeat::setup(&config, target.as_deref(), &role)
         }

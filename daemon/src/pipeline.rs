@@ -394,6 +394,35 @@ pub fn run_budget(t: &TargetConfig) -> Duration {
     t.rto.mul_f64(t.abort_factor) + t.validators.timeout * validators + Duration::from_secs(600)
 }
 
+/// What in a loaded config is valid but probably not meant (issue 34): an RTO over a
+/// week (a unit mistaken), or a run budget — the lease's TTL and a CronJob's deadline —
+/// over four times the RTO, naming what makes it so. Logged on load, printed by
+/// `config check`.
+pub fn config_warnings(config: &Config) -> Vec<String> {
+    let week = Duration::from_secs(7 * 86_400);
+    let mut out = Vec::new();
+    for t in &config.targets {
+        let rto = drcheck_config::format_duration(t.rto);
+        if t.rto > week {
+            out.push(format!("target {:?}: rto = {rto:?} is over a week — is the unit the one you meant?", t.name));
+            continue;
+        }
+        let budget = run_budget(t);
+        if budget > t.rto * 4 {
+            out.push(format!(
+                "target {:?}: a run may take {} (rto {rto} × abort_factor {} + validators.timeout {} × {} + 10m), \
+                 over 4× the RTO: a stuck run holds its lease and its CronJob that long — lower validators.timeout",
+                t.name,
+                drcheck_config::format_duration(budget),
+                t.abort_factor,
+                drcheck_config::format_duration(t.validators.timeout),
+                t.validators.enabled.len().max(1) + 1,
+            ));
+        }
+    }
+    out
+}
+
 /// How long a run may hold its target's lease: its whole [`run_budget`].
 pub fn lease_ttl(t: &TargetConfig) -> Duration {
     run_budget(t)
@@ -439,6 +468,36 @@ pub async fn verify(
     progress: &Progress,
 ) -> RunReport {
     verify_as(new_run_id(), config, target, backup_key, cancel, progress).await
+}
+
+/// The record of a run that died without recording itself (SIGKILL, the OOM killer),
+/// made by the run that took over its lease: `aborted`, saying who it was. Its start is
+/// unknown; the record is dated when it was found.
+pub fn died_report(target: &TargetConfig, holder: &str) -> RunReport {
+    let now = timestamp(SystemTime::now());
+    RunReport {
+        run_id: new_run_id(),
+        target: target.name.clone(),
+        result: RunResult::Aborted,
+        started_at: now.clone(),
+        finished_at: now,
+        backup: None,
+        phases: Vec::new(),
+        rto: Rto { target_seconds: secs(target.rto), measured_seconds: None, met: None },
+        rpo: Rpo { target_seconds: secs(target.rpo), ..Default::default() },
+        validators: Vec::new(),
+        restore: None,
+        primary_queries: None,
+        error: Some(RunError {
+            stage: "unknown".into(),
+            message: format!(
+                "{holder} died without recording its run (its process is gone; found when the next run took its lease)"
+            ),
+        }),
+        degraded: None,
+        coverage: None,
+        usage_error: None,
+    }
 }
 
 /// A fresh run id.

@@ -68,7 +68,7 @@ pub struct Rto {
     pub met: Option<bool>,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Rpo {
     pub target_seconds: f64,
     pub backup_age_seconds: Option<f64>,

@@ -670,11 +670,13 @@ fn a_second_verify_of_the_same_target_waits_for_the_lease() {
     assert_eq!(first.status.code(), Some(0), "{}", String::from_utf8_lossy(&first.stderr));
 }
 
-/// A `verify` killed outright (SIGKILL, the OOM killer) cannot release its lease. The
+/// A `verify` killed outright (SIGKILL, the OOM killer) cannot release its lease, nor
+/// record its run. The
 /// next run on the same machine sees that the holder's process is gone and takes the
 /// lease over, instead of refusing the target until the lease's TTL (hours) runs out —
 /// even while the dead process is still a zombie its parent has not reaped (issue 33: a
-/// zombie answers signal 0, and was taken for the holder).
+/// zombie answers signal 0, and was taken for the holder); and the run that took it over
+/// records the dead one as `aborted` (issue 34: it left no history row at all).
 #[test]
 fn a_lease_left_by_a_killed_verify_is_taken_over() {
     let lab = Lab::new();
@@ -707,6 +709,13 @@ fn a_lease_left_by_a_killed_verify_is_taken_over() {
     assert!(err.contains("took over the lease"), "{err}");
     assert_eq!(second.status.code(), Some(0), "{err}");
     first.wait().unwrap();
+    // Issue 34: the run that died is in the history, as aborted, saying who it was.
+    let (history, _) = drcheck_e2e::drcheck(&["--config", &c, "history", "--json"], &[], Duration::from_secs(60));
+    let v: serde_json::Value = serde_json::from_slice(&history.stdout).unwrap();
+    let died = v["runs"].as_array().unwrap().iter().find(|r| r["result"] == "aborted");
+    let died = died.unwrap_or_else(|| panic!("no aborted run recorded: {v}"));
+    let msg = died["error"]["message"].as_str().or(died["error_message"].as_str()).unwrap_or_default();
+    assert!(msg.contains("died without recording"), "{died}");
 }
 
 /// With `[api] token`, every API route needs it; only /metrics, /healthz and /readyz
@@ -889,4 +898,55 @@ fn skipping_bomb(skips: usize, tail: &[u8]) -> Vec<u8> {
     out.extend_from_slice(&block_header(tail.len() as u32, 0, true));
     out.extend_from_slice(tail);
     out
+}
+
+/// Issue 34: a lease left by a run on another machine (a deleted pod) cannot be judged
+/// from here: the refusal says until when it holds and how to free it; `lease list` shows
+/// it; `lease release` refuses without `--force` and frees it with it; the target then
+/// verifies.
+#[test]
+fn a_lease_of_a_gone_pod_is_listed_and_released() {
+    let lab = Lab::new();
+    lab.put("quick.sql", &plain("create table t (id int);\n"));
+    let config = lab.config("", "");
+    let c = config.display().to_string();
+    let run = |args: &[&str]| {
+        let mut all = vec!["--config", &c];
+        all.extend_from_slice(args);
+        drcheck_e2e::drcheck(&all, &[], Duration::from_secs(120)).0
+    };
+    // The history exists once drcheck has opened it.
+    let first = run(&["verify", "--target", "t", "--backup", "quick.sql", "--json"]);
+    assert_eq!(first.status.code(), Some(0), "{}", drcheck_e2e::stderr(&first));
+    let holder = "drcheck verify pid 4242 (0badf00d) [machine 00000000-4026531836 start 12345]";
+    let db = lab.root.path().join("history.db");
+    let out = std::process::Command::new("python3")
+        .args(["-c", "import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); \
+             c.execute(\"insert into leases (target, holder, expires_at) values ('t', ?, '2099-01-01T00:00:00.000Z')\", \
+             (sys.argv[2],)); c.commit()"])
+        .arg(&db)
+        .arg(holder)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let held = run(&["verify", "--target", "t", "--backup", "quick.sql", "--json"]);
+    let err = drcheck_e2e::stderr(&held);
+    assert_eq!(held.status.code(), Some(3), "{err}");
+    assert!(err.contains(holder) && err.contains("until 2099-01-01T00:00:00.000Z"), "{err}");
+    assert!(err.contains("drcheck lease release --target t"), "{err}");
+    let listed = run(&["lease", "list"]);
+    let v: serde_json::Value = serde_json::from_slice(&listed.stdout).unwrap();
+    let lease = &v["leases"][0];
+    assert_eq!(lease["target"], "t", "{v}");
+    assert_eq!(lease["holder"], holder, "{v}");
+    assert_eq!(lease["live"], true, "{v}");
+    assert!(lease["holder_running"].is_null(), "another machine's holder cannot be judged here: {v}");
+    let refused = run(&["lease", "release", "--target", "t"]);
+    assert_eq!(refused.status.code(), Some(2), "{}", drcheck_e2e::stderr(&refused));
+    assert!(drcheck_e2e::stderr(&refused).contains("--force"), "{}", drcheck_e2e::stderr(&refused));
+    let released = run(&["lease", "release", "--target", "t", "--force"]);
+    assert_eq!(released.status.code(), Some(0), "{}", drcheck_e2e::stderr(&released));
+    assert!(drcheck_e2e::stdout(&released).contains("t: lease released"));
+    let again = run(&["verify", "--target", "t", "--backup", "quick.sql", "--json"]);
+    assert_eq!(again.status.code(), Some(0), "{}", drcheck_e2e::stderr(&again));
 }

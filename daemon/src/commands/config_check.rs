@@ -12,6 +12,9 @@ pub fn run(config: &Config) -> Result<Exit, CliError> {
         config.path.display(),
         crate::out::count(config.targets.len(), "target")
     );
+    for w in crate::pipeline::config_warnings(config) {
+        crate::outln!("# warning: {w}");
+    }
     crate::out!("{effective}");
     Ok(Exit::Passed)
 }

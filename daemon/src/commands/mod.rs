@@ -8,6 +8,7 @@ pub mod deploy;
 pub mod drill;
 pub mod heartbeat;
 pub mod history;
+pub mod lease;
 pub mod report;
 pub mod verify;
 

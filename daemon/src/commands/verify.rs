@@ -27,13 +27,24 @@ pub async fn run(config: &Config, args: VerifyArgs) -> Result<Exit, CliError> {
         if cancel.is_cancelled() {
             break;
         }
-        match history.acquire_lease(&target.name, &holder, pipeline::lease_ttl(target)).await {
-            Ok(true) => {}
-            Ok(false) => {
-                let who =
-                    history.lease_holder(&target.name).await.ok().flatten().unwrap_or_else(|| "another process".into());
+        match history.lease_for(&target.name, &holder, pipeline::lease_ttl(target)).await {
+            Ok(crate::history::Leased::Taken) => {}
+            Ok(crate::history::Leased::TookOver(previous)) => {
+                if let Err(e) = history.record(&pipeline::died_report(target, &previous)).await {
+                    tracing::warn!(target = %target.name, "cannot record the run that died: {e:#}");
+                }
+            }
+            Ok(crate::history::Leased::Held) => {
+                let (who, until) = history
+                    .lease(&target.name)
+                    .await
+                    .ok()
+                    .flatten()
+                    .unwrap_or_else(|| ("another process".into(), "its expiry".into()));
                 crate::errln!(
-                    "drcheck: {}: not verified: {who} is verifying it (lease in the history store)",
+                    "drcheck: {}: not verified: {who} is verifying it (lease in the history store, until {until}; \
+                     if that run is gone, `drcheck lease release --target {}` frees it)",
+                    target.name,
                     target.name
                 );
                 not_run.push(RunResult::Error);

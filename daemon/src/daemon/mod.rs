@@ -91,9 +91,14 @@ pub async fn run_target(shared: Arc<Shared>, target: String, run_id: String) -> 
         return Err(dropped());
     }
     let ttl = crate::pipeline::lease_ttl(&t);
-    match shared.history.acquire_lease(&target, &shared.holder, ttl).await {
-        Ok(true) => {}
-        Ok(false) => {
+    match shared.history.lease_for(&target, &shared.holder, ttl).await {
+        Ok(crate::history::Leased::Taken) => {}
+        Ok(crate::history::Leased::TookOver(previous)) => {
+            if let Err(e) = shared.history.record(&pipeline::died_report(&t, &previous)).await {
+                tracing::warn!(target = %target, "cannot record the run that died: {e:#}");
+            }
+        }
+        Ok(crate::history::Leased::Held) => {
             tracing::warn!(target = %target, "another instance holds the lease: run skipped");
             return Err("another instance is verifying this target".into());
         }
