@@ -201,12 +201,15 @@ select 'view ' || c.oid::regclass::text, md5(pg_get_viewdef(c.oid))
 "#;
 
 /// Which fingerprint [`builtin_fingerprint`] makes (part of the cached reference's name).
-pub const FINGERPRINT_REVISION: u32 = 3;
+pub const FINGERPRINT_REVISION: u32 = 4;
 
 /// Objects numbered below this were made by the build (genbki), not by `initdb`'s
 /// scripts (`FirstUnpinnedObjectId`): catalog rows keyed below it are byte for byte the
 /// same on every cluster of one major, whichever machine made it.
 pub const FIRST_UNPINNED_OID: u32 = 12000;
+
+/// The `public` schema's OID (`PG_PUBLIC_NAMESPACE`): made by the build, but the user's.
+const PUBLIC_NAMESPACE_OID: u32 = 2200;
 
 /// Catalogs whose rows are not built-in behaviour: statistics, large objects' data,
 /// dependencies, comments, privileges recorded at `initdb`, security labels (shared
@@ -270,9 +273,12 @@ pub async fn builtin_fingerprint(pool: &PgPool) -> Result<BTreeMap<String, Strin
                 .zip(anyarray)
                 .map(|(c, any)| if *any { format!("{}::pg_catalog.text", quote_ident(c)) } else { quote_ident(c) })
                 .collect();
+            // The `public` schema is the user's: a dump of it (`pg_dump -n public`, restored
+            // with `--clean`) drops and recreates it, under a new OID.
+            let except = if name == "pg_namespace" { format!(" and {key} <> {PUBLIC_NAMESPACE_OID}") } else { String::new() };
             format!(
                 "select '{lit}', pg_catalog.md5(t), pg_catalog.left(t, 120) from (select row({cols})::pg_catalog.text \
-                 as t from pg_catalog.{name} where {key}::pg_catalog.oid < {FIRST_UNPINNED_OID}) r",
+                 as t from pg_catalog.{name} where {key}::pg_catalog.oid < {FIRST_UNPINNED_OID}{except}) r",
                 lit = name.replace('\'', "''"),
                 cols = cols.join(", "),
                 name = quote_ident(name),
