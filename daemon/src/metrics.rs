@@ -21,6 +21,7 @@ pub struct Metrics {
     backup_size: GaugeVec,
     validator_success: IntGaugeVec,
     validator_inconclusive: IntGaugeVec,
+    validator_skipped: IntGaugeVec,
     data_lag: GaugeVec,
     recoverable_point: GaugeVec,
     rpo_measured: GaugeVec,
@@ -149,7 +150,13 @@ impl Metrics {
             validator_success: int_gauge(
                 &r,
                 "drcheck_validator_success",
-                "1 if the validator passed in the last run; 0 if it failed, errored or was skipped.",
+                "1 if the validator passed in the last run; 0 if it failed or errored; absent if it was skipped (see drcheck_validator_skipped).",
+                &["target", "validator"],
+            ),
+            validator_skipped: int_gauge(
+                &r,
+                "drcheck_validator_skipped",
+                "1 if the validator was skipped in the last run (nothing to check, not configured, or not run after another failure): neither a pass nor a failure.",
                 &["target", "validator"],
             ),
             data_lag: gauge(
@@ -302,6 +309,7 @@ impl Metrics {
             forget(&self.backup_size, "target", v);
             forget(&self.validator_success, "target", v);
             forget(&self.validator_inconclusive, "target", v);
+            forget(&self.validator_skipped, "target", v);
             forget(&self.data_lag, "target", v);
             forget(&self.recoverable_point, "target", v);
             forget(&self.rpo_measured, "target", v);
@@ -402,7 +410,14 @@ impl Metrics {
             self.backup_size.with_label_values(&[t]).set(b.size_bytes as f64);
         }
         for v in &r.validators {
-            self.validator_success.with_label_values(&[t, &v.name]).set((v.status == "passed") as i64);
+            // Skipped is neither: an alert on success == 0 must not fire for a check that
+            // had nothing to do (issue 34).
+            if v.status == "skipped" {
+                let _ = self.validator_success.remove_label_values(&[t, &v.name]);
+            } else {
+                self.validator_success.with_label_values(&[t, &v.name]).set((v.status == "passed") as i64);
+            }
+            self.validator_skipped.with_label_values(&[t, &v.name]).set((v.status == "skipped") as i64);
             self.validator_inconclusive.with_label_values(&[t, &v.name]).set(v.inconclusive.len() as i64);
             if v.name == "repository"
                 && let Ok(at) = humantime::parse_rfc3339_weak(&r.finished_at)

@@ -371,6 +371,14 @@ pub fn database_of(url: &str) -> Option<String> {
 /// be able to fill the history or an alert with it.
 pub const MAX_ERROR_CHARS: usize = 2000;
 
+/// `text` cut to `max` characters, for one log line.
+fn short(text: &str, max: usize) -> String {
+    match text.char_indices().nth(max) {
+        Some((at, _)) => format!("{}…", &text[..at]),
+        None => text.to_string(),
+    }
+}
+
 /// `message` cut to [`MAX_ERROR_CHARS`] characters (head and tail kept: the tool's
 /// name leads, its last words are usually the reason), saying how much was left out.
 fn cap_message(message: &str) -> String {
@@ -604,7 +612,24 @@ pub async fn verify_as(
             b.points_proven += u64::from(point);
         }
     }
-    tracing::info!(target = %target.name, run_id = %r.run_id, result = r.result.as_str(), "verification finished");
+    let r = &run.report;
+    if matches!(r.result, RunResult::Passed) {
+        tracing::info!(target = %target.name, run_id = %r.run_id, result = r.result.as_str(), "verification finished");
+    } else {
+        // A failed run says why in its own log line: each failing check with its reason.
+        let failing: Vec<String> = r
+            .validators
+            .iter()
+            .filter(|v| v.status == "failed" || v.status == "error")
+            .map(|v| format!("{} {}: {}", v.name, v.status, short(&v.detail, 300)))
+            .collect();
+        let reason = match (&r.error, failing.is_empty()) {
+            (Some(e), _) => format!("{}: {}", e.stage, short(&e.message, 500)),
+            (None, false) => failing.join("; "),
+            (None, true) => r.degraded.clone().unwrap_or_default(),
+        };
+        tracing::warn!(target = %target.name, run_id = %r.run_id, result = r.result.as_str(), reason = %reason, "verification finished");
+    }
     run.report
 }
 

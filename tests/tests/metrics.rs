@@ -55,7 +55,10 @@ fn the_textfile_exposition_has_the_contract_and_satisfies_promtool() {
     }
     assert_eq!(sample(&text, "drcheck_last_run_success", "target=\"orders\""), Some(1.0));
     assert_eq!(sample(&text, "drcheck_validator_success", "validator=\"checksums\""), Some(1.0));
-    assert_eq!(sample(&text, "drcheck_validator_success", "validator=\"freshness\""), Some(0.0), "skipped is not 1");
+    // Skipped is neither a pass nor a failure (issue 34: it was exported as 0, a failure).
+    assert_eq!(sample(&text, "drcheck_validator_success", "validator=\"freshness\""), None, "skipped is not 0 nor 1");
+    assert_eq!(sample(&text, "drcheck_validator_skipped", "validator=\"freshness\""), Some(1.0), "{text}");
+    assert_eq!(sample(&text, "drcheck_validator_skipped", "validator=\"checksums\""), Some(0.0));
     assert_eq!(sample(&text, "drcheck_restore_profile_info", "profile=\"production\""), Some(1.0), "{text}");
     let (ok, problems) = promtool_check(&text);
     assert!(ok && problems.trim().is_empty(), "promtool check metrics: {problems}\n{text}");

@@ -148,6 +148,13 @@ expect = "499"
     assert!(custom.contains("expected \"499\", got \"500\""), "{custom}");
     // Self-checks are unaffected.
     assert_eq!(validator(&run, "amcheck")["status"], "passed");
+    // Issue 34: the run's own log line says why it failed, check by check.
+    let log = stderr(&out);
+    let line = log.lines().find(|l| l.contains("verification finished")).unwrap_or_else(|| panic!("{log}"));
+    assert!(line.contains("WARN") && line.contains("result=\"failed\""), "{line}");
+    for named in ["row_counts failed: ", "checksums failed: ", "schema failed: ", "check: customer count failed"] {
+        assert!(line.contains(named), "{named:?} not in {line}");
+    }
 }
 
 #[test]

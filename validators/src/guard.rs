@@ -275,7 +275,8 @@ pub async fn builtin_fingerprint(pool: &PgPool) -> Result<BTreeMap<String, Strin
                 .collect();
             // The `public` schema is the user's: a dump of it (`pg_dump -n public`, restored
             // with `--clean`) drops and recreates it, under a new OID.
-            let except = if name == "pg_namespace" { format!(" and {key} <> {PUBLIC_NAMESPACE_OID}") } else { String::new() };
+            let except =
+                if name == "pg_namespace" { format!(" and {key} <> {PUBLIC_NAMESPACE_OID}") } else { String::new() };
             format!(
                 "select '{lit}', pg_catalog.md5(t), pg_catalog.left(t, 120) from (select row({cols})::pg_catalog.text \
                  as t from pg_catalog.{name} where {key}::pg_catalog.oid < {FIRST_UNPINNED_OID}{except}) r",
