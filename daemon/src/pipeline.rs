@@ -445,6 +445,13 @@ const CLUSTER_ALLOWANCE: u64 = 1 << 30;
 /// reserve (5 % of the file system, at most 1 GiB), so a bomb never fills the disk.
 fn check_disk(config: &Config, backup: &Backup) -> Result<(u64, u64), Stop> {
     let dir = &config.sandbox.scratch_dir;
+    // A configured scratch_dir that does not exist yet is made, as the private directory
+    // inside it would be (issue 34: it was an error, "cannot check free space … ENOENT").
+    if !dir.exists() {
+        std::fs::create_dir_all(dir).map_err(|e| {
+            Stop::incomplete("sandbox", format!("cannot create sandbox.scratch_dir {}: {e}", dir.display()))
+        })?;
+    }
     let stat = nix::sys::statvfs::statvfs(dir)
         .map_err(|e| Stop::incomplete("sandbox", format!("cannot check free space in {}: {e}", dir.display())))?;
     let free = stat.blocks_available() as u64 * stat.fragment_size() as u64;

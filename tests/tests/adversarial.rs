@@ -949,4 +949,14 @@ fn a_lease_of_a_gone_pod_is_listed_and_released() {
     assert!(drcheck_e2e::stdout(&released).contains("t: lease released"));
     let again = run(&["verify", "--target", "t", "--backup", "quick.sql", "--json"]);
     assert_eq!(again.status.code(), Some(0), "{}", drcheck_e2e::stderr(&again));
+
+    // Issue 34: a configured scratch_dir that does not exist yet is made.
+    let fresh = lab.root.path().join("not-yet").join("scratch");
+    let text = std::fs::read_to_string(&config)
+        .unwrap()
+        .replace(&lab.scratch.display().to_string(), &fresh.display().to_string());
+    std::fs::write(&config, text).unwrap();
+    let made = run(&["verify", "--target", "t", "--backup", "quick.sql", "--json"]);
+    assert_eq!(made.status.code(), Some(0), "{}", drcheck_e2e::stderr(&made));
+    assert!(fresh.is_dir());
 }
