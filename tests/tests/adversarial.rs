@@ -812,6 +812,9 @@ fn bombs_in_layers_and_headers_are_bounded() {
     assert!(bomb.len() > 2 << 20, "{}", bomb.len());
     let key_file = write_file(dir, "age.key", format!("{identity}\n").as_bytes());
     std::fs::set_permissions(&key_file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    // drcheck may run as another user (the unprivileged pass): the key is its.
+    let (uid, gid) = drcheck_user();
+    std::os::unix::fs::chown(&key_file, Some(uid), Some(gid)).unwrap();
     let config =
         lab.config("max_expansion = 2", &format!("[target.decrypt]\nage_identity = \"{}\"\n", key_file.display()));
     lab.put("ok.sql.age", &bytes);
@@ -929,6 +932,14 @@ fn a_lease_of_a_gone_pod_is_listed_and_released() {
         .output()
         .unwrap();
     assert!(out.status.success(), "{out:?}");
+    // drcheck may run as another user (the unprivileged pass): its history stays its own.
+    let (uid, gid) = drcheck_user();
+    for suffix in ["", "-wal", "-shm"] {
+        let f = lab.root.path().join(format!("history.db{suffix}"));
+        if f.exists() {
+            std::os::unix::fs::chown(&f, Some(uid), Some(gid)).unwrap();
+        }
+    }
     let held = run(&["verify", "--target", "t", "--backup", "quick.sql", "--json"]);
     let err = drcheck_e2e::stderr(&held);
     assert_eq!(held.status.code(), Some(3), "{err}");
