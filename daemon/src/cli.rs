@@ -208,6 +208,7 @@ pub enum LeaseCommand {
     /// node). Refuses a holder that still runs on this machine, and one on another
     /// machine whose lease is live, unless --force.
     Release {
+        /// The target whose lease to release.
         #[arg(long)]
         target: String,
         /// Release it even from a holder that may still be running.
@@ -369,7 +370,7 @@ pub async fn run(cli: Cli) -> Result<Exit, CliError> {
     };
     let config = drcheck_config::load(&path)?;
     if matches!(command, Command::Daemon | Command::Deploy(_)) {
-        for w in crate::pipeline::config_warnings(&config) {
+        for w in crate::pipeline::config_warnings(&config, matches!(command, Command::Deploy(_))) {
             tracing::warn!("{w}");
         }
     }

@@ -403,10 +403,11 @@ pub fn run_budget(t: &TargetConfig) -> Duration {
 }
 
 /// What in a loaded config is valid but probably not meant (issue 34): an RTO over a
-/// week (a unit mistaken), or a run budget — the lease's TTL and a CronJob's deadline —
-/// over four times the RTO, naming what makes it so. Logged on load, printed by
-/// `config check`.
-pub fn config_warnings(config: &Config) -> Vec<String> {
+/// week (a unit mistaken) — logged by the daemon on load — and, with `budgets` (`config
+/// check`, `deploy kubernetes`: where the deadline is shown or generated), a run budget —
+/// the lease's TTL and a CronJob's deadline — over four times the RTO, naming what makes
+/// it so.
+pub fn config_warnings(config: &Config, budgets: bool) -> Vec<String> {
     let week = Duration::from_secs(7 * 86_400);
     let mut out = Vec::new();
     for t in &config.targets {
@@ -416,7 +417,7 @@ pub fn config_warnings(config: &Config) -> Vec<String> {
             continue;
         }
         let budget = run_budget(t);
-        if budget > t.rto * 4 {
+        if budgets && budget > t.rto * 4 {
             out.push(format!(
                 "target {:?}: a run may take {} (rto {rto} × abort_factor {} + validators.timeout {} × {} + 10m), \
                  over 4× the RTO: a stuck run holds its lease and its CronJob that long — lower validators.timeout",
