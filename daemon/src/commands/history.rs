@@ -46,8 +46,21 @@ fn render(runs: &[crate::report::RunReport]) -> String {
             r.run_id,
             error
         ));
+        // Each check that failed or errored, with its reason (issue 34: only run-level
+        // errors were shown, and the reason of a failed run was in its JSON alone).
+        for v in r.validators.iter().filter(|v| v.status == "failed" || v.status == "error") {
+            text.push_str(&format!("    {} {}: {}\n", crate::out::shown(&v.name), v.status, short(&v.detail)));
+        }
     }
     text
+}
+
+/// The first line of a detail, at most 200 characters, escaped for the terminal.
+fn short(detail: &str) -> String {
+    let line = first_line(detail);
+    let cut: String = line.chars().take(200).collect();
+    let more = if cut.len() < line.len() { "…" } else { "" };
+    format!("{}{more}", crate::out::shown(&cut))
 }
 
 fn first_line(s: &str) -> &str {
@@ -77,5 +90,30 @@ mod tests {
         assert_eq!(lines[0].find("TARGET"), lines[1].find("orders"), "aligned: {text}");
         assert_eq!(lines[0].find("RESULT"), lines[1].find("passed"), "aligned: {text}");
         assert_eq!(render(&[]), "no runs recorded\n");
+    }
+
+    /// Issue 34: a failed run shows each failing check's reason under its row.
+    #[test]
+    fn a_failed_runs_checks_and_reasons_are_shown() {
+        let r: crate::report::RunReport = serde_json::from_value(serde_json::json!({
+            "run_id": "r-2", "target": "orders", "result": "failed",
+            "started_at": "2026-12-01T03:00:00.000Z", "finished_at": "2026-12-01T03:01:00.000Z",
+            "backup": null, "phases": [],
+            "validators": [
+                {"name": "amcheck", "status": "passed", "detail": "no corruption found"},
+                {"name": "checksums", "status": "failed", "detail": "public.orders: id=17 is missing\nmore"},
+                {"name": "schema", "status": "error", "detail": "permission denied for table t"},
+                {"name": "freshness", "status": "skipped", "detail": "no as_of columns"}
+            ],
+            "rto": {"target_seconds": 60.0, "measured_seconds": 12.5, "met": true},
+            "rpo": {"target_seconds": 60.0, "backup_age_seconds": null, "met": null}
+        }))
+        .unwrap();
+        let text = render(&[r]);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 4, "{text}");
+        assert_eq!(lines[2], "    checksums failed: public.orders: id=17 is missing", "{text}");
+        assert_eq!(lines[3], "    schema error: permission denied for table t", "{text}");
+        assert!(!text.contains("amcheck") && !text.contains("freshness"), "{text}");
     }
 }
