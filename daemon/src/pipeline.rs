@@ -44,8 +44,18 @@ struct Stop {
 /// The restored server stopped answering (`message`). Its processes crashing on what the
 /// backup holds (a catalog edited so that every backend crashes), with nothing of the
 /// host's to show, is the backup's; anything else cannot be told apart: the run's.
-fn restored_unreachable(sandbox: &drcheck_restore::Sandbox, stage: &str, message: String) -> Stop {
-    match (sandbox.server_blame(), sandbox.backend_crashed()) {
+async fn restored_unreachable(sandbox: &drcheck_restore::Sandbox, stage: &str, message: String) -> Stop {
+    // The server logs a crashed backend once it has reaped it, which can be after the
+    // client saw its connection drop: the log is given two seconds to say so.
+    let mut crash = sandbox.backend_crashed();
+    for _ in 0..20 {
+        if crash.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        crash = sandbox.backend_crashed();
+    }
+    match (sandbox.server_blame(), crash) {
         ((drcheck_restore::error::Blame::Backup, _), Some(crash)) => Stop::failed(
             stage,
             format!("{message} — the restored server's processes crash on what the backup holds ({crash})"),
@@ -874,17 +884,22 @@ async fn steps(
     let physical = restored.format.contains("physical");
     let sandbox = restored.sandbox;
     let database = restored.database;
-    let pool = PgPoolOptions::new()
+    let pool = match PgPoolOptions::new()
         .max_connections(4)
         .acquire_timeout(Duration::from_secs(30))
         .connect_with(drcheck_validators::guard::restored_session(sandbox.connect_options(&database)))
         .await
-        .map_err(|e| {
-            restored_unreachable(&sandbox, "restore", format!("the restored database does not accept connections: {e}"))
-        })?;
-    sqlx::query("select 1").execute(&pool).await.map_err(|e| {
-        restored_unreachable(&sandbox, "restore", format!("the restored database does not answer: {e}"))
-    })?;
+    {
+        Ok(pool) => pool,
+        Err(e) => {
+            let why = format!("the restored database does not accept connections: {e}");
+            return Err(restored_unreachable(&sandbox, "restore", why).await);
+        }
+    };
+    if let Err(e) = sqlx::query("select 1").execute(&pool).await {
+        let why = format!("the restored database does not answer: {e}");
+        return Err(restored_unreachable(&sandbox, "restore", why).await);
+    }
     run.m.ready = Some(fetch_start.elapsed());
     pool.close().await;
 
@@ -897,7 +912,7 @@ async fn steps(
     });
     let validated = match crate::validate::run(config, target, &sandbox, &database, physical, cutoff, horizon).await {
         Ok(v) => v,
-        Err(e) => return Err(restored_unreachable(&sandbox, "validate", e)),
+        Err(e) => return Err(restored_unreachable(&sandbox, "validate", e).await),
     };
     run.report.validators = validated.findings.iter().map(ValidatorReport::from).collect();
     // The heartbeat is the data's own clock: its lag is preferred to the as_of columns'.
