@@ -62,6 +62,7 @@ pub fn render(text: &str, path: &Path, config: &Config) -> Result<String, Config
             default(st, "part_size", s(&size(s3.part_size)));
             default(st, "concurrency", Value::Integer(s3.concurrency as i64));
             default(st, "verify_tls", Value::Boolean(s3.verify_tls));
+            default(st, "retry_window", s(&format_duration(s3.retry_window)));
         }
     }
 

@@ -100,6 +100,7 @@ pub struct RawStorage {
     pub concurrency: Option<Spanned<i64>>,
     pub ca_file: Option<Spanned<String>>,
     pub verify_tls: Option<bool>,
+    pub retry_window: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -257,6 +257,10 @@ pub struct S3Storage {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ca_file: Option<PathBuf>,
     pub verify_tls: bool,
+    /// How long a failing store is asked again (backoff with jitter) before a run gives
+    /// up: a blip of the store must not fail a nightly run.
+    #[serde(serialize_with = "ser_duration")]
+    pub retry_window: Duration,
 }
 
 /// Where a target's backups come from.

@@ -7,6 +7,7 @@
 //!   own INSERT-only credential, never the verifier's.
 
 use drcheck_config::{Config, HeartbeatConfig, TargetConfig, quote_ident};
+use drcheck_validators::Said;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
@@ -156,7 +157,7 @@ pub async fn writer_loop(
                         writers.insert(t.name.clone(), Writer { url, pool, last: None, failing: false });
                     }
                     Err(e) => {
-                        tracing::warn!(target = %t.name, "heartbeat.url: {}", reason(&e.to_string(), &url));
+                        tracing::warn!(target = %t.name, "heartbeat.url: {}", reason(&e.said(), &url));
                         continue;
                     }
                 }
@@ -179,7 +180,7 @@ pub async fn writer_loop(
                     }
                     None
                 }
-                Ok(Err(e)) => Some(reason(&e.to_string(), &w.url)),
+                Ok(Err(e)) => Some(reason(&e.said(), &w.url)),
                 Err(_) => Some("no answer within 10s".to_string()),
             };
             if let Some(why) = failure {

@@ -364,7 +364,7 @@ fn fetch_options(config: &Config, target: &TargetConfig) -> FetchOptions {
             part_size: s3.part_size,
             concurrency: s3.concurrency,
             window: s3.part_size.max(drcheck_restore::fetch::WINDOW),
-            ..Default::default()
+            backoff: drcheck_restore::retry::Backoff::within(s3.retry_window),
         },
         StorageConfig::Filesystem { .. } => FetchOptions::default(),
     }

@@ -138,6 +138,16 @@ pub struct StoreError {
     pub changed: bool,
 }
 
+impl StoreError {
+    /// The error a call gave up on, saying how much it tried (when it tried again at all).
+    pub fn after((mut e, tried): (StoreError, crate::transfer::retry::Tried)) -> StoreError {
+        if tried.attempts > 1 {
+            e.message = format!("{} — {tried}", e.message);
+        }
+        e
+    }
+}
+
 /// Why a restore did not produce a database.
 #[derive(Debug, thiserror::Error)]
 pub enum RestoreError {

@@ -21,6 +21,9 @@ pub enum Fault {
     ResetMidBody,
     /// Send the headers and half the body, then close cleanly.
     TruncateBody,
+    /// The store is down: every matching request's connection is reset without an
+    /// answer, for this long from the first one; then the rule is gone.
+    DownFor(Duration),
 }
 
 /// Which requests a rule applies to.
@@ -44,6 +47,8 @@ struct State {
     rules: VecDeque<Rule>,
     injected: u32,
     requests: Vec<String>,
+    /// When the current `DownFor` outage began.
+    down_since: Option<std::time::Instant>,
 }
 
 pub struct FaultProxy {
@@ -104,6 +109,16 @@ fn take_fault(state: &Mutex<State>, method: &str, path: &str) -> Option<Fault> {
     s.requests.push(format!("{method} {path}"));
     let is_object_get = method == "GET" && path.trim_start_matches('/').contains('/') && !path.contains("list-type");
     let idx = s.rules.iter().position(|r| r.when == Match::Any || (r.when == Match::ObjectGet && is_object_get))?;
+    if let Fault::DownFor(d) = s.rules[idx].fault {
+        let since = *s.down_since.get_or_insert_with(std::time::Instant::now);
+        if since.elapsed() >= d {
+            s.rules.remove(idx);
+            s.down_since = None;
+            return None;
+        }
+        s.injected += 1;
+        return Some(Fault::DownFor(d));
+    }
     let rule = &mut s.rules[idx];
     let fault = rule.fault.clone();
     match &mut rule.times {
@@ -172,6 +187,10 @@ fn serve(client: TcpStream, upstream: u16, state: Arc<Mutex<State>>, stop: Arc<A
                 return;
             }
             continue;
+        }
+        if let Some(Fault::DownFor(_)) = &fault {
+            let _ = socket_linger_zero(&client);
+            return;
         }
         if let Some(Fault::Delay(d)) = &fault {
             std::thread::sleep(*d);

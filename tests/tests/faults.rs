@@ -25,6 +25,14 @@ fn config(scene: &Scene, proxy: &FaultProxy) -> String {
     path.display().to_string()
 }
 
+/// A store that gives up after 4 s of failures (the default is 2 minutes).
+fn short_window(path: String) -> String {
+    let text =
+        std::fs::read_to_string(&path).unwrap().replace("concurrency = 3", "concurrency = 3\nretry_window = \"4s\"");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
 fn object_gets(proxy: &FaultProxy) -> usize {
     proxy.requests().iter().filter(|r| r.starts_with("GET ") && r.contains("/orders/")).count()
 }
@@ -55,13 +63,25 @@ fn transient_faults_are_retried_and_the_run_passes() {
     );
     let size = std::fs::metadata(&scene.dump).unwrap().len() as usize;
     assert!(object_gets(&proxy) > size.div_ceil(65536), "faulted parts were fetched again: {:?}", proxy.requests());
+
+    // The store down for 20 s in the middle of the download (every connection reset):
+    // asked again within the storage's retry_window (2 minutes by default), the run passes.
+    let proxy =
+        FaultProxy::start(scene.s3.port, vec![rule(Match::ObjectGet, Fault::DownFor(Duration::from_secs(20)), None)]);
+    let c = config(&scene, &proxy);
+    let (out, took) = drcheck(&["--config", &c, "verify", "--json"], &scene.env(), LIMIT);
+    assert_eq!(out.status.code(), Some(0), "{}\n{}", drcheck_e2e::stdout(&out), stderr(&out));
+    assert!(took >= Duration::from_secs(20), "the outage was waited out: {took:?}");
+    assert!(proxy.injected() >= 5, "the outage was met: {}", proxy.injected());
+    let err = stderr(&out);
+    assert!(err.contains("retry_window_s=120") && err.contains("elapsed_s="), "{err}");
 }
 
 #[test]
 fn persistent_faults_end_in_a_clear_error_in_bounded_time() {
     let scene = Scene::start();
     let proxy = FaultProxy::start(scene.s3.port, vec![rule(Match::ObjectGet, Fault::Status(503, "SlowDown"), None)]);
-    let c = config(&scene, &proxy);
+    let c = short_window(config(&scene, &proxy));
     let (out, took) = drcheck(&["--config", &c, "verify", "--json"], &scene.env(), LIMIT);
     assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
     assert!(took < Duration::from_secs(60), "took {took:?}");
@@ -71,14 +91,16 @@ fn persistent_faults_end_in_a_clear_error_in_bounded_time() {
     let msg = run["error"]["message"].as_str().unwrap();
     assert!(msg.contains("503") && msg.contains("SlowDown"), "{msg}");
     assert!(msg.contains(&format!("127.0.0.1:{}", proxy.port)), "names the endpoint: {msg}");
-    // One retry layer: at most 6 attempts for each of the 3 parts in flight (the SDK's
-    // own 3 stacked under 4 made it up to 12 a part).
+    // How long it tried, against the window it was given.
+    assert!(msg.contains("gave up after") && msg.contains("(retry_window = 4s)"), "{msg}");
+    // One retry layer: 6 attempts a part at least, the breaker (open after 5 failures in a
+    // row) keeping the rest from the store; the SDK's own retries stay off.
     let gets = object_gets(&proxy);
-    assert!(gets <= 3 * 6, "{gets} object GETs: {:?}", proxy.requests());
+    assert!(gets <= 3 * 12, "{gets} object GETs: {:?}", proxy.requests());
 
     // Truncated bodies every time: also transient, also bounded.
     let proxy = FaultProxy::start(scene.s3.port, vec![rule(Match::ObjectGet, Fault::TruncateBody, None)]);
-    let c = config(&scene, &proxy);
+    let c = short_window(config(&scene, &proxy));
     let (out, took) = drcheck(&["--config", &c, "verify", "--json"], &scene.env(), LIMIT);
     assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
     assert!(took < Duration::from_secs(60), "took {took:?}");

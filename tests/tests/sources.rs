@@ -270,6 +270,19 @@ fn an_encrypted_repository_restores_with_the_passphrase_from_the_environment() {
     assert_eq!(out.status.code(), Some(3), "{}", stdout(&out));
     let all = format!("{}{}", stdout(&out), stderr(&out));
     assert!(!all.contains("s3cret-Passphrase-42") && !all.contains("wrong-pass"), "{all}");
+    // In pgBackRest's own words (it prints the garbage it decrypted inside its JSON), with
+    // what to check after them — not a JSON parser's complaint.
+    let msg = only_run(&out)["error"]["message"].as_str().unwrap_or_default().to_string();
+    assert!(msg.contains("pgBackRest: [FormatError] unable to load info file"), "{msg}");
+    assert!(msg.contains("check the target's cipher_pass") && !msg.contains("printed no JSON"), "{msg}");
+    // A store whose CA is not given: pgBackRest's own TLS complaint, then the key to set.
+    let text = std::fs::read_to_string(&c).unwrap();
+    let no_ca: String = text.lines().filter(|l| !l.starts_with("ca_file")).map(|l| format!("{l}\n")).collect();
+    std::fs::write(&c, no_ca).unwrap();
+    let (out, _) = drcheck(&["--config", &c, "verify", "--json"], &scene.env(), LIMIT);
+    assert_eq!(out.status.code(), Some(3), "{}", stdout(&out));
+    let msg = only_run(&out)["error"]["message"].as_str().unwrap_or_default().to_string();
+    assert!(msg.contains("pgBackRest: [") && msg.contains("certificate") && msg.contains("ca_file"), "{msg}");
 }
 
 // ---- barman-cloud (CloudNativePG's layout) ----

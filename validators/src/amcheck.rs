@@ -5,6 +5,7 @@
 //! not see them. A backup that brings its own amcheck is used only if every member is
 //! amcheck's C code (the `catalog` check).
 
+use crate::Said;
 use crate::{Context, Finding, RestoredAccess, Status, Validator};
 use async_trait::async_trait;
 use drcheck_config::quote_ident;
@@ -124,7 +125,11 @@ impl Validator for Amcheck {
                 tx.commit().await
             };
             if let Err(e) = install.await {
-                return vec![Finding::new(name, Status::Error, format!("cannot install the amcheck extension: {e}"))];
+                return vec![Finding::new(
+                    name,
+                    Status::Error,
+                    format!("cannot install the amcheck extension: {}", e.said()),
+                )];
             }
         }
         let mut cmd = tool(&cx.access, "pg_amcheck");

@@ -25,6 +25,7 @@
 //! failure; what cannot be told apart is inconclusive — the report says what would
 //! prove it.
 
+use crate::Said;
 use crate::primary::PrimaryDb;
 use sqlx::PgPool;
 use std::sync::Arc;
@@ -257,7 +258,7 @@ async fn aborted_below(restored: &PgPool, next: u64) -> Result<(u64, Arc<Vec<i64
     .bind(MAX_ABORTED as i64)
     .fetch_all(restored)
     .await
-    .map_err(|e| format!("asking the copy which transactions had committed: {e}"))?;
+    .map_err(|e| format!("asking the copy which transactions had committed: {}", e.said()))?;
     // Cut short at the limit: the window then starts at the oldest id kept.
     let from = if ids.len() >= MAX_ABORTED { ids.last().map_or(from, |x| *x as u64) } else { from };
     Ok((from, Arc::new(ids.iter().map(|x| x.rem_euclid(XID_SPACE)).collect())))
@@ -281,7 +282,9 @@ async fn primary_state(primary: &PrimaryDb) -> Result<(Option<String>, i64, bool
 pub async fn establish(point: &CopyPoint, restored: &PgPool, primary: &PrimaryDb, aborted: &Aborted) -> Since {
     let (system, now, commit_ts) = match primary_state(primary).await {
         Ok(s) => s,
-        Err(e) => return Since::Unknown { why: format!("the primary's transaction state cannot be read: {e}") },
+        Err(e) => {
+            return Since::Unknown { why: format!("the primary's transaction state cannot be read: {}", e.said()) };
+        }
     };
     let mut why = Vec::new();
     match &point.horizon {

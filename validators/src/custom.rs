@@ -2,6 +2,7 @@
 //! either expects a value (the first column of the first row, as text) or must give
 //! the same result on the primary (run there read-only, like every primary query).
 
+use crate::Said;
 use crate::{Context, Finding, Status, Validator};
 use async_trait::async_trait;
 use sqlx::PgPool;
@@ -50,7 +51,7 @@ impl Validator for Custom {
             let restored = match first_value(&cx.restored, &check.sql).await {
                 Ok(v) => v,
                 Err(e) => {
-                    out.push(Finding::new(&name, Status::Error, format!("on the restored copy: {e}")));
+                    out.push(Finding::new(&name, Status::Error, format!("on the restored copy: {}", e.said())));
                     continue;
                 }
             };
@@ -68,7 +69,7 @@ impl Validator for Custom {
                             Finding::new(&name, Status::Passed, format!("{restored:?} on both")).covered("queries", 2)
                         }
                         Ok(pv) => Finding::new(&name, Status::Failed, format!("primary {pv:?}, restored {restored:?}")),
-                        Err(e) => Finding::new(&name, Status::Error, format!("on the primary: {e}")),
+                        Err(e) => Finding::new(&name, Status::Error, format!("on the primary: {}", e.said())),
                     },
                 },
             };

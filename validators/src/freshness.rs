@@ -3,6 +3,7 @@
 //! now would lose (`data_lag_seconds`); data much older than the backup's own time
 //! (beyond the RPO) means the backup was taken from a stale source.
 
+use crate::Said;
 use crate::{Context, Finding, Status, TableName, Validator};
 use async_trait::async_trait;
 use drcheck_config::quote_ident;
@@ -50,7 +51,9 @@ impl Validator for Freshness {
             checked += 1;
             let zoneless = match crate::catalog::zoneless_column(&cx.restored, &t, col).await {
                 Ok(z) => z,
-                Err(e) => return vec![Finding::new(name, Status::Error, format!("the type of {t}.{col}: {e}"))],
+                Err(e) => {
+                    return vec![Finding::new(name, Status::Error, format!("the type of {t}.{col}: {}", e.said()))];
+                }
             };
             let sql = newest_sql(&t, col, zoneless);
             let zone = cx.primary_zone().to_string();
@@ -69,7 +72,7 @@ impl Validator for Freshness {
                     return vec![Finding::new(
                         name,
                         Status::Error,
-                        format!("newest {t}.{col} in the restored copy: {e}"),
+                        format!("newest {t}.{col} in the restored copy: {}", e.said()),
                     )];
                 }
             }
@@ -80,7 +83,7 @@ impl Validator for Freshness {
                         return vec![Finding::new(
                             name,
                             Status::Error,
-                            format!("newest {t}.{col} on the primary: {e}"),
+                            format!("newest {t}.{col} on the primary: {}", e.said()),
                         )];
                     }
                 }

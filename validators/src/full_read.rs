@@ -8,6 +8,7 @@
 //! server may write `/dev/null` (its Landlock rules grant it); drcheck connects to the
 //! sandbox as its superuser, which COPY to a file requires.
 
+use crate::Said;
 use crate::{Context, Finding, Status, TableName, Validator};
 use async_trait::async_trait;
 
@@ -42,7 +43,7 @@ impl Validator for FullRead {
         .await;
         let tables = match rows {
             Ok(t) => t,
-            Err(e) => return vec![Finding::new(name, Status::Error, format!("listing tables: {e}"))],
+            Err(e) => return vec![Finding::new(name, Status::Error, format!("listing tables: {}", e.said()))],
         };
         let mut failures = Vec::new();
         for (schema, table, matview) in &tables {
@@ -51,7 +52,7 @@ impl Validator for FullRead {
             let sql = format!("copy {source} to '/dev/null' (format binary)");
             // Identifiers quoted (`TableName::quoted`); the rest is constant.
             if let Err(e) = sqlx::query(sqlx::AssertSqlSafe(sql)).execute(&cx.restored).await {
-                failures.push(format!("{t}: {}", crate::amcheck::tail(e.to_string().as_bytes(), 500)));
+                failures.push(format!("{t}: {}", crate::amcheck::tail(e.said().as_bytes(), 500)));
             }
         }
         let n = tables.len() as u64;

@@ -28,6 +28,7 @@
 //! Validator queries call built-ins schema-qualified with exact argument types, so an
 //! overload in another schema cannot win resolution even without the pinned path.
 
+use crate::Said;
 use crate::primary::canonical_session;
 use crate::{Finding, Status, some_of};
 use drcheck_config::quote_ident;
@@ -419,7 +420,7 @@ order by 1
 /// major version.
 pub async fn check_catalog(pool: &PgPool, reference: &BTreeMap<String, String>) -> Finding {
     match changes(pool, reference).await {
-        Err(e) => Finding::new(CATALOG, Status::Error, format!("cannot read the restored catalog: {e}")),
+        Err(e) => Finding::new(CATALOG, Status::Error, format!("cannot read the restored catalog: {}", e.said())),
         Ok((changes, checked)) if changes.is_empty() => Finding::new(
             CATALOG,
             Status::Passed,

@@ -1,6 +1,7 @@
 //! `indexes`: no index of the restored copy is invalid or unready, and every
 //! constraint is validated.
 
+use crate::Said;
 use crate::{Context, Finding, Status, Validator, some_of};
 use async_trait::async_trait;
 
@@ -46,7 +47,7 @@ impl Validator for Indexes {
         let (invalid, unvalidated, (indexes, constraints)) = match (invalid, unvalidated, counted) {
             (Ok(a), Ok(b), Ok(c)) => (a, b, c),
             (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => {
-                return vec![Finding::new(name, Status::Error, format!("querying the catalog: {e}"))];
+                return vec![Finding::new(name, Status::Error, format!("querying the catalog: {}", e.said()))];
             }
         };
         let problems: Vec<String> = invalid.into_iter().chain(unvalidated).map(|(s,)| s).collect();

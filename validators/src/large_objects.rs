@@ -22,6 +22,7 @@
 //! resolve. A sparse object (written with holes) is stored page by page differently
 //! after a restore and would differ — a documented limit.
 
+use crate::Said;
 use crate::asof::{self, Bind};
 use crate::checksums::plan::{Range, plan};
 use crate::primary::PrimaryDb;
@@ -146,7 +147,7 @@ async fn compare(cx: &Context, primary: &PrimaryDb) -> Result<Compared, String> 
         sqlx::query_as::<_, (Option<i64>, Option<i64>, i64)>(bounds).fetch_one(&cx.restored),
         primary.timed(sqlx::query_scalar::<_, f64>(pages).fetch_one(&primary.pool)),
     );
-    let (pb, cb) = (pb.map_err(|e| e.to_string())?, cb.map_err(|e| e.to_string())?);
+    let (pb, cb) = (pb.map_err(|e| e.said())?, cb.map_err(|e| e.said())?);
     let mut out = Compared::default();
     let (Some(lo), Some(hi)) = (pb.0.into_iter().chain(cb.0).min(), pb.1.into_iter().chain(cb.1).max()) else {
         return Ok(out);
@@ -165,7 +166,7 @@ async fn compare(cx: &Context, primary: &PrimaryDb) -> Result<Compared, String> 
             objects_in(&primary.pool, Some(primary), &cx.since, range),
             objects_in(&cx.restored, None, &cx.since, range)
         );
-        let (p, c) = (p.map_err(|e| e.to_string())?, c.map_err(|e| e.to_string())?);
+        let (p, c) = (p.map_err(|e| e.said())?, c.map_err(|e| e.said())?);
         for (oid, (pages, h, changed)) in &p {
             match (c.get(oid), changed) {
                 (None, true) => out.created += 1,
@@ -196,10 +197,9 @@ async fn compare(cx: &Context, primary: &PrimaryDb) -> Result<Compared, String> 
                 .fetch_all(&primary.pool),
             )
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| e.said())?;
         let ids: Vec<i64> = xmins.iter().map(|(_, x)| *x).collect::<BTreeSet<_>>().into_iter().collect();
-        let committed =
-            asof::committed_at_point(&cx.since, &cx.restored, primary, &ids).await.map_err(|e| e.to_string())?;
+        let committed = asof::committed_at_point(&cx.since, &cx.restored, primary, &ids).await.map_err(|e| e.said())?;
         for (oid, x) in xmins {
             match committed.get(&x).copied().flatten() {
                 Some(true) => out.lost.push(oid),
@@ -219,8 +219,10 @@ fn oids(list: &[i64]) -> String {
 /// References on the copy to large objects it does not have: `(checked columns, dangling
 /// descriptions, notes of references that dangle on the primary too)`.
 async fn dangling(cx: &Context) -> Result<(usize, Vec<String>, Vec<String>), String> {
-    let columns: Vec<(String, String, String, bool)> =
-        sqlx::query_as(REFERENCE_COLUMNS).fetch_all(&cx.restored).await.map_err(|e| format!("listing columns: {e}"))?;
+    let columns: Vec<(String, String, String, bool)> = sqlx::query_as(REFERENCE_COLUMNS)
+        .fetch_all(&cx.restored)
+        .await
+        .map_err(|e| format!("listing columns: {}", e.said()))?;
     let mut checked = 0;
     let (mut found, mut notes) = (Vec::new(), Vec::new());
     let primary = match &cx.primary {
@@ -232,8 +234,9 @@ async fn dangling(cx: &Context) -> Result<(usize, Vec<String>, Vec<String>), Str
         if cx.excluded(&t) || !cx.in_scope(&t) {
             continue;
         }
-        let (values, present, missing) =
-            references(&cx.restored, &schema, &table, &column).await.map_err(|e| format!("{t}.{column}: {e}"))?;
+        let (values, present, missing) = references(&cx.restored, &schema, &table, &column)
+            .await
+            .map_err(|e| format!("{t}.{column}: {}", e.said()))?;
         // An `oid` column is a reference when its values name large objects — here or,
         // if none here, on the primary (a copy without its objects names none).
         let mut is_reference = is_lo || present > 0;
@@ -264,7 +267,7 @@ async fn dangling(cx: &Context) -> Result<(usize, Vec<String>, Vec<String>), Str
                     .fetch_all(&p.pool),
                 )
                 .await
-                .map_err(|e| format!("{t}.{column} on the primary: {e}"))?
+                .map_err(|e| format!("{t}.{column} on the primary: {}", e.said()))?
                 .into_iter()
                 .collect(),
             None => BTreeSet::new(),
@@ -300,7 +303,13 @@ impl Validator for LargeObjects {
                 .await;
         let restored_count = match restored_count {
             Ok(n) => n,
-            Err(e) => return vec![Finding::new(name, Status::Error, format!("reading the copy's large objects: {e}"))],
+            Err(e) => {
+                return vec![Finding::new(
+                    name,
+                    Status::Error,
+                    format!("reading the copy's large objects: {}", e.said()),
+                )];
+            }
         };
         let mut how = Vec::new();
         let (mut failures, mut errors, mut inconclusive) = (Vec::new(), Vec::new(), Vec::new());

@@ -144,6 +144,29 @@ pub fn bounded(mut text: String, max: usize) -> String {
     text
 }
 
+/// An error in its speaker's own words. For PostgreSQL: the message, its SQLSTATE, and
+/// the server's detail and hint — never sqlx's `at line N` (a line of PostgreSQL's C
+/// source, which users read as a line of their own config or SQL).
+pub trait Said {
+    fn said(&self) -> String;
+}
+
+impl Said for sqlx::Error {
+    fn said(&self) -> String {
+        let sqlx::Error::Database(db) = self else { return self.to_string() };
+        let mut text = format!("{} (SQLSTATE {})", db.message(), db.code().unwrap_or_default());
+        if let Some(pg) = db.try_downcast_ref::<sqlx::postgres::PgDatabaseError>() {
+            if let Some(detail) = pg.detail() {
+                text.push_str(&format!("; DETAIL: {detail}"));
+            }
+            if let Some(hint) = pg.hint() {
+                text.push_str(&format!("; HINT: {hint}"));
+            }
+        }
+        text
+    }
+}
+
 /// Measurements named like this say what a finding covered.
 pub const COVERED: &str = "covered_";
 
@@ -249,7 +272,9 @@ impl Context {
                 let unlogged: std::collections::BTreeSet<TableName> = if self.physical {
                     catalog::unlogged_tables(&self.restored)
                         .await
-                        .map_err(|e| Finding::new(name, Status::Error, format!("listing unlogged tables: {e}")))?
+                        .map_err(|e| {
+                            Finding::new(name, Status::Error, format!("listing unlogged tables: {}", e.said()))
+                        })?
                         .into_iter()
                         .collect()
                 } else {
@@ -269,7 +294,9 @@ impl Context {
                 });
                 Ok((primary, tables, note))
             }
-            (Err(e), _) | (_, Err(e)) => Err(Finding::new(name, Status::Error, format!("listing tables: {e}"))),
+            (Err(e), _) | (_, Err(e)) => {
+                Err(Finding::new(name, Status::Error, format!("listing tables: {}", e.said())))
+            }
         }
     }
 
@@ -344,7 +371,7 @@ impl Context {
 /// security refused it (drcheck's sessions set `row_security = off`, so a read that a
 /// policy would filter raises instead of silently returning fewer rows).
 pub(crate) async fn primary_error(primary: &PrimaryDb, t: &TableName, e: &sqlx::Error) -> String {
-    explain_primary_error(primary, t, &e.to_string()).await
+    explain_primary_error(primary, t, &e.said()).await
 }
 
 /// [`primary_error`] of an error's text.

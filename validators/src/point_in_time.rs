@@ -18,6 +18,7 @@
 //! Values are read as numbers (epoch seconds) through `pg_catalog` functions only: the
 //! copy's own functions or operators cannot change what is compared.
 
+use crate::Said;
 use crate::{Context, Finding, Status, TableName, Validator};
 use async_trait::async_trait;
 use drcheck_config::quote_ident;
@@ -132,7 +133,7 @@ impl Validator for PointInTime {
                 return vec![Finding::new(
                     name,
                     Status::Error,
-                    format!("reading heartbeat {t} in the restored copy: {e}"),
+                    format!("reading heartbeat {t} in the restored copy: {}", e.said()),
                 )];
             }
         };
@@ -153,7 +154,11 @@ impl Validator for PointInTime {
                     Ok(b) => b.recent.first().copied(),
                     Err(e) if undefined_table(&e) => None,
                     Err(e) => {
-                        return vec![Finding::new(name, Status::Error, format!("heartbeat {t} on the primary: {e}"))];
+                        return vec![Finding::new(
+                            name,
+                            Status::Error,
+                            format!("heartbeat {t} on the primary: {}", e.said()),
+                        )];
                     }
                 },
                 None => None,
@@ -196,7 +201,7 @@ impl Validator for PointInTime {
                         return vec![Finding::new(
                             name,
                             Status::Error,
-                            format!("reading heartbeat {t} on the primary: {e}"),
+                            format!("reading heartbeat {t} on the primary: {}", e.said()),
                         )];
                     }
                 }
@@ -233,13 +238,21 @@ impl Validator for PointInTime {
                 let (pr, from) = match read.await {
                     Ok(r) => r,
                     Err(e) => {
-                        return vec![Finding::new(name, Status::Error, format!("heartbeat {t} on the primary: {e}"))];
+                        return vec![Finding::new(
+                            name,
+                            Status::Error,
+                            format!("heartbeat {t} on the primary: {}", e.said()),
+                        )];
                     }
                 };
                 match read_beats(&cx.restored, &table, Some(&settled), from).await {
                     Ok(cr) => Some((pr, cr)),
                     Err(e) => {
-                        return vec![Finding::new(name, Status::Error, format!("heartbeat {t} in the copy: {e}"))];
+                        return vec![Finding::new(
+                            name,
+                            Status::Error,
+                            format!("heartbeat {t} in the copy: {}", e.said()),
+                        )];
                     }
                 }
             }
@@ -247,7 +260,9 @@ impl Validator for PointInTime {
         };
         let copy_at_t = match read_beats(&cx.restored, &table, upto.as_deref(), None).await {
             Ok(b) => b.recent.first().copied(),
-            Err(e) => return vec![Finding::new(name, Status::Error, format!("heartbeat {t} in the copy: {e}"))],
+            Err(e) => {
+                return vec![Finding::new(name, Status::Error, format!("heartbeat {t} in the copy: {}", e.said()))];
+            }
         };
         if let Some((pr, cr)) = &primary_beats {
             if pr.count != cr.count {
@@ -299,7 +314,9 @@ impl Validator for PointInTime {
             let at = TableName { schema: schema.clone(), name: table_name.clone() };
             let zoneless = match crate::catalog::zoneless_column(&cx.restored, &at, col).await {
                 Ok(z) => z,
-                Err(e) => return vec![Finding::new(name, Status::Error, format!("the type of {at}.{col}: {e}"))],
+                Err(e) => {
+                    return vec![Finding::new(name, Status::Error, format!("the type of {at}.{col}: {}", e.said()))];
+                }
             };
             let column = quote_ident(col);
             // Past the target by more than the slack: a client's clock a little ahead
@@ -333,7 +350,11 @@ impl Validator for PointInTime {
                     ));
                 }
                 Err(e) => {
-                    return vec![Finding::new(name, Status::Error, format!("rows of {at} after the target: {e}"))];
+                    return vec![Finding::new(
+                        name,
+                        Status::Error,
+                        format!("rows of {at} after the target: {}", e.said()),
+                    )];
                 }
             }
         }

@@ -3,6 +3,7 @@
 //! as large as the allowed concurrency; every query is counted and timed, so a run can
 //! say how hard it leaned on the primary.
 
+use crate::Said;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{Connection, PgPool, postgres::PgConnection};
 use std::str::FromStr;
@@ -103,9 +104,9 @@ pub async fn connect(url: &str, limits: &PrimaryLimits) -> Result<PrimaryDb, Str
     let mut probe = tokio::time::timeout(limits.connect_timeout, PgConnection::connect_with(&opts))
         .await
         .map_err(|_| format!("no answer within {:?}", limits.connect_timeout))?
-        .map_err(|e| scrub(&e.to_string(), url))?;
+        .map_err(|e| scrub(&e.said(), url))?;
     let time_zone: String =
-        sqlx::query_scalar(PRIMARY_TIME_ZONE).fetch_one(&mut probe).await.map_err(|e| scrub(&e.to_string(), url))?;
+        sqlx::query_scalar(PRIMARY_TIME_ZONE).fetch_one(&mut probe).await.map_err(|e| scrub(&e.said(), url))?;
     let _ = probe.close().await;
     let pool = PgPoolOptions::new()
         .max_connections(limits.max_concurrency.max(1))

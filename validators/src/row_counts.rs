@@ -9,6 +9,7 @@
 //!   other tables must be within a relative tolerance, and a difference beyond it cannot
 //!   be told from the primary's own changes since: inconclusive, with what would prove it.
 
+use crate::Said;
 use crate::asof::{self, Bind};
 use crate::{Context, Finding, Status, TableName, Validator, some_of};
 use async_trait::async_trait;
@@ -42,7 +43,7 @@ async fn count(
 ) -> Result<(How, i64, i64, i64), String> {
     let (how, filter, binds, changed) = match cx.since.changed("drcheck_row", 1) {
         Some((changed, binds)) => (How::AsOf, None, binds, Some(changed)),
-        None => match cx.settled_cut(t).await.map_err(|e| e.to_string())? {
+        None => match cx.settled_cut(t).await.map_err(|e| e.said())? {
             Some(cut) => (How::Cut, Some(cut.condition(1)), cut.binds().into_iter().map(Bind::Text).collect(), None),
             None => (How::Tolerance, None, vec![], None),
         },
@@ -66,7 +67,7 @@ async fn count(
     let r = asof::bind_scalar(sqlx::query_scalar::<_, i64>(sqlx::AssertSqlSafe(copy_sql)), &copy_binds)
         .fetch_one(&cx.restored)
         .await
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| e.said())?;
     Ok((how, p, p_changed, r))
 }
 

@@ -9,6 +9,7 @@
 //! (the heartbeat, the DDL log) are never "missing" from a copy made before them. Without
 //! a DDL log a difference is a failure that says how to install one.
 
+use crate::Said;
 use crate::{Context, Finding, Status, Validator, some_of};
 use async_trait::async_trait;
 use sqlx::PgPool;
@@ -239,9 +240,15 @@ impl Validator for Schema {
         };
         let (mut p, mut r) = match (primary.timed(fingerprint(&primary.pool)).await, fingerprint(&cx.restored).await) {
             (Ok(p), Ok(r)) => (in_scope(p, &cx.settings.dump_scope), r),
-            (Err(e), _) => return vec![Finding::new(name, Status::Error, format!("fingerprinting the primary: {e}"))],
+            (Err(e), _) => {
+                return vec![Finding::new(name, Status::Error, format!("fingerprinting the primary: {}", e.said()))];
+            }
             (_, Err(e)) => {
-                return vec![Finding::new(name, Status::Error, format!("fingerprinting the restored copy: {e}"))];
+                return vec![Finding::new(
+                    name,
+                    Status::Error,
+                    format!("fingerprinting the restored copy: {}", e.said()),
+                )];
             }
         };
         if !cx.settings.dump_scope.is_empty() {
@@ -255,7 +262,7 @@ impl Validator for Schema {
                 return vec![Finding::new(
                     name,
                     Status::Error,
-                    format!("reading drcheck's tables on the primary: {e}"),
+                    format!("reading drcheck's tables on the primary: {}", e.said()),
                 )];
             }
         };
@@ -273,7 +280,11 @@ impl Validator for Schema {
             {
                 Ok(a) => Some(a),
                 Err(e) => {
-                    return vec![Finding::new(name, Status::Error, format!("reading the primary's DDL log: {e}"))];
+                    return vec![Finding::new(
+                        name,
+                        Status::Error,
+                        format!("reading the primary's DDL log: {}", e.said()),
+                    )];
                 }
             }
         };

@@ -1,6 +1,7 @@
 //! `sequences`: every sequence that feeds a column (serial, identity) is at or past the
 //! largest value in that column — otherwise the first insert after a restore collides.
 
+use crate::Said;
 use crate::{Context, Finding, Status, TableName, Validator, some_of};
 use async_trait::async_trait;
 use drcheck_config::quote_ident;
@@ -38,7 +39,7 @@ impl Validator for Sequences {
         .await;
         let rows = match rows {
             Ok(r) => r,
-            Err(e) => return vec![Finding::new(name, Status::Error, format!("listing sequences: {e}"))],
+            Err(e) => return vec![Finding::new(name, Status::Error, format!("listing sequences: {}", e.said()))],
         };
         let mut behind = Vec::new();
         for (sschema, sname, increment, tschema, tname, column) in &rows {
@@ -60,9 +61,15 @@ impl Validator for Sequences {
             let (extreme_v, (last, is_called)) = match (extreme_v, seq) {
                 (Ok(m), Ok(s)) => (m, s),
                 (Err(e), _) => {
-                    return vec![Finding::new(name, Status::Error, format!("{extreme} of {table}.{column}: {e}"))];
+                    return vec![Finding::new(
+                        name,
+                        Status::Error,
+                        format!("{extreme} of {table}.{column}: {}", e.said()),
+                    )];
                 }
-                (_, Err(e)) => return vec![Finding::new(name, Status::Error, format!("reading {sequence}: {e}"))],
+                (_, Err(e)) => {
+                    return vec![Finding::new(name, Status::Error, format!("reading {sequence}: {}", e.said()))];
+                }
             };
             let (Some(m), Ok(l)) = (extreme_v.and_then(|m| m.parse::<i128>().ok()), last.parse::<i128>()) else {
                 continue;

@@ -4,6 +4,9 @@ use super::ctx::{Ctx, parse_size};
 use super::*;
 use crate::raw::RawStorage;
 
+/// `retry_window` when none is set: a nightly run survives two minutes of its store being down.
+pub const DEFAULT_RETRY_WINDOW: Duration = Duration::from_secs(120);
+
 pub(super) fn validate_storage(cx: &Ctx<'_>, name: &str, s: &RawStorage) -> Result<StorageConfig, ConfigError> {
     let key = |k: &str| format!("storage.{name}.{k}");
     let reject = |k: &str, present: bool, kind: &str| -> Result<(), ConfigError> {
@@ -57,7 +60,20 @@ pub(super) fn validate_storage(cx: &Ctx<'_>, name: &str, s: &RawStorage) -> Resu
                     format!("{} is not a readable file (expected a PEM CA certificate)", path.display()),
                 ));
             }
+            let retry_window = match &s.retry_window {
+                None => DEFAULT_RETRY_WINDOW,
+                Some(v) => cx.duration(&key("retry_window"), v)?,
+            };
+            if retry_window > Duration::from_secs(3600) {
+                let span = s.retry_window.as_ref().map(|v| v.span());
+                return Err(cx.err(
+                    &key("retry_window"),
+                    span,
+                    "must be at most 1h (a run waits this long on a store that is down)",
+                ));
+            }
             Ok(StorageConfig::S3(S3Storage {
+                retry_window,
                 ca_file,
                 verify_tls: s.verify_tls.unwrap_or(true),
                 bucket,
@@ -78,6 +94,7 @@ pub(super) fn validate_storage(cx: &Ctx<'_>, name: &str, s: &RawStorage) -> Resu
                 ("concurrency", s.concurrency.is_some()),
                 ("ca_file", s.ca_file.is_some()),
                 ("verify_tls", s.verify_tls.is_some()),
+                ("retry_window", s.retry_window.is_some()),
             ] {
                 reject(k, present, "filesystem")?;
             }

@@ -45,7 +45,12 @@ impl<'a> Dispatcher<'a> {
             sinks,
             metrics,
             client,
-            backoff: Backoff { base: Duration::from_millis(500), cap: Duration::from_secs(300), attempts: u32::MAX },
+            backoff: Backoff {
+                base: Duration::from_millis(500),
+                cap: Duration::from_secs(300),
+                attempts: u32::MAX,
+                window: Duration::ZERO,
+            },
             holder: crate::history::lease_holder_name("dispatcher"),
             resend: None,
         }

@@ -460,8 +460,7 @@ fn read_verify(text: &str, integrity: &mut Integrity) {
 /// `pgbackrest info --output=json` for `stanza` → the catalog. A stanza pgBackRest
 /// reports in error (missing, no valid backups is fine) is an error, whatever its exit code.
 fn parse_info(json: &[u8], stanza: &str) -> Result<Catalog, String> {
-    let v: serde_json::Value =
-        serde_json::from_slice(json).map_err(|e| format!("pgbackrest info printed no JSON: {e}"))?;
+    let v = lenient_json(json).map_err(|e| format!("pgbackrest info printed no JSON: {e}"))?;
     let s = v
         .as_array()
         .and_then(|a| a.iter().find(|s| s["name"] == stanza))
@@ -469,10 +468,22 @@ fn parse_info(json: &[u8], stanza: &str) -> Result<Catalog, String> {
     let code = s["status"]["code"].as_i64().unwrap_or(-1);
     // 0 ok, 2 no valid backups (an empty catalog, said as such by the caller).
     if code != 0 && code != 2 {
-        return Err(format!(
-            "pgbackrest reports stanza {stanza:?} as {} (status {code})",
-            s["status"]["message"].as_str().unwrap_or("broken")
-        ));
+        // The stanza says "other" (99); each repository says why, in pgBackRest's words.
+        let said: Vec<String> = s["repo"]
+            .as_array()
+            .map(|a| a.as_slice())
+            .unwrap_or_default()
+            .iter()
+            .filter(|r| r["status"]["code"].as_i64().is_some_and(|c| c != 0 && c != 2))
+            .filter_map(|r| r["status"]["message"].as_str().map(tool_words))
+            .collect();
+        let status = s["status"]["message"].as_str().unwrap_or("broken");
+        if said.is_empty() {
+            return Err(format!("pgbackrest reports stanza {stanza:?} as {status} (status {code})"));
+        }
+        let said = said.join(" / ");
+        let encrypted = s["cipher"].as_str().is_some_and(|c| c != "none");
+        return Err(format!("pgBackRest: {said}{}", info_hint(&said, encrypted)));
     }
     let time = |t: &serde_json::Value| SystemTime::UNIX_EPOCH + Duration::from_secs(t.as_u64().unwrap_or(0));
     let text = |t: &serde_json::Value| t.as_str().map(str::to_string);
@@ -510,6 +521,64 @@ fn parse_info(json: &[u8], stanza: &str) -> Result<Catalog, String> {
         archive_max: archive.and_then(|a| text(&a["max"])),
         archive_min: archive.and_then(|a| text(&a["min"])),
     })
+}
+
+/// pgBackRest's JSON as it prints it. A message may quote the raw bytes of a file it could
+/// not read — an encrypted repository read with a wrong passphrase is garbage, control
+/// characters and invalid UTF-8 included, which JSON does not allow in a string. Those
+/// become spaces (or U+FFFD) and the text is read again; the first error is kept.
+fn lenient_json(bytes: &[u8]) -> Result<serde_json::Value, serde_json::Error> {
+    serde_json::from_slice(bytes).or_else(|first| {
+        let text: String = String::from_utf8_lossy(bytes)
+            .chars()
+            .map(|c| match c {
+                '\n' | '\r' | '\t' => ' ',
+                c if c.is_control() => '\u{FFFD}',
+                c => c,
+            })
+            .collect();
+        serde_json::from_str(&text).map_err(|_| first)
+    })
+}
+
+/// A tool's message as a person can read it: each line up to the first character that is
+/// not printable ASCII (what a tool quotes of an unreadable file), lines said once, at most 600 bytes.
+pub fn tool_words(message: &str) -> String {
+    let mut lines: Vec<String> = Vec::new();
+    for line in message.lines() {
+        // pgBackRest speaks ASCII; what is not is quoted from a file.
+        let cut = line.find(|c: char| !(c == ' ' || c == '\t' || c.is_ascii_graphic()));
+        let line = match cut {
+            Some(at) => format!("{} …", line[..at].trim_end()),
+            None => line.trim().to_string(),
+        };
+        if !line.is_empty() && !lines.contains(&line) {
+            lines.push(line);
+        }
+    }
+    let mut text = lines.join(" ");
+    if text.len() > 600 {
+        let mut cut = 600;
+        while !text.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        text.truncate(cut);
+        text.push('…');
+    }
+    text
+}
+
+/// What to do about what `pgbackrest info` said of a repository.
+fn info_hint(said: &str, encrypted: bool) -> &'static str {
+    if said.contains("certificate") {
+        " — TLS: the store's certificate is not trusted: set the storage's ca_file to its CA"
+    } else if encrypted && (said.contains("FormatError") || said.contains("CryptoError")) {
+        " — an encrypted repository read with a wrong passphrase looks like this: check the target's cipher_pass"
+    } else if said.contains("HostConnectError") || said.contains("Connection refused") {
+        " — pgBackRest cannot reach the store: check the storage's endpoint and that the store is up"
+    } else {
+        ""
+    }
 }
 
 /// Processes for `pgbackrest restore`: the cores this process may use (1–16).
@@ -552,6 +621,34 @@ mod tests {
         let broken = INFO.replace(r#""code":0,"message":"ok""#, r#""code":99,"message":"other""#);
         assert!(parse_info(broken.as_bytes(), "main").unwrap_err().contains("status 99"));
         assert!(parse_info(b"not json", "main").is_err());
+    }
+
+    /// What pgBackRest 2.45 prints for an encrypted repository read with a wrong
+    /// passphrase (recorded by hand: the garbage it quotes is raw bytes, control characters
+    /// and invalid UTF-8 inside a JSON string): its own words, without the garbage.
+    #[test]
+    fn a_repositorys_own_words_reach_the_user() {
+        let mut raw = br#"[{"archive":[],"backup":[],"cipher":"aes-256-cbc","db":[],"name":"main","repo":[{"cipher":"aes-256-cbc","key":1,"status":{"code":99,"message":"[FormatError] unable to load info file '/r/backup/main/backup.info' or '/r/backup/main/backup.info.copy':\nFormatError: key/value found outside of section at line 1: "#.to_vec();
+        raw.extend_from_slice(b"\xdf\x9a\x1cJ\xa5\xc9c\x01\x02garbage\x1f");
+        raw.extend_from_slice(br#"\nFormatError: key/value found outside of section at line 1: "#);
+        raw.extend_from_slice(b"\xdf\x9a\x1cJ\x00");
+        raw.extend_from_slice(br#"\nHINT: backup.info cannot be opened and is required to perform a backup.\nHINT: has a stanza-create been performed?"}}],"status":{"code":99,"lock":{"backup":{"held":false}},"message":"other"}}]"#);
+        assert!(serde_json::from_slice::<serde_json::Value>(&raw).is_err(), "not JSON as printed");
+        let e = parse_info(&raw, "main").unwrap_err();
+        assert!(
+            e.starts_with("pgBackRest: [FormatError] unable to load info file '/r/backup/main/backup.info'"),
+            "{e}"
+        );
+        assert_eq!(e.matches("key/value found outside of section at line 1: …").count(), 1, "said once: {e}");
+        assert!(e.contains("HINT: has a stanza-create been performed?"), "{e}");
+        assert!(e.ends_with("check the target's cipher_pass"), "{e}");
+        assert!(!e.contains("garbage") && !e.chars().any(|c| c.is_control() || c == '\u{FFFD}'), "{e:?}");
+        let down = INFO.replace(
+            r#""code":0,"message":"ok""#,
+            r#""code":99,"message":"other"},"repo":[{"key":1,"status":{"code":99,"message":"[HostConnectError] unable to get address for 'nowhere': [-2] Name or service not known"}}],"x":{"#,
+        );
+        let e = parse_info(down.as_bytes(), "main").unwrap_err();
+        assert!(e.contains("[HostConnectError] unable to get address for 'nowhere'") && e.contains("endpoint"), "{e}");
     }
 
     #[test]

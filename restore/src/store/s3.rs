@@ -33,6 +33,8 @@ pub struct S3Store {
     last_failure: std::sync::Mutex<Option<String>>,
     /// The blocks downloads are read into, reused (`pool.rs`).
     blocks: Arc<crate::transfer::pool::BlockPool>,
+    /// Listings and stats are asked again for the storage's `retry_window`.
+    backoff: Backoff,
 }
 
 /// The size of the blocks a part is handed over in.
@@ -101,6 +103,7 @@ impl S3Store {
             breaker,
             last_failure: Default::default(),
             blocks: crate::transfer::pool::BlockPool::new(BLOCK, KEEP_BLOCKS),
+            backoff: Backoff::within(cfg.retry_window),
         }
     }
 
@@ -212,7 +215,9 @@ impl S3Store {
             return Err(StoreError {
                 store: self.describe(),
                 message: self.breaker.refusal(wait, &last),
-                unreachable: true,
+                // Asked again while the streak is younger than the retry window: a run
+                // that starts after another gave up on the store gives up at once.
+                unreachable: self.breaker.failing_for().is_none_or(|d| d < self.backoff.window),
                 changed: false,
             });
         }
@@ -248,9 +253,11 @@ impl BackupStore for S3Store {
             page += 1;
             let what = format!("list {prefix:?} (page {page})");
             let t = token.clone();
-            let (objects, next) = Backoff::default()
-                .run(&what, |_| self.guarded(self.list_page(prefix, t.clone())), |e: &StoreError| e.unreachable)
-                .await?;
+            let (objects, next) = self
+                .backoff
+                .run_counted(&what, |_| self.guarded(self.list_page(prefix, t.clone())), |e: &StoreError| e.unreachable)
+                .await
+                .map_err(StoreError::after)?;
             out.extend(objects);
             match next {
                 Some(n) => token = Some(n),
@@ -261,7 +268,10 @@ impl BackupStore for S3Store {
 
     async fn stat(&self, key: &str) -> Result<BackupObject, StoreError> {
         let what = format!("stat {key}");
-        Backoff::default().run(&what, |_| self.guarded(self.stat_unguarded(key)), |e: &StoreError| e.unreachable).await
+        self.backoff
+            .run_counted(&what, |_| self.guarded(self.stat_unguarded(key)), |e: &StoreError| e.unreachable)
+            .await
+            .map_err(StoreError::after)
     }
 
     /// One attempt: callers retry (the fetcher per part, with its own backoff).

@@ -26,6 +26,8 @@ impl BreakerState {
 #[derive(Debug)]
 struct Inner {
     failures: u32,
+    /// The first failure of the current streak.
+    failing_since: Option<Instant>,
     open_until: Option<Instant>,
     probing: bool,
 }
@@ -51,14 +53,20 @@ impl Breaker {
     /// a daemon tries again; a one-shot command has given up.
     pub fn refusal(&self, wait: Duration, last: &str) -> String {
         if ONE_SHOT.load(std::sync::atomic::Ordering::Relaxed) {
-            format!("gave up after {} failed attempts in a row (the last: {last})", self.threshold)
+            let g = self.inner.lock().unwrap();
+            let over = g.failing_since.map(|t| format!(" over {}s", t.elapsed().as_secs())).unwrap_or_default();
+            format!("the store failed {} times in a row{over} (the last: {last})", g.failures)
         } else {
             format!("circuit open after repeated failures (the last: {last}); next attempt in {}s", wait.as_secs())
         }
     }
 
     pub fn new(threshold: u32, cooloff: Duration) -> Self {
-        Self { inner: Mutex::new(Inner { failures: 0, open_until: None, probing: false }), threshold, cooloff }
+        Self {
+            inner: Mutex::new(Inner { failures: 0, failing_since: None, open_until: None, probing: false }),
+            threshold,
+            cooloff,
+        }
     }
 
     /// `Ok` if a call may go ahead; `Err` with the remaining cool-off while open.
@@ -82,16 +90,22 @@ impl Breaker {
 
     pub fn success(&self) {
         let mut g = self.inner.lock().unwrap();
-        *g = Inner { failures: 0, open_until: None, probing: false };
+        *g = Inner { failures: 0, failing_since: None, open_until: None, probing: false };
     }
 
     pub fn failure(&self) {
         let mut g = self.inner.lock().unwrap();
         g.failures += 1;
+        g.failing_since.get_or_insert_with(Instant::now);
         if g.probing || g.failures >= self.threshold {
             g.open_until = Some(Instant::now() + self.cooloff);
             g.probing = false;
         }
+    }
+
+    /// How long the dependency has failed without a success in between.
+    pub fn failing_for(&self) -> Option<Duration> {
+        self.inner.lock().unwrap().failing_since.map(|t| t.elapsed())
     }
 
     pub fn state(&self) -> BreakerState {
@@ -112,7 +126,7 @@ fn registry() -> &'static Mutex<HashMap<String, Arc<Breaker>>> {
 /// The process-wide breaker of a dependency, created on first use.
 pub fn for_dependency(name: &str) -> Arc<Breaker> {
     let mut map = registry().lock().unwrap();
-    map.entry(name.to_string()).or_insert_with(|| Arc::new(Breaker::new(5, Duration::from_secs(30)))).clone()
+    map.entry(name.to_string()).or_insert_with(|| Arc::new(Breaker::new(5, Duration::from_secs(10)))).clone()
 }
 
 /// Every breaker and its state, for metrics.

@@ -287,13 +287,13 @@ impl Download {
             // Aborted when dropped: a cancelled restore stops downloading.
             let task = AbortOnDropHandle::new(tokio::spawn(async move {
                 backoff
-                    .run(
+                    .run_counted(
                         &format!("GET {key} bytes {offset}+{len}"),
                         |_| store.read_range_pinned(&key, etag.as_deref(), offset, len),
                         |e: &StoreError| e.unreachable,
                     )
                     .await
-                    .map_err(to_io)
+                    .map_err(|e| to_io(StoreError::after(e)))
             }));
             self.in_flight.push_back((len, task));
             self.offset += len;

@@ -14,6 +14,7 @@
 
 use super::Tally;
 use super::plan::{BlockPlan, Hash};
+use crate::Said;
 use crate::asof::{self, Bind, Since};
 use crate::primary::PrimaryDb;
 use crate::{Context, TableName};
@@ -185,7 +186,7 @@ pub(crate) async fn compare(
         totals(&primary.pool, Some(primary), t, plan, known.then_some(since)),
         totals(&cx.restored, None, t, plan, None)
     );
-    let (p, r) = (p.map_err(|e| e.to_string())?, r.map_err(|e| e.to_string())?);
+    let (p, r) = (p.map_err(|e| e.said())?, r.map_err(|e| e.said())?);
     tally.changed += p.changed;
     if (p.count, p.sum) == (r.count, r.sum) {
         tally.compared += p.count;
@@ -194,8 +195,8 @@ pub(crate) async fn compare(
     // More rows in the copy: some may be rows the primary changed since — the copy holds
     // them as they were written (appended rows the copy caught). Told by their hashes.
     if known && r.count > p.count && (1..=MAX_CHANGED).contains(&p.changed) {
-        let hashes = changed_hashes(primary, t, plan, since).await.map_err(|e| e.to_string())?;
-        let (m, msum) = matching(&cx.restored, t, plan, &hashes).await.map_err(|e| e.to_string())?;
+        let hashes = changed_hashes(primary, t, plan, since).await.map_err(|e| e.said())?;
+        let (m, msum) = matching(&cx.restored, t, plan, &hashes).await.map_err(|e| e.said())?;
         if (r.count - m, r.sum - msum) == (p.count, p.sum) {
             tally.compared += p.count;
             return Ok(());

@@ -18,6 +18,7 @@
 
 use super::Tally;
 use super::plan::{Hash, Range};
+use crate::Said;
 use crate::asof::{self, Bind, Since};
 use crate::primary::PrimaryDb;
 use crate::{Context, Cut, TableName};
@@ -214,9 +215,9 @@ pub(crate) async fn compare(
             async move {
                 let mut part = Tally::default();
                 let (old, old_sum, changed, keys) = if known {
-                    primary_totals(primary, plan, range).await.map_err(|e| e.to_string())?
+                    primary_totals(primary, plan, range).await.map_err(|e| e.said())?
                 } else {
-                    let (n, sum, _, _) = primary_totals(primary, plan, range).await.map_err(|e| e.to_string())?;
+                    let (n, sum, _, _) = primary_totals(primary, plan, range).await.map_err(|e| e.said())?;
                     (n, sum, 0, Some(Vec::new()))
                 };
                 let Some(keys) = keys else {
@@ -225,7 +226,7 @@ pub(crate) async fn compare(
                     part.unproven.push(format!("{} rows changed since the copy's point", changed));
                     return Ok::<_, String>(part);
                 };
-                let (n, sum) = copy_totals(cx, plan, range, &keys).await.map_err(|e| e.to_string())?;
+                let (n, sum) = copy_totals(cx, plan, range, &keys).await.map_err(|e| e.said())?;
                 if (n, sum) == (old, old_sum) {
                     part.compared += old;
                     part.changed += changed;
@@ -233,7 +234,7 @@ pub(crate) async fn compare(
                 }
                 // Differs: drilled where that can decide, within a budget.
                 if (known || plan.cut.is_some()) && drilled.fetch_add(1, Ordering::Relaxed) < MAX_DRILLED {
-                    let d = drill(cx, primary, plan, range).await.map_err(|e| e.to_string())?;
+                    let d = drill(cx, primary, plan, range).await.map_err(|e| e.said())?;
                     part.compared += d.compared;
                     part.changed += d.changed;
                     part.deleted += d.deleted;

@@ -23,6 +23,7 @@ mod blocks;
 mod keyed;
 pub(crate) mod plan;
 
+use crate::Said;
 use crate::{Context, Finding, Status, TableName, Validator, catalog, some_of};
 use async_trait::async_trait;
 use drcheck_config::quote_ident;
@@ -72,10 +73,10 @@ async fn compare_with(
     t: &TableName,
     hash: Hash,
 ) -> Result<Tally, String> {
-    let cut = cx.settled_cut(t).await.map_err(|e| e.to_string())?;
-    let key = primary.timed(catalog::integer_key(&primary.pool, t)).await.map_err(|e| e.to_string())?;
+    let cut = cx.settled_cut(t).await.map_err(|e| e.said())?;
+    let key = primary.timed(catalog::integer_key(&primary.pool, t)).await.map_err(|e| e.said())?;
     let estimated = primary.timed(catalog::estimated_rows(&primary.pool, t)).await.unwrap_or(0.0);
-    let (row, left_out) = plan::common_row(primary, &cx.restored, t).await.map_err(|e| e.to_string())?;
+    let (row, left_out) = plan::common_row(primary, &cx.restored, t).await.map_err(|e| e.said())?;
     let mut tally = Tally { estimated, left_out, ..Tally::default() };
     let Some(k) = key else {
         let slice = plan::sample_slice(estimated, cx.settings.checksum_sample_rows);
@@ -89,7 +90,7 @@ async fn compare_with(
     let sql = format!("select min({0})::bigint, max({0})::bigint from {1}", quote_ident(&k), t.quoted());
     let q = || sqlx::query_as::<_, (Option<i64>, Option<i64>)>(sqlx::AssertSqlSafe(sql.clone()));
     let (p, r) = tokio::join!(primary.timed(q().fetch_one(&primary.pool)), q().fetch_one(&cx.restored));
-    let (p, r) = (p.map_err(|e| e.to_string())?, r.map_err(|e| e.to_string())?);
+    let (p, r) = (p.map_err(|e| e.said())?, r.map_err(|e| e.said())?);
     let (ranges, sampled) = match (p.0.into_iter().chain(r.0).min(), p.1.into_iter().chain(r.1).max()) {
         (Some(lo), Some(hi)) => {
             plan::plan(lo, hi, estimated, cx.settings.checksum_chunk_rows, cx.settings.checksum_sample_rows)
@@ -106,7 +107,7 @@ async fn compare_with(
 }
 
 async fn compare_table(cx: &Context, primary: &crate::primary::PrimaryDb, t: &TableName) -> Result<Tally, String> {
-    let hash = plan::hash_for(primary, t).await.map_err(|e| e.to_string())?;
+    let hash = plan::hash_for(primary, t).await.map_err(|e| e.said())?;
     match compare_with(cx, primary, t, hash).await {
         // A type the catalog check let through without a usable hash: by text, then.
         Err(e) if hash == Hash::Record && e.contains("hash function for type") => {
