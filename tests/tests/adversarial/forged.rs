@@ -245,7 +245,7 @@ fn catalog_state_outside_any_list_fails_the_backup() {
 /// disables a trigger, un-validates a check and hides a row behind a forced row
 /// security policy: each works unprotected, and `schema` names each. Then settings the
 /// copy applies to its database (`zero_damaged_pages`, an index-only planner) never
-/// reach a validator's session.
+/// reach a validator's session; and a row the backup invents cannot hide a tampered one.
 #[test]
 fn schema_compares_what_changes_behaviour_and_settings_never_reach_validators() {
     let lab = Lab::new();
@@ -305,6 +305,17 @@ fn schema_compares_what_changes_behaviour_and_settings_never_reach_validators() 
     let c = validator(&run, "checksums");
     assert_eq!(c["status"], "failed", "{run}");
     assert!(c["detail"].as_str().unwrap().contains("public.accounts"), "{c}");
+
+    // A row the primary never had, beside the tampered one, cannot hide it: the range's
+    // totals differ, it is drilled key by key, only the invented key counts as deleted
+    // since, and every key both sides hold is compared.
+    let config = lab.config("", &bank.target());
+    lab.put("invented.sql", bank.tampered("INSERT INTO public.accounts VALUES (51, 1.00);").as_bytes());
+    let (code, run, all) = lab.verify(&config, "invented.sql");
+    assert_ran(&run, code, 1, &all);
+    let c = validator(&run, "checksums");
+    assert_eq!(c["status"], "failed", "{run}");
+    assert!(c["detail"].as_str().unwrap().contains("id=7 differs"), "{c}");
 }
 
 /// Issue 33: blame and the sandbox's memory. A dump that raises "disk full" (SQLSTATE
