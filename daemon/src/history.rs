@@ -221,6 +221,38 @@ impl History {
         Ok(Freshness { backup_at, recoverable_point, measured_at })
     }
 
+    /// The newest run of the tool's own verification of `target`'s repository: when, and
+    /// whether it passed.
+    pub async fn tool_check(&self, target: &str) -> anyhow::Result<Option<(SystemTime, bool)>> {
+        let row: Option<(String, i64)> = sqlx::query_as("select checked_at, passed from tool_checks where target = $1")
+            .bind(target)
+            .fetch_optional(&self.pool)
+            .await?;
+        Ok(row.and_then(|(at, passed)| Some((humantime::parse_rfc3339_weak(&at).ok()?, passed != 0))))
+    }
+
+    /// Records a run of the tool's own verification of `target`'s repository.
+    pub async fn record_tool_check(
+        &self,
+        target: &str,
+        at: SystemTime,
+        passed: bool,
+        seconds: f64,
+    ) -> anyhow::Result<()> {
+        sqlx::query(
+            "insert into tool_checks (target, checked_at, passed, seconds) values ($1, $2, $3, $4)
+             on conflict (target) do update set checked_at = excluded.checked_at, passed = excluded.passed,
+                                                seconds = excluded.seconds",
+        )
+        .bind(target)
+        .bind(ts(at))
+        .bind(i64::from(passed))
+        .bind(seconds)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
     /// Claims the alerts of `sink` that are due, for `holder`, until [`CLAIM_TTL`]:
     /// of each alert (sink, target, alert name) only the oldest row — so one alert's
     /// states reach a sink in order, the next only once the one before is delivered or

@@ -208,7 +208,9 @@ pub async fn integrity_only(config: &Config, target: &TargetConfig) -> drcheck_v
     let store = open_store(&target.storage, &config.storage[&target.storage]).await;
     let run_id = new_run_id();
     match tool_catalog(config, target, &store, &run_id).await {
-        Ok(Some((_, backups, delegated))) => check_repository(config, &store, &run_id, &backups, &delegated).await,
+        Ok(Some((_, backups, delegated))) => {
+            check_repository(config, target, &store, &run_id, &backups, &delegated, ToolCheck::Run).await
+        }
         Ok(None) => Finding::new(
             "repository",
             Status::Error,
@@ -225,21 +227,43 @@ pub async fn integrity_only(config: &Config, target: &TargetConfig) -> drcheck_v
 /// tool's own verification where it has one, read line by line; WAL continuity).
 pub async fn check_repository(
     config: &Config,
+    target: &TargetConfig,
     store: &Arc<dyn BackupStore>,
     run_id: &str,
     backups: &[Backup],
     delegated: &Delegated,
+    tool: ToolCheck,
 ) -> drcheck_validators::Finding {
     use drcheck_validators::{Finding, Status};
     let t = Instant::now();
+    // The tool's own verification re-reads the whole repository: a verify run of a
+    // target with an integrity_schedule leaves it to the schedule while its last run passed.
+    let history = crate::history::History::open(&config.state.url).await.ok();
+    let reuse = match (&history, tool) {
+        (Some(h), ToolCheck::AtMostOncePerSchedule) => {
+            let last = h.tool_check(&target.name).await.unwrap_or_default();
+            reusable_tool_check(target.integrity_schedule.as_ref(), last, SystemTime::now())
+        }
+        _ => None,
+    };
     let result = match catalog_sandbox(config, &delegated.describe(), run_id, Purpose::Integrity) {
         Ok(sandbox) => {
-            let r = delegated.integrity(&sandbox.host(), store, backups).await;
+            let r = delegated.integrity(&sandbox.host(), store, backups, reuse.as_deref()).await;
             sandbox.teardown();
             r
         }
         Err(e) => Err(RestoreError::Store(e)),
     };
+    let tool_seconds = result.as_ref().ok().and_then(|i| i.tool_seconds);
+    if let (Some(h), Some(seconds)) = (&history, tool_seconds) {
+        let passed = result.as_ref().is_ok_and(|i| i.problems.is_empty());
+        if let Err(e) = h.record_tool_check(&target.name, SystemTime::now(), passed, seconds).await {
+            tracing::warn!(target = %target.name, "cannot record the repository check: {e:#}");
+        }
+    }
+    if let Some(h) = history {
+        h.close().await;
+    }
     let finding = match result {
         Err(e) if e.is_backup_fault() => Finding::new("repository", Status::Failed, e.to_string()),
         Err(e) => Finding::new("repository", Status::Error, e.to_string()),
@@ -258,7 +282,42 @@ pub async fn check_repository(
         }
     };
     // Like every validator's: a pass over nothing (no restorable backup) is not a pass.
-    drcheck_validators::enforce_coverage(finding).with("seconds", t.elapsed().as_secs_f64())
+    let finding = drcheck_validators::enforce_coverage(finding).with("seconds", t.elapsed().as_secs_f64());
+    match tool_seconds {
+        Some(s) => finding.with("tool_seconds", s),
+        None => finding,
+    }
+}
+
+/// Whether a repository check runs the tool's own verification whatever was recorded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ToolCheck {
+    /// `--integrity-only` and the integrity schedule: that is what they are for.
+    Run,
+    /// A verify run: not again while a passed one is younger than one period of the
+    /// target's integrity_schedule.
+    AtMostOncePerSchedule,
+}
+
+/// Why the tool's own verification need not run again: the last one passed less than
+/// one period of `schedule` ago (the schedule runs the next). None without a schedule.
+fn reusable_tool_check(
+    schedule: Option<&drcheck_config::Schedule>,
+    last: Option<(SystemTime, bool)>,
+    now: SystemTime,
+) -> Option<String> {
+    let (at, true) = last? else { return None };
+    let next = schedule?.next_after(now.into())?;
+    let after = schedule?.next_after(next)?;
+    let period = (after - next).to_std().ok()?;
+    let age = now.duration_since(at).ok()?;
+    (age < period).then(|| {
+        format!(
+            "it passed {} ago and runs once per integrity_schedule (every {})",
+            drcheck_config::format_duration(age),
+            drcheck_config::format_duration(period)
+        )
+    })
 }
 
 /// RTO and RPO from the run's measurement record (`measure.rs`), and the backup's time
@@ -953,7 +1012,16 @@ async fn steps(
     if let Some((backups, delegated)) = &repository
         && target.validators.enabled.iter().any(|v| v == "repository")
     {
-        let f = check_repository(config, &store, &run.report.run_id, backups, delegated).await;
+        let f = check_repository(
+            config,
+            target,
+            &store,
+            &run.report.run_id,
+            backups,
+            delegated,
+            ToolCheck::AtMostOncePerSchedule,
+        )
+        .await;
         run.report.validators.push(ValidatorReport::from(&f));
     }
     run.phase("validate", t.elapsed());
@@ -1450,5 +1518,27 @@ mod select_tests {
         // Without a history, least-proven is the newest.
         let (b, _) = select_from_catalog(&all, &t, None, "repo", None).unwrap_or_else(|_| panic!());
         assert_eq!(b.key, "c3");
+    }
+}
+
+#[cfg(test)]
+mod tool_check_tests {
+    use super::*;
+
+    #[test]
+    fn the_tools_verification_is_reused_within_one_period_of_the_integrity_schedule() {
+        let hourly = drcheck_config::Schedule::parse("t", "0 0 * * * *").unwrap();
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+        let ago = |s: u64| Some((now - Duration::from_secs(s), true));
+        let why = reusable_tool_check(Some(&hourly), ago(600), now).unwrap();
+        assert_eq!(why, "it passed 10m ago and runs once per integrity_schedule (every 1h)");
+        assert_eq!(reusable_tool_check(Some(&hourly), ago(3700), now), None, "older than the period");
+        assert_eq!(
+            reusable_tool_check(Some(&hourly), Some((now - Duration::from_secs(60), false)), now),
+            None,
+            "failed"
+        );
+        assert_eq!(reusable_tool_check(None, ago(60), now), None, "no schedule: every run checks");
+        assert_eq!(reusable_tool_check(Some(&hourly), None, now), None, "never checked");
     }
 }

@@ -56,12 +56,13 @@ pub trait Repository: Archive {
     ) -> Result<ToolRestored, RestoreError>;
 
     /// The repository checked without a restore (the tool's own verification where it
-    /// has one; WAL continuity over `backups`).
+    /// has one, unless `reuse` says why a recent one stands; WAL continuity over `backups`).
     async fn integrity(
         &self,
         host: &Host,
         store: &Arc<dyn BackupStore>,
         backups: &[Backup],
+        reuse: Option<&str>,
     ) -> Result<Integrity, RestoreError>;
 }
 

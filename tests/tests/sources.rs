@@ -113,6 +113,8 @@ fn the_latest_pgbackrest_backup_restores_replays_its_wal_and_measures_the_recove
     let repo = validator(&run, "repository");
     assert_eq!(repo["status"], "passed", "{repo}");
     assert_eq!(repo["measurements"]["covered_backups"], 3.0, "{repo}");
+    // Without an integrity_schedule, pgbackrest verify runs with every verification: its cost is reported.
+    assert!(repo["measurements"]["tool_seconds"].as_f64().is_some_and(|s| s > 0.0), "{repo}");
     assert_eq!(drcheck_e2e::sample(&prom, "drcheck_repository_check_success", "target=\"orders\""), Some(1.0));
 }
 
@@ -470,6 +472,18 @@ fn the_daemon_checks_the_repository_on_its_integrity_schedule() {
     }
     let (status, _) = d.terminate(Duration::from_secs(30));
     assert!(status.success(), "{}", d.stderr_text());
+
+    // A verification of a target checked hourly, just after a passed check: pgbackrest
+    // verify (which re-reads the whole repository) is left to the schedule; WAL
+    // continuity is still checked, so the finding still covers the backups.
+    let hourly = scene.config("integrity_schedule = \"0 0 * * * *\"\n");
+    let (out, _) = drcheck(&["--config", &hourly.display().to_string(), "verify", "--json"], &scene.env(), LIMIT);
+    let run = only_run(&out);
+    let repo = validator(&run, "repository");
+    assert_eq!(repo["status"], "passed", "{repo}");
+    assert!(repo["detail"].as_str().unwrap().contains("pgbackrest verify not run again: it passed"), "{repo}");
+    assert!(repo["measurements"].get("tool_seconds").is_none(), "{repo}");
+    assert_eq!(repo["measurements"]["covered_backups"], 3.0, "{repo}");
 }
 
 /// An object store behind a private CA: `ca_file` is trusted by drcheck's own client

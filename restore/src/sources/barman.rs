@@ -271,6 +271,7 @@ impl Repository for Catalog {
         _host: &Host,
         store: &Arc<dyn BackupStore>,
         backups: &[Backup],
+        _reuse: Option<&str>,
     ) -> Result<Integrity, RestoreError> {
         let mut integrity = Integrity::default();
         if let Some(newest) = backups.last()

@@ -325,6 +325,8 @@ pub struct Integrity {
     pub wal_files: u64,
     /// What the tool itself said, summarised.
     pub notes: Vec<String>,
+    /// How long the tool's own verification took, when it ran (barman-cloud has none).
+    pub tool_seconds: Option<f64>,
 }
 
 /// WAL continuity over a catalog (oldest first): every restorable backup's own WAL must

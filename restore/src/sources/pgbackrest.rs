@@ -251,13 +251,24 @@ impl Repo {
     /// The repository checked without a restore: `pgbackrest verify`'s report read
     /// line by line (its exit code is 0 whatever it finds), and WAL continuity checked
     /// by drcheck (verify calls backups valid whose WAL is gone).
-    pub async fn integrity(&self, sandbox: &impl Contained, catalog: &Catalog) -> Result<Integrity, RestoreError> {
+    pub async fn integrity(
+        &self,
+        sandbox: &impl Contained,
+        catalog: &Catalog,
+        reuse: Option<&str>,
+    ) -> Result<Integrity, RestoreError> {
         let mut integrity = Integrity::default();
-        let out = self.run(sandbox, &["verify".into(), "--output=text".into(), "--verbose=y".into()]).await?;
-        if !out.ok() {
-            return Err(classify(sandbox, "pgbackrest verify", &out));
+        if let Some(why) = reuse {
+            integrity.notes.push(format!("pgbackrest verify not run again: {why}"));
+        } else {
+            let started = std::time::Instant::now();
+            let out = self.run(sandbox, &["verify".into(), "--output=text".into(), "--verbose=y".into()]).await?;
+            if !out.ok() {
+                return Err(classify(sandbox, "pgbackrest verify", &out));
+            }
+            read_verify(&String::from_utf8_lossy(&out.stdout), &mut integrity);
+            integrity.tool_seconds = Some(started.elapsed().as_secs_f64());
         }
-        read_verify(&String::from_utf8_lossy(&out.stdout), &mut integrity);
         let archived = self.archived_segments(sandbox, catalog).await?;
         delegate::continuity(&catalog.backups, &archived, &mut integrity);
         Ok(integrity)
@@ -386,8 +397,9 @@ impl Repository for Stanza {
         host: &Host,
         _store: &std::sync::Arc<dyn crate::store::BackupStore>,
         _backups: &[Backup],
+        reuse: Option<&str>,
     ) -> Result<Integrity, RestoreError> {
-        self.repo.integrity(host, &self.catalog).await
+        self.repo.integrity(host, &self.catalog, reuse).await
     }
 }
 
