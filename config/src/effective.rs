@@ -124,6 +124,7 @@ pub fn render(text: &str, path: &Path, config: &Config) -> Result<String, Config
             let vc = &tc.validators;
             default(&mut v, "enabled", Value::Array(vc.enabled.iter().map(|e| s(e)).collect()));
             default(&mut v, "timeout", s(&format_duration(vc.timeout)));
+            default(&mut v, "phase_timeout", s(&format_duration(vc.phase_timeout)));
             default(&mut v, "statement_timeout", s(&format_duration(vc.statement_timeout)));
             default(&mut v, "primary_concurrency", Value::Integer(i64::from(vc.primary_concurrency)));
             default(&mut v, "checksum_chunk_rows", Value::Integer(vc.checksum_chunk_rows as i64));

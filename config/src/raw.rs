@@ -193,6 +193,7 @@ pub struct RawToleration {
 pub struct RawValidators {
     pub enabled: Option<Spanned<Vec<String>>>,
     pub timeout: Option<Spanned<String>>,
+    pub phase_timeout: Option<Spanned<String>>,
     pub statement_timeout: Option<Spanned<String>>,
     pub primary_concurrency: Option<Spanned<i64>>,
     pub checksum_chunk_rows: Option<Spanned<i64>>,

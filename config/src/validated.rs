@@ -476,6 +476,11 @@ pub struct ValidatorsConfig {
     /// Each validator's own time limit.
     #[serde(serialize_with = "ser_duration")]
     pub timeout: Duration,
+    /// The whole validate phase's (every validator, every database of a physical copy):
+    /// with the restore's deadline, it bounds a run — the lease's TTL and a CronJob's
+    /// deadline are made of it.
+    #[serde(serialize_with = "ser_duration")]
+    pub phase_timeout: Duration,
     /// `statement_timeout` of every query on the primary.
     #[serde(serialize_with = "ser_duration")]
     pub statement_timeout: Duration,

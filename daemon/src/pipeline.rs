@@ -462,13 +462,12 @@ fn cap_message(message: &str) -> String {
 }
 
 /// How long one run of `t` may take at most: the restore's deadline (`rto ×
-/// abort_factor`), every validator one after the other at its timeout (they never take
-/// longer; self-checks in fact overlap), and ten minutes to select, record and tear
-/// down. The lease's TTL and a CronJob's `activeDeadlineSeconds` are both this, so
-/// Kubernetes never kills a run its lease still allows.
+/// abort_factor`), the validate phase's (`validators.phase_timeout`, every validator of
+/// every database), and ten minutes to select, record and tear down. The lease's TTL and
+/// a CronJob's `activeDeadlineSeconds` are both this, so Kubernetes never kills a run its
+/// lease still allows.
 pub fn run_budget(t: &TargetConfig) -> Duration {
-    let validators = t.validators.enabled.len().max(1) as u32 + 1;
-    t.rto.mul_f64(t.abort_factor) + t.validators.timeout * validators + Duration::from_secs(600)
+    t.rto.mul_f64(t.abort_factor) + t.validators.phase_timeout + Duration::from_secs(600)
 }
 
 /// What in a loaded config is valid but probably not meant (issue 34): an RTO over a
@@ -488,13 +487,12 @@ pub fn config_warnings(config: &Config, budgets: bool) -> Vec<String> {
         let budget = run_budget(t);
         if budgets && budget > t.rto * 4 {
             out.push(format!(
-                "target {:?}: a run may take {} (rto {rto} × abort_factor {} + validators.timeout {} × {} + 10m), \
-                 over 4× the RTO: a stuck run holds its lease and its CronJob that long — lower validators.timeout",
+                "target {:?}: a run may take {} (rto {rto} × abort_factor {} + validators.phase_timeout {} + 10m), \
+                 over 4× the RTO: a stuck run holds its lease and its CronJob that long — lower validators.phase_timeout",
                 t.name,
                 drcheck_config::format_duration(budget),
                 t.abort_factor,
-                drcheck_config::format_duration(t.validators.timeout),
-                t.validators.enabled.len().max(1) + 1,
+                drcheck_config::format_duration(t.validators.phase_timeout),
             ));
         }
     }
@@ -1524,6 +1522,32 @@ mod select_tests {
 #[cfg(test)]
 mod tool_check_tests {
     use super::*;
+
+    fn config(target: &str) -> Result<Config, String> {
+        let text = format!(
+            "[storage.r]\nkind = \"filesystem\"\npath = \"/tmp\"\n[[target]]\nname = \"t\"\nstorage = \"r\"\nrpo = \"1d\"\n{target}"
+        );
+        drcheck_config::parse(&text, std::path::Path::new("c.toml")).map_err(|e| e.to_string())
+    }
+
+    /// Issue 34: a 15–20 minute RTO gave a CronJob ~7 h (every validator's timeout added up).
+    #[test]
+    fn the_run_budget_is_the_restore_deadline_and_the_validate_phase() {
+        let c = config("rto = \"15m\"\n").unwrap();
+        // 15m × 2 + the phase's 1h (twice the validators' 30m) + 10m.
+        assert_eq!(run_budget(&c.targets[0]), Duration::from_secs(100 * 60));
+        let w = config_warnings(&c, true);
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert!(w[0].contains("a run may take 1h 40m") && w[0].contains("lower validators.phase_timeout"), "{w:?}");
+        assert!(config_warnings(&c, false).is_empty(), "the daemon's start warns of units only");
+        let tight = config("rto = \"15m\"\n[target.validators]\ntimeout = \"5m\"\nphase_timeout = \"20m\"\n").unwrap();
+        assert_eq!(run_budget(&tight.targets[0]), Duration::from_secs(60 * 60));
+        assert!(config_warnings(&tight, true).is_empty());
+        let week = config("rto = \"8d\"\n").unwrap();
+        assert!(config_warnings(&week, false)[0].contains("is over a week"));
+        let e = config("rto = \"15m\"\n[target.validators]\ntimeout = \"5m\"\nphase_timeout = \"1m\"\n").unwrap_err();
+        assert!(e.contains("phase_timeout") && e.contains("shorter than validators.timeout"), "{e}");
+    }
 
     #[test]
     fn the_tools_verification_is_reused_within_one_period_of_the_integrity_schedule() {

@@ -39,6 +39,8 @@ pub async fn run(
     horizon: Option<drcheck_validators::asof::CopyHorizon>,
 ) -> Result<Validated, String> {
     let point = drcheck_validators::asof::CopyPoint { at: backup_time, horizon };
+    // Every validator of every database before this: a run's budget is made of it.
+    let deadline = drcheck_validators::PhaseDeadline::from_now(target.validators.phase_timeout);
     // Which transactions had committed at the copy's point: cluster-wide, read once.
     let aborted = drcheck_validators::asof::Aborted::new();
     let settings = &target.validators;
@@ -163,7 +165,7 @@ pub async fn run(
             .filter(|v| is_main || databases::runs_everywhere(v.name()))
             .collect();
         let mut findings = vec![drcheck_validators::enforce_coverage(catalog)];
-        findings.extend(drcheck_validators::run_all(&validators, &cx, cx.settings.timeout).await);
+        findings.extend(drcheck_validators::run_all(&validators, &cx, cx.settings.timeout, deadline).await);
         cx.restored.close().await;
         if let Primary::Available(p) = &cx.primary {
             let s = p.stats();

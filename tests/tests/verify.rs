@@ -691,6 +691,37 @@ fn missing_aws_credentials_say_what_to_set() {
     assert!(took < Duration::from_secs(20), "not retried: {took:?}");
 }
 
+/// Issue 34: the validate phase has one deadline for all its validators
+/// (`validators.phase_timeout`): a run's budget — its lease's TTL and a CronJob's
+/// deadline — is made of it, so no number of validators or databases can outlast it.
+#[test]
+fn the_validate_phase_stops_at_its_deadline() {
+    let scene = Scene::start();
+    let mut spec = scene.spec();
+    spec.extra_target =
+        "[target.validators]\ntimeout = \"3s\"\nphase_timeout = \"3s\"\n[[target.check]]\nname = \"slow\"\n\
+        sql = \"select pg_catalog.pg_sleep(5)::text || 'x'\"\nexpect = \"x\"\n"
+            .into();
+    let c = cfg(&scene.config(&spec));
+    let (out, took) = drcheck(&["--config", &c, "verify", "--json"], &scene.env(), LIMIT);
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    let run = only_run(&out);
+    let stopped: Vec<&serde_json::Value> = run["validators"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|v| {
+            v["detail"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("validate phase's deadline (validators.phase_timeout = 3s)")
+        })
+        .collect();
+    assert!(!stopped.is_empty(), "{run}");
+    assert!(stopped.iter().all(|v| v["status"] == "error"), "{run}");
+    assert!(took < Duration::from_secs(40), "took {took:?}");
+}
+
 /// Issue 26: a wrong primary password names the primary's database (the URL's, not the
 /// restored copy's) and says what to check.
 #[test]

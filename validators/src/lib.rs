@@ -494,15 +494,42 @@ pub fn selected(enabled: &[String]) -> Vec<Box<dyn Validator>> {
     all().into_iter().filter(|v| enabled.iter().any(|e| e == v.name())).collect()
 }
 
-/// Runs every validator, each under `timeout`; one failing or erroring never stops the others.
-pub async fn run_all(validators: &[Box<dyn Validator>], cx: &Context, timeout: Duration) -> Vec<Finding> {
+/// When the validate phase must end (`validators.phase_timeout` from its start), and
+/// what to say of a validator it stops.
+#[derive(Debug, Clone, Copy)]
+pub struct PhaseDeadline {
+    pub at: tokio::time::Instant,
+    pub phase_timeout: Duration,
+}
+
+impl PhaseDeadline {
+    pub fn from_now(phase_timeout: Duration) -> Self {
+        Self { at: tokio::time::Instant::now() + phase_timeout, phase_timeout }
+    }
+
+    fn stopped(&self) -> String {
+        format!(
+            "stopped at the validate phase's deadline (validators.phase_timeout = {})",
+            humantime::format_duration(Duration::from_secs(self.phase_timeout.as_secs()))
+        )
+    }
+}
+
+/// Runs every validator, each under `timeout` and all before `deadline`; one failing or
+/// erroring never stops the others.
+pub async fn run_all(
+    validators: &[Box<dyn Validator>],
+    cx: &Context,
+    timeout: Duration,
+    deadline: PhaseDeadline,
+) -> Vec<Finding> {
     // Self-checks (sandbox only) each run on their own, beside the comparisons (sandbox
     // and primary), which run one at a time: the work overlaps where cores allow, and
     // the primary sees no more than before. Findings keep the validators' order.
     let (own, compare): (Vec<_>, Vec<_>) =
         validators.iter().map(|v| v.as_ref()).enumerate().partition(|(_, v)| v.self_check());
-    let own = futures::future::join_all(own.into_iter().map(|v| run_group(vec![v], cx, timeout)));
-    let (own, mut all) = tokio::join!(own, run_group(compare, cx, timeout));
+    let own = futures::future::join_all(own.into_iter().map(|v| run_group(vec![v], cx, timeout, deadline)));
+    let (own, mut all) = tokio::join!(own, run_group(compare, cx, timeout, deadline));
     all.extend(own.into_iter().flatten());
     all.sort_by_key(|(i, _)| *i);
     all.into_iter().flat_map(|(_, f)| f).collect()
@@ -512,13 +539,20 @@ async fn run_group(
     validators: Vec<(usize, &dyn Validator)>,
     cx: &Context,
     timeout: Duration,
+    deadline: PhaseDeadline,
 ) -> Vec<(usize, Vec<Finding>)> {
     let mut out = Vec::with_capacity(validators.len());
     for (i, v) in validators {
         let started = std::time::Instant::now();
-        let findings = match tokio::time::timeout(timeout, v.validate(cx)).await {
-            Ok(f) => f,
-            Err(_) => vec![Finding::new(v.name(), Status::Error, format!("timed out after {timeout:?}"))],
+        let left = deadline.at.saturating_duration_since(tokio::time::Instant::now());
+        let findings = if left.is_zero() {
+            vec![Finding::new(v.name(), Status::Error, format!("not run: {}", deadline.stopped()))]
+        } else {
+            match tokio::time::timeout(timeout.min(left), v.validate(cx)).await {
+                Ok(f) => f,
+                Err(_) if left < timeout => vec![Finding::new(v.name(), Status::Error, deadline.stopped())],
+                Err(_) => vec![Finding::new(v.name(), Status::Error, format!("timed out after {timeout:?}"))],
+            }
         };
         // Logged as recorded: after coverage is enforced (a pass over nothing is skipped).
         let findings: Vec<Finding> = findings

@@ -413,9 +413,29 @@ fn validate_validators(cx: &Ctx<'_>, i: usize, t: &RawTarget) -> Result<Validato
         }
         checks.push(CustomCheck { name: c.name.get_ref().clone(), sql: c.sql.get_ref().clone(), expect });
     }
+    let timeout = dur("timeout", v.and_then(|v| v.timeout.as_ref()), 1800)?;
+    let phase_timeout = match v.and_then(|v| v.phase_timeout.as_ref()) {
+        None => timeout * 2,
+        Some(s) => {
+            let d = cx.duration(&key("phase_timeout"), s)?;
+            if d < timeout {
+                return Err(cx.err(
+                    &key("phase_timeout"),
+                    Some(s.span()),
+                    format!(
+                        "{} is shorter than validators.timeout ({}): the phase holds every validator",
+                        crate::format_duration(d),
+                        crate::format_duration(timeout)
+                    ),
+                ));
+            }
+            d
+        }
+    };
     Ok(ValidatorsConfig {
         enabled,
-        timeout: dur("timeout", v.and_then(|v| v.timeout.as_ref()), 1800)?,
+        timeout,
+        phase_timeout,
         statement_timeout: dur("statement_timeout", v.and_then(|v| v.statement_timeout.as_ref()), 60)?,
         primary_concurrency: count("primary_concurrency", v.and_then(|v| v.primary_concurrency.as_ref()), 2, 16)?
             as u32,

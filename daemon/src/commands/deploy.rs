@@ -1,7 +1,7 @@
 //! `drcheck deploy kubernetes`: one CronJob per configured target, so a fleet of
 //! hundreds of databases needs no hand-copied YAML. Each job runs `drcheck verify
 //! --target NAME` under the restricted security context, with `activeDeadlineSeconds`
-//! derived from the target's RTO (`rto × abort_factor` plus the validators' time limit),
+//! derived from the target's RTO (`rto × abort_factor` plus `validators.phase_timeout`),
 //! sized and placed by `[target.kubernetes]`: scratch space (an emptyDir, or a generic
 //! ephemeral volume of `storage_class`), requests and limits, node selector and
 //! tolerations. Scratch not set in the config is derived from the latest backup's size
