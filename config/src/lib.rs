@@ -36,20 +36,25 @@ pub fn load(path: &Path) -> Result<Config, ConfigError> {
     parse(&text, path)
 }
 
-/// [`load`] for checks that read only the config's shape (its targets, whether each
-/// has a primary) — `drill check`: a `${VAR}` that is unset here (a password the drill
-/// host does not hold) stands in as `unset-VAR` instead of failing the check. When even
-/// that does not validate (a whole URL from a variable), the real error is returned.
-/// Never for a run: nothing it loads may connect anywhere.
+/// [`load`] for commands that read only the config's shape (its targets, whether each
+/// has a primary) for somewhere else — `drill check`, `deploy kubernetes`: a `${VAR}`
+/// that is unset here (a password only the pod's Secret holds) stands in as
+/// `unset-VAR`, and files the config names (a CA, a signing key) are not looked for
+/// here. When even that does not validate (a whole URL from a variable), the real error
+/// is returned. Never for a run: nothing it loads may connect anywhere.
 pub fn load_shape(path: &Path) -> Result<Config, ConfigError> {
     let text = std::fs::read_to_string(path).map_err(|error| ConfigError::Read { path: path.to_path_buf(), error })?;
     match parse(&text, path) {
         Ok(c) => Ok(c),
         Err(real) => {
             let Ok(raw) = toml::from_str::<raw::RawConfig>(&text) else { return Err(real) };
-            validated::validate(raw, &text, path, &|name| {
-                Some(std::env::var(name).unwrap_or_else(|_| format!("unset-{name}")))
-            })
+            validated::validate(
+                raw,
+                &text,
+                path,
+                &|name| Some(std::env::var(name).unwrap_or_else(|_| format!("unset-{name}"))),
+                false,
+            )
             .map_err(|_| real)
         }
     }
@@ -68,7 +73,7 @@ pub fn effective(path: &Path) -> Result<String, ConfigError> {
 pub fn effective_with(text: &str, path: &Path, env: &dyn Fn(&str) -> Option<String>) -> Result<String, ConfigError> {
     let raw: raw::RawConfig = toml::from_str(text)
         .map_err(|e| ConfigError::Parse { path: path.to_path_buf(), message: e.to_string().trim_end().to_string() })?;
-    let config = validated::validate(raw, text, path, env)?;
+    let config = validated::validate(raw, text, path, env, true)?;
     effective::render(text, path, &config)
 }
 
@@ -76,7 +81,7 @@ pub fn effective_with(text: &str, path: &Path, env: &dyn Fn(&str) -> Option<Stri
 pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
     let raw: raw::RawConfig = toml::from_str(text)
         .map_err(|e| ConfigError::Parse { path: path.to_path_buf(), message: e.to_string().trim_end().to_string() })?;
-    validated::validate(raw, text, path, &|name| std::env::var(name).ok())
+    validated::validate(raw, text, path, &|name| std::env::var(name).ok(), true)
 }
 
 /// Quotes an SQL identifier (a name from config or the catalog) the way PostgreSQL's

@@ -559,8 +559,9 @@ pub(crate) fn validate(
     text: &str,
     path: &Path,
     env: &dyn Fn(&str) -> Option<String>,
+    here: bool,
 ) -> Result<Config, ConfigError> {
-    let cx = Ctx { path, text, env };
+    let cx = Ctx { path, text, env, here };
 
     let url = cx.opt_string("state.url", &raw.state.url)?.unwrap_or_else(|| DEFAULT_STATE_URL.to_string());
     if !(url.starts_with("sqlite:") || url.starts_with("postgres://") || url.starts_with("postgresql://")) {
@@ -682,6 +683,7 @@ pub(crate) fn validate(
     let signing_key = cx.opt_string("evidence.signing_key", &raw.evidence.signing_key)?;
     if let (Some(k), Some(span)) = (&signing_key, &raw.evidence.signing_key)
         && !k.trim_start().starts_with("-----BEGIN")
+        && cx.here
         && !std::path::Path::new(k).is_file()
     {
         return Err(cx.err(

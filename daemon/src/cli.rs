@@ -189,6 +189,11 @@ pub enum DeployCommand {
         /// The Secret holding the environment (${VAR}s of the config, AWS credentials).
         #[arg(long, default_value = "drcheck-secrets")]
         secret: String,
+        /// Each CronJob also reads a Secret of its own, named like the CronJob
+        /// (drcheck-TARGET): put each target's credentials there and only what all share
+        /// in --secret, so no pod holds another target's password.
+        #[arg(long)]
+        secret_per_target: bool,
         /// The ConfigMap holding drcheck.toml.
         #[arg(long, default_value = "drcheck-config")]
         config_map: String,
@@ -368,7 +373,12 @@ pub async fn run(cli: Cli) -> Result<Exit, CliError> {
         }
         other => other,
     };
-    let config = drcheck_config::load(&path)?;
+    // Manifests describe a pod elsewhere: its Secret's variables and its files are not here.
+    let config = if matches!(command, Command::Deploy(_)) {
+        drcheck_config::load_shape(&path)?
+    } else {
+        drcheck_config::load(&path)?
+    };
     if matches!(command, Command::Daemon | Command::Deploy(_)) {
         for w in crate::pipeline::config_warnings(&config, matches!(command, Command::Deploy(_))) {
             tracing::warn!("{w}");
@@ -396,10 +406,11 @@ pub async fn run(cli: Cli) -> Result<Exit, CliError> {
             output_dir,
             image,
             secret,
+            secret_per_target,
             config_map,
             scratch_size,
         }) => {
-            let o = commands::deploy::Options { image, secret, config_map, scratch_size };
+            let o = commands::deploy::Options { image, secret, secret_per_target, config_map, scratch_size };
             commands::deploy::run(&config, target.as_deref(), output_dir.as_deref(), &o).await
         }
         Command::Drill(cmd) => commands::drill::run(Some(&path), cmd).await,

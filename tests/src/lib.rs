@@ -761,3 +761,21 @@ impl Drop for Daemon {
         }
     }
 }
+
+/// A config's text made fit for `deploy kubernetes`: its history in PostgreSQL and its
+/// scratch on the pod's volume (a SQLite file or a host directory is refused there).
+pub fn pod_ready(text: &str) -> String {
+    let pod = "[state]\nurl = \"postgres://drcheck@history.example:5432/drcheck\"\n[sandbox]\nscratch_dir = \"/var/tmp/drcheck\"\n";
+    let mut out = String::new();
+    let mut skipping = false;
+    for line in text.lines() {
+        if line.starts_with('[') {
+            skipping = line == "[state]" || line == "[sandbox]";
+        }
+        if !skipping {
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    format!("{pod}{out}")
+}

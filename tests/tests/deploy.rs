@@ -165,7 +165,7 @@ fn generated_cronjobs_fit_kubernetes_and_never_collide() {
     let config = dir.path().join("c.toml");
     let long = format!("orders-{}", "x".repeat(53));
     let text = |names: &[&str]| {
-        let mut t = "[storage.b]\nkind = \"filesystem\"\npath = \"/nonexistent\"\n".to_string();
+        let mut t = drcheck_e2e::pod_ready("[storage.b]\nkind = \"filesystem\"\npath = \"/nonexistent\"\n");
         for n in names {
             t.push_str(&format!("[[target]]\nname = \"{n}\"\nstorage = \"b\"\nrto = \"30m\"\nrpo = \"1d\"\n"));
         }
@@ -197,7 +197,7 @@ fn deploy_kubernetes_requires_an_image() {
     let config = dir.path().join("c.toml");
     std::fs::write(
         &config,
-        "[storage.b]\nkind = \"filesystem\"\npath = \"/nonexistent\"\n[[target]]\nname = \"orders\"\nstorage = \"b\"\nrto = \"30m\"\nrpo = \"1d\"\nschedule = \"0 4 * * *\"\n",
+        drcheck_e2e::pod_ready("[storage.b]\nkind = \"filesystem\"\npath = \"/nonexistent\"\n[[target]]\nname = \"orders\"\nstorage = \"b\"\nrto = \"30m\"\nrpo = \"1d\"\nschedule = \"0 4 * * *\"\n"),
     )
     .unwrap();
     let c = config.display().to_string();
@@ -210,4 +210,53 @@ fn deploy_kubernetes_requires_an_image() {
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("--image"), "{err}");
     assert!(!drcheck_e2e::stdout(&out).contains("drcheck:latest"));
+}
+
+/// Issue 34: what cannot work in a pod — a SQLite history (nothing survives a pod), a
+/// host scratch directory, a CA file and a key file the pod does not have — is refused,
+/// each named by its key; a heartbeat the daemon would write (a CronJob never does) is
+/// warned about; and each CronJob can read a Secret of its own.
+#[test]
+fn deploy_kubernetes_refuses_what_cannot_work_in_a_pod() {
+    let dir = drcheck_e2e::TempRoot::new();
+    let ca = dir.path().join("ca.pem");
+    std::fs::write(&ca, "-----BEGIN CERTIFICATE-----\n").unwrap();
+    let host = format!(
+        "[state]\nurl = \"sqlite://{d}/history.db\"\n[sandbox]\nscratch_dir = \"{d}/scratch\"\n\
+         [storage.b]\nkind = \"s3\"\nbucket = \"b\"\nendpoint = \"https://s3.example:9000\"\nca_file = \"{ca}\"\n\
+         [[target]]\nname = \"orders\"\nstorage = \"b\"\nrto = \"30m\"\nrpo = \"1d\"\nschedule = \"0 4 * * *\"\n\
+         primary = \"postgres://v:pw@db:5432/orders\"\n\
+         [target.decrypt]\nage_identity = \"{d}/key.txt\"\n\
+         [target.heartbeat]\ntable = \"drcheck.heartbeat\"\nurl = \"postgres://w:pw@db:5432/orders\"\n",
+        d = dir.path().display(),
+        ca = ca.display()
+    );
+    let config = dir.path().join("host.toml");
+    std::fs::write(&config, &host).unwrap();
+    let c = config.display().to_string();
+    let args = ["--config", &c, "deploy", "kubernetes", "--image", "drcheck:test", "--scratch-size", "10Gi"];
+    let (out, _) = drcheck_e2e::drcheck(&args, &[], std::time::Duration::from_secs(60));
+    let err = drcheck_e2e::stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    for named in ["state.url is a SQLite file", "sandbox.scratch_dir", "storage.b.ca_file", "decrypt.age_identity"] {
+        assert!(err.contains(named), "{named:?} not in {err}");
+    }
+    assert!(err.contains("heartbeat.url") && err.contains("a CronJob never does"), "{err}");
+    assert!(drcheck_e2e::stdout(&out).is_empty(), "nothing generated");
+
+    // Made fit for a pod (the CA in the ConfigMap, the key in the Secret): generated, and
+    // with --secret-per-target each pod reads its own Secret beside the shared one.
+    let fit = drcheck_e2e::pod_ready(&host)
+        .replace(&ca.display().to_string(), "/etc/drcheck/ca.pem")
+        .replace(&format!("{}/key.txt", dir.path().display()), "${AGE_KEY}")
+        .replace("[target.heartbeat]\ntable = \"drcheck.heartbeat\"\nurl = \"postgres://w:pw@db:5432/orders\"\n", "");
+    std::fs::write(&config, &fit).unwrap();
+    let mut with_own = args.to_vec();
+    with_own.push("--secret-per-target");
+    let env = [("AGE_KEY", "AGE-SECRET-KEY-1QQQQ".to_string())];
+    let (out, _) = drcheck_e2e::drcheck(&with_own, &env, std::time::Duration::from_secs(60));
+    assert_eq!(out.status.code(), Some(0), "{}", drcheck_e2e::stderr(&out));
+    let yaml = drcheck_e2e::stdout(&out);
+    assert!(yaml.contains("name: drcheck-secrets") && yaml.contains("name: drcheck-orders"), "{yaml}");
+    assert_eq!(yaml.matches("secretRef:").count(), 2, "{yaml}");
 }

@@ -74,9 +74,11 @@ fn the_daemon_and_the_generated_cronjobs_agree_on_days() {
     text.push_str(&format!("[metrics]\nlisten = \"127.0.0.1:{port}\"\n"));
     let config = lab.root.path().join("days.toml");
     std::fs::write(&config, &text).unwrap();
-    let c = config.display().to_string();
+    let pod = lab.root.path().join("days-pod.toml");
+    std::fs::write(&pod, drcheck_e2e::pod_ready(&text)).unwrap();
+    let p = pod.display().to_string();
     let (out, _) =
-        drcheck(&["--config", &c, "deploy", "kubernetes", "--image", "drcheck:test"], &[], Duration::from_secs(60));
+        drcheck(&["--config", &p, "deploy", "kubernetes", "--image", "drcheck:test"], &[], Duration::from_secs(60));
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let yaml = stdout(&out);
     for line in ["schedule: 0 3 * * 1\n", "schedule: 0 3 * * 0\n", "schedule: 0 3 * * 4\n", "schedule: 0 3 * * 1-5\n"] {

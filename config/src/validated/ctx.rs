@@ -14,6 +14,9 @@ pub(super) struct Ctx<'a> {
     pub(super) path: &'a Path,
     pub(super) text: &'a str,
     pub(super) env: &'a dyn Fn(&str) -> Option<String>,
+    /// Whether the files the config names are on this machine (a run), or where the
+    /// config will be deployed (`load_shape`: `deploy kubernetes`, `drill check`).
+    pub(super) here: bool,
 }
 
 impl Ctx<'_> {

@@ -52,6 +52,7 @@ pub(super) fn validate_storage(cx: &Ctx<'_>, name: &str, s: &RawStorage) -> Resu
             let concurrency = cx.whole_in(&key("concurrency"), s.concurrency.as_ref(), 8, 1, 64)? as usize;
             let ca_file = cx.opt_string(&key("ca_file"), &s.ca_file)?.map(PathBuf::from);
             if let (Some(path), Some(span)) = (&ca_file, &s.ca_file)
+                && cx.here
                 && !path.is_file()
             {
                 return Err(cx.err(

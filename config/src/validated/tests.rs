@@ -30,7 +30,7 @@ fn env(name: &str) -> Option<String> {
 fn parse(text: &str) -> Result<Config, ConfigError> {
     let raw: RawConfig =
         toml::from_str(text).map_err(|e| ConfigError::Parse { path: "drcheck.toml".into(), message: e.to_string() })?;
-    validate(raw, text, Path::new("drcheck.toml"), &env)
+    validate(raw, text, Path::new("drcheck.toml"), &env, true)
 }
 
 #[test]
@@ -572,7 +572,7 @@ fn the_effective_config_of_every_example_loads_back_the_same() {
         assert_eq!(once, twice, "{name}: the effective config is its own effective config");
         let parsed = |t: &str| {
             let raw: RawConfig = toml::from_str(t).unwrap();
-            validate(raw, t, path, &env).unwrap().to_redacted_toml()
+            validate(raw, t, path, &env, true).unwrap().to_redacted_toml()
         };
         if *name != "literal secrets" {
             assert_eq!(parsed(text), parsed(&once), "{name}: means the same\n{once}");

@@ -17,6 +17,8 @@ use serde_json::json;
 pub struct Options {
     pub image: String,
     pub secret: String,
+    /// Each CronJob also reads the Secret named like it (`drcheck-TARGET`).
+    pub secret_per_target: bool,
     pub config_map: String,
     pub scratch_size: String,
 }
@@ -133,7 +135,7 @@ pub fn cronjob(t: &TargetConfig, o: &Options, scratch: &str) -> Result<serde_jso
                             "name": "drcheck",
                             "image": o.image,
                             "args": ["verify", "--target", t.name],
-                            "envFrom": [{"secretRef": {"name": o.secret}}],
+                            "envFrom": env_from(t, o),
                             "env": [{"name": "DRCHECK_CONFIG", "value": "/etc/drcheck/drcheck.toml"}],
                             "securityContext": {
                                 "allowPrivilegeEscalation": false,
@@ -165,6 +167,86 @@ pub fn cronjob(t: &TargetConfig, o: &Options, scratch: &str) -> Result<serde_jso
         pod["tolerations"] = serde_json::to_value(&k.tolerations).map_err(|e| e.to_string())?;
     }
     Ok(job)
+}
+
+/// The Secrets a target's pod reads its environment from: the shared one, and with
+/// `--secret-per-target` its own (named like its CronJob).
+fn env_from(t: &TargetConfig, o: &Options) -> serde_json::Value {
+    let mut from = vec![json!({"secretRef": {"name": o.secret}})];
+    if o.secret_per_target {
+        from.push(json!({"secretRef": {"name": k8s_name(&t.name)}}));
+    }
+    json!(from)
+}
+
+/// Where the generated pod mounts the config (a ConfigMap) and its scratch volume.
+const POD_CONFIG_DIR: &str = "/etc/drcheck";
+const POD_SCRATCH_DIR: &str = "/var/tmp/drcheck";
+
+/// What in the config cannot work in the generated pod, each naming its key: refused
+/// (the first list) or warned about (the second). A pod keeps no file between runs,
+/// mounts only the ConfigMap and its scratch volume, and a CronJob writes no heartbeat.
+pub fn pod_problems(config: &Config, targets: &[&TargetConfig]) -> (Vec<String>, Vec<String>) {
+    use drcheck_config::StorageConfig;
+    let (mut refused, mut warned) = (Vec::new(), Vec::new());
+    let in_dir = |p: &std::path::Path, dir: &str| p.starts_with(dir);
+    if config.state.url.expose().starts_with("sqlite:") {
+        refused.push(format!(
+            "state.url is a SQLite file ({}): a CronJob's pod keeps no file between runs, so leases, proofs and \
+             freshness would be lost each night — use a PostgreSQL history store (postgres://…)",
+            config.state.url.redacted()
+        ));
+    }
+    if !in_dir(&config.sandbox.scratch_dir, POD_SCRATCH_DIR) {
+        refused.push(format!(
+            "sandbox.scratch_dir is {}: the pod's scratch volume is mounted at {POD_SCRATCH_DIR} — set \
+             scratch_dir = \"{POD_SCRATCH_DIR}\"",
+            config.sandbox.scratch_dir.display()
+        ));
+    }
+    let mut storages: Vec<&str> = targets.iter().map(|t| t.storage.as_str()).collect();
+    storages.sort();
+    storages.dedup();
+    for name in storages {
+        if let Some(StorageConfig::S3(s3)) = config.storage.get(name)
+            && let Some(ca) = &s3.ca_file
+            && !in_dir(ca, POD_CONFIG_DIR)
+        {
+            refused.push(format!(
+                "storage.{name}.ca_file is {}: the pod has no such file — add the CA to the ConfigMap and point \
+                 ca_file under {POD_CONFIG_DIR}/",
+                ca.display()
+            ));
+        }
+    }
+    for t in targets {
+        for (key, value) in [("age_identity", &t.decrypt.age_identity), ("gpg_secret_key", &t.decrypt.gpg_secret_key)] {
+            let Some(v) = value else { continue };
+            let v = v.expose();
+            let is_path = !(v.starts_with("AGE-SECRET-KEY-") || v.starts_with("-----BEGIN"));
+            if is_path && !in_dir(std::path::Path::new(v), POD_CONFIG_DIR) {
+                refused.push(format!(
+                    "target {:?}: decrypt.{key} is a file of this machine: the pod has no such file — put the key \
+                     itself in the Secret and write {key} = \"${{VAR}}\"",
+                    t.name
+                ));
+            } else if is_path {
+                warned.push(format!(
+                    "target {:?}: decrypt.{key} is read from the ConfigMap: anyone who may read ConfigMaps holds \
+                     the key — put it in the Secret as {key} = \"${{VAR}}\"",
+                    t.name
+                ));
+            }
+        }
+        if t.heartbeat.as_ref().is_some_and(|h| h.url.is_some()) {
+            warned.push(format!(
+                "target {:?}: heartbeat.url makes `drcheck daemon` write the heartbeat, and a CronJob never does: \
+                 write it with pg_cron (`drcheck heartbeat setup --target {}`) or run the daemon",
+                t.name, t.name
+            ));
+        }
+    }
+    (refused, warned)
 }
 
 /// Scratch for each target: the config's, else from its latest backup's size, else
@@ -221,6 +303,16 @@ pub async fn run(
     if let Some((a, b, name)) = collisions(&targets).into_iter().next() {
         return Err(CliError::usage(anyhow::anyhow!(
             "targets {a:?} and {b:?} would both be the CronJob {name}: rename one of them"
+        )));
+    }
+    let (refused, warned) = pod_problems(config, &targets);
+    for w in &warned {
+        crate::errln!("deploy: {w}");
+    }
+    if !refused.is_empty() {
+        return Err(CliError::usage(anyhow::anyhow!(
+            "this config cannot work in a Kubernetes pod:\n  - {}",
+            refused.join("\n  - ")
         )));
     }
     for t in targets.iter().filter(|t| t.schedule.is_none()) {
