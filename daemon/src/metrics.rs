@@ -40,6 +40,11 @@ pub struct Metrics {
     pub alerts_dead_lettered_total: IntCounterVec,
     pub alert_outbox_depth: IntGauge,
     pub heartbeat: HeartbeatMetrics,
+    /// 1 while the config the daemon runs is the file's (started, or reloaded on
+    /// SIGHUP); 0 after a reload failed and the old config was kept.
+    pub config_reload_success: IntGauge,
+    /// When the running config was last loaded (Unix time).
+    pub config_reload_timestamp: prometheus::Gauge,
 }
 
 /// The heartbeat writer's own health (the daemon writes each target's heartbeat).
@@ -101,7 +106,21 @@ impl Metrics {
         let alert_outbox_depth =
             IntGauge::new("drcheck_alert_outbox_depth", "Alerts written but not yet delivered.").unwrap();
         r.register(Box::new(alert_outbox_depth.clone())).unwrap();
+        let config_reload_success = IntGauge::new(
+            "drcheck_config_last_reload_successful",
+            "1 if the config file was last loaded successfully (at start or on SIGHUP), 0 if the last reload failed.",
+        )
+        .unwrap();
+        r.register(Box::new(config_reload_success.clone())).unwrap();
+        let config_reload_timestamp = prometheus::Gauge::new(
+            "drcheck_config_last_reload_success_timestamp_seconds",
+            "When the running config was loaded (Unix time).",
+        )
+        .unwrap();
+        r.register(Box::new(config_reload_timestamp.clone())).unwrap();
         Metrics {
+            config_reload_success,
+            config_reload_timestamp,
             runs_total: counter(
                 &r,
                 "drcheck_verification_runs_total",
@@ -476,6 +495,15 @@ impl Metrics {
     }
 
     /// Sets each dependency's breaker gauge from the restore crate's breakers.
+    /// The config was loaded (`ok`) or a reload failed and the old one is kept.
+    pub fn config_loaded(&self, ok: bool) {
+        self.config_reload_success.set(i64::from(ok));
+        if ok {
+            let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+            self.config_reload_timestamp.set(now.as_secs_f64());
+        }
+    }
+
     pub fn refresh_breakers(&self) {
         for (dep, state) in drcheck_restore::breaker::states() {
             let open = state == drcheck_restore::breaker::BreakerState::Open;

@@ -155,9 +155,18 @@ fn sighup_reloads_the_config_and_keeps_the_old_one_if_the_new_one_is_bad() {
     let auth = [("Authorization", "Bearer tok-123")];
     assert_eq!(http_request(port, "POST", "/api/v1/targets/renamed/verify", &auth, "").0, 404);
 
+    let reloaded = |port| -> Option<f64> {
+        let m = drcheck_e2e::http_get(port, "/metrics");
+        m.lines().find_map(|l| l.strip_prefix("drcheck_config_last_reload_successful ")?.parse().ok())
+    };
+    assert_eq!(reloaded(port), Some(1.0));
     std::fs::write(&config, good.replace("rpo = ", "rpoo = ")).unwrap();
     d.signal(nix::sys::signal::Signal::SIGHUP);
-    std::thread::sleep(Duration::from_millis(500));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while reloaded(port) != Some(0.0) {
+        assert!(Instant::now() < deadline, "a failed reload is not in the metrics");
+        std::thread::sleep(Duration::from_millis(100));
+    }
     assert_eq!(http_request(port, "GET", "/healthz", &[], "").0, 200, "still serving on the old config");
     assert_eq!(http_request(port, "POST", "/api/v1/targets/renamed/verify", &auth, "").0, 404);
 
@@ -168,10 +177,13 @@ fn sighup_reloads_the_config_and_keeps_the_old_one_if_the_new_one_is_bad() {
         assert!(Instant::now() < deadline, "the new config was not loaded");
         std::thread::sleep(Duration::from_millis(100));
     }
+    assert_eq!(reloaded(port), Some(1.0), "a good reload sets it back");
     let (status, _) = d.terminate(Duration::from_secs(60));
     assert!(status.success());
+    // The failure said in one line, with why.
     let text = d.stderr_text();
-    assert!(text.contains("config reload failed") && text.contains("rpoo"), "says why: {text}");
+    let line = text.lines().find(|l| l.contains("config reload failed")).expect("a line");
+    assert!(line.contains("rpoo"), "one line says why: {text}");
 }
 
 #[test]

@@ -148,6 +148,16 @@ async fn check_target(shared: Arc<Shared>, target: &str) {
     }
 }
 
+/// A message of several lines as one: its lines trimmed and joined, the lines that only
+/// point at a column (`|`, `^^^`) left out.
+fn one_line(text: &str) -> String {
+    text.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.chars().all(|c| matches!(c, '|' | '^' | ' ')))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 /// Runs the daemon until `shutdown` fires. `reload` fires on SIGHUP.
 pub async fn run(
     config: Config,
@@ -172,6 +182,7 @@ pub async fn run(
     });
     let config = shared.config();
     shared.metrics.init(&config);
+    shared.metrics.config_loaded(true);
     shared.metrics.seed_from_history(&config, &shared.history).await;
     let listener = tokio::net::TcpListener::bind(listen).await.with_context(|| format!("cannot listen on {listen}"))?;
     let nofile = serve::raise_nofile_limit();
@@ -254,6 +265,7 @@ pub async fn run(
                 match drcheck_config::load(&path) {
                     Ok(new) => {
                         tracing::info!(path = %path.display(), targets = new.targets.len(), "config reloaded");
+                        shared.metrics.config_loaded(true);
                         pending = schedule::pending(&before, &entries(&new), chrono::Utc::now());
                         shared.metrics.forget_removed(&old, &new);
                         shared.metrics.init(&new);
@@ -264,7 +276,12 @@ pub async fn run(
                         *shared.config.write().unwrap() = Arc::new(new);
                     }
                     Err(e) => {
-                        tracing::error!("config reload failed, keeping the running config: {e}");
+                        // One line (a TOML error points at its text over several).
+                        tracing::error!(
+                            reason = %one_line(&e.to_string()),
+                            "config reload failed, keeping the running config"
+                        );
+                        shared.metrics.config_loaded(false);
                         pending = before;
                     }
                 }
