@@ -381,7 +381,11 @@ impl Validator for LargeObjects {
         };
         how.push(format!("{columns} referencing columns resolve"));
         let finding = if !failures.is_empty() {
-            Finding::new(name, Status::Failed, failures.join("; "))
+            Finding::new(
+                name,
+                Status::Failed,
+                format!("{}{}", failures.join("; "), crate::also_could_not("check", &errors)),
+            )
         } else if !errors.is_empty() {
             Finding::new(name, Status::Error, errors.join("; "))
         } else {

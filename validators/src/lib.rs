@@ -167,6 +167,19 @@ impl Said for sqlx::Error {
     }
 }
 
+/// What a failed finding adds of the tables it could not check at all: a failure must not
+/// hide another table's error (a grant or a policy to fix), or it shows only once the
+/// failure is gone.
+pub(crate) fn also_could_not(what: &str, errors: &[String]) -> String {
+    if errors.is_empty() {
+        return String::new();
+    }
+    let shown: Vec<&str> = errors.iter().take(10).map(String::as_str).collect();
+    let more = errors.len().saturating_sub(shown.len());
+    let more = if more > 0 { format!(" and {more} more") } else { String::new() };
+    format!("; and could not {what} {}: {}{more}", errors.len(), shown.join("; "))
+}
+
 /// Measurements named like this say what a finding covered.
 pub const COVERED: &str = "covered_";
 

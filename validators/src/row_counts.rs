@@ -148,10 +148,11 @@ impl Validator for RowCounts {
                 name,
                 Status::Failed,
                 format!(
-                    "{} of {} tables differ ({how}): {}",
+                    "{} of {} tables differ ({how}): {}{}",
                     mismatches.len(),
                     results.len(),
-                    some_of(&mismatches, 20)
+                    some_of(&mismatches, 20),
+                    crate::also_could_not("count", &errors)
                 ),
             )
         } else if !errors.is_empty() {

@@ -370,3 +370,25 @@ fn what_the_backup_raises_or_crashes_is_blamed_on_the_backup() {
     }
     assert!(lab.leftovers().is_empty(), "{:?}", lab.leftovers());
 }
+
+/// Issue 34: a table that fails does not hide another table's error. `accounts` is
+/// tampered (failed) and the primary refuses to show `vault` to drcheck's role (a row
+/// security policy): the finding names both, so the policy is fixed in the same round.
+#[test]
+fn a_failed_table_does_not_hide_another_tables_error() {
+    let lab = Lab::new();
+    let bank = Bank::start(
+        &lab,
+        "create table vault (id int primary key); insert into vault values (1); \
+         alter table vault enable row level security; create policy only_owner on vault using (false);",
+    );
+    let config = lab.config("", &bank.target());
+    lab.put("tampered.sql", bank.tampered("").as_bytes());
+    let (code, run, all) = lab.verify(&config, "tampered.sql");
+    assert_ran(&run, code, 1, &all);
+    let c = validator(&run, "checksums");
+    assert_eq!(c["status"], "failed", "{run}");
+    let detail = c["detail"].as_str().unwrap();
+    assert!(detail.contains("public.accounts") && detail.contains("id=7 differs"), "{detail}");
+    assert!(detail.contains("could not hash 1: public.vault") && detail.contains("only_owner"), "{detail}");
+}

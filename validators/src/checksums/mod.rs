@@ -189,10 +189,11 @@ impl Validator for Checksums {
                 name,
                 Status::Failed,
                 format!(
-                    "{} of {} tables hold rows that differ from the primary's, which did not change them since the copy's point: {}{detail}",
+                    "{} of {} tables hold rows that differ from the primary's, which did not change them since the copy's point: {}{}{detail}",
                     differs.len(),
                     outcomes.len(),
-                    some_of(&differs, 20)
+                    some_of(&differs, 20),
+                    crate::also_could_not("hash", &failed)
                 ),
             )
         } else if !failed.is_empty() {
