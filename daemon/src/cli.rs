@@ -279,6 +279,11 @@ pub enum BackupsCommand {
         /// Where to write it.
         #[arg(long)]
         output: PathBuf,
+        /// Undo its compression and encryption as `verify` does (gzip, zstd, lz4, age,
+        /// OpenPGP, with the target's [target.decrypt] keys): what lands is what
+        /// pg_restore or psql reads.
+        #[arg(long)]
+        decode: bool,
     },
 }
 
@@ -390,8 +395,8 @@ pub async fn run(cli: Cli) -> Result<Exit, CliError> {
         Command::Backups(BackupsCommand::List { target, json }) => {
             commands::backups::list(&config, target.as_deref(), json).await
         }
-        Command::Backups(BackupsCommand::Fetch { target, backup, output }) => {
-            commands::backups::fetch(&config, &target, backup.as_deref(), &output).await
+        Command::Backups(BackupsCommand::Fetch { target, backup, output, decode }) => {
+            commands::backups::fetch(&config, &target, backup.as_deref(), &output, decode).await
         }
         Command::History(args) => commands::history::run(&config, args).await,
         Command::Config(ConfigCommand::Check) => commands::config_check::run(&config),

@@ -397,23 +397,62 @@ impl Purpose {
     }
 }
 
-/// Downloads a single-object backup to `output` with the concurrent fetcher.
+/// Downloads a single-object backup to `output` with the concurrent fetcher; with
+/// `decode`, its compression and encryption undone as a verification undoes them (gpg
+/// contained in a sandbox of its own, every layer bounded by `max_expansion`), so what
+/// lands is what pg_restore or psql reads. Returns the bytes written and the layers
+/// undone, outermost first.
 pub async fn download(
     config: &Config,
     target: &TargetConfig,
     backup: &Backup,
     output: &std::path::Path,
-) -> anyhow::Result<u64> {
-    use drcheck_restore::logical::{Copy, copy_in_blocks};
+    decode: bool,
+) -> anyhow::Result<(u64, Vec<String>)> {
+    use drcheck_restore::logical::{self, Copy, copy_in_blocks};
     let store = open_store(&target.storage, &config.storage[&target.storage]).await;
+    let shown = store.describe();
     let Some(object) = backup.parts.first() else { anyhow::bail!("{} has no object to download", backup.key) };
-    let reader = drcheck_restore::fetch::parallel(store, object, fetch_options(config, target));
-    let mut file = tokio::fs::File::create(output).await?;
-    match copy_in_blocks(reader, &mut file).await {
-        Ok(n) => Ok(n),
-        Err(Copy::Read(e)) => Err(anyhow::anyhow!("downloading {}: {e}", backup.key)),
-        Err(Copy::Write(e)) => Err(anyhow::anyhow!("writing {}: {e}", output.display())),
+    let mut reader = drcheck_restore::fetch::parallel(store, object, fetch_options(config, target));
+    let mut sandbox = None;
+    let mut layers = Vec::new();
+    if decode {
+        let sb = drcheck_restore::Sandbox::create(&sandbox_options(config, format!("{}-decode", new_run_id())))
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        let decryption = std::sync::Mutex::new(None);
+        let ceiling = ((backup.size as f64 * config.sandbox.max_expansion).min(u64::MAX as f64) as u64)
+            .saturating_add(CLUSTER_ALLOWANCE);
+        let peel = logical::Peel { decrypt: &target.decrypt, decryption: &decryption, expansion_ceiling: ceiling };
+        let peeled = async {
+            let head = logical::read_head(&mut reader, &shown).await?;
+            logical::peel(&peel, &sb, head, reader, &shown).await
+        }
+        .await;
+        let (inner, head, undone) = match peeled {
+            Ok(p) => p,
+            Err(e) => {
+                sb.teardown();
+                anyhow::bail!("decoding {}: {e}", backup.key);
+            }
+        };
+        layers = undone.iter().map(|l| l.to_string()).collect();
+        reader = logical::rejoin(head, inner);
+        sandbox = Some(sb);
     }
+    let written = match tokio::fs::File::create(output).await {
+        Ok(mut file) => match copy_in_blocks(reader, &mut file).await {
+            Ok(n) => Ok(n),
+            Err(Copy::Read(e)) => {
+                Err(anyhow::anyhow!("{} {}: {e}", if decode { "decoding" } else { "downloading" }, backup.key))
+            }
+            Err(Copy::Write(e)) => Err(anyhow::anyhow!("writing {}: {e}", output.display())),
+        },
+        Err(e) => Err(anyhow::anyhow!("writing {}: {e}", output.display())),
+    };
+    if let Some(sb) = sandbox {
+        sb.teardown();
+    }
+    Ok((written?, layers))
 }
 
 /// How a target's backups are downloaded.

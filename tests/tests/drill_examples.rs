@@ -88,11 +88,12 @@ fn restore_from_backup_example_drill() {
     assert!(
         step(&j, "writes work through the application's config")["output_tail"].as_str().unwrap().contains("written")
     );
-    // The steady state after the method wrote through the application's config to the
-    // restored database, not the primary; the rollbacks then put the config back.
-    assert_eq!(scene.primary.psql("orders", "select count(*) from orders where total = 0.01"), "1");
+    // The drill wrote only to a temporary table of its own (the application's orders are
+    // untouched), and the rollbacks removed everything it made: the config is back, the
+    // restored cluster stopped and its directory removed — so it runs again.
     assert_eq!(std::fs::read_to_string(&app_conf).unwrap(), original);
-    assert!(!new_data.join("postmaster.pid").exists(), "the rollback stops the restored cluster");
+    assert_eq!(scene.primary.psql("orders", "select count(*) from orders"), "5000");
+    assert!(!new_data.exists(), "the rollback removes the restored cluster");
     let html = std::fs::read_to_string(&report).unwrap();
     assert!(
         html.contains("<svg") && html.contains("RTO budget 15m runs on past the drill") && html.contains("COMPLETED")
@@ -291,7 +292,63 @@ fn the_example_drill_runs_against_the_kept_demo_as_printed() {
     let (code, done) = run("");
     assert_eq!(code, Some(0), "{done}");
     assert!(done.to_lowercase().contains("completed"), "{done}");
-    assert!(!demo_dir.join("restored/data/postmaster.pid").exists(), "the drill's rollback stops its cluster");
+    assert!(!demo_dir.join("restored/data").exists(), "the drill's rollback removes its cluster");
+
+    // Again, twice in a row, on the store's newest backup: a gzip'd dump, then one
+    // gzip'd and age-encrypted (the demo's config given the age identity). Each is
+    // fetched decoded, restored, checked, and cleaned up for the next run.
+    let config = std::fs::read_to_string(demo_dir.join("drcheck.toml")).unwrap();
+    let endpoint = config.lines().find_map(|l| l.strip_prefix("endpoint = ")).unwrap().trim_matches('"').to_string();
+    let sh = |cmd: &str| {
+        let out = Command::new("bash").arg("-c").arg(cmd).output().unwrap();
+        assert!(out.status.success(), "{cmd}: {}", stderr(&out));
+        stdout(&out)
+    };
+    let identity = sh("age-keygen 2>/dev/null");
+    let identity = identity.lines().find(|l| l.starts_with("AGE-SECRET-KEY-")).unwrap().to_string();
+    let recipient = sh(&format!("printf '%s' '{identity}' | age-keygen -y")).trim().to_string();
+    let dump = demo_dir.join("orders.dump").display().to_string();
+    let gzipped = sh(&format!("gzip -c {dump} | base64 -w0"));
+    let encrypted = sh(&format!("gzip -c {dump} | age -r {recipient} | base64 -w0"));
+    let bytes = |b64: &str| {
+        use base64::Engine;
+        base64::engine::general_purpose::STANDARD.decode(b64.trim()).unwrap()
+    };
+    let (gzipped, encrypted) = (bytes(&gzipped), bytes(&encrypted));
+    std::fs::write(demo_dir.join("drcheck.toml"), format!("{config}[target.decrypt]\nage_identity = \"{identity}\"\n"))
+        .unwrap();
+    for (name, bytes, layers) in
+        [("z1.dump.gz", gzipped, "gzip undone"), ("z2.dump.gz.age", encrypted, "age, gzip undone")]
+    {
+        let file = root.path().join(name);
+        std::fs::write(&file, bytes).unwrap();
+        let up = Command::new("aws")
+            .args(["--endpoint-url", &endpoint, "s3", "cp", &file.display().to_string()])
+            .arg(format!("s3://demo-backups/orders/{name}"))
+            .envs([
+                ("AWS_ACCESS_KEY_ID", "demo"),
+                ("AWS_SECRET_ACCESS_KEY", "demo"),
+                ("AWS_DEFAULT_REGION", "us-east-1"),
+            ])
+            .output()
+            .unwrap();
+        assert!(up.status.success(), "{}", stderr(&up));
+        std::thread::sleep(Duration::from_millis(1100));
+        let (code, done) = run("");
+        assert_eq!(code, Some(0), "{name}: {done}");
+        assert!(done.to_lowercase().contains("completed"), "{name}: {done}");
+        let mut journals: Vec<PathBuf> = std::fs::read_dir(root.path())
+            .unwrap()
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "json"))
+            .collect();
+        journals.sort_by_key(|p| std::fs::metadata(p).unwrap().modified().unwrap());
+        let j: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(journals.last().unwrap()).unwrap()).unwrap();
+        let fetched = step(&j, "fetch the latest backup, decompressed and decrypted");
+        assert!(fetched["output_tail"].as_str().unwrap_or_default().contains(layers), "{name}: {fetched:#}");
+        assert!(!demo_dir.join("restored/data").exists(), "{name}: the rollback removes its cluster");
+    }
     let reports = std::fs::read_dir(root.path()).unwrap().filter_map(Result::ok);
     assert!(reports.into_iter().any(|e| e.file_name().to_string_lossy().starts_with("drill-restore-from-backup-")));
 }

@@ -112,6 +112,7 @@ pub async fn fetch(
     target: &str,
     key: Option<&str>,
     output: &std::path::Path,
+    decode: bool,
 ) -> Result<Exit, CliError> {
     let t = super::select_targets(config, Some(target))?[0];
     let started = std::time::Instant::now();
@@ -135,10 +136,12 @@ pub async fn fetch(
             backup.key
         )));
     }
-    let bytes = crate::pipeline::download(config, t, &backup, output).await.map_err(CliError::incomplete)?;
+    let (bytes, layers) =
+        crate::pipeline::download(config, t, &backup, output, decode).await.map_err(CliError::incomplete)?;
     let secs = started.elapsed().as_secs_f64();
+    let undone = if layers.is_empty() { String::new() } else { format!(" ({} undone)", layers.join(", ")) };
     crate::outln!(
-        "{} → {}: {bytes} bytes in {secs:.2}s ({:.1} MiB/s)",
+        "{} → {}: {bytes} bytes{undone} in {secs:.2}s ({:.1} MiB/s)",
         crate::out::shown(&backup.key),
         output.display(),
         bytes as f64 / secs / 1048576.0

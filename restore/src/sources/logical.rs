@@ -99,11 +99,26 @@ pub fn decompress(outer: BackupFormat, head: Vec<u8>, rest: BackupReader) -> Bac
 /// How many layers (compression, encryption) may wrap a backup: more is hostile.
 const MAX_LAYERS: usize = 4;
 
+/// What undoing a backup's layers needs: the keys, where to say which opened it, and the
+/// most each layer may expand to.
+pub struct Peel<'a> {
+    pub decrypt: &'a drcheck_config::DecryptConfig,
+    pub decryption: &'a Mutex<Option<crate::transfer::decrypt::Decryption>>,
+    pub expansion_ceiling: u64,
+}
+
+impl<'a> From<&'a crate::request::RestoreJob<'a>> for Peel<'a> {
+    fn from(job: &'a crate::request::RestoreJob<'a>) -> Self {
+        Peel { decrypt: job.decrypt, decryption: &job.decryption, expansion_ceiling: job.expansion_ceiling }
+    }
+}
+
 /// Undoes every layer around a backup, outermost first — gzip, zstd, lz4, age, OpenPGP,
 /// in any order (`pg_dump | gzip | age`, `pg_dump -Fc | gpg -c`). Returns the inner
-/// stream, its first bytes and the layers, outermost first.
+/// stream, its first bytes and the layers, outermost first. OpenPGP is opened by gpg in
+/// `sandbox`; the decompressors and age run here (memory-safe Rust, bounded).
 pub async fn peel(
-    job: &crate::request::RestoreJob<'_>,
+    job: &Peel<'_>,
     sandbox: &Sandbox,
     mut head: Vec<u8>,
     mut reader: BackupReader,
@@ -122,7 +137,7 @@ pub async fn peel(
             ));
         }
         let inner = if layer.is_encryption() {
-            crate::transfer::decrypt::open(layer, head, reader, job.decrypt, sandbox, &job.decryption).await?
+            crate::transfer::decrypt::open(layer, head, reader, job.decrypt, sandbox, job.decryption).await?
         } else {
             decompress(layer, head, reader)
         };

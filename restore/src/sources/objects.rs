@@ -72,7 +72,7 @@ pub async fn restore(job: &RestoreJob<'_>, mut sandbox: Sandbox, started: Instan
     if outer.is_layer() && !outer.is_encryption() {
         check_declared_size(job, object, &head).await?;
     }
-    let (reader, head, layers) = logical::peel(job, &sandbox, head, reader, &store_name).await?;
+    let (reader, head, layers) = logical::peel(&job.into(), &sandbox, head, reader, &store_name).await?;
     let compressed = !layers.is_empty();
     let suffix = logical::layer_suffix(&layers);
     let reader: BackupReader =

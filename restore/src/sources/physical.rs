@@ -56,7 +56,7 @@ async fn unpack_part(
     );
     let mut reader: BackupReader = Box::pin(counted);
     let head = logical::read_head(&mut reader, &store).await?;
-    let (reader, head, _) = logical::peel(job, sandbox, head, reader, &store).await?;
+    let (reader, head, _) = logical::peel(&job.into(), sandbox, head, reader, &store).await?;
     let reader: BackupReader =
         Box::pin(logical::Bounded::with_room(reader, job.expansion_ceiling, job.max_write_bytes));
     if format::detect(&head) != BackupFormat::Tar {
