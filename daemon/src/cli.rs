@@ -61,8 +61,14 @@ pub enum Command {
         /// The shell to complete for.
         shell: clap_complete::Shell,
     },
-    /// Print drcheck's manual page (roff) to stdout: `drcheck man > /usr/local/share/man/man1/drcheck.1`.
-    Man,
+    /// drcheck's manual: with --dir, a page for drcheck and one for each command
+    /// (drcheck.1, drcheck-verify.1, drcheck-backups-fetch.1, …) written there, e.g.
+    /// `drcheck man --dir /usr/local/share/man/man1`; without, drcheck.1 on stdout.
+    Man {
+        /// Where to write every page.
+        #[arg(long)]
+        dir: Option<PathBuf>,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -355,7 +361,16 @@ pub async fn run(cli: Cli) -> Result<Exit, CliError> {
             crate::out!("{}", String::from_utf8_lossy(&out));
             return Ok(Exit::Passed);
         }
-        Command::Man => {
+        Command::Man { dir: Some(dir) } => {
+            let cmd = <Cli as clap::CommandFactory>::command();
+            clap_mangen::generate_to(cmd, dir).map_err(|e| {
+                CliError::incomplete(anyhow::anyhow!("writing the manual pages into {}: {e}", dir.display()))
+            })?;
+            let pages = std::fs::read_dir(dir).map(|d| d.filter_map(Result::ok).count()).unwrap_or(0);
+            crate::errln!("man: {pages} pages in {}", dir.display());
+            return Ok(Exit::Passed);
+        }
+        Command::Man { dir: None } => {
             let mut out = Vec::new();
             clap_mangen::Man::new(<Cli as clap::CommandFactory>::command())
                 .render(&mut out)
@@ -420,7 +435,7 @@ pub async fn run(cli: Cli) -> Result<Exit, CliError> {
         }
         Command::Drill(cmd) => commands::drill::run(Some(&path), cmd).await,
         Command::Report(args) => commands::report::make(&config, args.make).await,
-        Command::Completions { .. } | Command::Man => unreachable!("answered before the config is loaded"),
+        Command::Completions { .. } | Command::Man { .. } => unreachable!("answered before the config is loaded"),
     }
 }
 

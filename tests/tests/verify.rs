@@ -768,4 +768,29 @@ fn completions_and_the_manual_page_come_from_the_cli() {
     for word in ["verify", "daemon", "DRCHECK_CONFIG"] {
         assert!(man.contains(word), "{word} missing from the manual page");
     }
+    // Issue 34: every page a page names exists (`drcheck-verify(1)` was named, never made).
+    let dir = root.path().join("man1");
+    std::fs::create_dir_all(&dir).unwrap();
+    let (out, _) = drcheck(
+        &["--config", "/nonexistent.toml", "man", "--dir", &dir.display().to_string()],
+        &[],
+        Duration::from_secs(30),
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let pages: Vec<String> =
+        std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    assert!(
+        pages.contains(&"drcheck.1".to_string()) && pages.contains(&"drcheck-backups-fetch.1".to_string()),
+        "{pages:?}"
+    );
+    let mut named = 0;
+    for page in &pages {
+        let text = std::fs::read_to_string(dir.join(page)).unwrap();
+        for line in text.lines().filter(|l| l.starts_with("drcheck\\-") && l.ends_with("(1)")) {
+            let file = format!("{}.1", line.trim_end_matches("(1)").replace("\\-", "-"));
+            assert!(pages.contains(&file), "{page} names {line}, and there is no {file}");
+            named += 1;
+        }
+    }
+    assert!(named > 10, "the pages name their commands' pages: {named}");
 }
