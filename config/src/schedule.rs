@@ -90,7 +90,7 @@ impl Schedule {
         let (weekdays, weekdays_star) = field("day-of-week", rest[4], 0, 7, &WEEKDAYS)?;
         // 7 is Sunday as well as 0.
         let weekdays = (weekdays | (weekdays >> 7)) & 0x7f;
-        Ok(Schedule {
+        let schedule = Schedule {
             text: resolved.trim().to_string(),
             seconds,
             minutes,
@@ -101,7 +101,13 @@ impl Schedule {
             days_star,
             weekdays_star,
             with_seconds: fields.len() == 6,
-        })
+        };
+        // Accepted, it would never fire and nothing would say so (issue 34: `0 0 31 2 *`).
+        let any_leap_cycle = Utc.with_ymd_and_hms(2024, 1, 1, 0, 0, 0).single().ok_or("a clock")?;
+        if schedule.next_after(any_leap_cycle).is_none() {
+            return Err(format!("{s:?} never fires: it names no day that exists (such as 31 February or 30 February)"));
+        }
+        Ok(schedule)
     }
 
     /// Whether a day matches (day of month, month, weekday; crontab's either-day rule).
@@ -378,5 +384,16 @@ mod tests {
         let s = Schedule::parse("orders", "H 3 * * THU").unwrap();
         assert!(s.text.ends_with(" 3 * * THU") && !s.text.starts_with('H'), "{}", s.text);
         assert_eq!(s, Schedule::parse("orders", "H 3 * * THU").unwrap(), "stable");
+    }
+
+    #[test]
+    fn a_schedule_that_never_fires_is_refused() {
+        for never in ["0 0 31 2 *", "0 0 30 2 *", "0 0 31 4,6,9,11 *"] {
+            let e = Schedule::parse("t", never).unwrap_err();
+            assert!(e.contains("never fires"), "{never}: {e}");
+        }
+        // 29 February fires, once in four years; the 31st fires where months have one.
+        assert!(Schedule::parse("t", "0 0 29 2 *").is_ok());
+        assert!(Schedule::parse("t", "0 0 31 2,3 *").is_ok());
     }
 }
