@@ -1021,6 +1021,17 @@ async fn steps(
     };
     run.report.rpo.data_lag_seconds = lag_of("point_in_time").or_else(|| lag_of("freshness"));
     run.report.primary_queries = validated.primary_queries;
+    if target.comparisons == Comparisons::BestEffort && validated.primary_unavailable.is_none() {
+        // A missing grant on the primary is comparisons that cannot run, like a wrong
+        // password: best-effort makes those checks skipped and the verdict degraded.
+        let denied = refused_by_the_primary(&mut run.report.validators);
+        if !denied.is_empty() && !run.report.validator_failed() {
+            run.report.degraded = Some(format!(
+                "comparisons the primary refused to drcheck's role skipped (best-effort): {}",
+                denied.join(", ")
+            ));
+        }
+    }
     if let Some(why) = &validated.primary_unavailable {
         match target.comparisons {
             // The copy failed its own checks: the backup is bad whatever the primary
@@ -1067,6 +1078,18 @@ async fn steps(
     }
     sandbox.teardown();
     Ok(())
+}
+
+/// The checks that erred because the primary refused drcheck's role (SQLSTATE 42501,
+/// a missing grant), made `skipped` saying so; their names.
+fn refused_by_the_primary(validators: &mut [ValidatorReport]) -> Vec<String> {
+    let mut names = Vec::new();
+    for v in validators.iter_mut().filter(|v| v.status == "error" && v.detail.contains("(SQLSTATE 42501)")) {
+        v.status = "skipped".into();
+        v.detail = format!("skipped (comparisons = \"best-effort\"): the primary refused drcheck's role: {}", v.detail);
+        names.push(v.name.clone());
+    }
+    names
 }
 
 /// The backup a run verifies from a tool's catalog (oldest first): never one the tool

@@ -393,6 +393,21 @@ fn a_wrong_bucket_and_a_missing_grant_say_what_to_fix() {
     // PostgreSQL's words with their SQLSTATE — never the line of its C source sqlx appends.
     assert!(errors.iter().any(|d| d.contains("(SQLSTATE 42501)")), "{errors:#?}");
     assert!(errors.iter().all(|d| !d.contains(" at line ")), "{errors:#?}");
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+
+    // Issue 34: with comparisons = "best-effort" a missing grant is what it documents —
+    // the comparisons skipped, the verdict degraded — not exit 3.
+    let mut spec = scene.spec();
+    spec.extra_target.push_str("comparisons = \"best-effort\"\n");
+    let best = scene.config(&spec);
+    let (out, _) = drcheck(&["--config", &cfg(&best), "verify", "--json"], &scene.env(), LIMIT);
+    assert_eq!(out.status.code(), Some(0), "{}\n{}", stdout(&out), stderr(&out));
+    let run = only_run(&out);
+    assert_eq!(run["result"], "passed", "{run}");
+    assert!(run["degraded"].as_str().unwrap_or_default().contains("refused to drcheck's role"), "{run}");
+    let skipped = run["validators"].as_array().unwrap().iter().filter(|v| v["status"] == "skipped").count();
+    assert!(skipped >= errors.len(), "{run}");
+    assert!(run["validators"].as_array().unwrap().iter().all(|v| v["status"] != "error"), "{run}");
 }
 
 /// Issue 26: a one-shot run whose store keeps failing opens the circuit for the targets
