@@ -454,12 +454,13 @@ fn init_logging(verbose: u8, daemon: bool) {
     // (start-up, each run's start and verdict, reloads, shutdown) — its own lines, not
     // its libraries'.
     let default = match verbose {
-        // aws-config warns once per credential provider it tries (IMDS, …): the run's
+        // aws-config warns once per credential provider it tries (IMDS, …) and aws-runtime
+        // of a missing AWS_CONFIG_FILE, at every client: the run's
         // error says what to set; -v shows the providers.
         0 if daemon => {
-            "warn,drcheck=info,drcheck_restore=info,drcheck_validators=info,sqlx::query=error,aws_config=error"
+            "warn,drcheck=info,drcheck_restore=info,drcheck_validators=info,sqlx::query=error,aws_config=error,aws_runtime=error"
         }
-        0 => "warn,sqlx::query=error,aws_config=error",
+        0 => "warn,sqlx::query=error,aws_config=error,aws_runtime=error",
         1 => "info,sqlx::query=error",
         _ => "debug",
     };

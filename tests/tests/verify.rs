@@ -690,19 +690,34 @@ fn missing_aws_credentials_say_what_to_set() {
     let c = cfg(&scene.config(&scene.spec()));
     let home = scene.root.path().join("home");
     std::fs::create_dir_all(&home).unwrap();
-    let mut cmd = std::process::Command::new(drcheck_e2e::drcheck_bin());
-    cmd.args(["--config", &c, "backups", "list"])
-        .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .env("HOME", &home)
-        .env("AWS_DEFAULT_REGION", "us-east-1")
-        .env("ORDERS_PW", &scene.password);
-    let (out, took) = drcheck_e2e::run_with_timeout(cmd, LIMIT);
+    let bare = || {
+        let mut cmd = std::process::Command::new(drcheck_e2e::drcheck_bin());
+        cmd.args(["--config", &c, "backups", "list"])
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("HOME", &home)
+            .env("AWS_DEFAULT_REGION", "us-east-1")
+            .env("ORDERS_PW", &scene.password);
+        cmd
+    };
+    let (out, took) = drcheck_e2e::run_with_timeout(bare(), LIMIT);
     let err = stderr(&out);
     assert_eq!(out.status.code(), Some(3), "{err}");
     assert!(err.contains("no AWS credentials") && err.contains("AWS_ACCESS_KEY_ID"), "{err}");
     assert!(!err.contains("ProviderError(") && !err.contains("DispatchFailure(") && !err.contains(" { "), "{err}");
     assert!(!err.contains("WARN"), "{err}");
+    assert!(took < Duration::from_secs(20), "not retried: {took:?}");
+
+    // Issue 34: an AWS_CONFIG_FILE that does not exist (the SDK warned of it at every
+    // client, dozens of lines before the one that says what to set) and no instance
+    // metadata: one line, naming the file, not retried for the storage's retry window.
+    let mut cmd = bare();
+    cmd.env("AWS_CONFIG_FILE", home.join("no-such-config")).env("AWS_EC2_METADATA_DISABLED", "true");
+    let (out, took) = drcheck_e2e::run_with_timeout(cmd, LIMIT);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(3), "{err}");
+    assert!(err.contains("no AWS credentials") && err.contains("no-such-config does not exist"), "{err}");
+    assert!(!err.contains("WARN") && err.trim().lines().count() == 1, "{err}");
     assert!(took < Duration::from_secs(20), "not retried: {took:?}");
 }
 

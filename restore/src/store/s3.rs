@@ -115,11 +115,12 @@ impl S3Store {
         let (message, unreachable) = match &e {
             SdkError::TimeoutError(_) => (format!("{what}: timed out"), true),
             // Asking again cannot find credentials that are not configured.
-            SdkError::DispatchFailure(_) if chain(&e).contains("loading credentials") => (
+            SdkError::DispatchFailure(_) if no_credentials(&chain(&e)) => (
                 format!(
                     "{what}: no AWS credentials for this store: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY \
-                     (or AWS_PROFILE, or a web-identity/instance role) in drcheck's environment ({})",
-                    chain(&e)
+                     (or AWS_PROFILE, or a web-identity/instance role) in drcheck's environment{} ({})",
+                    missing_aws_files(),
+                    one_line(&chain(&e))
                 ),
                 false,
             ),
@@ -174,6 +175,30 @@ fn service_hint(code: &str, status: u16) -> Option<&'static str> {
         }
         _ => return None,
     })
+}
+
+/// Whether the SDK could not find credentials (asking again cannot help).
+fn no_credentials(chain: &str) -> bool {
+    chain.contains("loading credentials")
+        || chain.contains("no credentials found")
+        || chain.contains("credential provider")
+}
+
+/// The AWS files the environment names that do not exist (the SDK only warns of them).
+fn missing_aws_files() -> String {
+    let missing: Vec<String> = ["AWS_CONFIG_FILE", "AWS_SHARED_CREDENTIALS_FILE"]
+        .iter()
+        .filter_map(|k| {
+            let v = std::env::var_os(k)?;
+            (!std::path::Path::new(&v).exists()).then(|| format!("{k}={} does not exist", v.to_string_lossy()))
+        })
+        .collect();
+    if missing.is_empty() { String::new() } else { format!("; {}", missing.join(", ")) }
+}
+
+/// A message of several lines (the SDK lists each provider it tried) as one.
+fn one_line(text: &str) -> String {
+    text.lines().map(str::trim).filter(|l| !l.is_empty()).collect::<Vec<_>>().join("; ")
 }
 
 /// An error and its causes as people read them: each distinct `Display` message once,
