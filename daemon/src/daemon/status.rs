@@ -57,13 +57,13 @@ fn page(title: &str, body: &str) -> String {
 }
 
 const CSS: &str = "body{font-family:system-ui,sans-serif;margin:1rem;color:#111;background:#fff}\
-table{border-collapse:collapse;width:100%}th,td{border-bottom:1px solid #ccc;padding:.4rem;text-align:left;vertical-align:top}\
+table{border-collapse:collapse;width:100%}th,td{border-bottom:1px solid #ccc;padding:.4rem;text-align:left;vertical-align:top;overflow-wrap:anywhere}\
 .verdict{font-weight:700;padding:.1rem .4rem;border-radius:.2rem}.passed{background:#cfc}.failed,.error{background:#fcc}\
 .aborted{background:#fec}.never{background:#eee}.bar{position:relative;background:#eee;height:.8rem;width:10rem;max-width:40vw}\
 .bar span{position:absolute;left:0;top:0;bottom:0;background:#555}.bar.over span{background:#c00}\
 .bar i{position:absolute;top:-.15rem;bottom:-.15rem;width:2px;background:#000}.why{font-size:.85rem;color:#333;max-width:30rem}\
 @media (max-width:40rem){thead{display:none}tr{display:block;border-bottom:2px solid #999;padding:.4rem 0}\
-td{display:block;border:0;padding:.15rem 0}td[data-label]::before{content:attr(data-label) \": \";font-weight:600}}";
+td{display:block;border:0;padding:.15rem 0;max-width:none}td[data-label]::before{content:attr(data-label) \": \";font-weight:600}}";
 
 /// A bar of `measured` against `target` (the mark at the target; red past it).
 fn bar(measured: Option<f64>, target: f64) -> String {

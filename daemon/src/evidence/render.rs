@@ -313,9 +313,13 @@ pub fn rto_chart(t: &TargetEvidence, window_from: &str, window_to: &str) -> Stri
     let from = epoch(window_from).unwrap_or(0.0);
     let to = epoch(window_to).unwrap_or(from + 1.0).max(from + 1.0);
     let target = t.rto_target_seconds.unwrap_or(0.0);
-    let most = t.runs.iter().filter_map(|r| r.rto_measured_seconds).fold(target, f64::max).max(1.0) * 1.1;
+    let longest = t.runs.iter().filter_map(|r| r.rto_measured_seconds).fold(0.0, f64::max);
+    // Runs of a few seconds against a target of half an hour would lie on the axis: the
+    // scale is then the runs' own and the target is said above the chart.
+    let target_above = target > 0.0 && longest > 0.0 && longest * 4.0 < target;
+    let most = if target_above { longest } else { longest.max(target) }.max(1.0) * 1.1;
     let x = |at: f64| left + (at - from) / (to - from) * (w - left - right);
-    let y = |s: f64| top + (1.0 - s / most) * (hgt - top - bottom);
+    let y = |s: f64| (top + (1.0 - s / most) * (hgt - top - bottom)).min(hgt - bottom - 4.0);
     let mut s = String::new();
     let _ = writeln!(
         s,
@@ -347,7 +351,15 @@ pub fn rto_chart(t: &TargetEvidence, window_from: &str, window_to: &str) -> Stri
         hgt - 8.0,
         esc(window_to.get(..10).unwrap_or(window_to))
     );
-    if target > 0.0 {
+    if target_above {
+        let _ = writeln!(
+            s,
+            "<text class=\"rto-target above\" x=\"{}\" y=\"{}\" font-size=\"10\" text-anchor=\"end\">RTO target {} (above this scale: every run well within it)</text>",
+            w - right - 2.0,
+            top + 8.0,
+            esc(&human(target))
+        );
+    } else if target > 0.0 {
         let _ = writeln!(
             s,
             "<line class=\"rto-target\" x1=\"{left}\" y1=\"{ty:.1}\" x2=\"{}\" y2=\"{ty:.1}\" stroke=\"#000\" stroke-dasharray=\"6 4\"/><text x=\"{}\" y=\"{:.1}\" font-size=\"10\" text-anchor=\"end\">RTO target {}</text>",
@@ -619,4 +631,39 @@ fn junit_tail(e: &Evidence) -> String {
     }
     let _ = writeln!(j, "</testsuites>");
     j
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(at: &str, rto: f64) -> crate::evidence::RunEvidence {
+        serde_json::from_value(serde_json::json!({
+            "run_id": at, "started_at": at, "finished_at": at, "result": "passed",
+            "backup_key": null, "backup_created_at": null, "rto_target_seconds": 1800.0,
+            "rto_measured_seconds": rto, "rto_met": true, "rpo_target_seconds": 86400.0,
+            "rpo_age_seconds": null, "rpo_met": null, "validators": [], "reasons": []
+        }))
+        .unwrap()
+    }
+
+    /// Issue 34: runs of a few seconds against a 30-minute RTO were drawn on the axis.
+    #[test]
+    fn short_runs_stand_clear_of_the_axis_under_a_long_rto() {
+        let runs = vec![run("2026-12-01T03:00:00Z", 5.0), run("2026-12-02T03:00:00Z", 8.0)];
+        let (from, to) = ("2026-12-01T00:00:00Z", "2026-12-03T00:00:00Z");
+        let t = crate::evidence::target_evidence(
+            "orders",
+            runs,
+            crate::evidence::epoch(from).unwrap(),
+            crate::evidence::epoch(to).unwrap(),
+        );
+        let svg = rto_chart(&t, from, to);
+        assert!(svg.contains("RTO target 30.0 min (above this scale"), "{svg}");
+        let ys: Vec<f64> =
+            svg.match_indices("cy=\"").map(|(i, _)| svg[i + 4..].split('"').next().unwrap().parse().unwrap()).collect();
+        assert_eq!(ys.len(), 2, "{svg}");
+        // The plot runs from y 14 to 172: the 8 s run near the top, the 5 s one clear of the axis.
+        assert!(ys[1] < 40.0 && ys[0] < 110.0, "{ys:?}");
+    }
 }
