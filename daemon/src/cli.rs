@@ -35,6 +35,14 @@ pub enum Command {
     Backups(BackupsCommand),
     /// Show past runs from the history store.
     History(HistoryArgs),
+    /// Each target's last verdict, RTO and RPO against their targets, proven backups,
+    /// next run and last failure — the status page's table, from the history store.
+    /// Exits 0 when every target passed, 1 when one failed, 3 otherwise.
+    Status {
+        /// Print JSON (`{"targets": [...]}`) instead of the table.
+        #[arg(long)]
+        json: bool,
+    },
     /// Work with the config file.
     #[command(subcommand)]
     Config(ConfigCommand),
@@ -414,6 +422,7 @@ pub async fn run(cli: Cli) -> Result<Exit, CliError> {
             commands::backups::fetch(&config, &target, backup.as_deref(), &output, decode).await
         }
         Command::History(args) => commands::history::run(&config, args).await,
+        Command::Status { json } => commands::status::run(&config, json).await,
         Command::Config(ConfigCommand::Check) => commands::config_check::run(&config),
         Command::Alerts(cmd) => commands::alerts::run(&config, cmd).await,
         Command::Lease(cmd) => commands::lease::run(&config, cmd).await,

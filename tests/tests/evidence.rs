@@ -357,6 +357,19 @@ fn the_status_page_renders_each_targets_verdict_in_chromium_and_asks_for_the_tok
     assert_eq!(verify(&config, "orders", &scene), Some(0));
     assert_eq!(verify(&config, "ledger", &scene), Some(1));
     assert_eq!(verify(&config, "archive", &scene), Some(0));
+    // Issue 34: the same table in the terminal, from the history store (no daemon).
+    let c = config.display().to_string();
+    let (out, _) = drcheck_e2e::drcheck(&["--config", &c, "status"], &scene.env(), Duration::from_secs(60));
+    let table = drcheck_e2e::stdout(&out);
+    assert_eq!(out.status.code(), Some(1), "a target failed: {table}{}", drcheck_e2e::stderr(&out));
+    assert!(table.starts_with("2 of 3 targets passed"), "{table}");
+    let ledger = table.lines().position(|l| l.starts_with("ledger ")).expect("a ledger row");
+    assert!(table.lines().nth(ledger).unwrap().contains(" failed "), "{table}");
+    let why = table.lines().nth(ledger + 1).unwrap();
+    assert!(why.starts_with("    last failure: ") && why.contains("end of file"), "{table}");
+    let (out, _) = drcheck_e2e::drcheck(&["--config", &c, "status", "--json"], &scene.env(), Duration::from_secs(60));
+    let j: serde_json::Value = serde_json::from_str(&drcheck_e2e::stdout(&out)).unwrap();
+    assert_eq!(j["targets"].as_array().unwrap().len(), 3, "{j}");
     let mut d = Daemon::start(&config, port, &scene.env());
     let profile = scene.root.path().join("chromium");
     let dom = chromium_dom(&format!("http://127.0.0.1:{port}/"), &profile);

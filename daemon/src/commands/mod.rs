@@ -10,6 +10,7 @@ pub mod heartbeat;
 pub mod history;
 pub mod lease;
 pub mod report;
+pub mod status;
 pub mod verify;
 
 use crate::exit::CliError;

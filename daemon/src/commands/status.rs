@@ -1,0 +1,193 @@
+//! `drcheck status`: the status page's table in the terminal — each target's last
+//! verdict, how long ago, the RTO measured against its target, the recoverable point's
+//! age against the RPO, how much of the retention is proven, the next scheduled run and
+//! the last failure's reason — read from the history store, no daemon needed.
+//!
+//! Exit: 0 when every target's last verdict passed, 1 when one failed, 3 otherwise (an
+//! error, an aborted run, a target never verified).
+
+use crate::evidence::RunEvidence;
+use crate::evidence::render::human;
+use crate::exit::{CliError, Exit};
+use crate::history::History;
+use crate::report::RunReport;
+use drcheck_config::Config;
+use std::collections::HashMap;
+
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Row {
+    pub target: String,
+    pub verdict: String,
+    pub started_at: Option<String>,
+    pub rto_measured_seconds: Option<f64>,
+    pub rto_target_seconds: f64,
+    pub point_age_seconds: Option<f64>,
+    pub rpo_target_seconds: f64,
+    pub proven: Option<String>,
+    pub next_run: Option<String>,
+    pub last_failure: Option<String>,
+}
+
+pub async fn run(config: &Config, json: bool) -> Result<Exit, CliError> {
+    let history = History::open(&config.state.url).await.map_err(CliError::incomplete)?;
+    let latest = history.latest_per_target().await.map_err(CliError::incomplete)?;
+    let failures = history.last_failure_per_target().await.map_err(CliError::incomplete)?;
+    history.close().await;
+    let rows = rows(config, &latest, &failures, chrono::Utc::now());
+    if json {
+        let out = serde_json::json!({ "targets": rows });
+        crate::outln!("{}", serde_json::to_string_pretty(&out).map_err(CliError::incomplete)?);
+    } else {
+        crate::out!("{}", render(&rows, std::time::SystemTime::now()));
+    }
+    Ok(exit_of(&rows))
+}
+
+fn exit_of(rows: &[Row]) -> Exit {
+    if rows.iter().any(|r| r.verdict == "failed") {
+        Exit::Failed
+    } else if rows.iter().all(|r| r.verdict == "passed") {
+        Exit::Passed
+    } else {
+        Exit::Incomplete
+    }
+}
+
+pub fn rows(
+    config: &Config,
+    latest: &HashMap<String, RunReport>,
+    failures: &HashMap<String, RunReport>,
+    now: chrono::DateTime<chrono::Utc>,
+) -> Vec<Row> {
+    config
+        .targets
+        .iter()
+        .map(|t| {
+            let run = latest.get(&t.name);
+            Row {
+                target: t.name.clone(),
+                verdict: run.map(|r| r.result.as_str().to_string()).unwrap_or_else(|| "never".into()),
+                started_at: run.map(|r| r.started_at.clone()),
+                rto_measured_seconds: run.and_then(|r| r.rto.measured_seconds),
+                rto_target_seconds: t.rto.as_secs_f64(),
+                point_age_seconds: run.and_then(|r| r.rpo.recoverable_point_age_seconds.or(r.rpo.backup_age_seconds)),
+                rpo_target_seconds: t.rpo.as_secs_f64(),
+                proven: run.and_then(|r| r.coverage.as_ref()).map(|c| format!("{} of {}", c.proven, c.restorable)),
+                next_run: t
+                    .schedule
+                    .as_ref()
+                    .and_then(|s| s.next_after(now))
+                    .map(|n| n.format("%Y-%m-%d %H:%M UTC").to_string()),
+                last_failure: failures
+                    .get(&t.name)
+                    .map(|r| format!("{} ({})", RunEvidence::from_report(r).reasons.join(" | "), r.started_at)),
+            }
+        })
+        .collect()
+}
+
+/// `measured / target`, marked `!` past the target.
+fn against(measured: Option<f64>, target: f64) -> String {
+    match measured {
+        Some(m) => format!("{}{} / {}", if m > target { "!" } else { "" }, human(m), human(target)),
+        None => format!("— / {}", human(target)),
+    }
+}
+
+fn ago(at: &str, now: std::time::SystemTime) -> String {
+    match humantime::parse_rfc3339_weak(at) {
+        Ok(t) => format!("{} ago", human(now.duration_since(t).unwrap_or_default().as_secs_f64())),
+        Err(_) => at.to_string(),
+    }
+}
+
+/// The table, a line per target; the last failure's reason under its target, cut to
+/// one line of 160 characters (the terminal's width is not assumed).
+pub fn render(rows: &[Row], now: std::time::SystemTime) -> String {
+    if rows.is_empty() {
+        return "no targets in the config\n".into();
+    }
+    let passed = rows.iter().filter(|r| r.verdict == "passed").count();
+    let mut out = format!("{passed} of {} targets passed their last verification\n", rows.len());
+    let cells: Vec<[String; 7]> = rows
+        .iter()
+        .map(|r| {
+            [
+                crate::out::shown(&r.target),
+                r.verdict.clone(),
+                r.started_at.as_deref().map(|s| ago(s, now)).unwrap_or_else(|| "never run".into()),
+                against(r.rto_measured_seconds, r.rto_target_seconds),
+                against(r.point_age_seconds, r.rpo_target_seconds),
+                r.proven.clone().unwrap_or_else(|| "—".into()),
+                r.next_run.clone().unwrap_or_else(|| "on demand".into()),
+            ]
+        })
+        .collect();
+    let header = ["TARGET", "VERDICT", "WHEN", "RTO MEASURED / TARGET", "POINT AGE / RPO", "PROVEN", "NEXT RUN"];
+    let widths: Vec<usize> = (0..header.len())
+        .map(|i| cells.iter().map(|c| c[i].chars().count()).chain([header[i].len()]).max().unwrap_or(0))
+        .collect();
+    let line = |cols: &[String]| {
+        let mut l = String::new();
+        for (i, c) in cols.iter().enumerate() {
+            let pad = widths[i].saturating_sub(c.chars().count());
+            l.push_str(c);
+            if i + 1 < cols.len() {
+                l.push_str(&" ".repeat(pad + 2));
+            }
+        }
+        l.trim_end().to_string() + "\n"
+    };
+    out.push_str(&line(&header.map(String::from)));
+    for (r, c) in rows.iter().zip(&cells) {
+        out.push_str(&line(c));
+        if let Some(why) = &r.last_failure {
+            let one: String = why.split_whitespace().collect::<Vec<_>>().join(" ");
+            let cut: String = one.chars().take(160).collect();
+            let more = if cut.len() < one.len() { "…" } else { "" };
+            out.push_str(&format!("    last failure: {}{more}\n", crate::out::shown(&cut)));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(target: &str, verdict: &str) -> Row {
+        Row {
+            target: target.into(),
+            verdict: verdict.into(),
+            started_at: Some("2026-12-01T03:00:00.000Z".into()),
+            rto_measured_seconds: Some(5.0),
+            rto_target_seconds: 1800.0,
+            point_age_seconds: Some(7200.0),
+            rpo_target_seconds: 93600.0,
+            proven: Some("2 of 3".into()),
+            next_run: Some("2026-12-02 03:00 UTC".into()),
+            last_failure: None,
+        }
+    }
+
+    #[test]
+    fn the_table_lines_up_and_says_each_failure_under_its_target() {
+        let mut failed = row("ledger", "failed");
+        failed.rto_measured_seconds = Some(2400.0);
+        failed.last_failure = Some("[restore] pg_restore failed:\n end of file (2026-12-01T03:00:00Z)".into());
+        let rows = vec![row("orders", "passed"), failed];
+        let now = humantime::parse_rfc3339("2026-12-01T04:00:00Z").unwrap();
+        let text = render(&rows, now);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines[0], "1 of 2 targets passed their last verification");
+        assert!(lines[1].starts_with("TARGET  VERDICT  WHEN"), "{text}");
+        let col = lines[1].find("RTO MEASURED").unwrap();
+        assert_eq!(lines[2].find("5.0 s / 30.0 min"), Some(col), "{text}");
+        assert!(lines[3].contains("!40.0 min / 30.0 min") && lines[3].contains("60.0 min ago"), "{text}");
+        assert_eq!(lines[4], "    last failure: [restore] pg_restore failed: end of file (2026-12-01T03:00:00Z)");
+        assert_eq!(exit_of(&rows), Exit::Failed);
+        assert_eq!(exit_of(&rows[..1]), Exit::Passed);
+        let never = Row { verdict: "never".into(), ..row("new", "never") };
+        assert_eq!(exit_of(&[rows[0].clone(), never]), Exit::Incomplete);
+    }
+}
