@@ -1326,18 +1326,34 @@ async fn draw_point(
         None => oldest,
     };
     if reach.at <= start {
-        return Err(Stop::incomplete(
-            "select",
-            format!(
-                "the WAL archive of {described} replays to {} (its last transaction, in {}), not past {} ({}): no point in time to draw",
-                timestamp(reach.at),
-                reach.segment,
-                timestamp(start),
-                if start == oldest { "the oldest restorable backup's stop" } else { "the window's start" }
+        let why = format!(
+            "the WAL archive of {described} replays to {} (its last transaction, in {}), not past {} ({}): no point in time to draw",
+            timestamp(reach.at),
+            reach.segment,
+            timestamp(start),
+            if start == oldest { "the oldest restorable backup's stop" } else { "the window's start" }
+        );
+        // Judged as `latest` judges it: an archive whose newest commit is older than the
+        // RPO has stalled (the backup's failure, exit 1); younger, the database may just
+        // have been idle since (nothing to prove, exit 3).
+        return Err(match archive_stalled(reach.at, target.rpo, SystemTime::now()) {
+            Some(age) => Stop::failed(
+                "select",
+                format!(
+                    "{why}; its newest commit is {} old, over the RPO of {}: the archive has stalled",
+                    drcheck_config::format_duration(age),
+                    drcheck_config::format_duration(target.rpo)
+                ),
             ),
-        ));
+            None => Stop::incomplete("select", why),
+        });
     }
     Ok((draw_between(start, reach.at, uuid::Uuid::new_v4().as_u128()), reach.at))
+}
+
+/// How old the archive's newest commit is, when that is over the RPO (a stalled archive).
+fn archive_stalled(newest_commit: SystemTime, rpo: Duration, now: SystemTime) -> Option<Duration> {
+    now.duration_since(newest_commit).ok().filter(|age| *age > rpo)
 }
 
 /// A backup's recorded stop bounds its real stop from above only to the second: S3
@@ -1593,6 +1609,17 @@ mod tool_check_tests {
     }
 
     /// Issue 34: a 15–20 minute RTO gave a CronJob ~7 h (every validator's timeout added up).
+    /// Issue 34: an archive ending before the oldest backup was exit 3 for `random` and
+    /// exit 1 (RPO missed) for `latest`: both judge its newest commit against the RPO.
+    #[test]
+    fn an_archive_older_than_the_rpo_has_stalled() {
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+        let day = Duration::from_secs(86_400);
+        assert_eq!(archive_stalled(now - day * 2, day, now), Some(day * 2));
+        assert_eq!(archive_stalled(now - day / 2, day, now), None, "idle since, within the RPO");
+        assert_eq!(archive_stalled(now + day, day, now), None, "a clock ahead is not stalled");
+    }
+
     #[test]
     fn the_run_budget_is_the_restore_deadline_and_the_validate_phase() {
         let c = config("rto = \"15m\"\n").unwrap();
