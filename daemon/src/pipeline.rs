@@ -802,6 +802,17 @@ async fn steps(
         }
         None => {
             let (backup, restorable) = select(store.as_ref(), target, backup_key, proven.as_ref()).await?;
+            // Base backups with an archive (`wal_prefix`): the window starts at the oldest
+            // one's end (its last part's upload bounds it), as a tool's catalog says.
+            if target.wal_prefix.is_some() {
+                run.report.rpo.recovery_window_start = restorable
+                    .iter()
+                    .flatten()
+                    .filter(|b| b.is_physical())
+                    .map(|b| b.last_modified)
+                    .min()
+                    .map(timestamp);
+            }
             (backup, None, restorable)
         }
     };

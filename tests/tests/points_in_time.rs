@@ -244,6 +244,11 @@ fn points_in_time_are_proven_by_the_heartbeat_and_failures_say_where_replay_stop
     };
     // The fixed point is seconds before the archive's end (backup 3 and writes after it).
     archive_ends(&run, 3.0);
+    // Issue 34: the window starts at the oldest base backup's end, as with a tool's catalog.
+    let start = at(run["rpo"]["recovery_window_start"].as_str().unwrap_or_else(|| panic!("no window start: {run}")));
+    // (An object's time is its upload's, in whole seconds.)
+    let second = std::time::Duration::from_secs(1);
+    assert!(start + second >= w.uploads[0].0 && start <= w.uploads[0].1, "{run}");
 
     // The same point with the WAL file it lies in lost: failed (the backup's), naming
     // the file, target not reached.
