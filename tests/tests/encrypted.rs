@@ -331,7 +331,19 @@ fn missing_wrong_keys_and_altered_bytes_get_the_verdict_they_deserve() {
         b[mid] ^= 0x01;
         std::fs::write(dir.join(format!("flipped-{f}")), b).unwrap();
     }
-    for f in ["a.dump.age", "a.dump.gpg", "s.dump.gpg", "flipped-a.dump.age", "flipped-a.dump.gpg"] {
+    // Issue 34: signed, not encrypted — binary (it read as "not a PostgreSQL backup") and
+    // armoured (it asked for a passphrase that was set).
+    ops.gpg(&format!("--passphrase '{GPG_PASS}' -s -o {} {raw}", p("signed.dump.gpg")));
+    ops.gpg(&format!("--passphrase '{GPG_PASS}' -a -s -o {} {raw}", p("signed.dump.asc")));
+    for f in [
+        "a.dump.age",
+        "a.dump.gpg",
+        "s.dump.gpg",
+        "flipped-a.dump.age",
+        "flipped-a.dump.gpg",
+        "signed.dump.gpg",
+        "signed.dump.asc",
+    ] {
         scene.s3.upload(&dir.join(f), &scene.bucket, &format!("orders/{f}"));
     }
     let bare = scene.config(&scene.spec());
@@ -369,6 +381,15 @@ fn missing_wrong_keys_and_altered_bytes_get_the_verdict_they_deserve() {
     assert_eq!((code, run["result"].as_str()), (1, Some("failed")), "{run}\n{all}");
     assert!(msg.contains("decrypt.gpg_passphrase") && msg.contains("does not open"), "{msg}");
     outputs += &all;
+
+    // Signed only: said so, with what to do (drcheck's limit: exit 3), keys or not.
+    for f in ["signed.dump.gpg", "signed.dump.asc"] {
+        let (code, run, all) = verify(&scene, &with_keys, &format!("orders/{f}"), &right);
+        let msg = run["error"]["message"].as_str().unwrap_or_default().to_string();
+        assert_eq!(code, 3, "{f}: {run}\n{all}");
+        assert!(msg.contains("signed, not encrypted") && msg.contains("--detach-sign"), "{f}: {msg}");
+        outputs += &all;
+    }
 
     // One flipped byte: the backup's fault.
     for f in ["flipped-a.dump.age", "flipped-a.dump.gpg"] {

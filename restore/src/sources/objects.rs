@@ -83,6 +83,10 @@ pub async fn restore(job: &RestoreJob<'_>, mut sandbox: Sandbox, started: Instan
         BackupFormat::Tar if format::first_tar_member(&head).as_deref() == Some("toc.dat") => Kind::DumpTar,
         BackupFormat::Tar => Kind::TarArchive,
         BackupFormat::PlainSql => Kind::Plain,
+        _ if crate::transfer::decrypt::is_openpgp_signed_only(&head) => {
+            (job.on_format)("openpgp-signed");
+            return Err(RestoreError::unsupported(Stage::Fetch, crate::transfer::decrypt::SIGNED_ONLY));
+        }
         other => {
             let what = if compressed { format!("{other}{suffix}") } else { other.to_string() };
             (job.on_format)(&what);

@@ -68,6 +68,41 @@ pub fn is_openpgp(head: &[u8]) -> bool {
     trim_ascii_start(head).starts_with(b"-----BEGIN PGP MESSAGE-----") || session_keys(head).is_some()
 }
 
+/// Whether `head` is an OpenPGP message that is signed but not encrypted (`gpg -s`,
+/// `gpg --clearsign`): its first packet a one-pass signature, a signature, compressed or
+/// literal data — no session key. Binary or armoured.
+pub fn is_openpgp_signed_only(head: &[u8]) -> bool {
+    let t = trim_ascii_start(head);
+    if t.starts_with(b"-----BEGIN PGP SIGNED MESSAGE-----") {
+        return true;
+    }
+    let binary = if t.starts_with(b"-----BEGIN PGP MESSAGE-----") { dearmor_openpgp(head) } else { head.to_vec() };
+    let Some(&first) = binary.first() else { return false };
+    if first & 0x80 == 0 || session_keys(&binary).is_some() {
+        return false;
+    }
+    let (tag, header) = if first & 0x40 != 0 {
+        (first & 0x3f, if binary.get(1).is_some_and(|&l| l < 192) { 2 } else { 0 })
+    } else {
+        (first >> 2 & 0x0f, [2, 3, 5, 1][usize::from(first & 3)])
+    };
+    let armoured = t.starts_with(b"-----BEGIN PGP MESSAGE-----");
+    match tag {
+        // A signature or a one-pass signature: signed.
+        2 | 4 => true,
+        // Compressed data (what `gpg -s` writes first): its algorithm byte must be
+        // ZIP, ZLIB or BZip2 — a weak sign alone, so only where nothing else matched.
+        8 => armoured || (header > 0 && binary.get(header).is_some_and(|a| (1..=3).contains(a))),
+        11 => armoured,
+        _ => false,
+    }
+}
+
+/// What drcheck says of a signed-only OpenPGP backup.
+pub const SIGNED_ONLY: &str = "the backup is an OpenPGP message that is signed, not encrypted (gpg -s or --clearsign): \
+    drcheck does not check OpenPGP signatures nor unwrap signed messages — keep the signature beside the backup \
+    (gpg --detach-sign: BACKUP.sig, which drcheck skips as a sidecar) or encrypt the backup as well";
+
 fn trim_ascii_start(b: &[u8]) -> &[u8] {
     let n = b.iter().take_while(|c| c.is_ascii_whitespace()).count();
     &b[n..]
@@ -568,6 +603,9 @@ async fn open_openpgp(
     let needs = session_keys(&binary).unwrap_or_default();
     let key_ids = needs.key_ids.join(", ");
     let to_keys = if needs.key_ids.len() == 1 { format!("key {key_ids}") } else { format!("keys {key_ids}") };
+    if session_keys(&binary).is_none() && is_openpgp_signed_only(&head) {
+        return Err(RestoreError::unsupported(Stage::Fetch, SIGNED_ONLY));
+    }
     let can_pass = needs.passphrase && keys.gpg_passphrase.is_some();
     let can_key = !needs.key_ids.is_empty() && keys.gpg_secret_key.is_some();
     if !can_pass && !can_key {
