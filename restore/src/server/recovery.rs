@@ -254,6 +254,28 @@ pub struct Recovered {
 /// `restore.target_reached = false` for it).
 pub const TARGET_NOT_REACHED: &str = "recovery ended before reaching its target";
 
+/// The same segment as `seg` on the nearest later timeline among `segments` whose
+/// history `has_history` (of an 8-digit timeline) says is there: after a promotion, the
+/// old timeline's last segment is archived only as `.partial` and replay goes on with
+/// the new timeline's.
+pub fn on_a_later_timeline(
+    seg: &str,
+    segments: &std::collections::BTreeSet<String>,
+    has_history: impl Fn(&str) -> bool,
+) -> Option<String> {
+    let (timeline, number) = (seg.get(..8)?, seg.get(8..)?);
+    let timeline = u32::from_str_radix(timeline, 16).ok()?;
+    segments
+        .iter()
+        .filter(|s| s.get(8..) == Some(number))
+        .filter(|s| {
+            let t = s.get(..8).unwrap_or_default();
+            u32::from_str_radix(t, 16).is_ok_and(|n| n > timeline) && has_history(t)
+        })
+        .min()
+        .cloned()
+}
+
 /// Why replay stopped short of `target`: the last transaction it replayed (the server's
 /// own log line) and the first WAL file it needed that the spool — what the archive
 /// holds — does not have.
@@ -269,17 +291,26 @@ fn not_reached(target: &RecoveryTarget, log: &str, spool: &Path) -> String {
         .find_map(|l| l.split("last completed transaction was at log time ").nth(1))
         .map(|t| format!("the last transaction replayed was at {}", t.trim()))
         .unwrap_or_else(|| "no transaction was replayed after the backup".into());
-    let mut names: Vec<String> = std::fs::read_dir(spool)
+    let all: Vec<String> = std::fs::read_dir(spool)
         .map(|d| d.flatten().filter_map(|e| e.file_name().into_string().ok()).collect())
         .unwrap_or_default();
-    names.retain(|n| n.len() == 24 && n.chars().all(|c| c.is_ascii_hexdigit()));
-    names.sort();
+    let hex = |n: &str| n.chars().all(|c| c.is_ascii_hexdigit());
+    let names: std::collections::BTreeSet<String> = all.iter().filter(|n| n.len() == 24 && hex(n)).cloned().collect();
+    let histories: std::collections::BTreeSet<&str> =
+        all.iter().filter_map(|n| n.strip_suffix(".history")).filter(|t| t.len() == 8 && hex(t)).collect();
+    // Followed across promotions (a later timeline whose history was fetched).
     let missing = names.first().map(|first| {
         let mut seg = first.clone();
-        while let Some(next) = next_segment(&seg).filter(|n| names.binary_search(n).is_ok()) {
-            seg = next;
+        loop {
+            let Some(next) = next_segment(&seg) else { break seg };
+            if names.contains(&next) {
+                seg = next;
+            } else if let Some(later) = on_a_later_timeline(&next, &names, |t| histories.contains(t)) {
+                seg = later;
+            } else {
+                break next;
+            }
         }
-        next_segment(&seg).unwrap_or(seg)
     });
     let missing = match missing {
         Some(m) => format!(
@@ -444,6 +475,14 @@ mod tests {
         assert!(m.contains("recovery_target_time 2026-12-02T02:15:30Z"), "{m}");
         assert!(m.contains("the last transaction replayed was at 2026-12-02 02:15:24.335+00"), "{m}");
         assert!(m.contains("needed WAL file 000000010000000000000004"), "{m}");
+        // Issue 34: after a promotion (timeline 2 from segment 6, its history fetched) the
+        // file named is the new timeline's, not the old one's, which never exists.
+        std::fs::write(spool.path().join("000000010000000000000004"), b"").unwrap();
+        for n in ["000000020000000000000006", "000000020000000000000007"] {
+            std::fs::write(spool.path().join(n), b"").unwrap();
+        }
+        let m = super::not_reached(&target, log, spool.path());
+        assert!(m.contains("needed WAL file 000000020000000000000008"), "{m}");
         let empty = tempfile::tempdir().unwrap();
         let m = super::not_reached(&target, "", empty.path());
         assert!(m.contains("no transaction was replayed") && m.contains("held no WAL file"), "{m}");

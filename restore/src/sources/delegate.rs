@@ -273,6 +273,15 @@ pub fn plan_segments(start: &str, stop: &str, last: &str, archived: &Archived) -
     let mut seg = start.to_string();
     let last = if last < stop { stop } else { last };
     loop {
+        if !archived.segments.contains(&seg)
+            && let Some(later) = recovery::on_a_later_timeline(&seg, &archived.segments, |t| {
+                archived.history.contains(&format!("{t}.history"))
+            })
+        {
+            // A promotion: the archive goes on on the new timeline (its history archived).
+            seg = later;
+            continue;
+        }
         if !archived.segments.contains(&seg) {
             if seg.as_str() <= stop {
                 return Err(seg);
@@ -368,6 +377,33 @@ pub fn continuity(backups: &[crate::store::Backup], archived: &Archived, integri
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 34: after a promotion the gap named the old timeline's next segment, which
+    /// never exists (the archive goes on on the new timeline).
+    #[test]
+    fn a_promotion_continues_on_the_new_timeline() {
+        let mut a = Archived::default();
+        for n in 1..=4 {
+            a.add(&format!("00000001000000000000000{n}"));
+        }
+        a.add("000000010000000000000005.partial");
+        for n in 5..=8 {
+            a.add(&format!("00000002000000000000000{n}"));
+        }
+        let last = "000000020000000000000008";
+        // Without the new timeline's history, the switch is not known: a gap, named.
+        let plan = plan_segments("000000010000000000000001", "000000010000000000000002", last, &a).unwrap();
+        assert_eq!(plan.gap.as_deref(), Some("000000010000000000000005"));
+        a.add("00000002.history");
+        let plan = plan_segments("000000010000000000000001", "000000010000000000000002", last, &a).unwrap();
+        assert_eq!(plan.gap, None);
+        assert_eq!(plan.segments.len(), 8, "{:?}", plan.segments);
+        assert_eq!(plan.segments[4], "000000020000000000000005");
+        // A file missing after the switch is named on the timeline it is missing from.
+        a.segments.remove("000000020000000000000007");
+        let plan = plan_segments("000000010000000000000001", "000000010000000000000002", last, &a).unwrap();
+        assert_eq!(plan.gap.as_deref(), Some("000000020000000000000007"));
+    }
 
     #[test]
     fn archive_names_of_both_tools_give_segments() {
