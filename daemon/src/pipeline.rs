@@ -1441,6 +1441,12 @@ async fn select(
     }
     let restorable = backups_newest_first(&all);
     pick(&restorable, target.select, proven).cloned().map(|b| (b, Some(restorable.clone()))).ok_or_else(|| {
+        if let Some(why) = only_uploading(&all, SystemTime::now()) {
+            return Stop::incomplete(
+                "select",
+                format!("under prefix {:?} in {}: {why}", target.prefix, store.describe()),
+            );
+        }
         Stop::failed(
             "select",
             format!(
@@ -1451,6 +1457,29 @@ async fn select(
             ),
         )
     })
+}
+
+/// When the only backups listed are base backups that may still be uploading (no
+/// `backup_manifest` nor `pg_wal.tar` yet, written within the grace): what to say — not
+/// "none a backup" (issue 34: a fresh one-file `-X fetch` backup read so), but that it
+/// is taken as whole once the grace has passed, or at once when named.
+fn only_uploading(all: &[drcheck_restore::store::BackupObject], now: SystemTime) -> Option<String> {
+    let grace = drcheck_restore::store::UPLOAD_GRACE;
+    let waiting: Vec<(String, Duration)> = drcheck_restore::store::group_backups(all)
+        .into_iter()
+        .filter(|b| b.is_physical())
+        .map(|b| (b.key, now.duration_since(b.last_modified).unwrap_or_default()))
+        .filter(|(_, age)| *age < grace)
+        .collect();
+    let (key, age) = waiting.iter().min_by_key(|(_, age)| *age)?;
+    Some(format!(
+        "the only backup{} may still be uploading: {} (last written {}s ago; a base backup without backup_manifest \
+         or pg_wal.tar is taken as whole {} after its last write) — verify again then, or name it now with --backup {key}",
+        if waiting.len() == 1 { "" } else { "s" },
+        waiting.iter().map(|(k, _)| crate::out::shown(k)).collect::<Vec<_>>().join(", "),
+        age.as_secs(),
+        drcheck_config::format_duration(grace),
+    ))
 }
 
 #[cfg(test)]
@@ -1620,6 +1649,23 @@ mod tool_check_tests {
     }
 
     /// Issue 34: a 15–20 minute RTO gave a CronJob ~7 h (every validator's timeout added up).
+    /// Issue 34: a fresh one-file base backup (`-X fetch`, no manifest) read "none a backup".
+    #[test]
+    fn a_base_backup_that_may_still_be_uploading_is_said_so() {
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+        let obj = |key: &str, age: u64| drcheck_restore::store::BackupObject {
+            key: key.into(),
+            size: 10,
+            last_modified: now - Duration::from_secs(age),
+            etag: None,
+        };
+        let why = only_uploading(&[obj("phys/b1/base.tar.gz", 30)], now).unwrap();
+        assert!(why.contains("phys/b1/ (last written 30s ago") && why.contains("--backup phys/b1/"), "{why}");
+        assert!(why.contains("taken as whole 10m after"), "{why}");
+        assert_eq!(only_uploading(&[obj("phys/b1/base.tar.gz", 900)], now), None, "whole by now");
+        assert_eq!(only_uploading(&[obj("notes.txt", 30)], now), None, "not a base backup");
+    }
+
     /// Issue 34: an archive ending before the oldest backup was exit 3 for `random` and
     /// exit 1 (RPO missed) for `latest`: both judge its newest commit against the RPO.
     #[test]
