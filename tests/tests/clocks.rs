@@ -185,6 +185,15 @@ fn a_base_backup_still_uploading_is_not_chosen() {
     assert_eq!(out.status.code(), Some(0), "{run}\n{}", stderr(&out));
     assert_eq!(run["backup"]["key"], "phys/b1/", "{run}");
     assert!(stderr(&out).contains("still being uploaded"), "{}", stderr(&out));
+    // Issue 34: when it is the only one, the run says it may still be uploading, when it
+    // counts as whole and how to name it now (exit 3) — not "none a backup".
+    let config = lab.config("", "prefix = \"phys/b2/\"");
+    let c = config.display().to_string();
+    let (out, _) = drcheck(&["--config", &c, "verify", "--target", "t", "--json"], &[], Duration::from_secs(180));
+    let run = drcheck_e2e::only_run(&out);
+    assert_eq!(out.status.code(), Some(3), "{run}\n{}", stderr(&out));
+    let msg = run["error"]["message"].as_str().unwrap_or_default();
+    assert!(msg.contains("may still be uploading") && msg.contains("--backup phys/b2/"), "{msg}");
 }
 
 /// A never-analyzed table without a key (its `reltuples` is −1) of 60,000 rows, with
