@@ -1,19 +1,46 @@
 #!/usr/bin/env bash
 # Runs every test: unit tests and the end-to-end tests against real PostgreSQL,
 # moto's S3 server and the aws CLI. Installs what is missing first (scripts/setup.sh).
+#
+#   scripts/test.sh           everything, as CI runs it (.ci/run): fmt and clippy first,
+#                             property tests 3 s each, the adversarial identity tests again
+#                             as an unprivileged user, then the ten slowest tests
+#   scripts/test.sh --quick   the edit loop: unit tests and one end-to-end smoke test
+#   scripts/test.sh --long    everything, property tests 30 s each
+# Other arguments go to cargo nextest (a filter, --no-capture, …).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+mode=full
+case "${1:-}" in
+  --quick) mode=quick; shift ;;
+  --long) mode=long; shift ;;
+esac
 bash scripts/setup.sh
+# Formatting and lints are part of the contract: a warning fails the run, first.
+cargo fmt --all --check
+cargo clippy --locked --workspace --all-targets --quiet -- -D warnings
 # The end-to-end tests run the built binary, so build it first.
 cargo build --locked --bin drcheck
+# The parsers' property tests (a bounded fuzz run) spend this long each.
+export DRCHECK_FUZZ_SECONDS=${DRCHECK_FUZZ_SECONDS:-$([ "$mode" = long ] && echo 30 || echo 3)}
+if [ "$mode" = quick ]; then
+  cargo nextest run --locked --workspace --exclude drcheck-e2e "$@"
+  exec cargo nextest run --locked -p drcheck-e2e --test verify -E 'test(=a_good_backup_passes_is_recorded_and_listed)'
+fi
 # The deployment files: kustomize renders, kubernetes-validate --strict, promtool rules,
 # and a generated 300-target fleet.
 DRCHECK_BIN=$PWD/target/debug/drcheck bash deploy/check.sh
-# The parsers' property tests (a bounded fuzz run) spend this long each.
-export DRCHECK_FUZZ_SECONDS=${DRCHECK_FUZZ_SECONDS:-30}
 status=0
 cargo nextest run --locked --workspace --no-fail-fast "$@" || status=$?
-# The adversarial corpus a second time, with drcheck as an unprivileged user (as in the
-# shipped container): the run above is as root.
+# The slowest ten, from nextest's JUnit report (target/nextest/default/junit.xml).
+python3 - target/nextest/default/junit.xml <<'PY' || true
+import sys, xml.etree.ElementTree as ET
+cases = [(float(c.get("time", 0)), f"{c.get('classname')} {c.get('name')}") for c in ET.parse(sys.argv[1]).iter("testcase")]
+print("test.sh: the ten slowest tests", file=sys.stderr)
+for t, name in sorted(cases, reverse=True)[:10]:
+    print(f"  {t:7.1f}s  {name}", file=sys.stderr)
+PY
+# The adversarial tests that concern identity a second time, with drcheck as an
+# unprivileged user (as in the shipped container): the run above is as root.
 bash tests/unprivileged.sh || status=$?
 exit "$status"

@@ -24,6 +24,12 @@ cat >"$dir/drcheck-as-$user" <<WRAP
 exec setpriv --reuid=$uid --regid=$gid --clear-groups -- $dir/drcheck "\$@"
 WRAP
 chmod 755 "$dir/drcheck-as-$user"
-echo "unprivileged.sh: the adversarial tests with drcheck as $user (uid $uid)" >&2
+# The tests whose defence depends on who drcheck runs as (the sandbox's containment,
+# another run's sandbox, the reaper, a tool's reach); not the forged verdicts, bombs,
+# leases and messages, which are the same whoever runs them (a new test is included
+# unless it is named here).
+same_for_everyone='test(/^forged::/) or test(/bomb/) or test(/wal_segment/) or test(/lease/) or test(/api_token/)
+  or test(/userinfo/) or test(/error_text/) or test(/drill_variables/)'
+echo "unprivileged.sh: the adversarial identity tests with drcheck as $user (uid $uid)" >&2
 DRCHECK_BIN="$dir/drcheck-as-$user" DRCHECK_TEST_USER="$user" DRCHECK_HELPER_BIN="$dir/drcheck" \
-  cargo nextest run --locked -p drcheck-e2e --test adversarial --no-fail-fast "$@"
+  cargo nextest run --locked -p drcheck-e2e --test adversarial --no-fail-fast -E "not ($same_for_everyone)" "$@"

@@ -1,6 +1,6 @@
 //! A bounded fuzz run of the config loader: random text and mutations of the README's
 //! example. Whatever the text, `parse` returns a config or an error naming what is wrong;
-//! it never panics. `DRCHECK_FUZZ_SECONDS` bounds it (default 3; the test command sets 30).
+//! it never panics. `DRCHECK_FUZZ_SECONDS` bounds it (default 3; `scripts/test.sh --long` sets 30).
 
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};

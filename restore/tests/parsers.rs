@@ -4,7 +4,7 @@
 //! and mutations of the real samples in `tests/corpus/`. Whatever the input, the parsers
 //! return a value or an error: they never panic.
 //!
-//! `DRCHECK_FUZZ_SECONDS` bounds each property (default 3; the test command sets 30).
+//! `DRCHECK_FUZZ_SECONDS` bounds each property (default 3; `scripts/test.sh --long` sets 30).
 
 use drcheck_restore::{format, physical, unpack};
 use proptest::prelude::*;

@@ -1,6 +1,6 @@
 //! A bounded fuzz run of the runbook checker: random text and mutations of the shipped
 //! examples. Whatever the YAML, `parse` returns a runbook or its problems with lines; it
-//! never panics. `DRCHECK_FUZZ_SECONDS` bounds it (default 3; the test command sets 30).
+//! never panics. `DRCHECK_FUZZ_SECONDS` bounds it (default 3; `scripts/test.sh --long` sets 30).
 
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
