@@ -573,7 +573,7 @@ fn userinfo_in_endpoint_and_gateway_urls_is_never_shown() {
     let text = format!(
         "[state]\nurl = \"sqlite://{root}/history.db\"\n[sandbox]\nscratch_dir = \"{scratch}\"\n\
          [metrics]\npushgateway = \"http://{key_id}:{secret}@127.0.0.1:{dead}\"\n\
-         [storage.s3]\nkind = \"s3\"\nbucket = \"b\"\nendpoint = \"http://{key_id}:{secret}@127.0.0.1:{dead}\"\npath_style = true\n\
+         [storage.s3]\nkind = \"s3\"\nbucket = \"b\"\nendpoint = \"http://{key_id}:{secret}@127.0.0.1:{dead}\"\npath_style = true\nretry_window = \"3s\"\n\
          [[target]]\nname = \"t\"\nstorage = \"s3\"\nrto = \"10m\"\nrpo = \"1d\"\n",
         root = lab.root.path().display(),
         scratch = lab.scratch.display(),
