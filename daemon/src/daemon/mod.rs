@@ -267,13 +267,16 @@ pub async fn run(
                         tracing::info!(path = %path.display(), targets = new.targets.len(), "config reloaded");
                         shared.metrics.config_loaded(true);
                         pending = schedule::pending(&before, &entries(&new), chrono::Utc::now());
+                        // The new config first: a coverage refresh still running from before
+                        // sees a removed target gone once it has written (coverage_refresh).
+                        let new = Arc::new(new);
+                        *shared.config.write().unwrap() = new.clone();
                         shared.metrics.forget_removed(&old, &new);
                         shared.metrics.init(&new);
                         let added: Vec<String> =
                             new.targets.iter().filter(|t| old.target(&t.name).is_none()).map(|t| t.name.clone()).collect();
                         tokio::spawn(coverage_refresh(shared.clone(), added, background.clone()));
                         shared.resize_bulkhead(new.daemon.max_concurrent_restores);
-                        *shared.config.write().unwrap() = Arc::new(new);
                     }
                     Err(e) => {
                         // One line (a TOML error points at its text over several).
@@ -320,7 +323,15 @@ async fn coverage_refresh(shared: Arc<Shared>, targets: Vec<String>, stop: Cance
             async move {
                 let Some(t) = config.target(&name) else { return };
                 match tokio::time::timeout(Duration::from_secs(120), pipeline::coverage_now(&config, t)).await {
-                    Ok(Ok(c)) => shared.metrics.show_coverage(&name, &c),
+                    Ok(Ok(c)) => {
+                        shared.metrics.show_coverage(&name, &c);
+                        // A reload may have removed the target meanwhile (it set the new
+                        // config before dropping the removed series): drop its series again.
+                        let now = shared.config();
+                        if now.target(&name).is_none() {
+                            shared.metrics.forget_removed(&config, &now);
+                        }
+                    }
                     Ok(Err(e)) => tracing::info!(target = %name, "coverage not known until its first run: {e}"),
                     Err(_) => tracing::info!(target = %name, "coverage not known until its first run: listing took over 2 minutes"),
                 }
