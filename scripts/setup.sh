@@ -89,3 +89,7 @@ if [ ${#need_pip[@]} -gt 0 ]; then
 fi
 command -v moto_server >/dev/null 2>&1 || { echo "setup: moto_server is not on PATH after install" >&2; exit 1; }
 [ -n "$demo_only" ] || command -v cargo-nextest >/dev/null 2>&1 || cargo install --locked cargo-nextest
+# scripts/test.sh checks formatting and lints first: rustup's minimal profile has neither.
+if [ -z "$demo_only" ] && ! { cargo fmt --version && cargo clippy --version; } >/dev/null 2>&1; then
+  rustup component add rustfmt clippy
+fi
