@@ -21,11 +21,25 @@ cargo fmt --all --check
 cargo clippy --locked --workspace --all-targets --quiet -- -D warnings
 # The end-to-end tests run the built binary, so build it first.
 cargo build --locked --bin drcheck
+# One S3 server (moto) and one cache of pristine catalog fingerprints for the whole run:
+# every test makes buckets of its own; drcheck fingerprints a pristine cluster once.
+run_dir=$(mktemp -d /tmp/drcheck-test-run.XXXXXX)
+moto_port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+moto_server -H 127.0.0.1 -p "$moto_port" >"$run_dir/moto.log" 2>&1 &
+moto_pid=$!
+trap 'kill "$moto_pid" 2>/dev/null; wait "$moto_pid" 2>/dev/null; rm -rf "$run_dir"' EXIT
+for _ in $(seq 600); do
+  (echo >"/dev/tcp/127.0.0.1/$moto_port") 2>/dev/null && break
+  sleep 0.1
+done
+mkdir -m 700 "$run_dir/cache"
+export DRCHECK_TEST_S3_PORT=$moto_port DRCHECK_CACHE_DIR=$run_dir/cache
 # The parsers' property tests (a bounded fuzz run) spend this long each.
 export DRCHECK_FUZZ_SECONDS=${DRCHECK_FUZZ_SECONDS:-$([ "$mode" = long ] && echo 30 || echo 3)}
 if [ "$mode" = quick ]; then
   cargo nextest run --locked --workspace --exclude drcheck-e2e "$@"
-  exec cargo nextest run --locked -p drcheck-e2e --test verify -E 'test(=a_good_backup_passes_is_recorded_and_listed)'
+  cargo nextest run --locked -p drcheck-e2e --test verify -E 'test(=a_good_backup_passes_is_recorded_and_listed)'
+  exit
 fi
 # The deployment files: kustomize renders, kubernetes-validate --strict, promtool rules,
 # and a generated 300-target fleet.

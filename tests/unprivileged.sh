@@ -31,5 +31,6 @@ chmod 755 "$dir/drcheck-as-$user"
 same_for_everyone='test(/^forged::/) or test(/bomb/) or test(/wal_segment/) or test(/lease/) or test(/api_token/)
   or test(/userinfo/) or test(/error_text/) or test(/drill_variables/)'
 echo "unprivileged.sh: the adversarial identity tests with drcheck as $user (uid $uid)" >&2
-DRCHECK_BIN="$dir/drcheck-as-$user" DRCHECK_TEST_USER="$user" DRCHECK_HELPER_BIN="$dir/drcheck" \
+# Its pristine-catalog cache is its own (the run's shared one is root's).
+DRCHECK_CACHE_DIR= DRCHECK_BIN="$dir/drcheck-as-$user" DRCHECK_TEST_USER="$user" DRCHECK_HELPER_BIN="$dir/drcheck" \
   cargo nextest run --locked -p drcheck-e2e --test adversarial --no-fail-fast -E "not ($same_for_everyone)" "$@"

@@ -408,7 +408,7 @@ pub async fn run(cli: Cli) -> Result<Exit, CliError> {
         drcheck_config::load(&path)?
     };
     if matches!(command, Command::Daemon | Command::Deploy(_)) {
-        for w in crate::pipeline::config_warnings(&config, matches!(command, Command::Deploy(_))) {
+        for w in crate::verify::config_warnings(&config, matches!(command, Command::Deploy(_))) {
             tracing::warn!("{w}");
         }
     }

@@ -21,7 +21,7 @@ pub fn setup_sql(target: &TargetConfig, hb: &HeartbeatConfig, writer: &str) -> S
     let database = target
         .primary
         .as_ref()
-        .and_then(|p| crate::pipeline::database_of(p.expose()))
+        .and_then(|p| crate::verify::database_of(p.expose()))
         .unwrap_or_else(|| "postgres".into());
     let cron = cron_schedule(hb.interval);
     let db_literal = database.replace('\'', "''");

@@ -14,6 +14,9 @@ use std::time::SystemTime;
 
 /// A backup's proof record: kept while the backup is in the store, whatever `keep_runs`
 /// prunes from the runs.
+/// Each proven backup's proof record, by key.
+pub type Proven = std::collections::HashMap<String, Proof>;
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct Proof {
     /// Its last passing verification.
@@ -509,6 +512,15 @@ impl History {
             .await?)
     }
 
+    /// [`History::proofs`], or `None` with a log line when the history cannot be read —
+    /// then `least-proven` takes the newest and coverage is not reported.
+    pub async fn proven(&self, target: &str) -> Option<Proven> {
+        self.proofs(target)
+            .await
+            .map_err(|e| tracing::warn!(target, "cannot read which backups were proven: {e:#}"))
+            .ok()
+    }
+
     /// Each proven backup of `target` (by backup key): its proof record, which outlives
     /// the runs' rows.
     pub async fn proofs(&self, target: &str) -> anyhow::Result<std::collections::HashMap<String, Proof>> {
@@ -558,7 +570,7 @@ impl History {
 
     /// [`Self::acquire_lease`], saying whether the lease was taken over from a holder whose
     /// process is gone — a run that died without recording itself, which the taker then
-    /// records as `aborted` ([`crate::pipeline::died_report`]).
+    /// records as `aborted` ([`crate::verify::died_report`]).
     pub async fn lease_for(&self, target: &str, holder: &str, ttl: Duration) -> anyhow::Result<Leased> {
         let now = SystemTime::now();
         let r = sqlx::query(
@@ -1001,7 +1013,7 @@ pub fn lease_holder_name(role: &str) -> String {
 }
 
 fn holder_name(role: &str, pid: i32, start: u64, machine: Option<&str>) -> String {
-    let run = &crate::pipeline::new_run_id()[..8];
+    let run = &crate::ids::new_run_id()[..8];
     match machine {
         Some(m) => format!("drcheck {role} pid {pid} ({run}) [machine {m} start {start}]"),
         None => format!("drcheck {role} pid {pid} ({run})"),

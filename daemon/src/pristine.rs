@@ -4,8 +4,10 @@
 //! down: about a second) and cached in drcheck's cache directory beside its private
 //! directory (`scratch_dir/drcheck-<uid>-cache`, 0700) under a name that
 //! holds the binary's version and path, so an upgrade of the package makes a new one.
+//! `DRCHECK_CACHE_DIR` names another cache directory (held to the same rule: drcheck's
+//! own, 0700), for several configurations sharing one — the test suite does.
 
-use crate::pipeline::sandbox_options;
+use crate::ids::sandbox_options;
 use drcheck_config::Config;
 use drcheck_restore::pgbin::PgBin;
 use drcheck_validators::guard::{builtin_fingerprint, restored_session};
@@ -26,7 +28,10 @@ pub async fn reference(config: &Config, bin: &PgBin) -> Result<BTreeMap<String, 
         bin.dir.display(),
         drcheck_validators::guard::FINGERPRINT_REVISION
     )));
-    let cache = drcheck_restore::leftovers::ensure_cache_dir(&config.sandbox.scratch_dir)?;
+    let cache = match std::env::var_os("DRCHECK_CACHE_DIR").filter(|d| !d.is_empty()) {
+        Some(dir) => drcheck_restore::leftovers::ensure_cache_dir_at(std::path::Path::new(&dir))?,
+        None => drcheck_restore::leftovers::ensure_cache_dir(&config.sandbox.scratch_dir)?,
+    };
     let path = cache.join(format!("catalog-{}.json", &digest[..16]));
     if let Some(cached) = read_cached(&path) {
         return Ok(cached);

@@ -138,16 +138,6 @@ pub struct StoreError {
     pub changed: bool,
 }
 
-impl StoreError {
-    /// The error a call gave up on, saying how much it tried (when it tried again at all).
-    pub fn after((mut e, tried): (StoreError, crate::transfer::retry::Tried)) -> StoreError {
-        if tried.attempts > 1 {
-            e.message = format!("{} — {tried}", e.message);
-        }
-        e
-    }
-}
-
 /// Why a restore did not produce a database.
 #[derive(Debug, thiserror::Error)]
 pub enum RestoreError {
@@ -168,6 +158,34 @@ pub enum RestoreError {
     /// the operator's to fix — exit 2.
     #[error("{message}")]
     Config { stage: Stage, message: String },
+    /// Replay ended before the recovery target: the archive does not reach it — the
+    /// backup's (its archive's) fault. Says the last transaction replayed and the first
+    /// WAL file replay needed that the archive does not hold.
+    #[error("{}", target_not_reached(target, last_replayed.as_deref(), missing_wal.as_deref()))]
+    TargetNotReached {
+        /// `recovery_target_time …`, `recovery_target_lsn …`.
+        target: String,
+        /// The last replayed transaction's time, as the server logged it.
+        last_replayed: Option<String>,
+        /// The first WAL file replay needed that the archive does not hold (`None`: the
+        /// archive held none after the backup).
+        missing_wal: Option<String>,
+    },
+}
+
+/// How [`RestoreError::TargetNotReached`] reads.
+fn target_not_reached(target: &str, last: Option<&str>, missing: Option<&str>) -> String {
+    let last = match last {
+        Some(t) => format!("the last transaction replayed was at {t}"),
+        None => "no transaction was replayed after the backup".into(),
+    };
+    let missing = match missing {
+        Some(m) => format!(
+            "; replay needed WAL file {m}, which the archive does not hold (a gap, or an archive that ends before the target)"
+        ),
+        None => "; the archive held no WAL file after the backup".into(),
+    };
+    format!("recovery ended before reaching its target ({target}): {last}{missing}")
 }
 
 impl RestoreError {
@@ -178,13 +196,14 @@ impl RestoreError {
             | RestoreError::Infrastructure { stage, .. }
             | RestoreError::Unsupported { stage, .. }
             | RestoreError::Config { stage, .. } => *stage,
+            RestoreError::TargetNotReached { .. } => Stage::Restore,
         }
     }
 
     /// True when the backup is to blame (the run failed), false when the run could not
     /// complete for reasons outside the backup.
     pub fn is_backup_fault(&self) -> bool {
-        matches!(self, RestoreError::BadBackup { .. })
+        matches!(self, RestoreError::BadBackup { .. } | RestoreError::TargetNotReached { .. })
     }
 
     pub(crate) fn infra(stage: Stage, message: impl Into<String>) -> Self {

@@ -6,7 +6,6 @@
 
 use crate::error::{RestoreError, Stage};
 use crate::server::sandbox::Sandbox;
-use crate::sources::logical;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -72,7 +71,7 @@ async fn watch_usage(root: PathBuf, limit: u64, expansion_ceiling: u64) -> Resto
                     Stage::Restore,
                     format!(
                         "{} {expansion_ceiling} bytes: the restore wrote {used} bytes (its size × sandbox.max_expansion, plus 1 GiB)",
-                        logical::EXPANSION_EXCEEDED
+                        crate::transfer::stream::EXPANSION_EXCEEDED
                     ),
                 )
             } else {
@@ -135,7 +134,7 @@ async fn run_inner(job: &RestoreJob<'_>) -> Result<Restored, RestoreError> {
     let Some(d) = &job.delegated else { return crate::sources::objects::restore(job, sandbox, started).await };
     let kind = job.backup.catalog.as_ref().map_or("", |c| c.kind.as_str());
     let format = format!("physical ({} {kind})", d.tool());
-    (job.on_format)(&format);
+    job.events.send(crate::events::RestoreEvent::Format(format.clone()));
     let r = d.restore(&mut sandbox, &job.store, job.pg_bindir.as_deref(), job.backup, &job.recovery_target).await?;
     let (recovered_to, wal_files, wal_gap, fetched_in) = (r.recovered_to, r.wal_files, r.wal_gap, r.fetched_in);
     let horizon = r.horizon;
@@ -144,6 +143,7 @@ async fn run_inner(job: &RestoreJob<'_>) -> Result<Restored, RestoreError> {
         sandbox,
         database,
         format,
+        physical: true,
         fetch: fetched_in,
         restore: started.elapsed().saturating_sub(fetched_in),
         recovered_to,

@@ -10,7 +10,10 @@
 //! This crate never compares data: that is `drcheck-validators`' job.
 
 pub mod error;
+pub mod events;
 pub mod job;
+mod layers;
+pub mod open;
 pub mod request;
 pub mod server;
 pub mod source;
@@ -19,11 +22,15 @@ pub mod store;
 pub mod transfer;
 
 // The layers' modules by their short names, for the binary.
-pub use server::{contain, leftovers, pgbin, reach, recovery, sandbox};
-pub use sources::{barman, delegate, logical, objects, pgbackrest, physical, plain};
-pub use transfer::{breaker, decrypt, fetch, format, pool, retry, unpack};
+pub use server::{contain, leftovers, pgbin, reach, recovery, sandbox, tools};
+pub use sources::{barman, delegate, objects, pgbackrest, physical, plain};
+pub use store::{breaker, pool, retry};
+pub use transfer::{decrypt, envelope, fetch, format, peel, stream, unpack};
 
 pub use error::{Blame, RestoreError, Stage, StoreError};
+pub use events::{Events, RestoreEvent};
 pub use format::BackupFormat;
+pub use open::open_source;
 pub use sandbox::{Sandbox, SandboxOptions};
+pub use source::{Archive, Catalog, Repository, Source};
 pub use store::{Backup, BackupObject, BackupStore, open_store, select_latest};

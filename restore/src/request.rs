@@ -1,8 +1,10 @@
-//! What a restore is asked ([`RestoreJob`]) and what it gives back ([`Restored`]),
+//! What a restore is asked ([`RestoreJob`]: inputs only) and what it gives back
+//! ([`Restored`]; on the way, [`RestoreEvent`]s),
 //! shared by every restore method; the dispatch ([`crate::job`]) depends on the
 //! methods, and the methods only on this.
 
 use crate::error::{RestoreError, Stage};
+pub use crate::events::{Events, RestoreEvent};
 use crate::server::recovery::WalReplay;
 use crate::server::sandbox::{Sandbox, SandboxOptions};
 use crate::store::{Backup, BackupStore};
@@ -30,11 +32,9 @@ pub struct RestoreJob<'a> {
     pub recovery_target: drcheck_config::RecoveryTarget,
     /// For physical backups: the database validators will look at.
     pub database_hint: Option<String>,
-    /// Told the detected format as soon as it is known (so a failed run still reports it).
-    pub on_format: &'a (dyn Fn(&str) + Send + Sync),
-    pub progress: Arc<dyn Fn(u64) + Send + Sync>,
-    /// Set to how long `initdb` and the server start took, for logical restores.
-    pub sandbox_ready_in: Mutex<Option<Duration>>,
+    /// Where the restore tells what it learns as it goes ([`RestoreEvent`]): the format,
+    /// the bytes received, the sandbox's start, the key that opened an encrypted backup.
+    pub events: Events,
     /// The most the restore may write into its directory (the backup's size ×
     /// `max_expansion`, at most the free space less a reserve); beyond, it fails.
     pub max_write_bytes: u64,
@@ -43,8 +43,17 @@ pub struct RestoreJob<'a> {
     pub expansion_ceiling: u64,
     /// The keys that open encrypted backups.
     pub decrypt: &'a drcheck_config::DecryptConfig,
-    /// Set as soon as the backup turns out to be encrypted, then to the key that opened it.
-    pub decryption: Mutex<Option<crate::transfer::decrypt::Decryption>>,
+}
+
+/// What undoing the backup's layers needs, from the job.
+impl<'a> From<&'a RestoreJob<'a>> for crate::transfer::peel::Peel<'a> {
+    fn from(job: &'a RestoreJob<'a>) -> Self {
+        crate::transfer::peel::Peel {
+            decrypt: job.decrypt,
+            events: &job.events,
+            expansion_ceiling: job.expansion_ceiling,
+        }
+    }
 }
 
 /// A backup tool's repository that restores a backup of its own catalog.
@@ -55,6 +64,8 @@ pub struct Restored {
     pub sandbox: Sandbox,
     pub database: String,
     pub format: String,
+    /// A physical copy (a base backup, or a backup tool's): replayed, not loaded.
+    pub physical: bool,
     /// From the first request to the last byte received from the store.
     pub fetch: Duration,
     /// From the start of the restore method to a database that accepts connections.

@@ -11,16 +11,50 @@
 //!   target and checks itself without a restore. The restorable backups with their stop
 //!   times are the catalog the pipeline reads before it holds a `Repository`.
 
-use crate::error::RestoreError;
+use crate::error::{RestoreError, StoreError};
 use crate::server::reach::Reach;
 use crate::server::sandbox::{Host, Sandbox};
-use crate::sources::delegate::Integrity;
 use crate::store::{Backup, BackupStore};
 use async_trait::async_trait;
 use drcheck_config::RecoveryTarget;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
+
+/// Where a target's backups come from ([`crate::open::open_source`]): a store's objects,
+/// or a backup tool's repository. The binary holds one of these and never names a tool.
+#[async_trait]
+pub trait Source: Send + Sync {
+    /// What to call it in messages (never a secret).
+    fn describe(&self) -> String;
+
+    /// Whether reading its catalog runs a tool (then in `host`, a sandbox directory of
+    /// its own, contained as for a restore); a store's objects are listed directly.
+    fn reads_with_a_tool(&self) -> bool;
+
+    /// The backup tool's catalog: its restorable backups, oldest first, and the
+    /// repository that restores them. `None` for a store's objects, which the pipeline
+    /// lists and chooses from itself (by key, skipping uploads still in progress).
+    async fn catalog(
+        &self,
+        host: Option<&Sandbox>,
+        store: &Arc<dyn BackupStore>,
+    ) -> Result<Option<Catalog>, StoreError>;
+
+    /// Where its WAL is archived, when it has an archive: the repository's own, or the
+    /// objects under `wal_prefix`.
+    fn archive<'a>(&'a self, catalog: Option<&'a Catalog>) -> Option<&'a dyn Archive>;
+}
+
+/// What a backup tool's catalog holds.
+pub struct Catalog {
+    /// The repository, for messages.
+    pub described: String,
+    /// Its backups, oldest first (each with the tool's own record: status, kind, stop).
+    pub restorable: Vec<Backup>,
+    /// The repository that restores a backup of its catalog and checks itself.
+    pub repository: Arc<dyn Repository>,
+}
 
 /// Where archived WAL lives, and how far it replays.
 #[async_trait]
@@ -70,10 +104,24 @@ pub trait Repository: Archive {
 pub struct ToolRestored {
     pub recovered_to: Option<String>,
     /// The copy's transaction horizon (read right after recovery).
-    pub horizon: Option<crate::request::Horizon>,
+    pub horizon: Option<crate::server::recovery::Horizon>,
     pub wal_files: usize,
     /// The first WAL file missing after the backup's own (recovery stopped before it).
     pub wal_gap: Option<String>,
     /// How long the tool's restore took (WAL is fetched while recovery replays it).
     pub fetched_in: Duration,
+}
+
+/// What a repository check found, without restoring anything.
+#[derive(Debug, Clone, Default)]
+pub struct Integrity {
+    /// Problems, each naming what is wrong (a WAL file, a backup).
+    pub problems: Vec<String>,
+    /// What was looked at, for the finding's coverage.
+    pub backups: u64,
+    pub wal_files: u64,
+    /// What the tool itself said, summarised.
+    pub notes: Vec<String>,
+    /// How long the tool's own verification took, when it ran (barman-cloud has none).
+    pub tool_seconds: Option<f64>,
 }

@@ -429,7 +429,20 @@ pub const AWS_ENV: [(&str, &str); 4] = [
 ];
 
 impl S3Server {
+    /// The test run's shared moto (`DRCHECK_TEST_S3_PORT`, started by `scripts/test.sh`)
+    /// when there is one — every test uses buckets of its own, named by [`unique`] — or
+    /// one of the test's own.
     pub fn start(root: &TempRoot) -> Self {
+        if let Some(port) = std::env::var("DRCHECK_TEST_S3_PORT").ok().and_then(|p| p.parse().ok())
+            && std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+        {
+            return S3Server { port, child: None };
+        }
+        Self::start_own(root)
+    }
+
+    /// A moto of the test's own, stopped with it.
+    pub fn start_own(root: &TempRoot) -> Self {
         let port = free_port();
         let log = std::fs::File::create(root.path().join("moto.log")).unwrap();
         let child = Command::new("moto_server")
@@ -452,7 +465,8 @@ impl S3Server {
         format!("http://127.0.0.1:{}", self.port)
     }
 
-    /// `aws --endpoint-url … s3 ARGS`.
+    /// `aws --endpoint-url … s3 ARGS` (the real CLI: for what the plain requests below
+    /// do not cover).
     pub fn aws(&self, args: &[&str]) {
         let out = Command::new("aws")
             .arg("--endpoint-url")
@@ -466,12 +480,77 @@ impl S3Server {
     }
 
     pub fn make_bucket(&self, bucket: &str) {
-        self.aws(&["mb", &format!("s3://{bucket}")]);
+        let (status, body) = s3_request(self.port, "PUT", &format!("/{bucket}"), None);
+        assert_eq!(status, 200, "creating bucket {bucket}: {body}");
     }
 
+    /// Puts `file` at `key` in one signed `PUT` (what `aws s3 cp` does below its
+    /// multipart threshold, without starting Python for it).
     pub fn upload(&self, file: &Path, bucket: &str, key: &str) {
-        self.aws(&["cp", "--only-show-errors", &file.display().to_string(), &format!("s3://{bucket}/{key}")]);
+        let (status, body) = s3_request(self.port, "PUT", &format!("/{bucket}/{key}"), Some(file));
+        assert_eq!(status, 200, "uploading {} to s3://{bucket}/{key}: {body}", file.display());
     }
+
+    /// Deletes `key`.
+    pub fn delete(&self, bucket: &str, key: &str) {
+        let (status, body) = s3_request(self.port, "DELETE", &format!("/{bucket}/{key}"), None);
+        assert_eq!(status, 204, "deleting s3://{bucket}/{key}: {body}");
+    }
+}
+
+/// One S3 request to moto on `port`, signed (AWS Signature Version 4, the payload
+/// unsigned) with the test credentials; `body` streamed from a file. Returns the status
+/// and the response body.
+pub fn s3_request(port: u16, method: &str, path: &str, body: Option<&Path>) -> (u16, String) {
+    use hmac::{Hmac, Mac};
+    use sha2::{Digest, Sha256};
+    use std::io::{Read, Write};
+    let hmac = |key: &[u8], data: &str| {
+        let mut m = Hmac::<Sha256>::new_from_slice(key).unwrap();
+        m.update(data.as_bytes());
+        m.finalize().into_bytes().to_vec()
+    };
+    // Every byte but the unreserved ones and `/` percent-encoded, as SigV4 asks.
+    let uri: String = path
+        .bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' | b'/' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect();
+    let now = chrono::Utc::now();
+    let (date, stamp) = (now.format("%Y%m%d").to_string(), now.format("%Y%m%dT%H%M%SZ").to_string());
+    let host = format!("127.0.0.1:{port}");
+    let (access, secret, region) = (AWS_ENV[0].1, AWS_ENV[1].1, AWS_ENV[2].1);
+    let canonical = format!(
+        "{method}\n{uri}\n\nhost:{host}\nx-amz-content-sha256:UNSIGNED-PAYLOAD\nx-amz-date:{stamp}\n\n\
+         host;x-amz-content-sha256;x-amz-date\nUNSIGNED-PAYLOAD"
+    );
+    let scope = format!("{date}/{region}/s3/aws4_request");
+    let to_sign = format!("AWS4-HMAC-SHA256\n{stamp}\n{scope}\n{}", hex::encode(Sha256::digest(canonical.as_bytes())));
+    let key = ["s3", "aws4_request"]
+        .iter()
+        .fold(hmac(&hmac(format!("AWS4{secret}").as_bytes(), &date), region), |k, part| hmac(&k, part));
+    let signature = hex::encode(hmac(&key, &to_sign));
+    let mut file = body.map(|p| std::fs::File::open(p).unwrap_or_else(|e| panic!("{}: {e}", p.display())));
+    let length = file.as_ref().map_or(0, |f| f.metadata().unwrap().len());
+    let mut conn = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    write!(
+        conn,
+        "{method} {uri} HTTP/1.1\r\nHost: {host}\r\nx-amz-content-sha256: UNSIGNED-PAYLOAD\r\nx-amz-date: {stamp}\r\n\
+         Authorization: AWS4-HMAC-SHA256 Credential={access}/{scope}, SignedHeaders=host;x-amz-content-sha256;x-amz-date, \
+         Signature={signature}\r\nContent-Length: {length}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    if let Some(f) = file.as_mut() {
+        std::io::copy(f, &mut conn).unwrap();
+    }
+    let mut response = Vec::new();
+    conn.read_to_end(&mut response).unwrap();
+    let text = String::from_utf8_lossy(&response).into_owned();
+    let status = text.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+    let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
+    (status, body)
 }
 
 impl Drop for S3Server {

@@ -507,13 +507,13 @@ fn every_verdict_holds_on_a_live_primary() {
         live.s3.upload(&gz, &live.bucket, &format!("walgap/{name}.gz"));
     }
     let gap = gap_segment(&live, &fixed);
-    live.s3.aws(&["rm", "--only-show-errors", &format!("s3://{}/walgap/{gap}.gz", live.bucket)]);
+    live.s3.delete(&live.bucket, &format!("walgap/{gap}.gz"));
     let r = live.verify("phys", &live.phys(&format!("recovery_target = \"{fixed}\""), "walgap/", "1h"));
     fails("a WAL segment lost before the point", &r, "error", &gap);
     // Back to the full archive for the rest.
     live.s3.aws(&["rm", "--only-show-errors", "--recursive", &format!("s3://{}/walgap/", live.bucket)]);
     for key in ["d10-row", "d11-lo", "d12-table", "d9-before-migration"] {
-        live.s3.aws(&["rm", "--only-show-errors", &format!("s3://{}/dumps/{key}.dump", live.bucket)]);
+        live.s3.delete(&live.bucket, &format!("dumps/{key}.dump"));
     }
 
     // The primary restarts without commit timestamps: nothing tells what a dump lost from

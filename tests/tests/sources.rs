@@ -426,7 +426,7 @@ fn a_missing_barman_wal_file_fails_the_run_naming_it() {
     let info = std::fs::read_to_string(&local).unwrap();
     let begin = info.lines().find_map(|l| l.strip_prefix("begin_wal=")).unwrap().trim().to_string();
     let wal_key = scene.key(&format!("wals/{}/{begin}.gz", &begin[..16]));
-    scene.s3.aws(&["rm", "--only-show-errors", &format!("s3://{}/{wal_key}", scene.bucket)]);
+    scene.s3.delete(&scene.bucket, &wal_key);
     let (out, run) = barman_verify(&scene, "");
     assert_eq!(out.status.code(), Some(1), "{run}\n{}", stderr(&out));
     let msg = run["error"]["message"].as_str().unwrap();

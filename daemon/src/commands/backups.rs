@@ -1,8 +1,8 @@
 //! `drcheck backups list`: what is in a target's store, newest first.
 
 use crate::exit::{CliError, Exit};
-use crate::pipeline::list_backups;
 use crate::report::timestamp;
+use crate::verify::list_backups;
 use drcheck_config::Config;
 use std::time::SystemTime;
 
@@ -137,7 +137,7 @@ pub async fn fetch(
         )));
     }
     let (bytes, layers) =
-        crate::pipeline::download(config, t, &backup, output, decode).await.map_err(CliError::incomplete)?;
+        crate::verify::download(config, t, &backup, output, decode).await.map_err(CliError::incomplete)?;
     let secs = started.elapsed().as_secs_f64();
     let undone = if layers.is_empty() { String::new() } else { format!(" ({} undone)", layers.join(", ")) };
     crate::outln!(

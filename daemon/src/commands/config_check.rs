@@ -12,7 +12,7 @@ pub fn run(config: &Config) -> Result<Exit, CliError> {
         config.path.display(),
         crate::out::count(config.targets.len(), "target")
     );
-    for w in crate::pipeline::config_warnings(config, true) {
+    for w in crate::verify::config_warnings(config, true) {
         crate::outln!("# warning: {w}");
     }
     crate::out!("{effective}");

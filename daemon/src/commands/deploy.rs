@@ -104,7 +104,7 @@ pub fn cronjob(t: &TargetConfig, o: &Options, scratch: &str) -> Result<serde_jso
         }
     };
     // The same budget the run's lease gets: Kubernetes never kills a run its lease allows.
-    let deadline = crate::pipeline::run_budget(t).as_secs();
+    let deadline = crate::verify::run_budget(t).as_secs();
     let labels = json!({"app.kubernetes.io/name": "drcheck", "drcheck.io/target": k8s_name(&t.name)});
     let mut job = json!({
         "apiVersion": "batch/v1",
@@ -259,8 +259,7 @@ async fn scratch_sizes(config: &Config, targets: &[&TargetConfig], o: &Options) 
                 return (s.clone(), "from [target.kubernetes] scratch".to_string());
             }
             let listed =
-                tokio::time::timeout(std::time::Duration::from_secs(10), crate::pipeline::list_backups(config, t))
-                    .await;
+                tokio::time::timeout(std::time::Duration::from_secs(10), crate::verify::list_backups(config, t)).await;
             match listed {
                 Ok(Ok((_, backups))) => match backups.first() {
                     Some(b) => (

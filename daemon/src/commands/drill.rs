@@ -317,7 +317,7 @@ impl drcheck_runbooks::Verifier for PipelineVerifier {
         let t = self.config.target(target).ok_or_else(|| format!("no target {target:?} in the config"))?;
         // The target's lease, as a scheduled or one-shot verification takes it: a drill
         // and the daemon never restore the same target at once.
-        let ttl = crate::pipeline::lease_ttl(t);
+        let ttl = crate::verify::lease_ttl(t);
         match self.history.acquire_lease(target, &self.holder, ttl).await {
             Ok(true) => {}
             Ok(false) => {
@@ -327,7 +327,7 @@ impl drcheck_runbooks::Verifier for PipelineVerifier {
             Err(e) => return Err(format!("cannot take the lease on {target}: {e:#}")),
         }
         let progress = Progress::new(false);
-        let report = crate::pipeline::verify(&self.config, t, backup, &cancel, &progress).await;
+        let report = crate::verify::verify(&self.config, t, backup, &self.history, &cancel, &progress).await;
         let _ = self.history.release_lease(target, &self.holder).await;
         let sinks: Vec<String> = self.config.alerts.iter().map(|a| a.name.clone()).collect();
         if let Err(e) = self.history.record_with_alerts(&report, &sinks).await {

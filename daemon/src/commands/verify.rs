@@ -5,9 +5,9 @@ use crate::cli::VerifyArgs;
 use crate::exit::{CliError, Exit};
 use crate::history::History;
 use crate::metrics::Metrics;
-use crate::pipeline;
 use crate::progress::Progress;
 use crate::report::{RunResult, render_human};
+use crate::verify;
 use drcheck_config::Config;
 
 pub async fn run(config: &Config, args: VerifyArgs) -> Result<Exit, CliError> {
@@ -27,10 +27,10 @@ pub async fn run(config: &Config, args: VerifyArgs) -> Result<Exit, CliError> {
         if cancel.is_cancelled() {
             break;
         }
-        match history.lease_for(&target.name, &holder, pipeline::lease_ttl(target)).await {
+        match history.lease_for(&target.name, &holder, verify::lease_ttl(target)).await {
             Ok(crate::history::Leased::Taken) => {}
             Ok(crate::history::Leased::TookOver(previous)) => {
-                if let Err(e) = history.record(&pipeline::died_report(target, &previous)).await {
+                if let Err(e) = history.record(&verify::died_report(target, &previous)).await {
                     tracing::warn!(target = %target.name, "cannot record the run that died: {e:#}");
                 }
             }
@@ -57,7 +57,7 @@ pub async fn run(config: &Config, args: VerifyArgs) -> Result<Exit, CliError> {
             }
         }
         let progress = Progress::new(!args.json);
-        let report = pipeline::verify(config, target, args.backup.as_deref(), &cancel, &progress).await;
+        let report = verify::verify(config, target, args.backup.as_deref(), &history, &cancel, &progress).await;
         drop(progress);
         let _ = history.release_lease(&target.name, &holder).await;
         if let Some(mistake) = &report.usage_error {
@@ -157,8 +157,10 @@ async fn integrity(config: &Config, targets: &[&drcheck_config::TargetConfig], j
     use drcheck_validators::Status;
     let mut checks = Vec::new();
     let mut results = Vec::new();
+    // Where the tool's own verification is recorded (for the verify runs' schedule).
+    let history = crate::history::History::open(&config.state.url).await.ok();
     for t in targets {
-        let f = pipeline::integrity_only(config, t).await;
+        let f = verify::integrity_only(config, t, history.as_ref()).await;
         results.push(match f.status {
             Status::Passed => RunResult::Passed,
             Status::Failed => RunResult::Failed,

@@ -121,7 +121,7 @@ async fn trigger(State(s): State<Arc<Shared>>, Path(name): Path<String>, headers
         return (StatusCode::CONFLICT, Json(serde_json::json!({"error": format!("{name} is already being verified")})))
             .into_response();
     }
-    let run_id = crate::pipeline::new_run_id();
+    let run_id = crate::ids::new_run_id();
     s.triggered.lock().unwrap().insert(run_id.clone(), name.clone());
     let (sh, rid, t) = (s.clone(), run_id.clone(), name.clone());
     s.tracker.spawn(async move {

@@ -14,8 +14,8 @@ mod status;
 use crate::alerts::dispatch::Dispatcher;
 use crate::history::History;
 use crate::metrics::Metrics;
-use crate::pipeline;
 use crate::progress::Progress;
+use crate::verify;
 use anyhow::Context as _;
 use drcheck_config::Config;
 use schedule::{Entry, Running, SystemClock};
@@ -90,11 +90,11 @@ pub async fn run_target(shared: Arc<Shared>, target: String, run_id: String) -> 
     if shared.stopping.is_cancelled() {
         return Err(dropped());
     }
-    let ttl = crate::pipeline::lease_ttl(&t);
+    let ttl = crate::verify::lease_ttl(&t);
     match shared.history.lease_for(&target, &shared.holder, ttl).await {
         Ok(crate::history::Leased::Taken) => {}
         Ok(crate::history::Leased::TookOver(previous)) => {
-            if let Err(e) = shared.history.record(&pipeline::died_report(&t, &previous)).await {
+            if let Err(e) = shared.history.record(&verify::died_report(&t, &previous)).await {
                 tracing::warn!(target = %target, "cannot record the run that died: {e:#}");
             }
         }
@@ -105,7 +105,8 @@ pub async fn run_target(shared: Arc<Shared>, target: String, run_id: String) -> 
         Err(e) => return Err(format!("lease: {e:#}")),
     }
     shared.metrics.runs_in_flight.inc();
-    let report = pipeline::verify_as(run_id, &config, &t, None, &shared.runs_cancel, &Progress::new(false)).await;
+    let report =
+        verify::verify_as(run_id, &config, &t, None, &shared.history, &shared.runs_cancel, &Progress::new(false)).await;
     shared.metrics.runs_in_flight.dec();
     shared.metrics.observe(&report, &t);
     let sinks: Vec<String> = config.alerts.iter().map(|a| a.name.clone()).collect();
@@ -136,7 +137,7 @@ fn entries(config: &Config) -> Vec<Entry> {
 async fn check_target(shared: Arc<Shared>, target: &str) {
     let config = shared.config();
     let Some(t) = config.target(target) else { return };
-    let finding = pipeline::integrity_only(&config, t).await;
+    let finding = verify::integrity_only(&config, t, Some(&shared.history)).await;
     shared.metrics.observe_integrity(target, &finding);
     match finding.status {
         drcheck_validators::Status::Passed => {
@@ -229,7 +230,7 @@ pub async fn run(
                 if let Some(name) = t.strip_prefix(INTEGRITY) {
                     return check_target(sh, name).await;
                 }
-                if let Err(e) = run_target(sh, t.clone(), pipeline::new_run_id()).await {
+                if let Err(e) = run_target(sh, t.clone(), crate::ids::new_run_id()).await {
                     tracing::warn!(target = %t, "scheduled run did not start: {e}");
                 }
             })
@@ -322,7 +323,7 @@ async fn coverage_refresh(shared: Arc<Shared>, targets: Vec<String>, stop: Cance
             let (config, shared) = (config.clone(), shared.clone());
             async move {
                 let Some(t) = config.target(&name) else { return };
-                match tokio::time::timeout(Duration::from_secs(120), pipeline::coverage_now(&config, t)).await {
+                match tokio::time::timeout(Duration::from_secs(120), verify::coverage_now(&config, t, &shared.history)).await {
                     Ok(Ok(c)) => {
                         shared.metrics.show_coverage(&name, &c);
                         // A reload may have removed the target meanwhile (it set the new

@@ -92,6 +92,13 @@ pub fn ensure_cache_dir(scratch_dir: &Path) -> Result<PathBuf, String> {
     ensure_own_dir(scratch_dir, &dir, 0o700)
 }
 
+/// `dir` (0700, made if missing, its parent must exist) as the cache directory instead:
+/// `DRCHECK_CACHE_DIR`. Held to the same rule — drcheck's own, private, not a link.
+pub fn ensure_cache_dir_at(dir: &Path) -> Result<PathBuf, String> {
+    let parent = dir.parent().unwrap_or(Path::new("/"));
+    ensure_own_dir(parent, dir, 0o700)
+}
+
 fn ensure_own_dir(scratch_dir: &Path, dir: &Path, mode: u32) -> Result<PathBuf, String> {
     match std::fs::DirBuilder::new().mode(mode).create(dir) {
         Ok(()) => {}
@@ -321,6 +328,28 @@ mod tests {
         assert!(!Owner { start: me.start + 1, ..me.clone() }.alive(), "same pid, other start time");
         assert!(!Owner { pid: 0, ..me }.alive());
         assert_eq!(Owner::parse("1\n"), None);
+    }
+}
+
+#[cfg(test)]
+mod cache_dir_tests {
+    use super::*;
+
+    /// `DRCHECK_CACHE_DIR` is held to the rule of the default cache directory.
+    #[test]
+    fn a_named_cache_directory_is_made_private_and_one_others_may_write_is_refused() {
+        let base = tempfile::tempdir().unwrap();
+        let dir = base.path().join("cache");
+        assert_eq!(ensure_cache_dir_at(&dir).unwrap(), dir);
+        assert_eq!(std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777, 0o700);
+        // Made by someone else's hand: writable by others, or a link to one.
+        let open = base.path().join("open");
+        std::fs::create_dir(&open).unwrap();
+        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
+        assert!(ensure_cache_dir_at(&open).unwrap_err().contains("not drcheck's own private directory"));
+        let link = base.path().join("link");
+        std::os::unix::fs::symlink(&dir, &link).unwrap();
+        assert!(ensure_cache_dir_at(&link).is_err());
     }
 }
 

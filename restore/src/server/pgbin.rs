@@ -76,3 +76,8 @@ pub fn for_major(configured: Option<&Path>, major: Option<u32>, exact: bool) -> 
         )
     })
 }
+
+/// `"15.18 (Debian …)"` → 15; `"9.6.24"` → 9.
+pub fn major_of(version: &str) -> Option<u32> {
+    version.split(|c: char| !c.is_ascii_digit()).next()?.parse().ok()
+}

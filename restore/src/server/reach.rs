@@ -5,7 +5,8 @@
 //! moment drawn in that gap would fail a good archive.
 //!
 //! Each source says which segments its archive holds and fetches one by name
-//! ([`objects`], [`crate::sources::pgbackrest::Repo::reach`], [`crate::sources::barman::Catalog::reach`]);
+//! (objects under a `wal_prefix`, a pgBackRest stanza, a barman-cloud catalog: each a
+//! `crate::source::Archive`);
 //! [`newest`] tries them newest first.
 
 use crate::error::{RestoreError, Stage};
@@ -13,12 +14,9 @@ use crate::server::capture;
 use crate::server::contain;
 use crate::server::pgbin;
 use crate::server::sandbox::{Sandbox, tail};
-use crate::store::BackupStore;
-use crate::transfer::fetch::FetchOptions;
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 /// How far an archive replays.
@@ -66,30 +64,8 @@ where
     Ok(None)
 }
 
-fn is_segment(name: &str) -> bool {
+pub fn is_segment(name: &str) -> bool {
     name.len() == 24 && name.chars().all(|c| c.is_ascii_hexdigit())
-}
-
-/// The reach of archived WAL objects under `prefix` in `store`.
-pub async fn objects(
-    store: Arc<dyn BackupStore>,
-    prefix: &str,
-    fetch: FetchOptions,
-    sandbox: &Sandbox,
-    pg_bindir: Option<&Path>,
-) -> Result<Option<Reach>, RestoreError> {
-    let listed = crate::sources::physical::wal_objects(store.list(prefix).await?);
-    let by_name: std::collections::BTreeMap<String, crate::store::BackupObject> =
-        listed.into_iter().filter(|(_, n)| is_segment(n)).map(|(o, n)| (n, o)).collect();
-    let names: Vec<String> = by_name.keys().cloned().collect();
-    newest(sandbox, pg_bindir, names, |name, path| {
-        let (store, obj) = (store.clone(), by_name[&name].clone());
-        async move {
-            crate::sources::physical::fetch_wal_object(store, &obj, fetch, &path).await?;
-            sandbox.give_to_server(&path)
-        }
-    })
-    .await
 }
 
 /// `XLOG_PAGE_MAGIC` of each major (the first two bytes of every WAL page): which

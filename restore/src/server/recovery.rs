@@ -9,7 +9,6 @@
 use crate::error::{RestoreError, Stage};
 use crate::server::pgbin;
 use crate::server::sandbox::Sandbox;
-use crate::transfer::format;
 use drcheck_config::RecoveryTarget;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -114,7 +113,7 @@ where
 pub fn read_major(dir: &Path) -> Result<u32, RestoreError> {
     let v = std::fs::read_to_string(dir.join("PG_VERSION"))
         .map_err(|e| RestoreError::bad(Stage::Restore, format!("the base backup has no readable PG_VERSION: {e}")))?;
-    format::major_of(v.trim())
+    crate::server::pgbin::major_of(v.trim())
         .ok_or_else(|| RestoreError::bad(Stage::Restore, format!("PG_VERSION holds {:?}, not a version", v.trim())))
 }
 
@@ -218,7 +217,7 @@ pub async fn start_restored(
         let log = String::from_utf8_lossy(&log);
         return Err(match short {
             Some((spool, target)) if log.contains("recovery ended before configured recovery target was reached") => {
-                RestoreError::bad(Stage::Restore, not_reached(&target, &log, &spool))
+                not_reached(&target, &log, &spool)
             }
             _ => e,
         });
@@ -250,10 +249,6 @@ pub struct Recovered {
     pub horizon: Option<Horizon>,
 }
 
-/// How a run that stopped short of its recovery target says so (the pipeline reports
-/// `restore.target_reached = false` for it).
-pub const TARGET_NOT_REACHED: &str = "recovery ended before reaching its target";
-
 /// The same segment as `seg` on the nearest later timeline among `segments` whose
 /// history `has_history` (of an 8-digit timeline) says is there: after a promotion, the
 /// old timeline's last segment is archived only as `.partial` and replay goes on with
@@ -279,7 +274,7 @@ pub fn on_a_later_timeline(
 /// Why replay stopped short of `target`: the last transaction it replayed (the server's
 /// own log line) and the first WAL file it needed that the spool — what the archive
 /// holds — does not have.
-fn not_reached(target: &RecoveryTarget, log: &str, spool: &Path) -> String {
+fn not_reached(target: &RecoveryTarget, log: &str, spool: &Path) -> RestoreError {
     let what = match target {
         RecoveryTarget::Time(t) => format!("recovery_target_time {t}"),
         RecoveryTarget::Lsn(l) => format!("recovery_target_lsn {l}"),
@@ -289,8 +284,7 @@ fn not_reached(target: &RecoveryTarget, log: &str, spool: &Path) -> String {
         .lines()
         .rev()
         .find_map(|l| l.split("last completed transaction was at log time ").nth(1))
-        .map(|t| format!("the last transaction replayed was at {}", t.trim()))
-        .unwrap_or_else(|| "no transaction was replayed after the backup".into());
+        .map(|t| t.trim().to_string());
     let all: Vec<String> = std::fs::read_dir(spool)
         .map(|d| d.flatten().filter_map(|e| e.file_name().into_string().ok()).collect())
         .unwrap_or_default();
@@ -312,13 +306,7 @@ fn not_reached(target: &RecoveryTarget, log: &str, spool: &Path) -> String {
             }
         }
     });
-    let missing = match missing {
-        Some(m) => format!(
-            "; replay needed WAL file {m}, which the archive does not hold (a gap, or an archive that ends before the target)"
-        ),
-        None => "; the archive held no WAL file after the backup".into(),
-    };
-    format!("{TARGET_NOT_REACHED} ({what}): {last}{missing}")
+    RestoreError::TargetNotReached { target: what, last_replayed: last, missing_wal: missing }
 }
 
 /// The `recovery_target*` settings of a target (none for `latest`).
@@ -470,8 +458,15 @@ mod tests {
         let log = "00000 LOG:  redo done at 0/3000148\n00000 LOG:  last completed transaction was at log time 2026-12-02 02:15:24.335+00\n\
                    XX000 FATAL:  recovery ended before configured recovery target was reached\n";
         let target = RecoveryTarget::Time("2026-12-02T02:15:30Z".into());
-        let m = super::not_reached(&target, log, spool.path());
-        assert!(m.starts_with(super::TARGET_NOT_REACHED), "{m}");
+        let e = super::not_reached(&target, log, spool.path());
+        assert!(
+            matches!(&e, crate::error::RestoreError::TargetNotReached { missing_wal: Some(w), last_replayed: Some(t), .. }
+                if w == "000000010000000000000004" && t == "2026-12-02 02:15:24.335+00"),
+            "{e:?}"
+        );
+        assert!(e.is_backup_fault());
+        let m = e.to_string();
+        assert!(m.starts_with("recovery ended before reaching its target"), "{m}");
         assert!(m.contains("recovery_target_time 2026-12-02T02:15:30Z"), "{m}");
         assert!(m.contains("the last transaction replayed was at 2026-12-02 02:15:24.335+00"), "{m}");
         assert!(m.contains("needed WAL file 000000010000000000000004"), "{m}");
@@ -481,10 +476,10 @@ mod tests {
         for n in ["000000020000000000000006", "000000020000000000000007"] {
             std::fs::write(spool.path().join(n), b"").unwrap();
         }
-        let m = super::not_reached(&target, log, spool.path());
+        let m = super::not_reached(&target, log, spool.path()).to_string();
         assert!(m.contains("needed WAL file 000000020000000000000008"), "{m}");
         let empty = tempfile::tempdir().unwrap();
-        let m = super::not_reached(&target, "", empty.path());
+        let m = super::not_reached(&target, "", empty.path()).to_string();
         assert!(m.contains("no transaction was replayed") && m.contains("held no WAL file"), "{m}");
     }
 

@@ -170,6 +170,42 @@ impl Catalog {
     }
 }
 
+/// A barman-cloud catalog as a target's source: read by `barman-cloud-backup-list` and
+/// each backup's `backup.info`.
+#[async_trait::async_trait]
+impl crate::source::Source for Catalog {
+    fn describe(&self) -> String {
+        Catalog::describe(self)
+    }
+
+    fn reads_with_a_tool(&self) -> bool {
+        true
+    }
+
+    async fn catalog(
+        &self,
+        host: Option<&Sandbox>,
+        store: &Arc<dyn BackupStore>,
+    ) -> Result<Option<crate::source::Catalog>, StoreError> {
+        let host = host.ok_or_else(|| StoreError {
+            store: self.describe(),
+            message: "reading a barman-cloud catalog needs a sandbox directory".into(),
+            unreachable: false,
+            changed: false,
+        })?;
+        let backups = Catalog::catalog(self, host, store).await?;
+        Ok(Some(crate::source::Catalog {
+            described: self.describe(),
+            restorable: backups,
+            repository: Arc::new(self.clone()),
+        }))
+    }
+
+    fn archive<'a>(&'a self, catalog: Option<&'a crate::source::Catalog>) -> Option<&'a dyn Archive> {
+        catalog.map(|c| c.repository.as_ref() as &dyn Archive)
+    }
+}
+
 #[async_trait::async_trait]
 impl Archive for Catalog {
     fn describe(&self) -> String {

@@ -13,6 +13,7 @@ use crate::server::capture;
 use crate::server::contain;
 use crate::server::recovery;
 use crate::server::sandbox::{Contained, Host, Sandbox, tail};
+pub use crate::source::Integrity;
 use drcheck_config::RecoveryTarget;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -322,20 +323,6 @@ where
         fetch(host.clone(), name, part)
     })
     .await
-}
-
-/// What a repository check found, without restoring anything.
-#[derive(Debug, Clone, Default)]
-pub struct Integrity {
-    /// Problems, each naming what is wrong (a WAL file, a backup).
-    pub problems: Vec<String>,
-    /// What was looked at, for the finding's coverage.
-    pub backups: u64,
-    pub wal_files: u64,
-    /// What the tool itself said, summarised.
-    pub notes: Vec<String>,
-    /// How long the tool's own verification took, when it ran (barman-cloud has none).
-    pub tool_seconds: Option<f64>,
 }
 
 /// WAL continuity over a catalog (oldest first): every restorable backup's own WAL must

@@ -1,13 +1,12 @@
 //! The sources: where backups come from and how each becomes a restored server —
-//! objects in a store ([`objects`]: logical dumps through [`logical`], base backups
-//! through [`physical`]) and backup tools' repositories restored by their own CLIs
+//! objects in a store ([`objects`]: logical dumps through [`crate::transfer::stream`] and
+//! [`crate::server::tools`], base backups through [`physical`]) and backup tools' repositories restored by their own CLIs
 //! ([`pgbackrest`], [`barman`], sharing [`delegate`]). Every source answers the same
 //! questions through [`crate::source::Source`]: its catalog, how far its archive
 //! replays, a restore to a target, its integrity.
 
 pub mod barman;
 pub mod delegate;
-pub mod logical;
 pub mod objects;
 pub mod pgbackrest;
 pub mod physical;

@@ -4,16 +4,18 @@
 //! logical dumps here, base backups in [`crate::sources::physical`].
 
 use crate::error::{RestoreError, Stage};
-use crate::request::{Consistency, RESTORED_DB, RestoreJob, Restored, read_small};
+use crate::request::{Consistency, RESTORED_DB, RestoreEvent, RestoreJob, Restored, read_small};
 use crate::server::pgbin;
 use crate::server::sandbox::Sandbox;
+use crate::server::tools;
 use crate::source::Archive;
-use crate::sources::logical::{self, Counting};
 use crate::sources::physical;
 use crate::sources::plain;
 use crate::store::{BackupObject, BackupReader};
 use crate::transfer::fetch::{self, Sha256Verify};
 use crate::transfer::format::{self, BackupFormat};
+use crate::transfer::peel;
+use crate::transfer::stream::{self, Counting};
 use drcheck_config::FormatSetting;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -52,7 +54,7 @@ pub async fn restore(job: &RestoreJob<'_>, mut sandbox: Sandbox, started: Instan
     let store_name = job.store.describe();
     if job.backup.is_physical() {
         check_expected(job.format, "physical")?;
-        (job.on_format)("physical");
+        job.events.send(RestoreEvent::Format("physical".into()));
         return physical::restore(job, sandbox, started).await;
     }
 
@@ -65,31 +67,30 @@ pub async fn restore(job: &RestoreJob<'_>, mut sandbox: Sandbox, started: Instan
         })?;
         raw = Box::pin(Sha256Verify::new(raw, &digest));
     }
-    let (counted, fetch_end) = Counting::new(raw, job.progress.clone());
+    let (counted, fetch_end) = Counting::telling(raw, job.events.clone());
     let mut reader: BackupReader = Box::pin(counted);
-    let head = logical::read_head(&mut reader, &store_name).await?;
+    let head = stream::read_head(&mut reader, &store_name).await?;
     let outer = format::detect(&head);
     if outer.is_layer() && !outer.is_encryption() {
         check_declared_size(job, object, &head).await?;
     }
-    let (reader, head, layers) = logical::peel(&job.into(), &sandbox, head, reader, &store_name).await?;
+    let (reader, head, layers) = peel::peel(&job.into(), &sandbox, head, reader, &store_name).await?;
     let compressed = !layers.is_empty();
-    let suffix = logical::layer_suffix(&layers);
-    let reader: BackupReader =
-        Box::pin(logical::Bounded::with_room(reader, job.expansion_ceiling, job.max_write_bytes));
+    let suffix = peel::layer_suffix(&layers);
+    let reader: BackupReader = Box::pin(stream::Bounded::with_room(reader, job.expansion_ceiling, job.max_write_bytes));
     let inner = format::detect(&head);
     let kind = match inner {
         BackupFormat::Custom => Kind::Custom,
         BackupFormat::Tar if format::first_tar_member(&head).as_deref() == Some("toc.dat") => Kind::DumpTar,
         BackupFormat::Tar => Kind::TarArchive,
         BackupFormat::PlainSql => Kind::Plain,
-        _ if crate::transfer::decrypt::is_openpgp_signed_only(&head) => {
-            (job.on_format)("openpgp-signed");
-            return Err(RestoreError::unsupported(Stage::Fetch, crate::transfer::decrypt::SIGNED_ONLY));
+        _ if crate::transfer::envelope::is_openpgp_signed_only(&head) => {
+            job.events.send(RestoreEvent::Format("openpgp-signed".into()));
+            return Err(RestoreError::unsupported(Stage::Fetch, crate::transfer::envelope::SIGNED_ONLY));
         }
         other => {
             let what = if compressed { format!("{other}{suffix}") } else { other.to_string() };
-            (job.on_format)(&what);
+            job.events.send(RestoreEvent::Format(what.clone()));
             return Err(RestoreError::bad(
                 Stage::Restore,
                 format!(
@@ -100,7 +101,7 @@ pub async fn restore(job: &RestoreJob<'_>, mut sandbox: Sandbox, started: Instan
     };
     let shown = |k: &str| format!("{k}{suffix}");
     if kind != Kind::TarArchive {
-        (job.on_format)(&shown(kind_name(kind)));
+        job.events.send(RestoreEvent::Format(shown(kind_name(kind))));
         let name = if kind == Kind::DumpTar { "tar" } else { kind_name(kind) };
         check_expected(job.format, name)?;
     }
@@ -128,6 +129,7 @@ pub async fn restore(job: &RestoreJob<'_>, mut sandbox: Sandbox, started: Instan
             sandbox,
             database,
             format,
+            physical: false,
             fetch,
             restore: restore_started.elapsed(),
             recovered_to: None,
@@ -143,24 +145,24 @@ pub async fn restore(job: &RestoreJob<'_>, mut sandbox: Sandbox, started: Instan
 
     if kind == Kind::TarArchive {
         let dest = sandbox.root().join("unpacked");
-        logical::extract_tar(head, reader, &dest, &store_name).await?;
+        stream::extract_tar(head, reader, &dest, &store_name).await?;
         // The contained tools run as the sandbox user: the unpacked files are theirs.
         sandbox.give_to_server(&dest)?;
         if let Some(toc_dir) = find_toc(&dest) {
-            (job.on_format)(&shown("directory"));
+            job.events.send(RestoreEvent::Format(shown("directory")));
             check_expected(job.format, "directory")?;
             let toc = std::fs::read(toc_dir.join("toc.dat")).unwrap_or_default();
             let major = header_major(&toc)?;
             consistent_at = dump_time(&toc);
             start_empty(&mut sandbox, job, Some(major)).await?;
             let keep_owners = apply_globals(&sandbox, job).await?;
-            let mut cmd = logical::pg_restore(&sandbox, RESTORED_DB, keep_owners, job.jobs)?;
+            let mut cmd = tools::pg_restore(&sandbox, RESTORED_DB, keep_owners, job.jobs)?;
             cmd.arg("-Fd").arg(&toc_dir);
-            logical::run_tool(&sandbox, cmd, "pg_restore").await?;
+            tools::run_tool(&sandbox, cmd, "pg_restore").await?;
             return done(sandbox, RESTORED_DB.into(), shown("directory"), consistent_at);
         }
         if std::fs::symlink_metadata(dest.join("PG_VERSION")).is_ok_and(|m| m.file_type().is_file()) {
-            (job.on_format)(&shown("physical"));
+            job.events.send(RestoreEvent::Format(shown("physical")));
             check_expected(job.format, "physical")?;
             return physical::restore_unpacked(job, sandbox, &dest, started, fetch_end, restore_started).await;
         }
@@ -176,32 +178,32 @@ pub async fn restore(job: &RestoreJob<'_>, mut sandbox: Sandbox, started: Instan
         Kind::Custom if job.jobs > 1 => {
             // Parallel pg_restore needs a seekable file: stage it while downloading.
             let path = sandbox.root().join("backup.dump");
-            logical::stage_to_file(head, reader, &path, &store_name).await?;
+            stream::stage_to_file(head, reader, &path, &store_name).await?;
             sandbox.give_to_server(&path)?;
-            let mut cmd = logical::pg_restore(&sandbox, RESTORED_DB, keep_owners, job.jobs)?;
+            let mut cmd = tools::pg_restore(&sandbox, RESTORED_DB, keep_owners, job.jobs)?;
             cmd.arg(&path);
-            logical::run_tool(&sandbox, cmd, "pg_restore").await?;
+            tools::run_tool(&sandbox, cmd, "pg_restore").await?;
         }
         Kind::Custom => {
-            let cmd = logical::pg_restore(&sandbox, RESTORED_DB, keep_owners, 1)?;
-            logical::stream_into(&sandbox, cmd, "pg_restore", head, reader, &store_name).await?;
+            let cmd = tools::pg_restore(&sandbox, RESTORED_DB, keep_owners, 1)?;
+            stream::stream_into(&sandbox, cmd, "pg_restore", head, reader, &store_name).await?;
         }
         Kind::DumpTar => {
             let path = sandbox.root().join("backup.tar");
-            logical::stage_to_file(head, reader, &path, &store_name).await?;
+            stream::stage_to_file(head, reader, &path, &store_name).await?;
             sandbox.give_to_server(&path)?;
-            let mut cmd = logical::pg_restore(&sandbox, RESTORED_DB, keep_owners, 1)?;
+            let mut cmd = tools::pg_restore(&sandbox, RESTORED_DB, keep_owners, 1)?;
             cmd.arg("-Ft").arg(&path);
-            logical::run_tool(&sandbox, cmd, "pg_restore").await?;
+            tools::run_tool(&sandbox, cmd, "pg_restore").await?;
         }
         Kind::Plain => {
-            let cmd = logical::psql_script(&sandbox, RESTORED_DB)?;
+            let cmd = tools::psql_script(&sandbox, RESTORED_DB)?;
             // Without the source's roles, ownership and privileges are left out (as
             // `pg_restore --no-owner --no-privileges` leaves them out of archives), counted.
             let privileges =
                 if keep_owners { plain::Privileges::Keep } else { plain::Privileges::Skip(skipped_privileges.clone()) };
             let (head, reader) = plain::restricted(head, reader, privileges);
-            logical::stream_into(&sandbox, cmd, "psql", head, reader, &store_name).await?;
+            stream::stream_into(&sandbox, cmd, "psql", head, reader, &store_name).await?;
         }
         Kind::TarArchive => unreachable!("handled above"),
     }
@@ -229,7 +231,7 @@ async fn check_declared_size(job: &RestoreJob<'_>, object: &BackupObject, head: 
             Stage::Fetch,
             format!(
                 "{} {} bytes: its {} header declares {declared} bytes (sandbox.max_expansion × its size, plus 1 GiB)",
-                logical::EXPANSION_EXCEEDED,
+                stream::EXPANSION_EXCEEDED,
                 job.expansion_ceiling,
                 format::detect(head)
             ),
@@ -275,7 +277,7 @@ async fn start_empty(sandbox: &mut Sandbox, job: &RestoreJob<'_>, major: Option<
     let t = Instant::now();
     sandbox.init_and_start(bin).await?;
     sandbox.create_database(RESTORED_DB).await?;
-    *job.sandbox_ready_in.lock().unwrap() = Some(t.elapsed());
+    job.events.send(RestoreEvent::SandboxReady(t.elapsed()));
     Ok(())
 }
 
@@ -286,11 +288,11 @@ async fn apply_globals(sandbox: &Sandbox, job: &RestoreJob<'_>) -> Result<bool, 
     let script = read_small(job.store.as_ref(), key).await?;
     // Without ON_ERROR_STOP: the script recreates roles that exist (postgres) and fails
     // harmlessly on those.
-    let mut cmd = logical::client_command(sandbox, "psql", "postgres")?;
+    let mut cmd = tools::client_command(sandbox, "psql", "postgres")?;
     cmd.args(["-X", "-q", "-f", "-"]);
     let reader: BackupReader = Box::pin(std::io::Cursor::new(Vec::new()));
     let (head, reader) = plain::restricted(script.into_bytes(), reader, plain::Privileges::Keep);
-    logical::stream_into(sandbox, cmd, "psql (globals)", head, reader, &job.store.describe()).await?;
+    stream::stream_into(sandbox, cmd, "psql (globals)", head, reader, &job.store.describe()).await?;
     Ok(true)
 }
 
@@ -313,6 +315,49 @@ impl Archive for WalArchive {
         store: &std::sync::Arc<dyn crate::store::BackupStore>,
         pg_bindir: Option<&std::path::Path>,
     ) -> Result<Option<crate::server::reach::Reach>, RestoreError> {
-        crate::server::reach::objects(store.clone(), &self.prefix, self.fetch, sandbox, pg_bindir).await
+        let listed = crate::sources::physical::wal_objects(store.list(&self.prefix).await?);
+        let by_name: std::collections::BTreeMap<String, crate::store::BackupObject> =
+            listed.into_iter().filter(|(_, n)| crate::server::reach::is_segment(n)).map(|(o, n)| (n, o)).collect();
+        let names: Vec<String> = by_name.keys().cloned().collect();
+        let fetch = self.fetch;
+        crate::server::reach::newest(sandbox, pg_bindir, names, |name, path| {
+            let (store, obj) = (store.clone(), by_name[&name].clone());
+            async move {
+                crate::sources::physical::fetch_wal_object(store, &obj, fetch, &path).await?;
+                sandbox.give_to_server(&path)
+            }
+        })
+        .await
+    }
+}
+
+/// A store's objects under the target's prefix as its source, with the archived WAL
+/// under `wal_prefix` when there is one. The pipeline lists and chooses the objects
+/// itself: no catalog.
+pub struct Objects {
+    pub described: String,
+    pub wal: Option<WalArchive>,
+}
+
+#[async_trait::async_trait]
+impl crate::source::Source for Objects {
+    fn describe(&self) -> String {
+        self.described.clone()
+    }
+
+    fn reads_with_a_tool(&self) -> bool {
+        false
+    }
+
+    async fn catalog(
+        &self,
+        _host: Option<&Sandbox>,
+        _store: &std::sync::Arc<dyn crate::store::BackupStore>,
+    ) -> Result<Option<crate::source::Catalog>, crate::error::StoreError> {
+        Ok(None)
+    }
+
+    fn archive<'a>(&'a self, _catalog: Option<&'a crate::source::Catalog>) -> Option<&'a dyn Archive> {
+        self.wal.as_ref().map(|w| w as &dyn Archive)
     }
 }

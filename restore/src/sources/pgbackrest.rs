@@ -353,6 +353,41 @@ impl Repo {
     }
 }
 
+/// A pgBackRest repository as a target's source: its catalog read by `pgbackrest info`.
+#[async_trait::async_trait]
+impl crate::source::Source for Repo {
+    fn describe(&self) -> String {
+        Repo::describe(self)
+    }
+
+    fn reads_with_a_tool(&self) -> bool {
+        true
+    }
+
+    async fn catalog(
+        &self,
+        host: Option<&Sandbox>,
+        _store: &std::sync::Arc<dyn crate::store::BackupStore>,
+    ) -> Result<Option<crate::source::Catalog>, StoreError> {
+        let host = host.ok_or_else(|| StoreError {
+            store: self.describe(),
+            message: "reading a pgBackRest catalog needs a sandbox directory".into(),
+            unreachable: false,
+            changed: false,
+        })?;
+        let catalog = Repo::catalog(self, host).await?;
+        Ok(Some(crate::source::Catalog {
+            described: self.describe(),
+            restorable: catalog.backups.clone(),
+            repository: std::sync::Arc::new(Stanza { repo: self.clone(), catalog }),
+        }))
+    }
+
+    fn archive<'a>(&'a self, catalog: Option<&'a crate::source::Catalog>) -> Option<&'a dyn Archive> {
+        catalog.map(|c| c.repository.as_ref() as &dyn Archive)
+    }
+}
+
 /// A stanza with the catalog it was read as: the [`Repository`] a run restores from.
 pub struct Stanza {
     pub repo: Repo,

@@ -7,17 +7,18 @@
 //! spool and serves it through `restore_command`) to the recovery target.
 
 use crate::error::{RestoreError, Stage};
-use crate::request::{FetchEnd, RestoreJob, Restored, read_small};
+use crate::request::{FetchEnd, RestoreEvent, RestoreJob, Restored, read_small};
 use crate::server::capture;
 use crate::server::contain;
 use crate::server::pgbin;
 use crate::server::recovery::WalReplay;
 use crate::server::recovery::{self, read_major, remove_entry, write_new};
 use crate::server::sandbox::{Sandbox, tail};
-use crate::sources::logical::{self, Counting};
 use crate::store::{BackupObject, BackupReader, is_base_tar};
 use crate::transfer::fetch;
 use crate::transfer::format::{self, BackupFormat};
+use crate::transfer::peel;
+use crate::transfer::stream::{self, Counting};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -44,28 +45,28 @@ async fn unpack_part(
     use std::sync::atomic::Ordering;
     let store = job.store.describe();
     let raw = fetch::parallel(job.store.clone(), part, fetch);
-    let progress = job.progress.clone();
+    let events = job.events.clone();
     let (received, seen) = (received.clone(), Arc::new(std::sync::atomic::AtomicU64::new(0)));
     // `Counting` reports this part's running total: add what is new to the shared one.
     let (counted, _) = Counting::new(
         raw,
+        job.events.clone(),
         Arc::new(move |n| {
             let new = n.saturating_sub(seen.swap(n, Ordering::Relaxed));
-            progress(received.fetch_add(new, Ordering::Relaxed) + new)
+            events.send(RestoreEvent::Received(received.fetch_add(new, Ordering::Relaxed) + new))
         }),
     );
     let mut reader: BackupReader = Box::pin(counted);
-    let head = logical::read_head(&mut reader, &store).await?;
-    let (reader, head, _) = logical::peel(&job.into(), sandbox, head, reader, &store).await?;
-    let reader: BackupReader =
-        Box::pin(logical::Bounded::with_room(reader, job.expansion_ceiling, job.max_write_bytes));
+    let head = stream::read_head(&mut reader, &store).await?;
+    let (reader, head, _) = peel::peel(&job.into(), sandbox, head, reader, &store).await?;
+    let reader: BackupReader = Box::pin(stream::Bounded::with_room(reader, job.expansion_ceiling, job.max_write_bytes));
     if format::detect(&head) != BackupFormat::Tar {
         return Err(RestoreError::bad(
             Stage::Restore,
             format!("{} should be a tar archive, but holds {} data", part.key, format::detect(&head)),
         ));
     }
-    logical::extract_tar(head, reader, dest, &store).await
+    stream::extract_tar(head, reader, dest, &store).await
 }
 
 pub async fn restore(job: &RestoreJob<'_>, sandbox: Sandbox, started: Instant) -> Result<Restored, RestoreError> {
@@ -276,6 +277,7 @@ pub async fn restore_unpacked(
         sandbox,
         database,
         format: "physical".into(),
+        physical: true,
         fetch,
         restore: restore_started.elapsed(),
         recovered_to: recovered.recovered_to,
@@ -355,20 +357,20 @@ pub(crate) async fn decompress_file(raw: &Path, path: &Path, what: &str) -> Resu
 /// Writes one WAL file from `reader` to `path`: decompressed when it is `.gz`/`.zst`/
 /// `.lz4` data (detected from content), streamed, at most [`MAX_WAL_FILE`] bytes.
 async fn stage_wal(mut reader: BackupReader, source: &str, what: &str, path: &Path) -> Result<(), RestoreError> {
-    let head = logical::read_head(&mut reader, source).await?;
+    let head = stream::read_head(&mut reader, source).await?;
     let fmt = format::detect(&head);
     let (reader, head) = match fmt {
         BackupFormat::Gzip | BackupFormat::Zstd | BackupFormat::Lz4 => {
-            let mut d = logical::decompress(fmt, head, reader);
-            let h = logical::read_head(&mut d, source)
+            let mut d = peel::decompress(fmt, head, reader);
+            let h = stream::read_head(&mut d, source)
                 .await
                 .map_err(|e| RestoreError::bad(Stage::Fetch, format!("{what}: corrupt {fmt} data: {e}")))?;
             (d, h)
         }
         _ => (reader, head),
     };
-    let bounded: BackupReader = Box::pin(logical::Bounded::new(reader, MAX_WAL_FILE));
-    logical::stage_to_file(head, bounded, path, source).await.map(|_| ()).map_err(|e| match e {
+    let bounded: BackupReader = Box::pin(stream::Bounded::new(reader, MAX_WAL_FILE));
+    stream::stage_to_file(head, bounded, path, source).await.map(|_| ()).map_err(|e| match e {
         RestoreError::BadBackup { stage, message } => {
             RestoreError::BadBackup { stage, message: format!("archived WAL {what}: {message}") }
         }

@@ -21,8 +21,8 @@
 //! whole statement, starting where a statement starts, is ever left out or rewritten.
 //! Every other error still stops the restore.
 
-use crate::sources::logical::rejoin;
 use crate::store::BackupReader;
+use crate::transfer::stream::rejoin;
 use std::io;
 use std::pin::Pin;
 use std::sync::Arc;

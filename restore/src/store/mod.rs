@@ -1,6 +1,12 @@
-//! Backup stores: where backups live, how to list them and how to read one.
+//! Backup stores: where backups live, how to list them and how to read one — each
+//! request retried ([`retry`]) behind a circuit breaker ([`breaker`]), its bytes in
+//! pooled blocks ([`pool`]). The ground the other layers stand on: it imports only
+//! [`crate::error`].
 
+pub mod breaker;
 mod fs;
+pub mod pool;
+pub mod retry;
 mod s3;
 
 pub use fs::FsStore;
@@ -66,7 +72,7 @@ pub trait BackupStore: Send + Sync {
 
     /// Held by a download for as long as it runs: a store that reads into pooled blocks
     /// keeps them for reuse meanwhile, and frees them when the last download ends.
-    fn download_lease(&self) -> Option<crate::transfer::pool::Lease> {
+    fn download_lease(&self) -> Option<crate::store::pool::Lease> {
         None
     }
 }

@@ -7,8 +7,8 @@
 
 use super::{BackupObject, BackupStore};
 use crate::error::StoreError;
-use crate::transfer::breaker::{self, Breaker};
-use crate::transfer::retry::Backoff;
+use crate::store::breaker::{self, Breaker};
+use crate::store::retry::Backoff;
 use async_trait::async_trait;
 use aws_sdk_s3::config::http::HttpResponse;
 use aws_sdk_s3::config::retry::RetryConfig;
@@ -32,7 +32,7 @@ pub struct S3Store {
     /// The last failure that counted against the breaker: said again while it is open.
     last_failure: std::sync::Mutex<Option<String>>,
     /// The blocks downloads are read into, reused (`pool.rs`).
-    blocks: Arc<crate::transfer::pool::BlockPool>,
+    blocks: Arc<crate::store::pool::BlockPool>,
     /// Listings and stats are asked again for the storage's `retry_window`.
     backoff: Backoff,
 }
@@ -40,7 +40,7 @@ pub struct S3Store {
 /// The size of the blocks a part is handed over in.
 const BLOCK: usize = 1 << 20;
 /// Idle blocks kept for reuse: what a download's window holds, and a few more.
-const KEEP_BLOCKS: usize = (crate::transfer::fetch::WINDOW as usize / BLOCK) + 4;
+const KEEP_BLOCKS: usize = (crate::store::pool::WINDOW as usize / BLOCK) + 4;
 
 impl S3Store {
     pub async fn new(_name: &str, cfg: &S3Storage) -> Self {
@@ -102,7 +102,7 @@ impl S3Store {
             raw_endpoint,
             breaker,
             last_failure: Default::default(),
-            blocks: crate::transfer::pool::BlockPool::new(BLOCK, KEEP_BLOCKS),
+            blocks: crate::store::pool::BlockPool::new(BLOCK, KEEP_BLOCKS),
             backoff: Backoff::within(cfg.retry_window),
         }
     }
@@ -322,7 +322,7 @@ impl BackupStore for S3Store {
         self.guarded(self.read_range_unguarded(key, etag, offset, len)).await
     }
 
-    fn download_lease(&self) -> Option<crate::transfer::pool::Lease> {
+    fn download_lease(&self) -> Option<crate::store::pool::Lease> {
         Some(self.blocks.lease())
     }
 }

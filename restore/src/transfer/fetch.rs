@@ -14,8 +14,8 @@
 //! (moto reads the whole object for each) is read one large part at a time.
 
 use crate::error::StoreError;
+use crate::store::retry::Backoff;
 use crate::store::{BackupObject, BackupReader, BackupStore};
-use crate::transfer::retry::Backoff;
 use futures::stream;
 use sha2::{Digest, Sha256};
 use std::collections::VecDeque;
@@ -40,10 +40,7 @@ pub struct FetchOptions {
     pub backoff: Backoff,
 }
 
-/// The default memory bound of one download's parts: two 8 MiB parts in flight and one
-/// being consumed, one of 12 MiB, or eight of 2 MiB. On Garage, 24 MiB downloads as
-/// fast as 32 (1.32 vs 1.29 s for 1.09 GB, medians of 3) and 16 MiB is a tenth slower.
-pub const WINDOW: u64 = 24 << 20;
+pub use crate::store::pool::WINDOW;
 
 impl Default for FetchOptions {
     fn default() -> Self {
@@ -272,7 +269,7 @@ struct Download {
     /// What is left of the part being handed to the consumer.
     current: std::vec::IntoIter<bytes::Bytes>,
     /// Keeps the store's block pool while the download runs.
-    _lease: Option<crate::transfer::pool::Lease>,
+    _lease: Option<crate::store::pool::Lease>,
 }
 
 impl Download {

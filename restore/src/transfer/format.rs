@@ -112,9 +112,9 @@ pub fn detect(head: &[u8]) -> BackupFormat {
         BackupFormat::Lz4
     } else if head.len() >= 262 && &head[257..262] == b"ustar" {
         BackupFormat::Tar
-    } else if crate::transfer::decrypt::is_age(head) {
+    } else if crate::transfer::envelope::is_age(head) {
         BackupFormat::Age
-    } else if crate::transfer::decrypt::is_openpgp(head) {
+    } else if crate::transfer::envelope::is_openpgp(head) {
         BackupFormat::OpenPgp
     } else if looks_like_sql(head) {
         BackupFormat::PlainSql
@@ -152,10 +152,7 @@ impl DumpHeader {
     }
 }
 
-/// `"15.18 (Debian …)"` → 15; `"9.6.24"` → 9.
-pub fn major_of(version: &str) -> Option<u32> {
-    version.split(|c: char| !c.is_ascii_digit()).next()?.parse().ok()
-}
+pub use crate::server::pgbin::major_of;
 
 /// Parses the header pg_dump writes at the start of a custom archive and of `toc.dat`
 /// (see `WriteHead` in PostgreSQL's `pg_backup_archiver.c`).

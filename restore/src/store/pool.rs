@@ -7,6 +7,11 @@
 //! download holds a [`Lease`]: once the last one ends, they go back to the system (a
 //! run's validators then start from the memory the download used, not on top of it).
 
+/// The default memory bound of one download's parts: two 8 MiB parts in flight and one
+/// being consumed, one of 12 MiB, or eight of 2 MiB. On Garage, 24 MiB downloads as
+/// fast as 32 (1.32 vs 1.29 s for 1.09 GB, medians of 3) and 16 MiB is a tenth slower.
+pub const WINDOW: u64 = 24 << 20;
+
 use std::sync::{Arc, Mutex};
 
 pub struct BlockPool {

@@ -105,6 +105,16 @@ impl Backoff {
     }
 }
 
+impl crate::error::StoreError {
+    /// The error a call gave up on, saying how much it tried (when it tried again at all).
+    pub fn after((mut e, tried): (crate::error::StoreError, Tried)) -> crate::error::StoreError {
+        if tried.attempts > 1 {
+            e.message = format!("{} — {tried}", e.message);
+        }
+        e
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

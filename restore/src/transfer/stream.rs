@@ -1,15 +1,17 @@
-//! The building blocks of restores: streaming a backup into a tool's stdin (pg_restore
-//! for custom dumps, psql for plain SQL) without holding it whole in memory, staging it
-//! in the scratch directory when a tool needs a seekable file, unpacking tar archives,
-//! and undoing outer compression.
+//! The stream pieces of restores: reading a backup's head, bounding what it expands to
+//! ([`Bounded`]),
+//! counting it ([`Counting`]), streaming it into a tool's stdin (pg_restore for custom
+//! dumps, psql for plain SQL) without holding it whole in memory, staging it in the
+//! scratch directory when a tool needs a seekable file, and unpacking tar archives.
 
 use crate::error::{RestoreError, Stage, StoreError};
+use crate::events::{Events, RestoreEvent};
 use crate::server::capture;
 use crate::server::sandbox::{Sandbox, tail};
+use crate::server::tools::STDERR_KEEP;
 use crate::store::BackupReader;
-use crate::transfer::format::{self, BackupFormat};
+use crate::transfer::format;
 use crate::transfer::unpack;
-use async_compression::tokio::bufread::{GzipDecoder, Lz4Decoder, ZstdDecoder};
 use std::io;
 use std::path::Path;
 use std::pin::Pin;
@@ -17,11 +19,9 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Instant;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader, ReadBuf};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt, ReadBuf};
 
-/// How much of a tool's stderr a report keeps (the tail, where the error is).
-const STDERR_KEEP: usize = 4000;
-const CHUNK: usize = 256 * 1024;
+pub const CHUNK: usize = 256 * 1024;
 
 /// Reads the first bytes of a backup, enough for [`format::detect`].
 pub async fn read_head(reader: &mut BackupReader, store: &str) -> Result<Vec<u8>, RestoreError> {
@@ -77,96 +77,30 @@ pub fn rejoin(head: Vec<u8>, rest: BackupReader) -> BackupReader {
     Box::pin(io::Cursor::new(head).chain(rest))
 }
 
-/// Undoes gzip, zstd or lz4 around a backup (`.sql.gz`, `base.tar.zst`, …).
-pub fn decompress(outer: BackupFormat, head: Vec<u8>, rest: BackupReader) -> BackupReader {
-    let src = BufReader::with_capacity(CHUNK, rejoin(head, rest));
-    match outer {
-        BackupFormat::Gzip => {
-            let mut d = GzipDecoder::new(src);
-            d.multiple_members(true);
-            Box::pin(d)
-        }
-        BackupFormat::Zstd => {
-            let mut d = ZstdDecoder::new(src);
-            d.multiple_members(true);
-            Box::pin(d)
-        }
-        BackupFormat::Lz4 => Box::pin(Lz4Decoder::new(src)),
-        _ => Box::pin(src),
-    }
-}
-
-/// How many layers (compression, encryption) may wrap a backup: more is hostile.
-const MAX_LAYERS: usize = 4;
-
-/// What undoing a backup's layers needs: the keys, where to say which opened it, and the
-/// most each layer may expand to.
-pub struct Peel<'a> {
-    pub decrypt: &'a drcheck_config::DecryptConfig,
-    pub decryption: &'a Mutex<Option<crate::transfer::decrypt::Decryption>>,
-    pub expansion_ceiling: u64,
-}
-
-impl<'a> From<&'a crate::request::RestoreJob<'a>> for Peel<'a> {
-    fn from(job: &'a crate::request::RestoreJob<'a>) -> Self {
-        Peel { decrypt: job.decrypt, decryption: &job.decryption, expansion_ceiling: job.expansion_ceiling }
-    }
-}
-
-/// Undoes every layer around a backup, outermost first — gzip, zstd, lz4, age, OpenPGP,
-/// in any order (`pg_dump | gzip | age`, `pg_dump -Fc | gpg -c`). Returns the inner
-/// stream, its first bytes and the layers, outermost first. OpenPGP is opened by gpg in
-/// `sandbox`; the decompressors and age run here (memory-safe Rust, bounded).
-pub async fn peel(
-    job: &Peel<'_>,
-    sandbox: &Sandbox,
-    mut head: Vec<u8>,
-    mut reader: BackupReader,
-    store: &str,
-) -> Result<(BackupReader, Vec<u8>, Vec<BackupFormat>), RestoreError> {
-    let mut layers = Vec::new();
-    loop {
-        let layer = format::detect(&head);
-        if !layer.is_layer() {
-            return Ok((reader, head, layers));
-        }
-        if layers.len() == MAX_LAYERS {
-            return Err(RestoreError::bad(
-                Stage::Fetch,
-                format!("the backup is wrapped in more than {MAX_LAYERS} layers of compression or encryption"),
-            ));
-        }
-        let inner = if layer.is_encryption() {
-            crate::transfer::decrypt::open(layer, head, reader, job.decrypt, sandbox, job.decryption).await?
-        } else {
-            decompress(layer, head, reader)
-        };
-        // Every layer's output counts against the bound, not only the innermost's: a
-        // layer can expand into what the next one skips (zstd's skippable frames).
-        let mut inner: BackupReader = Box::pin(Bounded::new(inner, job.expansion_ceiling));
-        head = read_head(&mut inner, store).await?;
-        reader = inner;
-        layers.push(layer);
-    }
-}
-
-/// How layers read in a format name: innermost first (`custom+gzip+age`).
-pub fn layer_suffix(layers: &[BackupFormat]) -> String {
-    layers.iter().rev().map(|l| format!("+{l}")).collect()
-}
-
-/// Counts bytes for progress and notes when the source ran dry: the end of the fetch.
+/// Counts bytes for progress (each total told to `progress`, the first byte's moment as a
+/// [`RestoreEvent::FirstByte`]) and notes when the source ran dry: the end of the fetch.
 pub struct Counting<R> {
     inner: R,
     total: u64,
     progress: Arc<dyn Fn(u64) + Send + Sync>,
+    events: Events,
     finished: Arc<Mutex<Option<Instant>>>,
 }
 
 impl<R> Counting<R> {
-    pub fn new(inner: R, progress: Arc<dyn Fn(u64) + Send + Sync>) -> (Self, Arc<Mutex<Option<Instant>>>) {
+    pub fn new(
+        inner: R,
+        events: Events,
+        progress: Arc<dyn Fn(u64) + Send + Sync>,
+    ) -> (Self, Arc<Mutex<Option<Instant>>>) {
         let finished = Arc::new(Mutex::new(None));
-        (Self { inner, total: 0, progress, finished: finished.clone() }, finished)
+        (Self { inner, total: 0, progress, events, finished: finished.clone() }, finished)
+    }
+
+    /// Counting that tells each total as [`RestoreEvent::Received`].
+    pub fn telling(inner: R, events: Events) -> (Self, Arc<Mutex<Option<Instant>>>) {
+        let tell = events.clone();
+        Self::new(inner, events, Arc::new(move |n| tell.send(RestoreEvent::Received(n))))
     }
 }
 
@@ -180,72 +114,15 @@ impl<R: AsyncRead + Unpin> AsyncRead for Counting<R> {
             if n == 0 {
                 this.finished.lock().unwrap().get_or_insert_with(Instant::now);
             } else {
+                if this.total == 0 {
+                    this.events.send(RestoreEvent::FirstByte(Instant::now()));
+                }
                 this.total += n as u64;
                 (this.progress)(this.total);
             }
         }
         r
     }
-}
-
-/// A PostgreSQL client tool from the sandbox's bindir, contained, connected to
-/// `database` over the sandbox's socket, in a clean environment.
-pub fn client_command(sandbox: &Sandbox, tool: &str, database: &str) -> Result<tokio::process::Command, RestoreError> {
-    sandbox.client_command(tool, database)
-}
-
-/// `pg_restore` into `database`. Without the source's roles, ownership and privileges
-/// are left out; with them (a globals file applied first), they are restored too.
-///
-/// `--clean --if-exists`: into a fresh database every `DROP … IF EXISTS` is a no-op but
-/// one — a partial archive's (`pg_dump -n public`) entry for the `public` schema, which
-/// every database already has and PostgreSQL 15's pg_dump writes as `CREATE SCHEMA
-/// public`: the empty schema is dropped and the archive's recreates it. Every other
-/// error still stops the restore (`--exit-on-error`).
-pub fn pg_restore(
-    sandbox: &Sandbox,
-    database: &str,
-    keep_owners: bool,
-    jobs: u32,
-) -> Result<tokio::process::Command, RestoreError> {
-    let mut cmd = client_command(sandbox, "pg_restore", database)?;
-    cmd.args(["--exit-on-error", "--clean", "--if-exists"]);
-    if !keep_owners {
-        cmd.args(["--no-owner", "--no-privileges"]);
-    }
-    if jobs > 1 {
-        cmd.arg(format!("--jobs={jobs}"));
-    }
-    Ok(cmd)
-}
-
-/// `psql` running a script from stdin, stopping at the first error.
-pub fn psql_script(sandbox: &Sandbox, database: &str) -> Result<tokio::process::Command, RestoreError> {
-    let mut cmd = client_command(sandbox, "psql", database)?;
-    cmd.args(["-X", "-q", "-v", "ON_ERROR_STOP=1", "-f", "-"]);
-    Ok(cmd)
-}
-
-/// Runs `cmd` (a client of `sandbox`) to completion; a non-zero exit is the backup's
-/// fault unless [`Sandbox::judge_client`] says the world's, with the tool's stderr tail
-/// as the reason.
-pub async fn run_tool(sandbox: &Sandbox, mut cmd: tokio::process::Command, what: &str) -> Result<(), RestoreError> {
-    let mut child = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| RestoreError::infra(Stage::Restore, format!("cannot run {what}: {e}")))?;
-    // The backup decides how much the tool complains: only the end is kept.
-    let (status, stderr) = capture::wait_keeping_stderr(&mut child, STDERR_KEEP)
-        .await
-        .map_err(|e| RestoreError::infra(Stage::Restore, format!("running {what}: {e}")))?;
-    if !status.success() {
-        let (who, why) = sandbox.judge_client(&status);
-        let message = format!("{what} failed ({status}): {}", tail(&stderr, STDERR_KEEP));
-        return Err(who.error(Stage::Restore, crate::error::with_reason(message, why)));
-    }
-    Ok(())
 }
 
 /// Streams `head` then `reader` into `cmd`'s stdin (a client of `sandbox`), draining its

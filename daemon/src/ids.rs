@@ -1,0 +1,68 @@
+//! Names and places of runs: run ids, and the sandbox (or the sandbox directory, for a
+//! backup tool reading its repository) each part of a run gets. A leaf: it depends on
+//! the configuration and the restore crate only.
+
+use drcheck_config::Config;
+use drcheck_restore::{SandboxOptions, StoreError};
+
+/// A fresh run id.
+pub fn new_run_id() -> String {
+    uuid::Uuid::new_v4().to_string()
+}
+
+/// How the sandbox of run `run_id` is made, from `[sandbox]`.
+pub(crate) fn sandbox_options(config: &Config, run_id: String) -> SandboxOptions {
+    SandboxOptions {
+        scratch_dir: config.sandbox.scratch_dir.clone(),
+        run_id,
+        profile: config.sandbox.profile,
+        require_containment: config.sandbox.require_containment,
+        user: config.sandbox.user.clone(),
+        memory_limit: Some(config.sandbox.memory_limit),
+    }
+}
+
+/// A sandbox directory (no server) for a backup tool reading its repository: listing
+/// the catalog, reading the archive's reach, checking integrity.
+///
+/// Each `purpose` of a run gets a directory of its own: a sandbox is torn down on a
+/// thread of its own after the run is done with it, so the next one of the same run
+/// must never need the same name (it would find the last one still being removed).
+pub(crate) fn catalog_sandbox(
+    config: &Config,
+    store: &str,
+    run_id: &str,
+    purpose: Purpose,
+) -> Result<drcheck_restore::Sandbox, StoreError> {
+    drcheck_restore::Sandbox::create(&sandbox_options(config, purpose.sandbox_name(run_id))).map_err(|e| StoreError {
+        store: store.to_string(),
+        message: e.to_string(),
+        unreachable: false,
+        changed: false,
+    })
+}
+
+/// What a run reads a backup tool's repository for, each in a sandbox of its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Purpose {
+    /// Listing the catalog (`tool_catalog`).
+    Catalog,
+    /// Reading the newest transaction the archive holds (`draw_point`).
+    Reach,
+    /// The `repository` validator (`check_repository`).
+    Integrity,
+}
+
+impl Purpose {
+    #[cfg(test)]
+    pub(crate) const ALL: [Purpose; 3] = [Purpose::Catalog, Purpose::Reach, Purpose::Integrity];
+
+    pub(crate) fn sandbox_name(self, run_id: &str) -> String {
+        let purpose = match self {
+            Purpose::Catalog => "catalog",
+            Purpose::Reach => "reach",
+            Purpose::Integrity => "integrity",
+        };
+        format!("{run_id}-{purpose}")
+    }
+}

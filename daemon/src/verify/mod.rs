@@ -1,0 +1,276 @@
+//! One verification of one target:
+//! select backup → fetch (streamed) → restore into a sandbox → validate → RTO/RPO.
+//!
+//! The result is always a [`RunReport`]; `Err` never leaves this module, because a
+//! failed or incomplete run is still a run to record. Cancellation (SIGTERM) and the
+//! RTO deadline drop the in-flight work, and the sandbox's drop guard tears it down.
+//!
+//! The stages, each in its module and each returning what the next one needs:
+//! [`select`] (→ `Selected`), [`restore`] (→ `Ready`), [`validate`]; beside them the
+//! run's budget ([`budget`]), how it stops early ([`stop`]) and the repository check
+//! ([`repository`]).
+
+mod budget;
+mod repository;
+mod restore;
+mod select;
+mod stop;
+mod validate;
+
+pub use budget::{config_warnings, lease_ttl, run_budget};
+pub use repository::{ToolCheck, check_repository, integrity_only};
+pub use restore::{database_of, download};
+pub use select::{coverage_now, list_backups};
+pub use stop::MAX_ERROR_CHARS;
+
+use crate::history::History;
+use crate::ids::new_run_id;
+use crate::measure::Measurements;
+use crate::progress::Progress;
+use crate::report::{Phase, Rpo, Rto, RunError, RunReport, RunResult, secs, timestamp};
+use drcheck_config::{Config, TargetConfig};
+use std::time::{Duration, SystemTime};
+use stop::{Stop, cap_message, short};
+use tokio_util::sync::CancellationToken;
+
+/// What one run accumulates as it goes.
+pub(crate) struct Run<'a> {
+    pub(crate) target: &'a TargetConfig,
+    pub(crate) report: RunReport,
+    /// The instants it observed; objectives are computed from them at the end.
+    pub(crate) m: Measurements,
+    /// Which attempt this is (1, or 2 after starting over): names the sandbox, since
+    /// the first attempt's may still be being removed.
+    pub(crate) attempt: u32,
+    /// The chosen backup already counts as proven in the report's coverage (a pass adds
+    /// it otherwise).
+    pub(crate) chosen_proven: bool,
+}
+
+impl Run<'_> {
+    pub(crate) fn phase(&mut self, name: &str, d: Duration) {
+        self.report.phases.push(Phase { name: name.into(), seconds: secs(d) });
+    }
+
+    /// Forgets what an attempt measured, for another from a fresh listing.
+    pub(crate) fn start_over(&mut self) {
+        let r = &mut self.report;
+        r.backup = None;
+        r.phases.clear();
+        r.validators.clear();
+        r.restore = None;
+        r.primary_queries = None;
+        r.rpo.recovery_window_start = None;
+        r.coverage = None;
+        self.chosen_proven = false;
+        self.m = Measurements::default();
+        self.attempt += 1;
+    }
+
+    /// The name of this attempt's sandbox.
+    pub(crate) fn sandbox_name(&self) -> String {
+        match self.attempt {
+            1 => self.report.run_id.clone(),
+            n => format!("{}-{n}", self.report.run_id),
+        }
+    }
+}
+
+/// RTO and RPO from the run's measurement record (`measure.rs`), and the backup's time
+/// as the backup itself records it.
+pub(crate) fn objectives(run: &mut Run<'_>) {
+    let (m, target, r) = (&run.m, run.target, &mut run.report);
+    if let Some(rto) = m.rto() {
+        r.rto.measured_seconds = Some(secs(rto));
+        r.rto.met = Some(rto <= target.rto);
+    }
+    r.rpo.backup_age_seconds = m.backup_age().map(secs);
+    r.rpo.recoverable_point_age_seconds = m.recoverable_point_age().map(secs);
+    r.rpo.recoverable_point = m.recoverable_point().map(timestamp);
+    r.rpo.measured_at = m.recoverable_point().and(m.listed_at).map(timestamp);
+    r.rpo.proven_point = m.proven_point().map(timestamp);
+    r.rpo.met = m.rpo_met(target.rpo);
+    if let (Some(b), Some(c)) = (r.backup.as_mut(), m.consistent) {
+        b.created_at = Some(timestamp(c.at));
+        b.created_at_source = Some(c.source.to_string());
+    }
+}
+
+/// Verifies `target`: the latest backup, or `backup_key` when given. `history` says which
+/// backups were proven (what `least-proven` and coverage read) and keeps the repository
+/// check's record; the caller records the run.
+pub async fn verify(
+    config: &Config,
+    target: &TargetConfig,
+    backup_key: Option<&str>,
+    history: &History,
+    cancel: &CancellationToken,
+    progress: &Progress,
+) -> RunReport {
+    verify_as(new_run_id(), config, target, backup_key, history, cancel, progress).await
+}
+
+/// The record of a run that died without recording itself (SIGKILL, the OOM killer),
+/// made by the run that took over its lease: `aborted`, saying who it was. Its start is
+/// unknown; the record is dated when it was found.
+pub fn died_report(target: &TargetConfig, holder: &str) -> RunReport {
+    let now = timestamp(SystemTime::now());
+    RunReport {
+        run_id: new_run_id(),
+        target: target.name.clone(),
+        result: RunResult::Aborted,
+        started_at: now.clone(),
+        finished_at: now,
+        backup: None,
+        phases: Vec::new(),
+        rto: Rto { target_seconds: secs(target.rto), measured_seconds: None, met: None },
+        rpo: Rpo { target_seconds: secs(target.rpo), ..Default::default() },
+        validators: Vec::new(),
+        restore: None,
+        primary_queries: None,
+        error: Some(RunError {
+            stage: "unknown".into(),
+            message: format!(
+                "{holder} died without recording its run (its process is gone; found when the next run took its lease)"
+            ),
+        }),
+        degraded: None,
+        coverage: None,
+        usage_error: None,
+    }
+}
+
+/// [`verify`] with a run id chosen by the caller (the trigger API answers with it).
+pub async fn verify_as(
+    run_id: String,
+    config: &Config,
+    target: &TargetConfig,
+    backup_key: Option<&str>,
+    history: &History,
+    cancel: &CancellationToken,
+    progress: &Progress,
+) -> RunReport {
+    let started = SystemTime::now();
+    let mut run = Run {
+        target,
+        report: RunReport {
+            run_id,
+            target: target.name.clone(),
+            result: RunResult::Passed,
+            started_at: timestamp(started),
+            finished_at: String::new(),
+            backup: None,
+            phases: Vec::new(),
+            rto: Rto { target_seconds: secs(target.rto), measured_seconds: None, met: None },
+            rpo: Rpo {
+                target_seconds: secs(target.rpo),
+                backup_age_seconds: None,
+                met: None,
+                data_lag_seconds: None,
+                recoverable_point_age_seconds: None,
+                recoverable_point: None,
+                measured_at: None,
+                proven_point: None,
+                recovery_window_start: None,
+            },
+            validators: Vec::new(),
+            restore: None,
+            primary_queries: None,
+            error: None,
+            degraded: None,
+            coverage: None,
+            usage_error: None,
+        },
+        m: Measurements::default(),
+        attempt: 1,
+        chosen_proven: false,
+    };
+    tracing::info!(target = %target.name, run_id = %run.report.run_id, "verification started");
+    let mut attempts = 0;
+    let outcome = loop {
+        attempts += 1;
+        let outcome = tokio::select! {
+            r = steps(config, &mut run, backup_key, history, cancel, progress) => r,
+            // Dropping `steps` drops the sandbox, which stops its server and removes its files.
+            _ = cancel.cancelled() => Err(Stop::aborted("interrupted")),
+        };
+        match outcome {
+            // The object changed under the download: once more from a fresh listing,
+            // which sees the new version whole.
+            Err(stop) if stop.changed && attempts == 1 => {
+                tracing::warn!(target = %target.name, reason = %stop.message, "starting over from a fresh listing");
+                run.start_over();
+            }
+            other => break other,
+        }
+    };
+    progress.finish();
+    objectives(&mut run);
+    let r = &mut run.report;
+    r.result = match outcome {
+        Err(stop) => {
+            let result = stop.result;
+            if stop.usage {
+                r.usage_error = Some(stop.message.clone());
+            }
+            r.error = Some(RunError { stage: stop.stage, message: cap_message(&stop.message) });
+            result
+        }
+        Ok(()) if r.rpo.met == Some(false) || r.rto.met == Some(false) || r.validator_failed() => RunResult::Failed,
+        Ok(()) if r.validator_errored() => RunResult::Error,
+        Ok(()) => RunResult::Passed,
+    };
+    // A run that stopped after the RPO was measured still failed if the RPO was missed.
+    if r.result == RunResult::Error && r.rpo.met == Some(false) {
+        r.result = RunResult::Failed;
+    }
+    r.finished_at = timestamp(SystemTime::now());
+    // A pass proves the chosen backup: the coverage says so (and the evidence, which
+    // reads it), not only the count.
+    if r.result == RunResult::Passed
+        && let Some(c) = r.coverage.as_mut()
+    {
+        if !run.chosen_proven {
+            c.proven = (c.proven + 1).min(c.restorable);
+        }
+        let key = r.backup.as_ref().map(|b| b.key.as_str());
+        let point = r.restore.as_ref().is_some_and(|i| i.recovery_target.is_some());
+        if let Some(b) = c.backups.iter_mut().find(|b| Some(b.label.as_str()) == key) {
+            b.last_proven_at = Some(r.finished_at.clone());
+            b.points_proven += u64::from(point);
+        }
+    }
+    let r = &run.report;
+    if matches!(r.result, RunResult::Passed) {
+        tracing::info!(target = %target.name, run_id = %r.run_id, result = r.result.as_str(), "verification finished");
+    } else {
+        // A failed run says why in its own log line: each failing check with its reason.
+        let failing: Vec<String> = r
+            .validators
+            .iter()
+            .filter(|v| v.status == "failed" || v.status == "error")
+            .map(|v| format!("{} {}: {}", v.name, v.status, short(&v.detail, 300)))
+            .collect();
+        let reason = match (&r.error, failing.is_empty()) {
+            (Some(e), _) => format!("{}: {}", e.stage, short(&e.message, 500)),
+            (None, false) => failing.join("; "),
+            (None, true) => r.degraded.clone().unwrap_or_default(),
+        };
+        tracing::warn!(target = %target.name, run_id = %r.run_id, result = r.result.as_str(), reason = %reason, "verification finished");
+    }
+    run.report
+}
+
+/// The three stages, each handing the next what it returned.
+pub(crate) async fn steps(
+    config: &Config,
+    run: &mut Run<'_>,
+    backup_key: Option<&str>,
+    history: &History,
+    cancel: &CancellationToken,
+    progress: &Progress,
+) -> Result<(), Stop> {
+    let selected = select::select_stage(config, run, backup_key, history, progress).await?;
+    let ready = restore::restore_stage(config, run, &selected, progress).await?;
+    validate::validate_stage(config, run, &selected, ready, history, cancel, progress).await
+}

@@ -1,0 +1,292 @@
+//! The second stage: the chosen backup restored into a sandbox, timed against the RTO.
+
+use super::Run;
+use super::budget::{CLUSTER_ALLOWANCE, check_disk};
+use super::select::{Selected, recovery_target_info};
+use super::stop::{Stop, restored_unreachable};
+use crate::ids::{new_run_id, sandbox_options};
+use crate::progress::Progress;
+use crate::report::{RestoreInfo, secs};
+use drcheck_config::{Config, RecoveryTarget, StorageConfig, TargetConfig};
+use drcheck_restore::fetch::FetchOptions;
+use drcheck_restore::job::{self, RestoreJob};
+use drcheck_restore::recovery::WalReplay;
+use drcheck_restore::sandbox::reap_leftovers;
+use drcheck_restore::{Backup, RestoreError, open_store};
+use sqlx::postgres::PgPoolOptions;
+use std::time::{Duration, Instant};
+
+/// The restored database, answering: what the validators work on.
+pub(super) struct Ready {
+    pub sandbox: drcheck_restore::Sandbox,
+    pub database: String,
+    pub physical: bool,
+    pub horizon: Option<drcheck_restore::recovery::Horizon>,
+}
+
+/// The second stage, on the RTO clock: room checked, the chosen backup fetched and
+/// restored into a sandbox (what the restore tells as it goes recorded), and the
+/// restored database asked to answer.
+pub(super) async fn restore_stage(
+    config: &Config,
+    run: &mut Run<'_>,
+    selected: &Selected,
+    progress: &Progress,
+) -> Result<Ready, Stop> {
+    let (target, backup, store, random) = (&selected.target, &selected.backup, &selected.store, selected.random);
+    let (expansion_ceiling, free_for_restore) = check_disk(config, backup)?;
+    for dir in reap_leftovers(&config.sandbox.scratch_dir) {
+        tracing::warn!(dir = %dir.display(), "removed a sandbox left by an earlier run");
+    }
+
+    // The RTO clock: from the start of the fetch until the restored database answers.
+    let fetch_start = Instant::now();
+    let deadline = target.rto.mul_f64(target.abort_factor);
+    progress.bytes(&target.name, "fetch+restore", backup.size);
+    let (events, mut told) = drcheck_restore::Events::channel();
+    let job = RestoreJob {
+        store: store.clone(),
+        backup,
+        fetch: fetch_options(config, target),
+        sandbox: sandbox_options(config, run.sandbox_name()),
+        pg_bindir: config.sandbox.pg_bindir.clone(),
+        format: target.format,
+        jobs: target.restore_jobs,
+        globals_key: target.globals_key.clone(),
+        wal: target
+            .wal_prefix
+            .as_ref()
+            .map(|p| WalReplay { prefix: p.clone(), target: target.recovery_target.clone() }),
+        delegated: selected.catalog.as_ref().map(|c| c.repository.clone()),
+        recovery_target: target.recovery_target.clone(),
+        database_hint: target.primary.as_ref().and_then(|p| database_of(p.expose())),
+        events,
+        max_write_bytes: expansion_ceiling.min(free_for_restore).max(1 << 20),
+        expansion_ceiling,
+        decrypt: &target.decrypt,
+    };
+    // Which containment the restore runs under is known before it starts, and reported
+    // even when the restore fails.
+    run.report.restore = Some(RestoreInfo {
+        profile: config.sandbox.profile.as_str().into(),
+        jobs: target.restore_jobs,
+        server_major: None,
+        recovered_to: None,
+        containment: Some(drcheck_restore::sandbox::containment_name()),
+        manifest: None,
+        first_byte_seconds: None,
+        decrypted_by: None,
+        recovery_target: None,
+        target_reached: None,
+        privileges_skipped: None,
+    });
+    // What the restore tells as it goes: progress now, the rest into the report.
+    let mut heard = Heard::default();
+    let count = progress.byte_counter();
+    let outcome = {
+        let restoring = tokio::time::timeout(deadline, job::run(&job));
+        tokio::pin!(restoring);
+        loop {
+            tokio::select! {
+                outcome = &mut restoring => break outcome,
+                Some(event) = told.recv() => heard.take(event, fetch_start, count.as_ref()),
+            }
+        }
+    };
+    drop(job);
+    while let Ok(event) = told.try_recv() {
+        heard.take(event, fetch_start, count.as_ref());
+    }
+    if let Some(d) = heard.sandbox_ready {
+        run.phase("sandbox", d);
+    }
+    if let (Some(b), Some(f)) = (run.report.backup.as_mut(), heard.format.take()) {
+        b.format = Some(f);
+    }
+    if let Some(d) = heard.decryption.take() {
+        if let Some(b) = run.report.backup.as_mut() {
+            b.encryption = Some(d.encryption);
+        }
+        if let Some(r) = run.report.restore.as_mut() {
+            r.decrypted_by = d.decrypted_by;
+        }
+    }
+    let restored = match outcome {
+        Ok(Err(e)) => {
+            if let Some(info) = run.report.restore.as_mut()
+                && matches!(e, RestoreError::TargetNotReached { .. })
+            {
+                info.recovery_target = Some(recovery_target_info(&target.recovery_target, random));
+                info.target_reached = Some(false);
+            }
+            return Err(e.into());
+        }
+        Ok(Ok(r)) => r,
+        Err(_) => {
+            run.m.fetch_started = Some(fetch_start);
+            run.m.ready = Some(fetch_start.elapsed());
+            return Err(Stop::failed(
+                "restore",
+                format!(
+                    "cancelled: still restoring after {} (rto {} × abort_factor {})",
+                    drcheck_config::format_duration(deadline),
+                    drcheck_config::format_duration(target.rto),
+                    target.abort_factor
+                ),
+            ));
+        }
+    };
+    run.phase("fetch", restored.fetch);
+    run.phase("restore", restored.restore);
+    run.m.fetch_started = Some(fetch_start);
+    run.m.fetch_ended = Some(restored.fetch);
+    run.m.first_byte = heard.first_byte;
+    if let Some(c) = restored.consistent_at {
+        run.m.consistent = Some(c);
+    }
+    run.m.recovered_to = restored.recovered_to.as_deref().and_then(|t| humantime::parse_rfc3339_weak(t).ok());
+    if let Some(info) = run.report.restore.as_mut() {
+        info.server_major = restored.sandbox.bin().major;
+        info.recovered_to = restored.recovered_to.clone();
+        // Replay was asked for a point: say which (physical restores with an archive).
+        let replayed = restored.physical && (target.wal_prefix.is_some() || backup.catalog.is_some());
+        if replayed {
+            info.recovery_target = Some(recovery_target_info(&target.recovery_target, random));
+            // The server promotes only once the target is reached (PostgreSQL 13+
+            // refuses to end recovery short of it): a started copy reached it.
+            if matches!(target.recovery_target, RecoveryTarget::Time(_) | RecoveryTarget::Lsn(_)) {
+                info.target_reached = Some(true);
+            }
+        }
+        info.containment = Some(restored.sandbox.containment_name());
+        info.manifest = restored.manifest.clone();
+        info.first_byte_seconds = heard.first_byte.map(secs);
+        info.privileges_skipped = restored.skipped_privileges;
+    }
+    progress.phase(&target.name, "checking the restored database");
+    let physical = restored.physical;
+    let sandbox = restored.sandbox;
+    let database = restored.database;
+    let pool = match PgPoolOptions::new()
+        .max_connections(4)
+        .acquire_timeout(Duration::from_secs(30))
+        .connect_with(drcheck_validators::guard::restored_session(sandbox.connect_options(&database)))
+        .await
+    {
+        Ok(pool) => pool,
+        Err(e) => {
+            let why = format!("the restored database does not accept connections: {e}");
+            return Err(restored_unreachable(&sandbox, "restore", why).await);
+        }
+    };
+    if let Err(e) = sqlx::query("select 1").execute(&pool).await {
+        let why = format!("the restored database does not answer: {e}");
+        return Err(restored_unreachable(&sandbox, "restore", why).await);
+    }
+    run.m.ready = Some(fetch_start.elapsed());
+    pool.close().await;
+    Ok(Ready { sandbox, database, physical, horizon: restored.horizon })
+}
+
+/// What a restore told as it went ([`drcheck_restore::RestoreEvent`]).
+#[derive(Default)]
+pub(crate) struct Heard {
+    format: Option<String>,
+    /// From the start of the fetch to the first byte received.
+    first_byte: Option<Duration>,
+    sandbox_ready: Option<Duration>,
+    decryption: Option<drcheck_restore::decrypt::Decryption>,
+}
+
+impl Heard {
+    fn take(&mut self, event: drcheck_restore::RestoreEvent, fetch_start: Instant, count: &dyn Fn(u64)) {
+        use drcheck_restore::RestoreEvent as E;
+        match event {
+            E::Format(f) => self.format = Some(f),
+            E::FirstByte(at) => {
+                self.first_byte.get_or_insert(at.saturating_duration_since(fetch_start));
+            }
+            E::Received(n) => count(n),
+            E::SandboxReady(d) => self.sandbox_ready = Some(d),
+            E::Decryption(d) => self.decryption = Some(d),
+        }
+    }
+}
+
+/// How a target's backups are downloaded.
+pub(crate) fn fetch_options(config: &Config, target: &TargetConfig) -> FetchOptions {
+    match &config.storage[&target.storage] {
+        StorageConfig::S3(s3) => FetchOptions {
+            part_size: s3.part_size,
+            concurrency: s3.concurrency,
+            window: s3.part_size.max(drcheck_restore::fetch::WINDOW),
+            backoff: drcheck_restore::retry::Backoff::within(s3.retry_window),
+        },
+        StorageConfig::Filesystem { .. } => FetchOptions::default(),
+    }
+}
+
+/// Downloads a single-object backup to `output` with the concurrent fetcher; with
+/// `decode`, its compression and encryption undone as a verification undoes them (gpg
+/// contained in a sandbox of its own, every layer bounded by `max_expansion`), so what
+/// lands is what pg_restore or psql reads. Returns the bytes written and the layers
+/// undone, outermost first.
+pub async fn download(
+    config: &Config,
+    target: &TargetConfig,
+    backup: &Backup,
+    output: &std::path::Path,
+    decode: bool,
+) -> anyhow::Result<(u64, Vec<String>)> {
+    use drcheck_restore::peel::{Peel, peel};
+    use drcheck_restore::stream::{self, Copy, copy_in_blocks};
+    let store = open_store(&target.storage, &config.storage[&target.storage]).await;
+    let shown = store.describe();
+    let Some(object) = backup.parts.first() else { anyhow::bail!("{} has no object to download", backup.key) };
+    let mut reader = drcheck_restore::fetch::parallel(store, object, fetch_options(config, target));
+    let mut sandbox = None;
+    let mut layers = Vec::new();
+    if decode {
+        let sb = drcheck_restore::Sandbox::create(&sandbox_options(config, format!("{}-decode", new_run_id())))
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        let events = drcheck_restore::Events::none();
+        let ceiling = ((backup.size as f64 * config.sandbox.max_expansion).min(u64::MAX as f64) as u64)
+            .saturating_add(CLUSTER_ALLOWANCE);
+        let layers_of = Peel { decrypt: &target.decrypt, events: &events, expansion_ceiling: ceiling };
+        let peeled = async {
+            let head = stream::read_head(&mut reader, &shown).await?;
+            peel(&layers_of, &sb, head, reader, &shown).await
+        }
+        .await;
+        let (inner, head, undone) = match peeled {
+            Ok(p) => p,
+            Err(e) => {
+                sb.teardown();
+                anyhow::bail!("decoding {}: {e}", backup.key);
+            }
+        };
+        layers = undone.iter().map(|l| l.to_string()).collect();
+        reader = stream::rejoin(head, inner);
+        sandbox = Some(sb);
+    }
+    let written = match tokio::fs::File::create(output).await {
+        Ok(mut file) => match copy_in_blocks(reader, &mut file).await {
+            Ok(n) => Ok(n),
+            Err(Copy::Read(e)) => {
+                Err(anyhow::anyhow!("{} {}: {e}", if decode { "decoding" } else { "downloading" }, backup.key))
+            }
+            Err(Copy::Write(e)) => Err(anyhow::anyhow!("writing {}: {e}", output.display())),
+        },
+        Err(e) => Err(anyhow::anyhow!("writing {}: {e}", output.display())),
+    };
+    if let Some(sb) = sandbox {
+        sb.teardown();
+    }
+    Ok((written?, layers))
+}
+
+/// The database a `postgres://` URL names, for physical restores (which hold every database).
+pub fn database_of(url: &str) -> Option<String> {
+    let path = url.split('?').next()?.rsplit_once('/')?.1;
+    (!path.is_empty() && !path.contains('@')).then(|| path.to_string())
+}

@@ -1,0 +1,676 @@
+//! The first stage: where the target's backups come from, which one this run restores,
+//! the point in time it replays to, and how much of the window is proven.
+
+use super::Run;
+use super::restore::fetch_options;
+use super::stop::{Stop, store_stop};
+use crate::history::{History, Proven};
+use crate::ids::{Purpose, catalog_sandbox, new_run_id};
+use crate::progress::Progress;
+use crate::report::{BackupInfo, Coverage, secs, timestamp};
+use drcheck_config::{Config, RecoveryTarget, Selection, SourceConfig, TargetConfig};
+use drcheck_restore::request::Consistency;
+use drcheck_restore::store::backups_newest_first;
+use drcheck_restore::{Backup, BackupStore, Catalog, Source, Stage, StoreError, open_source, open_store};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+/// What selection chose: the backup, where it comes from, and the target as the run
+/// replays it (a drawn point in time made a fixed one).
+pub(super) struct Selected {
+    pub store: Arc<dyn BackupStore>,
+    /// A backup tool's catalog (its backups and the repository that restores them);
+    /// `None` for a store's objects.
+    pub catalog: Option<Catalog>,
+    pub backup: Backup,
+    pub target: TargetConfig,
+    /// The point in time was drawn in the recovery window (`recovery_target = "random"`).
+    pub random: bool,
+}
+
+/// The first stage: the target's source read, a point in time drawn when asked for, the
+/// backup chosen (the latest, a random or the least proven one, or `backup_key`), the
+/// coverage counted and the report's backup filled in.
+pub(super) async fn select_stage(
+    config: &Config,
+    run: &mut Run<'_>,
+    backup_key: Option<&str>,
+    history: &History,
+    progress: &Progress,
+) -> Result<Selected, Stop> {
+    let target = run.target;
+    progress.phase(&target.name, "selecting backup");
+    let store = open_store(&target.storage, &config.storage[&target.storage]).await;
+    let (source, catalog) =
+        read_source(config, target, &store, &run.report.run_id).await.map_err(|e| store_stop(Stage::Select, e))?;
+    // When each backup last passed: what `least-proven` works through and coverage counts.
+    let proven = history.proven(&target.name).await;
+    // A random point in time is drawn in the recovery window first; from then on the
+    // run is that of a fixed target (the same choice of backup, the same replay).
+    let drawn_target;
+    let drawn = match &target.recovery_target {
+        RecoveryTarget::Random(window) => {
+            progress.phase(&target.name, "reading the recovery window");
+            let (at, reach) =
+                draw_point(config, target, &store, source.as_ref(), catalog.as_ref(), &run.report.run_id, *window)
+                    .await?;
+            tracing::info!(target = %target.name, at = %timestamp(at), "random point in time drawn");
+            run.m.archive_reach = Some(reach);
+            drawn_target = TargetConfig { recovery_target: RecoveryTarget::Time(timestamp(at)), ..target.clone() };
+            Some(&drawn_target)
+        }
+        // A fixed point proves T; the RPO is still the archive's: how far it reaches now.
+        RecoveryTarget::Time(_) | RecoveryTarget::Lsn(_) if has_archive(target) => {
+            progress.phase(&target.name, "reading the archive's reach");
+            match archive_reach(config, &store, source.as_ref(), catalog.as_ref(), &run.report.run_id).await {
+                Ok(Some(reach)) => run.m.archive_reach = Some(reach.at),
+                Ok(None) => {}
+                Err(stop) => {
+                    tracing::warn!(target = %target.name, reason = %stop.message, "cannot read how far the WAL archive reaches: the RPO is not measured");
+                }
+            }
+            None
+        }
+        _ => None,
+    };
+    let random = drawn.is_some();
+    let target = drawn.unwrap_or(target);
+    let (backup, restorable) = match &catalog {
+        Some(c) => {
+            let (backup, restorable) =
+                select_from_catalog(&c.restorable, target, backup_key, &c.described, proven.as_ref())?;
+            run.report.rpo.recovery_window_start = c
+                .restorable
+                .iter()
+                .find(|b| b.catalog.as_ref().is_some_and(|c| c.status == "ok"))
+                .map(|b| timestamp(b.last_modified));
+            (backup, restorable)
+        }
+        None => {
+            let (backup, restorable) = select(store.as_ref(), target, backup_key, proven.as_ref()).await?;
+            // Base backups with an archive (`wal_prefix`): the window starts at the oldest
+            // one's end (its last part's upload bounds it), as a tool's catalog says.
+            if target.wal_prefix.is_some() {
+                run.report.rpo.recovery_window_start = restorable
+                    .iter()
+                    .flatten()
+                    .filter(|b| b.is_physical())
+                    .map(|b| b.last_modified)
+                    .min()
+                    .map(timestamp);
+            }
+            (backup, restorable)
+        }
+    };
+    // A full listing says which backups left the store: their proofs go with them.
+    if let (None, None, Some(listed)) = (backup_key, fixed_time(target), &restorable) {
+        let keys: Vec<String> = listed.iter().map(|b| b.key.clone()).collect();
+        forget_removed_proofs(history, target, &keys).await;
+    }
+    // What the RPO judges: the archive's reach, else the newest backup's time.
+    run.m.has_archive = has_archive(target);
+    run.m.replays_to_end = matches!(target.recovery_target, RecoveryTarget::Latest);
+    let newest = restorable.as_ref().and_then(|r| r.first());
+    run.m.chosen_is_newest = newest.is_some_and(|n| n.key == backup.key);
+    if let Some(n) = newest.filter(|n| n.key != backup.key) {
+        match n.catalog {
+            Some(_) => run.m.newest_consistent = Some(n.last_modified),
+            None => run.m.newest_uploaded_at = Some(n.last_modified),
+        }
+    }
+    if let (Some(proven), Some(restorable)) = (&proven, &restorable) {
+        let (coverage, chosen_proven) =
+            coverage(restorable, proven, target.prove_within, &backup.key, SystemTime::now());
+        run.report.coverage = Some(coverage);
+        run.chosen_proven = chosen_proven;
+    }
+    // Ages are taken now, when the store said what exists — never after the restore.
+    run.m.listed_at = Some(SystemTime::now());
+    match &backup.catalog {
+        // The tool's catalog says when the backup stopped.
+        Some(_) => {
+            run.m.consistent = Some(Consistency { at: backup.last_modified, source: "catalog (backup stop)" });
+        }
+        // An object's upload time is not its data's: the restore reads that.
+        None => run.m.uploaded_at = Some(backup.last_modified),
+    }
+    run.report.backup = Some(BackupInfo {
+        key: backup.key.clone(),
+        size_bytes: backup.size,
+        created_at: None,
+        created_at_source: None,
+        uploaded_at: run.m.uploaded_at.map(timestamp),
+        format: None,
+        encryption: None,
+        kind: backup.catalog.as_ref().map(|c| c.kind.clone()),
+        source: backup.catalog.as_ref().map(|c| c.tool.to_string()),
+    });
+    Ok(Selected { store, catalog, backup, target: target.clone(), random })
+}
+
+/// Lists the backups of a target, newest first.
+pub async fn list_backups(config: &Config, target: &TargetConfig) -> Result<(String, Vec<Backup>), StoreError> {
+    let store = open_store(&target.storage, &config.storage[&target.storage]).await;
+    if let (_, Some(catalog)) = read_source(config, target, &store, &new_run_id()).await? {
+        let mut backups = catalog.restorable;
+        backups.reverse();
+        return Ok((catalog.described, backups));
+    }
+    let all = store.list(&target.prefix).await?;
+    Ok((store.describe(), backups_newest_first(&all)))
+}
+
+/// The target's source ([`drcheck_restore::open_source`]) and, when it is a backup
+/// tool's repository, its catalog — read by the tool itself in a sandbox directory of
+/// its own (contained, as for a restore).
+pub(super) async fn read_source(
+    config: &Config,
+    target: &TargetConfig,
+    store: &Arc<dyn BackupStore>,
+    run_id: &str,
+) -> Result<(Box<dyn Source>, Option<Catalog>), StoreError> {
+    let source = open_source(target, &config.storage[&target.storage], store.describe(), fetch_options(config, target));
+    if !source.reads_with_a_tool() {
+        return Ok((source, None));
+    }
+    let host = catalog_sandbox(config, &source.describe(), run_id, Purpose::Catalog)?;
+    let catalog = source.catalog(Some(&host), store).await;
+    host.teardown();
+    let catalog = catalog?;
+    Ok((source, catalog))
+}
+
+/// The backup a run verifies from a tool's catalog (oldest first): never one the tool
+/// marks in error; the latest, a random one finished within the window, or the named one.
+pub(crate) fn select_from_catalog(
+    all: &[Backup],
+    target: &TargetConfig,
+    backup_key: Option<&str>,
+    store: &str,
+    proven: Option<&Proven>,
+) -> Result<(Backup, Option<Vec<Backup>>), Stop> {
+    if let Some(key) = backup_key {
+        return all.iter().find(|b| b.key == key).cloned().map(|b| (b, None)).ok_or_else(|| {
+            let known: Vec<&str> = all.iter().rev().take(5).map(|b| b.key.as_str()).collect();
+            Stop::usage(
+                "select",
+                format!("--backup {key:?}: no such backup in the catalog of {store} (newest: {})", known.join(", ")),
+            )
+        });
+    }
+    let usable: Vec<&Backup> = all.iter().filter(|b| b.catalog.as_ref().is_some_and(|c| c.status == "ok")).collect();
+    let skipped = all.len() - usable.len();
+    if skipped > 0 {
+        tracing::warn!(skipped, "backups the catalog marks in error were skipped");
+    }
+    // A fixed point in time is reached from the newest backup that ended at or before
+    // it (PostgreSQL refuses a target before the backup's end).
+    let restorable: Vec<Backup> = usable.iter().rev().map(|b| (*b).clone()).collect();
+    if let Some(at) = fixed_time(target) {
+        return usable
+            .iter()
+            .rev()
+            .find(|b| b.last_modified + STOP_CLOCK <= at)
+            .map(|b| ((*b).clone(), Some(restorable.clone())))
+            .ok_or_else(|| {
+                Stop::failed(
+                    "select",
+                    format!(
+                        "recovery_target {}: no restorable backup in the catalog of {store} ended at or before it \
+                     (the oldest ended {})",
+                        timestamp(at),
+                        usable.first().map(|b| timestamp(b.last_modified)).unwrap_or_else(|| "—".into())
+                    ),
+                )
+            });
+    }
+    let chosen = pick(&restorable, target.select, proven).cloned();
+    chosen.map(|b| (b, Some(restorable))).ok_or_else(|| {
+        Stop::failed(
+            "select",
+            format!("no usable backup in the catalog of {store} ({} listed, {skipped} marked in error)", all.len()),
+        )
+    })
+}
+
+/// A target's coverage right now: its restorable backups (a fresh listing) against their
+/// proof records — what the daemon exports for every target from its start, before any
+/// run of it.
+pub async fn coverage_now(config: &Config, target: &TargetConfig, history: &History) -> Result<Coverage, String> {
+    let (_, listed) = list_backups(config, target).await.map_err(|e| e.to_string())?;
+    let restorable: Vec<Backup> =
+        listed.into_iter().filter(|b| b.catalog.as_ref().is_none_or(|c| c.status == "ok")).collect();
+    let proven = history.proven(&target.name).await.ok_or("the history store cannot be read")?;
+    Ok(coverage(&restorable, &proven, target.prove_within, "", SystemTime::now()).0)
+}
+
+/// Forgets the proofs of backups a full listing (`listed`: every restorable key) no
+/// longer finds: a proof is kept while its backup is in the store.
+pub(crate) async fn forget_removed_proofs(history: &History, target: &TargetConfig, listed: &[String]) {
+    match history.keep_proofs_of(&target.name, listed).await {
+        Ok(0) => {}
+        Ok(n) => {
+            tracing::info!(target = %target.name, forgotten = n, "proofs of backups no longer in the store forgotten")
+        }
+        Err(e) => tracing::warn!(target = %target.name, "cannot forget the proofs of removed backups: {e:#}"),
+    }
+}
+
+/// The backup `select` takes from the restorable ones (newest first): the newest; a
+/// random one finished within the window; or the least proven — never proven first
+/// (the newest of those), else the one whose last pass is oldest.
+pub(crate) fn pick<'a>(newest_first: &'a [Backup], select: Selection, proven: Option<&Proven>) -> Option<&'a Backup> {
+    match (select, proven) {
+        (Selection::Latest, _) | (Selection::LeastProven, None) => newest_first.first(),
+        (Selection::Random(window), _) => {
+            let since = SystemTime::now() - window;
+            let recent: Vec<&Backup> = newest_first.iter().filter(|b| b.last_modified >= since).collect();
+            if recent.is_empty() { newest_first.first() } else { Some(recent[rand_index(recent.len())]) }
+        }
+        (Selection::LeastProven, Some(p)) => newest_first.iter().find(|b| !p.contains_key(&b.key)).or_else(|| {
+            newest_first.iter().min_by_key(|b| p.get(&b.key).map(|p| p.last_passed).unwrap_or(SystemTime::UNIX_EPOCH))
+        }),
+    }
+}
+
+/// How much of the restorable backups passed within `within` as of `now`, and whether
+/// `chosen` is already among them.
+pub(crate) fn coverage(
+    restorable: &[Backup],
+    proven: &Proven,
+    within: Duration,
+    chosen: &str,
+    now: SystemTime,
+) -> (Coverage, bool) {
+    let since = now.checked_sub(within).unwrap_or(SystemTime::UNIX_EPOCH);
+    let is_proven = |key: &str| proven.get(key).is_some_and(|p| p.last_passed >= since);
+    let n = restorable.iter().filter(|b| is_proven(&b.key)).count() as u64;
+    let chosen_proven = restorable.iter().any(|b| b.key == chosen) && is_proven(chosen);
+    let backups = restorable
+        .iter()
+        .map(|b| crate::report::BackupProof {
+            label: b.key.clone(),
+            stopped_at: timestamp(b.last_modified),
+            last_proven_at: proven.get(&b.key).map(|p| timestamp(p.last_passed)),
+            points_proven: proven.get(&b.key).map(|p| p.points_proven).unwrap_or(0),
+        })
+        .collect();
+    (
+        Coverage { restorable: restorable.len() as u64, proven: n, prove_within_seconds: secs(within), backups },
+        chosen_proven || !restorable.iter().any(|b| b.key == chosen),
+    )
+}
+
+/// `restore.recovery_target` of a run's (drawn) target.
+pub(crate) fn recovery_target_info(target: &RecoveryTarget, random: bool) -> crate::report::RecoveryTargetInfo {
+    let (kind, value) = match target {
+        RecoveryTarget::Latest | RecoveryTarget::Random(_) => ("latest", None),
+        RecoveryTarget::Immediate => ("immediate", None),
+        RecoveryTarget::Time(t) => ("time", Some(t.clone())),
+        RecoveryTarget::Lsn(l) => ("lsn", Some(l.clone())),
+    };
+    crate::report::RecoveryTargetInfo { kind: kind.into(), value, random }
+}
+
+/// Whether the target keeps a WAL archive: `wal_prefix`, or a backup tool's repository.
+pub(crate) fn has_archive(target: &TargetConfig) -> bool {
+    target.wal_prefix.is_some() || !matches!(target.source, SourceConfig::Objects)
+}
+
+/// How far the target's WAL archive replays: its newest transaction end, read from the
+/// WAL itself (every source's archive answers the same question), in a sandbox of its own.
+pub(crate) async fn archive_reach(
+    config: &Config,
+    store: &Arc<dyn BackupStore>,
+    source: &dyn Source,
+    catalog: Option<&Catalog>,
+    run_id: &str,
+) -> Result<Option<drcheck_restore::reach::Reach>, Stop> {
+    let described = catalog.map(|c| c.described.clone()).unwrap_or_else(|| source.describe());
+    let sandbox =
+        catalog_sandbox(config, &described, run_id, Purpose::Reach).map_err(|e| store_stop(Stage::Select, e))?;
+    let bindir = config.sandbox.pg_bindir.as_deref();
+    let reach = match source.archive(catalog) {
+        Some(a) => a.reach(&sandbox, store, bindir).await,
+        None => Ok(None),
+    };
+    sandbox.teardown();
+    Ok(reach?)
+}
+
+/// A moment drawn uniformly in the target's recovery window: from the oldest
+/// restorable backup's stop (a base backup's upload for objects: it surely stopped
+/// before) — or the start of `window` before now, if later — to the newest transaction
+/// end the WAL archive holds (read from the WAL itself), that end excluded (replay must
+/// see a commit after the target to stop there). Returns the moment and the archive's end.
+pub(crate) async fn draw_point(
+    config: &Config,
+    target: &TargetConfig,
+    store: &Arc<dyn BackupStore>,
+    source: &dyn Source,
+    catalog: Option<&Catalog>,
+    run_id: &str,
+    window: Option<Duration>,
+) -> Result<(SystemTime, SystemTime), Stop> {
+    let stops: Vec<SystemTime> = match catalog {
+        Some(c) => c
+            .restorable
+            .iter()
+            .filter(|b| b.catalog.as_ref().is_some_and(|c| c.status == "ok"))
+            .map(|b| b.last_modified + STOP_CLOCK)
+            .collect(),
+        None => {
+            let all = store.list(&target.prefix).await.map_err(|e| store_stop(Stage::Select, e))?;
+            backups_newest_first(&all)
+                .into_iter()
+                .filter(|b| b.is_physical())
+                .map(|b| b.last_modified + STOP_CLOCK)
+                .collect()
+        }
+    };
+    let described = catalog.map(|c| c.described.clone()).unwrap_or_else(|| store.describe());
+    let Some(oldest) = stops.iter().min().copied() else {
+        return Err(Stop::failed(
+            "select",
+            format!("no restorable base backup in {described} to draw a point in time after"),
+        ));
+    };
+    let Some(reach) = archive_reach(config, store, source, catalog, run_id).await? else {
+        return Err(Stop::incomplete(
+            "select",
+            format!(
+                "the WAL archive of {described} holds no transaction in its newest segments: no recovery window to draw a point in"
+            ),
+        ));
+    };
+    let start = match window {
+        Some(w) => oldest.max(SystemTime::now().checked_sub(w).unwrap_or(oldest)),
+        None => oldest,
+    };
+    if reach.at <= start {
+        let why = format!(
+            "the WAL archive of {described} replays to {} (its last transaction, in {}), not past {} ({}): no point in time to draw",
+            timestamp(reach.at),
+            reach.segment,
+            timestamp(start),
+            if start == oldest { "the oldest restorable backup's stop" } else { "the window's start" }
+        );
+        // Judged as `latest` judges it: an archive whose newest commit is older than the
+        // RPO has stalled (the backup's failure, exit 1); younger, the database may just
+        // have been idle since (nothing to prove, exit 3).
+        return Err(match archive_stalled(reach.at, target.rpo, SystemTime::now()) {
+            Some(age) => Stop::failed(
+                "select",
+                format!(
+                    "{why}; its newest commit is {} old, over the RPO of {}: the archive has stalled",
+                    drcheck_config::format_duration(age),
+                    drcheck_config::format_duration(target.rpo)
+                ),
+            ),
+            None => Stop::incomplete("select", why),
+        });
+    }
+    Ok((draw_between(start, reach.at, uuid::Uuid::new_v4().as_u128()), reach.at))
+}
+
+/// How old the archive's newest commit is, when that is over the RPO (a stalled archive).
+pub(crate) fn archive_stalled(newest_commit: SystemTime, rpo: Duration, now: SystemTime) -> Option<Duration> {
+    now.duration_since(newest_commit).ok().filter(|age| *age > rpo)
+}
+
+/// A backup's recorded stop bounds its real stop from above only to the second: S3
+/// listings give an object's `LastModified` (which bounds a base backup's stop) in whole
+/// seconds, truncated, and so does pgBackRest's catalog (`timestamp.stop`). A second is
+/// added before comparing it with a recovery target: PostgreSQL refuses a target before
+/// the backup's end.
+pub(crate) const STOP_CLOCK: Duration = Duration::from_secs(1);
+
+/// A moment in `[start, end)`, whole microseconds (PostgreSQL's resolution), from `seed`.
+pub(crate) fn draw_between(start: SystemTime, end: SystemTime, seed: u128) -> SystemTime {
+    let span = end.duration_since(start).unwrap_or_default().as_micros().max(1);
+    let offset = (seed % span) as u64;
+    let at = start + Duration::from_micros(offset);
+    let micros = at.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default().as_micros() as u64;
+    let at = SystemTime::UNIX_EPOCH + Duration::from_micros(micros);
+    if at >= end { end - Duration::from_micros(1) } else { at }
+}
+
+/// The target's fixed recovery time, if it has one.
+pub(crate) fn fixed_time(target: &TargetConfig) -> Option<SystemTime> {
+    match &target.recovery_target {
+        drcheck_config::RecoveryTarget::Time(t) => humantime::parse_rfc3339_weak(t).ok(),
+        _ => None,
+    }
+}
+
+/// A random index below `n` (uniform enough for picking a backup to prove).
+pub(crate) fn rand_index(n: usize) -> usize {
+    uuid::Uuid::new_v4().as_u128() as usize % n.max(1)
+}
+
+pub(crate) async fn select(
+    store: &dyn BackupStore,
+    target: &TargetConfig,
+    backup_key: Option<&str>,
+    proven: Option<&Proven>,
+) -> Result<(Backup, Option<Vec<Backup>>), Stop> {
+    if let Some(key) = backup_key {
+        let all = store.list(key).await.map_err(|e| store_stop(Stage::Select, e))?;
+        // A backup named explicitly is taken even while it looks incomplete.
+        return drcheck_restore::store::group_backups(&all).into_iter().find(|b| b.key == key).map(|b| (b, None)).ok_or_else(|| {
+            Stop::usage(
+                "select",
+                format!(
+                    "--backup {key:?}: no such backup in {} (`drcheck backups list --target {}` shows what there is)",
+                    store.describe(),
+                    target.name
+                ),
+            )
+        });
+    }
+    let all = store.list(&target.prefix).await.map_err(|e| store_stop(Stage::Select, e))?;
+    // A fixed point in time, replayed from archived WAL: the newest base backup whose
+    // upload had finished by then (so the backup surely ended before it).
+    if let (Some(at), Some(_)) = (fixed_time(target), &target.wal_prefix) {
+        let candidates: Vec<Backup> = backups_newest_first(&all).into_iter().filter(|b| b.is_physical()).collect();
+        return candidates
+            .iter()
+            .find(|b| b.last_modified + STOP_CLOCK <= at)
+            .cloned()
+            .map(|b| (b, Some(candidates.clone())))
+            .ok_or_else(|| {
+                Stop::failed(
+                    "select",
+                    format!(
+                        "recovery_target {}: no base backup under prefix {:?} was complete by then ({} base backups)",
+                        timestamp(at),
+                        target.prefix,
+                        candidates.len()
+                    ),
+                )
+            });
+    }
+    let restorable = backups_newest_first(&all);
+    pick(&restorable, target.select, proven).cloned().map(|b| (b, Some(restorable.clone()))).ok_or_else(|| {
+        if let Some(why) = only_uploading(&all, SystemTime::now()) {
+            return Stop::incomplete(
+                "select",
+                format!("under prefix {:?} in {}: {why}", target.prefix, store.describe()),
+            );
+        }
+        Stop::failed(
+            "select",
+            format!(
+                "no backup under prefix {:?} in {} ({} objects, none a backup)",
+                target.prefix,
+                store.describe(),
+                all.len()
+            ),
+        )
+    })
+}
+
+/// When the only backups listed are base backups that may still be uploading (no
+/// `backup_manifest` nor `pg_wal.tar` yet, written within the grace): what to say — not
+/// "none a backup" (issue 34: a fresh one-file `-X fetch` backup read so), but that it
+/// is taken as whole once the grace has passed, or at once when named.
+pub(crate) fn only_uploading(all: &[drcheck_restore::store::BackupObject], now: SystemTime) -> Option<String> {
+    let grace = drcheck_restore::store::UPLOAD_GRACE;
+    let waiting: Vec<(String, Duration)> = drcheck_restore::store::group_backups(all)
+        .into_iter()
+        .filter(|b| b.is_physical())
+        .map(|b| (b.key, now.duration_since(b.last_modified).unwrap_or_default()))
+        .filter(|(_, age)| *age < grace)
+        .collect();
+    let (key, age) = waiting.iter().min_by_key(|(_, age)| *age)?;
+    Some(format!(
+        "the only backup{} may still be uploading: {} (last written {}s ago; a base backup without backup_manifest \
+         or pg_wal.tar is taken as whole {} after its last write) — verify again then, or name it now with --backup {key}",
+        if waiting.len() == 1 { "" } else { "s" },
+        waiting.iter().map(|(k, _)| crate::out::shown(k)).collect::<Vec<_>>().join(", "),
+        age.as_secs(),
+        drcheck_config::format_duration(grace),
+    ))
+}
+
+#[cfg(test)]
+mod draw_tests {
+    use super::*;
+
+    #[test]
+    fn points_are_drawn_inside_the_window_to_the_microsecond() {
+        let start = SystemTime::UNIX_EPOCH + Duration::from_micros(1_796_000_000_123_456);
+        let end = start + Duration::from_secs(3600);
+        let mut seen = std::collections::BTreeSet::new();
+        for seed in [0u128, 1, 59, u128::MAX, 3_600_000_000, 3_599_999_999, 1 << 90] {
+            let at = draw_between(start, end, seed);
+            assert!(at >= start && at < end, "{seed}: {at:?}");
+            assert_eq!(at.duration_since(SystemTime::UNIX_EPOCH).unwrap().subsec_nanos() % 1000, 0);
+            seen.insert(at);
+        }
+        assert!(seen.len() >= 5, "{seen:?}");
+        // The end itself is never drawn (replay must see a commit after the target).
+        assert!(draw_between(start, start + Duration::from_micros(1), 0) == start);
+    }
+
+    /// Sandboxes are torn down on threads of their own: a random run lists the catalog,
+    /// then reads the archive's reach at once, and a shared name made the second find
+    /// the first still being removed ("cannot create sandbox directory …: File exists").
+    #[test]
+    fn every_sandbox_of_a_run_has_a_name_of_its_own() {
+        let run_id = "82a2924a-47e4-4b60-80d0-dc3f5e5a911a";
+        let mut names: Vec<String> = Purpose::ALL.iter().map(|p| p.sandbox_name(run_id)).collect();
+        // The restore's own sandboxes: the run's id, then `-2`, `-3`… on retries.
+        names.extend([run_id.to_string(), format!("{run_id}-2"), format!("{run_id}-3")]);
+        let distinct: std::collections::BTreeSet<&String> = names.iter().collect();
+        assert_eq!(distinct.len(), names.len(), "{names:?}");
+    }
+}
+
+#[cfg(test)]
+mod select_tests {
+    use super::*;
+    use drcheck_restore::store::CatalogEntry;
+
+    fn target(select: &str) -> TargetConfig {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.toml");
+        std::fs::write(
+            &path,
+            format!(
+                "[storage.r]\nkind = \"s3\"\nbucket = \"b\"\nendpoint = \"https://h:1\"\n[[target]]\nname = \"t\"\nsource = \"pgbackrest\"\nstanza = \"main\"\nstorage = \"r\"\nrto = \"1h\"\nrpo = \"1h\"\nselect = \"{select}\"\n"
+            ),
+        )
+        .unwrap();
+        drcheck_config::load(&path).unwrap().targets.remove(0)
+    }
+
+    fn backup(key: &str, age_days: u64, status: &str) -> Backup {
+        let at = SystemTime::now() - Duration::from_secs(age_days * 86400);
+        Backup {
+            key: key.into(),
+            size: 1,
+            last_modified: at,
+            parts: vec![],
+            sha256_key: None,
+            catalog: Some(CatalogEntry {
+                tool: "pgbackrest",
+                kind: "full".into(),
+                started: at,
+                status: status.into(),
+                wal_start: None,
+                wal_stop: None,
+                tablespaces: vec![],
+            }),
+        }
+    }
+
+    fn proof(last_passed: SystemTime) -> crate::history::Proof {
+        crate::history::Proof { last_passed, consistent_at: None, last_run_id: "r".into(), points_proven: 0 }
+    }
+
+    #[test]
+    fn the_catalog_selection_skips_errors_and_picks_within_the_window() {
+        let all = [backup("old", 30, "ok"), backup("a", 5, "ok"), backup("b", 2, "ok"), backup("broken", 1, "error")];
+        let latest = select_from_catalog(&all, &target("latest"), None, "repo", None).unwrap_or_else(|_| panic!()).0;
+        assert_eq!(latest.key, "b", "never the one in error");
+        let mut seen = std::collections::BTreeSet::new();
+        for _ in 0..200 {
+            let b = select_from_catalog(&all, &target("random:7d"), None, "repo", None).unwrap_or_else(|_| panic!()).0;
+            seen.insert(b.key);
+        }
+        assert_eq!(seen.into_iter().collect::<Vec<_>>(), ["a", "b"], "random within the window, never old or broken");
+        let named =
+            select_from_catalog(&all, &target("latest"), Some("old"), "repo", None).unwrap_or_else(|_| panic!()).0;
+        assert_eq!(named.key, "old");
+        assert!(select_from_catalog(&all, &target("latest"), Some("nope"), "repo", None).is_err());
+        let none = [backup("broken", 1, "error")];
+        let Err(stop) = select_from_catalog(&none, &target("latest"), None, "repo", None) else { panic!() };
+        assert!(stop.message.contains("1 marked in error"), "{}", stop.message);
+        let Err(stop) = select_from_catalog(&all, &target("latest"), Some("nope"), "repo", None) else { panic!() };
+        assert!(stop.usage, "a --backup naming nothing is the caller's mistake: {}", stop.message);
+    }
+
+    /// Issue 22: a fixed recovery time between two backups restores the one that ended
+    /// before it — not the newest, which PostgreSQL would refuse to replay back to it.
+    #[test]
+    fn a_fixed_time_target_picks_the_newest_backup_that_ended_before_it() {
+        let all = [backup("old", 30, "ok"), backup("a", 5, "ok"), backup("b", 2, "ok")];
+        let between = timestamp(SystemTime::now() - Duration::from_secs(3 * 86400));
+        let mut t = target("latest");
+        t.recovery_target = drcheck_config::RecoveryTarget::Time(between);
+        let chosen = select_from_catalog(&all, &t, None, "repo", None).unwrap_or_else(|s| panic!("{}", s.message)).0;
+        assert_eq!(chosen.key, "a");
+        t.recovery_target =
+            drcheck_config::RecoveryTarget::Time(timestamp(SystemTime::now() - Duration::from_secs(60 * 86400)));
+        let Err(stop) = select_from_catalog(&all, &t, None, "repo", None) else { panic!() };
+        assert!(stop.message.contains("no restorable backup") && !stop.usage, "{}", stop.message);
+    }
+
+    /// Issue 25: `least-proven` proves never-proven backups first (the newest of them),
+    /// then the one whose last pass is oldest; coverage counts passes within the window.
+    #[test]
+    fn least_proven_works_through_retention_and_coverage_counts_it() {
+        let all = [backup("c1", 3, "ok"), backup("c2", 2, "ok"), backup("c3", 1, "ok"), backup("bad", 0, "error")];
+        let t = target("least-proven");
+        let mut proven = Proven::new();
+        let mut order = Vec::new();
+        let now = SystemTime::now();
+        for i in 0..4u64 {
+            let (b, restorable) =
+                select_from_catalog(&all, &t, None, "repo", Some(&proven)).unwrap_or_else(|_| panic!());
+            let (c, _) = coverage(restorable.as_deref().unwrap(), &proven, t.prove_within, &b.key, now);
+            assert_eq!((c.restorable, c.proven), (3, i.min(3)), "before run {i}");
+            order.push(b.key.clone());
+            proven.insert(b.key, proof(now - Duration::from_secs(3600 * (10 - i))));
+        }
+        assert_eq!(order, ["c3", "c2", "c1", "c3"], "each once, newest first, then the oldest-proven");
+        // A pass older than prove_within no longer counts.
+        proven.insert("c2".into(), proof(now - t.prove_within - Duration::from_secs(1)));
+        let (c, chosen_proven) = coverage(&all[..3], &proven, t.prove_within, "c2", now);
+        assert_eq!((c.restorable, c.proven, chosen_proven), (3, 2, false));
+        // Without a history, least-proven is the newest.
+        let (b, _) = select_from_catalog(&all, &t, None, "repo", None).unwrap_or_else(|_| panic!());
+        assert_eq!(b.key, "c3");
+    }
+}

@@ -1,0 +1,50 @@
+//! Opening a target's source from its configuration: the one place that maps
+//! `source = …` to a [`Source`] — the binary never names a backup tool.
+
+use crate::source::Source;
+use crate::sources::barman::Catalog as BarmanCatalog;
+use crate::sources::objects::{Objects, WalArchive};
+use crate::sources::pgbackrest::Repo;
+use crate::transfer::fetch::FetchOptions;
+use drcheck_config::{SourceConfig, StorageConfig, TargetConfig};
+
+/// The source of `target`'s backups in `storage` (described as `described`, the store's
+/// own description); `fetch` is how archived WAL objects are downloaded. Backup tools
+/// speak S3 only: on a filesystem store every target's source is its objects (the
+/// configuration refuses a tool there).
+pub fn open_source(
+    target: &TargetConfig,
+    storage: &StorageConfig,
+    described: String,
+    fetch: FetchOptions,
+) -> Box<dyn Source> {
+    let objects = || -> Box<dyn Source> {
+        Box::new(Objects {
+            described: described.clone(),
+            wal: target.wal_prefix.as_ref().map(|prefix| WalArchive { prefix: prefix.clone(), fetch }),
+        })
+    };
+    let StorageConfig::S3(s3) = storage else { return objects() };
+    match &target.source {
+        SourceConfig::Objects => objects(),
+        SourceConfig::Pgbackrest { stanza, repo_path, cipher_pass } => Box::new(Repo {
+            stanza: stanza.clone(),
+            repo_path: repo_path.clone(),
+            bucket: s3.bucket.clone(),
+            endpoint: s3.endpoint.clone(),
+            region: s3.region.clone(),
+            path_style: s3.path_style,
+            ca_file: s3.ca_file.clone(),
+            verify_tls: s3.verify_tls,
+            cipher_pass: cipher_pass.as_ref().map(|p| p.expose().to_string()),
+        }),
+        SourceConfig::BarmanCloud { server_name } => Box::new(BarmanCatalog {
+            bucket: s3.bucket.clone(),
+            prefix: target.prefix.trim_matches('/').to_string(),
+            server_name: server_name.clone(),
+            endpoint: s3.endpoint.clone(),
+            region: s3.region.clone(),
+            ca_file: s3.ca_file.clone(),
+        }),
+    }
+}
