@@ -1,0 +1,390 @@
+//! Runs and what they prove: recording a run (with its freshness and alerts, in one
+//! transaction), reading runs back, pruning, each backup's proof record, and the
+//! backup tool's last own verification.
+
+use super::History;
+use super::outbox::enqueue_run_alerts;
+use super::ts;
+use crate::report::RunReport;
+use anyhow::Context as _;
+use sqlx::AnyConnection;
+use std::time::SystemTime;
+
+/// A backup's proof record: kept while the backup is in the store, whatever `keep_runs`
+/// prunes from the runs.
+/// Each proven backup's proof record, by key.
+pub type Proven = std::collections::HashMap<String, Proof>;
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Proof {
+    /// Its last passing verification.
+    pub last_passed: SystemTime,
+    /// When its data is consistent as of, as that run read it.
+    pub consistent_at: Option<String>,
+    pub last_run_id: String,
+    /// Passing runs that replayed it to a recovery target (points in time proven).
+    pub points_proven: u64,
+}
+
+/// Applies the migrations, one process at a time: PostgreSQL's migrator takes an
+/// advisory lock; SQLite's does not, so two processes opening a fresh history at once
+/// would both create its tables — a lock file beside the database orders them.
+/// The newest points a target's runs have seen (see [`History::freshness`]).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Freshness {
+    pub backup_at: Option<String>,
+    pub recoverable_point: Option<String>,
+    pub measured_at: Option<String>,
+}
+
+/// The later of two RFC 3339 times (either may be missing or unreadable).
+pub(super) fn later(a: Option<String>, b: Option<String>) -> Option<String> {
+    match (a, b) {
+        (Some(a), Some(b)) => {
+            let (ta, tb) = (humantime::parse_rfc3339_weak(&a).ok(), humantime::parse_rfc3339_weak(&b).ok());
+            Some(if tb > ta { b } else { a })
+        }
+        (a, b) => a.or(b),
+    }
+}
+
+/// Moves `r`'s target's freshness forward to what `r` saw, in the run's transaction.
+pub(super) async fn record_freshness(tx: &mut AnyConnection, r: &RunReport) -> anyhow::Result<()> {
+    let old: Option<(Option<String>, Option<String>, Option<String>)> =
+        sqlx::query_as("select backup_at, recoverable_point, measured_at from freshness where target = $1")
+            .bind(&r.target)
+            .fetch_optional(&mut *tx)
+            .await?;
+    let (b, p, m) = old.clone().unwrap_or_default();
+    let new = (
+        later(b, r.backup.as_ref().and_then(|b| b.created_at.clone())),
+        later(p, r.rpo.recoverable_point.clone()),
+        later(m, r.rpo.measured_at.clone()),
+    );
+    if old.as_ref() == Some(&new) {
+        return Ok(());
+    }
+    // An upsert: two processes recording runs of one target never collide on its row.
+    sqlx::query(
+        "insert into freshness (target, backup_at, recoverable_point, measured_at) values ($1, $2, $3, $4)
+         on conflict (target) do update set backup_at = excluded.backup_at,
+             recoverable_point = excluded.recoverable_point, measured_at = excluded.measured_at",
+    )
+    .bind(&r.target)
+    .bind(new.0)
+    .bind(new.1)
+    .bind(new.2)
+    .execute(&mut *tx)
+    .await?;
+    Ok(())
+}
+
+impl History {
+    /// Records a run with its phases and validator results, atomically.
+    pub async fn record(&self, r: &RunReport) -> anyhow::Result<()> {
+        self.record_with_alerts(r, &[]).await
+    }
+
+    /// Records a run and, in the same transaction, the alerts it raises or resolves
+    /// for each of `sinks` — so a crash can never keep one without the other.
+    pub async fn record_with_alerts(&self, r: &RunReport, sinks: &[String]) -> anyhow::Result<()> {
+        let json = serde_json::to_string(r)?;
+        let mut tx = self.pool.begin().await?;
+        sqlx::query(
+            "insert into runs (run_id, target, result, started_at, finished_at, backup_key, backup_size_bytes,
+                 backup_created_at, backup_format, rto_target_seconds, rto_measured_seconds, rto_met,
+                 rpo_target_seconds, rpo_backup_age_seconds, rpo_met, error_stage, error_message, report_json)
+             values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)",
+        )
+        .bind(&r.run_id)
+        .bind(&r.target)
+        .bind(r.result.as_str())
+        .bind(&r.started_at)
+        .bind(&r.finished_at)
+        .bind(r.backup.as_ref().map(|b| b.key.clone()))
+        .bind(r.backup.as_ref().map(|b| b.size_bytes as i64))
+        .bind(r.backup.as_ref().and_then(|b| b.created_at.clone()))
+        .bind(r.backup.as_ref().and_then(|b| b.format.clone()))
+        .bind(r.rto.target_seconds)
+        .bind(r.rto.measured_seconds)
+        .bind(r.rto.met.map(i64::from))
+        .bind(r.rpo.target_seconds)
+        .bind(r.rpo.backup_age_seconds)
+        .bind(r.rpo.met.map(i64::from))
+        .bind(r.error.as_ref().map(|e| e.stage.clone()))
+        .bind(r.error.as_ref().map(|e| e.message.clone()))
+        .bind(json)
+        // Not a cached prepared statement: sqlx 0.9's Any driver declares a null
+        // `Option<f64>` as float4 (any/arguments.rs swaps Real and Double), and a
+        // statement cached after a run without a measured RTO would then refuse every
+        // later run's 8-byte float on PostgreSQL ("incorrect binary data format").
+        .persistent(false)
+        .execute(&mut *tx)
+        .await?;
+        for p in &r.phases {
+            sqlx::query("insert into run_phases (run_id, name, seconds) values ($1, $2, $3)")
+                .bind(&r.run_id)
+                .bind(&p.name)
+                .bind(p.seconds)
+                .execute(&mut *tx)
+                .await?;
+        }
+        for v in &r.validators {
+            sqlx::query("insert into run_validators (run_id, name, status, detail) values ($1, $2, $3, $4)")
+                .bind(&r.run_id)
+                .bind(&v.name)
+                .bind(&v.status)
+                .bind(&v.detail)
+                .execute(&mut *tx)
+                .await?;
+        }
+        if r.result == crate::report::RunResult::Passed
+            && let Some(b) = &r.backup
+        {
+            // The backup's proof outlives the run's row (keep_runs prunes runs, not proofs).
+            let point = r.restore.as_ref().is_some_and(|i| i.recovery_target.is_some());
+            sqlx::query(
+                "insert into backup_proofs (target, backup_key, consistent_at, first_passed_at, last_passed_at,
+                     last_run_id, points_proven)
+                 values ($1, $2, $3, $4, $4, $5, $6)
+                 on conflict (target, backup_key) do update set
+                     consistent_at = coalesce(excluded.consistent_at, backup_proofs.consistent_at),
+                     last_passed_at = excluded.last_passed_at, last_run_id = excluded.last_run_id,
+                     points_proven = backup_proofs.points_proven + excluded.points_proven",
+            )
+            .bind(&r.target)
+            .bind(&b.key)
+            .bind(b.created_at.clone())
+            .bind(&r.finished_at)
+            .bind(&r.run_id)
+            .bind(i64::from(point))
+            .persistent(false)
+            .execute(&mut *tx)
+            .await?;
+        }
+        if r.result != crate::report::RunResult::Aborted {
+            record_freshness(&mut tx, r).await?;
+        }
+        if !sinks.is_empty() && r.result != crate::report::RunResult::Aborted {
+            enqueue_run_alerts(&mut tx, r, sinks).await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// The newest points `target`'s runs have seen: (the newest backup's time, the newest
+    /// recoverable point, when that was measured), RFC 3339.
+    pub async fn freshness(&self, target: &str) -> anyhow::Result<Freshness> {
+        let row: Option<(Option<String>, Option<String>, Option<String>)> =
+            sqlx::query_as("select backup_at, recoverable_point, measured_at from freshness where target = $1")
+                .bind(target)
+                .fetch_optional(&self.pool)
+                .await?;
+        let (backup_at, recoverable_point, measured_at) = row.unwrap_or_default();
+        Ok(Freshness { backup_at, recoverable_point, measured_at })
+    }
+
+    /// Keeps the newest `keep` runs of each target; deletes older ones.
+    pub async fn prune(&self, keep: u32) -> anyhow::Result<u64> {
+        let r = sqlx::query(
+            "delete from runs where run_id in (
+               select run_id from (select run_id, row_number() over (partition by target order by started_at desc) as n from runs) as ranked
+                where ranked.n > $1)",
+        )
+        .bind(keep as i64)
+        .execute(&self.pool)
+        .await?;
+        Ok(r.rows_affected())
+    }
+
+    /// The most recent runs, newest first, optionally of one target.
+    pub async fn recent(&self, target: Option<&str>, limit: u32) -> anyhow::Result<Vec<RunReport>> {
+        let rows: Vec<(String,)> = sqlx::query_as(
+            "select report_json from runs where (cast($1 as text) is null or target = $1)
+              order by started_at desc, run_id desc limit $2",
+        )
+        .bind(target)
+        .bind(limit as i64)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.into_iter()
+            .map(|(json,)| serde_json::from_str(&json).context("a history row holds an unreadable report"))
+            .collect()
+    }
+
+    /// The run recorded under `run_id`, if any.
+    pub async fn run(&self, run_id: &str) -> anyhow::Result<Option<RunReport>> {
+        let row: Option<(String,)> = sqlx::query_as("select report_json from runs where run_id = $1")
+            .bind(run_id)
+            .fetch_optional(&self.pool)
+            .await?;
+        row.map(|(json,)| serde_json::from_str(&json).context("a history row holds an unreadable report")).transpose()
+    }
+
+    /// The newest run of `target` that reached a verdict (not `aborted`).
+    pub async fn latest_verdict(&self, target: &str) -> anyhow::Result<Option<RunReport>> {
+        let row: Option<(String,)> = sqlx::query_as(
+            "select report_json from runs where target = $1 and result <> 'aborted'
+              order by started_at desc, run_id desc limit 1",
+        )
+        .bind(target)
+        .fetch_optional(&self.pool)
+        .await?;
+        row.map(|(json,)| serde_json::from_str(&json).context("a history row holds an unreadable report")).transpose()
+    }
+
+    /// Every run that started in `[from, to)` (RFC 3339 UTC, as recorded), oldest first.
+    pub async fn between(&self, from: &str, to: &str) -> anyhow::Result<Vec<RunReport>> {
+        let rows: Vec<(String,)> = sqlx::query_as(
+            "select report_json from runs where started_at >= $1 and started_at < $2 order by started_at, run_id",
+        )
+        .bind(from)
+        .bind(to)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.into_iter()
+            .map(|(json,)| serde_json::from_str(&json).context("a history row holds an unreadable report"))
+            .collect()
+    }
+
+    /// The runs of `target` that started in `[from, to)`, oldest first.
+    pub async fn between_for(&self, target: &str, from: &str, to: &str) -> anyhow::Result<Vec<RunReport>> {
+        let rows: Vec<(String,)> = sqlx::query_as(
+            "select report_json from runs where target = $1 and started_at >= $2 and started_at < $3
+              order by started_at, run_id",
+        )
+        .bind(target)
+        .bind(from)
+        .bind(to)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.into_iter()
+            .map(|(json,)| serde_json::from_str(&json).context("a history row holds an unreadable report"))
+            .collect()
+    }
+
+    /// Each target's newest run.
+    pub async fn latest_per_target(&self) -> anyhow::Result<std::collections::HashMap<String, RunReport>> {
+        self.newest_where("1 = 1").await
+    }
+
+    /// Each target's newest run that did not pass.
+    pub async fn last_failure_per_target(&self) -> anyhow::Result<std::collections::HashMap<String, RunReport>> {
+        self.newest_where("result <> 'passed'").await
+    }
+
+    pub(super) async fn newest_where(
+        &self,
+        filter: &'static str,
+    ) -> anyhow::Result<std::collections::HashMap<String, RunReport>> {
+        let sql = format!(
+            "select r.report_json from runs r
+              where {filter} and r.started_at = (select max(o.started_at) from runs o where o.target = r.target and {filter})"
+        );
+        let rows: Vec<(String,)> = sqlx::query_as(sqlx::AssertSqlSafe(sql)).fetch_all(&self.pool).await?;
+        let mut out = std::collections::HashMap::new();
+        for (json,) in rows {
+            let r: RunReport = serde_json::from_str(&json).context("a history row holds an unreadable report")?;
+            out.insert(r.target.clone(), r);
+        }
+        Ok(out)
+    }
+
+    /// The targets the history has runs of.
+    pub async fn target_names(&self) -> anyhow::Result<Vec<String>> {
+        let rows: Vec<(String,)> =
+            sqlx::query_as("select distinct target from runs order by target").fetch_all(&self.pool).await?;
+        Ok(rows.into_iter().map(|(t,)| t).collect())
+    }
+
+    /// When `target` last passed (RFC 3339), if ever.
+    pub async fn last_success(&self, target: &str) -> anyhow::Result<Option<String>> {
+        Ok(sqlx::query_scalar("select max(finished_at) from runs where target = $1 and result = 'passed'")
+            .bind(target)
+            .fetch_one(&self.pool)
+            .await?)
+    }
+
+    /// [`History::proofs`], or `None` with a log line when the history cannot be read —
+    /// then `least-proven` takes the newest and coverage is not reported.
+    pub async fn proven(&self, target: &str) -> Option<Proven> {
+        self.proofs(target)
+            .await
+            .map_err(|e| tracing::warn!(target, "cannot read which backups were proven: {e:#}"))
+            .ok()
+    }
+
+    /// Each proven backup of `target` (by backup key): its proof record, which outlives
+    /// the runs' rows.
+    pub async fn proofs(&self, target: &str) -> anyhow::Result<std::collections::HashMap<String, Proof>> {
+        let rows: Vec<(String, Option<String>, String, String, i64)> = sqlx::query_as(
+            "select backup_key, consistent_at, last_passed_at, last_run_id, points_proven
+               from backup_proofs where target = $1",
+        )
+        .bind(target)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows
+            .into_iter()
+            .filter_map(|(key, consistent_at, at, run_id, points)| {
+                let last_passed = humantime::parse_rfc3339_weak(&at).ok()?;
+                Some((
+                    key,
+                    Proof { last_passed, consistent_at, last_run_id: run_id, points_proven: points.max(0) as u64 },
+                ))
+            })
+            .collect())
+    }
+
+    /// Forgets the proofs of `target`'s backups that are no longer in its store (`listed`:
+    /// every backup a full listing found). Returns how many were forgotten.
+    pub async fn keep_proofs_of(&self, target: &str, listed: &[String]) -> anyhow::Result<u64> {
+        let known: Vec<String> = sqlx::query_scalar("select backup_key from backup_proofs where target = $1")
+            .bind(target)
+            .fetch_all(&self.pool)
+            .await?;
+        let listed: std::collections::HashSet<&str> = listed.iter().map(String::as_str).collect();
+        let mut gone = 0;
+        for key in known.iter().filter(|k| !listed.contains(k.as_str())) {
+            gone += sqlx::query("delete from backup_proofs where target = $1 and backup_key = $2")
+                .bind(target)
+                .bind(key)
+                .execute(&self.pool)
+                .await?
+                .rows_affected();
+        }
+        Ok(gone)
+    }
+
+    /// The newest run of the tool's own verification of `target`'s repository: when, and
+    /// whether it passed.
+    pub async fn tool_check(&self, target: &str) -> anyhow::Result<Option<(SystemTime, bool)>> {
+        let row: Option<(String, i64)> = sqlx::query_as("select checked_at, passed from tool_checks where target = $1")
+            .bind(target)
+            .fetch_optional(&self.pool)
+            .await?;
+        Ok(row.and_then(|(at, passed)| Some((humantime::parse_rfc3339_weak(&at).ok()?, passed != 0))))
+    }
+
+    /// Records a run of the tool's own verification of `target`'s repository.
+    pub async fn record_tool_check(
+        &self,
+        target: &str,
+        at: SystemTime,
+        passed: bool,
+        seconds: f64,
+    ) -> anyhow::Result<()> {
+        sqlx::query(
+            "insert into tool_checks (target, checked_at, passed, seconds) values ($1, $2, $3, $4)
+             on conflict (target) do update set checked_at = excluded.checked_at, passed = excluded.passed,
+                                                seconds = excluded.seconds",
+        )
+        .bind(target)
+        .bind(ts(at))
+        .bind(i64::from(passed))
+        .bind(seconds)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+}
