@@ -2,8 +2,18 @@
 //! printed once, with their cause chain.
 
 use crate::commands;
+use crate::commands::alerts::AlertsCommand;
+use crate::commands::backups::BackupsCommand;
+use crate::commands::config_check::ConfigCommand;
+use crate::commands::deploy::DeployCommand;
+use crate::commands::drill::DrillCommand;
+use crate::commands::heartbeat::HeartbeatCommand;
+use crate::commands::history::HistoryArgs;
+use crate::commands::lease::LeaseCommand;
+use crate::commands::report::{ReportArgs, ReportCommand};
+use crate::commands::verify::VerifyArgs;
 use crate::exit::{CliError, Exit};
-use clap::{Args, Parser, Subcommand};
+use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -77,247 +87,6 @@ pub enum Command {
         #[arg(long)]
         dir: Option<PathBuf>,
     },
-}
-
-#[derive(Debug, Args)]
-#[command(args_conflicts_with_subcommands = true)]
-pub struct ReportArgs {
-    #[command(subcommand)]
-    pub command: Option<ReportCommand>,
-    #[command(flatten)]
-    pub make: MakeReportArgs,
-}
-
-#[derive(Debug, Subcommand)]
-pub enum ReportCommand {
-    /// Check a report's signature and that nothing in it changed; names what did.
-    /// Needs no config.
-    Verify {
-        /// The report file (HTML, Markdown or JSON) to check.
-        file: PathBuf,
-        /// The signer's Ed25519 public key (PEM).
-        #[arg(long)]
-        public_key: PathBuf,
-    },
-}
-
-#[derive(Debug, Args)]
-pub struct MakeReportArgs {
-    /// Runs that started this long ago until now (e.g. 90d, 12h).
-    #[arg(long, default_value = "90d", conflicts_with = "from")]
-    pub since: String,
-    /// Window start: RFC 3339 or YYYY-MM-DD (UTC).
-    #[arg(long)]
-    pub from: Option<String>,
-    /// Window end (exclusive; default now): RFC 3339 or YYYY-MM-DD (UTC).
-    #[arg(long)]
-    pub to: Option<String>,
-    /// Only these targets (repeatable); default every target of the config.
-    #[arg(long = "target")]
-    pub targets: Vec<String>,
-    /// The document to write: html (people), markdown, junit (CI systems), json (tools).
-    #[arg(long, value_enum, default_value = "html")]
-    pub format: crate::evidence::render::Format,
-    /// Write here instead of stdout.
-    #[arg(long)]
-    pub output: Option<PathBuf>,
-    /// A directory of drill journals (`drcheck drill run` writes them; repeatable).
-    #[arg(long = "drills")]
-    pub drills: Vec<PathBuf>,
-}
-
-#[derive(Debug, Subcommand)]
-pub enum DrillCommand {
-    /// Check a runbook without running anything; every problem names its line.
-    Check {
-        /// The runbook (YAML).
-        file: PathBuf,
-        /// Override a runbook variable (repeatable).
-        #[arg(long = "var", value_name = "NAME=VALUE", value_parser = parse_var)]
-        vars: Vec<(String, String)>,
-    },
-    /// Run a drill: steady state, method, steady state again, rollbacks.
-    Run(DrillRunArgs),
-}
-
-#[derive(Debug, Args)]
-pub struct DrillRunArgs {
-    /// The runbook (YAML).
-    pub file: PathBuf,
-    /// Print the resolved plan and execute nothing.
-    #[arg(long)]
-    pub dry_run: bool,
-    /// Confirm every manual step (unattended runs).
-    #[arg(long)]
-    pub yes: bool,
-    /// Override a runbook variable (repeatable).
-    #[arg(long = "var", value_name = "NAME=VALUE", value_parser = parse_var)]
-    pub vars: Vec<(String, String)>,
-    /// Print the journal as JSON on stdout.
-    #[arg(long)]
-    pub json: bool,
-    /// Where to write the HTML report (the JSON journal goes next to it, as .json)
-    /// [default: drill-<runbook>-<time>.html in the current directory].
-    #[arg(long)]
-    pub report: Option<PathBuf>,
-}
-
-fn parse_var(s: &str) -> Result<(String, String), String> {
-    match s.split_once('=') {
-        Some((k, v)) if !k.is_empty() => Ok((k.to_string(), v.to_string())),
-        _ => Err(format!("expected NAME=VALUE, got {s:?}")),
-    }
-}
-
-#[derive(Debug, Subcommand)]
-pub enum HeartbeatCommand {
-    /// Print the SQL that creates a target's [target.heartbeat] table on its primary, an
-    /// INSERT-only writer role, and the pg_cron line for fleets without `drcheck daemon`.
-    Setup {
-        /// The target (its [target.heartbeat] table); every target with one when absent.
-        #[arg(long)]
-        target: Option<String>,
-        /// The writer role the daemon's heartbeat.url logs in as.
-        #[arg(long, default_value = "drcheck_heartbeat")]
-        role: String,
-    },
-}
-
-#[derive(Debug, Subcommand)]
-pub enum DeployCommand {
-    /// One CronJob per target (or --target), as YAML on stdout.
-    Kubernetes {
-        /// Only this target's CronJob (default: every target, as one YAML stream).
-        #[arg(long, conflicts_with = "all")]
-        target: Option<String>,
-        /// Every target, one file each plus a kustomization.yaml, into --output-dir.
-        #[arg(long, requires = "output_dir")]
-        all: bool,
-        /// Where --all writes its files.
-        #[arg(long)]
-        output_dir: Option<PathBuf>,
-        /// The drcheck image the CronJobs run (required: a tag you built and pushed,
-        /// e.g. registry.example.com/drcheck:0.1.0).
-        #[arg(long)]
-        image: String,
-        /// The Secret holding the environment (${VAR}s of the config, AWS credentials).
-        #[arg(long, default_value = "drcheck-secrets")]
-        secret: String,
-        /// Each CronJob also reads a Secret of its own, named like the CronJob
-        /// (drcheck-TARGET): put each target's credentials there and only what all share
-        /// in --secret, so no pod holds another target's password.
-        #[arg(long)]
-        secret_per_target: bool,
-        /// The ConfigMap holding drcheck.toml.
-        #[arg(long, default_value = "drcheck-config")]
-        config_map: String,
-        /// Scratch size where [target.kubernetes] scratch is not set and no backup can
-        /// be listed to size it from.
-        #[arg(long, default_value = "50Gi")]
-        scratch_size: String,
-    },
-}
-
-#[derive(Debug, Subcommand)]
-pub enum LeaseCommand {
-    /// Every lease: target, holder, when it expires, and whether its holder still runs
-    /// (known on the holder's own machine only), as JSON.
-    List,
-    /// Release a target's lease — one left by a run that died (a deleted pod, a lost
-    /// node). Refuses a holder that still runs on this machine, and one on another
-    /// machine whose lease is live, unless --force.
-    Release {
-        /// The target whose lease to release.
-        #[arg(long)]
-        target: String,
-        /// Release it even from a holder that may still be running.
-        #[arg(long)]
-        force: bool,
-    },
-}
-
-#[derive(Debug, Subcommand)]
-pub enum AlertsCommand {
-    /// Pending alerts, dead letters and the count delivered, as JSON.
-    List,
-    /// Deliver pending alerts now (for up to --seconds).
-    Deliver {
-        /// Keep delivering (with back-off) for at most this many seconds.
-        #[arg(long, default_value_t = 30)]
-        seconds: u64,
-    },
-    /// Move every pending alert of a sink to the dead letters (a sink removed for good).
-    DeadLetter {
-        /// The sink's name, as `drcheck alerts list` shows it.
-        #[arg(long)]
-        sink: String,
-    },
-}
-
-#[derive(Debug, Args)]
-pub struct VerifyArgs {
-    /// Verify only this target (default: every target, one after another).
-    #[arg(long)]
-    pub target: Option<String>,
-    /// Verify this backup key instead of the latest (needs --target).
-    #[arg(long, requires = "target")]
-    pub backup: Option<String>,
-    /// Print `{"runs": [...]}` instead of the summary.
-    #[arg(long)]
-    pub json: bool,
-    /// Check the backup tool's repository only (the `repository` validator: the tool's
-    /// own verification, WAL continuity), without restoring; not recorded as a run.
-    #[arg(long, conflicts_with = "backup")]
-    pub integrity_only: bool,
-}
-
-#[derive(Debug, Subcommand)]
-pub enum BackupsCommand {
-    /// List a target's backups, newest first.
-    List {
-        /// Only this target (default: every target).
-        #[arg(long)]
-        target: Option<String>,
-        /// Print JSON (`{"targets": [...]}`) instead of the table.
-        #[arg(long)]
-        json: bool,
-    },
-    /// Download a backup (the latest, or --backup KEY) with drcheck's concurrent fetcher.
-    Fetch {
-        /// The target whose store holds the backup.
-        #[arg(long)]
-        target: String,
-        /// The backup's key (default: the latest).
-        #[arg(long)]
-        backup: Option<String>,
-        /// Where to write it.
-        #[arg(long)]
-        output: PathBuf,
-        /// Undo its compression and encryption as `verify` does (gzip, zstd, lz4, age,
-        /// OpenPGP, with the target's [target.decrypt] keys): what lands is what
-        /// pg_restore or psql reads.
-        #[arg(long)]
-        decode: bool,
-    },
-}
-
-#[derive(Debug, Args)]
-pub struct HistoryArgs {
-    /// Only this target's runs.
-    #[arg(long)]
-    pub target: Option<String>,
-    /// How many runs to show.
-    #[arg(long, default_value_t = 20)]
-    pub limit: u32,
-    /// Print `{"runs": [...]}` instead of the table.
-    #[arg(long)]
-    pub json: bool,
-}
-
-#[derive(Debug, Subcommand)]
-pub enum ConfigCommand {
-    /// Validate the config and print it as drcheck understands it, secrets redacted.
-    Check,
 }
 
 pub fn main() -> ExitCode {
@@ -451,11 +220,9 @@ pub async fn run(cli: Cli) -> Result<Exit, CliError> {
 impl Cli {
     /// `--config`, `DRCHECK_CONFIG`, or `./drcheck.toml`.
     pub fn config_path(&self) -> PathBuf {
-        self.config.clone().unwrap_or_else(|| PathBuf::from(DEFAULT_CONFIG))
+        self.config.clone().unwrap_or_else(|| PathBuf::from(commands::DEFAULT_CONFIG))
     }
 }
-
-pub const DEFAULT_CONFIG: &str = "drcheck.toml";
 
 fn init_logging(verbose: u8, daemon: bool) {
     // sqlx reports every query over 1 s as a warning; long validator queries are

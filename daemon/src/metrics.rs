@@ -2,7 +2,7 @@
 //! ages, bounded labels) plus the daemon's own. One-shot runs push them to a
 //! Pushgateway and/or write a node_exporter textfile; the daemon serves `/metrics`.
 
-use crate::report::{RunReport, RunResult};
+use crate::run_report::{RunReport, RunResult};
 use drcheck_config::TargetConfig;
 use prometheus::{Encoder, GaugeVec, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder};
 use std::path::Path;
@@ -480,7 +480,7 @@ impl Metrics {
     }
 
     /// A target's coverage gauges.
-    pub fn show_coverage(&self, t: &str, c: &crate::report::Coverage) {
+    pub fn show_coverage(&self, t: &str, c: &crate::run_report::Coverage) {
         self.backups_restorable.with_label_values(&[t]).set(c.restorable as i64);
         self.backups_proven.with_label_values(&[t]).set(c.proven as i64);
         self.backups_unproven.with_label_values(&[t]).set(c.restorable.saturating_sub(c.proven) as i64);

@@ -10,7 +10,7 @@
 //! Validators configured with one database's tables (`freshness`, `custom`) run on the
 //! target's own database: the primary URL's, or the restored dump.
 
-use crate::report::PrimaryQueries;
+use crate::run_report::PrimaryQueries;
 use drcheck_config::TargetConfig;
 use drcheck_restore::Sandbox;
 use drcheck_validators::guard::{self, restored_session};
@@ -171,7 +171,7 @@ pub async fn run(
             let s = p.stats();
             let q = queries.get_or_insert(PrimaryQueries { count: 0, longest_seconds: 0.0 });
             q.count += s.count;
-            q.longest_seconds = q.longest_seconds.max(crate::report::secs(s.longest));
+            q.longest_seconds = q.longest_seconds.max(crate::run_report::secs(s.longest));
             p.close().await;
         }
         per_database.push((db.clone(), findings));

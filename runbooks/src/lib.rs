@@ -9,12 +9,12 @@
 //! This crate knows nothing of S3, sandboxes or the scheduler: a `verify` step calls
 //! the [`steps::Verifier`] trait, which the `drcheck` binary implements.
 
+pub mod drill_report;
 pub mod dry_run;
 pub mod format;
 pub mod journal;
 pub mod live;
 pub mod plan;
-pub mod report;
 pub mod runner;
 pub mod scope;
 pub mod steps;

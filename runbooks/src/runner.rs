@@ -211,7 +211,7 @@ pub async fn run(rb: &Runbook, env: &Env<'_>, kill: &KillSwitch) -> Journal {
         rollbacks_ran,
         action_items: Vec::new(),
     };
-    journal.action_items = crate::report::action_items(&journal);
+    journal.action_items = crate::drill_report::action_items(&journal);
     journal
 }
 

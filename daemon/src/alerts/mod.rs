@@ -6,7 +6,7 @@
 pub mod dispatch;
 mod sinks;
 
-use crate::report::{RunReport, RunResult};
+use crate::run_report::{RunReport, RunResult};
 use serde::{Deserialize, Serialize};
 
 pub const FAILED: &str = "DrcheckVerificationFailed";

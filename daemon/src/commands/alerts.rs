@@ -1,11 +1,29 @@
 //! `drcheck alerts list|deliver|dead-letter`: look into, flush and clear the alert outbox.
 
 use crate::alerts::dispatch::Dispatcher;
-use crate::cli::AlertsCommand;
 use crate::exit::{CliError, Exit};
 use crate::history::History;
+use clap::Subcommand;
 use drcheck_config::Config;
 use std::time::Duration;
+
+#[derive(Debug, Subcommand)]
+pub enum AlertsCommand {
+    /// Pending alerts, dead letters and the count delivered, as JSON.
+    List,
+    /// Deliver pending alerts now (for up to --seconds).
+    Deliver {
+        /// Keep delivering (with back-off) for at most this many seconds.
+        #[arg(long, default_value_t = 30)]
+        seconds: u64,
+    },
+    /// Move every pending alert of a sink to the dead letters (a sink removed for good).
+    DeadLetter {
+        /// The sink's name, as `drcheck alerts list` shows it.
+        #[arg(long)]
+        sink: String,
+    },
+}
 
 pub async fn run(config: &Config, cmd: AlertsCommand) -> Result<Exit, CliError> {
     let history = History::open(&config.state.url).await.map_err(CliError::incomplete)?;

@@ -1,10 +1,42 @@
 //! `drcheck backups list`: what is in a target's store, newest first.
 
 use crate::exit::{CliError, Exit};
-use crate::report::timestamp;
+use crate::run_report::timestamp;
 use crate::verify::list_backups;
+use clap::Subcommand;
 use drcheck_config::Config;
+use std::path::PathBuf;
 use std::time::SystemTime;
+
+#[derive(Debug, Subcommand)]
+pub enum BackupsCommand {
+    /// List a target's backups, newest first.
+    List {
+        /// Only this target (default: every target).
+        #[arg(long)]
+        target: Option<String>,
+        /// Print JSON (`{"targets": [...]}`) instead of the table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Download a backup (the latest, or --backup KEY) with drcheck's concurrent fetcher.
+    Fetch {
+        /// The target whose store holds the backup.
+        #[arg(long)]
+        target: String,
+        /// The backup's key (default: the latest).
+        #[arg(long)]
+        backup: Option<String>,
+        /// Where to write it.
+        #[arg(long)]
+        output: PathBuf,
+        /// Undo its compression and encryption as `verify` does (gzip, zstd, lz4, age,
+        /// OpenPGP, with the target's [target.decrypt] keys): what lands is what
+        /// pg_restore or psql reads.
+        #[arg(long)]
+        decode: bool,
+    },
+}
 
 pub async fn list(config: &Config, target: Option<&str>, json: bool) -> Result<Exit, CliError> {
     let targets = super::select_targets(config, target)?;

@@ -3,7 +3,14 @@
 //! `${VAR}` references printed as written, secrets written literally as `***`.
 
 use crate::exit::{CliError, Exit};
+use clap::Subcommand;
 use drcheck_config::Config;
+
+#[derive(Debug, Subcommand)]
+pub enum ConfigCommand {
+    /// Validate the config and print it as drcheck understands it, secrets redacted.
+    Check,
+}
 
 pub fn run(config: &Config) -> Result<Exit, CliError> {
     let effective = drcheck_config::effective(&config.path)?;

@@ -26,6 +26,6 @@ pub async fn run(config: Config) -> Result<Exit, CliError> {
         tracing::info!("signal received: shutting down");
         stop.cancel();
     });
-    crate::daemon::run(config, shutdown, reload_rx).await.map_err(CliError::incomplete)?;
+    crate::service::run(config, shutdown, reload_rx).await.map_err(CliError::incomplete)?;
     Ok(Exit::Passed)
 }

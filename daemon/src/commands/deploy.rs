@@ -11,8 +11,45 @@
 //! target plus a `kustomization.yaml` listing them.
 
 use crate::exit::{CliError, Exit};
+use clap::Subcommand;
 use drcheck_config::{Config, TargetConfig};
 use serde_json::json;
+use std::path::PathBuf;
+
+#[derive(Debug, Subcommand)]
+pub enum DeployCommand {
+    /// One CronJob per target (or --target), as YAML on stdout.
+    Kubernetes {
+        /// Only this target's CronJob (default: every target, as one YAML stream).
+        #[arg(long, conflicts_with = "all")]
+        target: Option<String>,
+        /// Every target, one file each plus a kustomization.yaml, into --output-dir.
+        #[arg(long, requires = "output_dir")]
+        all: bool,
+        /// Where --all writes its files.
+        #[arg(long)]
+        output_dir: Option<PathBuf>,
+        /// The drcheck image the CronJobs run (required: a tag you built and pushed,
+        /// e.g. registry.example.com/drcheck:0.1.0).
+        #[arg(long)]
+        image: String,
+        /// The Secret holding the environment (${VAR}s of the config, AWS credentials).
+        #[arg(long, default_value = "drcheck-secrets")]
+        secret: String,
+        /// Each CronJob also reads a Secret of its own, named like the CronJob
+        /// (drcheck-TARGET): put each target's credentials there and only what all share
+        /// in --secret, so no pod holds another target's password.
+        #[arg(long)]
+        secret_per_target: bool,
+        /// The ConfigMap holding drcheck.toml.
+        #[arg(long, default_value = "drcheck-config")]
+        config_map: String,
+        /// Scratch size where [target.kubernetes] scratch is not set and no backup can
+        /// be listed to size it from.
+        #[arg(long, default_value = "50Gi")]
+        scratch_size: String,
+    },
+}
 
 pub struct Options {
     pub image: String,

@@ -3,17 +3,54 @@
 //! verification pipeline, wires Ctrl-C/SIGTERM to the kill switch, and writes the
 //! journal, the report and the drill metrics.
 
-use crate::cli::{DEFAULT_CONFIG, DrillCommand, DrillRunArgs};
+use super::DEFAULT_CONFIG;
 use crate::exit::{CliError, Exit};
 use crate::history::History;
 use crate::progress::Progress;
-use crate::report::RunResult;
+use crate::run_report::RunResult;
 use anyhow::Context;
+use clap::{Args, Subcommand};
 use drcheck_config::Config;
 use drcheck_runbooks::live::Live;
 use drcheck_runbooks::{DrillResult, Env, Journal, KillSwitch, Runbook, VerifyOutcome};
 use std::path::{Path, PathBuf};
 use tokio_util::sync::CancellationToken;
+
+#[derive(Debug, Subcommand)]
+pub enum DrillCommand {
+    /// Check a runbook without running anything; every problem names its line.
+    Check {
+        /// The runbook (YAML).
+        file: PathBuf,
+        /// Override a runbook variable (repeatable).
+        #[arg(long = "var", value_name = "NAME=VALUE", value_parser = parse_var)]
+        vars: Vec<(String, String)>,
+    },
+    /// Run a drill: steady state, method, steady state again, rollbacks.
+    Run(DrillRunArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct DrillRunArgs {
+    /// The runbook (YAML).
+    pub file: PathBuf,
+    /// Print the resolved plan and execute nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Confirm every manual step (unattended runs).
+    #[arg(long)]
+    pub yes: bool,
+    /// Override a runbook variable (repeatable).
+    #[arg(long = "var", value_name = "NAME=VALUE", value_parser = parse_var)]
+    pub vars: Vec<(String, String)>,
+    /// Print the journal as JSON on stdout.
+    #[arg(long)]
+    pub json: bool,
+    /// Where to write the HTML report (the JSON journal goes next to it, as .json)
+    /// [default: drill-<runbook>-<time>.html in the current directory].
+    #[arg(long)]
+    pub report: Option<PathBuf>,
+}
 
 pub async fn run(config_path: Option<&Path>, cmd: DrillCommand) -> Result<Exit, CliError> {
     match cmd {
@@ -160,7 +197,7 @@ fn output_paths(rb: &Runbook, report: Option<&Path>) -> (PathBuf, PathBuf) {
 
 fn write_outputs(j: &Journal, report: &Path, journal: &Path) -> anyhow::Result<()> {
     write_journal(j, journal)?;
-    std::fs::write(report, drcheck_runbooks::report::html(j))
+    std::fs::write(report, drcheck_runbooks::drill_report::html(j))
         .with_context(|| format!("writing the report to {}", report.display()))?;
     Ok(())
 }
@@ -219,7 +256,7 @@ async fn export_metrics(config: &Config, j: &Journal, totals: Option<&[(String, 
 }
 
 fn summary(j: &Journal) -> String {
-    use drcheck_runbooks::report::secs;
+    use drcheck_runbooks::drill_report::secs;
     let mut o = format!("\ndrill {:?}: {}\n", j.runbook.title, j.result.as_str().to_uppercase());
     o.push_str(&format!(
         "  hypothesis: {}\n",
@@ -354,5 +391,13 @@ impl drcheck_runbooks::Verifier for PipelineVerifier {
             backup_age_seconds: report.rpo.backup_age_seconds,
             report: serde_json::to_value(&report).map_err(|e| e.to_string())?,
         })
+    }
+}
+
+/// `--var NAME=VALUE`.
+fn parse_var(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((k, v)) if !k.is_empty() => Ok((k.to_string(), v.to_string())),
+        _ => Err(format!("expected NAME=VALUE, got {s:?}")),
     }
 }

@@ -1,9 +1,22 @@
 //! `drcheck history`: past runs from the history store, newest first.
 
-use crate::cli::HistoryArgs;
 use crate::exit::{CliError, Exit};
 use crate::history::History;
+use clap::Args;
 use drcheck_config::Config;
+
+#[derive(Debug, Args)]
+pub struct HistoryArgs {
+    /// Only this target's runs.
+    #[arg(long)]
+    pub target: Option<String>,
+    /// How many runs to show.
+    #[arg(long, default_value_t = 20)]
+    pub limit: u32,
+    /// Print `{"runs": [...]}` instead of the table.
+    #[arg(long)]
+    pub json: bool,
+}
 
 pub async fn run(config: &Config, args: HistoryArgs) -> Result<Exit, CliError> {
     if let Some(t) = &args.target {
@@ -22,7 +35,7 @@ pub async fn run(config: &Config, args: HistoryArgs) -> Result<Exit, CliError> {
 }
 
 /// The runs as a table under a header (newest first); a line saying so when there are none.
-fn render(runs: &[crate::report::RunReport]) -> String {
+fn render(runs: &[crate::run_report::RunReport]) -> String {
     if runs.is_empty() {
         return "no runs recorded\n".into();
     }
@@ -74,7 +87,7 @@ mod tests {
     /// Issue 26: `history` has a header naming its columns, aligned with the rows.
     #[test]
     fn history_has_a_header_over_its_columns() {
-        let mut r: crate::report::RunReport = serde_json::from_value(serde_json::json!({
+        let mut r: crate::run_report::RunReport = serde_json::from_value(serde_json::json!({
             "run_id": "r-1", "target": "orders", "result": "passed",
             "started_at": "2026-12-01T03:00:00.000Z", "finished_at": "2026-12-01T03:01:00.000Z",
             "backup": null, "phases": [], "validators": [],
@@ -95,7 +108,7 @@ mod tests {
     /// Issue 34: a failed run shows each failing check's reason under its row.
     #[test]
     fn a_failed_runs_checks_and_reasons_are_shown() {
-        let r: crate::report::RunReport = serde_json::from_value(serde_json::json!({
+        let r: crate::run_report::RunReport = serde_json::from_value(serde_json::json!({
             "run_id": "r-2", "target": "orders", "result": "failed",
             "started_at": "2026-12-01T03:00:00.000Z", "finished_at": "2026-12-01T03:01:00.000Z",
             "backup": null, "phases": [],

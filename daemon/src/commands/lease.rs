@@ -3,10 +3,28 @@
 //! lease expires (its whole run budget: hours); on its own machine the next run takes it
 //! over, elsewhere an operator frees it here.
 
-use crate::cli::LeaseCommand;
 use crate::exit::{CliError, Exit};
 use crate::history::{History, holder_alive_here};
+use clap::Subcommand;
 use drcheck_config::Config;
+
+#[derive(Debug, Subcommand)]
+pub enum LeaseCommand {
+    /// Every lease: target, holder, when it expires, and whether its holder still runs
+    /// (known on the holder's own machine only), as JSON.
+    List,
+    /// Release a target's lease — one left by a run that died (a deleted pod, a lost
+    /// node). Refuses a holder that still runs on this machine, and one on another
+    /// machine whose lease is live, unless --force.
+    Release {
+        /// The target whose lease to release.
+        #[arg(long)]
+        target: String,
+        /// Release it even from a holder that may still be running.
+        #[arg(long)]
+        force: bool,
+    },
+}
 
 pub async fn run(config: &Config, cmd: LeaseCommand) -> Result<Exit, CliError> {
     let history = History::open(&config.state.url).await.map_err(CliError::incomplete)?;

@@ -1,4 +1,5 @@
-//! One file per subcommand.
+//! One file per subcommand, each owning its arguments (`clap::Args`/`Subcommand`);
+//! `crate::cli` names them in its command enum and dispatches.
 
 pub mod alerts;
 pub mod backups;
@@ -15,6 +16,9 @@ pub mod verify;
 
 use crate::exit::CliError;
 use drcheck_config::{Config, TargetConfig};
+
+/// The config file read when neither `--config` nor `DRCHECK_CONFIG` names one.
+pub const DEFAULT_CONFIG: &str = "drcheck.toml";
 
 /// The targets a command applies to: one by name, or all of them.
 pub fn select_targets<'c>(config: &'c Config, name: Option<&str>) -> Result<Vec<&'c TargetConfig>, CliError> {

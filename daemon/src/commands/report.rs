@@ -1,14 +1,62 @@
 //! `drcheck report`: restore-test evidence over a window of the history store and the
 //! drill journals; `drcheck report verify`: an auditor's check of a report.
 
-use crate::cli::MakeReportArgs;
 use crate::evidence::{self, RunEvidence, check, sign, stream};
 use crate::exit::{CliError, Exit};
 use crate::history::History;
-use crate::report::timestamp;
+use crate::run_report::timestamp;
+use clap::{Args, Subcommand};
 use drcheck_config::Config;
 use std::path::Path;
+use std::path::PathBuf;
 use std::time::{Duration, SystemTime};
+
+#[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct ReportArgs {
+    #[command(subcommand)]
+    pub command: Option<ReportCommand>,
+    #[command(flatten)]
+    pub make: MakeReportArgs,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ReportCommand {
+    /// Check a report's signature and that nothing in it changed; names what did.
+    /// Needs no config.
+    Verify {
+        /// The report file (HTML, Markdown or JSON) to check.
+        file: PathBuf,
+        /// The signer's Ed25519 public key (PEM).
+        #[arg(long)]
+        public_key: PathBuf,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct MakeReportArgs {
+    /// Runs that started this long ago until now (e.g. 90d, 12h).
+    #[arg(long, default_value = "90d", conflicts_with = "from")]
+    pub since: String,
+    /// Window start: RFC 3339 or YYYY-MM-DD (UTC).
+    #[arg(long)]
+    pub from: Option<String>,
+    /// Window end (exclusive; default now): RFC 3339 or YYYY-MM-DD (UTC).
+    #[arg(long)]
+    pub to: Option<String>,
+    /// Only these targets (repeatable); default every target of the config.
+    #[arg(long = "target")]
+    pub targets: Vec<String>,
+    /// The document to write: html (people), markdown, junit (CI systems), json (tools).
+    #[arg(long, value_enum, default_value = "html")]
+    pub format: crate::evidence::render::Format,
+    /// Write here instead of stdout.
+    #[arg(long)]
+    pub output: Option<PathBuf>,
+    /// A directory of drill journals (`drcheck drill run` writes them; repeatable).
+    #[arg(long = "drills")]
+    pub drills: Vec<PathBuf>,
+}
 
 /// A window bound: RFC 3339, or a date (midnight UTC).
 fn parse_time(flag: &str, s: &str) -> Result<SystemTime, CliError> {

@@ -10,7 +10,7 @@ use crate::evidence::RunEvidence;
 use crate::evidence::render::human;
 use crate::exit::{CliError, Exit};
 use crate::history::History;
-use crate::report::RunReport;
+use crate::run_report::RunReport;
 use drcheck_config::Config;
 use std::collections::HashMap;
 

@@ -1,14 +1,31 @@
 //! `drcheck verify`: verify one target or all, record each run, print the report.
 
 use crate::alerts::dispatch::Dispatcher;
-use crate::cli::VerifyArgs;
 use crate::exit::{CliError, Exit};
 use crate::history::History;
 use crate::metrics::Metrics;
 use crate::progress::Progress;
-use crate::report::{RunResult, render_human};
+use crate::run_report::{RunResult, render_human};
 use crate::verify;
+use clap::Args;
 use drcheck_config::Config;
+
+#[derive(Debug, Args)]
+pub struct VerifyArgs {
+    /// Verify only this target (default: every target, one after another).
+    #[arg(long)]
+    pub target: Option<String>,
+    /// Verify this backup key instead of the latest (needs --target).
+    #[arg(long, requires = "target")]
+    pub backup: Option<String>,
+    /// Print `{"runs": [...]}` instead of the summary.
+    #[arg(long)]
+    pub json: bool,
+    /// Check the backup tool's repository only (the `repository` validator: the tool's
+    /// own verification, WAL continuity), without restoring; not recorded as a run.
+    #[arg(long, conflicts_with = "backup")]
+    pub integrity_only: bool,
+}
 
 pub async fn run(config: &Config, args: VerifyArgs) -> Result<Exit, CliError> {
     let targets = super::select_targets(config, args.target.as_deref())?;
@@ -107,7 +124,7 @@ pub async fn run(config: &Config, args: VerifyArgs) -> Result<Exit, CliError> {
 /// One-shot metrics: pushed to the Pushgateway per target; returns them all for the
 /// node_exporter textfile. A failure to export is reported but does not change the
 /// verdict: the backup's result stands.
-async fn export_metrics(config: &Config, history: &History, reports: &[crate::report::RunReport]) -> Metrics {
+async fn export_metrics(config: &Config, history: &History, reports: &[crate::run_report::RunReport]) -> Metrics {
     let all = Metrics::new();
     all.init(config);
     all.seed_from_history(config, history).await;
@@ -171,7 +188,7 @@ async fn integrity(config: &Config, targets: &[&drcheck_config::TargetConfig], j
         }
         checks.push(serde_json::json!({
             "target": t.name,
-            "checked_at": crate::report::timestamp(std::time::SystemTime::now()),
+            "checked_at": crate::run_report::timestamp(std::time::SystemTime::now()),
             "status": f.status.as_str(),
             "detail": f.detail,
             "measurements": f.measurements,

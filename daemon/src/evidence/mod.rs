@@ -16,7 +16,7 @@ pub fn canonical_json<T: serde::Serialize>(v: &T) -> Vec<u8> {
     sign::canonical(v)
 }
 
-use crate::report::{RunReport, RunResult};
+use crate::run_report::{RunReport, RunResult};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -55,7 +55,7 @@ pub struct TargetCoverage {
     pub restorable: u64,
     pub proven: u64,
     pub prove_within_seconds: f64,
-    pub backups: Vec<crate::report::BackupProof>,
+    pub backups: Vec<crate::run_report::BackupProof>,
     pub points_in_time: Vec<PointInTime>,
 }
 
@@ -108,7 +108,7 @@ pub struct RunEvidence {
     pub reasons: Vec<String>,
     /// The retention window's coverage as the run saw it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub coverage: Option<crate::report::Coverage>,
+    pub coverage: Option<crate::run_report::Coverage>,
     /// WAL replay: what it was asked to reach, and the last commit replayed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub recovery_target: Option<String>,

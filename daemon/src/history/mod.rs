@@ -150,7 +150,7 @@ fn ts(t: SystemTime) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::RunReport;
+    use crate::run_report::RunReport;
     use leases::holder_name;
 
     async fn store(dir: &tempfile::TempDir) -> History {
@@ -204,7 +204,7 @@ mod tests {
         assert_eq!(proofs["b2"].last_passed, humantime::parse_rfc3339("2026-12-02T00:00:00Z").unwrap());
         // A failed run proves nothing.
         let mut failed = passing_run("r10", "b5", "2026-12-10T00:00:00.000Z", false);
-        failed.result = crate::report::RunResult::Failed;
+        failed.result = crate::run_report::RunResult::Failed;
         h.record(&failed).await.unwrap();
         assert!(!h.proofs("orders").await.unwrap().contains_key("b5"));
         // b2 left the store: its proof goes; the others stay.

@@ -4,7 +4,7 @@
 use super::History;
 use super::{CLAIM_TTL, ts};
 use crate::alerts::{self, Alert};
-use crate::report::RunReport;
+use crate::run_report::RunReport;
 use sqlx::AnyConnection;
 use std::time::{Duration, SystemTime};
 
@@ -144,7 +144,7 @@ pub(super) async fn enqueue_run_alerts(tx: &mut AnyConnection, r: &RunReport, si
                 ("firing", r.run_id.clone(), r.started_at.clone(), *sev, desc.clone())
             }
             // The stale alert resolves only with a passing run.
-            (None, Some(_)) if name == alerts::STALE && r.result != crate::report::RunResult::Passed => continue,
+            (None, Some(_)) if name == alerts::STALE && r.result != crate::run_report::RunResult::Passed => continue,
             (None, Some((episode, since))) => {
                 sqlx::query("delete from alert_state where target = $1 and alertname = $2")
                     .bind(&r.target)

@@ -5,7 +5,7 @@
 use super::History;
 use super::outbox::enqueue_run_alerts;
 use super::ts;
-use crate::report::RunReport;
+use crate::run_report::RunReport;
 use anyhow::Context as _;
 use sqlx::AnyConnection;
 use std::time::SystemTime;
@@ -138,7 +138,7 @@ impl History {
                 .execute(&mut *tx)
                 .await?;
         }
-        if r.result == crate::report::RunResult::Passed
+        if r.result == crate::run_report::RunResult::Passed
             && let Some(b) = &r.backup
         {
             // The backup's proof outlives the run's row (keep_runs prunes runs, not proofs).
@@ -162,10 +162,10 @@ impl History {
             .execute(&mut *tx)
             .await?;
         }
-        if r.result != crate::report::RunResult::Aborted {
+        if r.result != crate::run_report::RunResult::Aborted {
             record_freshness(&mut tx, r).await?;
         }
-        if !sinks.is_empty() && r.result != crate::report::RunResult::Aborted {
+        if !sinks.is_empty() && r.result != crate::run_report::RunResult::Aborted {
             enqueue_run_alerts(&mut tx, r, sinks).await?;
         }
         tx.commit().await?;

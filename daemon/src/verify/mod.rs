@@ -27,7 +27,7 @@ use crate::history::History;
 use crate::ids::new_run_id;
 use crate::measure::Measurements;
 use crate::progress::Progress;
-use crate::report::{Phase, Rpo, Rto, RunError, RunReport, RunResult, secs, timestamp};
+use crate::run_report::{Phase, Rpo, Rto, RunError, RunReport, RunResult, secs, timestamp};
 use drcheck_config::{Config, TargetConfig};
 use std::time::{Duration, SystemTime};
 use stop::{Stop, cap_message, short};

@@ -6,7 +6,7 @@ use super::select::{Selected, recovery_target_info};
 use super::stop::{Stop, restored_unreachable};
 use crate::ids::{new_run_id, sandbox_options};
 use crate::progress::Progress;
-use crate::report::{RestoreInfo, secs};
+use crate::run_report::{RestoreInfo, secs};
 use drcheck_config::{Config, RecoveryTarget, StorageConfig, TargetConfig};
 use drcheck_restore::fetch::FetchOptions;
 use drcheck_restore::job::{self, RestoreJob};

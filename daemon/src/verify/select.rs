@@ -7,7 +7,7 @@ use super::stop::{Stop, store_stop};
 use crate::history::{History, Proven};
 use crate::ids::{Purpose, catalog_sandbox, new_run_id};
 use crate::progress::Progress;
-use crate::report::{BackupInfo, Coverage, secs, timestamp};
+use crate::run_report::{BackupInfo, Coverage, secs, timestamp};
 use drcheck_config::{Config, RecoveryTarget, Selection, SourceConfig, TargetConfig};
 use drcheck_restore::request::Consistency;
 use drcheck_restore::store::backups_newest_first;
@@ -288,7 +288,7 @@ pub(crate) fn coverage(
     let chosen_proven = restorable.iter().any(|b| b.key == chosen) && is_proven(chosen);
     let backups = restorable
         .iter()
-        .map(|b| crate::report::BackupProof {
+        .map(|b| crate::run_report::BackupProof {
             label: b.key.clone(),
             stopped_at: timestamp(b.last_modified),
             last_proven_at: proven.get(&b.key).map(|p| timestamp(p.last_passed)),
@@ -302,14 +302,14 @@ pub(crate) fn coverage(
 }
 
 /// `restore.recovery_target` of a run's (drawn) target.
-pub(crate) fn recovery_target_info(target: &RecoveryTarget, random: bool) -> crate::report::RecoveryTargetInfo {
+pub(crate) fn recovery_target_info(target: &RecoveryTarget, random: bool) -> crate::run_report::RecoveryTargetInfo {
     let (kind, value) = match target {
         RecoveryTarget::Latest | RecoveryTarget::Random(_) => ("latest", None),
         RecoveryTarget::Immediate => ("immediate", None),
         RecoveryTarget::Time(t) => ("time", Some(t.clone())),
         RecoveryTarget::Lsn(l) => ("lsn", Some(l.clone())),
     };
-    crate::report::RecoveryTargetInfo { kind: kind.into(), value, random }
+    crate::run_report::RecoveryTargetInfo { kind: kind.into(), value, random }
 }
 
 /// Whether the target keeps a WAL archive: `wal_prefix`, or a backup tool's repository.

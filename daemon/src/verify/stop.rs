@@ -1,6 +1,6 @@
 //! How a run stops early: the stage, the message, and who is to blame.
 
-use crate::report::RunResult;
+use crate::run_report::RunResult;
 use drcheck_restore::{RestoreError, Stage, StoreError};
 use std::time::Duration;
 

@@ -8,7 +8,7 @@ use super::select::Selected;
 use super::stop::{Stop, restored_unreachable};
 use crate::history::History;
 use crate::progress::Progress;
-use crate::report::ValidatorReport;
+use crate::run_report::ValidatorReport;
 use drcheck_config::{Comparisons, Config};
 use std::time::Instant;
 use tokio_util::sync::CancellationToken;

@@ -13,7 +13,7 @@
 use super::Shared;
 use crate::evidence::render::{esc, human, rto_chart};
 use crate::evidence::{self, RunEvidence};
-use crate::report::{RunReport, timestamp};
+use crate::run_report::{RunReport, timestamp};
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{Html, IntoResponse, Response};
