@@ -23,7 +23,7 @@ use std::process::ExitCode;
     version = concat!(env!("CARGO_PKG_VERSION"), " (commit ", env!("DRCHECK_COMMIT"), ")"),
     about = "Proves PostgreSQL backups restore — fast enough and fresh enough"
 )]
-pub struct Cli {
+pub(crate) struct Cli {
     /// Config file [default: drcheck.toml].
     #[arg(long, global = true, env = "DRCHECK_CONFIG")]
     pub config: Option<PathBuf>,
@@ -35,7 +35,7 @@ pub struct Cli {
 }
 
 #[derive(Debug, Subcommand)]
-pub enum Command {
+pub(crate) enum Command {
     /// Restore and validate the latest backup of one target, or of all.
     Verify(VerifyArgs),
     /// Run unattended: schedules, /metrics, health, the trigger API, alerts.
@@ -112,7 +112,7 @@ pub fn main() -> ExitCode {
     // terminal (it must not hold the exit). Sandbox teardowns run on threads of their
     // own and are waited for, so nothing is left.
     runtime.shutdown_timeout(std::time::Duration::from_secs(3));
-    drcheck_restore::sandbox::finish_teardowns();
+    drcheck_restore::finish_teardowns();
     exit.into()
 }
 
@@ -129,7 +129,7 @@ fn harden_process() {
     drcheck_restore::contain::install_helper(exe);
 }
 
-pub async fn run(cli: Cli) -> Result<Exit, CliError> {
+pub(crate) async fn run(cli: Cli) -> Result<Exit, CliError> {
     match &cli.command {
         Command::Completions { shell } => {
             let mut cmd = <Cli as clap::CommandFactory>::command();
@@ -219,7 +219,7 @@ pub async fn run(cli: Cli) -> Result<Exit, CliError> {
 
 impl Cli {
     /// `--config`, `DRCHECK_CONFIG`, or `./drcheck.toml`.
-    pub fn config_path(&self) -> PathBuf {
+    pub(crate) fn config_path(&self) -> PathBuf {
         self.config.clone().unwrap_or_else(|| PathBuf::from(commands::DEFAULT_CONFIG))
     }
 }

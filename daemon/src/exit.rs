@@ -23,17 +23,17 @@ impl From<Exit> for ExitCode {
 
 /// An error that already knows its exit code.
 #[derive(Debug)]
-pub struct CliError {
+pub(crate) struct CliError {
     pub exit: Exit,
     pub error: anyhow::Error,
 }
 
 impl CliError {
-    pub fn usage(error: impl Into<anyhow::Error>) -> Self {
+    pub(crate) fn usage(error: impl Into<anyhow::Error>) -> Self {
         Self { exit: Exit::Usage, error: error.into() }
     }
 
-    pub fn incomplete(error: impl Into<anyhow::Error>) -> Self {
+    pub(crate) fn incomplete(error: impl Into<anyhow::Error>) -> Self {
         Self { exit: Exit::Incomplete, error: error.into() }
     }
 }

@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 
 /// The SQL that sets the heartbeat of `target` up on its primary: the table, an
 /// INSERT-only writer role, and the pg_cron job that writes it without the daemon.
-pub fn setup_sql(target: &TargetConfig, hb: &HeartbeatConfig, writer: &str) -> String {
+pub(crate) fn setup_sql(target: &TargetConfig, hb: &HeartbeatConfig, writer: &str) -> String {
     let table = hb.quoted();
     let schema = quote_ident(&hb.schema);
     let role = quote_ident(writer);
@@ -95,7 +95,7 @@ pub fn setup_sql(target: &TargetConfig, hb: &HeartbeatConfig, writer: &str) -> S
 
 /// pg_cron's schedule for `interval`: `N seconds` below a minute (pg_cron 1.5+), else a
 /// cron expression in whole minutes, or whole hours from an hour on.
-pub fn cron_schedule(interval: Duration) -> String {
+pub(crate) fn cron_schedule(interval: Duration) -> String {
     let s = interval.as_secs().max(1);
     match s {
         0..60 => format!("{s} seconds"),
@@ -116,7 +116,7 @@ struct Writer {
 
 /// What a failed write says, with the URL and its password masked — and nothing else:
 /// the reason (refused, a wrong password, no such table) is what the operator needs.
-pub fn reason(error: &str, url: &str) -> String {
+pub(crate) fn reason(error: &str, url: &str) -> String {
     let mut m = drcheck_validators::primary::scrub(error, url);
     if let Ok(u) = url::Url::parse(url)
         && let Some(pw) = u.password()
@@ -132,7 +132,7 @@ pub fn reason(error: &str, url: &str) -> String {
 /// until `stop`; reads the config each tick, so a reload takes effect. A failed write
 /// is logged once when it starts failing (with the reason, secrets masked) and once when
 /// it recovers; each write and each failure is a metric.
-pub async fn writer_loop(
+pub(crate) async fn writer_loop(
     config: impl Fn() -> std::sync::Arc<Config>,
     stop: CancellationToken,
     metrics: crate::metrics::HeartbeatMetrics,

@@ -6,7 +6,7 @@ use drcheck_config::Config;
 use drcheck_restore::{SandboxOptions, StoreError};
 
 /// A fresh run id.
-pub fn new_run_id() -> String {
+pub(crate) fn new_run_id() -> String {
     uuid::Uuid::new_v4().to_string()
 }
 

@@ -18,11 +18,11 @@
 //! - **as_of cut-off**: rows written at or before the consistency time (or the last
 //!   replayed commit) must be in the copy; later ones need not be.
 
-pub use drcheck_restore::request::Consistency;
+pub(crate) use drcheck_restore::Consistency;
 use std::time::{Duration, Instant, SystemTime};
 
 #[derive(Debug, Clone, Default)]
-pub struct Measurements {
+pub(crate) struct Measurements {
     /// When the store's listing or the tool's catalog answered.
     pub listed_at: Option<SystemTime>,
     /// The chosen object's last-modified time (reported only).
@@ -56,23 +56,23 @@ pub struct Measurements {
 
 impl Measurements {
     /// The measured RTO.
-    pub fn rto(&self) -> Option<Duration> {
+    pub(crate) fn rto(&self) -> Option<Duration> {
         self.ready
     }
 
     /// The chosen backup's data age at listing time (reported; not what the RPO judges).
-    pub fn backup_age(&self) -> Option<Duration> {
+    pub(crate) fn backup_age(&self) -> Option<Duration> {
         Some(self.listed_at?.duration_since(self.consistent?.at).unwrap_or_default())
     }
 
     /// The point this run proved: where replay stopped, else the chosen backup's own time.
-    pub fn proven_point(&self) -> Option<SystemTime> {
+    pub(crate) fn proven_point(&self) -> Option<SystemTime> {
         self.recovered_to.or(self.consistent.map(|c| c.at))
     }
 
     /// The newest recoverable point known at listing time: the archive's reach where
     /// there is an archive, else the newest backup's consistency time.
-    pub fn recoverable_point(&self) -> Option<SystemTime> {
+    pub(crate) fn recoverable_point(&self) -> Option<SystemTime> {
         if self.has_archive {
             let replayed = self.recovered_to.filter(|_| self.replays_to_end);
             return match (self.archive_reach, replayed) {
@@ -84,14 +84,14 @@ impl Measurements {
     }
 
     /// What a restore right now would lose: listing time − the recoverable point.
-    pub fn recoverable_point_age(&self) -> Option<Duration> {
+    pub(crate) fn recoverable_point_age(&self) -> Option<Duration> {
         Some(self.listed_at?.duration_since(self.recoverable_point()?).unwrap_or_default())
     }
 
     /// Whether the RPO is met: judged on the recoverable point's age; `None` when it is
     /// unknown — except that, without an archive, a newest upload older than the RPO means
     /// data older still: missed.
-    pub fn rpo_met(&self, rpo: Duration) -> Option<bool> {
+    pub(crate) fn rpo_met(&self, rpo: Duration) -> Option<bool> {
         if let Some(age) = self.recoverable_point_age() {
             return Some(age <= rpo);
         }
@@ -104,7 +104,7 @@ impl Measurements {
     }
 
     /// The `as_of` cut-off: rows written at or before it must be in the copy.
-    pub fn as_of_cutoff(&self) -> Option<SystemTime> {
+    pub(crate) fn as_of_cutoff(&self) -> Option<SystemTime> {
         self.recovered_to.or(self.consistent.map(|c| c.at))
     }
 }

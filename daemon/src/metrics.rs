@@ -8,7 +8,7 @@ use prometheus::{Encoder, GaugeVec, IntCounterVec, IntGauge, IntGaugeVec, Opts, 
 use std::path::Path;
 use std::time::UNIX_EPOCH;
 
-pub struct Metrics {
+pub(crate) struct Metrics {
     registry: Registry,
     runs_total: IntCounterVec,
     last_run_success: IntGaugeVec,
@@ -49,7 +49,7 @@ pub struct Metrics {
 
 /// The heartbeat writer's own health (the daemon writes each target's heartbeat).
 #[derive(Clone)]
-pub struct HeartbeatMetrics {
+pub(crate) struct HeartbeatMetrics {
     /// The last heartbeat written (Unix time).
     pub last_write: GaugeVec,
     /// How often it is to be written.
@@ -97,7 +97,7 @@ impl Default for Metrics {
 }
 
 impl Metrics {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         let r = Registry::new();
         let build = int_gauge(&r, "drcheck_build_info", "drcheck's version; always 1.", &["version"]);
         build.with_label_values(&[env!("CARGO_PKG_VERSION")]).set(1);
@@ -291,7 +291,7 @@ impl Metrics {
 
     /// Creates every series the config implies, so dashboards and alert rules see them
     /// (at 0, or the objective) before the first run: labelled counters start at zero.
-    pub fn init(&self, config: &drcheck_config::Config) {
+    pub(crate) fn init(&self, config: &drcheck_config::Config) {
         for sink in &config.alerts {
             self.alerts_sent_total.with_label_values(&[&sink.name]);
             self.alerts_dead_lettered_total.with_label_values(&[&sink.name]);
@@ -314,7 +314,7 @@ impl Metrics {
 
     /// Drops the series of targets and sinks `old` had and `new` does not (a reload):
     /// a removed target's last success must not age into a stale alert.
-    pub fn forget_removed(&self, old: &drcheck_config::Config, new: &drcheck_config::Config) {
+    pub(crate) fn forget_removed(&self, old: &drcheck_config::Config, new: &drcheck_config::Config) {
         for t in old.targets.iter().filter(|t| new.target(&t.name).is_none()) {
             let v = t.name.as_str();
             forget(&self.runs_total, "target", v);
@@ -353,7 +353,7 @@ impl Metrics {
 
     /// Restores the last success of a target (from the history store, at start-up), so
     /// staleness is measured across restarts.
-    pub fn set_last_success(&self, target: &str, finished_at: &str) {
+    pub(crate) fn set_last_success(&self, target: &str, finished_at: &str) {
         if let Ok(t) = humantime::parse_rfc3339(finished_at) {
             self.last_success_timestamp
                 .with_label_values(&[target])
@@ -362,7 +362,7 @@ impl Metrics {
     }
 
     /// Records a finished run.
-    pub fn observe(&self, r: &RunReport, target: &TargetConfig) {
+    pub(crate) fn observe(&self, r: &RunReport, target: &TargetConfig) {
         self.runs_total.with_label_values(&[r.target.as_str(), r.result.as_str()]).inc();
         self.show(r, target);
     }
@@ -371,7 +371,7 @@ impl Metrics {
     /// run's gauges. The daemon calls it at start-up and a one-shot run before writing
     /// its textfile, so a failed run or `--target` never drops another target's series
     /// (and `DrcheckVerificationStale` can fire while runs keep failing).
-    pub async fn seed_from_history(&self, config: &drcheck_config::Config, history: &crate::history::History) {
+    pub(crate) async fn seed_from_history(&self, config: &drcheck_config::Config, history: &crate::history::History) {
         for t in &config.targets {
             if let Ok(Some(r)) = history.latest_verdict(&t.name).await {
                 self.show(&r, t);
@@ -480,14 +480,14 @@ impl Metrics {
     }
 
     /// A target's coverage gauges.
-    pub fn show_coverage(&self, t: &str, c: &crate::run_report::Coverage) {
+    pub(crate) fn show_coverage(&self, t: &str, c: &crate::run_report::Coverage) {
         self.backups_restorable.with_label_values(&[t]).set(c.restorable as i64);
         self.backups_proven.with_label_values(&[t]).set(c.proven as i64);
         self.backups_unproven.with_label_values(&[t]).set(c.restorable.saturating_sub(c.proven) as i64);
     }
 
     /// Records a repository check (the `repository` validator, alone or in a run).
-    pub fn observe_integrity(&self, target: &str, f: &drcheck_validators::Finding) {
+    pub(crate) fn observe_integrity(&self, target: &str, f: &drcheck_validators::Finding) {
         let passed = f.status == drcheck_validators::Status::Passed;
         self.repository_check_success.with_label_values(&[target]).set(passed as i64);
         let now = std::time::SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_secs_f64();
@@ -496,7 +496,7 @@ impl Metrics {
 
     /// Sets each dependency's breaker gauge from the restore crate's breakers.
     /// The config was loaded (`ok`) or a reload failed and the old one is kept.
-    pub fn config_loaded(&self, ok: bool) {
+    pub(crate) fn config_loaded(&self, ok: bool) {
         self.config_reload_success.set(i64::from(ok));
         if ok {
             let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
@@ -504,7 +504,7 @@ impl Metrics {
         }
     }
 
-    pub fn refresh_breakers(&self) {
+    pub(crate) fn refresh_breakers(&self) {
         for (dep, state) in drcheck_restore::breaker::states() {
             let open = state == drcheck_restore::breaker::BreakerState::Open;
             self.breaker_open.with_label_values(&[&dep]).set(open as i64);
@@ -512,13 +512,13 @@ impl Metrics {
     }
 
     /// The text exposition of everything.
-    pub fn render(&self) -> String {
+    pub(crate) fn render(&self) -> String {
         self.refresh_breakers();
         encode(&self.registry.gather())
     }
 
     /// The text exposition without `drcheck_last_success_timestamp_seconds`.
-    pub fn render_without_last_success(&self) -> String {
+    pub(crate) fn render_without_last_success(&self) -> String {
         let families: Vec<_> = self
             .registry
             .gather()
@@ -537,12 +537,12 @@ fn encode(families: &[prometheus::proto::MetricFamily]) -> String {
 
 /// Pushes one target's metrics to a Pushgateway (POST: replaces only the pushed names,
 /// so a failed run's push leaves the last success timestamp in place).
-pub async fn push(gateway: &str, target: &str, body: String) -> anyhow::Result<()> {
+pub(crate) async fn push(gateway: &str, target: &str, body: String) -> anyhow::Result<()> {
     push_group(gateway, &format!("job/drcheck/target/{target}"), body).await
 }
 
 /// Pushes `body` to the Pushgateway group `grouping` (`job/…/label/value`).
-pub async fn push_group(gateway: &str, grouping: &str, body: String) -> anyhow::Result<()> {
+pub(crate) async fn push_group(gateway: &str, grouping: &str, body: String) -> anyhow::Result<()> {
     let url = format!("{}/metrics/{grouping}", gateway.trim_end_matches('/'));
     // Errors name the gateway without the credentials its URL may carry.
     let gateway = &drcheck_config::redact_userinfo(gateway);
@@ -575,7 +575,7 @@ fn forward(g: &GaugeVec, target: &str, at: f64) {
 }
 
 /// Writes the exposition to `path` atomically (a temporary file renamed into place).
-pub fn write_textfile(path: &Path, body: &str) -> anyhow::Result<()> {
+pub(crate) fn write_textfile(path: &Path, body: &str) -> anyhow::Result<()> {
     let tmp = path.with_extension(format!("prom.tmp.{}", std::process::id()));
     std::fs::write(&tmp, body).map_err(|e| anyhow::anyhow!("writing {}: {e}", tmp.display()))?;
     std::fs::rename(&tmp, path).map_err(|e| {
@@ -587,7 +587,7 @@ pub fn write_textfile(path: &Path, body: &str) -> anyhow::Result<()> {
 /// A drill's metrics (`drcheck_drill_*`), as a text exposition.
 /// The drill metrics of journal `j`; `totals` are the drill counts by result from the
 /// history store (this drill included), else this drill alone is counted.
-pub fn drill_exposition(j: &drcheck_runbooks::Journal, totals: Option<&[(String, i64)]>) -> String {
+pub(crate) fn drill_exposition(j: &drcheck_runbooks::Journal, totals: Option<&[(String, i64)]>) -> String {
     let r = Registry::new();
     let runs = counter(&r, "drcheck_drill_runs_total", "DR drills run, by runbook and result.", &["runbook", "result"]);
     let duration =

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 static CLOSED: AtomicBool = AtomicBool::new(false);
 
 /// Writes `text` to stdout; a closed pipe silences the rest of the output.
-pub fn write(text: &str) {
+pub(crate) fn write(text: &str) {
     if CLOSED.load(Ordering::Relaxed) {
         return;
     }
@@ -24,13 +24,13 @@ pub fn write(text: &str) {
 }
 
 /// `n` and `noun`, plural when `n` is not 1 ("1 backup", "3 backups", "0 CronJobs").
-pub fn count(n: usize, noun: &str) -> String {
+pub(crate) fn count(n: usize, noun: &str) -> String {
     if n == 1 { format!("1 {noun}") } else { format!("{n} {noun}s") }
 }
 
 /// Writes `text` to stderr; a failure (a closed pipe) is ignored: there is nowhere
 /// left to say it.
-pub fn write_err(text: &str) {
+pub(crate) fn write_err(text: &str) {
     let mut stderr = std::io::stderr().lock();
     let _ = stderr.write_all(text.as_bytes()).and_then(|()| stderr.flush());
 }
@@ -39,13 +39,13 @@ pub fn write_err(text: &str) {
 /// terminal: control characters — escape sequences that erase or recolour lines,
 /// carriage returns, newlines — are shown escaped (`\x1b`, `\r`, `\n`), so such text
 /// can neither rewrite what drcheck printed nor forge a line of its own.
-pub fn shown(text: &str) -> String {
+pub(crate) fn shown(text: &str) -> String {
     escape(text, None)
 }
 
 /// [`shown`] for multi-line text (a tool's error): its lines stay lines, each one after
 /// the first indented by `indent`, so none can pass for a line of drcheck's own.
-pub fn shown_lines(text: &str, indent: &str) -> String {
+pub(crate) fn shown_lines(text: &str, indent: &str) -> String {
     escape(text.trim_end(), Some(indent))
 }
 

@@ -9,7 +9,7 @@
 
 use crate::ids::sandbox_options;
 use drcheck_config::Config;
-use drcheck_restore::pgbin::PgBin;
+use drcheck_restore::PgBin;
 use drcheck_validators::guard::{builtin_fingerprint, restored_session};
 use sha2::{Digest, Sha256};
 use sqlx::postgres::PgPoolOptions;
@@ -20,7 +20,7 @@ use std::time::Duration;
 static MAKING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// The pristine fingerprint for `bin`: from the cache, or made now.
-pub async fn reference(config: &Config, bin: &PgBin) -> Result<BTreeMap<String, String>, String> {
+pub(crate) async fn reference(config: &Config, bin: &PgBin) -> Result<BTreeMap<String, String>, String> {
     let version = server_version(bin).await?;
     // What is fingerprinted is part of the name: a drcheck that covers more makes a new one.
     let digest = hex::encode(Sha256::digest(format!(
@@ -29,8 +29,8 @@ pub async fn reference(config: &Config, bin: &PgBin) -> Result<BTreeMap<String, 
         drcheck_validators::guard::FINGERPRINT_REVISION
     )));
     let cache = match std::env::var_os("DRCHECK_CACHE_DIR").filter(|d| !d.is_empty()) {
-        Some(dir) => drcheck_restore::leftovers::ensure_cache_dir_at(std::path::Path::new(&dir))?,
-        None => drcheck_restore::leftovers::ensure_cache_dir(&config.sandbox.scratch_dir)?,
+        Some(dir) => drcheck_restore::ensure_cache_dir_at(std::path::Path::new(&dir))?,
+        None => drcheck_restore::ensure_cache_dir(&config.sandbox.scratch_dir)?,
     };
     let path = cache.join(format!("catalog-{}.json", &digest[..16]));
     if let Some(cached) = read_cached(&path) {

@@ -3,12 +3,12 @@
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use std::io::IsTerminal;
 
-pub struct Progress {
+pub(crate) struct Progress {
     bar: Option<ProgressBar>,
 }
 
 impl Progress {
-    pub fn new(enabled: bool) -> Self {
+    pub(crate) fn new(enabled: bool) -> Self {
         let bar = (enabled && std::io::stderr().is_terminal()).then(|| {
             let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
             bar.enable_steady_tick(std::time::Duration::from_millis(120));
@@ -18,7 +18,7 @@ impl Progress {
     }
 
     /// Starts a phase without a known size.
-    pub fn phase(&self, target: &str, phase: &str) {
+    pub(crate) fn phase(&self, target: &str, phase: &str) {
         if let Some(bar) = &self.bar {
             bar.set_style(ProgressStyle::with_template("{spinner} {prefix} {msg} {elapsed}").unwrap());
             bar.set_prefix(target.to_string());
@@ -27,7 +27,7 @@ impl Progress {
     }
 
     /// Starts a phase that moves `total` bytes.
-    pub fn bytes(&self, target: &str, phase: &str, total: u64) {
+    pub(crate) fn bytes(&self, target: &str, phase: &str, total: u64) {
         if let Some(bar) = &self.bar {
             bar.set_style(
                 ProgressStyle::with_template(
@@ -44,7 +44,7 @@ impl Progress {
     }
 
     /// A callback that moves the bar to a byte count, for the restore to call.
-    pub fn byte_counter(&self) -> std::sync::Arc<dyn Fn(u64) + Send + Sync> {
+    pub(crate) fn byte_counter(&self) -> std::sync::Arc<dyn Fn(u64) + Send + Sync> {
         let bar = self.bar.clone();
         std::sync::Arc::new(move |n| {
             if let Some(b) = &bar {
@@ -53,13 +53,7 @@ impl Progress {
         })
     }
 
-    pub fn set_position(&self, n: u64) {
-        if let Some(bar) = &self.bar {
-            bar.set_position(n);
-        }
-    }
-
-    pub fn finish(&self) {
+    pub(crate) fn finish(&self) {
         if let Some(bar) = &self.bar {
             bar.finish_and_clear();
         }

@@ -8,7 +8,7 @@ use std::time::{Duration, SystemTime};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum RunResult {
+pub(crate) enum RunResult {
     Passed,
     Failed,
     Error,
@@ -17,7 +17,7 @@ pub enum RunResult {
 }
 
 impl RunResult {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             RunResult::Passed => "passed",
             RunResult::Failed => "failed",
@@ -28,7 +28,7 @@ impl RunResult {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct BackupInfo {
+pub(crate) struct BackupInfo {
     pub key: String,
     pub size_bytes: u64,
     /// When the backup's data is consistent as of (a dump's own start time, a base
@@ -55,13 +55,13 @@ pub struct BackupInfo {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Phase {
+pub(crate) struct Phase {
     pub name: String,
     pub seconds: f64,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Rto {
+pub(crate) struct Rto {
     pub target_seconds: f64,
     /// Fetch start → restored database accepts connections; `null` if never reached.
     pub measured_seconds: Option<f64>,
@@ -69,7 +69,7 @@ pub struct Rto {
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct Rpo {
+pub(crate) struct Rpo {
     pub target_seconds: f64,
     pub backup_age_seconds: Option<f64>,
     pub met: Option<bool>,
@@ -100,14 +100,14 @@ pub struct Rpo {
 
 /// How hard the run leaned on the primary.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct PrimaryQueries {
+pub(crate) struct PrimaryQueries {
     pub count: u64,
     pub longest_seconds: f64,
 }
 
 /// How the restore was done: what measured the RTO.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct RestoreInfo {
+pub(crate) struct RestoreInfo {
     /// The sandbox profile: `production` (stock durability) or `fast`.
     pub profile: String,
     pub jobs: u32,
@@ -142,13 +142,13 @@ pub struct RestoreInfo {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct RunError {
+pub(crate) struct RunError {
     pub stage: String,
     pub message: String,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct ValidatorReport {
+pub(crate) struct ValidatorReport {
     pub name: String,
     pub status: String,
     pub detail: String,
@@ -173,7 +173,7 @@ impl From<&Finding> for ValidatorReport {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct RunReport {
+pub(crate) struct RunReport {
     pub run_id: String,
     pub target: String,
     pub result: RunResult,
@@ -207,7 +207,7 @@ pub struct RunReport {
 
 /// Proof of the retention window, backup by backup.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct Coverage {
+pub(crate) struct Coverage {
     /// Restorable backups listed (complete, not marked in error by their tool).
     pub restorable: u64,
     /// Of those, how many passed a verification within `prove_within`.
@@ -220,7 +220,7 @@ pub struct Coverage {
 
 /// One restorable backup in a target's coverage.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct BackupProof {
+pub(crate) struct BackupProof {
     pub label: String,
     /// When it ended (a tool's catalog stop; an object's upload time).
     pub stopped_at: String,
@@ -233,7 +233,7 @@ pub struct BackupProof {
 
 /// `restore.recovery_target`: how far WAL was asked to be replayed.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct RecoveryTargetInfo {
+pub(crate) struct RecoveryTargetInfo {
     /// `latest`, `immediate`, `time` or `lsn`.
     pub kind: String,
     /// The time or LSN; `null` for latest and immediate.
@@ -243,21 +243,21 @@ pub struct RecoveryTargetInfo {
 }
 
 impl RunReport {
-    pub fn validator_failed(&self) -> bool {
+    pub(crate) fn validator_failed(&self) -> bool {
         self.validators.iter().any(|v| v.status == Status::Failed.as_str())
     }
 
-    pub fn validator_errored(&self) -> bool {
+    pub(crate) fn validator_errored(&self) -> bool {
         self.validators.iter().any(|v| v.status == Status::Error.as_str())
     }
 }
 
 /// RFC 3339 UTC with millisecond precision.
-pub fn timestamp(t: SystemTime) -> String {
+pub(crate) fn timestamp(t: SystemTime) -> String {
     humantime::format_rfc3339_millis(t).to_string()
 }
 
-pub fn secs(d: Duration) -> f64 {
+pub(crate) fn secs(d: Duration) -> f64 {
     (d.as_secs_f64() * 1000.0).round() / 1000.0
 }
 
@@ -285,7 +285,7 @@ fn verdict(met: Option<bool>) -> &'static str {
 }
 
 /// The summary an operator reads on a terminal.
-pub fn render_human(r: &RunReport) -> String {
+pub(crate) fn render_human(r: &RunReport) -> String {
     let mut s = String::new();
     let _ = writeln!(s, "{}: {}", r.target, r.result.as_str().to_uppercase());
     let _ = writeln!(s, "  run         {} ({} → {})", r.run_id, r.started_at, r.finished_at);

@@ -6,7 +6,7 @@ use tokio_util::sync::CancellationToken;
 
 /// A token cancelled on the first SIGTERM or SIGINT. A second one is noted (cleanup
 /// still runs); a third exits at once.
-pub fn on_signals() -> CancellationToken {
+pub(crate) fn on_signals() -> CancellationToken {
     let token = CancellationToken::new();
     let t = token.clone();
     tokio::spawn(async move {

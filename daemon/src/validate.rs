@@ -20,7 +20,7 @@ use sqlx::postgres::PgPoolOptions;
 use std::time::{Duration, SystemTime};
 
 /// What validating found, and what it cost the primary.
-pub struct Validated {
+pub(crate) struct Validated {
     pub findings: Vec<Finding>,
     pub primary_queries: Option<PrimaryQueries>,
     /// The target has a primary, but the comparisons could not reach it: why.
@@ -29,7 +29,7 @@ pub struct Validated {
 
 /// Runs the target's validators on `main` (the restored database the target names) and,
 /// for a physical backup, on every other database of the restored cluster.
-pub async fn run(
+pub(crate) async fn run(
     config: &drcheck_config::Config,
     target: &TargetConfig,
     sandbox: &Sandbox,

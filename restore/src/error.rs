@@ -56,7 +56,7 @@ impl Blame {
 /// error on a restored data directory (XX000: a missing checkpoint), a missing file
 /// (58P01), and what a dump's own statements run into (a refused connection, a denied
 /// permission, its session terminated) — the backup's.
-pub fn blame_of_sqlstate(code: &str) -> Blame {
+pub(crate) fn blame_of_sqlstate(code: &str) -> Blame {
     if code.starts_with("53") || code == "58030" { Blame::World } else { Blame::Backup }
 }
 
@@ -66,7 +66,7 @@ pub fn blame_of_sqlstate(code: &str) -> Blame {
 /// one as `ENOMEM`, which the server files under out of memory (53200) as `could not
 /// execute command …` (`COPY … TO/FROM PROGRAM`): that is a backup asking to run a
 /// program — which no dump does — refused, not a machine short of memory.
-pub fn blame_of_server_line(code: &str, message: &str) -> Blame {
+pub(crate) fn blame_of_server_line(code: &str, message: &str) -> Blame {
     if code == "53200" && message.starts_with("could not execute command") {
         return Blame::Backup;
     }
@@ -79,7 +79,7 @@ pub fn blame_of_server_line(code: &str, message: &str) -> Blame {
 /// function …`, `… at RAISE`): a dump can raise any SQLSTATE it likes, and "disk full"
 /// said by its own function is the backup speaking, not the host. (A real shortage met
 /// inside a backup's function shows on the host: its free space, checked first.)
-pub fn world_line_of_log(text: &str) -> Option<&str> {
+pub(crate) fn world_line_of_log(text: &str) -> Option<&str> {
     let lines: Vec<&str> = text.lines().collect();
     for (i, line) in lines.iter().enumerate() {
         let mut words = line.splitn(3, ' ');

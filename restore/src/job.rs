@@ -9,7 +9,7 @@ use crate::server::sandbox::Sandbox;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-pub use crate::request::{Delegated, RESTORED_DB, RestoreJob, Restored};
+pub(crate) use crate::request::{RestoreJob, Restored};
 
 /// Restores `job`'s backup; fails it as soon as the run's directory grows beyond
 /// `max_write_bytes` (whatever writes there: unpacking, staging, the server itself).

@@ -27,7 +27,7 @@ const ROOMS: &[&[&str]] = &[
     &["transfer"],
     &["request", "source"],
     &["sources"],
-    &["job", "open", "lib"],
+    &["job", "open", "lib", "fuzz"],
 ];
 
 fn room_of(file: &str) -> usize {

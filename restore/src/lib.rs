@@ -1,36 +1,50 @@
 //! drcheck's restore side: where backups live and how one becomes a running database.
-//!
-//! - [`store`]: the [`BackupStore`] trait with S3 (aws-sdk-s3) and filesystem
-//!   implementations, and [`select_latest`], which picks the newest backup under a prefix.
-//! - [`format`]: backup formats, detected from content (magic bytes), never from names.
-//! - [`sandbox`]: the throwaway PostgreSQL cluster a backup is restored into. It listens
-//!   only on a private unix socket and is torn down when dropped.
-//! - [`logical`]: streaming a pg_dump archive from a store into `pg_restore`.
-//!
 //! This crate never compares data: that is `drcheck-validators`' job.
+//!
+//! Its face is the list below; the layers behind it are the crate's own (see
+//! `layers.rs` for the rooms and the rule that imports point down):
+//! - where backups are: [`open_store`] ([`BackupStore`], [`Backup`]) and
+//!   [`open_source`] ([`Source`], [`Catalog`]: a store's objects or a backup tool's
+//!   repository);
+//! - one restore: [`RestoreJob`] in, [`run`], [`Restored`] out, [`RestoreEvent`]s on the
+//!   way, [`RestoreError`] (with its [`Blame`]) when it fails;
+//! - the [`Sandbox`] a backup becomes, and what the binary needs of containment
+//!   ([`contain`]), stores' retries ([`retry`]) and circuit breakers ([`breaker`]).
 
-pub mod error;
-pub mod events;
-pub mod job;
+#![warn(unreachable_pub)]
+
+mod error;
+mod events;
+#[cfg(test)]
+mod fuzz;
+mod job;
 mod layers;
-pub mod open;
-pub mod request;
-pub mod server;
-pub mod source;
-pub mod sources;
-pub mod store;
-pub mod transfer;
+mod open;
+mod request;
+mod server;
+mod source;
+mod sources;
+mod store;
+mod transfer;
 
-// The layers' modules by their short names, for the binary.
-pub use server::{contain, leftovers, pgbin, reach, recovery, sandbox, tools};
-pub use sources::{barman, delegate, objects, pgbackrest, physical, plain};
-pub use store::{breaker, pool, retry};
-pub use transfer::{decrypt, envelope, fetch, format, peel, stream, unpack};
+pub use server::contain;
+pub use store::{breaker, retry};
 
-pub use error::{Blame, RestoreError, Stage, StoreError};
-pub use events::{Events, RestoreEvent};
-pub use format::BackupFormat;
+pub use error::{Blame, RestoreError, Stage, StoreError, with_reason};
+pub use events::{Decryption, Events, RestoreEvent};
+pub use job::run;
 pub use open::open_source;
-pub use sandbox::{Sandbox, SandboxOptions};
+pub use request::{Consistency, Delegated, RestoreJob, Restored};
+pub use server::leftovers::{Owner, ensure_cache_dir, ensure_cache_dir_at, machine_id, process_running};
+pub use server::pgbin::PgBin;
+pub use server::reach::Reach;
+pub use server::recovery::{Horizon, WalReplay};
+pub use server::sandbox::{Sandbox, SandboxOptions, containment_name, finish_teardowns, reap_leftovers};
 pub use source::{Archive, Catalog, Repository, Source};
-pub use store::{Backup, BackupObject, BackupStore, open_store, select_latest};
+pub use store::{
+    Backup, BackupObject, BackupStore, CatalogEntry, UPLOAD_GRACE, backups_newest_first, group_backups, open_store,
+    select_latest,
+};
+pub use transfer::fetch::{FetchOptions, WINDOW as FETCH_WINDOW, parallel as fetch_parallel};
+pub use transfer::peel::{Peel, peel};
+pub use transfer::stream::{Copy, copy_in_blocks, read_head, rejoin};

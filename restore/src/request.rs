@@ -4,7 +4,7 @@
 //! methods, and the methods only on this.
 
 use crate::error::{RestoreError, Stage};
-pub use crate::events::{Events, RestoreEvent};
+pub(crate) use crate::events::{Events, RestoreEvent};
 use crate::server::recovery::WalReplay;
 use crate::server::sandbox::{Sandbox, SandboxOptions};
 use crate::store::{Backup, BackupStore};
@@ -86,7 +86,7 @@ pub struct Restored {
     pub horizon: Option<Horizon>,
 }
 
-pub use crate::server::recovery::Horizon;
+pub(crate) use crate::server::recovery::Horizon;
 
 /// The time a backup's data is consistent as of — never an object's upload time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -98,7 +98,7 @@ pub struct Consistency {
 }
 
 /// The database logical dumps are restored into, inside the sandbox.
-pub const RESTORED_DB: &str = "restored";
+pub(crate) const RESTORED_DB: &str = "restored";
 
 /// Reads a small object (a sidecar, a globals script) whole.
 pub(crate) async fn read_small(store: &dyn BackupStore, key: &str) -> Result<String, RestoreError> {

@@ -1,6 +1,6 @@
 //! The seam between the pipeline and where backups come from. Two questions every source
 //! with a WAL archive answers the same way — so choosing a point in the recovery window
-//! is written once (`drcheck::pipeline::draw_point`) — and what a backup tool's
+//! is written once (`draw_point` in the binary's `verify::select`) — and what a backup tool's
 //! repository answers besides:
 //!
 //! - [`Archive`]: how far its archived WAL replays ([`Archive::reach`]). Objects under a

@@ -13,7 +13,7 @@ use drcheck_restore::retry::Backoff;
 use std::time::{Duration, SystemTime};
 use tokio_util::sync::CancellationToken;
 
-pub struct Dispatcher<'a> {
+pub(crate) struct Dispatcher<'a> {
     pub history: &'a History,
     pub sinks: &'a [AlertConfig],
     pub metrics: Option<&'a Metrics>,
@@ -27,10 +27,10 @@ pub struct Dispatcher<'a> {
 
 /// Alerts for a sink no dispatcher knows are left for one that does; after this long
 /// they move to the dead letters.
-pub const UNKNOWN_SINK_MAX_AGE: Duration = Duration::from_secs(7 * 24 * 3600);
+pub(crate) const UNKNOWN_SINK_MAX_AGE: Duration = Duration::from_secs(7 * 24 * 3600);
 
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct Round {
+pub(crate) struct Round {
     pub delivered: usize,
     pub failed: usize,
     pub dead: usize,
@@ -38,7 +38,7 @@ pub struct Round {
 }
 
 impl<'a> Dispatcher<'a> {
-    pub fn new(history: &'a History, sinks: &'a [AlertConfig], metrics: Option<&'a Metrics>) -> Self {
+    pub(crate) fn new(history: &'a History, sinks: &'a [AlertConfig], metrics: Option<&'a Metrics>) -> Self {
         let client = reqwest::Client::builder().connect_timeout(Duration::from_secs(5)).build().unwrap_or_default();
         Self {
             history,
@@ -57,7 +57,7 @@ impl<'a> Dispatcher<'a> {
     }
 
     /// Also re-sends firing alerts to Alertmanager sinks every `every`.
-    pub fn resending(mut self, every: Duration) -> Self {
+    pub(crate) fn resending(mut self, every: Duration) -> Self {
         self.resend = Some(every);
         self
     }
@@ -65,7 +65,7 @@ impl<'a> Dispatcher<'a> {
     /// Tries every due alert of the sinks it knows once. Alerts for other sinks are
     /// left for a dispatcher that knows them (dead letters only after
     /// [`UNKNOWN_SINK_MAX_AGE`]).
-    pub async fn round(&self) -> anyhow::Result<Round> {
+    pub(crate) async fn round(&self) -> anyhow::Result<Round> {
         let mut round = Round::default();
         if let Some(every) = self.resend {
             let am: Vec<String> =
@@ -165,7 +165,7 @@ impl<'a> Dispatcher<'a> {
     }
 
     /// Delivers until the outbox is empty, `budget` runs out, or `cancel` fires.
-    pub async fn drain(&self, budget: Duration, cancel: &CancellationToken) -> anyhow::Result<Round> {
+    pub(crate) async fn drain(&self, budget: Duration, cancel: &CancellationToken) -> anyhow::Result<Round> {
         let deadline = tokio::time::Instant::now() + budget;
         let mut total = Round::default();
         loop {

@@ -3,20 +3,20 @@
 //! dedup key, retried with backoff and jitter behind a circuit breaker per sink, and
 //! moved to dead letters after `max_attempts`.
 
-pub mod dispatch;
+pub(crate) mod dispatch;
 mod sinks;
 
 use crate::run_report::{RunReport, RunResult};
 use serde::{Deserialize, Serialize};
 
-pub const FAILED: &str = "DrcheckVerificationFailed";
-pub const RTO_MISSED: &str = "DrcheckRTOMissed";
-pub const RPO_MISSED: &str = "DrcheckRPOMissed";
-pub const STALE: &str = "DrcheckVerificationStale";
+pub(crate) const FAILED: &str = "DrcheckVerificationFailed";
+pub(crate) const RTO_MISSED: &str = "DrcheckRTOMissed";
+pub(crate) const RPO_MISSED: &str = "DrcheckRPOMissed";
+pub(crate) const STALE: &str = "DrcheckVerificationStale";
 
 /// One alert in one state, as queued for every sink.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct Alert {
+pub(crate) struct Alert {
     pub alertname: String,
     pub target: String,
     pub severity: String,
@@ -34,7 +34,7 @@ pub struct Alert {
 }
 
 /// Which of the run-derived alerts a run makes fire, with why.
-pub fn firing(r: &RunReport) -> Vec<(&'static str, &'static str, String)> {
+pub(crate) fn firing(r: &RunReport) -> Vec<(&'static str, &'static str, String)> {
     let mut out = Vec::new();
     if r.result == RunResult::Aborted {
         return out;
@@ -83,15 +83,15 @@ pub fn firing(r: &RunReport) -> Vec<(&'static str, &'static str, String)> {
 
 /// Each alert's severity. Fixed per alert, so that a resolution carries the very same
 /// labels as the firing alert (Alertmanager identifies alerts by their labels).
-pub fn severity_of(alertname: &str) -> &'static str {
+pub(crate) fn severity_of(alertname: &str) -> &'static str {
     if alertname == RTO_MISSED { "warning" } else { "critical" }
 }
 
 /// The run-derived alert names (every one of them can resolve).
-pub const RUN_ALERTS: [&str; 3] = [FAILED, RTO_MISSED, RPO_MISSED];
+pub(crate) const RUN_ALERTS: [&str; 3] = [FAILED, RTO_MISSED, RPO_MISSED];
 
 /// The dedup key of an alert in a state within an episode.
-pub fn dedup_key(target: &str, alertname: &str, episode: &str, state: &str) -> String {
+pub(crate) fn dedup_key(target: &str, alertname: &str, episode: &str, state: &str) -> String {
     use sha2::{Digest, Sha256};
     hex::encode(Sha256::digest(format!("{target}\n{alertname}\n{episode}\n{state}")))[..32].to_string()
 }

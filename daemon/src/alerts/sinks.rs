@@ -34,7 +34,7 @@ fn body(sink: &AlertConfig, a: &Alert) -> serde_json::Value {
 }
 
 /// The `X-Drcheck-Signature` header value: `sha256=` and the hex HMAC of the body.
-pub fn signature(secret: &str, body: &[u8]) -> String {
+pub(super) fn signature(secret: &str, body: &[u8]) -> String {
     let mut mac = Hmac::<Sha256>::new_from_slice(secret.as_bytes()).expect("HMAC takes keys of any length");
     mac.update(body);
     format!("sha256={}", hex::encode(mac.finalize().into_bytes()))
@@ -42,7 +42,7 @@ pub fn signature(secret: &str, body: &[u8]) -> String {
 
 /// Why a delivery failed, and whether trying again can help.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum SinkError {
+pub(super) enum SinkError {
     /// Timeouts, refused connections, 5xx, 408 and 429: the next attempt may work.
     Transient(String),
     /// Any other 4xx (a wrong URL, a rejected payload, bad credentials): it will not.
@@ -50,14 +50,14 @@ pub enum SinkError {
 }
 
 impl SinkError {
-    pub fn message(&self) -> &str {
+    pub(super) fn message(&self) -> &str {
         match self {
             SinkError::Transient(m) | SinkError::Permanent(m) => m,
         }
     }
 
     /// An HTTP answer's class: only 408, 429 and 5xx are worth retrying.
-    pub fn for_status(status: u16, message: String) -> SinkError {
+    pub(super) fn for_status(status: u16, message: String) -> SinkError {
         if status == 408 || status == 429 || status >= 500 {
             SinkError::Transient(message)
         } else {
@@ -66,7 +66,7 @@ impl SinkError {
     }
 }
 
-pub async fn deliver(client: &reqwest::Client, sink: &AlertConfig, a: &Alert) -> Result<(), SinkError> {
+pub(super) async fn deliver(client: &reqwest::Client, sink: &AlertConfig, a: &Alert) -> Result<(), SinkError> {
     let url = match sink.kind {
         AlertKind::Alertmanager => format!("{}/api/v2/alerts", sink.url.expose().trim_end_matches('/')),
         _ => sink.url.expose().to_string(),

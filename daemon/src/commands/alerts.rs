@@ -8,7 +8,7 @@ use drcheck_config::Config;
 use std::time::Duration;
 
 #[derive(Debug, Subcommand)]
-pub enum AlertsCommand {
+pub(crate) enum AlertsCommand {
     /// Pending alerts, dead letters and the count delivered, as JSON.
     List,
     /// Deliver pending alerts now (for up to --seconds).
@@ -25,7 +25,7 @@ pub enum AlertsCommand {
     },
 }
 
-pub async fn run(config: &Config, cmd: AlertsCommand) -> Result<Exit, CliError> {
+pub(crate) async fn run(config: &Config, cmd: AlertsCommand) -> Result<Exit, CliError> {
     let history = History::open(&config.state.url).await.map_err(CliError::incomplete)?;
     let out = match cmd {
         AlertsCommand::List => history.alert_listing().await.map_err(CliError::incomplete)?,

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::time::SystemTime;
 
 #[derive(Debug, Subcommand)]
-pub enum BackupsCommand {
+pub(crate) enum BackupsCommand {
     /// List a target's backups, newest first.
     List {
         /// Only this target (default: every target).
@@ -38,7 +38,7 @@ pub enum BackupsCommand {
     },
 }
 
-pub async fn list(config: &Config, target: Option<&str>, json: bool) -> Result<Exit, CliError> {
+pub(crate) async fn list(config: &Config, target: Option<&str>, json: bool) -> Result<Exit, CliError> {
     let targets = super::select_targets(config, target)?;
     // When each backup last passed a verification: the history's word (left out, with
     // a warning, when the history cannot be read).
@@ -139,7 +139,7 @@ pub async fn list(config: &Config, target: Option<&str>, json: bool) -> Result<E
 }
 
 /// Downloads one backup object to `output`, reporting the throughput.
-pub async fn fetch(
+pub(crate) async fn fetch(
     config: &Config,
     target: &str,
     key: Option<&str>,

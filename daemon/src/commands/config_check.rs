@@ -7,12 +7,12 @@ use clap::Subcommand;
 use drcheck_config::Config;
 
 #[derive(Debug, Subcommand)]
-pub enum ConfigCommand {
+pub(crate) enum ConfigCommand {
     /// Validate the config and print it as drcheck understands it, secrets redacted.
     Check,
 }
 
-pub fn run(config: &Config) -> Result<Exit, CliError> {
+pub(crate) fn run(config: &Config) -> Result<Exit, CliError> {
     let effective = drcheck_config::effective(&config.path)?;
     crate::outln!(
         "# {}: valid ({}); defaults filled in, ${{VAR}} references as written",

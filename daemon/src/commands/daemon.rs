@@ -6,7 +6,7 @@ use drcheck_config::Config;
 use tokio::signal::unix::{SignalKind, signal};
 use tokio_util::sync::CancellationToken;
 
-pub async fn run(config: Config) -> Result<Exit, CliError> {
+pub(crate) async fn run(config: Config) -> Result<Exit, CliError> {
     let shutdown = CancellationToken::new();
     let (reload_tx, reload_rx) = tokio::sync::mpsc::channel(1);
     let (mut term, mut int, mut hup) =

@@ -17,7 +17,7 @@ use serde_json::json;
 use std::path::PathBuf;
 
 #[derive(Debug, Subcommand)]
-pub enum DeployCommand {
+pub(crate) enum DeployCommand {
     /// One CronJob per target (or --target), as YAML on stdout.
     Kubernetes {
         /// Only this target's CronJob (default: every target, as one YAML stream).
@@ -51,7 +51,7 @@ pub enum DeployCommand {
     },
 }
 
-pub struct Options {
+pub(crate) struct Options {
     pub image: String,
     pub secret: String,
     /// Each CronJob also reads the Secret named like it (`drcheck-TARGET`).
@@ -62,18 +62,18 @@ pub struct Options {
 
 /// Scratch derived from a backup of `bytes`: expanded on restore, plus a quarter of
 /// headroom, whole GiB, at least 10Gi.
-pub fn scratch_for(bytes: u64, expansion_factor: f64) -> String {
+pub(crate) fn scratch_for(bytes: u64, expansion_factor: f64) -> String {
     let gib = (bytes as f64 * expansion_factor * 1.25 / (1u64 << 30) as f64).ceil() as u64;
     format!("{}Gi", gib.max(10))
 }
 
 /// The longest CronJob name Kubernetes takes (its Jobs get an 11-character suffix).
-pub const MAX_CRONJOB_NAME: usize = 52;
+pub(crate) const MAX_CRONJOB_NAME: usize = 52;
 
 /// A Kubernetes object name (and label value) for a target: lowercase letters, digits
 /// and dashes, at most [`MAX_CRONJOB_NAME`] characters; a longer one keeps its start
 /// and ends in a short stable hash of the whole name, so two long names stay apart.
-pub fn k8s_name(target: &str) -> String {
+pub(crate) fn k8s_name(target: &str) -> String {
     let s: String =
         target.chars().map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_lowercase() } else { '-' }).collect();
     let mut collapsed = String::with_capacity(s.len());
@@ -96,7 +96,7 @@ fn fnv1a(bytes: &[u8]) -> u64 {
 }
 
 /// Targets whose names become the same Kubernetes name: each pair named.
-pub fn collisions<'a>(targets: &[&'a TargetConfig]) -> Vec<(&'a str, &'a str, String)> {
+pub(crate) fn collisions<'a>(targets: &[&'a TargetConfig]) -> Vec<(&'a str, &'a str, String)> {
     let mut seen: std::collections::BTreeMap<String, &str> = std::collections::BTreeMap::new();
     let mut out = Vec::new();
     for t in targets {
@@ -112,7 +112,7 @@ pub fn collisions<'a>(targets: &[&'a TargetConfig]) -> Vec<(&'a str, &'a str, St
 }
 
 /// The CronJob of `t`, with `scratch` (a quantity) for its scratch volume.
-pub fn cronjob(t: &TargetConfig, o: &Options, scratch: &str) -> Result<serde_json::Value, String> {
+pub(crate) fn cronjob(t: &TargetConfig, o: &Options, scratch: &str) -> Result<serde_json::Value, String> {
     // The daemon's schedule type says the same instants in Kubernetes' terms (UTC).
     let schedule = match &t.schedule {
         Some(s) => s.to_kubernetes().map_err(|e| format!("target {}: {e}", t.name))?,
@@ -223,7 +223,7 @@ const POD_SCRATCH_DIR: &str = "/var/tmp/drcheck";
 /// What in the config cannot work in the generated pod, each naming its key: refused
 /// (the first list) or warned about (the second). A pod keeps no file between runs,
 /// mounts only the ConfigMap and its scratch volume, and a CronJob writes no heartbeat.
-pub fn pod_problems(config: &Config, targets: &[&TargetConfig]) -> (Vec<String>, Vec<String>) {
+pub(crate) fn pod_problems(config: &Config, targets: &[&TargetConfig]) -> (Vec<String>, Vec<String>) {
     use drcheck_config::StorageConfig;
     let (mut refused, mut warned) = (Vec::new(), Vec::new());
     let in_dir = |p: &std::path::Path, dir: &str| p.starts_with(dir);
@@ -325,11 +325,11 @@ fn yaml(v: &serde_json::Value) -> Result<String, CliError> {
 }
 
 /// The file name of a target's CronJob in `--output-dir`.
-pub fn file_name(t: &TargetConfig) -> String {
+pub(crate) fn file_name(t: &TargetConfig) -> String {
     format!("{}.yaml", k8s_name(&t.name))
 }
 
-pub async fn run(
+pub(crate) async fn run(
     config: &Config,
     target: Option<&str>,
     output_dir: Option<&std::path::Path>,

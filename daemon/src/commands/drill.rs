@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use tokio_util::sync::CancellationToken;
 
 #[derive(Debug, Subcommand)]
-pub enum DrillCommand {
+pub(crate) enum DrillCommand {
     /// Check a runbook without running anything; every problem names its line.
     Check {
         /// The runbook (YAML).
@@ -31,7 +31,7 @@ pub enum DrillCommand {
 }
 
 #[derive(Debug, Args)]
-pub struct DrillRunArgs {
+pub(crate) struct DrillRunArgs {
     /// The runbook (YAML).
     pub file: PathBuf,
     /// Print the resolved plan and execute nothing.
@@ -52,7 +52,7 @@ pub struct DrillRunArgs {
     pub report: Option<PathBuf>,
 }
 
-pub async fn run(config_path: Option<&Path>, cmd: DrillCommand) -> Result<Exit, CliError> {
+pub(crate) async fn run(config_path: Option<&Path>, cmd: DrillCommand) -> Result<Exit, CliError> {
     match cmd {
         DrillCommand::Check { file, vars } => {
             // A check reads only the config's targets: secrets the drill host lacks

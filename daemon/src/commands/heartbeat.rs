@@ -5,7 +5,7 @@ use clap::Subcommand;
 use drcheck_config::Config;
 
 #[derive(Debug, Subcommand)]
-pub enum HeartbeatCommand {
+pub(crate) enum HeartbeatCommand {
     /// Print the SQL that creates a target's [target.heartbeat] table on its primary, an
     /// INSERT-only writer role, and the pg_cron line for fleets without `drcheck daemon`.
     Setup {
@@ -18,7 +18,7 @@ pub enum HeartbeatCommand {
     },
 }
 
-pub fn setup(config: &Config, target: Option<&str>, role: &str) -> Result<Exit, CliError> {
+pub(crate) fn setup(config: &Config, target: Option<&str>, role: &str) -> Result<Exit, CliError> {
     let targets = super::select_targets(config, target)?;
     let with: Vec<_> = targets.iter().filter_map(|t| Some((*t, t.heartbeat.as_ref()?))).collect();
     if with.is_empty() {

@@ -6,7 +6,7 @@ use clap::Args;
 use drcheck_config::Config;
 
 #[derive(Debug, Args)]
-pub struct HistoryArgs {
+pub(crate) struct HistoryArgs {
     /// Only this target's runs.
     #[arg(long)]
     pub target: Option<String>,
@@ -18,7 +18,7 @@ pub struct HistoryArgs {
     pub json: bool,
 }
 
-pub async fn run(config: &Config, args: HistoryArgs) -> Result<Exit, CliError> {
+pub(crate) async fn run(config: &Config, args: HistoryArgs) -> Result<Exit, CliError> {
     if let Some(t) = &args.target {
         super::select_targets(config, Some(t))?;
     }

@@ -9,7 +9,7 @@ use clap::Subcommand;
 use drcheck_config::Config;
 
 #[derive(Debug, Subcommand)]
-pub enum LeaseCommand {
+pub(crate) enum LeaseCommand {
     /// Every lease: target, holder, when it expires, and whether its holder still runs
     /// (known on the holder's own machine only), as JSON.
     List,
@@ -26,7 +26,7 @@ pub enum LeaseCommand {
     },
 }
 
-pub async fn run(config: &Config, cmd: LeaseCommand) -> Result<Exit, CliError> {
+pub(crate) async fn run(config: &Config, cmd: LeaseCommand) -> Result<Exit, CliError> {
     let history = History::open(&config.state.url).await.map_err(CliError::incomplete)?;
     let result = match cmd {
         LeaseCommand::List => list(&history).await,

@@ -13,7 +13,7 @@ use std::time::{Duration, SystemTime};
 
 #[derive(Debug, Args)]
 #[command(args_conflicts_with_subcommands = true)]
-pub struct ReportArgs {
+pub(crate) struct ReportArgs {
     #[command(subcommand)]
     pub command: Option<ReportCommand>,
     #[command(flatten)]
@@ -21,7 +21,7 @@ pub struct ReportArgs {
 }
 
 #[derive(Debug, Subcommand)]
-pub enum ReportCommand {
+pub(crate) enum ReportCommand {
     /// Check a report's signature and that nothing in it changed; names what did.
     /// Needs no config.
     Verify {
@@ -34,7 +34,7 @@ pub enum ReportCommand {
 }
 
 #[derive(Debug, Args)]
-pub struct MakeReportArgs {
+pub(crate) struct MakeReportArgs {
     /// Runs that started this long ago until now (e.g. 90d, 12h).
     #[arg(long, default_value = "90d", conflicts_with = "from")]
     pub since: String,
@@ -66,7 +66,7 @@ fn parse_time(flag: &str, s: &str) -> Result<SystemTime, CliError> {
         .map_err(|e| CliError::usage(anyhow::anyhow!("--{flag} {s:?}: expected RFC 3339 or YYYY-MM-DD: {e}")))
 }
 
-pub async fn make(config: &Config, args: MakeReportArgs) -> Result<Exit, CliError> {
+pub(crate) async fn make(config: &Config, args: MakeReportArgs) -> Result<Exit, CliError> {
     let to = match &args.to {
         Some(t) => parse_time("to", t)?,
         None => SystemTime::now(),
@@ -210,7 +210,7 @@ fn read_drills(dir: &Path, from: &str, to: &str) -> Result<Vec<evidence::DrillEv
 
 /// Exit 0: the signature verifies and the document is what was signed. Exit 1: it does
 /// not, with every difference named. Exit 2: the file or the key cannot be read.
-pub fn verify(file: &Path, public_key: &Path) -> Result<Exit, CliError> {
+pub(crate) fn verify(file: &Path, public_key: &Path) -> Result<Exit, CliError> {
     let key = sign::load_public_key(public_key).map_err(CliError::usage)?;
     if let Err(e) = std::fs::metadata(file) {
         return Err(CliError::usage(anyhow::anyhow!("cannot read {}: {e}", file.display())));

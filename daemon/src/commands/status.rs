@@ -15,7 +15,7 @@ use drcheck_config::Config;
 use std::collections::HashMap;
 
 #[derive(Debug, Clone, serde::Serialize)]
-pub struct Row {
+pub(crate) struct Row {
     pub target: String,
     pub verdict: String,
     pub started_at: Option<String>,
@@ -28,7 +28,7 @@ pub struct Row {
     pub last_failure: Option<String>,
 }
 
-pub async fn run(config: &Config, json: bool) -> Result<Exit, CliError> {
+pub(crate) async fn run(config: &Config, json: bool) -> Result<Exit, CliError> {
     let history = History::open(&config.state.url).await.map_err(CliError::incomplete)?;
     let latest = history.latest_per_target().await.map_err(CliError::incomplete)?;
     let failures = history.last_failure_per_target().await.map_err(CliError::incomplete)?;
@@ -53,7 +53,7 @@ fn exit_of(rows: &[Row]) -> Exit {
     }
 }
 
-pub fn rows(
+pub(crate) fn rows(
     config: &Config,
     latest: &HashMap<String, RunReport>,
     failures: &HashMap<String, RunReport>,
@@ -103,7 +103,7 @@ fn ago(at: &str, now: std::time::SystemTime) -> String {
 
 /// The table, a line per target; the last failure's reason under its target, cut to
 /// one line of 160 characters (the terminal's width is not assumed).
-pub fn render(rows: &[Row], now: std::time::SystemTime) -> String {
+pub(crate) fn render(rows: &[Row], now: std::time::SystemTime) -> String {
     if rows.is_empty() {
         return "no targets in the config\n".into();
     }

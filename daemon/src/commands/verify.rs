@@ -11,7 +11,7 @@ use clap::Args;
 use drcheck_config::Config;
 
 #[derive(Debug, Args)]
-pub struct VerifyArgs {
+pub(crate) struct VerifyArgs {
     /// Verify only this target (default: every target, one after another).
     #[arg(long)]
     pub target: Option<String>,
@@ -27,7 +27,7 @@ pub struct VerifyArgs {
     pub integrity_only: bool,
 }
 
-pub async fn run(config: &Config, args: VerifyArgs) -> Result<Exit, CliError> {
+pub(crate) async fn run(config: &Config, args: VerifyArgs) -> Result<Exit, CliError> {
     let targets = super::select_targets(config, args.target.as_deref())?;
     if args.integrity_only {
         return integrity(config, &targets, args.json).await;
@@ -145,7 +145,7 @@ async fn export_metrics(config: &Config, history: &History, reports: &[crate::ru
 }
 
 /// The names of the configured alert sinks.
-pub fn sink_names(config: &Config) -> Vec<String> {
+pub(crate) fn sink_names(config: &Config) -> Vec<String> {
     config.alerts.iter().map(|a| a.name.clone()).collect()
 }
 
@@ -153,7 +153,7 @@ pub fn sink_names(config: &Config) -> Vec<String> {
 const ALERT_BUDGET: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// A failed backup outranks an incomplete run: it is the news the operator must see.
-pub fn overall_exit(results: impl Iterator<Item = RunResult>) -> Exit {
+pub(crate) fn overall_exit(results: impl Iterator<Item = RunResult>) -> Exit {
     results
         .map(|r| match r {
             RunResult::Passed => Exit::Passed,

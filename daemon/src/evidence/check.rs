@@ -17,7 +17,7 @@ use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
 use std::path::Path;
 
 /// What verifying found: every problem (none: verified), and what the report covers.
-pub struct Verdict {
+pub(crate) struct Verdict {
     pub problems: Vec<String>,
     pub what: String,
 }
@@ -53,7 +53,7 @@ impl Frame {
 }
 
 /// Verifies the report at `path` against `key`.
-pub fn check_file(path: &Path, key: &VerifyingKey) -> anyhow::Result<Verdict> {
+pub(crate) fn check_file(path: &Path, key: &VerifyingKey) -> anyhow::Result<Verdict> {
     let mut file = std::fs::File::open(path)?;
     let mut head = vec![0u8; 64 << 10];
     let n = read_up_to(&mut file, &mut head)?;

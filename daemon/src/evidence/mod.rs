@@ -6,13 +6,13 @@
 //! and embeds it, the signature covers it, and `report verify` re-draws the document
 //! from it to catch an edit of the visible text.
 
-pub mod check;
-pub mod render;
-pub mod sign;
-pub mod stream;
+pub(crate) mod check;
+pub(crate) mod render;
+pub(crate) mod sign;
+pub(crate) mod stream;
 
 /// JSON with sorted keys and no spaces: the bytes that are hashed and signed.
-pub fn canonical_json<T: serde::Serialize>(v: &T) -> Vec<u8> {
+pub(crate) fn canonical_json<T: serde::Serialize>(v: &T) -> Vec<u8> {
     sign::canonical(v)
 }
 
@@ -21,10 +21,10 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 /// Bumped when the model changes in a way an older verifier would misread.
-pub const FORMAT_VERSION: u32 = 1;
+pub(crate) const FORMAT_VERSION: u32 = 1;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Evidence {
+pub(crate) struct Evidence {
     pub format_version: u32,
     pub generated_at: String,
     /// The window, RFC 3339 UTC: runs that started in `[from, to)`.
@@ -35,7 +35,7 @@ pub struct Evidence {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct TargetEvidence {
+pub(crate) struct TargetEvidence {
     pub name: String,
     /// The objectives of the newest run (what the target was held to).
     pub rto_target_seconds: Option<f64>,
@@ -51,7 +51,7 @@ pub struct TargetEvidence {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct TargetCoverage {
+pub(crate) struct TargetCoverage {
     pub restorable: u64,
     pub proven: u64,
     pub prove_within_seconds: f64,
@@ -61,7 +61,7 @@ pub struct TargetCoverage {
 
 /// A point in time a run's WAL replay was asked to reach, and what it reached.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct PointInTime {
+pub(crate) struct PointInTime {
     /// The time or LSN, or `latest` / `immediate`.
     pub target: String,
     pub recovered_to: String,
@@ -70,7 +70,7 @@ pub struct PointInTime {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Summary {
+pub(crate) struct Summary {
     pub runs: u32,
     pub passed: u32,
     pub failed: u32,
@@ -88,7 +88,7 @@ pub struct Summary {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct RunEvidence {
+pub(crate) struct RunEvidence {
     pub run_id: String,
     pub started_at: String,
     pub finished_at: String,
@@ -117,7 +117,7 @@ pub struct RunEvidence {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ValidatorEvidence {
+pub(crate) struct ValidatorEvidence {
     pub name: String,
     pub status: String,
     pub detail: String,
@@ -130,7 +130,7 @@ pub struct ValidatorEvidence {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct DrillEvidence {
+pub(crate) struct DrillEvidence {
     pub drill_id: String,
     pub runbook: String,
     pub title: String,
@@ -146,7 +146,7 @@ pub struct DrillEvidence {
 }
 
 impl RunEvidence {
-    pub fn from_report(r: &RunReport) -> Self {
+    pub(crate) fn from_report(r: &RunReport) -> Self {
         let rpo_age = r.rpo.recoverable_point_age_seconds.or(r.rpo.backup_age_seconds);
         let mut reasons = Vec::new();
         if let Some(e) = &r.error {
@@ -210,12 +210,12 @@ impl RunEvidence {
 }
 
 /// Seconds since the epoch of an RFC 3339 time; `None` if it is not one.
-pub fn epoch(t: &str) -> Option<f64> {
+pub(crate) fn epoch(t: &str) -> Option<f64> {
     chrono::DateTime::parse_from_rfc3339(t).ok().map(|d| d.timestamp_millis() as f64 / 1000.0)
 }
 
 /// The summary of `runs` (oldest first) over the window `[from, to)` (epoch seconds).
-pub fn summarise(runs: &[RunEvidence], from: f64, to: f64) -> Summary {
+pub(crate) fn summarise(runs: &[RunEvidence], from: f64, to: f64) -> Summary {
     let count = |r: RunResult| runs.iter().filter(|x| x.result == r.as_str()).count() as u32;
     let passed = count(RunResult::Passed);
     let first = runs.iter().filter_map(|r| epoch(&r.started_at)).reduce(f64::min);
@@ -240,7 +240,7 @@ pub fn summarise(runs: &[RunEvidence], from: f64, to: f64) -> Summary {
 }
 
 /// One target's evidence from its runs in the window (any order).
-pub fn target_evidence(name: &str, mut runs: Vec<RunEvidence>, from: f64, to: f64) -> TargetEvidence {
+pub(crate) fn target_evidence(name: &str, mut runs: Vec<RunEvidence>, from: f64, to: f64) -> TargetEvidence {
     runs.sort_by(|a, b| a.started_at.cmp(&b.started_at).then(a.run_id.cmp(&b.run_id)));
     let newest = runs.last();
     let points_in_time: Vec<PointInTime> = runs
@@ -272,7 +272,7 @@ pub fn target_evidence(name: &str, mut runs: Vec<RunEvidence>, from: f64, to: f6
 }
 
 /// A drill journal (the JSON `drcheck drill run` writes), if it is one.
-pub fn drill_from_journal(journal: &serde_json::Value, file: &str) -> Option<DrillEvidence> {
+pub(crate) fn drill_from_journal(journal: &serde_json::Value, file: &str) -> Option<DrillEvidence> {
     let s = |v: &serde_json::Value| v.as_str().map(str::to_string);
     Some(DrillEvidence {
         drill_id: s(&journal["drill_id"])?,

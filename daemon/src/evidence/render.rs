@@ -2,12 +2,13 @@
 //! can draw it again and compare). Every run is one line in HTML, Markdown and JUnit,
 //! holding its run id: a changed line names its run.
 
+#[cfg(test)]
 use super::sign::{Embedded, trailer};
 use super::{DrillEvidence, Evidence, RunEvidence, TargetEvidence, epoch};
 use std::fmt::Write as _;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Format {
+pub(crate) enum Format {
     Html,
     Markdown,
     Junit,
@@ -15,7 +16,8 @@ pub enum Format {
 }
 
 /// The whole document: the body and the evidence it carries.
-pub fn document(format: Format, embedded: &Embedded) -> String {
+#[cfg(test)]
+pub(crate) fn document(format: Format, embedded: &Embedded) -> String {
     match format {
         Format::Json => {
             let mut s = serde_json::to_string_pretty(embedded).expect("evidence serializes");
@@ -29,7 +31,8 @@ pub fn document(format: Format, embedded: &Embedded) -> String {
 /// The visible part of a document (everything but JSON's): its head (the summary of
 /// every target), a section per target, its tail (the drills). Drawn piece by piece, so
 /// a report over a whole fleet is written, and verified, one target at a time.
-pub fn body(format: Format, e: &Evidence) -> String {
+#[cfg(test)]
+pub(crate) fn body(format: Format, e: &Evidence) -> String {
     let mut out = head(format, e);
     for t in &e.targets {
         out.push_str(&section(format, e, t));
@@ -39,7 +42,7 @@ pub fn body(format: Format, e: &Evidence) -> String {
 }
 
 /// The body up to the first target's section. `e.targets` need only their summaries.
-pub fn head(format: Format, e: &Evidence) -> String {
+pub(crate) fn head(format: Format, e: &Evidence) -> String {
     match format {
         Format::Html => html_head(e),
         Format::Markdown => markdown_head(e),
@@ -49,7 +52,7 @@ pub fn head(format: Format, e: &Evidence) -> String {
 }
 
 /// One target's section (`e` gives the window).
-pub fn section(format: Format, e: &Evidence, t: &TargetEvidence) -> String {
+pub(crate) fn section(format: Format, e: &Evidence, t: &TargetEvidence) -> String {
     match format {
         Format::Html => html_section(e, t),
         Format::Markdown => markdown_section(t),
@@ -59,7 +62,7 @@ pub fn section(format: Format, e: &Evidence, t: &TargetEvidence) -> String {
 }
 
 /// The body after the last target's section.
-pub fn tail(format: Format, e: &Evidence) -> String {
+pub(crate) fn tail(format: Format, e: &Evidence) -> String {
     match format {
         Format::Html => html_tail(e),
         Format::Markdown => markdown_tail(e),
@@ -69,7 +72,7 @@ pub fn tail(format: Format, e: &Evidence) -> String {
 }
 
 /// Which format a document's body is in.
-pub fn detect(body: &str) -> Format {
+pub(crate) fn detect(body: &str) -> Format {
     if body.starts_with("<!DOCTYPE html>") {
         Format::Html
     } else if body.starts_with("<?xml") {
@@ -79,7 +82,7 @@ pub fn detect(body: &str) -> Format {
     }
 }
 
-pub fn esc(s: &str) -> String {
+pub(crate) fn esc(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for c in s.chars() {
         match c {
@@ -97,7 +100,7 @@ pub fn esc(s: &str) -> String {
 }
 
 /// A duration for people: `42.0 s`, `12.5 min`, `3.2 h`, `4.0 d`.
-pub fn human(secs: f64) -> String {
+pub(crate) fn human(secs: f64) -> String {
     if secs < 120.0 {
         format!("{secs:.1} s")
     } else if secs < 7200.0 {
@@ -308,7 +311,7 @@ fn drill_row_html(d: &DrillEvidence) -> String {
 /// The RTO trend: measured restore time per run across the window, the target as a
 /// dashed line; passes as filled circles, failures as crosses, runs with no measured
 /// restore as hollow squares on the axis. Black and white, so it prints.
-pub fn rto_chart(t: &TargetEvidence, window_from: &str, window_to: &str) -> String {
+pub(crate) fn rto_chart(t: &TargetEvidence, window_from: &str, window_to: &str) -> String {
     let (w, hgt, left, right, top, bottom) = (640.0, 200.0, 56.0, 12.0, 14.0, 28.0);
     let from = epoch(window_from).unwrap_or(0.0);
     let to = epoch(window_to).unwrap_or(from + 1.0).max(from + 1.0);

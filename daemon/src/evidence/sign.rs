@@ -10,14 +10,16 @@ use super::Evidence;
 use anyhow::Context as _;
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as B64;
+#[cfg(test)]
+use ed25519_dalek::Signer;
 use ed25519_dalek::pkcs8::{DecodePrivateKey, DecodePublicKey};
-use ed25519_dalek::{Signer, SigningKey, VerifyingKey};
+use ed25519_dalek::{SigningKey, VerifyingKey};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 /// What the signature covers.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Seal {
+pub(crate) struct Seal {
     pub algorithm: String,
     /// SHA-256 of the raw public key, hex: which key signed.
     pub key_fingerprint: String,
@@ -27,7 +29,7 @@ pub struct Seal {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct SealedItem {
+pub(crate) struct SealedItem {
     /// `run` or `drill`.
     pub kind: String,
     pub id: String,
@@ -38,7 +40,7 @@ pub struct SealedItem {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct SignatureBlock {
+pub(crate) struct SignatureBlock {
     pub seal: Seal,
     /// Ed25519 over the canonical seal, base64.
     pub signature: String,
@@ -46,13 +48,13 @@ pub struct SignatureBlock {
 
 /// What a report carries: its content and, when signed, the signature.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Embedded {
+pub(crate) struct Embedded {
     pub evidence: Evidence,
     pub signature: Option<SignatureBlock>,
 }
 
 /// JSON with sorted keys and no spaces: the bytes that are hashed and signed.
-pub fn canonical<T: Serialize>(v: &T) -> Vec<u8> {
+pub(crate) fn canonical<T: Serialize>(v: &T) -> Vec<u8> {
     // serde_json::Value keeps object keys in a BTreeMap: sorted.
     let value = serde_json::to_value(v).expect("evidence serializes");
     serde_json::to_vec(&value).expect("a JSON value serializes")
@@ -63,14 +65,15 @@ fn sha256_hex(bytes: &[u8]) -> String {
 }
 
 /// The digests of every run and drill in `evidence`.
-pub fn items(evidence: &Evidence) -> Vec<SealedItem> {
+#[cfg(test)]
+pub(crate) fn items(evidence: &Evidence) -> Vec<SealedItem> {
     let runs = evidence.targets.iter().flat_map(target_items);
     let drills = evidence.drills.iter().map(drill_item);
     runs.chain(drills).collect()
 }
 
 /// The digests of one target's runs.
-pub fn target_items(t: &super::TargetEvidence) -> Vec<SealedItem> {
+pub(crate) fn target_items(t: &super::TargetEvidence) -> Vec<SealedItem> {
     t.runs
         .iter()
         .map(|r| SealedItem {
@@ -84,7 +87,7 @@ pub fn target_items(t: &super::TargetEvidence) -> Vec<SealedItem> {
 }
 
 /// The digest of one drill.
-pub fn drill_item(d: &super::DrillEvidence) -> SealedItem {
+pub(crate) fn drill_item(d: &super::DrillEvidence) -> SealedItem {
     SealedItem {
         kind: "drill".into(),
         id: d.drill_id.clone(),
@@ -94,17 +97,19 @@ pub fn drill_item(d: &super::DrillEvidence) -> SealedItem {
     }
 }
 
-pub fn fingerprint(key: &VerifyingKey) -> String {
+pub(crate) fn fingerprint(key: &VerifyingKey) -> String {
     sha256_hex(key.as_bytes())
 }
 
-pub fn sign(evidence: &Evidence, key: &SigningKey) -> SignatureBlock {
+#[cfg(test)]
+pub(crate) fn sign(evidence: &Evidence, key: &SigningKey) -> SignatureBlock {
     sign_seal(key, sha256_hex(&canonical(evidence)), items(evidence))
 }
 
 /// Signs the seal of content whose canonical digest is `evidence_sha256`, with the
 /// digests of its runs and drills (`items`, in the content's order).
-pub fn sign_seal(key: &SigningKey, evidence_sha256: String, items: Vec<SealedItem>) -> SignatureBlock {
+#[cfg(test)]
+pub(crate) fn sign_seal(key: &SigningKey, evidence_sha256: String, items: Vec<SealedItem>) -> SignatureBlock {
     let seal = Seal {
         algorithm: "ed25519".into(),
         key_fingerprint: fingerprint(&key.verifying_key()),
@@ -117,7 +122,7 @@ pub fn sign_seal(key: &SigningKey, evidence_sha256: String, items: Vec<SealedIte
 
 /// The signing key: PEM text (from a `${VAR}` secret) or a file holding it. Errors
 /// never quote the key.
-pub fn load_signing_key(value: &str) -> anyhow::Result<SigningKey> {
+pub(crate) fn load_signing_key(value: &str) -> anyhow::Result<SigningKey> {
     let pem = if value.trim_start().starts_with("-----BEGIN") {
         value.to_string()
     } else {
@@ -130,7 +135,7 @@ pub fn load_signing_key(value: &str) -> anyhow::Result<SigningKey> {
     })
 }
 
-pub fn load_public_key(path: &std::path::Path) -> anyhow::Result<VerifyingKey> {
+pub(crate) fn load_public_key(path: &std::path::Path) -> anyhow::Result<VerifyingKey> {
     let pem = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
     VerifyingKey::from_public_key_pem(&pem).map_err(|_| {
         anyhow::anyhow!(
@@ -141,7 +146,8 @@ pub fn load_public_key(path: &std::path::Path) -> anyhow::Result<VerifyingKey> {
 }
 
 /// Everything wrong with `embedded` under `key`; empty when it verifies.
-pub fn verify(embedded: &Embedded, key: &VerifyingKey) -> Vec<String> {
+#[cfg(test)]
+pub(crate) fn verify(embedded: &Embedded, key: &VerifyingKey) -> Vec<String> {
     let Some(block) = &embedded.signature else {
         return vec!["the report is not signed (no [evidence] signing_key when it was made)".into()];
     };
@@ -156,14 +162,15 @@ pub fn verify(embedded: &Embedded, key: &VerifyingKey) -> Vec<String> {
 }
 
 /// Whether the seal is signed by `key`: empty when it is, else why not.
-pub fn verify_signature(block: &SignatureBlock, key: &VerifyingKey) -> Vec<String> {
+#[cfg(test)]
+pub(crate) fn verify_signature(block: &SignatureBlock, key: &VerifyingKey) -> Vec<String> {
     verify_seal_bytes(block, &canonical_seal(&block.seal), key)
 }
 
 /// The canonical bytes of `seal` — exactly `canonical(seal)` — built item by item
 /// rather than through one JSON tree of every item (hundreds of thousands in a fleet's
 /// window).
-pub fn canonical_seal(seal: &Seal) -> Vec<u8> {
+pub(crate) fn canonical_seal(seal: &Seal) -> Vec<u8> {
     let js = |s: &str| serde_json::to_string(s).expect("a string serializes");
     let mut out = format!(
         "{{\"algorithm\":{},\"evidence_sha256\":{},\"items\":[",
@@ -182,7 +189,7 @@ pub fn canonical_seal(seal: &Seal) -> Vec<u8> {
 }
 
 /// [`verify_signature`] with the seal's canonical bytes already made.
-pub fn verify_seal_bytes(block: &SignatureBlock, seal_bytes: &[u8], key: &VerifyingKey) -> Vec<String> {
+pub(crate) fn verify_seal_bytes(block: &SignatureBlock, seal_bytes: &[u8], key: &VerifyingKey) -> Vec<String> {
     let signature = B64.decode(&block.signature).ok().and_then(|b| ed25519_dalek::Signature::from_slice(&b).ok());
     let signed = signature.is_some_and(|s| key.verify_strict(seal_bytes, &s).is_ok());
     if signed {
@@ -201,7 +208,8 @@ pub fn verify_seal_bytes(block: &SignatureBlock, seal_bytes: &[u8], key: &Verify
 
 /// What differs between the sealed items and the content's: each run or drill
 /// removed, changed or added. Linear: the sealed ones are looked up by a keyed index.
-pub fn compare_items<'a>(sealed: &[SealedItem], now: impl Iterator<Item = &'a SealedItem>) -> Vec<String> {
+#[cfg(test)]
+pub(crate) fn compare_items<'a>(sealed: &[SealedItem], now: impl Iterator<Item = &'a SealedItem>) -> Vec<String> {
     let describe = |i: &SealedItem| format!("{} {} of {} (started {})", i.kind, i.id, i.of, i.started_at);
     let index: std::collections::HashMap<(&str, &str), &SealedItem> =
         sealed.iter().map(|i| ((i.kind.as_str(), i.id.as_str()), i)).collect();
@@ -236,9 +244,10 @@ fn short(fp: &str) -> String {
 
 /// The trailer that carries [`Embedded`] in HTML, Markdown and XML documents: a comment
 /// (invisible when rendered) holding base64 JSON, so no `--` can end it early.
-pub const TRAILER_START: &str = "<!-- drcheck-evidence v1";
+pub(crate) const TRAILER_START: &str = "<!-- drcheck-evidence v1";
 
-pub fn trailer(embedded: &Embedded) -> String {
+#[cfg(test)]
+pub(crate) fn trailer(embedded: &Embedded) -> String {
     let b64 = B64.encode(canonical(embedded));
     let mut out = String::from(TRAILER_START);
     out.push('\n');
@@ -251,7 +260,8 @@ pub fn trailer(embedded: &Embedded) -> String {
 }
 
 /// Splits a document into its visible body and what its trailer carries.
-pub fn split(document: &str) -> anyhow::Result<(&str, Embedded)> {
+#[cfg(test)]
+pub(crate) fn split(document: &str) -> anyhow::Result<(&str, Embedded)> {
     let at = document
         .find(&format!("\n{TRAILER_START}\n"))
         .map(|i| i + 1)
@@ -273,7 +283,7 @@ pub fn split(document: &str) -> anyhow::Result<(&str, Embedded)> {
 pub(crate) mod tests_support {
     use crate::evidence::{DrillEvidence, Evidence, RunEvidence, Summary, TargetEvidence};
 
-    pub fn sample() -> Evidence {
+    pub(crate) fn sample() -> Evidence {
         let run = |id: &str, result: &str| RunEvidence {
             run_id: id.into(),
             started_at: format!("2026-11-0{}T03:00:00.000Z", id.len()),

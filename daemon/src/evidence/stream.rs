@@ -14,10 +14,11 @@ use sha2::{Digest, Sha256};
 use std::io::{BufWriter, Write};
 
 /// Loads one target's evidence (its runs in the window, summarised).
-pub type LoadTarget<'a> = dyn FnMut(&str) -> futures::future::BoxFuture<'a, anyhow::Result<TargetEvidence>> + Send + 'a;
+pub(crate) type LoadTarget<'a> =
+    dyn FnMut(&str) -> futures::future::BoxFuture<'a, anyhow::Result<TargetEvidence>> + Send + 'a;
 
 /// The report's header content: everything but the targets' runs.
-pub struct Frame {
+pub(crate) struct Frame {
     pub format_version: u32,
     pub generated_at: String,
     pub from: String,
@@ -60,7 +61,7 @@ fn json_str(s: &str) -> String {
 
 /// Writes the document of `format` to `out`: `frame`'s targets, each loaded by `load`
 /// in turn, signed with `key` when given.
-pub async fn write(
+pub(crate) async fn write(
     format: Format,
     frame: &Frame,
     load: &mut LoadTarget<'_>,

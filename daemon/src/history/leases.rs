@@ -7,11 +7,11 @@ use std::time::{Duration, SystemTime};
 
 /// The name a lease is taken under: who (`drcheck verify pid 3873 (b6187f5e)`, what a
 /// process finding the target taken prints) and, in brackets, where — this machine
-/// ([`machine_id`](drcheck_restore::leftovers::machine_id)) and the process's start time —
+/// ([`machine_id`](drcheck_restore::machine_id)) and the process's start time —
 /// so a drcheck on the same machine can tell that the holder crashed.
-pub fn lease_holder_name(role: &str) -> String {
-    let me = drcheck_restore::leftovers::Owner::current(None);
-    holder_name(role, me.pid, me.start, drcheck_restore::leftovers::machine_id().as_deref())
+pub(crate) fn lease_holder_name(role: &str) -> String {
+    let me = drcheck_restore::Owner::current(None);
+    holder_name(role, me.pid, me.start, drcheck_restore::machine_id().as_deref())
 }
 
 pub(super) fn holder_name(role: &str, pid: i32, start: u64, machine: Option<&str>) -> String {
@@ -24,7 +24,7 @@ pub(super) fn holder_name(role: &str, pid: i32, start: u64, machine: Option<&str
 
 /// What taking a lease came to.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Leased {
+pub(crate) enum Leased {
     Taken,
     /// Taken from this holder, whose process is gone.
     TookOver(String),
@@ -32,7 +32,7 @@ pub enum Leased {
 }
 
 impl Leased {
-    pub fn taken(&self) -> bool {
+    pub(crate) fn taken(&self) -> bool {
         !matches!(self, Leased::Held)
     }
 }
@@ -40,13 +40,13 @@ impl Leased {
 /// What is known of `holder` (a [`lease_holder_name`]) from here: `Some(true)` a drcheck
 /// on this machine that still runs, `Some(false)` one whose process is gone, `None`
 /// another machine's (or one that does not say).
-pub fn holder_alive_here(holder: &str) -> Option<bool> {
-    let here = drcheck_restore::leftovers::machine_id()?;
+pub(crate) fn holder_alive_here(holder: &str) -> Option<bool> {
+    let here = drcheck_restore::machine_id()?;
     let (who, place) = holder.rsplit_once(" [machine ")?;
     let (machine, start) = place.strip_suffix(']').and_then(|p| p.split_once(" start "))?;
     let pid = who.split_once(" pid ").and_then(|(_, r)| r.split_whitespace().next()).and_then(|p| p.parse().ok())?;
     let start = start.parse().ok()?;
-    (machine == here).then(|| drcheck_restore::leftovers::process_running(pid, start))
+    (machine == here).then(|| drcheck_restore::process_running(pid, start))
 }
 
 /// Whether `holder` (a [`lease_holder_name`]) is a drcheck on this machine whose process
@@ -57,14 +57,14 @@ pub(super) fn crashed_here(holder: &str) -> bool {
 
 impl History {
     /// Takes the lease on `target` for `ttl` unless another holder's lease is live.
-    pub async fn acquire_lease(&self, target: &str, holder: &str, ttl: Duration) -> anyhow::Result<bool> {
+    pub(crate) async fn acquire_lease(&self, target: &str, holder: &str, ttl: Duration) -> anyhow::Result<bool> {
         Ok(self.lease_for(target, holder, ttl).await?.taken())
     }
 
     /// [`Self::acquire_lease`], saying whether the lease was taken over from a holder whose
     /// process is gone — a run that died without recording itself, which the taker then
     /// records as `aborted` ([`crate::verify::died_report`]).
-    pub async fn lease_for(&self, target: &str, holder: &str, ttl: Duration) -> anyhow::Result<Leased> {
+    pub(crate) async fn lease_for(&self, target: &str, holder: &str, ttl: Duration) -> anyhow::Result<Leased> {
         let now = SystemTime::now();
         let r = sqlx::query(
             "insert into leases (target, holder, expires_at) values ($1, $2, $3)
@@ -102,7 +102,7 @@ impl History {
     }
 
     /// Who holds a live lease on `target`, if anyone.
-    pub async fn lease_holder(&self, target: &str) -> anyhow::Result<Option<String>> {
+    pub(crate) async fn lease_holder(&self, target: &str) -> anyhow::Result<Option<String>> {
         Ok(sqlx::query_scalar::<_, String>("select holder from leases where target = $1 and expires_at >= $2")
             .bind(target)
             .bind(ts(SystemTime::now()))
@@ -111,14 +111,14 @@ impl History {
     }
 
     /// Every lease recorded, live or expired: target, holder, expiry (RFC 3339).
-    pub async fn leases(&self) -> anyhow::Result<Vec<(String, String, String)>> {
+    pub(crate) async fn leases(&self) -> anyhow::Result<Vec<(String, String, String)>> {
         Ok(sqlx::query_as("select target, holder, expires_at from leases order by target")
             .fetch_all(&self.pool)
             .await?)
     }
 
     /// The live lease on `target`: its holder and when it expires.
-    pub async fn lease(&self, target: &str) -> anyhow::Result<Option<(String, String)>> {
+    pub(crate) async fn lease(&self, target: &str) -> anyhow::Result<Option<(String, String)>> {
         Ok(sqlx::query_as("select holder, expires_at from leases where target = $1 and expires_at >= $2")
             .bind(target)
             .bind(ts(SystemTime::now()))
@@ -128,12 +128,12 @@ impl History {
 
     /// Releases `target`'s lease whoever holds it (`drcheck lease release`): whether
     /// there was one.
-    pub async fn release_any_lease(&self, target: &str) -> anyhow::Result<bool> {
+    pub(crate) async fn release_any_lease(&self, target: &str) -> anyhow::Result<bool> {
         Ok(sqlx::query("delete from leases where target = $1").bind(target).execute(&self.pool).await?.rows_affected()
             > 0)
     }
 
-    pub async fn release_lease(&self, target: &str, holder: &str) -> anyhow::Result<()> {
+    pub(crate) async fn release_lease(&self, target: &str, holder: &str) -> anyhow::Result<()> {
         sqlx::query("delete from leases where target = $1 and holder = $2")
             .bind(target)
             .bind(holder)

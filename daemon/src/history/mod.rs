@@ -11,9 +11,11 @@ mod leases;
 mod outbox;
 mod runs;
 
-pub use leases::{Leased, holder_alive_here, lease_holder_name};
-pub use outbox::OutboxRow;
-pub use runs::{Freshness, Proof, Proven};
+pub(crate) use leases::{Leased, holder_alive_here, lease_holder_name};
+pub(crate) use outbox::OutboxRow;
+pub(crate) use runs::Proven;
+#[cfg(test)]
+pub(crate) use runs::{Freshness, Proof};
 
 use anyhow::Context as _;
 use sqlx::any::AnyPoolOptions;
@@ -21,7 +23,7 @@ use sqlx::{AnyPool, Executor};
 use std::os::unix::fs::OpenOptionsExt as _;
 use std::time::{Duration, SystemTime};
 
-pub struct History {
+pub(crate) struct History {
     pool: AnyPool,
     /// PostgreSQL (else SQLite): claims skip rows another dispatcher has locked.
     postgres: bool,
@@ -29,7 +31,7 @@ pub struct History {
 
 /// How long a dispatcher's claim on an outbox row lasts: past it (the dispatcher died
 /// mid-delivery), another one delivers the row again — at least once.
-pub const CLAIM_TTL: Duration = Duration::from_secs(300);
+pub(crate) const CLAIM_TTL: Duration = Duration::from_secs(300);
 
 /// Creates the SQLite file 0600 if it does not exist (SQLite gives its `-wal` and
 /// `-shm` files the database file's mode), and takes group and other access from one
@@ -87,7 +89,7 @@ async fn migrate(pool: &AnyPool, postgres: bool, raw: &str) -> anyhow::Result<()
 impl History {
     /// Opens (creating if needed) the store at `url` and applies migrations.
     /// `url` is shown in errors only redacted.
-    pub async fn open(url: &drcheck_config::Secret) -> anyhow::Result<History> {
+    pub(crate) async fn open(url: &drcheck_config::Secret) -> anyhow::Result<History> {
         let shown = url.redacted();
         let raw = url.expose();
         sqlx::any::install_default_drivers();
@@ -138,7 +140,7 @@ impl History {
         Ok(History { pool, postgres })
     }
 
-    pub async fn close(self) {
+    pub(crate) async fn close(self) {
         self.pool.close().await;
     }
 }
@@ -241,8 +243,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let h = store(&dir).await;
         let ttl = Duration::from_secs(3600);
-        let here = drcheck_restore::leftovers::machine_id().expect("this machine has /proc");
-        let me = drcheck_restore::leftovers::Owner::current(None);
+        let here = drcheck_restore::machine_id().expect("this machine has /proc");
+        let me = drcheck_restore::Owner::current(None);
         let live = lease_holder_name("verify");
         let next = lease_holder_name("daemon");
 

@@ -10,14 +10,10 @@ use std::time::{Duration, SystemTime};
 
 /// An alert waiting in the outbox.
 #[derive(Debug, Clone, sqlx::FromRow)]
-pub struct OutboxRow {
+pub(crate) struct OutboxRow {
     pub id: String,
     pub sink: String,
-    pub target: String,
-    pub alertname: String,
-    pub state: String,
     pub dedup_key: String,
-    pub run_id: Option<String>,
     pub payload: String,
     pub attempts: i64,
     pub created_at: String,
@@ -181,7 +177,7 @@ impl History {
     /// of each alert (sink, target, alert name) only the oldest row — so one alert's
     /// states reach a sink in order, the next only once the one before is delivered or
     /// dead — and no row another dispatcher holds. Oldest first.
-    pub async fn claim_due(&self, holder: &str, sink: &str, now: SystemTime) -> anyhow::Result<Vec<OutboxRow>> {
+    pub(crate) async fn claim_due(&self, holder: &str, sink: &str, now: SystemTime) -> anyhow::Result<Vec<OutboxRow>> {
         let lock = if self.postgres { "for update skip locked" } else { "" };
         let sql = format!(
             "update alert_outbox set claimed_by = $1, claim_expires_at = $2
@@ -209,7 +205,7 @@ impl History {
     }
 
     /// The sinks that have alerts waiting, delivered or not.
-    pub async fn outbox_sinks(&self) -> anyhow::Result<Vec<String>> {
+    pub(crate) async fn outbox_sinks(&self) -> anyhow::Result<Vec<String>> {
         let rows: Vec<(String,)> =
             sqlx::query_as("select distinct sink from alert_outbox order by sink").fetch_all(&self.pool).await?;
         Ok(rows.into_iter().map(|(s,)| s).collect())
@@ -217,7 +213,7 @@ impl History {
 
     /// Records a delivery by `holder`: the row leaves the outbox, the delivery is
     /// recorded once (a second record of the same row is no error).
-    pub async fn mark_delivered(&self, row: &OutboxRow, holder: &str) -> anyhow::Result<()> {
+    pub(crate) async fn mark_delivered(&self, row: &OutboxRow, holder: &str) -> anyhow::Result<()> {
         let mut tx = self.pool.begin().await?;
         sqlx::query("delete from alert_outbox where id = $1 and claimed_by = $2")
             .bind(&row.id)
@@ -239,7 +235,7 @@ impl History {
     }
 
     /// A failed attempt by `holder`: counted, the claim released, due again at `next`.
-    pub async fn mark_failed(
+    pub(crate) async fn mark_failed(
         &self,
         row: &OutboxRow,
         holder: &str,
@@ -261,14 +257,19 @@ impl History {
     }
 
     /// Moves an alert `holder` has claimed to the dead letters, in one transaction.
-    pub async fn dead_letter(&self, row: &OutboxRow, holder: &str, error: &str) -> anyhow::Result<()> {
+    pub(crate) async fn dead_letter(&self, row: &OutboxRow, holder: &str, error: &str) -> anyhow::Result<()> {
         self.dead_letter_where("id = $3 and claimed_by = $4", &row.id, holder, error).await.map(|_| ())
     }
 
     /// Moves to the dead letters every unclaimed alert of `sink` (all of them with
     /// `older_than` None, else those created before it): `drcheck alerts dead-letter`,
     /// and a dispatcher's clean-up of sinks no dispatcher has delivered for that long.
-    pub async fn dead_letter_sink(&self, sink: &str, older_than: Option<SystemTime>, why: &str) -> anyhow::Result<u64> {
+    pub(crate) async fn dead_letter_sink(
+        &self,
+        sink: &str,
+        older_than: Option<SystemTime>,
+        why: &str,
+    ) -> anyhow::Result<u64> {
         let before = older_than.map(ts).unwrap_or_else(|| "9999".into());
         let now = ts(SystemTime::now());
         let filter = format!(
@@ -288,19 +289,19 @@ impl History {
         Ok(moved)
     }
 
-    pub async fn outbox_depth_of(&self, sink: &str) -> anyhow::Result<i64> {
+    pub(crate) async fn outbox_depth_of(&self, sink: &str) -> anyhow::Result<i64> {
         Ok(sqlx::query_scalar("select count(*) from alert_outbox where sink = $1")
             .bind(sink)
             .fetch_one(&self.pool)
             .await?)
     }
 
-    pub async fn outbox_depth(&self) -> anyhow::Result<i64> {
+    pub(crate) async fn outbox_depth(&self) -> anyhow::Result<i64> {
         Ok(sqlx::query_scalar("select count(*) from alert_outbox").fetch_one(&self.pool).await?)
     }
 
     /// Every alert not yet delivered and every dead letter, for `drcheck alerts`.
-    pub async fn alert_listing(&self) -> anyhow::Result<serde_json::Value> {
+    pub(crate) async fn alert_listing(&self) -> anyhow::Result<serde_json::Value> {
         let pending: Vec<(String, String, String, String, i64, Option<String>)> = sqlx::query_as(
             "select sink, target, alertname, state, attempts, last_error from alert_outbox order by created_at",
         )
@@ -324,7 +325,7 @@ impl History {
     }
 
     /// Raises the stale alert for `target` (no success for too long) unless it fires already.
-    pub async fn raise_stale(&self, target: &str, description: &str, sinks: &[String]) -> anyhow::Result<bool> {
+    pub(crate) async fn raise_stale(&self, target: &str, description: &str, sinks: &[String]) -> anyhow::Result<bool> {
         let mut tx = self.pool.begin().await?;
         let firing: Option<(String,)> =
             sqlx::query_as("select episode from alert_state where target = $1 and alertname = $2")
@@ -366,7 +367,7 @@ impl History {
     /// `every` ago — so Alertmanager hears it before its `endsAt` for as long as it
     /// fires. Each alert is taken by one dispatcher only (its last-queued time is
     /// compared and set in one statement). Returns how many were queued.
-    pub async fn resend_firing(&self, sinks: &[String], every: Duration) -> anyhow::Result<usize> {
+    pub(crate) async fn resend_firing(&self, sinks: &[String], every: Duration) -> anyhow::Result<usize> {
         if sinks.is_empty() {
             return Ok(0);
         }

@@ -13,10 +13,10 @@ use std::time::SystemTime;
 /// A backup's proof record: kept while the backup is in the store, whatever `keep_runs`
 /// prunes from the runs.
 /// Each proven backup's proof record, by key.
-pub type Proven = std::collections::HashMap<String, Proof>;
+pub(crate) type Proven = std::collections::HashMap<String, Proof>;
 
 #[derive(Debug, Clone, PartialEq)]
-pub struct Proof {
+pub(crate) struct Proof {
     /// Its last passing verification.
     pub last_passed: SystemTime,
     /// When its data is consistent as of, as that run read it.
@@ -31,7 +31,7 @@ pub struct Proof {
 /// would both create its tables — a lock file beside the database orders them.
 /// The newest points a target's runs have seen (see [`History::freshness`]).
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Freshness {
+pub(crate) struct Freshness {
     pub backup_at: Option<String>,
     pub recoverable_point: Option<String>,
     pub measured_at: Option<String>,
@@ -81,13 +81,13 @@ pub(super) async fn record_freshness(tx: &mut AnyConnection, r: &RunReport) -> a
 
 impl History {
     /// Records a run with its phases and validator results, atomically.
-    pub async fn record(&self, r: &RunReport) -> anyhow::Result<()> {
+    pub(crate) async fn record(&self, r: &RunReport) -> anyhow::Result<()> {
         self.record_with_alerts(r, &[]).await
     }
 
     /// Records a run and, in the same transaction, the alerts it raises or resolves
     /// for each of `sinks` — so a crash can never keep one without the other.
-    pub async fn record_with_alerts(&self, r: &RunReport, sinks: &[String]) -> anyhow::Result<()> {
+    pub(crate) async fn record_with_alerts(&self, r: &RunReport, sinks: &[String]) -> anyhow::Result<()> {
         let json = serde_json::to_string(r)?;
         let mut tx = self.pool.begin().await?;
         sqlx::query(
@@ -174,7 +174,7 @@ impl History {
 
     /// The newest points `target`'s runs have seen: (the newest backup's time, the newest
     /// recoverable point, when that was measured), RFC 3339.
-    pub async fn freshness(&self, target: &str) -> anyhow::Result<Freshness> {
+    pub(crate) async fn freshness(&self, target: &str) -> anyhow::Result<Freshness> {
         let row: Option<(Option<String>, Option<String>, Option<String>)> =
             sqlx::query_as("select backup_at, recoverable_point, measured_at from freshness where target = $1")
                 .bind(target)
@@ -185,7 +185,7 @@ impl History {
     }
 
     /// Keeps the newest `keep` runs of each target; deletes older ones.
-    pub async fn prune(&self, keep: u32) -> anyhow::Result<u64> {
+    pub(crate) async fn prune(&self, keep: u32) -> anyhow::Result<u64> {
         let r = sqlx::query(
             "delete from runs where run_id in (
                select run_id from (select run_id, row_number() over (partition by target order by started_at desc) as n from runs) as ranked
@@ -198,7 +198,7 @@ impl History {
     }
 
     /// The most recent runs, newest first, optionally of one target.
-    pub async fn recent(&self, target: Option<&str>, limit: u32) -> anyhow::Result<Vec<RunReport>> {
+    pub(crate) async fn recent(&self, target: Option<&str>, limit: u32) -> anyhow::Result<Vec<RunReport>> {
         let rows: Vec<(String,)> = sqlx::query_as(
             "select report_json from runs where (cast($1 as text) is null or target = $1)
               order by started_at desc, run_id desc limit $2",
@@ -213,7 +213,7 @@ impl History {
     }
 
     /// The run recorded under `run_id`, if any.
-    pub async fn run(&self, run_id: &str) -> anyhow::Result<Option<RunReport>> {
+    pub(crate) async fn run(&self, run_id: &str) -> anyhow::Result<Option<RunReport>> {
         let row: Option<(String,)> = sqlx::query_as("select report_json from runs where run_id = $1")
             .bind(run_id)
             .fetch_optional(&self.pool)
@@ -222,7 +222,7 @@ impl History {
     }
 
     /// The newest run of `target` that reached a verdict (not `aborted`).
-    pub async fn latest_verdict(&self, target: &str) -> anyhow::Result<Option<RunReport>> {
+    pub(crate) async fn latest_verdict(&self, target: &str) -> anyhow::Result<Option<RunReport>> {
         let row: Option<(String,)> = sqlx::query_as(
             "select report_json from runs where target = $1 and result <> 'aborted'
               order by started_at desc, run_id desc limit 1",
@@ -233,22 +233,8 @@ impl History {
         row.map(|(json,)| serde_json::from_str(&json).context("a history row holds an unreadable report")).transpose()
     }
 
-    /// Every run that started in `[from, to)` (RFC 3339 UTC, as recorded), oldest first.
-    pub async fn between(&self, from: &str, to: &str) -> anyhow::Result<Vec<RunReport>> {
-        let rows: Vec<(String,)> = sqlx::query_as(
-            "select report_json from runs where started_at >= $1 and started_at < $2 order by started_at, run_id",
-        )
-        .bind(from)
-        .bind(to)
-        .fetch_all(&self.pool)
-        .await?;
-        rows.into_iter()
-            .map(|(json,)| serde_json::from_str(&json).context("a history row holds an unreadable report"))
-            .collect()
-    }
-
     /// The runs of `target` that started in `[from, to)`, oldest first.
-    pub async fn between_for(&self, target: &str, from: &str, to: &str) -> anyhow::Result<Vec<RunReport>> {
+    pub(crate) async fn between_for(&self, target: &str, from: &str, to: &str) -> anyhow::Result<Vec<RunReport>> {
         let rows: Vec<(String,)> = sqlx::query_as(
             "select report_json from runs where target = $1 and started_at >= $2 and started_at < $3
               order by started_at, run_id",
@@ -264,12 +250,12 @@ impl History {
     }
 
     /// Each target's newest run.
-    pub async fn latest_per_target(&self) -> anyhow::Result<std::collections::HashMap<String, RunReport>> {
+    pub(crate) async fn latest_per_target(&self) -> anyhow::Result<std::collections::HashMap<String, RunReport>> {
         self.newest_where("1 = 1").await
     }
 
     /// Each target's newest run that did not pass.
-    pub async fn last_failure_per_target(&self) -> anyhow::Result<std::collections::HashMap<String, RunReport>> {
+    pub(crate) async fn last_failure_per_target(&self) -> anyhow::Result<std::collections::HashMap<String, RunReport>> {
         self.newest_where("result <> 'passed'").await
     }
 
@@ -291,14 +277,14 @@ impl History {
     }
 
     /// The targets the history has runs of.
-    pub async fn target_names(&self) -> anyhow::Result<Vec<String>> {
+    pub(crate) async fn target_names(&self) -> anyhow::Result<Vec<String>> {
         let rows: Vec<(String,)> =
             sqlx::query_as("select distinct target from runs order by target").fetch_all(&self.pool).await?;
         Ok(rows.into_iter().map(|(t,)| t).collect())
     }
 
     /// When `target` last passed (RFC 3339), if ever.
-    pub async fn last_success(&self, target: &str) -> anyhow::Result<Option<String>> {
+    pub(crate) async fn last_success(&self, target: &str) -> anyhow::Result<Option<String>> {
         Ok(sqlx::query_scalar("select max(finished_at) from runs where target = $1 and result = 'passed'")
             .bind(target)
             .fetch_one(&self.pool)
@@ -307,7 +293,7 @@ impl History {
 
     /// [`History::proofs`], or `None` with a log line when the history cannot be read —
     /// then `least-proven` takes the newest and coverage is not reported.
-    pub async fn proven(&self, target: &str) -> Option<Proven> {
+    pub(crate) async fn proven(&self, target: &str) -> Option<Proven> {
         self.proofs(target)
             .await
             .map_err(|e| tracing::warn!(target, "cannot read which backups were proven: {e:#}"))
@@ -316,7 +302,7 @@ impl History {
 
     /// Each proven backup of `target` (by backup key): its proof record, which outlives
     /// the runs' rows.
-    pub async fn proofs(&self, target: &str) -> anyhow::Result<std::collections::HashMap<String, Proof>> {
+    pub(crate) async fn proofs(&self, target: &str) -> anyhow::Result<std::collections::HashMap<String, Proof>> {
         let rows: Vec<(String, Option<String>, String, String, i64)> = sqlx::query_as(
             "select backup_key, consistent_at, last_passed_at, last_run_id, points_proven
                from backup_proofs where target = $1",
@@ -338,7 +324,7 @@ impl History {
 
     /// Forgets the proofs of `target`'s backups that are no longer in its store (`listed`:
     /// every backup a full listing found). Returns how many were forgotten.
-    pub async fn keep_proofs_of(&self, target: &str, listed: &[String]) -> anyhow::Result<u64> {
+    pub(crate) async fn keep_proofs_of(&self, target: &str, listed: &[String]) -> anyhow::Result<u64> {
         let known: Vec<String> = sqlx::query_scalar("select backup_key from backup_proofs where target = $1")
             .bind(target)
             .fetch_all(&self.pool)
@@ -358,7 +344,7 @@ impl History {
 
     /// The newest run of the tool's own verification of `target`'s repository: when, and
     /// whether it passed.
-    pub async fn tool_check(&self, target: &str) -> anyhow::Result<Option<(SystemTime, bool)>> {
+    pub(crate) async fn tool_check(&self, target: &str) -> anyhow::Result<Option<(SystemTime, bool)>> {
         let row: Option<(String, i64)> = sqlx::query_as("select checked_at, passed from tool_checks where target = $1")
             .bind(target)
             .fetch_optional(&self.pool)
@@ -367,7 +353,7 @@ impl History {
     }
 
     /// Records a run of the tool's own verification of `target`'s repository.
-    pub async fn record_tool_check(
+    pub(crate) async fn record_tool_check(
         &self,
         target: &str,
         at: SystemTime,

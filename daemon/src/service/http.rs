@@ -16,7 +16,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use std::sync::Arc;
 
-pub fn router(shared: Arc<Shared>) -> axum::Router {
+pub(super) fn router(shared: Arc<Shared>) -> axum::Router {
     let api = axum::Router::new()
         .route("/api/v1/runs", get(runs))
         .route("/api/v1/runs/{id}", get(run_by_id))

@@ -7,7 +7,7 @@
 //! SIGHUP reloads the config, keeping the old one if the new one is invalid.
 
 mod http;
-pub mod schedule;
+pub(crate) mod schedule;
 mod serve;
 mod status;
 
@@ -30,7 +30,7 @@ use tokio_util::task::TaskTracker;
 const GRACE: Duration = Duration::from_secs(5);
 
 /// What every part of the daemon shares.
-pub struct Shared {
+pub(crate) struct Shared {
     pub config: RwLock<Arc<Config>>,
     pub config_path: PathBuf,
     pub history: History,
@@ -52,7 +52,7 @@ pub struct Shared {
 }
 
 impl Shared {
-    pub fn config(&self) -> Arc<Config> {
+    pub(crate) fn config(&self) -> Arc<Config> {
         self.config.read().unwrap().clone()
     }
 
@@ -76,7 +76,7 @@ impl Shared {
 
 /// Runs one verification of `target` under the bulkhead and the lease, records it
 /// (with its alerts) and updates the metrics. Returns the report, or why it did not run.
-pub async fn run_target(shared: Arc<Shared>, target: String, run_id: String) -> Result<(), String> {
+pub(crate) async fn run_target(shared: Arc<Shared>, target: String, run_id: String) -> Result<(), String> {
     let config = shared.config();
     let Some(t) = config.target(&target).cloned() else { return Err(format!("no target {target:?}")) };
     // Queued behind the bulkhead when shutdown begins: dropped, not started (and so
@@ -160,7 +160,7 @@ fn one_line(text: &str) -> String {
 }
 
 /// Runs the daemon until `shutdown` fires. `reload` fires on SIGHUP.
-pub async fn run(
+pub(crate) async fn run(
     config: Config,
     shutdown: CancellationToken,
     mut reload: tokio::sync::mpsc::Receiver<()>,

@@ -14,19 +14,19 @@ use tokio_util::task::TaskTracker;
 
 /// A target's schedule as the loop needs it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Entry {
+pub(crate) struct Entry {
     pub target: String,
     pub schedule: Schedule,
     pub jitter: Duration,
 }
 
 impl Entry {
-    pub fn new(target: &str, schedule: &Schedule, jitter: Duration) -> Self {
+    pub(crate) fn new(target: &str, schedule: &Schedule, jitter: Duration) -> Self {
         Self { target: target.into(), schedule: schedule.clone(), jitter }
     }
 
     /// The next firing strictly after `after`, with jitter added.
-    pub fn next_after(&self, after: DateTime<Utc>) -> Option<DateTime<Utc>> {
+    pub(crate) fn next_after(&self, after: DateTime<Utc>) -> Option<DateTime<Utc>> {
         let base = self.schedule.next_after(after)?;
         let jitter = if self.jitter.is_zero() { Duration::ZERO } else { self.jitter.mul_f64(rand::random::<f64>()) };
         Some(base + chrono::Duration::from_std(jitter).unwrap_or_default())
@@ -34,11 +34,11 @@ impl Entry {
 }
 
 /// Wall-clock time, injectable so tests can drive it with tokio's paused clock.
-pub trait Clock: Send + Sync {
+pub(crate) trait Clock: Send + Sync {
     fn now(&self) -> DateTime<Utc>;
 }
 
-pub struct SystemClock;
+pub(crate) struct SystemClock;
 
 impl Clock for SystemClock {
     fn now(&self) -> DateTime<Utc> {
@@ -47,22 +47,22 @@ impl Clock for SystemClock {
 }
 
 /// Starts one run of a target; resolves when the run is over.
-pub type Runner = Arc<dyn Fn(String) -> BoxFuture<'static, ()> + Send + Sync>;
+pub(crate) type Runner = Arc<dyn Fn(String) -> BoxFuture<'static, ()> + Send + Sync>;
 
 /// Told of each firing: the target, and whether a run started (false: skipped).
-pub type OnFire = Arc<dyn Fn(&str, bool) + Send + Sync>;
+pub(crate) type OnFire = Arc<dyn Fn(&str, bool) + Send + Sync>;
 
 /// Targets running now (shared with the trigger API, which must not overlap them either).
-pub type Running = Arc<Mutex<HashSet<String>>>;
+pub(crate) type Running = Arc<Mutex<HashSet<String>>>;
 
 /// Each target's next firing, with the entry it was computed from.
-pub type Pending = BTreeMap<String, (Entry, DateTime<Utc>)>;
+pub(crate) type Pending = BTreeMap<String, (Entry, DateTime<Utc>)>;
 
 /// The next firings of `entries` from `now` — keeping, from `previous` (the loop's
 /// state before a reload), the pending instant (jitter included) of every entry that
 /// did not change: a reload never loses or moves a firing. New and changed schedules
 /// apply from the reload; removed ones are gone.
-pub fn pending(previous: &Pending, entries: &[Entry], now: DateTime<Utc>) -> Pending {
+pub(crate) fn pending(previous: &Pending, entries: &[Entry], now: DateTime<Utc>) -> Pending {
     let mut out = Pending::new();
     for e in entries {
         let at = match previous.get(&e.target) {
@@ -79,7 +79,7 @@ pub fn pending(previous: &Pending, entries: &[Entry], now: DateTime<Utc>) -> Pen
 /// Runs the schedule until `stop`; returns the firings still pending then (for
 /// [`pending`] after a reload). Runs in flight are left to the `tracker` and the
 /// caller's shutdown.
-pub async fn run(
+pub(crate) async fn run(
     mut next: Pending,
     clock: Arc<dyn Clock>,
     runner: Runner,

@@ -17,12 +17,12 @@ use tokio_util::task::TaskTracker;
 
 /// How long a client may take to send a request's headers (also between requests on a
 /// kept-alive connection).
-pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+pub(super) const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long one connection may stay open, whatever it does.
-pub const CONNECTION_LIFETIME: Duration = Duration::from_secs(120);
+pub(super) const CONNECTION_LIFETIME: Duration = Duration::from_secs(120);
 
 /// Raises the soft limit on open files to the hard limit; returns the soft limit now.
-pub fn raise_nofile_limit() -> u64 {
+pub(super) fn raise_nofile_limit() -> u64 {
     use nix::sys::resource::{Resource, getrlimit, setrlimit};
     match getrlimit(Resource::RLIMIT_NOFILE) {
         Ok((soft, hard)) => {
@@ -37,12 +37,12 @@ pub fn raise_nofile_limit() -> u64 {
 }
 
 /// At most a quarter of the descriptors go to HTTP clients (and never more than 4096).
-pub fn max_connections(nofile: u64) -> usize {
+pub(super) fn max_connections(nofile: u64) -> usize {
     (nofile / 4).clamp(16, 4096) as usize
 }
 
 /// Serves `app` on `listener` until `stop`, then waits for open connections to finish.
-pub async fn serve(listener: TcpListener, app: axum::Router, stop: CancellationToken, max_connections: usize) {
+pub(super) async fn serve(listener: TcpListener, app: axum::Router, stop: CancellationToken, max_connections: usize) {
     let slots = Arc::new(Semaphore::new(max_connections));
     let connections = TaskTracker::new();
     loop {

@@ -26,7 +26,7 @@ use std::sync::Arc;
 const RECENT: u32 = 50;
 
 /// Whether the request carries the token (when one is configured).
-pub fn allowed(headers: &HeaderMap, token: &str) -> bool {
+pub(super) fn allowed(headers: &HeaderMap, token: &str) -> bool {
     if super::http::bearer_matches(headers, token) {
         return true;
     }
@@ -99,7 +99,7 @@ fn next_run(s: &Shared, target: &str) -> String {
     }
 }
 
-pub async fn index(State(s): State<Arc<Shared>>, headers: HeaderMap) -> Response {
+pub(super) async fn index(State(s): State<Arc<Shared>>, headers: HeaderMap) -> Response {
     let config = s.config();
     if let Some(token) = &config.api.token
         && !allowed(&headers, token.expose())
@@ -168,7 +168,7 @@ pub async fn index(State(s): State<Arc<Shared>>, headers: HeaderMap) -> Response
     Html(page("drcheck status", &b)).into_response()
 }
 
-pub async fn target(State(s): State<Arc<Shared>>, Path(name): Path<String>, headers: HeaderMap) -> Response {
+pub(super) async fn target(State(s): State<Arc<Shared>>, Path(name): Path<String>, headers: HeaderMap) -> Response {
     let config = s.config();
     if let Some(token) = &config.api.token
         && !allowed(&headers, token.expose())

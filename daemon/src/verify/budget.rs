@@ -10,7 +10,7 @@ use std::time::Duration;
 /// every database), and ten minutes to select, record and tear down. The lease's TTL and
 /// a CronJob's `activeDeadlineSeconds` are both this, so Kubernetes never kills a run its
 /// lease still allows.
-pub fn run_budget(t: &TargetConfig) -> Duration {
+pub(crate) fn run_budget(t: &TargetConfig) -> Duration {
     t.rto.mul_f64(t.abort_factor) + t.validators.phase_timeout + Duration::from_secs(600)
 }
 
@@ -19,7 +19,7 @@ pub fn run_budget(t: &TargetConfig) -> Duration {
 /// check`, `deploy kubernetes`: where the deadline is shown or generated), a run budget —
 /// the lease's TTL and a CronJob's deadline — over four times the RTO, naming what makes
 /// it so.
-pub fn config_warnings(config: &Config, budgets: bool) -> Vec<String> {
+pub(crate) fn config_warnings(config: &Config, budgets: bool) -> Vec<String> {
     let week = Duration::from_secs(7 * 86_400);
     let mut out = Vec::new();
     for t in &config.targets {
@@ -44,7 +44,7 @@ pub fn config_warnings(config: &Config, budgets: bool) -> Vec<String> {
 }
 
 /// How long a run may hold its target's lease: its whole [`run_budget`].
-pub fn lease_ttl(t: &TargetConfig) -> Duration {
+pub(crate) fn lease_ttl(t: &TargetConfig) -> Duration {
     run_budget(t)
 }
 

@@ -17,11 +17,10 @@ mod select;
 mod stop;
 mod validate;
 
-pub use budget::{config_warnings, lease_ttl, run_budget};
-pub use repository::{ToolCheck, check_repository, integrity_only};
-pub use restore::{database_of, download};
-pub use select::{coverage_now, list_backups};
-pub use stop::MAX_ERROR_CHARS;
+pub(crate) use budget::{config_warnings, lease_ttl, run_budget};
+pub(crate) use repository::integrity_only;
+pub(crate) use restore::{database_of, download};
+pub(crate) use select::{coverage_now, list_backups};
 
 use crate::history::History;
 use crate::ids::new_run_id;
@@ -99,7 +98,7 @@ pub(crate) fn objectives(run: &mut Run<'_>) {
 /// Verifies `target`: the latest backup, or `backup_key` when given. `history` says which
 /// backups were proven (what `least-proven` and coverage read) and keeps the repository
 /// check's record; the caller records the run.
-pub async fn verify(
+pub(crate) async fn verify(
     config: &Config,
     target: &TargetConfig,
     backup_key: Option<&str>,
@@ -113,7 +112,7 @@ pub async fn verify(
 /// The record of a run that died without recording itself (SIGKILL, the OOM killer),
 /// made by the run that took over its lease: `aborted`, saying who it was. Its start is
 /// unknown; the record is dated when it was found.
-pub fn died_report(target: &TargetConfig, holder: &str) -> RunReport {
+pub(crate) fn died_report(target: &TargetConfig, holder: &str) -> RunReport {
     let now = timestamp(SystemTime::now());
     RunReport {
         run_id: new_run_id(),
@@ -141,7 +140,7 @@ pub fn died_report(target: &TargetConfig, holder: &str) -> RunReport {
 }
 
 /// [`verify`] with a run id chosen by the caller (the trigger API answers with it).
-pub async fn verify_as(
+pub(crate) async fn verify_as(
     run_id: String,
     config: &Config,
     target: &TargetConfig,

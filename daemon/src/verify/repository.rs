@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::{Instant, SystemTime};
 
 /// The `repository` validator on its own (`verify --integrity-only`, `integrity_schedule`).
-pub async fn integrity_only(
+pub(crate) async fn integrity_only(
     config: &Config,
     target: &TargetConfig,
     history: Option<&History>,
@@ -33,7 +33,7 @@ pub async fn integrity_only(
 
 /// The `repository` validator: the tool's repository checked without a restore (the
 /// tool's own verification where it has one, read line by line; WAL continuity).
-pub async fn check_repository(
+pub(crate) async fn check_repository(
     config: &Config,
     target: &TargetConfig,
     store: &Arc<dyn BackupStore>,
@@ -95,7 +95,7 @@ pub async fn check_repository(
 
 /// Whether a repository check runs the tool's own verification whatever was recorded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ToolCheck {
+pub(crate) enum ToolCheck {
     /// `--integrity-only` and the integrity schedule: that is what they are for.
     Run,
     /// A verify run: not again while a passed one is younger than one period of the
@@ -143,7 +143,7 @@ mod tool_check_tests {
     #[test]
     fn a_base_backup_that_may_still_be_uploading_is_said_so() {
         let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
-        let obj = |key: &str, age: u64| drcheck_restore::store::BackupObject {
+        let obj = |key: &str, age: u64| drcheck_restore::BackupObject {
             key: key.into(),
             size: 10,
             last_modified: now - Duration::from_secs(age),

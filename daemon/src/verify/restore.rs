@@ -8,10 +8,10 @@ use crate::ids::{new_run_id, sandbox_options};
 use crate::progress::Progress;
 use crate::run_report::{RestoreInfo, secs};
 use drcheck_config::{Config, RecoveryTarget, StorageConfig, TargetConfig};
-use drcheck_restore::fetch::FetchOptions;
-use drcheck_restore::job::{self, RestoreJob};
-use drcheck_restore::recovery::WalReplay;
-use drcheck_restore::sandbox::reap_leftovers;
+use drcheck_restore::FetchOptions;
+use drcheck_restore::RestoreJob;
+use drcheck_restore::WalReplay;
+use drcheck_restore::reap_leftovers;
 use drcheck_restore::{Backup, RestoreError, open_store};
 use sqlx::postgres::PgPoolOptions;
 use std::time::{Duration, Instant};
@@ -21,7 +21,7 @@ pub(super) struct Ready {
     pub sandbox: drcheck_restore::Sandbox,
     pub database: String,
     pub physical: bool,
-    pub horizon: Option<drcheck_restore::recovery::Horizon>,
+    pub horizon: Option<drcheck_restore::Horizon>,
 }
 
 /// The second stage, on the RTO clock: room checked, the chosen backup fetched and
@@ -72,7 +72,7 @@ pub(super) async fn restore_stage(
         jobs: target.restore_jobs,
         server_major: None,
         recovered_to: None,
-        containment: Some(drcheck_restore::sandbox::containment_name()),
+        containment: Some(drcheck_restore::containment_name()),
         manifest: None,
         first_byte_seconds: None,
         decrypted_by: None,
@@ -84,7 +84,7 @@ pub(super) async fn restore_stage(
     let mut heard = Heard::default();
     let count = progress.byte_counter();
     let outcome = {
-        let restoring = tokio::time::timeout(deadline, job::run(&job));
+        let restoring = tokio::time::timeout(deadline, drcheck_restore::run(&job));
         tokio::pin!(restoring);
         loop {
             tokio::select! {
@@ -195,7 +195,7 @@ pub(crate) struct Heard {
     /// From the start of the fetch to the first byte received.
     first_byte: Option<Duration>,
     sandbox_ready: Option<Duration>,
-    decryption: Option<drcheck_restore::decrypt::Decryption>,
+    decryption: Option<drcheck_restore::Decryption>,
 }
 
 impl Heard {
@@ -219,7 +219,7 @@ pub(crate) fn fetch_options(config: &Config, target: &TargetConfig) -> FetchOpti
         StorageConfig::S3(s3) => FetchOptions {
             part_size: s3.part_size,
             concurrency: s3.concurrency,
-            window: s3.part_size.max(drcheck_restore::fetch::WINDOW),
+            window: s3.part_size.max(drcheck_restore::FETCH_WINDOW),
             backoff: drcheck_restore::retry::Backoff::within(s3.retry_window),
         },
         StorageConfig::Filesystem { .. } => FetchOptions::default(),
@@ -231,19 +231,19 @@ pub(crate) fn fetch_options(config: &Config, target: &TargetConfig) -> FetchOpti
 /// contained in a sandbox of its own, every layer bounded by `max_expansion`), so what
 /// lands is what pg_restore or psql reads. Returns the bytes written and the layers
 /// undone, outermost first.
-pub async fn download(
+pub(crate) async fn download(
     config: &Config,
     target: &TargetConfig,
     backup: &Backup,
     output: &std::path::Path,
     decode: bool,
 ) -> anyhow::Result<(u64, Vec<String>)> {
-    use drcheck_restore::peel::{Peel, peel};
-    use drcheck_restore::stream::{self, Copy, copy_in_blocks};
+    use drcheck_restore::{Copy, copy_in_blocks, read_head, rejoin};
+    use drcheck_restore::{Peel, peel};
     let store = open_store(&target.storage, &config.storage[&target.storage]).await;
     let shown = store.describe();
     let Some(object) = backup.parts.first() else { anyhow::bail!("{} has no object to download", backup.key) };
-    let mut reader = drcheck_restore::fetch::parallel(store, object, fetch_options(config, target));
+    let mut reader = drcheck_restore::fetch_parallel(store, object, fetch_options(config, target));
     let mut sandbox = None;
     let mut layers = Vec::new();
     if decode {
@@ -254,7 +254,7 @@ pub async fn download(
             .saturating_add(CLUSTER_ALLOWANCE);
         let layers_of = Peel { decrypt: &target.decrypt, events: &events, expansion_ceiling: ceiling };
         let peeled = async {
-            let head = stream::read_head(&mut reader, &shown).await?;
+            let head = read_head(&mut reader, &shown).await?;
             peel(&layers_of, &sb, head, reader, &shown).await
         }
         .await;
@@ -266,7 +266,7 @@ pub async fn download(
             }
         };
         layers = undone.iter().map(|l| l.to_string()).collect();
-        reader = stream::rejoin(head, inner);
+        reader = rejoin(head, inner);
         sandbox = Some(sb);
     }
     let written = match tokio::fs::File::create(output).await {
@@ -286,7 +286,7 @@ pub async fn download(
 }
 
 /// The database a `postgres://` URL names, for physical restores (which hold every database).
-pub fn database_of(url: &str) -> Option<String> {
+pub(crate) fn database_of(url: &str) -> Option<String> {
     let path = url.split('?').next()?.rsplit_once('/')?.1;
     (!path.is_empty() && !path.contains('@')).then(|| path.to_string())
 }

@@ -9,8 +9,8 @@ use crate::ids::{Purpose, catalog_sandbox, new_run_id};
 use crate::progress::Progress;
 use crate::run_report::{BackupInfo, Coverage, secs, timestamp};
 use drcheck_config::{Config, RecoveryTarget, Selection, SourceConfig, TargetConfig};
-use drcheck_restore::request::Consistency;
-use drcheck_restore::store::backups_newest_first;
+use drcheck_restore::Consistency;
+use drcheck_restore::backups_newest_first;
 use drcheck_restore::{Backup, BackupStore, Catalog, Source, Stage, StoreError, open_source, open_store};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -149,7 +149,7 @@ pub(super) async fn select_stage(
 }
 
 /// Lists the backups of a target, newest first.
-pub async fn list_backups(config: &Config, target: &TargetConfig) -> Result<(String, Vec<Backup>), StoreError> {
+pub(crate) async fn list_backups(config: &Config, target: &TargetConfig) -> Result<(String, Vec<Backup>), StoreError> {
     let store = open_store(&target.storage, &config.storage[&target.storage]).await;
     if let (_, Some(catalog)) = read_source(config, target, &store, &new_run_id()).await? {
         let mut backups = catalog.restorable;
@@ -236,7 +236,11 @@ pub(crate) fn select_from_catalog(
 /// A target's coverage right now: its restorable backups (a fresh listing) against their
 /// proof records — what the daemon exports for every target from its start, before any
 /// run of it.
-pub async fn coverage_now(config: &Config, target: &TargetConfig, history: &History) -> Result<Coverage, String> {
+pub(crate) async fn coverage_now(
+    config: &Config,
+    target: &TargetConfig,
+    history: &History,
+) -> Result<Coverage, String> {
     let (_, listed) = list_backups(config, target).await.map_err(|e| e.to_string())?;
     let restorable: Vec<Backup> =
         listed.into_iter().filter(|b| b.catalog.as_ref().is_none_or(|c| c.status == "ok")).collect();
@@ -325,7 +329,7 @@ pub(crate) async fn archive_reach(
     source: &dyn Source,
     catalog: Option<&Catalog>,
     run_id: &str,
-) -> Result<Option<drcheck_restore::reach::Reach>, Stop> {
+) -> Result<Option<drcheck_restore::Reach>, Stop> {
     let described = catalog.map(|c| c.described.clone()).unwrap_or_else(|| source.describe());
     let sandbox =
         catalog_sandbox(config, &described, run_id, Purpose::Reach).map_err(|e| store_stop(Stage::Select, e))?;
@@ -457,7 +461,7 @@ pub(crate) async fn select(
     if let Some(key) = backup_key {
         let all = store.list(key).await.map_err(|e| store_stop(Stage::Select, e))?;
         // A backup named explicitly is taken even while it looks incomplete.
-        return drcheck_restore::store::group_backups(&all).into_iter().find(|b| b.key == key).map(|b| (b, None)).ok_or_else(|| {
+        return drcheck_restore::group_backups(&all).into_iter().find(|b| b.key == key).map(|b| (b, None)).ok_or_else(|| {
             Stop::usage(
                 "select",
                 format!(
@@ -514,9 +518,9 @@ pub(crate) async fn select(
 /// `backup_manifest` nor `pg_wal.tar` yet, written within the grace): what to say — not
 /// "none a backup" (issue 34: a fresh one-file `-X fetch` backup read so), but that it
 /// is taken as whole once the grace has passed, or at once when named.
-pub(crate) fn only_uploading(all: &[drcheck_restore::store::BackupObject], now: SystemTime) -> Option<String> {
-    let grace = drcheck_restore::store::UPLOAD_GRACE;
-    let waiting: Vec<(String, Duration)> = drcheck_restore::store::group_backups(all)
+pub(crate) fn only_uploading(all: &[drcheck_restore::BackupObject], now: SystemTime) -> Option<String> {
+    let grace = drcheck_restore::UPLOAD_GRACE;
+    let waiting: Vec<(String, Duration)> = drcheck_restore::group_backups(all)
         .into_iter()
         .filter(|b| b.is_physical())
         .map(|b| (b.key, now.duration_since(b.last_modified).unwrap_or_default()))
@@ -570,7 +574,7 @@ mod draw_tests {
 #[cfg(test)]
 mod select_tests {
     use super::*;
-    use drcheck_restore::store::CatalogEntry;
+    use drcheck_restore::CatalogEntry;
 
     fn target(select: &str) -> TargetConfig {
         let dir = tempfile::tempdir().unwrap();

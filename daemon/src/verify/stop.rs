@@ -31,11 +31,11 @@ pub(crate) async fn restored_unreachable(sandbox: &drcheck_restore::Sandbox, sta
         crash = sandbox.backend_crashed();
     }
     match (sandbox.server_blame(), crash) {
-        ((drcheck_restore::error::Blame::Backup, _), Some(crash)) => Stop::failed(
+        ((drcheck_restore::Blame::Backup, _), Some(crash)) => Stop::failed(
             stage,
             format!("{message} — the restored server's processes crash on what the backup holds ({crash})"),
         ),
-        ((_, why), _) => Stop::incomplete(stage, drcheck_restore::error::with_reason(message, why)),
+        ((_, why), _) => Stop::incomplete(stage, drcheck_restore::with_reason(message, why)),
     }
 }
 
@@ -80,7 +80,7 @@ pub(crate) fn store_stop(stage: Stage, e: StoreError) -> Stop {
 /// The most of an error message a report, the history and alerts keep. Messages quote
 /// tools' output, and that output quotes the backup: whoever wrote the backup must not
 /// be able to fill the history or an alert with it.
-pub const MAX_ERROR_CHARS: usize = 2000;
+pub(crate) const MAX_ERROR_CHARS: usize = 2000;
 
 /// `text` cut to `max` characters, for one log line.
 pub(crate) fn short(text: &str, max: usize) -> String {

@@ -10,7 +10,7 @@ use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, BufReader};
 /// Calls `f` with each line of `r` (without its `\n`), cutting lines longer than
 /// `keep` bytes to their first `keep`. Memory: one line of `keep` bytes and a read
 /// buffer, whatever `r` holds. Returns the bytes read.
-pub async fn each_line<R: AsyncRead + Unpin>(r: R, keep: usize, mut f: impl FnMut(&[u8])) -> io::Result<u64> {
+pub(crate) async fn each_line<R: AsyncRead + Unpin>(r: R, keep: usize, mut f: impl FnMut(&[u8])) -> io::Result<u64> {
     let mut r = BufReader::with_capacity(64 * 1024, r);
     let mut line = Vec::with_capacity(keep.min(64 * 1024));
     let mut total = 0u64;
@@ -41,7 +41,7 @@ pub async fn each_line<R: AsyncRead + Unpin>(r: R, keep: usize, mut f: impl FnMu
 
 /// Reads `r` to its end, keeping its last `keep` bytes (the end of a tool's stderr
 /// says why it stopped).
-pub async fn last_bytes<R: AsyncRead + Unpin>(mut r: R, keep: usize) -> io::Result<Vec<u8>> {
+pub(crate) async fn last_bytes<R: AsyncRead + Unpin>(mut r: R, keep: usize) -> io::Result<Vec<u8>> {
     let mut kept = Vec::with_capacity(keep.min(64 * 1024));
     let mut chunk = vec![0u8; 16 * 1024];
     loop {
@@ -63,7 +63,7 @@ pub async fn last_bytes<R: AsyncRead + Unpin>(mut r: R, keep: usize) -> io::Resu
 
 /// Waits for `child` (its stderr piped), reading its stderr meanwhile and keeping the
 /// last `keep` bytes of it.
-pub async fn wait_keeping_stderr(
+pub(crate) async fn wait_keeping_stderr(
     child: &mut tokio::process::Child,
     keep: usize,
 ) -> io::Result<(std::process::ExitStatus, Vec<u8>)> {
@@ -75,7 +75,7 @@ pub async fn wait_keeping_stderr(
 /// Reads `r` to its end: all of it when it holds at most `limit` bytes, else
 /// `Err(bytes read)` after reading (and dropping) the rest, so the writer is never
 /// left blocked on a full pipe.
-pub async fn at_most<R: AsyncRead + Unpin>(r: R, limit: usize) -> io::Result<Result<Vec<u8>, u64>> {
+pub(crate) async fn at_most<R: AsyncRead + Unpin>(r: R, limit: usize) -> io::Result<Result<Vec<u8>, u64>> {
     let mut all = Vec::new();
     let mut head = r.take(limit as u64 + 1);
     head.read_to_end(&mut all).await?;

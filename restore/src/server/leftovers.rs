@@ -22,12 +22,12 @@ use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsE
 use std::path::{Path, PathBuf};
 
 /// Sandbox directories inside the private directory start with this.
-pub const SANDBOX_PREFIX: &str = "sandbox-";
+pub(crate) const SANDBOX_PREFIX: &str = "sandbox-";
 const OWNER_SUFFIX: &str = ".owner";
 const SOCKET_PREFIX: &str = "/tmp/drcheck-";
 
 /// `scratch_dir/drcheck-<uid>`, drcheck's private directory in the scratch directory.
-pub fn private_dir(scratch_dir: &Path) -> PathBuf {
+pub(crate) fn private_dir(scratch_dir: &Path) -> PathBuf {
     scratch_dir.join(format!("drcheck-{}", Uid::effective().as_raw()))
 }
 
@@ -37,7 +37,7 @@ pub fn private_dir(scratch_dir: &Path) -> PathBuf {
 /// nor touches it, and is not stopped by it: it makes a directory of its own with an
 /// unguessable name (`drcheck-<uid>.<random>`, kept for the rest of the process), and
 /// says so.
-pub fn ensure_private_dir(scratch_dir: &Path) -> Result<PathBuf, String> {
+pub(crate) fn ensure_private_dir(scratch_dir: &Path) -> Result<PathBuf, String> {
     let canonical = private_dir(scratch_dir);
     match ensure_own_dir(scratch_dir, &canonical, 0o711) {
         Ok(dir) => Ok(dir),
@@ -160,7 +160,7 @@ impl Owner {
 }
 
 /// The owner record of the sandbox directory `root`.
-pub fn owner_file(root: &Path) -> PathBuf {
+pub(crate) fn owner_file(root: &Path) -> PathBuf {
     let mut name = root.file_name().unwrap_or_default().to_os_string();
     name.push(OWNER_SUFFIX);
     root.with_file_name(name)
@@ -170,14 +170,14 @@ pub fn owner_file(root: &Path) -> PathBuf {
 /// with the decryption key): beside the sandbox's root, never inside it. Short (gpg's
 /// agent socket lives in it, and a unix socket's path has at most 107 bytes), named
 /// after the root so that teardown and the reaper find it.
-pub fn keys_dir(root: &Path) -> PathBuf {
+pub(crate) fn keys_dir(root: &Path) -> PathBuf {
     use sha2::Digest;
     let digest = sha2::Sha256::digest(root.file_name().unwrap_or_default().as_encoded_bytes());
     root.with_file_name(format!("k-{}", &hex::encode(digest)[..12]))
 }
 
 /// Writes `root`'s owner record (replacing it atomically).
-pub fn write_owner(root: &Path, owner: &Owner) -> Result<(), String> {
+pub(crate) fn write_owner(root: &Path, owner: &Owner) -> Result<(), String> {
     let path = owner_file(root);
     let tmp = path.with_extension("owner.tmp");
     let _ = std::fs::remove_file(&tmp);
@@ -248,7 +248,7 @@ fn start_time(pid: i32) -> Option<u64> {
 
 /// Removes sandboxes whose drcheck process is gone: stops the processes working inside
 /// them and deletes their directories. Returns the directories removed.
-pub fn reap(scratch_dir: &Path) -> Vec<PathBuf> {
+pub(crate) fn reap(scratch_dir: &Path) -> Vec<PathBuf> {
     own_private_dirs(scratch_dir).iter().flat_map(|dir| reap_in(dir)).collect()
 }
 

@@ -5,11 +5,11 @@
 //! against it ([`tools`]), what a crash left behind ([`leftovers`]), and reading what those processes print without
 //! trusting its size ([`capture`]). Knows nothing of stores or backup tools.
 
-pub mod capture;
+pub(crate) mod capture;
 pub mod contain;
-pub mod leftovers;
-pub mod pgbin;
-pub mod reach;
-pub mod recovery;
-pub mod sandbox;
-pub mod tools;
+pub(crate) mod leftovers;
+pub(crate) mod pgbin;
+pub(crate) mod reach;
+pub(crate) mod recovery;
+pub(crate) mod sandbox;
+pub(crate) mod tools;

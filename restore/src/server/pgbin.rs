@@ -19,7 +19,7 @@ impl PgBin {
 const DEBIAN_ROOT: &str = "/usr/lib/postgresql";
 
 /// The configured bindir, or else the newest major found under `/usr/lib/postgresql`.
-pub fn find(configured: Option<&Path>) -> Result<PgBin, String> {
+pub(crate) fn find(configured: Option<&Path>) -> Result<PgBin, String> {
     if let Some(dir) = configured {
         if !dir.join("initdb").is_file() || !dir.join("postgres").is_file() {
             return Err(format!("sandbox.pg_bindir {} has no initdb and postgres binaries", dir.display()));
@@ -35,7 +35,7 @@ pub fn find(configured: Option<&Path>) -> Result<PgBin, String> {
 }
 
 /// Every major version installed under `/usr/lib/postgresql`.
-pub fn installed() -> Vec<PgBin> {
+pub(crate) fn installed() -> Vec<PgBin> {
     let Ok(entries) = std::fs::read_dir(DEBIAN_ROOT) else {
         return Vec::new();
     };
@@ -53,7 +53,7 @@ pub fn installed() -> Vec<PgBin> {
 /// The server binaries for a backup written by PostgreSQL `major`: the configured
 /// bindir, or the installed major itself (`exact`, for physical backups), or else the
 /// oldest installed major that is not older (logical dumps restore into newer servers).
-pub fn for_major(configured: Option<&Path>, major: Option<u32>, exact: bool) -> Result<PgBin, String> {
+pub(crate) fn for_major(configured: Option<&Path>, major: Option<u32>, exact: bool) -> Result<PgBin, String> {
     if configured.is_some() || major.is_none() {
         return find(configured);
     }
@@ -78,6 +78,6 @@ pub fn for_major(configured: Option<&Path>, major: Option<u32>, exact: bool) -> 
 }
 
 /// `"15.18 (Debian …)"` → 15; `"9.6.24"` → 9.
-pub fn major_of(version: &str) -> Option<u32> {
+pub(crate) fn major_of(version: &str) -> Option<u32> {
     version.split(|c: char| !c.is_ascii_digit()).next()?.parse().ok()
 }

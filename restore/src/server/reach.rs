@@ -35,7 +35,7 @@ const SEGMENTS_TRIED: usize = 4;
 /// The newest transaction end among `segments` (any order): each, newest first, is
 /// fetched by `fetch(name, path)` into the sandbox and read with `pg_waldump`, until one
 /// holds a commit or abort. `None` when none of the newest [`SEGMENTS_TRIED`] does.
-pub async fn newest<F, Fut>(
+pub(crate) async fn newest<F, Fut>(
     sandbox: &Sandbox,
     pg_bindir: Option<&Path>,
     segments: impl IntoIterator<Item = String>,
@@ -64,7 +64,7 @@ where
     Ok(None)
 }
 
-pub fn is_segment(name: &str) -> bool {
+pub(crate) fn is_segment(name: &str) -> bool {
     name.len() == 24 && name.chars().all(|c| c.is_ascii_hexdigit())
 }
 
@@ -156,7 +156,7 @@ const LINE_KEPT: usize = 4096;
 
 /// The time of a `COMMIT`/`ABORT` line of `pg_waldump --rmgr=Transaction`
 /// (`… desc: COMMIT 2026-12-02 02:10:00.123456 UTC; …`), if it is one.
-pub fn transaction_end(line: &str) -> Option<SystemTime> {
+pub(crate) fn transaction_end(line: &str) -> Option<SystemTime> {
     let desc = line.split("desc: ").nth(1)?;
     let rest = desc.strip_prefix("COMMIT ").or_else(|| desc.strip_prefix("ABORT "))?;
     let stamp = rest.split(';').next()?.trim();

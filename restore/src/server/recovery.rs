@@ -24,7 +24,7 @@ pub struct WalReplay {
 }
 
 /// Archived WAL to replay: the spool drcheck fills, and how far to go.
-pub struct Replay<'a> {
+pub(crate) struct Replay<'a> {
     pub spool: &'a Path,
     pub target: &'a RecoveryTarget,
     /// The spool is still being filled ([`start_while_fetching`]): a file it lists in
@@ -44,7 +44,7 @@ const FAILED: &str = ".failed";
 /// fetch fails the restore even when recovery then ended (it would have taken the missing
 /// file for the archive's end). Past a time or LSN target the server no longer asks:
 /// the files after it are not fetched.
-pub async fn start_while_fetching<F, Fut>(
+pub(crate) async fn start_while_fetching<F, Fut>(
     sandbox: &mut Sandbox,
     pg_bindir: Option<&Path>,
     spool: &Path,
@@ -110,7 +110,7 @@ where
 }
 
 /// The major version in a data directory's `PG_VERSION`.
-pub fn read_major(dir: &Path) -> Result<u32, RestoreError> {
+pub(crate) fn read_major(dir: &Path) -> Result<u32, RestoreError> {
     let v = std::fs::read_to_string(dir.join("PG_VERSION"))
         .map_err(|e| RestoreError::bad(Stage::Restore, format!("the base backup has no readable PG_VERSION: {e}")))?;
     crate::server::pgbin::major_of(v.trim())
@@ -120,7 +120,7 @@ pub fn read_major(dir: &Path) -> Result<u32, RestoreError> {
 /// Starts the sandbox's server on the restored data directory (already in
 /// `sandbox.data_dir()`), replaying `replay` if given; returns the last replayed
 /// commit's time, when the WAL had one.
-pub async fn start_restored(
+pub(crate) async fn start_restored(
     sandbox: &mut Sandbox,
     pg_bindir: Option<&Path>,
     replay: Option<Replay<'_>>,
@@ -242,7 +242,7 @@ pub struct Horizon {
 
 /// Where a restored server's recovery ended, read before drcheck wrote to it.
 #[derive(Debug, Clone, Default)]
-pub struct Recovered {
+pub(crate) struct Recovered {
     /// The last replayed commit's time, when the WAL had one.
     pub recovered_to: Option<String>,
     /// The transaction horizon of the copy's point.
@@ -253,7 +253,7 @@ pub struct Recovered {
 /// history `has_history` (of an 8-digit timeline) says is there: after a promotion, the
 /// old timeline's last segment is archived only as `.partial` and replay goes on with
 /// the new timeline's.
-pub fn on_a_later_timeline(
+pub(crate) fn on_a_later_timeline(
     seg: &str,
     segments: &std::collections::BTreeSet<String>,
     has_history: impl Fn(&str) -> bool,
@@ -310,7 +310,7 @@ fn not_reached(target: &RecoveryTarget, log: &str, spool: &Path) -> RestoreError
 }
 
 /// The `recovery_target*` settings of a target (none for `latest`).
-pub fn target_settings(target: &RecoveryTarget) -> Vec<(String, String)> {
+pub(crate) fn target_settings(target: &RecoveryTarget) -> Vec<(String, String)> {
     match target {
         RecoveryTarget::Latest => vec![],
         RecoveryTarget::Immediate => vec![("recovery_target".into(), "immediate".into())],
@@ -322,7 +322,7 @@ pub fn target_settings(target: &RecoveryTarget) -> Vec<(String, String)> {
 }
 
 /// A spool directory for archived WAL in the sandbox.
-pub fn spool_dir(sandbox: &Sandbox) -> Result<PathBuf, RestoreError> {
+pub(crate) fn spool_dir(sandbox: &Sandbox) -> Result<PathBuf, RestoreError> {
     let spool = sandbox.root().join("wal-spool");
     std::fs::create_dir_all(&spool)
         .map_err(|e| RestoreError::infra(Stage::Fetch, format!("{}: {e}", spool.display())))?;
@@ -332,7 +332,7 @@ pub fn spool_dir(sandbox: &Sandbox) -> Result<PathBuf, RestoreError> {
 
 /// The WAL file after `segment` (24 hex digits) for 16 MiB segments: the low part
 /// counts 00000000..000000FF, then the middle part increments.
-pub fn next_segment(segment: &str) -> Option<String> {
+pub(crate) fn next_segment(segment: &str) -> Option<String> {
     if segment.len() != 24 {
         return None;
     }
@@ -386,7 +386,7 @@ fn own_user_name() -> String {
 }
 
 /// Removes a file or link at `path` without following it; nothing there is fine.
-pub fn remove_entry(path: &Path) -> Result<(), RestoreError> {
+pub(crate) fn remove_entry(path: &Path) -> Result<(), RestoreError> {
     match std::fs::symlink_metadata(path) {
         Err(_) => Ok(()),
         Ok(m) if m.is_dir() => Err(RestoreError::bad(
@@ -399,7 +399,7 @@ pub fn remove_entry(path: &Path) -> Result<(), RestoreError> {
 }
 
 /// Writes a new file that drcheck controls: never through a link the backup planted.
-pub fn write_new(path: &Path, content: &str) -> Result<(), RestoreError> {
+pub(crate) fn write_new(path: &Path, content: &str) -> Result<(), RestoreError> {
     remove_entry(path)?;
     crate::server::sandbox::write_private(path, content.as_bytes())
 }

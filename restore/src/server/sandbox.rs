@@ -33,7 +33,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-pub use crate::server::leftovers::SANDBOX_PREFIX;
+pub(crate) use crate::server::leftovers::SANDBOX_PREFIX;
 /// libpq's password file for the clients of this sandbox (0600).
 const PASS_FILE: &str = "pgpass";
 /// The port only names the socket file; nothing listens on TCP.
@@ -54,9 +54,6 @@ pub struct SandboxOptions {
     /// The address space of each server process (`RLIMIT_AS`); `None`: unlimited.
     pub memory_limit: Option<u64>,
 }
-
-/// The `[sandbox] user` default, created by `scripts/setup.sh` and the image.
-pub const DEFAULT_SANDBOX_USER: &str = "drcheck-sandbox";
 
 /// The containment a sandbox would run under (`restore.containment`), known before one
 /// exists.
@@ -95,7 +92,7 @@ pub struct Host {
 }
 
 /// Anything a contained process can run beside: a [`Sandbox`], or its [`Host`].
-pub trait Contained {
+pub(crate) trait Contained {
     fn host(&self) -> Host;
 }
 
@@ -177,7 +174,7 @@ fn infra(message: impl Into<String>) -> RestoreError {
 }
 
 /// Server settings of a profile, passed as `-c name=value`.
-pub fn profile_settings(profile: Profile) -> &'static [(&'static str, &'static str)] {
+pub(crate) fn profile_settings(profile: Profile) -> &'static [(&'static str, &'static str)] {
     match profile {
         Profile::Production => &[],
         Profile::Fast => &[
@@ -744,13 +741,13 @@ fn shares_identity(user: &User) -> Option<String> {
 }
 
 /// The last `max` bytes of `bytes` as trimmed text.
-pub fn tail(bytes: &[u8], max: usize) -> String {
+pub(crate) fn tail(bytes: &[u8], max: usize) -> String {
     let start = bytes.len().saturating_sub(max);
     String::from_utf8_lossy(&bytes[start..]).trim().to_string()
 }
 
 /// The directory a run's sandbox lives in: `scratch_dir/drcheck-<uid>/sandbox-<run>`.
-pub fn sandbox_root(opts: &SandboxOptions) -> Result<PathBuf, RestoreError> {
+pub(crate) fn sandbox_root(opts: &SandboxOptions) -> Result<PathBuf, RestoreError> {
     let private = leftovers::ensure_private_dir(&opts.scratch_dir).map_err(infra)?;
     Ok(private.join(format!("{SANDBOX_PREFIX}{}", opts.run_id)))
 }

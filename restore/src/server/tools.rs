@@ -8,11 +8,15 @@ use crate::server::sandbox::{Sandbox, tail};
 use std::process::Stdio;
 
 /// How much of a tool's stderr a report keeps (the tail, where the error is).
-pub const STDERR_KEEP: usize = 4000;
+pub(crate) const STDERR_KEEP: usize = 4000;
 
 /// A PostgreSQL client tool from the sandbox's bindir, contained, connected to
 /// `database` over the sandbox's socket, in a clean environment.
-pub fn client_command(sandbox: &Sandbox, tool: &str, database: &str) -> Result<tokio::process::Command, RestoreError> {
+pub(crate) fn client_command(
+    sandbox: &Sandbox,
+    tool: &str,
+    database: &str,
+) -> Result<tokio::process::Command, RestoreError> {
     sandbox.client_command(tool, database)
 }
 
@@ -24,7 +28,7 @@ pub fn client_command(sandbox: &Sandbox, tool: &str, database: &str) -> Result<t
 /// every database already has and PostgreSQL 15's pg_dump writes as `CREATE SCHEMA
 /// public`: the empty schema is dropped and the archive's recreates it. Every other
 /// error still stops the restore (`--exit-on-error`).
-pub fn pg_restore(
+pub(crate) fn pg_restore(
     sandbox: &Sandbox,
     database: &str,
     keep_owners: bool,
@@ -42,7 +46,7 @@ pub fn pg_restore(
 }
 
 /// `psql` running a script from stdin, stopping at the first error.
-pub fn psql_script(sandbox: &Sandbox, database: &str) -> Result<tokio::process::Command, RestoreError> {
+pub(crate) fn psql_script(sandbox: &Sandbox, database: &str) -> Result<tokio::process::Command, RestoreError> {
     let mut cmd = client_command(sandbox, "psql", database)?;
     cmd.args(["-X", "-q", "-v", "ON_ERROR_STOP=1", "-f", "-"]);
     Ok(cmd)
@@ -51,7 +55,11 @@ pub fn psql_script(sandbox: &Sandbox, database: &str) -> Result<tokio::process::
 /// Runs `cmd` (a client of `sandbox`) to completion; a non-zero exit is the backup's
 /// fault unless [`Sandbox::judge_client`] says the world's, with the tool's stderr tail
 /// as the reason.
-pub async fn run_tool(sandbox: &Sandbox, mut cmd: tokio::process::Command, what: &str) -> Result<(), RestoreError> {
+pub(crate) async fn run_tool(
+    sandbox: &Sandbox,
+    mut cmd: tokio::process::Command,
+    what: &str,
+) -> Result<(), RestoreError> {
     let mut child = cmd
         .stdin(Stdio::null())
         .stdout(Stdio::null())

@@ -25,7 +25,7 @@ const PYTHON: &str = "/usr/bin/python3";
 
 /// A barman-cloud catalog: `s3://bucket/prefix` + server name.
 #[derive(Clone)]
-pub struct Catalog {
+pub(crate) struct Catalog {
     pub bucket: String,
     /// The destination's path in the bucket (`clusters`), without slashes around it.
     pub prefix: String,
@@ -42,7 +42,7 @@ impl std::fmt::Debug for Catalog {
 }
 
 impl Catalog {
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         format!("{self:?}")
     }
 
@@ -102,7 +102,11 @@ impl Catalog {
 
     /// The server's catalog, oldest first. Backups barman does not mark `DONE` are kept
     /// with their status (shown by `backups list`, never selected).
-    pub async fn catalog(&self, sandbox: &Sandbox, store: &Arc<dyn BackupStore>) -> Result<Vec<Backup>, StoreError> {
+    pub(crate) async fn catalog(
+        &self,
+        sandbox: &Sandbox,
+        store: &Arc<dyn BackupStore>,
+    ) -> Result<Vec<Backup>, StoreError> {
         let store_err =
             |message: String, unreachable| StoreError { store: self.describe(), message, unreachable, changed: false };
         let out = self

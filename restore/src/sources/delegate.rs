@@ -13,7 +13,7 @@ use crate::server::capture;
 use crate::server::contain;
 use crate::server::recovery;
 use crate::server::sandbox::{Contained, Host, Sandbox, tail};
-pub use crate::source::Integrity;
+pub(crate) use crate::source::Integrity;
 use drcheck_config::RecoveryTarget;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -21,13 +21,13 @@ use std::path::{Path, PathBuf};
 /// The most of a tool's standard output read (a catalog, a listing): more is a
 /// repository beyond what drcheck holds in memory, and the run stops (drcheck's limit:
 /// exit 3).
-pub const STDOUT_LIMIT: usize = 128 << 20;
+pub(crate) const STDOUT_LIMIT: usize = 128 << 20;
 
 /// The end of a tool's standard error kept: its reason comes last.
 const STDERR_KEEP: usize = 64 << 10;
 
 /// One contained run of a backup tool.
-pub struct Tool<'a> {
+pub(crate) struct Tool<'a> {
     /// The program (a binary, or a script whose interpreter is in `exec`).
     pub program: &'a Path,
     /// More it may execute (an interpreter).
@@ -40,7 +40,7 @@ pub struct Tool<'a> {
 }
 
 /// What a tool printed and how it exited.
-pub struct Output {
+pub(crate) struct Output {
     pub code: Option<i32>,
     /// The signal that killed it (the OOM killer, an operator): then no `code`.
     pub signal: Option<i32>,
@@ -50,18 +50,18 @@ pub struct Output {
 
 impl Output {
     /// The end of what it said (stderr first), bounded.
-    pub fn text(&self) -> String {
+    pub(crate) fn text(&self) -> String {
         let mut all = self.stderr.clone();
         all.extend_from_slice(&self.stdout);
         tail(&all, 2000)
     }
 
-    pub fn ok(&self) -> bool {
+    pub(crate) fn ok(&self) -> bool {
         self.code == Some(0)
     }
 
     /// How it ended, in words: `exit 4`, `killed by signal 9`.
-    pub fn how(&self) -> String {
+    pub(crate) fn how(&self) -> String {
         match (self.code, self.signal) {
             (Some(c), _) => format!("exit {c}"),
             (None, Some(s)) => format!("killed by signal {s}"),
@@ -71,7 +71,7 @@ impl Output {
 
     /// `text`, followed by what to do when the tool's words name a failure a user can
     /// fix: an untrusted TLS certificate.
-    pub fn text_with_hint(&self) -> String {
+    pub(crate) fn text_with_hint(&self) -> String {
         let text = self.text();
         if text.contains("CERTIFICATE_VERIFY_FAILED") || text.contains("certificate verify failed") {
             format!("{text} — TLS: the store's certificate is not trusted: set the storage's ca_file to its CA")
@@ -82,7 +82,7 @@ impl Output {
 }
 
 /// The tool's working directory in the sandbox (logs, locks, HOME), made on first use.
-pub fn work_dir(host: &Host) -> Result<PathBuf, RestoreError> {
+pub(crate) fn work_dir(host: &Host) -> Result<PathBuf, RestoreError> {
     let work = host.root().join("tool");
     if !work.exists() {
         std::fs::create_dir_all(&work).map_err(|e| infra(format!("{}: {e}", work.display())))?;
@@ -92,13 +92,13 @@ pub fn work_dir(host: &Host) -> Result<PathBuf, RestoreError> {
 }
 
 /// Runs `tool` with `args`, contained in the run's directory.
-pub async fn run(at: &impl Contained, tool: &Tool<'_>, args: &[String]) -> Result<Output, RestoreError> {
+pub(crate) async fn run(at: &impl Contained, tool: &Tool<'_>, args: &[String]) -> Result<Output, RestoreError> {
     run_to(at, tool, args, None).await
 }
 
 /// [`run`], its standard output (binary: never scrubbed nor decoded) written to
 /// `stdout_file` when given, created by drcheck inside the run's directory.
-pub async fn run_to(
+pub(crate) async fn run_to(
     at: &impl Contained,
     tool: &Tool<'_>,
     args: &[String],
@@ -188,14 +188,14 @@ fn scrubbed(bytes: Vec<u8>, secrets: &[&str]) -> Vec<u8> {
     text.into_bytes()
 }
 
-pub fn infra(m: String) -> RestoreError {
+pub(crate) fn infra(m: String) -> RestoreError {
     RestoreError::infra(Stage::Fetch, m)
 }
 
 /// A tool's failure, judged where it happened: killed by a signal (the OOM killer) or
 /// with the run's file system full, the world's; otherwise what the tool's own exit
 /// status says (`blame`, from its documented exit codes).
-pub fn judged(at: &impl Contained, what: &str, out: &Output, blame: impl Fn(&Output) -> Blame) -> RestoreError {
+pub(crate) fn judged(at: &impl Contained, what: &str, out: &Output, blame: impl Fn(&Output) -> Blame) -> RestoreError {
     let message = format!("{what} failed ({}): {}", out.how(), out.text_with_hint());
     let room = at.host().disk_full();
     let who = if out.code.is_none() || room.is_some() { Blame::World } else { blame(out) };
@@ -207,7 +207,7 @@ pub fn judged(at: &impl Contained, what: &str, out: &Output, blame: impl Fn(&Out
 
 /// Host and TCP port of an `http(s)://[user@]host[:port]/…` endpoint (IPv6 hosts in
 /// brackets); the scheme's port when none is given.
-pub fn endpoint_host_port(url: &str) -> Option<(String, u16)> {
+pub(crate) fn endpoint_host_port(url: &str) -> Option<(String, u16)> {
     let (scheme, rest) = url.split_once("://")?;
     let hostport = rest.split('/').next()?.rsplit('@').next()?;
     match hostport.rsplit_once(':') {
@@ -219,7 +219,7 @@ pub fn endpoint_host_port(url: &str) -> Option<(String, u16)> {
 }
 
 /// The TCP port of an endpoint URL.
-pub fn endpoint_port(url: &str) -> Option<u16> {
+pub(crate) fn endpoint_port(url: &str) -> Option<u16> {
     endpoint_host_port(url).map(|(_, port)| port)
 }
 
@@ -235,7 +235,7 @@ fn network_read_paths() -> Vec<PathBuf> {
 
 /// The WAL files (and timeline history files) an archive holds.
 #[derive(Debug, Default)]
-pub struct Archived {
+pub(crate) struct Archived {
     pub segments: BTreeSet<String>,
     pub history: BTreeSet<String>,
 }
@@ -244,7 +244,7 @@ impl Archived {
     /// Adds an archived file by its name: `<24 hex>` followed by nothing, `.gz`-like
     /// suffixes or pgBackRest's `-<sha1>…`; `<8 hex>.history…`. Backup history files
     /// (`….00000028.backup`) and partial segments are not WAL to replay.
-    pub fn add(&mut self, name: &str) {
+    pub(crate) fn add(&mut self, name: &str) {
         let hex = |s: &str| s.chars().all(|c| c.is_ascii_hexdigit());
         if name.len() >= 24 && hex(&name[..24]) {
             let rest = &name[24..];
@@ -261,7 +261,7 @@ impl Archived {
 }
 
 /// Which WAL files recovery gets.
-pub struct Plan {
+pub(crate) struct Plan {
     pub segments: Vec<String>,
     /// The first file missing after the backup's own: recovery stops before it.
     pub gap: Option<String>,
@@ -269,7 +269,7 @@ pub struct Plan {
 
 /// The WAL files to fetch: `start..=stop` must all be there (else `Err(missing)`);
 /// after `stop`, as far as the archive is continuous up to `last`.
-pub fn plan_segments(start: &str, stop: &str, last: &str, archived: &Archived) -> Result<Plan, String> {
+pub(crate) fn plan_segments(start: &str, stop: &str, last: &str, archived: &Archived) -> Result<Plan, String> {
     let mut segments = Vec::new();
     let mut seg = start.to_string();
     let last = if last < stop { stop } else { last };
@@ -304,7 +304,7 @@ pub fn plan_segments(start: &str, stop: &str, last: &str, archived: &Archived) -
 /// any segment — by `fetch(host, name, path)`, four at a time (each is one short-lived
 /// tool process), while the sandbox's server replays what has arrived
 /// ([`recovery::start_while_fetching`]). Returns the recovered point.
-pub async fn replay_plan<F, Fut>(
+pub(crate) async fn replay_plan<F, Fut>(
     sandbox: &mut Sandbox,
     pg_bindir: Option<&Path>,
     target: &RecoveryTarget,
@@ -329,7 +329,7 @@ where
 /// be archived, and the archive must run without a gap from the oldest restorable
 /// backup's start to its newest file — a gap means no point in time after it can be
 /// recovered from the backups before it.
-pub fn continuity(backups: &[crate::store::Backup], archived: &Archived, integrity: &mut Integrity) {
+pub(crate) fn continuity(backups: &[crate::store::Backup], archived: &Archived, integrity: &mut Integrity) {
     let usable: Vec<_> =
         backups.iter().filter_map(|b| b.catalog.as_ref().filter(|c| c.status == "ok").map(|c| (b, c))).collect();
     integrity.backups += usable.len() as u64;

@@ -5,9 +5,9 @@
 //! questions through [`crate::source::Source`]: its catalog, how far its archive
 //! replays, a restore to a target, its integrity.
 
-pub mod barman;
-pub mod delegate;
-pub mod objects;
-pub mod pgbackrest;
-pub mod physical;
-pub mod plain;
+pub(crate) mod barman;
+pub(crate) mod delegate;
+pub(crate) mod objects;
+pub(crate) mod pgbackrest;
+pub(crate) mod physical;
+pub(crate) mod plain;

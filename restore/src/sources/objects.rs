@@ -50,7 +50,11 @@ fn check_expected(expected: FormatSetting, found: &str) -> Result<(), RestoreErr
 }
 
 /// Restores a backup of objects (a dump, or a base backup) into `sandbox`.
-pub async fn restore(job: &RestoreJob<'_>, mut sandbox: Sandbox, started: Instant) -> Result<Restored, RestoreError> {
+pub(crate) async fn restore(
+    job: &RestoreJob<'_>,
+    mut sandbox: Sandbox,
+    started: Instant,
+) -> Result<Restored, RestoreError> {
     let store_name = job.store.describe();
     if job.backup.is_physical() {
         check_expected(job.format, "physical")?;
@@ -298,7 +302,7 @@ async fn apply_globals(sandbox: &Sandbox, job: &RestoreJob<'_>) -> Result<bool, 
 
 /// Archived WAL objects under a `wal_prefix`: the [`Archive`] of base backups kept as
 /// objects.
-pub struct WalArchive {
+pub(crate) struct WalArchive {
     pub prefix: String,
     pub fetch: crate::transfer::fetch::FetchOptions,
 }
@@ -334,7 +338,7 @@ impl Archive for WalArchive {
 /// A store's objects under the target's prefix as its source, with the archived WAL
 /// under `wal_prefix` when there is one. The pipeline lists and chooses the objects
 /// itself: no catalog.
-pub struct Objects {
+pub(crate) struct Objects {
     pub described: String,
     pub wal: Option<WalArchive>,
 }

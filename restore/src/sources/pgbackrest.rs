@@ -27,7 +27,7 @@ const PGBACKREST: &str = "/usr/bin/pgbackrest";
 
 /// A pgBackRest repository on S3-compatible storage.
 #[derive(Clone)]
-pub struct Repo {
+pub(crate) struct Repo {
     pub stanza: String,
     pub repo_path: String,
     pub bucket: String,
@@ -48,17 +48,16 @@ impl std::fmt::Debug for Repo {
 
 /// What `pgbackrest info` says about a stanza.
 #[derive(Debug, Clone)]
-pub struct Catalog {
+pub(crate) struct Catalog {
     /// Oldest first, as pgBackRest lists them.
     pub backups: Vec<Backup>,
     /// The archive id (`15-1`) and the newest archived WAL file.
     pub archive_id: Option<String>,
     pub archive_max: Option<String>,
-    pub archive_min: Option<String>,
 }
 
 impl Repo {
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         format!("{self:?}")
     }
 
@@ -148,7 +147,7 @@ impl Repo {
 
     /// The stanza's catalog. Backups pgBackRest marks in error are kept, with their
     /// status, so `backups list` can show them; [`select`] skips them.
-    pub async fn catalog(&self, sandbox: &Sandbox) -> Result<Catalog, StoreError> {
+    pub(crate) async fn catalog(&self, sandbox: &Sandbox) -> Result<Catalog, StoreError> {
         let out = self.run(sandbox, &["info".into(), "--output=json".into()]).await.map_err(|e| StoreError {
             store: self.describe(),
             message: e.to_string(),
@@ -174,7 +173,7 @@ impl Repo {
     /// Restores `backup` into the sandbox's data directory, spools the WAL recovery
     /// needs (up to `target`), and starts the server. Returns the recovered point and
     /// how many WAL files were spooled.
-    pub async fn restore(
+    pub(crate) async fn restore(
         &self,
         sandbox: &mut Sandbox,
         pg_bindir: Option<&Path>,
@@ -251,7 +250,7 @@ impl Repo {
     /// The repository checked without a restore: `pgbackrest verify`'s report read
     /// line by line (its exit code is 0 whatever it finds), and WAL continuity checked
     /// by drcheck (verify calls backups valid whose WAL is gone).
-    pub async fn integrity(
+    pub(crate) async fn integrity(
         &self,
         sandbox: &impl Contained,
         catalog: &Catalog,
@@ -275,7 +274,7 @@ impl Repo {
     }
 
     /// How far the stanza's archive replays: its newest segments read with `pg_waldump`.
-    pub async fn reach(
+    pub(crate) async fn reach(
         &self,
         sandbox: &Sandbox,
         catalog: &Catalog,
@@ -389,7 +388,7 @@ impl crate::source::Source for Repo {
 }
 
 /// A stanza with the catalog it was read as: the [`Repository`] a run restores from.
-pub struct Stanza {
+pub(crate) struct Stanza {
     pub repo: Repo,
     pub catalog: Catalog,
 }
@@ -566,7 +565,6 @@ fn parse_info(json: &[u8], stanza: &str) -> Result<Catalog, String> {
         backups,
         archive_id: archive.and_then(|a| text(&a["id"])),
         archive_max: archive.and_then(|a| text(&a["max"])),
-        archive_min: archive.and_then(|a| text(&a["min"])),
     })
 }
 
@@ -590,7 +588,7 @@ fn lenient_json(bytes: &[u8]) -> Result<serde_json::Value, serde_json::Error> {
 
 /// A tool's message as a person can read it: each line up to the first character that is
 /// not printable ASCII (what a tool quotes of an unreadable file), lines said once, at most 600 bytes.
-pub fn tool_words(message: &str) -> String {
+pub(crate) fn tool_words(message: &str) -> String {
     let mut lines: Vec<String> = Vec::new();
     for line in message.lines() {
         // pgBackRest speaks ASCII; what is not is quoted from a file.

@@ -69,7 +69,11 @@ async fn unpack_part(
     stream::extract_tar(head, reader, dest, &store).await
 }
 
-pub async fn restore(job: &RestoreJob<'_>, sandbox: Sandbox, started: Instant) -> Result<Restored, RestoreError> {
+pub(crate) async fn restore(
+    job: &RestoreJob<'_>,
+    sandbox: Sandbox,
+    started: Instant,
+) -> Result<Restored, RestoreError> {
     let parts = &job.backup.parts;
     let base = parts.iter().find(|p| is_base_tar(name_of(p)));
     let base = base.ok_or_else(|| RestoreError::bad(Stage::Select, format!("{} has no base.tar", job.backup.key)))?;
@@ -223,7 +227,7 @@ async fn verify_backup(sandbox: &Sandbox, data: &Path, manifest: &str) -> Result
 }
 
 /// Starts a sandbox server on an unpacked base backup in `dir` and waits for recovery.
-pub async fn restore_unpacked(
+pub(crate) async fn restore_unpacked(
     job: &RestoreJob<'_>,
     mut sandbox: Sandbox,
     dir: &Path,
@@ -291,7 +295,7 @@ pub async fn restore_unpacked(
 /// `START TIME: 2026-12-01 16:00:00 UTC` of a `backup_label`: when the base backup
 /// began (its data is consistent as of its end, a little later; the start is the
 /// conservative bound). Only UTC/GMT are understood.
-pub fn label_start_time(label: &str) -> Option<std::time::SystemTime> {
+pub(crate) fn label_start_time(label: &str) -> Option<std::time::SystemTime> {
     let line = label.lines().find_map(|l| l.strip_prefix("START TIME: "))?.trim();
     let (stamp, zone) = line.rsplit_once(' ')?;
     if zone != "UTC" && zone != "GMT" {
@@ -310,7 +314,7 @@ fn start_segment(data: &Path) -> Result<String, RestoreError> {
 }
 
 /// The `(file …)` of `START WAL LOCATION:` — 24 hex digits, or the backup is bad.
-pub fn parse_start_segment(label: &str) -> Result<String, RestoreError> {
+pub(crate) fn parse_start_segment(label: &str) -> Result<String, RestoreError> {
     let line = label.lines().find_map(|l| l.strip_prefix("START WAL LOCATION: "));
     let segment = line.and_then(|l| l.split("(file ").nth(1)).map(|s| s.trim_end_matches(')').trim().to_string());
     match segment {

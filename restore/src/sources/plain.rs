@@ -32,7 +32,7 @@ use tokio::io::{AsyncRead, ReadBuf};
 
 /// What to do with ownership and privilege statements.
 #[derive(Debug, Clone)]
-pub enum Privileges {
+pub(crate) enum Privileges {
     /// The roles exist (a globals file was applied first): run them.
     Keep,
     /// Leave them out, counting each in the counter.
@@ -41,7 +41,7 @@ pub enum Privileges {
 
 /// A psql script from a backup, made safe for psql (see the module's documentation).
 /// Returns the new head and the rest of the stream.
-pub fn restricted(head: Vec<u8>, reader: BackupReader, privileges: Privileges) -> (Vec<u8>, BackupReader) {
+pub(crate) fn restricted(head: Vec<u8>, reader: BackupReader, privileges: Privileges) -> (Vec<u8>, BackupReader) {
     use rand::Rng;
     let key: String = rand::rng().sample_iter(rand::distr::Alphanumeric).take(32).map(char::from).collect();
     let filtered = RestrictLines::new(rejoin(head, reader), privileges);
@@ -276,7 +276,7 @@ fn is_privilege_statement(text: &[u8]) -> bool {
 }
 
 /// Filters a plain script as it streams (see the module's documentation).
-pub struct RestrictLines {
+pub(crate) struct RestrictLines {
     inner: BackupReader,
     /// Bytes ready to hand out, and how many were handed out.
     out: Vec<u8>,
@@ -296,7 +296,7 @@ pub struct RestrictLines {
 }
 
 impl RestrictLines {
-    pub fn new(inner: BackupReader, privileges: Privileges) -> Self {
+    pub(crate) fn new(inner: BackupReader, privileges: Privileges) -> Self {
         Self {
             inner,
             out: Vec::new(),

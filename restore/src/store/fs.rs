@@ -14,16 +14,16 @@ use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 
 /// How deep a listing descends below the prefix's directory.
-pub const MAX_DEPTH: usize = 32;
+pub(super) const MAX_DEPTH: usize = 32;
 /// How many directory entries a listing reads at most.
-pub const MAX_ENTRIES: usize = 1_000_000;
+pub(super) const MAX_ENTRIES: usize = 1_000_000;
 
-pub struct FsStore {
+pub(crate) struct FsStore {
     root: PathBuf,
 }
 
 impl FsStore {
-    pub fn new(root: PathBuf) -> Self {
+    pub(crate) fn new(root: PathBuf) -> Self {
         Self { root }
     }
 

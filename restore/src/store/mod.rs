@@ -5,12 +5,12 @@
 
 pub mod breaker;
 mod fs;
-pub mod pool;
+pub(crate) mod pool;
 pub mod retry;
 mod s3;
 
-pub use fs::FsStore;
-pub use s3::S3Store;
+pub(crate) use fs::FsStore;
+pub(crate) use s3::S3Store;
 
 use crate::error::StoreError;
 use async_trait::async_trait;
@@ -32,7 +32,7 @@ pub struct BackupObject {
 }
 
 /// A stream of a backup's bytes.
-pub type BackupReader = std::pin::Pin<Box<dyn AsyncRead + Send>>;
+pub(crate) type BackupReader = std::pin::Pin<Box<dyn AsyncRead + Send>>;
 
 /// A place backups are kept. Implementations retry transient failures themselves and
 /// report what is left as a [`StoreError`] saying whether the store was unreachable.
@@ -125,7 +125,7 @@ impl Backup {
 }
 
 /// Whether `name` (a file name) is a base backup's main tar.
-pub fn is_base_tar(name: &str) -> bool {
+pub(crate) fn is_base_tar(name: &str) -> bool {
     // `base.tar`, compressed and/or encrypted the way backup jobs name them
     // (`base.tar.gz`, `base.tar.zst.age`, `base.tar.gpg`); the content decides the rest.
     let Some(rest) = name.strip_prefix("base.tar") else { return false };
@@ -152,7 +152,7 @@ pub fn group_backups(objects: &[BackupObject]) -> Vec<Backup> {
 /// [`group_backups`] as of `now`, without a base-backup directory still being
 /// uploaded — no `backup_manifest` and no `pg_wal.tar*` yet, and a part written within
 /// [`UPLOAD_GRACE`] — which is not a backup yet (said in the log).
-pub fn group_backups_at(objects: &[BackupObject], now: SystemTime) -> Vec<Backup> {
+pub(crate) fn group_backups_at(objects: &[BackupObject], now: SystemTime) -> Vec<Backup> {
     group(objects, Some(now))
 }
 
@@ -224,7 +224,7 @@ fn group(objects: &[BackupObject], complete_as_of: Option<SystemTime>) -> Vec<Ba
 
 /// Keys that sit beside backups but are not backups: checksum and signature sidecars,
 /// manifests, "directories" and hidden files.
-pub fn is_backup_key(key: &str) -> bool {
+pub(crate) fn is_backup_key(key: &str) -> bool {
     const SIDECARS: [&str; 7] = [".sha256", ".sha512", ".md5", ".sig", ".asc", ".manifest", ".json"];
     let base = key.rsplit('/').next().unwrap_or(key);
     !key.ends_with('/')

@@ -14,7 +14,7 @@ pub const WINDOW: u64 = 24 << 20;
 
 use std::sync::{Arc, Mutex};
 
-pub struct BlockPool {
+pub(crate) struct BlockPool {
     size: usize,
     keep: usize,
     state: Mutex<State>,
@@ -28,12 +28,12 @@ struct State {
 }
 
 impl BlockPool {
-    pub fn new(size: usize, keep: usize) -> Arc<Self> {
+    pub(crate) fn new(size: usize, keep: usize) -> Arc<Self> {
         Arc::new(Self { size, keep, state: Mutex::default() })
     }
 
     /// An empty block of at least `want` bytes (the pool's size, unless more is wanted).
-    pub fn take(self: &Arc<Self>, want: usize) -> Block {
+    pub(crate) fn take(self: &Arc<Self>, want: usize) -> Block {
         let buf = match want <= self.size {
             true => self.state.lock().unwrap().idle.pop().unwrap_or_else(|| Vec::with_capacity(self.size)),
             false => Vec::with_capacity(want),
@@ -42,13 +42,14 @@ impl BlockPool {
     }
 
     /// Held by a download while it runs: blocks returned meanwhile are kept for reuse.
-    pub fn lease(self: &Arc<Self>) -> Lease {
+    pub(crate) fn lease(self: &Arc<Self>) -> Lease {
         self.state.lock().unwrap().downloads += 1;
         Lease(self.clone())
     }
 
     /// Idle blocks held now.
-    pub fn idle(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn idle(&self) -> usize {
         self.state.lock().unwrap().idle.len()
     }
 }
@@ -68,27 +69,27 @@ impl Drop for Lease {
 }
 
 /// A block being filled, then (through [`Block::freeze`]) shared read-only.
-pub struct Block {
+pub(crate) struct Block {
     buf: Vec<u8>,
     pool: Arc<BlockPool>,
 }
 
 impl Block {
-    pub fn room(&self) -> usize {
+    pub(crate) fn room(&self) -> usize {
         self.buf.capacity() - self.buf.len()
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.buf.is_empty()
     }
 
-    pub fn extend(&mut self, bytes: &[u8]) {
+    pub(crate) fn extend(&mut self, bytes: &[u8]) {
         self.buf.extend_from_slice(bytes);
     }
 
     /// The filled bytes as `Bytes`; the block returns to the pool when the last
     /// reference is dropped.
-    pub fn freeze(self) -> bytes::Bytes {
+    pub(crate) fn freeze(self) -> bytes::Bytes {
         bytes::Bytes::from_owner(self)
     }
 }

@@ -22,7 +22,7 @@ use std::time::{Duration, SystemTime};
 /// How long a ranged GET's body may go without a byte before it is treated as dead.
 const BODY_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 
-pub struct S3Store {
+pub(crate) struct S3Store {
     client: aws_sdk_s3::Client,
     bucket: String,
     endpoint: String,
@@ -43,7 +43,7 @@ const BLOCK: usize = 1 << 20;
 const KEEP_BLOCKS: usize = (crate::store::pool::WINDOW as usize / BLOCK) + 4;
 
 impl S3Store {
-    pub async fn new(_name: &str, cfg: &S3Storage) -> Self {
+    pub(crate) async fn new(_name: &str, cfg: &S3Storage) -> Self {
         let timeouts = TimeoutConfig::builder()
             .connect_timeout(Duration::from_secs(3))
             .operation_attempt_timeout(Duration::from_secs(60))

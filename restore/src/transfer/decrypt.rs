@@ -41,9 +41,9 @@ use tokio_util::compat::{FuturesAsyncReadCompatExt, TokioAsyncReadCompatExt};
 /// The largest scrypt work factor an `age -p` backup may ask for: 2^20 (1 GiB of memory,
 /// a few seconds). `age -p` calibrates to about one second (2^18 on most machines); a
 /// backup asking for more could make a verification take hours and all the memory.
-pub const MAX_SCRYPT_LOG_N: u8 = 20;
+pub(crate) const MAX_SCRYPT_LOG_N: u8 = 20;
 
-pub use crate::events::Decryption;
+pub(crate) use crate::events::Decryption;
 
 fn config_error(message: String) -> RestoreError {
     RestoreError::Config { stage: Stage::Fetch, message }
@@ -126,7 +126,7 @@ fn age_identities(value: &str) -> Result<Vec<age::x25519::Identity>, RestoreErro
 /// Opens an encrypted layer. `head` is the first bytes read from `rest`'s source.
 /// Returns the plaintext stream; `events` hears the encryption as soon as it is known
 /// (a failed run still reports it), then the key that opened it.
-pub async fn open(
+pub(crate) async fn open(
     format: BackupFormat,
     head: Vec<u8>,
     rest: BackupReader,
@@ -246,10 +246,10 @@ async fn open_age_with(
 
 /// The most of an age header drcheck reads: age writes about a hundred bytes per
 /// recipient, so this is hundreds of recipients.
-pub const MAX_AGE_HEADER: usize = 64 * 1024;
+pub(crate) const MAX_AGE_HEADER: usize = 64 * 1024;
 
 /// The most recipient stanzas an age header may have.
-pub const MAX_AGE_STANZAS: usize = 256;
+pub(crate) const MAX_AGE_STANZAS: usize = 256;
 
 /// Where an age header ends: after its MAC line (`--- …\n`).
 fn age_header_end(b: &[u8]) -> Option<usize> {

@@ -6,21 +6,21 @@
 use std::io;
 
 /// Whether `head` starts an age file: the binary header or its armour.
-pub fn is_age(head: &[u8]) -> bool {
+pub(crate) fn is_age(head: &[u8]) -> bool {
     let t = trim_ascii_start(head);
     t.starts_with(b"age-encryption.org/") || t.starts_with(b"-----BEGIN AGE ENCRYPTED FILE-----")
 }
 
 /// Whether `head` starts an OpenPGP encrypted message: armoured, or binary beginning
 /// with a public-key or symmetric-key encrypted session key packet.
-pub fn is_openpgp(head: &[u8]) -> bool {
+pub(crate) fn is_openpgp(head: &[u8]) -> bool {
     trim_ascii_start(head).starts_with(b"-----BEGIN PGP MESSAGE-----") || session_keys(head).is_some()
 }
 
 /// Whether `head` is an OpenPGP message that is signed but not encrypted (`gpg -s`,
 /// `gpg --clearsign`): its first packet a one-pass signature, a signature, compressed or
 /// literal data — no session key. Binary or armoured.
-pub fn is_openpgp_signed_only(head: &[u8]) -> bool {
+pub(crate) fn is_openpgp_signed_only(head: &[u8]) -> bool {
     let t = trim_ascii_start(head);
     if t.starts_with(b"-----BEGIN PGP SIGNED MESSAGE-----") {
         return true;
@@ -48,18 +48,18 @@ pub fn is_openpgp_signed_only(head: &[u8]) -> bool {
 }
 
 /// What drcheck says of a signed-only OpenPGP backup.
-pub const SIGNED_ONLY: &str = "the backup is an OpenPGP message that is signed, not encrypted (gpg -s or --clearsign): \
+pub(crate) const SIGNED_ONLY: &str = "the backup is an OpenPGP message that is signed, not encrypted (gpg -s or --clearsign): \
     drcheck does not check OpenPGP signatures nor unwrap signed messages — keep the signature beside the backup \
     (gpg --detach-sign: BACKUP.sig, which drcheck skips as a sidecar) or encrypt the backup as well";
 
-pub fn trim_ascii_start(b: &[u8]) -> &[u8] {
+pub(crate) fn trim_ascii_start(b: &[u8]) -> &[u8] {
     let n = b.iter().take_while(|c| c.is_ascii_whitespace()).count();
     &b[n..]
 }
 
 /// What an OpenPGP message's leading session-key packets say it needs.
 #[derive(Debug, Default, PartialEq, Eq)]
-pub struct SessionKeys {
+pub(crate) struct SessionKeys {
     /// A passphrase (a symmetric-key encrypted session key packet).
     pub passphrase: bool,
     /// The key ids it is encrypted to (16 hex digits; `0000000000000000` for a hidden
@@ -69,7 +69,7 @@ pub struct SessionKeys {
 
 /// Reads the session-key packets at the start of a binary OpenPGP message (RFC 4880
 /// §4.2, §5.1, §5.3). `None` when the bytes do not start with one.
-pub fn session_keys(b: &[u8]) -> Option<SessionKeys> {
+pub(crate) fn session_keys(b: &[u8]) -> Option<SessionKeys> {
     let mut out = SessionKeys::default();
     let mut pos = 0;
     let mut any = false;
@@ -129,7 +129,7 @@ pub fn session_keys(b: &[u8]) -> Option<SessionKeys> {
 }
 
 /// The binary start of an armoured OpenPGP message (as much as `head` holds).
-pub fn dearmor_openpgp(head: &[u8]) -> Vec<u8> {
+pub(crate) fn dearmor_openpgp(head: &[u8]) -> Vec<u8> {
     use base64::Engine;
     let text = String::from_utf8_lossy(head);
     let mut lines = text.lines().skip_while(|l| !l.starts_with("-----BEGIN PGP MESSAGE-----")).skip(1);
@@ -158,7 +158,7 @@ pub fn dearmor_openpgp(head: &[u8]) -> Vec<u8> {
 
 /// The recipient stanza types of an age header (`X25519`, `scrypt`, `ssh-ed25519`, …),
 /// armoured or not, as far as `head` holds it.
-pub fn age_stanzas(head: &[u8]) -> Vec<String> {
+pub(crate) fn age_stanzas(head: &[u8]) -> Vec<String> {
     let binary: Vec<u8> = if trim_ascii_start(head).starts_with(b"-----BEGIN AGE") {
         let mut r = age::armor::ArmoredReader::new(head);
         let mut out = Vec::new();

@@ -82,7 +82,7 @@ const MIN_ROUND: std::time::Duration = std::time::Duration::from_millis(250);
 /// Decides how many parts are in flight and the size of the next one. Pure: fed the
 /// sizes of completed parts and when they completed.
 #[derive(Debug)]
-pub struct Pacer {
+pub(crate) struct Pacer {
     limit: usize,
     max_limit: usize,
     window: u64,
@@ -113,7 +113,7 @@ enum Phase {
 }
 
 impl Pacer {
-    pub fn new(opts: &FetchOptions) -> Self {
+    pub(crate) fn new(opts: &FetchOptions) -> Self {
         let max_part = opts.part_size.max(1);
         let window = opts.window.max(max_part);
         // Room for `limit` parts of at least MIN_PART and the one being consumed.
@@ -137,7 +137,7 @@ impl Pacer {
     }
 
     /// How many parts may be in flight now.
-    pub fn limit(&self) -> usize {
+    pub(crate) fn limit(&self) -> usize {
         self.limit
     }
 
@@ -153,7 +153,7 @@ impl Pacer {
 
     /// The size of the next part (before clipping to what is left of the object):
     /// doubling from [`FIRST_PART`] up to the cap the current concurrency allows.
-    pub fn next_len(&mut self) -> u64 {
+    pub(crate) fn next_len(&mut self) -> u64 {
         let cap = self.part_cap();
         let len = self.next.min(cap);
         self.next = (self.next * 2).min(self.max_part);
@@ -175,7 +175,7 @@ impl Pacer {
 
     /// A round starts when the first of its parts is requested (or, if parts of the
     /// last one are still in flight, when the last of those completes).
-    pub fn started(&mut self, now: Instant) {
+    pub(crate) fn started(&mut self, now: Instant) {
         if self.skip == 0 {
             self.round_started.get_or_insert(now);
         }
@@ -197,7 +197,7 @@ impl Pacer {
     /// A part of `bytes` reached the consumer at `now`. After a round (`limit` parts and
     /// [`MIN_ROUND`]), compares its throughput with the best so far and grows, probes
     /// or settles.
-    pub fn completed(&mut self, bytes: u64, now: Instant) {
+    pub(crate) fn completed(&mut self, bytes: u64, now: Instant) {
         self.done += 1;
         if !self.measuring {
             return;
@@ -344,14 +344,14 @@ pub fn parallel(store: Arc<dyn BackupStore>, object: &BackupObject, opts: FetchO
 
 /// Passes bytes through while hashing them; at the end, a digest that differs from
 /// `expected` is an `InvalidData` error naming both.
-pub struct Sha256Verify<R> {
+pub(crate) struct Sha256Verify<R> {
     inner: R,
     hasher: Option<Sha256>,
     expected: String,
 }
 
 impl<R> Sha256Verify<R> {
-    pub fn new(inner: R, expected_hex: &str) -> Self {
+    pub(crate) fn new(inner: R, expected_hex: &str) -> Self {
         Self { inner, hasher: Some(Sha256::new()), expected: expected_hex.to_ascii_lowercase() }
     }
 }
@@ -387,7 +387,7 @@ impl<R: AsyncRead + Unpin> AsyncRead for Sha256Verify<R> {
 }
 
 /// The hex digest in a `.sha256` sidecar (`sha256sum` output or a bare digest).
-pub fn parse_sidecar(text: &str) -> Option<String> {
+pub(crate) fn parse_sidecar(text: &str) -> Option<String> {
     let word = text.split_whitespace().next()?;
     (word.len() == 64 && word.chars().all(|c| c.is_ascii_hexdigit())).then(|| word.to_ascii_lowercase())
 }

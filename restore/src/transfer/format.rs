@@ -56,12 +56,12 @@ impl fmt::Display for BackupFormat {
 }
 
 /// How many leading bytes [`detect`] wants to see (a tar header's magic sits at 257).
-pub const DETECT_BYTES: usize = 8192;
+pub(crate) const DETECT_BYTES: usize = 8192;
 
 /// How many bytes a compressed backup says it expands to, where its format records it:
 /// gzip's trailer (ISIZE, the size modulo 4 GiB: a lower bound), a zstd frame's content
 /// size. `head` is the object's first bytes, `tail` its last four.
-pub fn declared_expanded_size(head: &[u8], tail: &[u8]) -> Option<u64> {
+pub(crate) fn declared_expanded_size(head: &[u8], tail: &[u8]) -> Option<u64> {
     match detect(head) {
         BackupFormat::Gzip => {
             let t: [u8; 4] = tail.get(tail.len().checked_sub(4)?..)?.try_into().ok()?;
@@ -98,7 +98,7 @@ fn zstd_content_size(head: &[u8]) -> Option<u64> {
 }
 
 /// Detects the format from the first bytes of a backup.
-pub fn detect(head: &[u8]) -> BackupFormat {
+pub(crate) fn detect(head: &[u8]) -> BackupFormat {
     if head.starts_with(b"PGDMP") {
         BackupFormat::Custom
     } else if head.starts_with(&[0x1f, 0x8b]) {
@@ -134,7 +134,7 @@ fn looks_like_sql(head: &[u8]) -> bool {
 /// What a pg_dump archive header (custom format, or `toc.dat` of tar and directory
 /// dumps) says about the dump.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DumpHeader {
+pub(crate) struct DumpHeader {
     pub archive_version: (u8, u8, u8),
     /// `none`, `gzip`, `lz4` or `zstd`: pg_dump's own compression of the data.
     pub compression: &'static str,
@@ -147,16 +147,16 @@ pub struct DumpHeader {
 }
 
 impl DumpHeader {
-    pub fn server_major(&self) -> Option<u32> {
+    pub(crate) fn server_major(&self) -> Option<u32> {
         major_of(self.server_version.as_deref()?)
     }
 }
 
-pub use crate::server::pgbin::major_of;
+pub(crate) use crate::server::pgbin::major_of;
 
 /// Parses the header pg_dump writes at the start of a custom archive and of `toc.dat`
 /// (see `WriteHead` in PostgreSQL's `pg_backup_archiver.c`).
-pub fn parse_dump_header(b: &[u8]) -> Result<DumpHeader, String> {
+pub(crate) fn parse_dump_header(b: &[u8]) -> Result<DumpHeader, String> {
     if !b.starts_with(b"PGDMP") {
         return Err("no PGDMP magic".into());
     }
@@ -227,7 +227,7 @@ fn tm_to_time(tm: &[i64; 7]) -> Option<std::time::SystemTime> {
 
 /// When a plain SQL dump started, if it says so (`pg_dump -v` writes `-- Started on
 /// 2026-12-01 03:00:00 UTC`): only UTC and GMT, and numeric offsets, are understood.
-pub fn plain_dump_started(head: &[u8]) -> Option<std::time::SystemTime> {
+pub(crate) fn plain_dump_started(head: &[u8]) -> Option<std::time::SystemTime> {
     let text = String::from_utf8_lossy(head);
     let line = text.lines().take(50).find_map(|l| l.strip_prefix("-- Started on "))?.trim();
     let (stamp, zone) = line.rsplit_once(' ')?;
@@ -251,14 +251,14 @@ pub fn plain_dump_started(head: &[u8]) -> Option<std::time::SystemTime> {
 }
 
 /// The name of a tar archive's first member.
-pub fn first_tar_member(head: &[u8]) -> Option<String> {
+pub(crate) fn first_tar_member(head: &[u8]) -> Option<String> {
     let name = head.get(..100)?;
     let end = name.iter().position(|&c| c == 0).unwrap_or(100);
     Some(String::from_utf8_lossy(&name[..end]).trim_start_matches("./").to_string())
 }
 
 /// The server version a plain SQL dump names in its header comment.
-pub fn plain_dump_server_major(head: &[u8]) -> Option<u32> {
+pub(crate) fn plain_dump_server_major(head: &[u8]) -> Option<u32> {
     let text = String::from_utf8_lossy(head);
     let line = text.lines().find(|l| l.starts_with("-- Dumped from database version "))?;
     major_of(line.trim_start_matches("-- Dumped from database version "))

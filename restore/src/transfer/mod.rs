@@ -4,10 +4,10 @@
 //! ([`decrypt`]) and tar unpacking ([`unpack`]). Stands on `store` and `server` (gpg
 //! runs contained); knows nothing of backup tools.
 
-pub mod decrypt;
-pub mod envelope;
-pub mod fetch;
-pub mod format;
-pub mod peel;
-pub mod stream;
-pub mod unpack;
+pub(crate) mod decrypt;
+pub(crate) mod envelope;
+pub(crate) mod fetch;
+pub(crate) mod format;
+pub(crate) mod peel;
+pub(crate) mod stream;
+pub(crate) mod unpack;

@@ -10,7 +10,7 @@ use async_compression::tokio::bufread::{GzipDecoder, Lz4Decoder, ZstdDecoder};
 use tokio::io::BufReader;
 
 /// Undoes gzip, zstd or lz4 around a backup (`.sql.gz`, `base.tar.zst`, …).
-pub fn decompress(outer: BackupFormat, head: Vec<u8>, rest: BackupReader) -> BackupReader {
+pub(crate) fn decompress(outer: BackupFormat, head: Vec<u8>, rest: BackupReader) -> BackupReader {
     let src = BufReader::with_capacity(CHUNK, rejoin(head, rest));
     match outer {
         BackupFormat::Gzip => {
@@ -77,6 +77,6 @@ pub async fn peel(
 }
 
 /// How layers read in a format name: innermost first (`custom+gzip+age`).
-pub fn layer_suffix(layers: &[BackupFormat]) -> String {
+pub(crate) fn layer_suffix(layers: &[BackupFormat]) -> String {
     layers.iter().rev().map(|l| format!("+{l}")).collect()
 }

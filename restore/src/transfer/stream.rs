@@ -21,7 +21,7 @@ use std::task::{Context, Poll};
 use std::time::Instant;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt, ReadBuf};
 
-pub const CHUNK: usize = 256 * 1024;
+pub(crate) const CHUNK: usize = 256 * 1024;
 
 /// Reads the first bytes of a backup, enough for [`format::detect`].
 pub async fn read_head(reader: &mut BackupReader, store: &str) -> Result<Vec<u8>, RestoreError> {
@@ -45,7 +45,7 @@ pub async fn read_head(reader: &mut BackupReader, store: &str) -> Result<Vec<u8>
 /// `StoreError`s (the world's fault); everything else came from undoing the backup's
 /// framing — a corrupt or truncated compressed stream, a checksum mismatch, an
 /// expansion past the ceiling — and is the backup's fault.
-pub fn read_error(store: &str, e: io::Error) -> RestoreError {
+pub(crate) fn read_error(store: &str, e: io::Error) -> RestoreError {
     if let Some(se) = e.get_ref().and_then(|inner| inner.downcast_ref::<StoreError>()) {
         return RestoreError::Store(StoreError {
             store: se.store.clone(),
@@ -79,7 +79,7 @@ pub fn rejoin(head: Vec<u8>, rest: BackupReader) -> BackupReader {
 
 /// Counts bytes for progress (each total told to `progress`, the first byte's moment as a
 /// [`RestoreEvent::FirstByte`]) and notes when the source ran dry: the end of the fetch.
-pub struct Counting<R> {
+pub(crate) struct Counting<R> {
     inner: R,
     total: u64,
     progress: Arc<dyn Fn(u64) + Send + Sync>,
@@ -88,7 +88,7 @@ pub struct Counting<R> {
 }
 
 impl<R> Counting<R> {
-    pub fn new(
+    pub(crate) fn new(
         inner: R,
         events: Events,
         progress: Arc<dyn Fn(u64) + Send + Sync>,
@@ -98,7 +98,7 @@ impl<R> Counting<R> {
     }
 
     /// Counting that tells each total as [`RestoreEvent::Received`].
-    pub fn telling(inner: R, events: Events) -> (Self, Arc<Mutex<Option<Instant>>>) {
+    pub(crate) fn telling(inner: R, events: Events) -> (Self, Arc<Mutex<Option<Instant>>>) {
         let tell = events.clone();
         Self::new(inner, events, Arc::new(move |n| tell.send(RestoreEvent::Received(n))))
     }
@@ -127,7 +127,7 @@ impl<R: AsyncRead + Unpin> AsyncRead for Counting<R> {
 
 /// Streams `head` then `reader` into `cmd`'s stdin (a client of `sandbox`), draining its
 /// stderr, and waits for it.
-pub async fn stream_into(
+pub(crate) async fn stream_into(
     sandbox: &Sandbox,
     mut cmd: tokio::process::Command,
     what: &str,
@@ -183,7 +183,12 @@ pub async fn stream_into(
 }
 
 /// Writes `head` then `reader` to `path` (for tools that need a seekable file).
-pub async fn stage_to_file(head: Vec<u8>, reader: BackupReader, path: &Path, store: &str) -> Result<u64, RestoreError> {
+pub(crate) async fn stage_to_file(
+    head: Vec<u8>,
+    reader: BackupReader,
+    path: &Path,
+    store: &str,
+) -> Result<u64, RestoreError> {
     let staging = |e: io::Error| RestoreError::infra(Stage::Fetch, format!("staging to {}: {e}", path.display()));
     let mut file = tokio::fs::File::create(path).await.map_err(staging)?;
     file.write_all(&head).await.map_err(staging)?;
@@ -244,7 +249,12 @@ impl AsyncRead for Tap {
 /// Unpacks a tar stream into `dest` with [`crate::transfer::unpack`]'s rules (nothing leaves
 /// `dest`, no privilege bits, no device nodes). Dropping the returned future stops the
 /// unpacking thread within one chunk.
-pub async fn extract_tar(head: Vec<u8>, reader: BackupReader, dest: &Path, store: &str) -> Result<(), RestoreError> {
+pub(crate) async fn extract_tar(
+    head: Vec<u8>,
+    reader: BackupReader,
+    dest: &Path,
+    store: &str,
+) -> Result<(), RestoreError> {
     let seen = Arc::new(Mutex::new(None));
     let tap = Tap { inner: rejoin(head, reader), seen: seen.clone() };
     let src = tokio_util::io::SyncIoBridge::new(tap);
@@ -275,7 +285,7 @@ pub async fn extract_tar(head: Vec<u8>, reader: BackupReader, dest: &Path, store
 /// Fails the stream once more than `limit` bytes came through: a backup that expands
 /// beyond what its size explains (a decompression bomb) fails the run, as the backup's
 /// fault, before it fills the disk.
-pub struct Bounded {
+pub(crate) struct Bounded {
     inner: BackupReader,
     seen: u64,
     /// Bytes since this reader last gave the runtime a turn.
@@ -287,22 +297,22 @@ pub struct Bounded {
 }
 
 impl Bounded {
-    pub fn new(inner: BackupReader, limit: u64) -> Self {
+    pub(crate) fn new(inner: BackupReader, limit: u64) -> Self {
         Self { inner, seen: 0, since_yield: 0, limit, disk_limit: None }
     }
 
     /// Bounded by what the backup's size explains (`ceiling`) and by the room the disk
     /// has (`room`): past the first, the backup's fault; past only the second, not.
-    pub fn with_room(inner: BackupReader, ceiling: u64, room: u64) -> Self {
+    pub(crate) fn with_room(inner: BackupReader, ceiling: u64, room: u64) -> Self {
         Self { inner, seen: 0, since_yield: 0, limit: ceiling, disk_limit: (room < ceiling).then_some(room) }
     }
 }
 
 /// The message of [`Bounded`]'s error when the disk, not the backup, sets the bound.
-pub const NO_ROOM: &str = "scratch_dir has too little room for this backup";
+pub(crate) const NO_ROOM: &str = "scratch_dir has too little room for this backup";
 
 /// The message of [`Bounded`]'s error, recognised by [`read_error`].
-pub const EXPANSION_EXCEEDED: &str = "the backup expands beyond";
+pub(crate) const EXPANSION_EXCEEDED: &str = "the backup expands beyond";
 
 /// Bytes a decoding loop may pass before it gives the runtime a turn: a stream that is
 /// always ready (decompressing from memory) would otherwise hold its worker, and a

@@ -18,7 +18,7 @@ const CHUNK: usize = 1 << 20;
 
 /// Why an archive could not be unpacked.
 #[derive(Debug)]
-pub enum UnpackError {
+pub(crate) enum UnpackError {
     /// The archive itself is bad or hostile: the backup's fault.
     Archive(String),
     /// Reading the source or writing the files failed.
@@ -38,10 +38,10 @@ fn hostile(entry: &Path, why: impl std::fmt::Display) -> UnpackError {
 }
 
 /// A flag that stops unpacking; [`StopOnDrop`] sets it when the restore is dropped.
-pub type StopFlag = Arc<AtomicBool>;
+pub(crate) type StopFlag = Arc<AtomicBool>;
 
 /// Sets its flag when dropped: tie it to the future that owns the unpacking thread.
-pub struct StopOnDrop(pub StopFlag);
+pub(crate) struct StopOnDrop(pub StopFlag);
 
 impl Drop for StopOnDrop {
     fn drop(&mut self) {
@@ -51,7 +51,7 @@ impl Drop for StopOnDrop {
 
 /// Unpacks `src` (a tar stream) into `dest`, which must be a real directory (created
 /// if missing). Returns the bytes written.
-pub fn unpack(src: impl Read, dest: &Path, stop: &AtomicBool) -> Result<u64, UnpackError> {
+pub(crate) fn unpack(src: impl Read, dest: &Path, stop: &AtomicBool) -> Result<u64, UnpackError> {
     if let Ok(m) = std::fs::symlink_metadata(dest)
         && !m.is_dir()
     {

@@ -6,7 +6,8 @@
 //!
 //! `DRCHECK_FUZZ_SECONDS` bounds each property (default 3; `scripts/test.sh --long` sets 30).
 
-use drcheck_restore::{format, physical, unpack};
+use crate::sources::physical;
+use crate::transfer::{format, unpack};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use std::time::{Duration, Instant};
