@@ -158,6 +158,9 @@ pub(crate) struct ValidatorReport {
     /// the primary since the copy's point), each with what would prove it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub inconclusive: Vec<String>,
+    /// [`Finding::refused_by_primary`]: not part of the report.
+    #[serde(skip)]
+    pub refused_by_primary: bool,
 }
 
 impl From<&Finding> for ValidatorReport {
@@ -168,6 +171,7 @@ impl From<&Finding> for ValidatorReport {
             detail: f.detail.clone(),
             measurements: f.measurements.clone(),
             inconclusive: f.inconclusive.clone(),
+            refused_by_primary: f.refused_by_primary,
         }
     }
 }
@@ -410,6 +414,7 @@ mod tests {
                 detail: "primary unavailable".into(),
                 measurements: Default::default(),
                 inconclusive: vec![],
+                refused_by_primary: false,
             }],
             restore: None,
             primary_queries: None,

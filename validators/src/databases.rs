@@ -52,6 +52,8 @@ pub fn merge(per_database: Vec<(String, Vec<Finding>)>) -> Vec<Finding> {
             let detail: Vec<String> =
                 entries.iter().map(|(db, f)| format!("{db}: {} {}", f.status.as_str(), f.detail)).collect();
             let mut merged = Finding::new(&name, status, detail.join("; "));
+            merged.refused_by_primary = status == Status::Error
+                && entries.iter().any(|(_, f)| f.status == Status::Error && f.refused_by_primary);
             for (db, f) in &entries {
                 merged.inconclusive.extend(f.inconclusive.iter().map(|i| format!("{db}: {i}")));
             }

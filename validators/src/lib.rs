@@ -77,6 +77,12 @@ pub struct Finding {
     /// copy's point. Never counted as covered, never a failure.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub inconclusive: Vec<String>,
+    /// The check erred because the primary refused drcheck's role (it answered
+    /// SQLSTATE 42501 while the check ran): a missing grant, which `comparisons =
+    /// "best-effort"` turns into a skipped check. Set by [`run_all`] from the primary's
+    /// own answers, never from the detail's words.
+    #[serde(skip)]
+    pub refused_by_primary: bool,
 }
 
 impl Finding {
@@ -95,6 +101,7 @@ impl Finding {
             detail: bounded(detail, MAX_DETAIL),
             measurements: BTreeMap::new(),
             inconclusive: Vec::new(),
+            refused_by_primary: false,
         }
     }
 
@@ -555,7 +562,14 @@ async fn run_group(
     deadline: PhaseDeadline,
 ) -> Vec<(usize, Vec<Finding>)> {
     let mut out = Vec::with_capacity(validators.len());
+    // What the primary refused so far: a check during which it refused more erred for
+    // want of a grant (the comparisons run one at a time, so the count is theirs).
+    let refused = || match &cx.primary {
+        Primary::Available(p) => p.stats().refused,
+        Primary::Unavailable(_) => 0,
+    };
     for (i, v) in validators {
+        let refused_before = refused();
         let started = std::time::Instant::now();
         let left = deadline.at.saturating_duration_since(tokio::time::Instant::now());
         let findings = if left.is_zero() {
@@ -568,9 +582,13 @@ async fn run_group(
             }
         };
         // Logged as recorded: after coverage is enforced (a pass over nothing is skipped).
+        let was_refused = refused() > refused_before;
         let findings: Vec<Finding> = findings
             .into_iter()
-            .map(|f| enforce_coverage(f).with("seconds", (started.elapsed().as_secs_f64() * 1000.0).round() / 1000.0))
+            .map(|mut f| {
+                f.refused_by_primary = was_refused && f.status == Status::Error;
+                enforce_coverage(f).with("seconds", (started.elapsed().as_secs_f64() * 1000.0).round() / 1000.0)
+            })
             .collect();
         for f in &findings {
             tracing::info!(validator = %f.name, status = f.status.as_str(), seconds = started.elapsed().as_secs_f64(), "validator finished");

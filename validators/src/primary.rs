@@ -50,11 +50,25 @@ pub const CANONICAL_SETTINGS: &[(&str, &str)] = &[
     ("row_security", "off"),
 ];
 
-/// How many queries went to the primary, and the longest.
+/// How many queries went to the primary, the longest, and how many it refused to
+/// drcheck's role (SQLSTATE 42501, `insufficient_privilege`: a missing grant).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct QueryStats {
     pub count: u64,
     pub longest: Duration,
+    pub refused: u64,
+}
+
+/// What a query's outcome says, in the primary's own terms, of whether it refused
+/// drcheck's role.
+pub trait Answer {
+    fn refused(&self) -> bool;
+}
+
+impl<T> Answer for Result<T, sqlx::Error> {
+    fn refused(&self) -> bool {
+        matches!(self, Err(sqlx::Error::Database(db)) if db.code().as_deref() == Some("42501"))
+    }
 }
 
 #[derive(Clone)]
@@ -68,14 +82,16 @@ pub struct PrimaryDb {
 }
 
 impl PrimaryDb {
-    /// Runs one query future against the primary, counting and timing it.
-    pub async fn timed<T>(&self, query: impl std::future::Future<Output = T>) -> T {
+    /// Runs one query future against the primary, counting and timing it, and counting
+    /// it refused when the primary said so (its SQLSTATE).
+    pub async fn timed<T: Answer>(&self, query: impl std::future::Future<Output = T>) -> T {
         let started = Instant::now();
         let r = query.await;
         let took = started.elapsed();
         let mut s = self.stats.lock().unwrap();
         s.count += 1;
         s.longest = s.longest.max(took);
+        s.refused += u64::from(r.refused());
         r
     }
 

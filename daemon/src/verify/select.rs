@@ -677,4 +677,64 @@ mod select_tests {
         let (b, _) = select_from_catalog(&all, &t, None, "repo", None).unwrap_or_else(|_| panic!());
         assert_eq!(b.key, "c3");
     }
+
+    /// A target reading a store's objects under `orders/`.
+    fn objects_target(extra: &str) -> TargetConfig {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.toml");
+        std::fs::write(
+            &path,
+            format!(
+                "[storage.r]\nkind = \"s3\"\nbucket = \"b\"\nendpoint = \"https://h:1\"\n[[target]]\nname = \"t\"\nstorage = \"r\"\nprefix = \"orders/\"\nrto = \"1h\"\nrpo = \"1h\"\n{extra}\n"
+            ),
+        )
+        .unwrap();
+        drcheck_config::load(&path).unwrap().targets.remove(0)
+    }
+
+    fn block_on<F: std::future::Future>(f: F) -> F::Output {
+        tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(f)
+    }
+
+    /// Issue 35: selection over a store's objects, on an in-memory store — no server.
+    #[test]
+    fn the_objects_selection_reads_the_store_newest_first_and_least_proven_first() {
+        let store = drcheck_restore::MemStore::new();
+        let now = SystemTime::now();
+        let day = Duration::from_secs(86_400);
+        for (key, age) in [("orders/a.dump", 3), ("orders/b.dump", 2), ("orders/c.dump", 1)] {
+            store.put(key, &b"PGDMP"[..], now - day * age);
+        }
+        store.put("elsewhere/z.dump", &b"PGDMP"[..], now);
+        let (latest, restorable) =
+            block_on(select(&store, &objects_target(""), None, None)).unwrap_or_else(|s| panic!("{}", s.message));
+        assert_eq!(latest.key, "orders/c.dump");
+        let keys: Vec<String> = restorable.unwrap().into_iter().map(|b| b.key).collect();
+        assert_eq!(keys, ["orders/c.dump", "orders/b.dump", "orders/a.dump"], "newest first, under the prefix only");
+        // Least proven: the one never proven, though it is the oldest.
+        let proven: Proven =
+            [("orders/c.dump".to_string(), proof(now)), ("orders/b.dump".to_string(), proof(now - day))].into();
+        let target = objects_target("select = \"least-proven\"");
+        let (chosen, _) =
+            block_on(select(&store, &target, None, Some(&proven))).unwrap_or_else(|s| panic!("{}", s.message));
+        assert_eq!(chosen.key, "orders/a.dump");
+        // Named: taken as it is; a name that is not there is the user's mistake.
+        let (named, _) =
+            block_on(select(&store, &target, Some("orders/b.dump"), None)).unwrap_or_else(|s| panic!("{}", s.message));
+        assert_eq!(named.key, "orders/b.dump");
+        let Err(stop) = block_on(select(&store, &target, Some("orders/nope.dump"), None)) else { panic!() };
+        assert!(stop.usage && stop.message.contains("no such backup in memory"), "{}", stop.message);
+        // Nothing that is a backup: failed, saying what was there.
+        let empty = drcheck_restore::MemStore::new();
+        empty.put("orders/c.dump.sha256", &b"0123"[..], now);
+        let Err(stop) = block_on(select(&empty, &target, None, None)) else { panic!() };
+        assert!(stop.message.contains("1 objects, none a backup"), "{}", stop.message);
+        // A base backup still being uploaded is not "none a backup": the run could not
+        // complete yet (exit 3), and says when it will be taken.
+        let uploading = drcheck_restore::MemStore::new();
+        uploading.put("orders/phys/b1/base.tar.gz", &b"tar"[..], now - Duration::from_secs(30));
+        let Err(stop) = block_on(select(&uploading, &target, None, None)) else { panic!() };
+        assert_eq!(stop.result, crate::run_report::RunResult::Error, "{}", stop.message);
+        assert!(stop.message.contains("phys/b1/"), "{}", stop.message);
+    }
 }

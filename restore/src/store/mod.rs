@@ -5,11 +5,13 @@
 
 pub mod breaker;
 mod fs;
+mod mem;
 pub(crate) mod pool;
 pub mod retry;
 mod s3;
 
 pub(crate) use fs::FsStore;
+pub use mem::MemStore;
 pub(crate) use s3::S3Store;
 
 use crate::error::StoreError;
