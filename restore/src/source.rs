@@ -29,17 +29,14 @@ pub trait Source: Send + Sync {
     fn describe(&self) -> String;
 
     /// Whether reading its catalog runs a tool (then in `host`, a sandbox directory of
-    /// its own, contained as for a restore); a store's objects are listed directly.
+    /// its own, contained as for a restore); a store's objects are listed directly and
+    /// [`Source::catalog`] is not asked.
     fn reads_with_a_tool(&self) -> bool;
 
     /// The backup tool's catalog: its restorable backups, oldest first, and the
     /// repository that restores them. `None` for a store's objects, which the pipeline
     /// lists and chooses from itself (by key, skipping uploads still in progress).
-    async fn catalog(
-        &self,
-        host: Option<&Sandbox>,
-        store: &Arc<dyn BackupStore>,
-    ) -> Result<Option<Catalog>, StoreError>;
+    async fn catalog(&self, host: &Sandbox, store: &Arc<dyn BackupStore>) -> Result<Option<Catalog>, StoreError>;
 
     /// Where its WAL is archived, when it has an archive: the repository's own, or the
     /// objects under `wal_prefix`.

@@ -174,7 +174,7 @@ pub(super) async fn read_source(
         return Ok((source, None));
     }
     let host = catalog_sandbox(config, &source.describe(), run_id, Purpose::Catalog)?;
-    let catalog = source.catalog(Some(&host), store).await;
+    let catalog = source.catalog(&host, store).await;
     host.teardown();
     let catalog = catalog?;
     Ok((source, catalog))
@@ -576,17 +576,23 @@ mod select_tests {
     use super::*;
     use drcheck_restore::CatalogEntry;
 
-    fn target(select: &str) -> TargetConfig {
+    /// The one target of a config on an S3 storage `r`, with `target` lines.
+    fn target_with(target: &str) -> TargetConfig {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("c.toml");
         std::fs::write(
             &path,
             format!(
-                "[storage.r]\nkind = \"s3\"\nbucket = \"b\"\nendpoint = \"https://h:1\"\n[[target]]\nname = \"t\"\nsource = \"pgbackrest\"\nstanza = \"main\"\nstorage = \"r\"\nrto = \"1h\"\nrpo = \"1h\"\nselect = \"{select}\"\n"
+                "[storage.r]\nkind = \"s3\"\nbucket = \"b\"\nendpoint = \"https://h:1\"\n[[target]]\nname = \"t\"\nstorage = \"r\"\nrto = \"1h\"\nrpo = \"1h\"\n{target}\n"
             ),
         )
         .unwrap();
         drcheck_config::load(&path).unwrap().targets.remove(0)
+    }
+
+    /// A pgBackRest target choosing by `select`.
+    fn target(select: &str) -> TargetConfig {
+        target_with(&format!("source = \"pgbackrest\"\nstanza = \"main\"\nselect = \"{select}\""))
     }
 
     fn backup(key: &str, age_days: u64, status: &str) -> Backup {
@@ -680,16 +686,7 @@ mod select_tests {
 
     /// A target reading a store's objects under `orders/`.
     fn objects_target(extra: &str) -> TargetConfig {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("c.toml");
-        std::fs::write(
-            &path,
-            format!(
-                "[storage.r]\nkind = \"s3\"\nbucket = \"b\"\nendpoint = \"https://h:1\"\n[[target]]\nname = \"t\"\nstorage = \"r\"\nprefix = \"orders/\"\nrto = \"1h\"\nrpo = \"1h\"\n{extra}\n"
-            ),
-        )
-        .unwrap();
-        drcheck_config::load(&path).unwrap().targets.remove(0)
+        target_with(&format!("prefix = \"orders/\"\n{extra}"))
     }
 
     fn block_on<F: std::future::Future>(f: F) -> F::Output {

@@ -52,6 +52,19 @@ pub(crate) fn psql_script(sandbox: &Sandbox, database: &str) -> Result<tokio::pr
     Ok(cmd)
 }
 
+/// A client tool of `sandbox` that exited unsuccessfully: the backup's fault unless
+/// [`Sandbox::judge_client`] says the world's, with the tool's stderr tail as the reason.
+pub(crate) fn tool_failed(
+    sandbox: &Sandbox,
+    what: &str,
+    status: &std::process::ExitStatus,
+    stderr: &[u8],
+) -> RestoreError {
+    let (who, why) = sandbox.judge_client(status);
+    let message = format!("{what} failed ({status}): {}", tail(stderr, STDERR_KEEP));
+    who.error(Stage::Restore, crate::error::with_reason(message, why))
+}
+
 /// Runs `cmd` (a client of `sandbox`) to completion; a non-zero exit is the backup's
 /// fault unless [`Sandbox::judge_client`] says the world's, with the tool's stderr tail
 /// as the reason.
@@ -71,9 +84,7 @@ pub(crate) async fn run_tool(
         .await
         .map_err(|e| RestoreError::infra(Stage::Restore, format!("running {what}: {e}")))?;
     if !status.success() {
-        let (who, why) = sandbox.judge_client(&status);
-        let message = format!("{what} failed ({status}): {}", tail(&stderr, STDERR_KEEP));
-        return Err(who.error(Stage::Restore, crate::error::with_reason(message, why)));
+        return Err(tool_failed(sandbox, what, &status, &stderr));
     }
     Ok(())
 }

@@ -188,15 +188,9 @@ impl crate::source::Source for Catalog {
 
     async fn catalog(
         &self,
-        host: Option<&Sandbox>,
+        host: &Sandbox,
         store: &Arc<dyn BackupStore>,
     ) -> Result<Option<crate::source::Catalog>, StoreError> {
-        let host = host.ok_or_else(|| StoreError {
-            store: self.describe(),
-            message: "reading a barman-cloud catalog needs a sandbox directory".into(),
-            unreachable: false,
-            changed: false,
-        })?;
         let backups = Catalog::catalog(self, host, store).await?;
         Ok(Some(crate::source::Catalog {
             described: self.describe(),

@@ -355,7 +355,7 @@ impl crate::source::Source for Objects {
 
     async fn catalog(
         &self,
-        _host: Option<&Sandbox>,
+        _host: &Sandbox,
         _store: &std::sync::Arc<dyn crate::store::BackupStore>,
     ) -> Result<Option<crate::source::Catalog>, crate::error::StoreError> {
         Ok(None)

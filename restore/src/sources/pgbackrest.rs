@@ -365,15 +365,9 @@ impl crate::source::Source for Repo {
 
     async fn catalog(
         &self,
-        host: Option<&Sandbox>,
+        host: &Sandbox,
         _store: &std::sync::Arc<dyn crate::store::BackupStore>,
     ) -> Result<Option<crate::source::Catalog>, StoreError> {
-        let host = host.ok_or_else(|| StoreError {
-            store: self.describe(),
-            message: "reading a pgBackRest catalog needs a sandbox directory".into(),
-            unreachable: false,
-            changed: false,
-        })?;
         let catalog = Repo::catalog(self, host).await?;
         Ok(Some(crate::source::Catalog {
             described: self.describe(),

@@ -169,9 +169,7 @@ pub(crate) async fn stream_into(
         child.wait().await.map_err(|e| RestoreError::infra(Stage::Restore, format!("waiting for {what}: {e}")))?;
     let stderr = stderr_task.await.unwrap_or_default();
     if !status.success() {
-        let (who, why) = sandbox.judge_client(&status);
-        let message = format!("{what} failed ({status}): {}", tail(&stderr, STDERR_KEEP));
-        return Err(who.error(Stage::Restore, crate::error::with_reason(message, why)));
+        return Err(crate::server::tools::tool_failed(sandbox, what, &status, &stderr));
     }
     if pipe_closed {
         return Err(RestoreError::bad(
