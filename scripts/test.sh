@@ -23,7 +23,13 @@ cargo fmt --all --check
 # rustc wrapper, as `cargo clippy` runs it (CLIPPY_ARGS is how it hands clippy-driver its
 # flags). The dependencies are then compiled once, not again in check mode for a separate
 # `cargo clippy`: that was 4.5 of a fresh clone's 9.5 build minutes.
-export RUSTC_WORKSPACE_WRAPPER="${RUSTC_WORKSPACE_WRAPPER-$(command -v clippy-driver)}"
+if [ -z "${RUSTC_WORKSPACE_WRAPPER:-}" ]; then
+  RUSTC_WORKSPACE_WRAPPER=$(command -v clippy-driver) || {
+    echo "test.sh: clippy-driver not found (scripts/setup.sh adds clippy with rustup)" >&2
+    exit 2
+  }
+fi
+export RUSTC_WORKSPACE_WRAPPER
 export CLIPPY_ARGS="-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__"
 cargo build --locked --workspace --all-targets
 # One S3 server (moto) and one cache of pristine catalog fingerprints for the whole run:
