@@ -23,9 +23,9 @@ pub use schedule::Schedule;
 pub use secret::{Secret, redact_url, redact_userinfo};
 pub use validated::{
     ALL_VALIDATORS, AlertConfig, AlertKind, ApiConfig, Comparisons, Config, CustomCheck, DEFAULT_STATE_URL,
-    DaemonConfig, DecryptConfig, EvidenceConfig, FormatSetting, HeartbeatConfig, KubernetesConfig, MetricsConfig,
-    Profile, RecoveryTarget, S3Storage, SandboxConfig, Selection, SourceConfig, StateConfig, StorageConfig,
-    TargetConfig, Toleration, ValidatorsConfig, is_quantity,
+    DaemonConfig, DecryptConfig, EvidenceConfig, FollowConfig, FormatSetting, HeartbeatConfig, KubernetesConfig,
+    MetricsConfig, Profile, RecoveryTarget, S3Storage, SandboxConfig, Selection, SourceConfig, StateConfig,
+    StorageConfig, TargetConfig, Toleration, ValidatorsConfig, is_quantity,
 };
 
 use std::path::Path;

@@ -83,6 +83,8 @@ pub struct RawSandbox {
     pub max_expansion: Option<Spanned<f64>>,
     pub user: Option<Spanned<String>>,
     pub memory_limit: Option<Spanned<String>>,
+    /// Where followers keep their restored copies between runs.
+    pub state_dir: Option<Spanned<String>>,
 }
 
 /// One storage. `kind` selects which of the other keys apply; the validation step
@@ -142,6 +144,15 @@ pub struct RawTarget {
     pub kubernetes: Option<RawKubernetes>,
     pub decrypt: Option<RawDecrypt>,
     pub heartbeat: Option<RawHeartbeat>,
+    pub follow: Option<RawFollow>,
+}
+
+/// `[target.follow]`: a restored copy that replays the WAL archive as it grows.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawFollow {
+    pub interval: Option<Spanned<String>>,
+    pub reseed_after: Option<Spanned<String>>,
 }
 
 /// `[target.heartbeat]`: the primary's heartbeat table.

@@ -140,6 +140,8 @@ pub struct SandboxConfig {
     /// The address space each process of the sandbox server may use (`RLIMIT_AS`):
     /// a backup's statements that need more fail as the backup's, never the host's.
     pub memory_limit: u64,
+    /// Where followers keep their restored copies between runs (default: `scratch_dir`).
+    pub state_dir: PathBuf,
 }
 
 /// `[sandbox] memory_limit` when not set: room for the server's shared memory, a
@@ -357,6 +359,22 @@ pub struct TargetConfig {
     /// The primary's heartbeat table (`[target.heartbeat]`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub heartbeat: Option<HeartbeatConfig>,
+    /// A restored copy that follows the WAL archive (`[target.follow]`, daemon only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub follow: Option<FollowConfig>,
+}
+
+/// `[target.follow]`: `drcheck daemon` keeps a restored copy of the target that replays
+/// every segment its WAL archive gains.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct FollowConfig {
+    /// How often the archive is listed and replay checked (default 1m).
+    #[serde(serialize_with = "ser_duration")]
+    pub interval: Duration,
+    /// The copy is seeded again from the newest base backup when it is this old
+    /// (default 7d).
+    #[serde(serialize_with = "ser_duration")]
+    pub reseed_after: Duration,
 }
 
 /// `[target.decrypt]`: what opens an encrypted backup. Each value is a secret: the key
@@ -574,6 +592,10 @@ pub(crate) fn validate(
         .map(PathBuf::from)
         .unwrap_or_else(default_scratch_dir);
     let pg_bindir = cx.opt_string("sandbox.pg_bindir", &raw.sandbox.pg_bindir)?.map(PathBuf::from);
+    let state_dir = cx
+        .opt_string("sandbox.state_dir", &raw.sandbox.state_dir)?
+        .map(PathBuf::from)
+        .unwrap_or_else(|| scratch_dir.clone());
     let profile = match &raw.sandbox.profile {
         None => Profile::Production,
         Some(p) => match p.get_ref().as_str() {
@@ -751,6 +773,7 @@ pub(crate) fn validate(
             user: sandbox_user,
             max_expansion,
             memory_limit,
+            state_dir,
         },
         storage,
         targets,

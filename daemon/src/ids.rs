@@ -19,6 +19,7 @@ pub(crate) fn sandbox_options(config: &Config, run_id: String) -> SandboxOptions
         require_containment: config.sandbox.require_containment,
         user: config.sandbox.user.clone(),
         memory_limit: Some(config.sandbox.memory_limit),
+        keep_at: None,
     }
 }
 

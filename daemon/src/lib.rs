@@ -19,6 +19,7 @@ mod cli;
 mod commands;
 mod evidence;
 mod exit;
+mod follow;
 mod heartbeat;
 mod history;
 mod ids;

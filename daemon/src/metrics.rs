@@ -40,6 +40,7 @@ pub(crate) struct Metrics {
     pub alerts_dead_lettered_total: IntCounterVec,
     pub alert_outbox_depth: IntGauge,
     pub heartbeat: HeartbeatMetrics,
+    pub follow: FollowMetrics,
     /// 1 while the config the daemon runs is the file's (started, or reloaded on
     /// SIGHUP); 0 after a reload failed and the old config was kept.
     pub config_reload_success: IntGauge,
@@ -56,6 +57,92 @@ pub(crate) struct HeartbeatMetrics {
     pub interval: GaugeVec,
     /// Writes that failed.
     pub failures_total: IntCounterVec,
+}
+
+/// The followers' (`[target.follow]`): where replay is and what stops it.
+#[derive(Clone)]
+pub(crate) struct FollowMetrics {
+    /// 1 while the follower runs and replays what the archive holds.
+    pub up: IntGaugeVec,
+    /// The last commit the follower replayed (Unix time, from the WAL).
+    pub replayed_commit: GaugeVec,
+    /// The primary's current WAL position less the follower's replayed one.
+    pub behind_bytes: GaugeVec,
+    pub segments_replayed_total: IntCounterVec,
+    pub fetched_bytes_total: IntCounterVec,
+    /// 1 for the segment that cannot be replayed (one series per target while it lasts).
+    pub not_replayable: IntGaugeVec,
+    /// How often the follower checks its archive.
+    pub interval: GaugeVec,
+    /// When the follower's copy was seeded from a base backup (Unix time).
+    pub seeded: GaugeVec,
+}
+
+impl FollowMetrics {
+    fn new(r: &Registry) -> Self {
+        FollowMetrics {
+            up: int_gauge(
+                r,
+                "drcheck_follow_up",
+                "1 while the target's follower runs and replays its WAL archive.",
+                &["target"],
+            ),
+            replayed_commit: gauge(
+                r,
+                "drcheck_follow_replayed_commit_timestamp_seconds",
+                "The last commit the follower replayed from the WAL archive (Unix time, read from the WAL).",
+                &["target"],
+            ),
+            behind_bytes: gauge(
+                r,
+                "drcheck_follow_behind_bytes",
+                "The primary's current WAL position less the follower's replayed position.",
+                &["target"],
+            ),
+            segments_replayed_total: counter(
+                r,
+                "drcheck_follow_segments_replayed_total",
+                "WAL segments the follower replayed.",
+                &["target"],
+            ),
+            fetched_bytes_total: counter(
+                r,
+                "drcheck_follow_fetched_bytes_total",
+                "Bytes of archived WAL the follower fetched from the store.",
+                &["target"],
+            ),
+            not_replayable: int_gauge(
+                r,
+                "drcheck_follow_not_replayable",
+                "1 while the named WAL segment cannot be replayed (reason: gap, unreadable, corrupt, stuck, crashed).",
+                &["target", "segment", "reason"],
+            ),
+            interval: gauge(
+                r,
+                "drcheck_follow_interval_seconds",
+                "How often the follower lists its archive ([target.follow] interval).",
+                &["target"],
+            ),
+            seeded: gauge(
+                r,
+                "drcheck_follow_seeded_timestamp_seconds",
+                "When the follower's copy was seeded from a base backup (Unix time).",
+                &["target"],
+            ),
+        }
+    }
+
+    /// Every series of `target`, gone.
+    pub(crate) fn forget(&self, target: &str) {
+        forget(&self.up, "target", target);
+        forget(&self.replayed_commit, "target", target);
+        forget(&self.behind_bytes, "target", target);
+        forget(&self.segments_replayed_total, "target", target);
+        forget(&self.fetched_bytes_total, "target", target);
+        forget(&self.not_replayable, "target", target);
+        forget(&self.interval, "target", target);
+        forget(&self.seeded, "target", target);
+    }
 }
 
 fn gauge(r: &Registry, name: &str, help: &str, labels: &[&str]) -> GaugeVec {
@@ -265,6 +352,7 @@ impl Metrics {
                 &["sink"],
             ),
             alert_outbox_depth,
+            follow: FollowMetrics::new(&r),
             heartbeat: HeartbeatMetrics {
                 last_write: gauge(
                     &r,
@@ -309,6 +397,12 @@ impl Metrics {
                 self.heartbeat.interval.with_label_values(&[&t.name]).set(hb.interval.as_secs_f64());
                 self.heartbeat.failures_total.with_label_values(&[&t.name]);
             }
+            if let Some(f) = &t.follow {
+                self.follow.interval.with_label_values(&[&t.name]).set(f.interval.as_secs_f64());
+                self.follow.up.with_label_values(&[&t.name]);
+                self.follow.segments_replayed_total.with_label_values(&[&t.name]);
+                self.follow.fetched_bytes_total.with_label_values(&[&t.name]);
+            }
         }
     }
 
@@ -344,6 +438,7 @@ impl Metrics {
             forget(&self.heartbeat.last_write, "target", v);
             forget(&self.heartbeat.interval, "target", v);
             forget(&self.heartbeat.failures_total, "target", v);
+            self.follow.forget(v);
         }
         for sink in old.alerts.iter().filter(|a| new.alerts.iter().all(|n| n.name != a.name)) {
             forget(&self.alerts_sent_total, "sink", &sink.name);

@@ -9,7 +9,7 @@
 //! | `transfer/` | downloads, formats, layers (compression, encryption), streams, tar |
 //! | `request`, `source` | the seam: what a restore is asked and answers; what a source is |
 //! | `sources/` | objects in a store, pgBackRest, barman-cloud |
-//! | `job`, `open`, `lib` | one restore start to finish; opening a source; the face |
+//! | `job`, `open`, `follow`, `lib` | one restore start to finish; opening a source; following an archive; the face |
 //!
 //! The test reads each file's `crate::…` paths (in `use` lines and in code, comments left
 //! out) and resolves each to the file that defines it.
@@ -27,7 +27,7 @@ const ROOMS: &[&[&str]] = &[
     &["transfer"],
     &["request", "source"],
     &["sources"],
-    &["job", "open", "lib", "fuzz"],
+    &["job", "open", "follow", "lib", "fuzz"],
 ];
 
 fn room_of(file: &str) -> usize {

@@ -15,6 +15,7 @@
 
 mod error;
 mod events;
+mod follow;
 #[cfg(test)]
 mod fuzz;
 mod job;
@@ -32,10 +33,16 @@ pub use store::{breaker, retry};
 
 pub use error::{Blame, RestoreError, Stage, StoreError, with_reason};
 pub use events::{Decryption, Events, RestoreEvent};
+pub use follow::{
+    FollowState, Follower, NotReplayable, Paused, Step as FollowStep, format_lsn, parse_lsn,
+    read_state as read_follow_state,
+};
 pub use job::run;
 pub use open::open_source;
 pub use request::{Consistency, Delegated, RestoreJob, Restored};
-pub use server::leftovers::{Owner, ensure_cache_dir, ensure_cache_dir_at, machine_id, process_running};
+pub use server::leftovers::{
+    Owner, ensure_cache_dir, ensure_cache_dir_at, ensure_follow_dir, machine_id, process_running,
+};
 pub use server::pgbin::PgBin;
 pub use server::reach::Reach;
 pub use server::recovery::{Horizon, WalReplay};

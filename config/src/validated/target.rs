@@ -169,7 +169,9 @@ pub(super) fn validate_target(
              tool's repository (source = \"pgbackrest\" or \"barman-cloud\")",
         ));
     }
+    let follow = validate_follow(cx, i, t, &source)?;
     Ok(TargetConfig {
+        follow,
         heartbeat,
         decrypt,
         kubernetes,
@@ -271,6 +273,50 @@ fn validate_heartbeat(cx: &Ctx<'_>, i: usize, t: &RawTarget) -> Result<Option<He
         u => u.map(Secret::new),
     };
     Ok(Some(HeartbeatConfig { schema: schema.to_string(), table: name.to_string(), interval, url }))
+}
+
+/// `[target.follow]`: `interval` at least 1s (default 1m), `reseed_after` at least an
+/// hour (default 7d); only a WAL archive drcheck reads itself (`wal_prefix`) is followed.
+fn validate_follow(
+    cx: &Ctx<'_>,
+    i: usize,
+    t: &RawTarget,
+    source: &SourceConfig,
+) -> Result<Option<FollowConfig>, ConfigError> {
+    let Some(f) = &t.follow else { return Ok(None) };
+    let key = |k: &str| format!("target[{i}].follow.{k}");
+    if !matches!(source, SourceConfig::Objects) || t.wal_prefix.is_none() {
+        return Err(cx.err(
+            &format!("target[{i}].follow"),
+            None,
+            match source {
+                SourceConfig::Objects => {
+                    "following needs a WAL archive: set wal_prefix (physical base backups)".to_string()
+                }
+                other => format!(
+                    "following needs a WAL archive drcheck reads itself (wal_prefix); a {} repository cannot be \
+                     followed in this version",
+                    other.name()
+                ),
+            },
+        ));
+    }
+    let at_least = |name: &str, v: &Option<Spanned<String>>, default: Duration, min: Duration| {
+        let Some(v) = v else { return Ok(default) };
+        let d = cx.duration(&key(name), v)?;
+        if d < min {
+            return Err(cx.err(
+                &key(name),
+                Some(v.span()),
+                format!("must be at least {}, got {:?}", crate::format_duration(min), v.get_ref()),
+            ));
+        }
+        Ok(d)
+    };
+    let interval = at_least("interval", &f.interval, Duration::from_secs(60), Duration::from_secs(1))?;
+    let reseed_after =
+        at_least("reseed_after", &f.reseed_after, Duration::from_secs(7 * 86400), Duration::from_secs(3600))?;
+    Ok(Some(FollowConfig { interval, reseed_after }))
 }
 
 fn validate_kubernetes(cx: &Ctx<'_>, i: usize, t: &RawTarget) -> Result<KubernetesConfig, ConfigError> {

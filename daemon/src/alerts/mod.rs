@@ -13,6 +13,11 @@ pub(crate) const FAILED: &str = "DrcheckVerificationFailed";
 pub(crate) const RTO_MISSED: &str = "DrcheckRTOMissed";
 pub(crate) const RPO_MISSED: &str = "DrcheckRPOMissed";
 pub(crate) const STALE: &str = "DrcheckVerificationStale";
+/// A follower cannot replay a segment of the archive (a gap, an unreadable or corrupt
+/// segment, replay stuck, its server gone).
+pub(crate) const ARCHIVE_NOT_REPLAYABLE: &str = "DrcheckArchiveNotReplayable";
+/// What a follower can replay is older than the RPO.
+pub(crate) const ARCHIVE_BEHIND: &str = "DrcheckArchiveBehind";
 
 /// One alert in one state, as queued for every sink.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]

@@ -326,11 +326,23 @@ impl History {
 
     /// Raises the stale alert for `target` (no success for too long) unless it fires already.
     pub(crate) async fn raise_stale(&self, target: &str, description: &str, sinks: &[String]) -> anyhow::Result<bool> {
+        self.raise(target, alerts::STALE, description, sinks).await
+    }
+
+    /// Fires `alertname` for `target` unless it already fires: a new episode, queued for
+    /// `sinks`. Returns whether it was raised now.
+    pub(crate) async fn raise(
+        &self,
+        target: &str,
+        alertname: &str,
+        description: &str,
+        sinks: &[String],
+    ) -> anyhow::Result<bool> {
         let mut tx = self.pool.begin().await?;
         let firing: Option<(String,)> =
             sqlx::query_as("select episode from alert_state where target = $1 and alertname = $2")
                 .bind(target)
-                .bind(alerts::STALE)
+                .bind(alertname)
                 .fetch_optional(&mut *tx)
                 .await?;
         if firing.is_some() {
@@ -340,25 +352,64 @@ impl History {
         let episode = uuid::Uuid::new_v4().to_string();
         sqlx::query("insert into alert_state (target, alertname, episode, since) values ($1, $2, $3, $4)")
             .bind(target)
-            .bind(alerts::STALE)
+            .bind(alertname)
             .bind(&episode)
             .bind(&now)
             .execute(&mut *tx)
             .await?;
         let alert = Alert {
-            alertname: alerts::STALE.into(),
+            alertname: alertname.into(),
             target: target.into(),
-            severity: alerts::severity_of(alerts::STALE).into(),
+            severity: alerts::severity_of(alertname).into(),
             state: "firing".into(),
-            summary: format!("{} for {target}", alerts::STALE),
+            summary: format!("{alertname} for {target}"),
             description: description.into(),
             run_id: None,
             starts_at: now.clone(),
             ends_at: None,
-            dedup_key: alerts::dedup_key(target, alerts::STALE, &episode, "firing"),
+            dedup_key: alerts::dedup_key(target, alertname, &episode, "firing"),
         };
         remember_firing(&mut tx, &alert).await?;
         enqueue(&mut tx, &alert, sinks, None).await?;
+        tx.commit().await?;
+        Ok(true)
+    }
+
+    /// Resolves `alertname` for `target` if it fires. Returns whether it did.
+    pub(crate) async fn resolve(
+        &self,
+        target: &str,
+        alertname: &str,
+        description: &str,
+        sinks: &[String],
+    ) -> anyhow::Result<bool> {
+        let mut tx = self.pool.begin().await?;
+        let firing: Option<(String, String)> =
+            sqlx::query_as("select episode, since from alert_state where target = $1 and alertname = $2")
+                .bind(target)
+                .bind(alertname)
+                .fetch_optional(&mut *tx)
+                .await?;
+        let Some((episode, since)) = firing else { return Ok(false) };
+        sqlx::query("delete from alert_state where target = $1 and alertname = $2")
+            .bind(target)
+            .bind(alertname)
+            .execute(&mut *tx)
+            .await?;
+        let alert = Alert {
+            alertname: alertname.into(),
+            target: target.into(),
+            severity: alerts::severity_of(alertname).into(),
+            state: "resolved".into(),
+            summary: format!("{alertname} for {target}"),
+            description: description.into(),
+            run_id: None,
+            starts_at: since,
+            ends_at: Some(ts(SystemTime::now())),
+            dedup_key: alerts::dedup_key(target, alertname, &episode, "resolved"),
+        };
+        let firing_key = alerts::dedup_key(target, alertname, &episode, "firing");
+        enqueue(&mut tx, &alert, sinks, Some(&firing_key)).await?;
         tx.commit().await?;
         Ok(true)
     }

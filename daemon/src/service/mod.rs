@@ -49,6 +49,8 @@ pub(crate) struct Shared {
     pub runs_cancel: CancellationToken,
     /// Runs the trigger API accepted and that are not recorded yet: run id → target.
     pub triggered: std::sync::Mutex<std::collections::HashMap<String, String>>,
+    /// The targets' followers (`[target.follow]`).
+    pub followers: crate::follow::Followers,
 }
 
 impl Shared {
@@ -180,6 +182,7 @@ pub(crate) async fn run(
         tracker: TaskTracker::new(),
         runs_cancel: CancellationToken::new(),
         triggered: Default::default(),
+        followers: Default::default(),
     });
     let config = shared.config();
     shared.metrics.init(&config);
@@ -219,6 +222,7 @@ pub(crate) async fn run(
     // target that has not run yet.
     let names: Vec<String> = config.targets.iter().map(|t| t.name.clone()).collect();
     tokio::spawn(coverage_refresh(shared.clone(), names, background.clone()));
+    shared.followers.reconcile(&shared, &config);
 
     let mut pending = schedule::pending(&schedule::Pending::new(), &entries(&config), chrono::Utc::now());
     loop {
@@ -278,6 +282,7 @@ pub(crate) async fn run(
                             new.targets.iter().filter(|t| old.target(&t.name).is_none()).map(|t| t.name.clone()).collect();
                         tokio::spawn(coverage_refresh(shared.clone(), added, background.clone()));
                         shared.resize_bulkhead(new.daemon.max_concurrent_restores);
+                        shared.followers.reconcile(&shared, &new);
                     }
                     Err(e) => {
                         // One line (a TOML error points at its text over several).
@@ -300,6 +305,8 @@ pub(crate) async fn run(
         shared.runs_cancel.cancel();
         shared.tracker.wait().await;
     }
+    // Followers stop their servers and keep their copies for the next start.
+    shared.followers.stop_all().await;
     http_stop.cancel();
     background.cancel();
     let _ = server.await;

@@ -56,7 +56,11 @@ pub(crate) const CLUSTER_ALLOWANCE: u64 = 1 << 30;
 /// needs (1 GiB: catalogs, WAL up to `max_wal_size`), at most the free space less a
 /// reserve (5 % of the file system, at most 1 GiB), so a bomb never fills the disk.
 pub(crate) fn check_disk(config: &Config, backup: &Backup) -> Result<(u64, u64), Stop> {
-    let dir = &config.sandbox.scratch_dir;
+    check_disk_in(&config.sandbox.scratch_dir, config, backup)
+}
+
+/// [`check_disk`] in `dir` (a follower's copy lives in `state_dir`).
+pub(crate) fn check_disk_in(dir: &std::path::Path, config: &Config, backup: &Backup) -> Result<(u64, u64), Stop> {
     // A configured scratch_dir that does not exist yet is made, as the private directory
     // inside it would be (issue 34: it was an error, "cannot check free space … ENOENT").
     if !dir.exists() {

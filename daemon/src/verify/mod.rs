@@ -17,9 +17,9 @@ mod select;
 mod stop;
 mod validate;
 
-pub(crate) use budget::{config_warnings, lease_ttl, run_budget};
+pub(crate) use budget::{check_disk_in, config_warnings, lease_ttl, run_budget};
 pub(crate) use repository::integrity_only;
-pub(crate) use restore::{database_of, download};
+pub(crate) use restore::{database_of, download, fetch_options};
 pub(crate) use select::{coverage_now, list_backups};
 
 use crate::history::History;

@@ -53,10 +53,11 @@ pub(super) async fn restore_stage(
         format: target.format,
         jobs: target.restore_jobs,
         globals_key: target.globals_key.clone(),
-        wal: target
-            .wal_prefix
-            .as_ref()
-            .map(|p| WalReplay { prefix: p.clone(), target: target.recovery_target.clone() }),
+        wal: target.wal_prefix.as_ref().map(|p| WalReplay {
+            prefix: p.clone(),
+            target: target.recovery_target.clone(),
+            standby: false,
+        }),
         delegated: selected.catalog.as_ref().map(|c| c.repository.clone()),
         recovery_target: target.recovery_target.clone(),
         database_hint: target.primary.as_ref().and_then(|p| database_of(p.expose())),

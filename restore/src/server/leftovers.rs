@@ -99,6 +99,13 @@ pub fn ensure_cache_dir_at(dir: &Path) -> Result<PathBuf, String> {
     ensure_own_dir(parent, dir, 0o700)
 }
 
+/// `state_dir/drcheck-follow-<uid>` (0711: the sandbox user passes through to its own
+/// follower directory): where followers keep their copies between runs.
+pub fn ensure_follow_dir(state_dir: &Path) -> Result<PathBuf, String> {
+    let dir = state_dir.join(format!("drcheck-follow-{}", Uid::effective().as_raw()));
+    ensure_own_dir(state_dir, &dir, 0o711)
+}
+
 fn ensure_own_dir(scratch_dir: &Path, dir: &Path, mode: u32) -> Result<PathBuf, String> {
     match std::fs::DirBuilder::new().mode(mode).create(dir) {
         Ok(()) => {}
@@ -119,7 +126,7 @@ fn ensure_own_dir(scratch_dir: &Path, dir: &Path, mode: u32) -> Result<PathBuf, 
     Ok(dir.to_path_buf())
 }
 
-fn check_private(dir: &Path) -> Result<(), String> {
+pub(crate) fn check_private(dir: &Path) -> Result<(), String> {
     let m = std::fs::symlink_metadata(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     if !m.is_dir() || m.uid() != Uid::effective().as_raw() || m.mode() & 0o022 != 0 {
         return Err(format!(

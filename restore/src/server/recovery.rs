@@ -21,6 +21,9 @@ const RECOVERY_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
 pub struct WalReplay {
     pub prefix: String,
     pub target: RecoveryTarget,
+    /// Start a hot standby that goes on replaying what arrives in its spool (a
+    /// follower's seed) instead of promoting at the target.
+    pub standby: bool,
 }
 
 /// Archived WAL to replay: the spool drcheck fills, and how far to go.
@@ -30,6 +33,10 @@ pub(crate) struct Replay<'a> {
     /// The spool is still being filled ([`start_while_fetching`]): a file it lists in
     /// [`PLANNED`] and does not hold yet is waited for, not taken for the archive's end.
     pub streamed: bool,
+    /// A hot standby (a follower): never promoted, no target, no password of ours (its
+    /// roles are the primary's and it cannot be written): drcheck's own OS user gets in
+    /// by peer authentication, which only the kernel can vouch for.
+    pub standby: bool,
 }
 
 /// The spool's list of the files being fetched into it, one name per line.
@@ -49,6 +56,7 @@ pub(crate) async fn start_while_fetching<F, Fut>(
     pg_bindir: Option<&Path>,
     spool: &Path,
     target: &RecoveryTarget,
+    standby: bool,
     names: Vec<String>,
     at_once: usize,
     fetch: F,
@@ -83,7 +91,7 @@ where
         }
         done
     };
-    let starting = start_restored(sandbox, pg_bindir, Some(Replay { spool, target, streamed: true }));
+    let starting = start_restored(sandbox, pg_bindir, Some(Replay { spool, target, streamed: true, standby }));
     tokio::pin!(fetching, starting);
     tokio::select! {
         biased;
@@ -96,6 +104,11 @@ where
         started = &mut starting => {
             let recovered = started?;
             match target {
+                // A standby is consistent before the planned files are all there.
+                _ if standby => {
+                    fetching.await?;
+                    Ok(recovered)
+                }
                 // Reached (the server refuses to promote short of it): what comes after
                 // is not needed.
                 RecoveryTarget::Time(_) | RecoveryTarget::Lsn(_) => Ok(recovered),
@@ -107,6 +120,14 @@ where
             }
         }
     }
+}
+
+/// Empties the spool's list of planned files: from now on a file the spool does not hold
+/// is one the archive does not have yet (a follower's server asks again later).
+pub(crate) fn stop_waiting(sandbox: &Sandbox, spool: &Path) -> Result<(), RestoreError> {
+    let planned = spool.join(PLANNED);
+    write_new(&planned, "")?;
+    sandbox.give_to_server(&planned)
 }
 
 /// The major version in a data directory's `PG_VERSION`.
@@ -200,9 +221,20 @@ pub(crate) async fn start_restored(
             format!("cp '{spool}/%f' '%p'")
         };
         settings.push(("restore_command".into(), command));
-        settings.extend(target_settings(replay.target));
-        settings.push(("recovery_target_action".into(), "promote".into()));
-        write_new(&data.join("recovery.signal"), "")?;
+        if replay.standby {
+            // Queries see the replayed data; the primary's limits that a hot standby
+            // must match are its own (pg_control says them).
+            settings.retain(|(k, _)| k != "hot_standby" && k != "max_wal_senders");
+            settings.push(("hot_standby".into(), "on".into()));
+            settings.push(("wal_retrieve_retry_interval".into(), "1s".into()));
+            settings.extend(standby_limits(sandbox, &bin).await);
+            write_new(&data.join("standby.signal"), "")?;
+            sandbox.set_standby();
+        } else {
+            settings.extend(target_settings(replay.target));
+            settings.push(("recovery_target_action".into(), "promote".into()));
+            write_new(&data.join("recovery.signal"), "")?;
+        }
         sandbox.give_to_server(replay.spool)?;
     }
     sandbox.give_to_server(&data)?;
@@ -224,8 +256,46 @@ pub(crate) async fn start_restored(
     }
     // Read before drcheck writes anything (setting the password takes a transaction id).
     let recovered = recovered(sandbox).await;
-    require_password(sandbox, &hba).await?;
+    if !sandbox.is_standby() {
+        require_password(sandbox, &hba).await?;
+    }
     Ok(recovered)
+}
+
+/// The settings a hot standby must hold at least at the primary's values
+/// (`max_connections`, …), read from the data directory's `pg_control` with
+/// `pg_controldata`, contained; the server's defaults when it cannot be read.
+async fn standby_limits(sandbox: &Sandbox, bin: &pgbin::PgBin) -> Vec<(String, String)> {
+    let Ok(cmd) = sandbox.server_command("pg_controldata") else { return Vec::new() };
+    let mut cmd = tokio::process::Command::from(cmd);
+    cmd.arg("-D").arg(sandbox.data_dir()).kill_on_drop(true);
+    let Ok(Ok(out)) = tokio::time::timeout(Duration::from_secs(30), cmd.output()).await else {
+        tracing::warn!(tool = %bin.tool("pg_controldata").display(), "cannot read the primary's limits for the standby");
+        return Vec::new();
+    };
+    controldata_limits(&String::from_utf8_lossy(&out.stdout))
+}
+
+/// `max_connections setting: 300` and its kind in `pg_controldata`'s output, as settings.
+pub(crate) fn controldata_limits(text: &str) -> Vec<(String, String)> {
+    let names = [
+        ("max_connections setting:", "max_connections"),
+        ("max_worker_processes setting:", "max_worker_processes"),
+        ("max_wal_senders setting:", "max_wal_senders"),
+        ("max_prepared_xacts setting:", "max_prepared_transactions"),
+        ("max_locks_per_xact setting:", "max_locks_per_transaction"),
+    ];
+    let mut out = Vec::new();
+    for line in text.lines() {
+        for (label, setting) in names {
+            if let Some(v) = line.trim().strip_prefix(label).map(str::trim)
+                && v.parse::<u32>().is_ok()
+            {
+                out.push((setting.to_string(), v.to_string()));
+            }
+        }
+    }
+    out
 }
 
 /// What a restored physical copy knows of its point: the transaction horizon and the

@@ -53,6 +53,9 @@ pub struct SandboxOptions {
     pub user: String,
     /// The address space of each server process (`RLIMIT_AS`); `None`: unlimited.
     pub memory_limit: Option<u64>,
+    /// A sandbox that outlives drcheck (a follower's): its directory, kept when the
+    /// sandbox is dropped — only the server is stopped — until [`Sandbox::discard`].
+    pub keep_at: Option<PathBuf>,
 }
 
 /// The containment a sandbox would run under (`restore.containment`), known before one
@@ -78,6 +81,10 @@ pub struct Sandbox {
     restored: bool,
     /// `RLIMIT_AS` of each server process.
     memory_limit: Option<u64>,
+    /// Its directory outlives it (`SandboxOptions::keep_at`).
+    keep: bool,
+    /// A hot standby: ready when it accepts connections, still in recovery.
+    standby: bool,
 }
 
 /// What a contained process of a run needs of its sandbox — its directories, the
@@ -209,13 +216,33 @@ impl Sandbox {
                  the sandbox user can ([sandbox] require_containment = false)"
             );
         }
-        let root = sandbox_root(opts)?;
-        // The owner record first: a sandbox directory without one is never reaped.
-        leftovers::write_owner(&root, &leftovers::Owner::current(None)).map_err(infra)?;
-        std::fs::DirBuilder::new()
-            .mode(0o700)
-            .create(&root)
-            .map_err(|e| infra(format!("cannot create sandbox directory {}: {e}", root.display())))?;
+        let root = match &opts.keep_at {
+            Some(dir) => {
+                // Kept across runs: no owner record (the reaper never looks there); a
+                // directory of drcheck's own, made private.
+                let parent = dir.parent().unwrap_or(Path::new("/"));
+                leftovers::check_private(parent).map_err(infra)?;
+                match std::fs::symlink_metadata(dir) {
+                    Err(_) => std::fs::DirBuilder::new()
+                        .mode(0o700)
+                        .create(dir)
+                        .map_err(|e| infra(format!("cannot create {}: {e}", dir.display())))?,
+                    Ok(m) if m.is_dir() => {}
+                    Ok(_) => return Err(infra(format!("{} is not a directory: refusing to use it", dir.display()))),
+                }
+                dir.clone()
+            }
+            None => {
+                let root = sandbox_root(opts)?;
+                // The owner record first: a sandbox directory without one is never reaped.
+                leftovers::write_owner(&root, &leftovers::Owner::current(None)).map_err(infra)?;
+                std::fs::DirBuilder::new()
+                    .mode(0o700)
+                    .create(&root)
+                    .map_err(|e| infra(format!("cannot create sandbox directory {}: {e}", root.display())))?;
+                root
+            }
+        };
         // From here on, dropping `sandbox` cleans up whatever exists.
         let mut sandbox = Sandbox {
             data_dir: root.join("data"),
@@ -230,6 +257,8 @@ impl Sandbox {
             server_exec: Vec::new(),
             restored: false,
             memory_limit: opts.memory_limit,
+            keep: opts.keep_at.is_some(),
+            standby: false,
         };
         let socket_dir = tempfile::Builder::new()
             .prefix("drcheck-")
@@ -237,11 +266,14 @@ impl Sandbox {
             .map_err(|e| infra(format!("cannot create socket directory in /tmp: {e}")))?
             .keep();
         sandbox.socket_dir = socket_dir;
-        leftovers::write_owner(&sandbox.root, &leftovers::Owner::current(Some(sandbox.socket_dir.clone())))
-            .map_err(infra)?;
+        if !sandbox.keep {
+            leftovers::write_owner(&sandbox.root, &leftovers::Owner::current(Some(sandbox.socket_dir.clone())))
+                .map_err(infra)?;
+        }
         std::fs::set_permissions(&sandbox.socket_dir, std::fs::Permissions::from_mode(0o700))
             .map_err(|e| infra(format!("cannot restrict {}: {e}", sandbox.socket_dir.display())))?;
         let pass = sandbox.root.join(PASS_FILE);
+        crate::server::recovery::remove_entry(&pass)?;
         write_private(&pass, format!("*:*:*:*:{}\n", sandbox.password).as_bytes())?;
         for dir in [sandbox.root.clone(), sandbox.socket_dir.clone(), pass] {
             sandbox.give_to_server(&dir)?;
@@ -406,8 +438,13 @@ impl Sandbox {
 
     async fn start(&mut self, extra: &[(String, String)], ready_timeout: Duration) -> Result<(), RestoreError> {
         let log_path = self.root.join("postgres.log");
-        let log = std::fs::File::create(&log_path)
-            .map_err(|e| infra(format!("cannot create {}: {e}", log_path.display())))?;
+        let log = if self.keep {
+            // A follower's log goes on across restarts (what it said before still counts).
+            std::fs::OpenOptions::new().create(true).append(true).open(&log_path)
+        } else {
+            std::fs::File::create(&log_path)
+        }
+        .map_err(|e| infra(format!("cannot create {}: {e}", log_path.display())))?;
         let log2 = log.try_clone().map_err(|e| infra(e.to_string()))?;
         let mut cmd = self.server_command("postgres")?;
         cmd.arg("-D").arg(&self.data_dir).arg("-k").arg(&self.socket_dir).args(["-p", &PORT.to_string()]);
@@ -457,7 +494,7 @@ impl Sandbox {
                 // A server still in recovery (archive replay) is not yet a restored database.
                 let in_recovery: Result<bool, _> =
                     sqlx::query_scalar("select pg_is_in_recovery()").fetch_one(&mut conn).await;
-                if matches!(in_recovery, Ok(false)) {
+                if matches!(in_recovery, Ok(false)) || (self.standby && in_recovery.is_ok()) {
                     return Ok(());
                 }
             }
@@ -578,13 +615,48 @@ impl Sandbox {
         self.cleanup();
     }
 
+    /// Stops the server and removes the sandbox's files, a kept one's too.
+    pub fn discard(mut self) {
+        self.keep = false;
+        self.cleanup();
+    }
+
+    /// Makes this a hot standby: it is ready when it accepts connections, still
+    /// replaying.
+    pub(crate) fn set_standby(&mut self) {
+        self.standby = true;
+    }
+
+    /// Whether it is a hot standby.
+    pub(crate) fn is_standby(&self) -> bool {
+        self.standby
+    }
+
+    /// Whether its server is running; when it has exited, how.
+    pub fn server_exited(&mut self) -> Option<String> {
+        let child = self.server.as_mut()?;
+        match child.try_wait() {
+            Ok(Some(status)) => {
+                self.server = None;
+                Some(status.to_string())
+            }
+            _ => None,
+        }
+    }
+
+    /// Whether a server was started and has not been seen to exit.
+    pub fn has_server(&self) -> bool {
+        self.server.is_some()
+    }
+
     /// Stopping the server waits for it and deleting a cluster takes seconds: never on
     /// an async worker (it would stall `/healthz` and every other run). The work goes to
     /// a thread of its own, which [`finish_teardowns`] waits for before the process exits.
     fn cleanup(&mut self) {
+        let root = std::mem::take(&mut self.root);
         let work = Teardown {
             server: self.server.take(),
-            root: std::mem::take(&mut self.root),
+            root: if self.keep { PathBuf::new() } else { root },
             socket_dir: std::mem::take(&mut self.socket_dir),
         };
         if work.server.is_none() && work.root.as_os_str().is_empty() && work.socket_dir.as_os_str().is_empty() {

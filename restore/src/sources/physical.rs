@@ -262,6 +262,7 @@ pub(crate) async fn restore_unpacked(
                 job.pg_bindir.as_deref(),
                 &spool,
                 &wal.target,
+                wal.standby,
                 names,
                 WAL_FILES_AT_ONCE,
                 |name, part| {

@@ -1,0 +1,385 @@
+//! `[target.follow]`: `drcheck daemon` keeps one restored copy per such target that
+//! replays its WAL archive as it grows ([`drcheck_restore::Follower`]): seeded from the
+//! newest base backup into `[sandbox] state_dir`, resumed where replay stopped after a
+//! restart, seeded again after `reseed_after`, discarded when the target is removed.
+//!
+//! Every `interval` it lists the archive, fetches what is new and reads where replay
+//! is; the metrics say how far (`drcheck_follow_*`), and the alerts fire when a segment
+//! cannot be replayed (`DrcheckArchiveNotReplayable`, naming it) or what is replayable
+//! is older than the RPO (`DrcheckArchiveBehind`).
+
+use crate::alerts;
+use crate::service::Shared;
+use drcheck_config::{Config, RecoveryTarget, TargetConfig};
+use drcheck_restore::{BackupStore, FollowStep, Follower, RestoreJob, SandboxOptions, WalReplay, open_store};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+use tokio_util::sync::CancellationToken;
+
+/// What the status page shows of a follower.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub(crate) struct FollowView {
+    pub state: String,
+    pub seeded_from: Option<String>,
+    pub seeded_at: Option<String>,
+    pub replayed_lsn: Option<String>,
+    pub replayed_commit: Option<String>,
+    pub lag_seconds: Option<f64>,
+    pub behind_bytes: Option<f64>,
+    pub last_segment: Option<String>,
+    pub newest_archived: Option<String>,
+    pub problem: Option<String>,
+    pub checked_at: Option<String>,
+}
+
+/// The followers running, by target.
+#[derive(Default)]
+pub(crate) struct Followers {
+    running: Mutex<BTreeMap<String, Running>>,
+    pub views: Mutex<BTreeMap<String, FollowView>>,
+}
+
+struct Running {
+    stop: CancellationToken,
+    /// Set when the target was removed: the copy is discarded, not kept.
+    removed: Arc<std::sync::atomic::AtomicBool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Followers {
+    /// Starts a follower for every target of `config` that follows and has none; stops
+    /// (and discards) those whose target no longer follows.
+    pub(crate) fn reconcile(&self, shared: &Arc<Shared>, config: &Config) {
+        let mut running = self.running.lock().unwrap();
+        let wanted: Vec<&TargetConfig> = config.targets.iter().filter(|t| t.follow.is_some()).collect();
+        let gone: Vec<String> =
+            running.keys().filter(|name| !wanted.iter().any(|t| &t.name == *name)).cloned().collect();
+        for name in gone {
+            if let Some(r) = running.remove(&name) {
+                r.removed.store(true, std::sync::atomic::Ordering::SeqCst);
+                r.stop.cancel();
+                self.views.lock().unwrap().remove(&name);
+                shared.metrics.follow.forget(&name);
+            }
+        }
+        for t in wanted {
+            if running.contains_key(&t.name) {
+                continue;
+            }
+            let stop = CancellationToken::new();
+            let removed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let task = tokio::spawn(follow(shared.clone(), t.name.clone(), stop.clone(), removed.clone()));
+            running.insert(t.name.clone(), Running { stop, removed, task });
+        }
+    }
+
+    /// Stops every follower; their copies are kept for the next start.
+    pub(crate) async fn stop_all(&self) {
+        let all: Vec<Running> = std::mem::take(&mut *self.running.lock().unwrap()).into_values().collect();
+        for r in &all {
+            r.stop.cancel();
+        }
+        for r in all {
+            let _ = r.task.await;
+        }
+    }
+}
+
+/// Where the follower of `target` keeps its copy.
+pub(crate) fn follow_dir(config: &Config, target: &str) -> Result<PathBuf, String> {
+    Ok(drcheck_restore::ensure_follow_dir(&config.sandbox.state_dir)?.join(target))
+}
+
+fn options(config: &Config, target: &str) -> Result<SandboxOptions, String> {
+    let mut opts = crate::ids::sandbox_options(config, format!("follow-{target}"));
+    opts.keep_at = Some(follow_dir(config, target)?);
+    Ok(opts)
+}
+
+/// One target's follower, until `stop`.
+async fn follow(
+    shared: Arc<Shared>,
+    name: String,
+    stop: CancellationToken,
+    removed: Arc<std::sync::atomic::AtomicBool>,
+) {
+    let mut follower: Option<Follower> = None;
+    let mut store: Option<Arc<dyn BackupStore>> = None;
+    let mut problem_before: Option<(String, String)> = None;
+    loop {
+        let config = shared.config();
+        let Some(t) = config.target(&name).cloned() else { break };
+        let Some(f) = t.follow.clone() else { break };
+        let store = match &store {
+            Some(s) => s.clone(),
+            None => {
+                let s = open_store(&t.storage, &config.storage[&t.storage]).await;
+                store = Some(s.clone());
+                s
+            }
+        };
+        let due_reseed = follower.as_ref().is_some_and(|fl| {
+            humantime::parse_rfc3339(&fl.state().seeded_at)
+                .is_ok_and(|at| SystemTime::now().duration_since(at).unwrap_or_default() > f.reseed_after)
+        });
+        if due_reseed {
+            tracing::info!(target = %name, "the follower is older than reseed_after: seeding it again");
+            if let Some(old) = follower.take() {
+                old.discard();
+                drcheck_restore::finish_teardowns();
+            }
+        }
+        if follower.is_none() {
+            set_view(&shared, &name, |v| v.state = "starting".into());
+            match open_or_seed(&config, &t, &store).await {
+                Ok(fl) => {
+                    if let Some(at) = humantime::parse_rfc3339(&fl.state().seeded_at).ok().and_then(unix) {
+                        shared.metrics.follow.seeded.with_label_values(&[&name]).set(at);
+                    }
+                    set_view(&shared, &name, |v| {
+                        v.seeded_from = Some(fl.state().backup.clone());
+                        v.seeded_at = Some(fl.state().seeded_at.clone());
+                    });
+                    follower = Some(fl);
+                }
+                Err(e) => {
+                    tracing::warn!(target = %name, "the follower cannot start: {e}");
+                    shared.metrics.follow.up.with_label_values(&[&name]).set(0);
+                    set_view(&shared, &name, |v| {
+                        v.state = "down".into();
+                        v.problem = Some(e.clone());
+                    });
+                }
+            }
+        }
+        if let Some(fl) = follower.as_mut() {
+            let fetch = crate::verify::fetch_options(&config, &t);
+            let wal_prefix = t.wal_prefix.clone().unwrap_or_default();
+            let step = fl.step(&store, &wal_prefix, fetch, f.interval * 2).await;
+            let behind = primary_behind(&t, step.replayed_lsn).await;
+            report(&shared, &config, &t, fl, &step, behind, &mut problem_before).await;
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(f.interval) => {}
+            _ = stop.cancelled() => break,
+        }
+    }
+    if let Some(fl) = follower {
+        if removed.load(std::sync::atomic::Ordering::SeqCst) {
+            tracing::info!(target = %name, "the target no longer follows: its copy is removed");
+            fl.discard();
+        } else {
+            drop(fl);
+        }
+    } else if removed.load(std::sync::atomic::Ordering::SeqCst)
+        && let Ok(dir) = follow_dir(&shared.config(), &name)
+        && dir.exists()
+    {
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
+
+/// The follower kept in the target's directory, or a new one seeded from the newest
+/// base backup.
+async fn open_or_seed(config: &Config, t: &TargetConfig, store: &Arc<dyn BackupStore>) -> Result<Follower, String> {
+    let opts = options(config, &t.name)?;
+    match Follower::resume(&opts, config.sandbox.pg_bindir.clone()).await {
+        Ok(Some(fl)) => {
+            tracing::info!(target = %t.name, backup = %fl.state().backup, "follower resumed where replay stopped");
+            return Ok(fl);
+        }
+        Ok(None) => {}
+        Err(e) => {
+            // A copy that does not start again is seeded anew rather than left broken.
+            tracing::warn!(target = %t.name, "the follower's copy did not start again ({e}): seeding it anew");
+        }
+    }
+    let dir = opts.keep_at.clone().unwrap_or_default();
+    if dir.exists() {
+        std::fs::remove_dir_all(&dir).map_err(|e| format!("cannot clear {}: {e}", dir.display()))?;
+    }
+    seed(config, t, store, opts).await
+}
+
+async fn seed(
+    config: &Config,
+    t: &TargetConfig,
+    store: &Arc<dyn BackupStore>,
+    opts: SandboxOptions,
+) -> Result<Follower, String> {
+    let listed = store.list(&t.prefix).await.map_err(|e| format!("cannot list the backups: {e}"))?;
+    let backups = drcheck_restore::backups_newest_first(&listed);
+    let backup = backups.into_iter().find(|b| b.key.ends_with('/')).ok_or_else(|| {
+        format!(
+            "no base backup under {:?} to seed the follower from (a follower starts from a physical base backup)",
+            t.prefix
+        )
+    })?;
+    let dir = opts.keep_at.clone().unwrap_or_default();
+    let (ceiling, free) =
+        crate::verify::check_disk_in(dir.parent().unwrap_or(&dir), config, &backup).map_err(|s| s.message)?;
+    let started = std::time::Instant::now();
+    tracing::info!(target = %t.name, backup = %backup.key, "seeding the follower");
+    let job = RestoreJob {
+        store: store.clone(),
+        backup: &backup,
+        fetch: crate::verify::fetch_options(config, t),
+        sandbox: opts,
+        pg_bindir: config.sandbox.pg_bindir.clone(),
+        format: t.format,
+        jobs: t.restore_jobs,
+        globals_key: None,
+        wal: Some(WalReplay {
+            prefix: t.wal_prefix.clone().unwrap_or_default(),
+            target: RecoveryTarget::Latest,
+            standby: true,
+        }),
+        delegated: None,
+        recovery_target: RecoveryTarget::Latest,
+        database_hint: t.primary.as_ref().and_then(|p| crate::verify::database_of(p.expose())),
+        events: drcheck_restore::Events::none(),
+        max_write_bytes: ceiling.min(free).max(1 << 20),
+        expansion_ceiling: ceiling,
+        decrypt: &t.decrypt,
+    };
+    let restored = drcheck_restore::run(&job).await.map_err(|e| format!("seeding from {}: {e}", backup.key))?;
+    if !restored.physical {
+        return Err(format!("{} is not a physical base backup: a follower replays WAL onto one", backup.key));
+    }
+    let fl = Follower::seeded(restored, &backup.key, config.sandbox.pg_bindir.clone()).map_err(|e| e.to_string())?;
+    tracing::info!(target = %t.name, backup = %backup.key, seconds = started.elapsed().as_secs_f64(), "follower seeded");
+    Ok(fl)
+}
+
+/// The primary's current WAL position less `replayed`, where a primary is configured
+/// and answers within ten seconds.
+async fn primary_behind(t: &TargetConfig, replayed: Option<u64>) -> Option<f64> {
+    use sqlx::Connection;
+    let (url, replayed) = (t.primary.as_ref()?, replayed?);
+    let asked = async {
+        let mut conn = sqlx::postgres::PgConnection::connect(url.expose()).await.ok()?;
+        let lsn: Option<String> = sqlx::query_scalar("select pg_catalog.pg_current_wal_lsn()::pg_catalog.text")
+            .fetch_one(&mut conn)
+            .await
+            .ok()?;
+        let _ = conn.close().await;
+        drcheck_restore::parse_lsn(&lsn?)
+    };
+    let current = tokio::time::timeout(Duration::from_secs(10), asked).await.ok()??;
+    Some(current.saturating_sub(replayed) as f64)
+}
+
+fn unix(t: SystemTime) -> Option<f64> {
+    t.duration_since(SystemTime::UNIX_EPOCH).ok().map(|d| d.as_secs_f64())
+}
+
+fn set_view(shared: &Shared, name: &str, f: impl FnOnce(&mut FollowView)) {
+    let mut views = shared.followers.views.lock().unwrap();
+    f(views.entry(name.to_string()).or_default());
+}
+
+/// A step into the metrics, the status page and the alerts.
+async fn report(
+    shared: &Shared,
+    config: &Config,
+    t: &TargetConfig,
+    fl: &Follower,
+    step: &FollowStep,
+    behind: Option<f64>,
+    problem_before: &mut Option<(String, String)>,
+) {
+    let m = &shared.metrics.follow;
+    let name = t.name.as_str();
+    m.segments_replayed_total.with_label_values(&[name]).inc_by(step.replayed_segments);
+    m.fetched_bytes_total.with_label_values(&[name]).inc_by(step.fetched_bytes);
+    let commit = step.replayed_commit.and_then(unix);
+    if let Some(c) = commit {
+        // Freshness only moves forward.
+        let g = m.replayed_commit.with_label_values(&[name]);
+        if c > g.get() {
+            g.set(c);
+        }
+    }
+    if let Some(b) = behind {
+        m.behind_bytes.with_label_values(&[name]).set(b);
+    }
+    let up = step.problem.is_none() && step.unreachable.is_none() && fl.sandbox().has_server();
+    m.up.with_label_values(&[name]).set(i64::from(up));
+    let now = problem_now(step);
+    if *problem_before != now {
+        if let Some((segment, reason)) = problem_before.take() {
+            let _ = m.not_replayable.remove_label_values(&[name, &segment, &reason]);
+        }
+        if let Some((segment, reason)) = &now {
+            m.not_replayable.with_label_values(&[name, segment, reason]).set(1);
+        }
+        *problem_before = now;
+    }
+    let sinks: Vec<String> = config.alerts.iter().map(|a| a.name.clone()).collect();
+    let history = &shared.history;
+    match &step.problem {
+        Some(p) => {
+            tracing::warn!(target = %name, segment = %p.segment, reason = p.reason, detail = %p.detail, "the archive cannot be replayed");
+            let desc = format!("WAL segment {} of {name} cannot be replayed ({}): {}", p.segment, p.reason, p.detail);
+            if let Err(e) = history.raise(name, alerts::ARCHIVE_NOT_REPLAYABLE, &desc, &sinks).await {
+                tracing::warn!(target = %name, "cannot raise {}: {e:#}", alerts::ARCHIVE_NOT_REPLAYABLE);
+            }
+        }
+        None if step.unreachable.is_none() && step.replayed_segments > 0 => {
+            let desc = format!("replay of {name} moved on");
+            let _ = history.resolve(name, alerts::ARCHIVE_NOT_REPLAYABLE, &desc, &sinks).await;
+        }
+        None => {}
+    }
+    if let Some(u) = &step.unreachable {
+        tracing::warn!(target = %name, "the follower could not check its archive: {u}");
+    }
+    // What is replayable older than the RPO (the commit's age, as the RPO measures).
+    let age = commit.map(|c| unix(SystemTime::now()).unwrap_or_default() - c);
+    match age {
+        Some(a) if a > t.rpo.as_secs_f64() => {
+            let desc = format!(
+                "the newest commit {name}'s follower could replay is {a:.0}s old; the RPO is {}",
+                drcheck_config::format_duration(t.rpo)
+            );
+            let _ = history.raise(name, alerts::ARCHIVE_BEHIND, &desc, &sinks).await;
+        }
+        Some(_) => {
+            let _ = history
+                .resolve(name, alerts::ARCHIVE_BEHIND, &format!("{name}'s follower is within its RPO"), &sinks)
+                .await;
+        }
+        None => {}
+    }
+    set_view(shared, name, |v| {
+        v.state = if up {
+            "following".into()
+        } else if step.problem.is_some() {
+            "not replayable".into()
+        } else {
+            "degraded".into()
+        };
+        v.replayed_lsn = step.replayed_lsn.map(drcheck_restore::format_lsn).or(v.replayed_lsn.take());
+        if let Some(c) = step.replayed_commit {
+            v.replayed_commit = Some(humantime::format_rfc3339_millis(c).to_string());
+        }
+        v.lag_seconds = age.or(v.lag_seconds);
+        v.behind_bytes = behind;
+        v.last_segment = fl.state().last_segment.clone();
+        v.newest_archived = step.newest_archived.clone().or(v.newest_archived.take());
+        v.problem = step
+            .problem
+            .as_ref()
+            .map(|p| format!("{} ({}): {}", p.segment, p.reason, p.detail))
+            .or_else(|| step.unreachable.clone());
+        v.checked_at = Some(humantime::format_rfc3339_seconds(SystemTime::now()).to_string());
+        v.seeded_from = Some(fl.state().backup.clone());
+        v.seeded_at = Some(fl.state().seeded_at.clone());
+    });
+}
+
+fn problem_now(step: &FollowStep) -> Option<(String, String)> {
+    step.problem.as_ref().map(|p| (p.segment.clone(), p.reason.to_string()))
+}
