@@ -12,7 +12,9 @@ use crate::alerts;
 use crate::service::Shared;
 use drcheck_config::{Config, RecoveryTarget, TargetConfig};
 use drcheck_restore::{BackupStore, FollowStep, Follower, RestoreJob, SandboxOptions, WalReplay, open_store};
+use futures::FutureExt;
 use std::collections::BTreeMap;
+use std::panic::AssertUnwindSafe;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
@@ -133,7 +135,13 @@ async fn follow(
         }
         if follower.is_none() {
             set_view(&shared, &name, |v| v.state = "starting".into());
-            match open_or_seed(&config, &t, &store).await {
+            // A panic in here is drcheck's bug: logged, the follower down, tried again
+            // next interval — never the end of following, nor of the daemon.
+            let opened = AssertUnwindSafe(open_or_seed(&config, &t, &store))
+                .catch_unwind()
+                .await
+                .unwrap_or_else(|_| Err("drcheck failed while starting the follower (a bug: see the log)".into()));
+            match opened {
                 Ok(fl) => {
                     if let Some(at) = humantime::parse_rfc3339(&fl.state().seeded_at).ok().and_then(unix) {
                         shared.metrics.follow.seeded.with_label_values(&[&name]).set(at);
@@ -157,9 +165,17 @@ async fn follow(
         if let Some(fl) = follower.as_mut() {
             let fetch = crate::verify::fetch_options(&config, &t);
             let wal_prefix = t.wal_prefix.clone().unwrap_or_default();
-            let step = fl.step(&store, &wal_prefix, fetch, f.interval * 2).await;
-            let behind = primary_behind(&t, step.replayed_lsn).await;
-            report(&shared, &config, &t, fl, &step, behind, &mut problem_before).await;
+            match AssertUnwindSafe(fl.step(&store, &wal_prefix, fetch, f.interval * 2)).catch_unwind().await {
+                Ok(step) => {
+                    let behind = primary_behind(&t, step.replayed_lsn).await;
+                    report(&shared, &config, &t, fl, &step, behind, &mut problem_before).await;
+                }
+                Err(_) => {
+                    tracing::error!(target = %name, "drcheck failed while following (a bug): the follower is restarted");
+                    shared.metrics.follow.up.with_label_values(&[&name]).set(0);
+                    follower = None;
+                }
+            }
         }
         tokio::select! {
             _ = tokio::time::sleep(f.interval) => {}

@@ -102,6 +102,8 @@ pub struct Follower {
     complaint: Option<Complaint>,
     segment_size: u64,
     paused: bool,
+    /// Since when WAL past replay's position has been in the spool (reset as replay moves).
+    waiting_since: Option<Instant>,
 }
 
 impl std::fmt::Debug for Follower {
@@ -164,6 +166,7 @@ impl Follower {
             complaint: None,
             segment_size: 16 << 20,
             paused: false,
+            waiting_since: None,
         }
     }
 
@@ -361,6 +364,7 @@ impl Follower {
                     step.replayed_segments = lsn / self.segment_size - before / self.segment_size;
                     self.progress = Some((lsn, Instant::now()));
                     self.complaint = None;
+                    self.waiting_since = None;
                 }
                 Some(_) => {}
                 None => self.progress = Some((lsn, Instant::now())),
@@ -408,7 +412,15 @@ impl Follower {
                 .or(c.lsn.map(|l| l / self.segment_size));
             n.is_some_and(|n| n >= at && last.is_some_and(|l| l >= n))
         });
-        if since.elapsed() < stuck_after || !(waiting || complained.is_some()) {
+        if !(waiting || complained.is_some()) {
+            self.waiting_since = None;
+            return None;
+        }
+        // Stuck counts from when there was something to replay, not from the last move:
+        // a segment that arrives after a quiet hour is not stuck the moment it lands.
+        let waiting_since = *self.waiting_since.get_or_insert_with(Instant::now);
+        let since = since.max(waiting_since);
+        if since.elapsed() < stuck_after {
             return None;
         }
         let number = complained

@@ -165,6 +165,32 @@ pub(super) async fn index(State(s): State<Arc<Shared>>, headers: HeaderMap) -> R
         );
     }
     let _ = writeln!(b, "</tbody></table>");
+    let views = s.followers.views.lock().unwrap().clone();
+    if !views.is_empty() {
+        let _ = writeln!(
+            b,
+            "<h2>Followers</h2>\n<table id=\"followers\"><thead><tr><th>target</th><th>state</th><th>replayed to</th><th>lag</th><th>behind the primary</th><th>last segment / newest archived</th><th>seeded from</th><th>problem</th></tr></thead><tbody>"
+        );
+        for (name, v) in &views {
+            let opt = |o: &Option<String>| esc(o.as_deref().unwrap_or("—"));
+            let _ = writeln!(
+                b,
+                "<tr class=\"follower\" id=\"follower-{n}\" data-state=\"{state}\"><td data-label=\"target\">{n}</td><td data-label=\"state\">{state}</td><td data-label=\"replayed to\">{commit} ({lsn})</td><td data-label=\"lag\">{lag}</td><td data-label=\"behind\">{behind}</td><td data-label=\"segments\">{last} / {newest}</td><td data-label=\"seeded from\">{seeded} ({at})</td><td data-label=\"problem\" class=\"why\">{problem}</td></tr>",
+                n = esc(name),
+                state = esc(&v.state),
+                commit = opt(&v.replayed_commit),
+                lsn = opt(&v.replayed_lsn),
+                lag = v.lag_seconds.map(human).unwrap_or_else(|| "—".into()),
+                behind = v.behind_bytes.map(|b| format!("{} bytes", b as u64)).unwrap_or_else(|| "—".into()),
+                last = opt(&v.last_segment),
+                newest = opt(&v.newest_archived),
+                seeded = opt(&v.seeded_from),
+                at = opt(&v.seeded_at),
+                problem = opt(&v.problem),
+            );
+        }
+        let _ = writeln!(b, "</tbody></table>");
+    }
     Html(page("drcheck status", &b)).into_response()
 }
 

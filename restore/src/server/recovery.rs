@@ -227,6 +227,7 @@ pub(crate) async fn start_restored(
             settings.retain(|(k, _)| k != "hot_standby" && k != "max_wal_senders");
             settings.push(("hot_standby".into(), "on".into()));
             settings.push(("wal_retrieve_retry_interval".into(), "1s".into()));
+            sandbox.choose_bin(bin.clone());
             settings.extend(standby_limits(sandbox, &bin).await);
             write_new(&data.join("standby.signal"), "")?;
             sandbox.set_standby();

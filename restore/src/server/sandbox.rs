@@ -352,6 +352,11 @@ impl Sandbox {
         self.host().give_to_server(path)
     }
 
+    /// Chooses the server's binaries before it starts (to run its tools on the data).
+    pub(crate) fn choose_bin(&mut self, bin: PgBin) {
+        self.bin = Some(bin);
+    }
+
     fn bin_ref(&self) -> &PgBin {
         self.bin.as_ref().expect("the sandbox's binaries are chosen before it starts")
     }

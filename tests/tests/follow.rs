@@ -1,0 +1,270 @@
+//! End-to-end: following a WAL archive (issue 36). A primary archives its WAL; the test
+//! ships each archived file to the bucket the way an archiver would, and `drcheck
+//! daemon` keeps a follower of the target: seeded from the base backup, replaying each
+//! segment as it lands, resumed without a new seed after a restart, and firing
+//! `DrcheckArchiveNotReplayable` — naming the segment — for a gap and for a corrupt
+//! segment, long before any nightly verification.
+
+use drcheck_e2e::{Daemon, PgPrimary, S3Server, TempRoot, free_port, http_get, make_world_enterable, unique};
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant, SystemTime};
+
+/// The follow interval the test runs at.
+const INTERVAL: Duration = Duration::from_secs(1);
+
+struct Archive {
+    dir: PathBuf,
+    bucket: String,
+    shipped: BTreeSet<String>,
+}
+
+impl Archive {
+    /// Uploads every archived file not shipped yet, except `holding` back.
+    fn ship(&mut self, s3: &S3Server, holding: &[&str]) {
+        let mut names: Vec<String> = std::fs::read_dir(&self.dir)
+            .unwrap()
+            .filter_map(Result::ok)
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        for name in names {
+            if self.shipped.contains(&name) || holding.contains(&name.as_str()) {
+                continue;
+            }
+            s3.upload(&self.dir.join(&name), &self.bucket, &format!("wal/{name}"));
+            self.shipped.insert(name);
+        }
+    }
+}
+
+/// Switches WAL and waits until the file it closed is archived; returns its name.
+fn close_segment(primary: &PgPrimary, archive: &Path) -> String {
+    let last = primary.psql("postgres", "select pg_walfile_name(pg_current_wal_lsn())");
+    primary.psql("postgres", "select pg_switch_wal()");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !archive.join(&last).exists() {
+        assert!(Instant::now() < deadline, "WAL {last} was never archived");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    last
+}
+
+/// A commit on the primary; returns its time (the primary's clock, Unix seconds).
+fn commit(primary: &PgPrimary, note: &str) -> f64 {
+    primary
+        .psql("orders", &format!("insert into beats (note) values ('{note}') returning extract(epoch from at)::float8"))
+        .parse()
+        .unwrap()
+}
+
+/// The value of the series `name{target="orders"...}` in the daemon's metrics, if any.
+fn metric(port: u16, name: &str, labels: &str) -> Option<f64> {
+    let text = http_get(port, "/metrics");
+    text.lines()
+        .filter(|l| l.starts_with(&format!("{name}{{")) && l.contains("target=\"orders\"") && l.contains(labels))
+        .find_map(|l| l.rsplit(' ').next()?.parse().ok())
+}
+
+fn wait_for<T>(what: &str, limit: Duration, daemon: &mut Daemon, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        if Instant::now() > deadline {
+            daemon.kill();
+            panic!("{what}: not within {limit:?}\n{}", daemon.stderr_text());
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The bodies of the alerts the webhook received, as text.
+fn alerts(hook: &drcheck_e2e::recorder::Recorder) -> Vec<String> {
+    hook.requests().into_iter().map(|r| String::from_utf8_lossy(&r.body).into_owned()).collect()
+}
+
+#[test]
+fn a_follower_replays_the_archive_as_it_grows_and_names_the_segment_it_cannot_replay() {
+    let root = TempRoot::new();
+    let archive_dir = root.pg_dir("archive");
+    let primary = PgPrimary::start_archiving(&root, &archive_dir);
+    let s3 = S3Server::start(&root);
+    let bucket = unique("follow");
+    s3.make_bucket(&bucket);
+    primary.psql("postgres", "create database orders");
+    primary.psql(
+        "orders",
+        "create table beats (id bigserial primary key, at timestamptz not null default clock_timestamp(), note text)",
+    );
+    commit(&primary, "before the backup");
+    let watcher = unique("pw");
+    primary.psql("postgres", &format!("create role watcher login password '{watcher}'"));
+    let bb = root.path().join("bb");
+    primary.tool("pg_basebackup", &["-D", &bb.display().to_string(), "-Ft", "-z", "-X", "stream", "--checkpoint=fast"]);
+    for f in ["base.tar.gz", "pg_wal.tar.gz", "backup_manifest"] {
+        s3.upload(&bb.join(f), &bucket, &format!("phys/b1/{f}"));
+    }
+    let mut archive = Archive { dir: archive_dir.clone(), bucket: bucket.clone(), shipped: BTreeSet::new() };
+    close_segment(&primary, &archive_dir);
+    archive.ship(&s3, &[]);
+
+    let hook = drcheck_e2e::recorder::Recorder::start(200);
+    let (scratch, state) = (root.path().join("scratch"), root.path().join("state"));
+    for d in [&scratch, &state] {
+        std::fs::create_dir_all(d).unwrap();
+        make_world_enterable(d);
+    }
+    make_world_enterable(root.path());
+    let port = free_port();
+    let config = root.path().join("drcheck.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[state]\nurl = \"sqlite://{root}/history.db\"\n[sandbox]\nscratch_dir = \"{scratch}\"\nstate_dir = \"{state}\"\n\
+             [metrics]\nlisten = \"127.0.0.1:{port}\"\n\
+             [[alert]]\nkind = \"webhook\"\nurl = \"{hook}/hook\"\n\
+             [storage.s3]\nkind = \"s3\"\nbucket = \"{bucket}\"\nendpoint = \"{endpoint}\"\npath_style = true\n\
+             [[target]]\nname = \"orders\"\nprimary = \"{primary}\"\nstorage = \"s3\"\nprefix = \"phys/\"\n\
+             wal_prefix = \"wal/\"\nrto = \"10m\"\nrpo = \"1h\"\n\
+             [target.follow]\ninterval = \"{interval}s\"\n",
+            root = root.path().display(),
+            scratch = scratch.display(),
+            state = state.display(),
+            hook = hook.url(),
+            endpoint = s3.endpoint(),
+            primary = primary.url("watcher", &watcher, "orders"),
+            interval = INTERVAL.as_secs(),
+        ),
+    )
+    .unwrap();
+
+    // Seeded from the base backup, then following.
+    let mut daemon = Daemon::start(&config, port, &[]);
+    wait_for("the follower is up", Duration::from_secs(120), &mut daemon, || {
+        (metric(port, "drcheck_follow_up", "") == Some(1.0)).then_some(())
+    });
+    let state_file = std::fs::read_dir(state.join(format!("drcheck-follow-{}", nix::unistd::Uid::effective())))
+        .unwrap()
+        .filter_map(Result::ok)
+        .map(|e| e.path().join("follow.json"))
+        .find(|p| p.is_file())
+        .expect("the follower keeps its state in state_dir");
+    let seeded: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&state_file).unwrap()).unwrap();
+    assert_eq!(seeded["backup"], "phys/b1/", "{seeded}");
+    // Contained like every sandbox: the follower's server runs as a user of its own
+    // (never drcheck's, never postgres), as long as it runs.
+    let data = state_file.parent().unwrap().join("data");
+    let servers = drcheck_e2e::processes_mentioning(&data.display().to_string());
+    assert!(!servers.is_empty(), "the follower's server runs on {}", data.display());
+    for (pid, cmd) in &servers {
+        use std::os::unix::fs::MetadataExt;
+        let uid = std::fs::metadata(format!("/proc/{pid}")).unwrap().uid();
+        assert_ne!(uid, nix::unistd::Uid::effective().as_raw(), "{cmd} runs as drcheck's own user");
+        let postgres = nix::unistd::User::from_name("postgres").unwrap().map(|u| u.uid.as_raw());
+        assert_ne!(Some(uid), postgres, "{cmd} runs as postgres");
+    }
+
+    // Each segment is replayed as it lands: the commit in it within two intervals (and
+    // the fetch and replay) of its upload.
+    let replayed = |daemon: &mut Daemon, at: f64, what: &str| {
+        wait_for(what, INTERVAL * 2 + Duration::from_secs(8), daemon, || {
+            metric(port, "drcheck_follow_replayed_commit_timestamp_seconds", "").filter(|t| *t >= at - 0.001)
+        })
+    };
+    let t1 = commit(&primary, "first");
+    close_segment(&primary, &archive_dir);
+    let shipped = Instant::now();
+    archive.ship(&s3, &[]);
+    replayed(&mut daemon, t1, "the first commit is replayed");
+    let took = shipped.elapsed();
+    assert!(took <= INTERVAL * 2 + Duration::from_secs(8), "replayed {took:?} after the upload");
+    assert!(metric(port, "drcheck_follow_segments_replayed_total", "").unwrap_or(0.0) >= 1.0);
+    assert!(metric(port, "drcheck_follow_fetched_bytes_total", "").unwrap_or(0.0) > 0.0);
+    // The primary is at or past what was replayed.
+    assert!(metric(port, "drcheck_follow_behind_bytes", "").is_some_and(|b| b >= 0.0), "behind_bytes is measured");
+    let status = http_get(port, "/");
+    assert!(
+        status.contains("id=\"follower-orders\" data-state=\"following\""),
+        "the status page shows the follower: {status}"
+    );
+
+    // A restart resumes where replay stopped: no new seed.
+    let (code, _) = daemon.terminate(Duration::from_secs(30));
+    assert!(code.success(), "{code}");
+    let log = daemon.stderr_text();
+    assert!(
+        !state_file.parent().unwrap().join("data").join("postmaster.pid").exists(),
+        "the follower's server stopped with the daemon"
+    );
+    let mut daemon = Daemon::start(&config, port, &[]);
+    let t2 = commit(&primary, "after the restart");
+    close_segment(&primary, &archive_dir);
+    archive.ship(&s3, &[]);
+    replayed(&mut daemon, t2, "replay goes on after a restart");
+    let again: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&state_file).unwrap()).unwrap();
+    assert_eq!(again["seeded_at"], seeded["seeded_at"], "a restart must not seed again ({log})");
+
+    // A segment missing from the archive while a later one is there: named at once.
+    commit(&primary, "in the lost segment");
+    let lost = close_segment(&primary, &archive_dir);
+    commit(&primary, "after the lost segment");
+    close_segment(&primary, &archive_dir);
+    archive.ship(&s3, &[&lost]);
+    wait_for("a gap is named", INTERVAL * 2 + Duration::from_secs(8), &mut daemon, || {
+        metric(port, "drcheck_follow_not_replayable", &format!("segment=\"{lost}\"")).filter(|v| *v == 1.0)
+    });
+    assert!(
+        http_get(port, "/metrics")
+            .contains(&format!("drcheck_follow_not_replayable{{reason=\"gap\",segment=\"{lost}\"")),
+        "the gap is said to be a gap"
+    );
+    wait_for("the gap is alerted", Duration::from_secs(15), &mut daemon, || {
+        alerts(&hook).into_iter().find(|a| a.contains("DrcheckArchiveNotReplayable") && a.contains(&lost))
+    });
+    // The segment arrives late: replay moves on, the alert resolves.
+    let t3 = commit(&primary, "after the gap was filled");
+    close_segment(&primary, &archive_dir);
+    archive.ship(&s3, &[]);
+    replayed(&mut daemon, t3, "replay passes the filled gap");
+    wait_for("the gap's alert resolves", Duration::from_secs(15), &mut daemon, || {
+        alerts(&hook).into_iter().find(|a| a.contains("DrcheckArchiveNotReplayable") && a.contains("resolved"))
+    });
+
+    // A corrupt segment: its records do not check out; replay stops in it and says so.
+    commit(&primary, "in the corrupt segment");
+    let corrupt = close_segment(&primary, &archive_dir);
+    commit(&primary, "after the corrupt segment");
+    close_segment(&primary, &archive_dir);
+    let bad = root.path().join(&corrupt);
+    let mut bytes = std::fs::read(archive_dir.join(&corrupt)).unwrap();
+    // Past the segment's long page header (40 bytes): its first records.
+    for b in &mut bytes[64..160] {
+        *b ^= 0x5A;
+    }
+    std::fs::write(&bad, &bytes).unwrap();
+    s3.upload(&bad, &bucket, &format!("wal/{corrupt}"));
+    archive.shipped.insert(corrupt.clone());
+    archive.ship(&s3, &[]);
+    let named = wait_for("a corrupt segment is named", INTERVAL * 2 + Duration::from_secs(15), &mut daemon, || {
+        let text = http_get(port, "/metrics");
+        text.lines()
+            .find(|l| l.starts_with("drcheck_follow_not_replayable{") && l.contains(&format!("segment=\"{corrupt}\"")))
+            .map(str::to_string)
+    });
+    eprintln!("named: {named}");
+    assert!(named.contains("reason=\"corrupt\"") || named.contains("reason=\"stuck\""), "{named}");
+    assert_eq!(metric(port, "drcheck_follow_up", ""), Some(0.0));
+    wait_for("the corrupt segment is alerted", Duration::from_secs(15), &mut daemon, || {
+        alerts(&hook)
+            .into_iter()
+            .find(|a| a.contains("DrcheckArchiveNotReplayable") && a.contains(&corrupt) && a.contains("firing"))
+    });
+    let since = SystemTime::now();
+    let (code, _) = daemon.terminate(Duration::from_secs(30));
+    assert!(code.success(), "{code}: {:?}", since.elapsed());
+    let log = daemon.stderr_text();
+    // A segment that arrives late is replayed, not called stuck: no false page.
+    assert!(!log.contains("reason=\"stuck\""), "{log}");
+}
