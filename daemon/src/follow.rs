@@ -43,7 +43,11 @@ pub(crate) struct Followers {
     pub views: Mutex<BTreeMap<String, FollowView>>,
 }
 
+/// A follower, shared by its loop and the verifications that validate on it.
+pub(crate) type Slot = Arc<tokio::sync::Mutex<Option<Follower>>>;
+
 struct Running {
+    slot: Slot,
     stop: CancellationToken,
     /// Set when the target was removed: the copy is discarded, not kept.
     removed: Arc<std::sync::atomic::AtomicBool>,
@@ -72,9 +76,16 @@ impl Followers {
             }
             let stop = CancellationToken::new();
             let removed = Arc::new(std::sync::atomic::AtomicBool::new(false));
-            let task = tokio::spawn(follow(shared.clone(), t.name.clone(), stop.clone(), removed.clone()));
-            running.insert(t.name.clone(), Running { stop, removed, task });
+            let slot: Slot = Arc::default();
+            let task =
+                tokio::spawn(follow(shared.clone(), t.name.clone(), slot.clone(), stop.clone(), removed.clone()));
+            running.insert(t.name.clone(), Running { slot, stop, removed, task });
         }
+    }
+
+    /// The follower of `target`, when it follows.
+    pub(crate) fn slot(&self, target: &str) -> Option<Slot> {
+        self.running.lock().unwrap().get(target).map(|r| r.slot.clone())
     }
 
     /// Stops every follower; their copies are kept for the next start.
@@ -104,10 +115,10 @@ fn options(config: &Config, target: &str) -> Result<SandboxOptions, String> {
 async fn follow(
     shared: Arc<Shared>,
     name: String,
+    slot: Slot,
     stop: CancellationToken,
     removed: Arc<std::sync::atomic::AtomicBool>,
 ) {
-    let mut follower: Option<Follower> = None;
     let mut store: Option<Arc<dyn BackupStore>> = None;
     let mut problem_before: Option<(String, String)> = None;
     loop {
@@ -121,6 +132,11 @@ async fn follow(
                 store = Some(s.clone());
                 s
             }
+        };
+        // Held for the step: a verification validating on the follower holds it too.
+        let mut follower = tokio::select! {
+            f = slot.lock() => f,
+            _ = stop.cancelled() => break,
         };
         let due_reseed = follower.as_ref().is_some_and(|fl| {
             humantime::parse_rfc3339(&fl.state().seeded_at)
@@ -150,7 +166,7 @@ async fn follow(
                         v.seeded_from = Some(fl.state().backup.clone());
                         v.seeded_at = Some(fl.state().seeded_at.clone());
                     });
-                    follower = Some(fl);
+                    *follower = Some(fl);
                 }
                 Err(e) => {
                     tracing::warn!(target = %name, "the follower cannot start: {e}");
@@ -173,15 +189,17 @@ async fn follow(
                 Err(_) => {
                     tracing::error!(target = %name, "drcheck failed while following (a bug): the follower is restarted");
                     shared.metrics.follow.up.with_label_values(&[&name]).set(0);
-                    follower = None;
+                    *follower = None;
                 }
             }
         }
+        drop(follower);
         tokio::select! {
             _ = tokio::time::sleep(f.interval) => {}
             _ = stop.cancelled() => break,
         }
     }
+    let follower = slot.lock().await.take();
     if let Some(fl) = follower {
         if removed.load(std::sync::atomic::Ordering::SeqCst) {
             tracing::info!(target = %name, "the target no longer follows: its copy is removed");

@@ -207,6 +207,29 @@ pub(crate) struct RunReport {
     /// in the store): a usage error, never recorded as a run.
     #[serde(skip)]
     pub usage_error: Option<String>,
+    /// `restore` (a backup restored into a sandbox) or `follow` (validated on the
+    /// target's follower, paused at a replayed commit: no restore, no RTO measured).
+    #[serde(default = "restore_mode")]
+    pub mode: String,
+    /// A `follow` run: the point it validated.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub follow: Option<FollowPoint>,
+}
+
+fn restore_mode() -> String {
+    "restore".into()
+}
+
+/// Where a follower was paused for a `follow` run.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub(crate) struct FollowPoint {
+    /// The replayed WAL position.
+    pub lsn: String,
+    /// The last replayed commit (RFC 3339): the `as_of` cut the comparisons ran at.
+    pub commit: Option<String>,
+    /// The base backup the follower was seeded from, and when.
+    pub seeded_from: String,
+    pub seeded_at: String,
 }
 
 /// Proof of the retention window, backup by backup.
@@ -293,6 +316,16 @@ pub(crate) fn render_human(r: &RunReport) -> String {
     let mut s = String::new();
     let _ = writeln!(s, "{}: {}", r.target, r.result.as_str().to_uppercase());
     let _ = writeln!(s, "  run         {} ({} → {})", r.run_id, r.started_at, r.finished_at);
+    if let Some(f) = &r.follow {
+        let _ = writeln!(
+            s,
+            "  follower    paused at {} (commit {}), seeded from {} at {}",
+            f.lsn,
+            f.commit.as_deref().unwrap_or("none replayed"),
+            crate::out::shown(&f.seeded_from),
+            f.seeded_at
+        );
+    }
     if let Some(b) = &r.backup {
         let _ = writeln!(
             s,
@@ -422,6 +455,8 @@ mod tests {
             degraded: None,
             coverage: None,
             usage_error: None,
+            mode: "restore".into(),
+            follow: None,
         }
     }
 

@@ -27,17 +27,28 @@ pub(crate) struct Validated {
     pub primary_unavailable: Option<String>,
 }
 
+/// The copy to validate: a sandbox's restored database, or a follower's.
+pub(crate) struct Copy<'a> {
+    pub sandbox: &'a Sandbox,
+    /// The restored database the target names.
+    pub database: &'a str,
+    /// A whole cluster (a base backup or a follower), not one dump.
+    pub physical: bool,
+    /// The copy's point in time: the `as_of` cut.
+    pub at: Option<SystemTime>,
+    pub horizon: Option<drcheck_validators::asof::CopyHorizon>,
+    /// A follower paused at a commit: read only (its settings overridden, not reset).
+    pub on_follower: bool,
+}
+
 /// Runs the target's validators on `main` (the restored database the target names) and,
 /// for a physical backup, on every other database of the restored cluster.
 pub(crate) async fn run(
     config: &drcheck_config::Config,
     target: &TargetConfig,
-    sandbox: &Sandbox,
-    main: &str,
-    physical: bool,
-    backup_time: Option<SystemTime>,
-    horizon: Option<drcheck_validators::asof::CopyHorizon>,
+    copy: Copy<'_>,
 ) -> Result<Validated, String> {
+    let Copy { sandbox, database: main, physical, at: backup_time, horizon, on_follower } = copy;
     let point = drcheck_validators::asof::CopyPoint { at: backup_time, horizon };
     // Every validator of every database before this: a run's budget is made of it.
     let deadline = drcheck_validators::PhaseDeadline::from_now(target.validators.phase_timeout);
@@ -69,11 +80,18 @@ pub(crate) async fn run(
         // Neutralized on a session of its own; every session validators use opens after
         // it, so none carries a setting the copy applied before the reset.
         let started = std::time::Instant::now();
-        let opened = match neutralize_database(sandbox, db).await {
-            Ok(neutralized) => PgPoolOptions::new()
+        // A follower is a standby: nothing can be reset on it, so its database and role
+        // settings are overridden in every session instead.
+        let prepared = if on_follower {
+            follower_session(sandbox, db).await
+        } else {
+            neutralize_database(sandbox, db).await.map(|n| (n, restored_session(sandbox.connect_options(db))))
+        };
+        let opened = match prepared {
+            Ok((neutralized, session)) => PgPoolOptions::new()
                 .max_connections(4)
                 .acquire_timeout(Duration::from_secs(30))
-                .connect_with(restored_session(sandbox.connect_options(db)))
+                .connect_with(session)
                 .await
                 .map(|pool| (neutralized, pool))
                 .map_err(|e| format!("the restored database {db:?} does not accept connections: {e}")),
@@ -218,6 +236,48 @@ async fn neutralize_database(sandbox: &Sandbox, db: &str) -> Result<Option<Findi
     };
     pool.close().await;
     Ok(finding)
+}
+
+/// A follower's session on `db`: the catalog state that would defeat the pinned
+/// settings refused first ([`guard::structure`]: `Some` is then the `catalog` finding),
+/// and every database or role setting the copy holds — it cannot be deleted on a standby
+/// — overridden with the server's built-in value (what the `catalog` check then proves
+/// is PostgreSQL's own `pg_settings`).
+async fn follower_session(
+    sandbox: &Sandbox,
+    db: &str,
+) -> Result<(Option<Finding>, sqlx::postgres::PgConnectOptions), String> {
+    let session = restored_session(sandbox.connect_options(db));
+    let pool = PgPoolOptions::new()
+        .max_connections(1)
+        .acquire_timeout(Duration::from_secs(30))
+        .connect_with(session.clone())
+        .await
+        .map_err(|e| format!("the follower's database {db:?} does not accept connections: {e}"))?;
+    let found = match guard::structure(&pool).await {
+        Err(e) => Some(Finding::new(guard::CATALOG, Status::Error, format!("cannot read the follower's catalog: {e}"))),
+        Ok(found) if !found.is_empty() => Some(guard::structure_finding(&found)),
+        Ok(_) => None,
+    };
+    let overrides: Result<Vec<(String, String)>, sqlx::Error> = sqlx::query_as(
+        "select s.name::text, coalesce(s.boot_val, '')::text from pg_catalog.pg_settings s
+          where s.name in (select pg_catalog.split_part(c, '=', 1)
+                             from pg_catalog.pg_db_role_setting r, pg_catalog.unnest(r.setconfig) c)
+            and s.context in ('user', 'superuser')",
+    )
+    .fetch_all(&pool)
+    .await;
+    pool.close().await;
+    let overrides = overrides.map_err(|e| format!("reading the follower's database and role settings: {e}"))?;
+    let pinned: Vec<&str> = guard::RESTORED_SETTINGS.iter().map(|(k, _)| *k).collect();
+    let extra: Vec<(String, String)> =
+        overrides.into_iter().filter(|(k, _)| !pinned.contains(&k.as_str()) && k != "search_path").collect();
+    if !extra.is_empty() {
+        let names: Vec<&str> = extra.iter().map(|(k, _)| k.as_str()).collect();
+        tracing::info!(database = db, settings = %names.join(", "), "the follower's own settings overridden in its sessions");
+    }
+    let session = session.options(extra.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+    Ok((found, session))
 }
 
 /// Every database a restored cluster holds but its templates, whether it takes

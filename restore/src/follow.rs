@@ -27,6 +27,8 @@ const STATE: &str = "follow.json";
 /// At most this many segments are fetched in one step (16 GiB of 64 MiB segments):
 /// a follower far behind catches up over several steps, each reporting its progress.
 const PER_STEP: usize = 256;
+/// The follower's server log is cut back once read past this size.
+const MAX_LOG: u64 = 16 << 20;
 /// How long the server has to answer where replay is.
 const ASK_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -471,7 +473,7 @@ impl Follower {
     fn read_complaints(&mut self) -> Option<Complaint> {
         use std::io::{Read, Seek, SeekFrom};
         let path = self.dir.join("postgres.log");
-        if let Ok(mut f) = std::fs::File::open(&path) {
+        if let Ok(mut f) = std::fs::OpenOptions::new().read(true).write(true).open(&path) {
             let len = f.metadata().map(|m| m.len()).unwrap_or(0);
             if len < self.log_offset {
                 self.log_offset = 0;
@@ -481,12 +483,18 @@ impl Follower {
             let mut text = String::new();
             if f.seek(SeekFrom::Start(from)).is_ok() {
                 let mut bytes = Vec::new();
-                let _ = f.take(len - from).read_to_end(&mut bytes);
+                let _ = (&mut f).take(len - from).read_to_end(&mut bytes);
                 text = String::from_utf8_lossy(&bytes).into_owned();
             }
             self.log_offset = len;
             if let Some(c) = text.lines().rev().find_map(complaint_of) {
                 self.complaint = Some(c);
+            }
+            // The server appends for as long as it follows: read, the log is cut back
+            // (it writes with O_APPEND, so it goes on at the new end).
+            if len > MAX_LOG {
+                let _ = f.set_len(0);
+                self.log_offset = 0;
             }
         }
         self.complaint.clone()
@@ -608,7 +616,7 @@ fn segment_number(name: &str, segment_size: u64) -> Option<u64> {
 }
 
 /// Orders WAL file names by position, then timeline.
-fn by_position(a: &String, b: &String) -> std::cmp::Ordering {
+fn by_position(a: &str, b: &str) -> std::cmp::Ordering {
     (&a[8..], &a[..8]).cmp(&(&b[8..], &b[..8]))
 }
 

@@ -308,3 +308,76 @@ pub fn peak_memory_of(mut cmd: std::process::Command, limit: Duration) -> (Outpu
     let out = Output { status, stdout: std::fs::read(&out_path).unwrap(), stderr: std::fs::read(&err_path).unwrap() };
     (out, peak_kib / 1024)
 }
+
+/// A WAL segment (16 MiB, 8 KiB pages) with every `marker` in the records that hold it
+/// replaced by `forged` (the same length), each such record's CRC made good again: WAL
+/// that replays cleanly to data the primary never wrote. `pg_waldump` (of `bindir`)
+/// finds the records.
+pub fn forge_wal(segment: &Path, bindir: &str, marker: &[u8], forged: &[u8]) -> Vec<u8> {
+    assert_eq!(marker.len(), forged.len(), "a forgery keeps the length");
+    const PAGE: usize = 8192;
+    let mut bytes = std::fs::read(segment).unwrap();
+    let dump = std::process::Command::new(format!("{bindir}/pg_waldump")).arg(segment).output().unwrap();
+    let listing = String::from_utf8_lossy(&dump.stdout);
+    let hits: Vec<usize> =
+        bytes.windows(marker.len()).enumerate().filter(|(_, w)| *w == marker).map(|(i, _)| i).collect();
+    assert!(!hits.is_empty(), "{} does not hold the marker", segment.display());
+    // Each record: its offset in the segment and its length, from pg_waldump.
+    let records: Vec<(usize, usize)> = listing
+        .lines()
+        .filter_map(|l| {
+            let tot = l.split("len (rec/tot):").nth(1)?.split(',').next()?.split('/').nth(1)?.trim().parse().ok()?;
+            let lsn = l.split("lsn: ").nth(1)?.split(',').next()?;
+            let low = u64::from_str_radix(lsn.split('/').nth(1)?, 16).ok()?;
+            Some(((low % (16 << 20)) as usize, tot))
+        })
+        .collect();
+    // A record's bytes as replay reads them: page headers skipped (the segment's first
+    // page has a long one, 40 bytes; the others 24).
+    let logical = |start: usize, len: usize| -> Vec<usize> {
+        let mut at = start;
+        let mut out = Vec::with_capacity(len);
+        while out.len() < len {
+            if at.is_multiple_of(PAGE) {
+                at += if at == 0 { 40 } else { 24 };
+            }
+            out.push(at);
+            at += 1;
+        }
+        out
+    };
+    let mut touched = Vec::new();
+    for (start, len) in &records {
+        let places = logical(*start, *len);
+        let (first, last) = (places[0], *places.last().unwrap());
+        if hits.iter().any(|h| *h >= first && *h <= last) {
+            touched.push(places);
+        }
+    }
+    assert!(!touched.is_empty(), "no record holds the marker:\n{listing}");
+    for h in &hits {
+        bytes[*h..*h + marker.len()].copy_from_slice(forged);
+    }
+    for places in touched {
+        let record: Vec<u8> = places.iter().map(|p| bytes[*p]).collect();
+        let mut crc = crc32c(0xFFFF_FFFF, &record[24..]);
+        crc = crc32c(crc, &record[..20]);
+        let crc = (crc ^ 0xFFFF_FFFF).to_le_bytes();
+        for (i, b) in crc.iter().enumerate() {
+            bytes[places[20 + i]] = *b;
+        }
+    }
+    bytes
+}
+
+/// CRC-32C (Castagnoli) continued from `crc`, without the final inversion: what
+/// PostgreSQL's `COMP_CRC32C` computes.
+fn crc32c(mut crc: u32, data: &[u8]) -> u32 {
+    for b in data {
+        crc ^= u32::from(*b);
+        for _ in 0..8 {
+            crc = if crc & 1 == 1 { (crc >> 1) ^ 0x82F6_3B78 } else { crc >> 1 };
+        }
+    }
+    crc
+}

@@ -535,6 +535,9 @@ pub fn s3_request(port: u16, method: &str, path: &str, body: Option<&Path>) -> (
     let mut file = body.map(|p| std::fs::File::open(p).unwrap_or_else(|e| panic!("{}: {e}", p.display())));
     let length = file.as_ref().map_or(0, |f| f.metadata().unwrap().len());
     let mut conn = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    // A server that stops answering fails the test saying so, instead of hanging it.
+    conn.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    conn.set_write_timeout(Some(Duration::from_secs(60))).unwrap();
     write!(
         conn,
         "{method} {uri} HTTP/1.1\r\nHost: {host}\r\nx-amz-content-sha256: UNSIGNED-PAYLOAD\r\nx-amz-date: {stamp}\r\n\
@@ -546,7 +549,8 @@ pub fn s3_request(port: u16, method: &str, path: &str, body: Option<&Path>) -> (
         std::io::copy(f, &mut conn).unwrap();
     }
     let mut response = Vec::new();
-    conn.read_to_end(&mut response).unwrap();
+    conn.read_to_end(&mut response)
+        .unwrap_or_else(|e| panic!("the S3 server on port {port} did not answer {method} {path} within 60 s: {e}"));
     let text = String::from_utf8_lossy(&response).into_owned();
     let status = text.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
     let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();

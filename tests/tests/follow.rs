@@ -10,6 +10,11 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
 
+thread_local! {
+    /// The follower's server log, shown when a wait fails.
+    static FOLLOWER_LOG: std::cell::RefCell<Option<PathBuf>> = const { std::cell::RefCell::new(None) };
+}
+
 /// The follow interval the test runs at.
 const INTERVAL: Duration = Duration::from_secs(1);
 
@@ -74,10 +79,32 @@ fn wait_for<T>(what: &str, limit: Duration, daemon: &mut Daemon, mut f: impl FnM
         }
         if Instant::now() > deadline {
             daemon.kill();
-            panic!("{what}: not within {limit:?}\n{}", daemon.stderr_text());
+            let server = FOLLOWER_LOG
+                .with(|l| l.borrow().clone())
+                .and_then(|p| std::fs::read_to_string(p).ok())
+                .map(|t| t.lines().rev().take(40).collect::<Vec<_>>().into_iter().rev().collect::<Vec<_>>().join("\n"))
+                .unwrap_or_default();
+            panic!("{what}: not within {limit:?}\n{}\nthe follower's server said:\n{server}", daemon.stderr_text());
         }
         std::thread::sleep(Duration::from_millis(100));
     }
+}
+
+/// Triggers a verification of orders and waits for its record.
+fn run_now(port: u16, daemon: &mut Daemon) -> serde_json::Value {
+    use drcheck_e2e::http_request;
+    let auth = [("Authorization", "Bearer tok-follow")];
+    // The target is free once the previous run's bookkeeping (lease, pruning) is done.
+    let (_, body) = wait_for("the trigger is accepted", Duration::from_secs(20), daemon, || {
+        let (status, body) = http_request(port, "POST", "/api/v1/targets/orders/verify", &auth, "");
+        assert!(status == 202 || status == 409, "{status} {body}");
+        (status == 202).then_some((status, body))
+    });
+    let id = serde_json::from_str::<serde_json::Value>(&body).unwrap()["run_id"].as_str().unwrap().to_string();
+    wait_for("the triggered run is recorded", Duration::from_secs(180), daemon, || {
+        let (status, body) = http_request(port, "GET", &format!("/api/v1/runs/{id}"), &auth, "");
+        (status == 200).then(|| serde_json::from_str::<serde_json::Value>(&body).unwrap())
+    })
 }
 
 /// The bodies of the alerts the webhook received, as text.
@@ -101,6 +128,7 @@ fn a_follower_replays_the_archive_as_it_grows_and_names_the_segment_it_cannot_re
     commit(&primary, "before the backup");
     let watcher = unique("pw");
     primary.psql("postgres", &format!("create role watcher login password '{watcher}'"));
+    primary.psql("postgres", "grant pg_read_all_data to watcher");
     let bb = root.path().join("bb");
     primary.tool("pg_basebackup", &["-D", &bb.display().to_string(), "-Ft", "-z", "-X", "stream", "--checkpoint=fast"]);
     for f in ["base.tar.gz", "pg_wal.tar.gz", "backup_manifest"] {
@@ -123,7 +151,7 @@ fn a_follower_replays_the_archive_as_it_grows_and_names_the_segment_it_cannot_re
         &config,
         format!(
             "[state]\nurl = \"sqlite://{root}/history.db\"\n[sandbox]\nscratch_dir = \"{scratch}\"\nstate_dir = \"{state}\"\n\
-             [metrics]\nlisten = \"127.0.0.1:{port}\"\n\
+             [metrics]\nlisten = \"127.0.0.1:{port}\"\n[api]\ntoken = \"tok-follow\"\n\
              [[alert]]\nkind = \"webhook\"\nurl = \"{hook}/hook\"\n\
              [storage.s3]\nkind = \"s3\"\nbucket = \"{bucket}\"\nendpoint = \"{endpoint}\"\npath_style = true\n\
              [[target]]\nname = \"orders\"\nprimary = \"{primary}\"\nstorage = \"s3\"\nprefix = \"phys/\"\n\
@@ -155,6 +183,7 @@ fn a_follower_replays_the_archive_as_it_grows_and_names_the_segment_it_cannot_re
     assert_eq!(seeded["backup"], "phys/b1/", "{seeded}");
     // Contained like every sandbox: the follower's server runs as a user of its own
     // (never drcheck's, never postgres), as long as it runs.
+    FOLLOWER_LOG.with(|l| *l.borrow_mut() = Some(state_file.parent().unwrap().join("postgres.log")));
     let data = state_file.parent().unwrap().join("data");
     let servers = drcheck_e2e::processes_mentioning(&data.display().to_string());
     assert!(!servers.is_empty(), "the follower's server runs on {}", data.display());
@@ -184,7 +213,7 @@ fn a_follower_replays_the_archive_as_it_grows_and_names_the_segment_it_cannot_re
     assert!(metric(port, "drcheck_follow_fetched_bytes_total", "").unwrap_or(0.0) > 0.0);
     // The primary is at or past what was replayed.
     assert!(metric(port, "drcheck_follow_behind_bytes", "").is_some_and(|b| b >= 0.0), "behind_bytes is measured");
-    let status = http_get(port, "/");
+    let status = drcheck_e2e::http_request(port, "GET", "/", &[("Authorization", "Bearer tok-follow")], "").1;
     assert!(
         status.contains("id=\"follower-orders\" data-state=\"following\""),
         "the status page shows the follower: {status}"
@@ -205,6 +234,55 @@ fn a_follower_replays_the_archive_as_it_grows_and_names_the_segment_it_cannot_re
     replayed(&mut daemon, t2, "replay goes on after a restart");
     let again: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&state_file).unwrap()).unwrap();
     assert_eq!(again["seeded_at"], seeded["seeded_at"], "a restart must not seed again ({log})");
+
+    // Verifications: the base backup is unproven, so the first restores it (amcheck and
+    // all); with every backup proven, the next validates on the follower, paused at a
+    // commit, and replay goes on after.
+    let first = run_now(port, &mut daemon);
+    assert_eq!(first["mode"], "restore", "{first}");
+    assert_eq!(first["result"], "passed", "{first}");
+    let second = run_now(port, &mut daemon);
+    assert_eq!(second["mode"], "follow", "{second}");
+    assert_eq!(second["result"], "passed", "{second}");
+    let commit_at = second["follow"]["commit"].as_str().expect("the point validated is reported");
+    assert!(humantime::parse_rfc3339_weak(commit_at).is_ok(), "{second}");
+    assert_eq!(second["rto"]["measured_seconds"], serde_json::Value::Null, "no restore, no RTO: {second}");
+    let names: Vec<&str> = second["validators"].as_array().unwrap().iter().filter_map(|v| v["name"].as_str()).collect();
+    assert!(!names.contains(&"amcheck"), "amcheck writes: it runs on restores only ({names:?})");
+    for v in ["catalog", "checksums", "row_counts"] {
+        assert_eq!(drcheck_e2e::validator(&second, v)["status"], "passed", "{second}");
+    }
+    let t = commit(&primary, "after the paused validation");
+    close_segment(&primary, &archive_dir);
+    archive.ship(&s3, &[]);
+    replayed(&mut daemon, t, "replay resumes after a validation");
+
+    // A forged segment: a row's bytes changed in the archived WAL, its record's CRC made
+    // good again — replay takes it; the validation on the follower catches the row.
+    let marker = unique("MARKER");
+    let forgery = marker.replace("MARKER", "FORGED");
+    commit(&primary, &marker);
+    let forged_segment = close_segment(&primary, &archive_dir);
+    let t = commit(&primary, "after the forgery");
+    close_segment(&primary, &archive_dir);
+    let forged = drcheck_e2e::hostile::forge_wal(
+        &archive_dir.join(&forged_segment),
+        drcheck_e2e::PG_BIN,
+        marker.as_bytes(),
+        forgery.as_bytes(),
+    );
+    let path = root.path().join("forged");
+    std::fs::write(&path, forged).unwrap();
+    s3.upload(&path, &bucket, &format!("wal/{forged_segment}"));
+    archive.shipped.insert(forged_segment.clone());
+    archive.ship(&s3, &[]);
+    replayed(&mut daemon, t, "the forged segment replays");
+    let third = run_now(port, &mut daemon);
+    assert_eq!(third["mode"], "follow", "{third}");
+    assert_eq!(third["result"], "failed", "{third}");
+    let checksums = drcheck_e2e::validator(&third, "checksums");
+    assert_eq!(checksums["status"], "failed", "{third}");
+    assert!(checksums["detail"].as_str().unwrap().contains("public.beats"), "{checksums}");
 
     // A segment missing from the archive while a later one is there: named at once.
     commit(&primary, "in the lost segment");

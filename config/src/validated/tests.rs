@@ -592,3 +592,28 @@ fn the_effective_config_of_every_example_loads_back_the_same() {
     );
     assert!(once.contains("gpg_passphrase = \"${GPG_PASSPHRASE}\""), "{once}");
 }
+
+#[test]
+fn a_follower_needs_a_wal_archive_and_sane_intervals() {
+    let with = |extra: &str, follow: &str| {
+        GOOD.replace("rpo = \"26h\"", &format!("rpo = \"26h\"\n{extra}")) + &format!("\n[target.follow]\n{follow}")
+    };
+    let wal = "format = \"physical\"\nwal_prefix = \"wal/\"\n";
+    let c = parse(&with(wal, "")).unwrap();
+    let f = c.targets[0].follow.as_ref().unwrap();
+    assert_eq!((f.interval, f.reseed_after), (Duration::from_secs(60), Duration::from_secs(7 * 86400)));
+    assert_eq!(c.sandbox.state_dir, c.sandbox.scratch_dir, "state_dir defaults to scratch_dir");
+    let c = parse(&with(wal, "interval = \"10s\"\nreseed_after = \"2d\"")).unwrap();
+    assert_eq!(c.targets[0].follow.as_ref().unwrap().interval, Duration::from_secs(10));
+    // Nothing to follow without an archive: said at config time.
+    let (key, _, msg) = invalid(&with("", ""));
+    assert_eq!(key, "target[0].follow");
+    assert!(msg.contains("wal_prefix"), "{msg}");
+    for (bad, key) in [("interval = \"500ms\"", "interval"), ("reseed_after = \"10m\"", "reseed_after")] {
+        let (k, _, msg) = invalid(&with(wal, bad));
+        assert!(k.ends_with(key) && k.contains("follow"), "{bad}: {k}: {msg}");
+    }
+    // A typo is refused by name, like every other key.
+    let e = parse(&with(wal, "every = \"1m\"")).unwrap_err().to_string();
+    assert!(e.contains("every"), "{e}");
+}

@@ -138,7 +138,10 @@ impl History {
                 .execute(&mut *tx)
                 .await?;
         }
+        // A follower's validation proves the archive to its point, not a restore of the
+        // backup it was seeded from: only restores count as a backup's proof.
         if r.result == crate::run_report::RunResult::Passed
+            && r.mode != "follow"
             && let Some(b) = &r.backup
         {
             // The backup's proof outlives the run's row (keep_runs prunes runs, not proofs).

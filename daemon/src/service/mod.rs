@@ -12,6 +12,7 @@ mod serve;
 mod status;
 
 use crate::alerts::dispatch::Dispatcher;
+use crate::follow;
 use crate::history::History;
 use crate::metrics::Metrics;
 use crate::progress::Progress;
@@ -107,8 +108,31 @@ pub(crate) async fn run_target(shared: Arc<Shared>, target: String, run_id: Stri
         Err(e) => return Err(format!("lease: {e:#}")),
     }
     shared.metrics.runs_in_flight.inc();
-    let report =
-        verify::verify_as(run_id, &config, &t, None, &shared.history, &shared.runs_cancel, &Progress::new(false)).await;
+    let report = match on_follower(&shared, &config, &t).await {
+        Some(slot) => {
+            let mut follower = slot.lock().await;
+            match follower.as_mut() {
+                Some(fl) => verify::verify_on_follower(run_id, &config, &t, fl, &shared.runs_cancel).await,
+                None => {
+                    drop(follower);
+                    verify::verify_as(
+                        run_id,
+                        &config,
+                        &t,
+                        None,
+                        &shared.history,
+                        &shared.runs_cancel,
+                        &Progress::new(false),
+                    )
+                    .await
+                }
+            }
+        }
+        None => {
+            verify::verify_as(run_id, &config, &t, None, &shared.history, &shared.runs_cancel, &Progress::new(false))
+                .await
+        }
+    };
     shared.metrics.runs_in_flight.dec();
     shared.metrics.observe(&report, &t);
     let sinks: Vec<String> = config.alerts.iter().map(|a| a.name.clone()).collect();
@@ -120,6 +144,26 @@ pub(crate) async fn run_target(shared: Arc<Shared>, target: String, run_id: Stri
         tracing::warn!("pruning history: {e:#}");
     }
     Ok(())
+}
+
+/// Whether this run of a following target validates on its follower: only when every
+/// restorable backup was proven by a restore within `prove_within` — a backup due for
+/// its proof is restored (amcheck and the settings reset included), the rotation going
+/// on; the follower is used between.
+async fn on_follower(shared: &Shared, config: &Config, t: &drcheck_config::TargetConfig) -> Option<follow::Slot> {
+    t.follow.as_ref()?;
+    let slot = shared.followers.slot(&t.name)?;
+    match verify::coverage_now(config, t, &shared.history).await {
+        Ok(c) if c.restorable > 0 && c.proven >= c.restorable => Some(slot),
+        Ok(c) => {
+            tracing::info!(target = %t.name, proven = c.proven, restorable = c.restorable, "a backup is due for its proof: a full restore, not the follower");
+            None
+        }
+        Err(e) => {
+            tracing::warn!(target = %t.name, "cannot tell which backups are proven ({e}): a full restore");
+            None
+        }
+    }
 }
 
 /// Schedule entries of repository checks are named `integrity:TARGET`.

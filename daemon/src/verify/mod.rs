@@ -11,6 +11,7 @@
 //! ([`repository`]).
 
 mod budget;
+mod follower;
 mod repository;
 mod restore;
 mod select;
@@ -18,6 +19,7 @@ mod stop;
 mod validate;
 
 pub(crate) use budget::{check_disk_in, config_warnings, lease_ttl, run_budget};
+pub(crate) use follower::verify_on_follower;
 pub(crate) use repository::integrity_only;
 pub(crate) use restore::{database_of, download, fetch_options};
 pub(crate) use select::{coverage_now, list_backups};
@@ -136,6 +138,8 @@ pub(crate) fn died_report(target: &TargetConfig, holder: &str) -> RunReport {
         degraded: None,
         coverage: None,
         usage_error: None,
+        mode: "restore".into(),
+        follow: None,
     }
 }
 
@@ -149,8 +153,34 @@ pub(crate) async fn verify_as(
     cancel: &CancellationToken,
     progress: &Progress,
 ) -> RunReport {
+    let mut run = new_run(run_id, target);
+    tracing::info!(target = %target.name, run_id = %run.report.run_id, "verification started");
+    let mut attempts = 0;
+    let outcome = loop {
+        attempts += 1;
+        let outcome = tokio::select! {
+            r = steps(config, &mut run, backup_key, history, cancel, progress) => r,
+            // Dropping `steps` drops the sandbox, which stops its server and removes its files.
+            _ = cancel.cancelled() => Err(Stop::aborted("interrupted")),
+        };
+        match outcome {
+            // The object changed under the download: once more from a fresh listing,
+            // which sees the new version whole.
+            Err(stop) if stop.changed && attempts == 1 => {
+                tracing::warn!(target = %target.name, reason = %stop.message, "starting over from a fresh listing");
+                run.start_over();
+            }
+            other => break other,
+        }
+    };
+    progress.finish();
+    finish(run, outcome)
+}
+
+/// A run of `target`, passed until something says otherwise.
+pub(crate) fn new_run(run_id: String, target: &TargetConfig) -> Run<'_> {
     let started = SystemTime::now();
-    let mut run = Run {
+    Run {
         target,
         report: RunReport {
             run_id,
@@ -179,31 +209,19 @@ pub(crate) async fn verify_as(
             degraded: None,
             coverage: None,
             usage_error: None,
+            mode: "restore".into(),
+            follow: None,
         },
         m: Measurements::default(),
         attempt: 1,
         chosen_proven: false,
-    };
-    tracing::info!(target = %target.name, run_id = %run.report.run_id, "verification started");
-    let mut attempts = 0;
-    let outcome = loop {
-        attempts += 1;
-        let outcome = tokio::select! {
-            r = steps(config, &mut run, backup_key, history, cancel, progress) => r,
-            // Dropping `steps` drops the sandbox, which stops its server and removes its files.
-            _ = cancel.cancelled() => Err(Stop::aborted("interrupted")),
-        };
-        match outcome {
-            // The object changed under the download: once more from a fresh listing,
-            // which sees the new version whole.
-            Err(stop) if stop.changed && attempts == 1 => {
-                tracing::warn!(target = %target.name, reason = %stop.message, "starting over from a fresh listing");
-                run.start_over();
-            }
-            other => break other,
-        }
-    };
-    progress.finish();
+    }
+}
+
+/// The verdict of a run from how its stages ended: objectives computed, the result,
+/// the coverage a pass adds, the log line.
+pub(crate) fn finish(mut run: Run<'_>, outcome: Result<(), Stop>) -> RunReport {
+    let target = run.target;
     objectives(&mut run);
     let r = &mut run.report;
     r.result = match outcome {

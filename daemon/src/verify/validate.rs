@@ -34,7 +34,20 @@ pub(super) async fn validate_stage(
         next_xid: h.next_xid,
         system_identifier: h.system_identifier.clone(),
     });
-    let validated = match crate::validate::run(config, target, &sandbox, &database, physical, cutoff, horizon).await {
+    let validated = match crate::validate::run(
+        config,
+        target,
+        crate::validate::Copy {
+            sandbox: &sandbox,
+            database: &database,
+            physical,
+            at: cutoff,
+            horizon,
+            on_follower: false,
+        },
+    )
+    .await
+    {
         Ok(v) => v,
         Err(e) => return Err(restored_unreachable(&sandbox, "validate", e).await),
     };

@@ -54,9 +54,7 @@ const FAILED: &str = ".failed";
 pub(crate) async fn start_while_fetching<F, Fut>(
     sandbox: &mut Sandbox,
     pg_bindir: Option<&Path>,
-    spool: &Path,
-    target: &RecoveryTarget,
-    standby: bool,
+    replay: Replay<'_>,
     names: Vec<String>,
     at_once: usize,
     fetch: F,
@@ -66,6 +64,7 @@ where
     Fut: std::future::Future<Output = Result<(), RestoreError>>,
 {
     use futures::stream::{self, StreamExt, TryStreamExt};
+    let Replay { spool, target, standby, .. } = replay;
     let planned = spool.join(PLANNED);
     write_new(&planned, &names.iter().map(|n| format!("{n}\n")).collect::<String>())?;
     let host = sandbox.host();
@@ -210,15 +209,22 @@ pub(crate) async fn start_restored(
         sandbox.allow_server_exec(&["/bin/sh", "/usr/bin/cp", "/bin/cp"]);
         settings.retain(|(k, _)| k != "restore_command");
         let spool = replay.spool.display();
+        // A follower asks every second for the next file: one it does not hold yet is
+        // the normal case there, not worth a line in the log each time.
+        let copy = if replay.standby {
+            format!("[ -e '{spool}/%f' ] && cp '{spool}/%f' '%p'")
+        } else {
+            format!("cp '{spool}/%f' '%p'")
+        };
         let command = if replay.streamed {
             // A planned file not there yet is waited for (until it is, or a fetch failed).
             sandbox.allow_server_exec(&["/usr/bin/grep", "/bin/grep", "/usr/bin/sleep", "/bin/sleep"]);
             format!(
                 "if grep -qxF '%f' '{spool}/{PLANNED}'; then until [ -e '{spool}/%f' ] || [ -e '{spool}/{FAILED}' ]; \
-                 do sleep 0.02; done; fi; cp '{spool}/%f' '%p'"
+                 do sleep 0.02; done; fi; {copy}"
             )
         } else {
-            format!("cp '{spool}/%f' '%p'")
+            copy
         };
         settings.push(("restore_command".into(), command));
         if replay.standby {

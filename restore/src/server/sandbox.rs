@@ -273,7 +273,8 @@ impl Sandbox {
         std::fs::set_permissions(&sandbox.socket_dir, std::fs::Permissions::from_mode(0o700))
             .map_err(|e| infra(format!("cannot restrict {}: {e}", sandbox.socket_dir.display())))?;
         let pass = sandbox.root.join(PASS_FILE);
-        crate::server::recovery::remove_entry(&pass)?;
+        // A kept sandbox's old one (never followed: a link is removed, not its target).
+        let _ = std::fs::remove_file(&pass);
         write_private(&pass, format!("*:*:*:*:{}\n", sandbox.password).as_bytes())?;
         for dir in [sandbox.root.clone(), sandbox.socket_dir.clone(), pass] {
             sandbox.give_to_server(&dir)?;

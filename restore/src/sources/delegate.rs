@@ -319,9 +319,14 @@ where
     let spool = recovery::spool_dir(sandbox)?;
     let names: Vec<String> = archived.history.iter().chain(plan.segments.iter()).cloned().collect();
     let host = sandbox.host();
-    recovery::start_while_fetching(sandbox, pg_bindir, &spool, target, false, names, 4, |name, part| {
-        fetch(host.clone(), name, part)
-    })
+    recovery::start_while_fetching(
+        sandbox,
+        pg_bindir,
+        recovery::Replay { spool: &spool, target, streamed: true, standby: false },
+        names,
+        4,
+        |name, part| fetch(host.clone(), name, part),
+    )
     .await
 }
 

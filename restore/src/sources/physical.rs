@@ -260,9 +260,7 @@ pub(crate) async fn restore_unpacked(
             let recovered = recovery::start_while_fetching(
                 &mut sandbox,
                 job.pg_bindir.as_deref(),
-                &spool,
-                &wal.target,
-                wal.standby,
+                recovery::Replay { spool: &spool, target: &wal.target, streamed: true, standby: wal.standby },
                 names,
                 WAL_FILES_AT_ONCE,
                 |name, part| {
