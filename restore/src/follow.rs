@@ -106,6 +106,11 @@ pub struct Follower {
     paused: bool,
     /// Since when WAL past replay's position has been in the spool (reset as replay moves).
     waiting_since: Option<Instant>,
+    /// The version (ETag) of each segment as fetched.
+    fetched_versions: BTreeMap<String, Option<String>>,
+    /// The segment last named as not replayable: fetched again when the archive's copy
+    /// changes (a repaired archive is followed without a new seed).
+    suspect: Option<String>,
 }
 
 impl std::fmt::Debug for Follower {
@@ -169,6 +174,8 @@ impl Follower {
             segment_size: 16 << 20,
             paused: false,
             waiting_since: None,
+            fetched_versions: BTreeMap::new(),
+            suspect: None,
         }
     }
 
@@ -216,26 +223,38 @@ impl Follower {
         stuck_after: Duration,
     ) -> Step {
         let mut step = Step::default();
-        if let Some(status) = self.sandbox.server_exited() {
-            let segment = self.replay_segment_name();
-            let why = self.read_complaints().map(|c| c.line).unwrap_or_else(|| self.sandbox.log_tail());
+        let exited = self.sandbox.server_exited();
+        let down = exited.is_some() || !self.sandbox.has_server();
+        if down {
+            // Gone: what it said last names the segment (a crafted one can kill it), else
+            // the one replay was in.
+            let complaint = self.read_complaints();
+            let segment =
+                complaint.as_ref().and_then(|c| c.segment.clone()).unwrap_or_else(|| self.replay_segment_name());
+            let how = exited.map_or_else(|| "did not start again".to_string(), |s| format!("exited ({s})"));
+            let why = complaint.map(|c| c.line).unwrap_or_else(|| self.sandbox.log_tail());
             step.problem = Some(NotReplayable {
                 segment,
                 reason: "crashed",
-                detail: format!("the follower's server exited ({status}) replaying it: {}", cut(&why, 600)),
+                detail: format!("the follower's server {how} replaying it: {}", cut(&why, 600)),
             });
-            if let Err(e) = self.start().await {
-                tracing::warn!(dir = %self.dir.display(), "the follower's server did not start again: {e}");
-            }
-            return step;
         }
         match store.list(wal_prefix).await {
             Ok(listed) => self.fetch_new(store, listed, fetch, &mut step).await,
             Err(e) => step.unreachable = Some(format!("cannot list the WAL archive {wal_prefix}: {e}")),
         }
-        self.read_replay(&mut step).await;
-        if step.problem.is_none() && !self.paused {
-            step.problem = self.stuck(stuck_after);
+        if down {
+            if let Err(e) = self.start().await {
+                tracing::warn!(dir = %self.dir.display(), "the follower's server did not start again: {}", cut(&e.to_string(), 600));
+            }
+        } else {
+            self.read_replay(&mut step).await;
+            if step.problem.is_none() && !self.paused {
+                step.problem = self.stuck(stuck_after);
+            }
+        }
+        if let Some(p) = &step.problem {
+            self.suspect = Some(p.segment.clone());
         }
         step
     }
@@ -261,6 +280,21 @@ impl Follower {
                 step.unreachable = Some(format!("fetching {name}: {e}"));
                 return;
             }
+        }
+        // The segment last named as not replayable, changed in the archive since it was
+        // fetched: fetched again, with what follows it.
+        if let Some(suspect) = self.suspect.clone()
+            && let Some(obj) = objects.get(&suspect)
+            && self.fetched_versions.get(&suspect) != Some(&obj.etag)
+            && self.state.last_segment.as_deref().is_some_and(|l| by_position(l, &suspect).is_ge())
+        {
+            tracing::info!(segment = %suspect, "the archive's copy of the segment that could not be replayed changed: fetching it again");
+            let _ = std::fs::remove_file(self.spool.join(&suspect));
+            self.state.last_segment = segment_number(&suspect, self.segment_size)
+                .and_then(|n| n.checked_sub(1))
+                .map(|n| self.name_of(n, &[]))
+                .map(|prev| format!("{}{}", &suspect[..8], &prev[8..]));
+            self.suspect = None;
         }
         let Some(last) = self.state.last_segment.clone() else { return };
         let mut next = match next_segment(&last) {
@@ -320,7 +354,7 @@ impl Follower {
     }
 
     async fn fetch_one(
-        &self,
+        &mut self,
         store: &Arc<dyn BackupStore>,
         name: &str,
         obj: &BackupObject,
@@ -335,7 +369,9 @@ impl Follower {
         }
         self.sandbox.give_to_server(&part)?;
         std::fs::rename(&part, self.spool.join(name))
-            .map_err(|e| RestoreError::infra(Stage::Fetch, format!("spooling {name}: {e}")))
+            .map_err(|e| RestoreError::infra(Stage::Fetch, format!("spooling {name}: {e}")))?;
+        self.fetched_versions.insert(name.to_string(), obj.etag.clone());
+        Ok(())
     }
 
     /// Where replay is and its last commit; spooled segments older than the last
@@ -568,7 +604,8 @@ impl Follower {
 
 /// The lines of a server's log that say a record could not be read or replayed.
 fn complaint_of(line: &str) -> Option<Complaint> {
-    const SAID: [&str; 12] = [
+    const SAID: [&str; 13] = [
+        "has wrong size",
         "invalid record length at ",
         "incorrect resource manager data checksum",
         "invalid magic number",
@@ -586,11 +623,8 @@ fn complaint_of(line: &str) -> Option<Complaint> {
         return None;
     }
     let lsn = line.split(" at ").nth(1).and_then(|rest| rest.split([':', ',', ' ']).next()).and_then(parse_lsn);
-    let segment = line
-        .split("log segment ")
-        .nth(1)
-        .map(|rest| rest.chars().take_while(|c| c.is_ascii_hexdigit()).collect::<String>())
-        .filter(|s| s.len() == 24);
+    // The WAL file it names, if it names one (`log segment 0000…`, `archive file "0000…"`).
+    let segment = line.split(|c: char| !c.is_ascii_hexdigit()).find(|w| w.len() == 24).map(str::to_string);
     Some(Complaint { line: line.trim().to_string(), lsn, segment })
 }
 
@@ -663,6 +697,11 @@ mod tests {
         let c = complaint_of("00000 LOG:  invalid magic number 0000 in log segment 000000010000000000000007, offset 0")
             .unwrap();
         assert_eq!(c.segment.as_deref(), Some("000000010000000000000007"));
+        let c = complaint_of(
+            "XX000 FATAL:  archive file \"00000001000000000000000C\" has wrong size: 17825792 instead of 16777216",
+        )
+        .unwrap();
+        assert_eq!(c.segment.as_deref(), Some("00000001000000000000000C"));
         assert!(complaint_of("00000 LOG:  restored log file \"000000010000000000000005\" from archive").is_none());
     }
 }

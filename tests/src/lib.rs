@@ -548,9 +548,24 @@ pub fn s3_request(port: u16, method: &str, path: &str, body: Option<&Path>) -> (
     if let Some(f) = file.as_mut() {
         std::io::copy(f, &mut conn).unwrap();
     }
+    // The response ends where its Content-Length says: a server that keeps the
+    // connection open after answering (moto's, now and then, despite `Connection:
+    // close`) is not waited on for an end of stream.
     let mut response = Vec::new();
-    conn.read_to_end(&mut response)
-        .unwrap_or_else(|e| panic!("the S3 server on port {port} did not answer {method} {path} within 60 s: {e}"));
+    let mut buf = [0u8; 64 * 1024];
+    let complete = |r: &[u8]| -> bool {
+        let Some(end) = r.windows(4).position(|w| w == b"\r\n\r\n") else { return false };
+        let head = String::from_utf8_lossy(&r[..end]).to_ascii_lowercase();
+        let length = head.lines().find_map(|l| l.strip_prefix("content-length:")?.trim().parse::<usize>().ok());
+        length.is_some_and(|n| r.len() >= end + 4 + n)
+    };
+    while !complete(&response) {
+        match conn.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => response.extend_from_slice(&buf[..n]),
+            Err(e) => panic!("the S3 server on port {port} did not answer {method} {path} within 60 s: {e}"),
+        }
+    }
     let text = String::from_utf8_lossy(&response).into_owned();
     let status = text.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
     let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();

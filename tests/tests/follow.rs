@@ -92,11 +92,16 @@ fn wait_for<T>(what: &str, limit: Duration, daemon: &mut Daemon, mut f: impl FnM
 
 /// Triggers a verification of orders and waits for its record.
 fn run_now(port: u16, daemon: &mut Daemon) -> serde_json::Value {
+    run_target(port, daemon, "orders")
+}
+
+/// Triggers a verification of `target` and waits for its record.
+fn run_target(port: u16, daemon: &mut Daemon, target: &str) -> serde_json::Value {
     use drcheck_e2e::http_request;
     let auth = [("Authorization", "Bearer tok-follow")];
     // The target is free once the previous run's bookkeeping (lease, pruning) is done.
     let (_, body) = wait_for("the trigger is accepted", Duration::from_secs(20), daemon, || {
-        let (status, body) = http_request(port, "POST", "/api/v1/targets/orders/verify", &auth, "");
+        let (status, body) = http_request(port, "POST", &format!("/api/v1/targets/{target}/verify"), &auth, "");
         assert!(status == 202 || status == 409, "{status} {body}");
         (status == 202).then_some((status, body))
     });
@@ -134,6 +139,10 @@ fn a_follower_replays_the_archive_as_it_grows_and_names_the_segment_it_cannot_re
     for f in ["base.tar.gz", "pg_wal.tar.gz", "backup_manifest"] {
         s3.upload(&bb.join(f), &bucket, &format!("phys/b1/{f}"));
     }
+    // A second target the daemon serves beside the follower: a dump of the same database.
+    let dump = root.path().join("orders.dump");
+    primary.tool("pg_dump", &["-Fc", "-f", &dump.display().to_string(), "orders"]);
+    s3.upload(&dump, &bucket, "dumps/orders.dump");
     let mut archive = Archive { dir: archive_dir.clone(), bucket: bucket.clone(), shipped: BTreeSet::new() };
     close_segment(&primary, &archive_dir);
     archive.ship(&s3, &[]);
@@ -156,7 +165,9 @@ fn a_follower_replays_the_archive_as_it_grows_and_names_the_segment_it_cannot_re
              [storage.s3]\nkind = \"s3\"\nbucket = \"{bucket}\"\nendpoint = \"{endpoint}\"\npath_style = true\n\
              [[target]]\nname = \"orders\"\nprimary = \"{primary}\"\nstorage = \"s3\"\nprefix = \"phys/\"\n\
              wal_prefix = \"wal/\"\nrto = \"10m\"\nrpo = \"1h\"\n\
-             [target.follow]\ninterval = \"{interval}s\"\n",
+             [target.follow]\ninterval = \"{interval}s\"\n\
+             [[target]]\nname = \"spare\"\nprimary = \"{primary}\"\nstorage = \"s3\"\nprefix = \"dumps/\"\n\
+             rto = \"10m\"\nrpo = \"30d\"\ncomparisons = \"best-effort\"\n",
             root = root.path().display(),
             scratch = scratch.display(),
             state = state.display(),
@@ -310,10 +321,39 @@ fn a_follower_replays_the_archive_as_it_grows_and_names_the_segment_it_cannot_re
         alerts(&hook).into_iter().find(|a| a.contains("DrcheckArchiveNotReplayable") && a.contains("resolved"))
     });
 
+    // A hostile segment: longer than a segment, which PostgreSQL refuses fatally — the
+    // follower's server dies on it. The daemon names it, keeps serving its other
+    // targets, and the follower recovers once the archive holds the real segment.
+    commit(&primary, "in the oversized segment");
+    let oversized = close_segment(&primary, &archive_dir);
+    let t = commit(&primary, "after the oversized segment");
+    close_segment(&primary, &archive_dir);
+    let mut bytes = std::fs::read(archive_dir.join(&oversized)).unwrap();
+    bytes.extend(std::iter::repeat_n(0u8, 1 << 20));
+    let path = root.path().join("oversized");
+    std::fs::write(&path, bytes).unwrap();
+    s3.upload(&path, &bucket, &format!("wal/{oversized}"));
+    archive.shipped.insert(oversized.clone());
+    archive.ship(&s3, &[]);
+    wait_for("the crash is named", INTERVAL * 2 + Duration::from_secs(10), &mut daemon, || {
+        metric(port, "drcheck_follow_not_replayable", &format!("reason=\"crashed\",segment=\"{oversized}\""))
+    });
+    wait_for("the crash is alerted", Duration::from_secs(15), &mut daemon, || {
+        alerts(&hook)
+            .into_iter()
+            .find(|a| a.contains("DrcheckArchiveNotReplayable") && a.contains(&oversized) && a.contains("firing"))
+    });
+    assert_eq!(metric(port, "drcheck_follow_up", ""), Some(0.0));
+    let spare = run_target(port, &mut daemon, "spare");
+    assert_eq!(spare["result"], "passed", "the other target is served meanwhile: {spare}");
+    assert_eq!(http_get(port, "/healthz"), "ok\n");
+    s3.upload(&archive_dir.join(&oversized), &bucket, &format!("wal/{oversized}"));
+    replayed(&mut daemon, t, "the follower recovers once the segment is whole");
+
     // A corrupt segment: its records do not check out; replay stops in it and says so.
     commit(&primary, "in the corrupt segment");
     let corrupt = close_segment(&primary, &archive_dir);
-    commit(&primary, "after the corrupt segment");
+    let after_corrupt = commit(&primary, "after the corrupt segment");
     close_segment(&primary, &archive_dir);
     let bad = root.path().join(&corrupt);
     let mut bytes = std::fs::read(archive_dir.join(&corrupt)).unwrap();
@@ -339,6 +379,11 @@ fn a_follower_replays_the_archive_as_it_grows_and_names_the_segment_it_cannot_re
             .into_iter()
             .find(|a| a.contains("DrcheckArchiveNotReplayable") && a.contains(&corrupt) && a.contains("firing"))
     });
+    // The archive repaired (the segment uploaded again, whole): followed on, no new seed.
+    s3.upload(&archive_dir.join(&corrupt), &bucket, &format!("wal/{corrupt}"));
+    replayed(&mut daemon, after_corrupt, "replay goes on once the corrupt segment is replaced");
+    let now: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&state_file).unwrap()).unwrap();
+    assert_eq!(now["seeded_at"], seeded["seeded_at"], "a repaired archive needs no new seed");
     let since = SystemTime::now();
     let (code, _) = daemon.terminate(Duration::from_secs(30));
     assert!(code.success(), "{code}: {:?}", since.elapsed());
