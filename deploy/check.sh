@@ -22,11 +22,12 @@ drcheck=${DRCHECK_BIN:-}
 if [ -z "$drcheck" ]; then (cd .. && cargo build -q --bin drcheck); drcheck=$(cd .. && pwd)/target/debug/drcheck; fi
 mkdir -p "$tmp/backups"
 {
-  printf '[state]\nurl = "postgres://drcheck@history.example:5432/drcheck"\n[sandbox]\nscratch_dir = "/var/tmp/drcheck"\n[storage.fs]\nkind = "filesystem"\npath = "%s/backups"\n' "$tmp"
+  printf '[state]\nurl = "postgres://drcheck@history.example:5432/drcheck"\n[sandbox]\nscratch_dir = "/var/tmp/drcheck"\nstate_dir = "/var/lib/drcheck"\n[metrics]\nlisten = "0.0.0.0:9187"\n[storage.fs]\nkind = "filesystem"\npath = "%s/backups"\n' "$tmp"
   for i in $(seq -w 1 300); do
     printf '[[target]]\nname = "db-%s"\nstorage = "fs"\nprefix = "db-%s/"\nrto = "1h"\nrpo = "26h"\nschedule = "H 3 * * *"\n' "$i" "$i"
     case $i in
       001) printf '[target.kubernetes]\nscratch = "200Gi"\nstorage_class = "fast-ssd"\ncpu_request = "2"\ncpu_limit = "4"\nmemory_limit = "16Gi"\n' ;;
+      003) printf 'format = "physical"\nwal_prefix = "db-003-wal/"\n[target.follow]\ninterval = "30s"\n[target.kubernetes]\nscratch = "120Gi"\nstorage_class = "fast-ssd"\n' ;;
       002) printf '[target.kubernetes]\nnode_selector = { "node-role.example.com/backup" = "true" }\ntolerations = [{ key = "dedicated", operator = "Equal", value = "backup", effect = "NoSchedule" }]\n' ;;
     esac
   done
@@ -37,13 +38,14 @@ if grep -q '^{' "$tmp/fleet/drcheck-db-001.yaml"; then echo "deploy: the generat
 kubectl kustomize "$tmp/fleet" >"$tmp/fleet.yaml"
 out=$(kubernetes-validate --strict "$tmp/fleet.yaml" 2>&1) || { echo "$out"; echo "deploy: the generated fleet is not valid" >&2; exit 1; }
 if echo "$out" | grep -Eq '^(WARN|ERROR)'; then echo "$out"; echo "deploy: the fleet: warnings count as failures" >&2; exit 1; fi
-[ "$(echo "$out" | grep -c passed)" = 300 ] || { echo "$out" | tail; echo "deploy: expected 300 valid CronJobs" >&2; exit 1; }
+# 299 CronJobs, and for db-003 (it follows its archive) a StatefulSet and its Service.
+[ "$(echo "$out" | grep -c passed)" = 301 ] || { echo "$out" | tail; echo "deploy: expected 301 valid objects" >&2; exit 1; }
 "$drcheck" --config "$tmp/fleet.toml" deploy kubernetes --all --output-dir "$tmp/fleet-again" --image registry.example.com/drcheck:0.1.0 2>/dev/null
 python3 - "$tmp/fleet.yaml" "$tmp/fleet" "$tmp/fleet-again" <<'PY'
 import os, re, sys
 rendered = open(sys.argv[1]).read()
 schedules = re.findall(r"^\s+schedule: '?([^'\n]+)'?$", rendered, re.M)
-assert len(schedules) == 300, len(schedules)
+assert len(schedules) == 299, len(schedules)
 minutes = set()
 for s in schedules:
     m, h, *rest = s.split()
@@ -55,6 +57,13 @@ for name in os.listdir(sys.argv[2]):
     b = [l for l in open(os.path.join(sys.argv[3], name)) if not l.startswith("#")]
     assert a == b, f"{name} differs when generated again"
 assert "storageClassName: fast-ssd" in rendered and "tolerations:" in rendered, "per-target settings missing"
+# The follower's StatefulSet: one replica running its daemon, a volume sized like scratch.
+follower = open(os.path.join(sys.argv[2], "drcheck-db-003.yaml")).read()
+assert "kind: StatefulSet" in follower and "replicas: 1" in follower, follower
+assert re.search(r"- daemon\n\s+- --target\n\s+- db-003", follower), follower
+claims = follower.split("volumeClaimTemplates:")[1]
+assert "storage: 120Gi" in claims and "storageClassName: fast-ssd" in claims, claims
+assert "mountPath: /var/lib/drcheck" in follower and "kind: Service" in follower, follower
 print(f"deploy: 300-target fleet: valid, spread over {len(minutes)} minutes of 03:00, stable")
 PY
 # The ServiceMonitor's CRD has no schema offline: that overlay is rendered, not validated.

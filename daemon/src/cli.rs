@@ -34,12 +34,22 @@ pub(crate) struct Cli {
     pub command: Command,
 }
 
+/// `drcheck daemon`'s arguments.
+#[derive(Debug, clap::Args)]
+pub(crate) struct DaemonArgs {
+    /// Serve only this target (repeatable): its schedule, its follower, its metrics —
+    /// one daemon per target, as `deploy kubernetes` runs a follower's StatefulSet.
+    /// Default: every target of the config.
+    #[arg(long)]
+    pub target: Vec<String>,
+}
+
 #[derive(Debug, Subcommand)]
 pub(crate) enum Command {
     /// Restore and validate the latest backup of one target, or of all.
     Verify(VerifyArgs),
     /// Run unattended: schedules, /metrics, health, the trigger API, alerts.
-    Daemon,
+    Daemon(DaemonArgs),
     /// Work with the backups in a target's store.
     #[command(subcommand)]
     Backups(BackupsCommand),
@@ -91,7 +101,7 @@ pub(crate) enum Command {
 
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging(cli.verbose, matches!(cli.command, Command::Daemon));
+    init_logging(cli.verbose, matches!(cli.command, Command::Daemon(_)));
     harden_process();
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
@@ -158,7 +168,7 @@ pub(crate) async fn run(cli: Cli) -> Result<Exit, CliError> {
         _ => {}
     }
     let path = cli.config_path();
-    if !matches!(cli.command, Command::Daemon) {
+    if !matches!(cli.command, Command::Daemon(_)) {
         drcheck_restore::breaker::mark_one_shot();
     }
     // A drill loads the config only if it needs one (verify steps, sql on a target).
@@ -176,14 +186,14 @@ pub(crate) async fn run(cli: Cli) -> Result<Exit, CliError> {
     } else {
         drcheck_config::load(&path)?
     };
-    if matches!(command, Command::Daemon | Command::Deploy(_)) {
+    if matches!(command, Command::Daemon(_) | Command::Deploy(_)) {
         for w in crate::verify::config_warnings(&config, matches!(command, Command::Deploy(_))) {
             tracing::warn!("{w}");
         }
     }
     match command {
         Command::Verify(args) => commands::verify::run(&config, args).await,
-        Command::Daemon => commands::daemon::run(config).await,
+        Command::Daemon(args) => commands::daemon::run(config, args.target).await,
         Command::Backups(BackupsCommand::List { target, json }) => {
             commands::backups::list(&config, target.as_deref(), json).await
         }

@@ -100,6 +100,11 @@ fn every_metric_in_the_rules_and_the_dashboard_is_exported() {
             "drcheck_heartbeat_last_write_timestamp_seconds",
             "drcheck_heartbeat_interval_seconds",
             "drcheck_heartbeat_write_failures_total",
+            // Only for targets a follower follows: tests/tests/follow.rs asserts them on
+            // its daemon.
+            "drcheck_follow_up",
+            "drcheck_follow_not_replayable",
+            "drcheck_follow_replayed_commit_timestamp_seconds",
         ];
         let missing: Vec<&String> =
             used.iter().filter(|n| !exported.contains(*n) && !replay_only.contains(&n.as_str())).collect();
@@ -259,4 +264,39 @@ fn deploy_kubernetes_refuses_what_cannot_work_in_a_pod() {
     let yaml = drcheck_e2e::stdout(&out);
     assert!(yaml.contains("name: drcheck-secrets") && yaml.contains("name: drcheck-orders"), "{yaml}");
     assert_eq!(yaml.matches("secretRef:").count(), 2, "{yaml}");
+}
+
+/// Issue 36: a target that follows its archive gets a StatefulSet whose volume keeps the
+/// follower's copy — so a config whose state_dir is not on that volume, or whose metrics
+/// only listen on loopback (the pod is probed on its own address), is refused, naming
+/// both.
+#[test]
+fn a_follower_needs_its_volume_and_a_reachable_metrics_port() {
+    let dir = drcheck_e2e::TempRoot::new();
+    let config = dir.path().join("c.toml");
+    let target = "[[target]]\nname = \"orders\"\nstorage = \"b\"\nrto = \"30m\"\nrpo = \"1d\"\nformat = \"physical\"\n\
+                  wal_prefix = \"wal/\"\n[target.follow]\n";
+    let base = drcheck_e2e::pod_ready("[storage.b]\nkind = \"filesystem\"\npath = \"/nonexistent\"\n");
+    std::fs::write(&config, format!("{base}{target}")).unwrap();
+    let c = config.display().to_string();
+    let args = ["--config", &c, "deploy", "kubernetes", "--image", "drcheck:test", "--scratch-size", "10Gi"];
+    let (out, _) = drcheck(&args, &[], Duration::from_secs(60));
+    let err = drcheck_e2e::stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("state_dir = \"/var/lib/drcheck\""), "{err}");
+    assert!(err.contains("metrics.listen is 127.0.0.1:9187"), "{err}");
+    let fixed = base.replace(
+        "scratch_dir = \"/var/tmp/drcheck\"\n",
+        "scratch_dir = \"/var/tmp/drcheck\"\nstate_dir = \"/var/lib/drcheck\"\n",
+    ) + "[metrics]\nlisten = \"0.0.0.0:9187\"\n"
+        + target;
+    std::fs::write(&config, fixed).unwrap();
+    let (out, _) = drcheck(&args, &[], Duration::from_secs(60));
+    assert_eq!(out.status.code(), Some(0), "{}", drcheck_e2e::stderr(&out));
+    let yaml = stdout(&out);
+    assert!(
+        yaml.contains("kind: StatefulSet") && yaml.contains("kind: Service") && !yaml.contains("kind: CronJob"),
+        "{yaml}"
+    );
+    assert!(yaml.contains("storage: 10Gi"), "the follower's volume is sized like scratch: {yaml}");
 }

@@ -6,7 +6,8 @@ use drcheck_config::Config;
 use tokio::signal::unix::{SignalKind, signal};
 use tokio_util::sync::CancellationToken;
 
-pub(crate) async fn run(config: Config) -> Result<Exit, CliError> {
+pub(crate) async fn run(config: Config, only: Vec<String>) -> Result<Exit, CliError> {
+    let config = crate::service::only_targets(config, &only).map_err(|e| CliError::usage(anyhow::anyhow!(e)))?;
     let shutdown = CancellationToken::new();
     let (reload_tx, reload_rx) = tokio::sync::mpsc::channel(1);
     let (mut term, mut int, mut hup) =
@@ -26,6 +27,6 @@ pub(crate) async fn run(config: Config) -> Result<Exit, CliError> {
         tracing::info!("signal received: shutting down");
         stop.cancel();
     });
-    crate::service::run(config, shutdown, reload_rx).await.map_err(CliError::incomplete)?;
+    crate::service::run(config, only, shutdown, reload_rx).await.map_err(CliError::incomplete)?;
     Ok(Exit::Passed)
 }

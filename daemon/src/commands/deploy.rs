@@ -206,6 +206,72 @@ pub(crate) fn cronjob(t: &TargetConfig, o: &Options, scratch: &str) -> Result<se
     Ok(job)
 }
 
+/// Where a follower's StatefulSet mounts its volume (the copy it keeps: `state_dir`).
+const POD_STATE_DIR: &str = "/var/lib/drcheck";
+
+/// The StatefulSet of a target that follows its archive (`[target.follow]`): one
+/// replica running `drcheck daemon --target NAME` — the follower, the target's schedule
+/// (validations on the follower, the rotation's full restores) and its metrics — with a
+/// volume of its own for the follower's copy, sized like the scratch volume (the copy is
+/// a restored database), that outlives the pod. It takes the place of the target's
+/// CronJob: both would run the same schedule (the lease would let only one through).
+pub(crate) fn statefulset(
+    t: &TargetConfig,
+    o: &Options,
+    scratch: &str,
+    port: u16,
+) -> Result<serde_json::Value, String> {
+    let job = cronjob(t, o, scratch)?;
+    let mut template = job["spec"]["jobTemplate"]["spec"]["template"].clone();
+    let pod = &mut template["spec"];
+    pod["restartPolicy"] = json!("Always");
+    // A follower's server stops cleanly (its copy resumes where replay stopped).
+    pod["terminationGracePeriodSeconds"] = json!(120);
+    let container = &mut pod["containers"][0];
+    container["args"] = json!(["daemon", "--target", t.name]);
+    container["ports"] = json!([{"name": "metrics", "containerPort": port}]);
+    container["readinessProbe"] = json!({"httpGet": {"path": "/readyz", "port": "metrics"}, "periodSeconds": 10});
+    container["livenessProbe"] =
+        json!({"httpGet": {"path": "/healthz", "port": "metrics"}, "periodSeconds": 30, "failureThreshold": 5});
+    if let Some(mounts) = container["volumeMounts"].as_array_mut() {
+        mounts.push(json!({"name": "state", "mountPath": POD_STATE_DIR}));
+    }
+    let mut claim = json!({"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": scratch}}});
+    if let Some(class) = &t.kubernetes.storage_class {
+        claim["storageClassName"] = json!(class);
+    }
+    let name = k8s_name(&t.name);
+    let labels = job["metadata"]["labels"].clone();
+    Ok(json!({
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": {"name": name, "labels": labels},
+        "spec": {
+            "replicas": 1,
+            "serviceName": name,
+            "selector": {"matchLabels": labels},
+            // The old pod stops before the new one starts: never two followers.
+            "podManagementPolicy": "OrderedReady",
+            "updateStrategy": {"type": "RollingUpdate"},
+            "persistentVolumeClaimRetentionPolicy": {"whenDeleted": "Delete", "whenScaled": "Retain"},
+            "template": template,
+            "volumeClaimTemplates": [{"metadata": {"name": "state", "labels": labels}, "spec": claim}]
+        }
+    }))
+}
+
+/// The headless Service a StatefulSet names, through which its metrics are scraped.
+fn service(t: &TargetConfig, port: u16) -> serde_json::Value {
+    let name = k8s_name(&t.name);
+    let labels = json!({"app.kubernetes.io/name": "drcheck", "drcheck.io/target": name});
+    json!({
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": name, "labels": labels},
+        "spec": {"clusterIP": "None", "selector": labels, "ports": [{"name": "metrics", "port": port, "targetPort": "metrics"}]}
+    })
+}
+
 /// The Secrets a target's pod reads its environment from: the shared one, and with
 /// `--secret-per-target` its own (named like its CronJob).
 fn env_from(t: &TargetConfig, o: &Options) -> serde_json::Value {
@@ -275,7 +341,24 @@ pub(crate) fn pod_problems(config: &Config, targets: &[&TargetConfig]) -> (Vec<S
                 ));
             }
         }
-        if t.heartbeat.as_ref().is_some_and(|h| h.url.is_some()) {
+        if t.follow.is_some() {
+            if !in_dir(&config.sandbox.state_dir, POD_STATE_DIR) {
+                refused.push(format!(
+                    "target {:?} follows its archive: its StatefulSet keeps the copy on the volume mounted at \
+                     {POD_STATE_DIR}, but sandbox.state_dir is {} — set state_dir = \"{POD_STATE_DIR}\"",
+                    t.name,
+                    config.sandbox.state_dir.display()
+                ));
+            }
+            if config.metrics.listen.parse::<std::net::SocketAddr>().is_ok_and(|a| a.ip().is_loopback()) {
+                refused.push(format!(
+                    "target {:?} follows its archive: its StatefulSet is probed and scraped on the pod's address, \
+                     but metrics.listen is {} — listen on 0.0.0.0:PORT",
+                    t.name, config.metrics.listen
+                ));
+            }
+        }
+        if t.heartbeat.as_ref().is_some_and(|h| h.url.is_some()) && t.follow.is_none() {
             warned.push(format!(
                 "target {:?}: heartbeat.url makes `drcheck daemon` write the heartbeat, and a CronJob never does: \
                  write it with pg_cron (`drcheck heartbeat setup --target {}`) or run the daemon",
@@ -360,7 +443,25 @@ pub(crate) async fn run(
     let scratch = scratch_sizes(config, &targets, o).await;
     let header = format!("# generated by `drcheck deploy kubernetes` from {}", config.path.display());
     let mut docs = Vec::new();
+    let port = config.metrics.listen.parse::<std::net::SocketAddr>().map(|a| a.port()).unwrap_or(9187);
     for (t, (size, why)) in targets.iter().zip(&scratch) {
+        if t.follow.is_some() {
+            let set = statefulset(t, o, size, port).map_err(|e| CliError::usage(anyhow::anyhow!(e)))?;
+            crate::errln!(
+                "deploy: {}: follows its archive: a StatefulSet runs its daemon (follower and schedule) instead of a CronJob",
+                t.name
+            );
+            docs.push((
+                file_name(t),
+                format!(
+                    "# {}: follows its archive; scratch and the follower's volume {size}, {why}\n{}---\n{}",
+                    t.name,
+                    yaml(&set)?,
+                    yaml(&service(t, port))?
+                ),
+            ));
+            continue;
+        }
         let job = cronjob(t, o, size).map_err(|e| CliError::usage(anyhow::anyhow!(e)))?;
         docs.push((file_name(t), format!("# {}: scratch {size}, {why}\n{}", t.name, yaml(&job)?)));
     }
@@ -384,7 +485,7 @@ pub(crate) async fn run(
         "resources": names,
     });
     std::fs::write(dir.join("kustomization.yaml"), format!("{header}\n{}", yaml(&kustomization)?)).map_err(fail)?;
-    crate::errln!("deploy: {} and kustomization.yaml in {}", crate::out::count(names.len(), "CronJob"), dir.display());
+    crate::errln!("deploy: {} and kustomization.yaml in {}", crate::out::count(names.len(), "file"), dir.display());
     Ok(Exit::Passed)
 }
 

@@ -205,9 +205,24 @@ fn one_line(text: &str) -> String {
         .join(" ")
 }
 
+/// `config` with only the targets named in `only` (all when it is empty); a name the
+/// config does not have is an error naming it.
+pub(crate) fn only_targets(mut config: Config, only: &[String]) -> Result<Config, String> {
+    if only.is_empty() {
+        return Ok(config);
+    }
+    if let Some(missing) = only.iter().find(|n| config.target(n).is_none()) {
+        let known: Vec<&str> = config.targets.iter().map(|t| t.name.as_str()).collect();
+        return Err(format!("--target {missing:?}: the config has no such target (it has: {})", known.join(", ")));
+    }
+    config.targets.retain(|t| only.contains(&t.name));
+    Ok(config)
+}
+
 /// Runs the daemon until `shutdown` fires. `reload` fires on SIGHUP.
 pub(crate) async fn run(
     config: Config,
+    only: Vec<String>,
     shutdown: CancellationToken,
     mut reload: tokio::sync::mpsc::Receiver<()>,
 ) -> anyhow::Result<()> {
@@ -311,7 +326,7 @@ pub(crate) async fn run(
                 let before = sched.await.unwrap_or_default();
                 let path = shared.config_path.clone();
                 let old = shared.config();
-                match drcheck_config::load(&path) {
+                match drcheck_config::load(&path).map_err(|e| e.to_string()).and_then(|c| only_targets(c, &only)) {
                     Ok(new) => {
                         tracing::info!(path = %path.display(), targets = new.targets.len(), "config reloaded");
                         shared.metrics.config_loaded(true);
