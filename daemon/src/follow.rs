@@ -105,6 +105,21 @@ pub(crate) fn follow_dir(config: &Config, target: &str) -> Result<PathBuf, Strin
     Ok(drcheck_restore::ensure_follow_dir(&config.sandbox.state_dir)?.join(target))
 }
 
+/// The lock of a follower's directory (`TARGET.lock` beside it): taken without waiting.
+fn lock_dir(config: &Config, target: &str) -> Result<nix::fcntl::Flock<std::fs::File>, String> {
+    let dir = follow_dir(config, target)?;
+    let path = dir.with_extension("lock");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(|e| format!("cannot open {}: {e}", path.display()))?;
+    nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock).map_err(|_| {
+        format!("another drcheck process on this machine follows {target} in {}: standing by", dir.display())
+    })
+}
+
 fn options(config: &Config, target: &str) -> Result<SandboxOptions, String> {
     let mut opts = crate::ids::sandbox_options(config, format!("follow-{target}"));
     opts.keep_at = Some(follow_dir(config, target)?);
@@ -121,6 +136,8 @@ async fn follow(
 ) {
     let mut store: Option<Arc<dyn BackupStore>> = None;
     let mut problem_before: Option<(String, String)> = None;
+    let mut held_elsewhere = false;
+    let mut dir_lock: Option<nix::fcntl::Flock<std::fs::File>> = None;
     loop {
         let config = shared.config();
         let Some(t) = config.target(&name).cloned() else { break };
@@ -133,6 +150,55 @@ async fn follow(
                 s
             }
         };
+        // One server per copy on this machine, whatever the history store says: the
+        // directory's lock, held for as long as this task follows.
+        if dir_lock.is_none() {
+            match lock_dir(&config, &name) {
+                Ok(l) => dir_lock = Some(l),
+                Err(e) => {
+                    shared.metrics.follow.up.with_label_values(&[&name]).set(0);
+                    set_view(&shared, &name, |v| {
+                        v.state = "standing by".into();
+                        v.problem = Some(e.clone());
+                    });
+                    if !held_elsewhere {
+                        tracing::warn!(target = %name, "{e}");
+                        held_elsewhere = true;
+                    }
+                    tokio::select! {
+                        _ = tokio::time::sleep(f.interval) => continue,
+                        _ = stop.cancelled() => break,
+                    }
+                }
+            }
+        }
+        // One follower per target across drcheck instances (a StatefulSet rolling over, two
+        // daemons on one config): the lease `follow:TARGET`, renewed each interval, long
+        // enough to seed.
+        let lease = format!("follow:{name}");
+        let ttl = (f.interval * 3 + Duration::from_secs(60)).max(crate::verify::run_budget(&t));
+        match shared.history.lease_for(&lease, &shared.holder, ttl).await {
+            Ok(crate::history::Leased::Held) => {
+                let holder = shared.history.lease_holder(&lease).await.ok().flatten().unwrap_or_default();
+                if !held_elsewhere {
+                    tracing::warn!(target = %name, holder = %holder, "another drcheck follows this target: waiting for its lease");
+                    held_elsewhere = true;
+                }
+                shared.metrics.follow.up.with_label_values(&[&name]).set(0);
+                set_view(&shared, &name, |v| {
+                    v.state = "standing by".into();
+                    v.problem = Some(format!("{holder} follows this target"));
+                });
+                // Our copy (if any) stops; kept for when the lease comes back.
+                drop(slot.lock().await.take());
+                tokio::select! {
+                    _ = tokio::time::sleep(f.interval) => continue,
+                    _ = stop.cancelled() => break,
+                }
+            }
+            Ok(_) => held_elsewhere = false,
+            Err(e) => tracing::warn!(target = %name, "cannot take the follower's lease (following anyway): {e:#}"),
+        }
         // Held for the step: a verification validating on the follower holds it too.
         let mut follower = tokio::select! {
             f = slot.lock() => f,
@@ -200,10 +266,13 @@ async fn follow(
         }
     }
     let follower = slot.lock().await.take();
+    let _ = shared.history.release_lease(&format!("follow:{name}"), &shared.holder).await;
     if let Some(fl) = follower {
         if removed.load(std::sync::atomic::Ordering::SeqCst) {
             tracing::info!(target = %name, "the target no longer follows: its copy is removed");
+            let dir = fl.dir().to_path_buf();
             fl.discard();
+            let _ = std::fs::remove_file(dir.with_extension("lock"));
         } else {
             drop(fl);
         }

@@ -230,6 +230,25 @@ fn a_follower_replays_the_archive_as_it_grows_and_names_the_segment_it_cannot_re
         "the status page shows the follower: {status}"
     );
 
+    // A second daemon on the same config never starts a second server on the copy: it
+    // stands by (the directory's lock, the history's lease).
+    let port2 = free_port();
+    let config2 = root.path().join("drcheck2.toml");
+    let text =
+        std::fs::read_to_string(&config).unwrap().replace(&format!("127.0.0.1:{port}"), &format!("127.0.0.1:{port2}"));
+    std::fs::write(&config2, text).unwrap();
+    let mut second = Daemon::start(&config2, port2, &[]);
+    wait_for("the second daemon stands by", Duration::from_secs(20), &mut second, || {
+        metric(port2, "drcheck_follow_up", "").filter(|v| *v == 0.0)
+    });
+    let postmasters = drcheck_e2e::processes_mentioning(&format!("-D {}", data.display()));
+    assert_eq!(postmasters.len(), 1, "one server on the copy: {postmasters:?}");
+    assert_eq!(metric(port, "drcheck_follow_up", ""), Some(1.0), "the first follows on");
+    let (code, _) = second.terminate(Duration::from_secs(30));
+    assert!(code.success(), "{code}");
+    let said = second.stderr_text();
+    assert!(said.contains("another drcheck process on this machine follows orders"), "{said}");
+
     // A restart resumes where replay stopped: no new seed.
     let (code, _) = daemon.terminate(Duration::from_secs(30));
     assert!(code.success(), "{code}");
