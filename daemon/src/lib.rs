@@ -17,6 +17,7 @@
 mod alerts;
 mod cli;
 mod commands;
+mod disk;
 mod evidence;
 mod exit;
 mod follow;

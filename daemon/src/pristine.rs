@@ -19,6 +19,15 @@ use std::time::Duration;
 /// One computation at a time: concurrent runs of one daemon wait for the first.
 static MAKING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
+/// What drcheck keeps between runs: `scratch_dir/drcheck-<uid>-cache`, or
+/// `$DRCHECK_CACHE_DIR`.
+pub(crate) fn cache_dir(config: &Config) -> Result<std::path::PathBuf, String> {
+    match std::env::var_os("DRCHECK_CACHE_DIR").filter(|d| !d.is_empty()) {
+        Some(dir) => drcheck_restore::ensure_cache_dir_at(std::path::Path::new(&dir)),
+        None => drcheck_restore::ensure_cache_dir(&config.sandbox.scratch_dir),
+    }
+}
+
 /// The pristine fingerprint for `bin`: from the cache, or made now.
 pub(crate) async fn reference(config: &Config, bin: &PgBin) -> Result<BTreeMap<String, String>, String> {
     let version = server_version(bin).await?;
@@ -28,10 +37,7 @@ pub(crate) async fn reference(config: &Config, bin: &PgBin) -> Result<BTreeMap<S
         bin.dir.display(),
         drcheck_validators::guard::FINGERPRINT_REVISION
     )));
-    let cache = match std::env::var_os("DRCHECK_CACHE_DIR").filter(|d| !d.is_empty()) {
-        Some(dir) => drcheck_restore::ensure_cache_dir_at(std::path::Path::new(&dir))?,
-        None => drcheck_restore::ensure_cache_dir(&config.sandbox.scratch_dir)?,
-    };
+    let cache = cache_dir(config)?;
     let path = cache.join(format!("catalog-{}.json", &digest[..16]));
     if let Some(cached) = read_cached(&path) {
         return Ok(cached);
@@ -82,7 +88,7 @@ async fn make(config: &Config, bin: &PgBin) -> Result<BTreeMap<String, String>, 
     fingerprint
 }
 
-fn write_private_atomically(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
+pub(crate) fn write_private_atomically(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
     use std::os::unix::fs::PermissionsExt;
     let dir = path.parent().unwrap_or(std::path::Path::new("."));
     let mut tmp = tempfile::NamedTempFile::new_in(dir)?;

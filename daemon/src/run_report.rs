@@ -106,7 +106,7 @@ pub(crate) struct PrimaryQueries {
 }
 
 /// How the restore was done: what measured the RTO.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub(crate) struct RestoreInfo {
     /// The sandbox profile: `production` (stock durability) or `fast`.
     pub profile: String,
@@ -139,6 +139,27 @@ pub(crate) struct RestoreInfo {
     /// them out (`--no-owner --no-privileges`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub privileges_skipped: Option<u64>,
+    /// What the restore wrote: its directory's size once restored.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bytes_written: Option<u64>,
+    /// How fast it wrote (bytes per second): over the file copy for a base backup
+    /// (first request to last byte), over the whole restore for a dump.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub write_bps: Option<f64>,
+    /// What the scratch disk can write (bytes per second; measured once per device).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disk_write_bps: Option<f64>,
+    /// `write_bps / disk_write_bps`: at 0.7 or more the disk was the limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disk_fraction: Option<f64>,
+    /// What limited the restore: `disk`, `network or decompression`, `restore` (the
+    /// server's own loading) or `replay`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limited_by: Option<String>,
+    /// Bytes fetched from the store, where the restore fetched less than the backup
+    /// (a pgBackRest delta restore onto the previous copy).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bytes_fetched: Option<u64>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -353,6 +374,14 @@ pub(crate) fn render_human(r: &RunReport) -> String {
             None => String::new(),
         };
         let _ = writeln!(s, "  sandbox     {server}{} profile, {} job(s){recovered}{contained}", ri.profile, ri.jobs);
+        if let (Some(w), Some(bps)) = (ri.bytes_written, ri.write_bps) {
+            let disk = match (ri.disk_write_bps, ri.disk_fraction) {
+                (Some(d), Some(f)) => format!(", {:.0}% of the disk's {}/s", f * 100.0, human_bytes(d as u64)),
+                _ => String::new(),
+            };
+            let by = ri.limited_by.as_deref().map(|l| format!(" — limited by {l}")).unwrap_or_default();
+            let _ = writeln!(s, "  writes      {} at {}/s{disk}{by}", human_bytes(w), human_bytes(bps as u64));
+        }
         if let Some(m) = &ri.manifest {
             let _ = writeln!(s, "  manifest    {}", crate::out::shown_lines(m, "              "));
         }
@@ -517,6 +546,7 @@ mod tests {
             first_byte_seconds: None,
             decrypted_by: None,
             privileges_skipped: None,
+            ..Default::default()
         });
         let nested = serde_json::to_value(&r).unwrap();
         let mut bare = r.clone();

@@ -240,6 +240,7 @@ fn a_physical_backup_replays_archived_wal_to_a_timestamp() {
     assert!(recovered > target_time.as_str(), "{run}");
     assert_eq!(run["restore"]["recovery_target"]["kind"], "latest", "{run}");
     assert!(run["restore"]["recovery_target"]["value"].is_null(), "{run}");
+    assert!(run["restore"]["limited_by"].is_string() && run["restore"]["disk_fraction"].is_f64(), "{run}");
     // What a restore now would lose: the time since the last replayed commit.
     let at = humantime::parse_rfc3339_weak(recovered).unwrap();
     let lost = std::time::SystemTime::now().duration_since(at).unwrap().as_secs_f64();

@@ -46,6 +46,17 @@ fn a_good_backup_passes_is_recorded_and_listed() {
     assert_eq!(phases, ["sandbox", "fetch", "restore", "validate"]);
     assert_eq!(run["restore"]["profile"], "production");
     assert_eq!(run["restore"]["server_major"], 15);
+    // Issue 36: what the restore wrote against what the scratch disk can write.
+    let restore = &run["restore"];
+    assert!(restore["bytes_written"].as_u64().unwrap() > std::fs::metadata(&scene.dump).unwrap().len(), "{run}");
+    assert!(restore["disk_write_bps"].as_f64().unwrap() > 1e6, "{run}");
+    let fraction = restore["disk_fraction"].as_f64().unwrap();
+    let bps = restore["write_bps"].as_f64().unwrap() / restore["disk_write_bps"].as_f64().unwrap();
+    assert!((fraction - bps).abs() < 1e-9, "{run}");
+    assert!(
+        ["disk", "network or decompression", "restore"].contains(&restore["limited_by"].as_str().unwrap()),
+        "{run}"
+    );
     assert_eq!(run["rto"]["met"], true);
     assert!(run["rto"]["measured_seconds"].as_f64().unwrap() > 0.0);
     assert_eq!(run["rto"]["target_seconds"], 600.0);

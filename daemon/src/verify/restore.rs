@@ -80,6 +80,7 @@ pub(super) async fn restore_stage(
         recovery_target: None,
         target_reached: None,
         privileges_skipped: None,
+        ..Default::default()
     });
     // What the restore tells as it goes: progress now, the rest into the report.
     let mut heard = Heard::default();
@@ -137,6 +138,7 @@ pub(super) async fn restore_stage(
             ));
         }
     };
+    let fetched = restored.fetch;
     run.phase("fetch", restored.fetch);
     run.phase("restore", restored.restore);
     run.m.fetch_started = Some(fetch_start);
@@ -184,8 +186,22 @@ pub(super) async fn restore_stage(
         let why = format!("the restored database does not answer: {e}");
         return Err(restored_unreachable(&sandbox, "restore", why).await);
     }
-    run.m.ready = Some(fetch_start.elapsed());
+    let ready = fetch_start.elapsed();
+    run.m.ready = Some(ready);
     pool.close().await;
+    // How close the restore came to what the disk can write, and what limited it.
+    if let Some(info) = run.report.restore.as_mut() {
+        let written = crate::disk::usage(sandbox.root());
+        let disk = crate::disk::write_bps(config).await;
+        let copied = if physical { fetched } else { ready };
+        let write_bps = written as f64 / copied.as_secs_f64().max(1e-3);
+        let fraction = disk.map(|d| write_bps / d);
+        info.bytes_written = Some(written);
+        info.write_bps = Some(write_bps);
+        info.disk_write_bps = disk;
+        info.disk_fraction = fraction;
+        info.limited_by = Some(crate::disk::limited_by(fraction, physical, fetched, ready).to_string());
+    }
     Ok(Ready { sandbox, database, physical, horizon: restored.horizon })
 }
 
