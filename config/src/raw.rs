@@ -145,6 +145,7 @@ pub struct RawTarget {
     pub decrypt: Option<RawDecrypt>,
     pub heartbeat: Option<RawHeartbeat>,
     pub follow: Option<RawFollow>,
+    pub delta_restore: Option<Spanned<bool>>,
 }
 
 /// `[target.follow]`: a restored copy that replays the WAL archive as it grows.

@@ -362,6 +362,9 @@ pub struct TargetConfig {
     /// A restored copy that follows the WAL archive (`[target.follow]`, daemon only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub follow: Option<FollowConfig>,
+    /// pgBackRest: each restore goes onto the previous one's copy (kept in `state_dir`)
+    /// with `--delta`, fetching only the files that changed.
+    pub delta_restore: bool,
 }
 
 /// `[target.follow]`: `drcheck daemon` keeps a restored copy of the target that replays

@@ -346,6 +346,7 @@ async fn seed(
         max_write_bytes: ceiling.min(free).max(1 << 20),
         expansion_ceiling: ceiling,
         decrypt: &t.decrypt,
+        delta: false,
     };
     let restored = drcheck_restore::run(&job).await.map_err(|e| format!("seeding from {}: {e}", backup.key))?;
     if !restored.physical {

@@ -135,7 +135,10 @@ async fn run_inner(job: &RestoreJob<'_>) -> Result<Restored, RestoreError> {
     let kind = job.backup.catalog.as_ref().map_or("", |c| c.kind.as_str());
     let format = format!("physical ({} {kind})", d.tool());
     job.events.send(crate::events::RestoreEvent::Format(format.clone()));
-    let r = d.restore(&mut sandbox, &job.store, job.pg_bindir.as_deref(), job.backup, &job.recovery_target).await?;
+    let r = d
+        .restore(&mut sandbox, &job.store, job.pg_bindir.as_deref(), job.backup, &job.recovery_target, job.delta)
+        .await?;
+    let bytes_fetched = r.bytes_fetched;
     let (recovered_to, wal_files, wal_gap, fetched_in) = (r.recovered_to, r.wal_files, r.wal_gap, r.fetched_in);
     let horizon = r.horizon;
     let database = job.database_hint.clone().unwrap_or_else(|| "postgres".into());
@@ -160,5 +163,6 @@ async fn run_inner(job: &RestoreJob<'_>) -> Result<Restored, RestoreError> {
             .map(|_| crate::request::Consistency { at: job.backup.last_modified, source: "catalog (backup stop)" }),
         skipped_privileges: None,
         horizon,
+        bytes_fetched,
     })
 }

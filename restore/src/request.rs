@@ -43,6 +43,9 @@ pub struct RestoreJob<'a> {
     pub expansion_ceiling: u64,
     /// The keys that open encrypted backups.
     pub decrypt: &'a drcheck_config::DecryptConfig,
+    /// A backup tool's restore onto the copy already in the (kept) sandbox, fetching
+    /// only what changed (`pgbackrest restore --delta`).
+    pub delta: bool,
 }
 
 /// What undoing the backup's layers needs, from the job.
@@ -84,6 +87,8 @@ pub struct Restored {
     /// Physical restores: the copy's transaction horizon, read before drcheck wrote
     /// anything to it.
     pub horizon: Option<Horizon>,
+    /// What a delta restore fetched (the files that differed from the copy it went onto).
+    pub bytes_fetched: Option<u64>,
 }
 
 pub(crate) use crate::server::recovery::Horizon;

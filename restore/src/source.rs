@@ -84,6 +84,7 @@ pub trait Repository: Archive {
         pg_bindir: Option<&Path>,
         backup: &Backup,
         target: &RecoveryTarget,
+        delta: bool,
     ) -> Result<ToolRestored, RestoreError>;
 
     /// The repository checked without a restore (the tool's own verification where it
@@ -107,6 +108,8 @@ pub struct ToolRestored {
     pub wal_gap: Option<String>,
     /// How long the tool's restore took (WAL is fetched while recovery replays it).
     pub fetched_in: Duration,
+    /// A delta restore: the bytes of the files it fetched (those that differed).
+    pub bytes_fetched: Option<u64>,
 }
 
 /// What a repository check found, without restoring anything.

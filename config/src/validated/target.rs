@@ -170,7 +170,21 @@ pub(super) fn validate_target(
         ));
     }
     let follow = validate_follow(cx, i, t, &source)?;
+    let delta_restore = match &t.delta_restore {
+        Some(d) if *d.get_ref() && !matches!(source, SourceConfig::Pgbackrest { .. }) => {
+            return Err(cx.err(
+                &key("delta_restore"),
+                Some(d.span()),
+                format!(
+                    "a delta restore is pgBackRest's (`restore --delta`): this target's source is {}",
+                    source.name()
+                ),
+            ));
+        }
+        d => d.as_ref().is_some_and(|d| *d.get_ref()),
+    };
     Ok(TargetConfig {
+        delta_restore,
         follow,
         heartbeat,
         decrypt,

@@ -613,6 +613,10 @@ fn a_follower_needs_a_wal_archive_and_sane_intervals() {
         let (k, _, msg) = invalid(&with(wal, bad));
         assert!(k.ends_with(key) && k.contains("follow"), "{bad}: {k}: {msg}");
     }
+    // A delta restore is pgBackRest's: refused elsewhere, naming the key.
+    let (key, line, msg) = invalid(&GOOD.replace("rpo = \"26h\"", "rpo = \"26h\"\ndelta_restore = true"));
+    assert_eq!(key, "target[0].delta_restore");
+    assert!(line.is_some() && msg.contains("pgBackRest"), "{msg}");
     // A typo is refused by name, like every other key.
     let e = parse(&with(wal, "every = \"1m\"")).unwrap_err().to_string();
     assert!(e.contains("every"), "{e}");

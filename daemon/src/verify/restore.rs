@@ -10,9 +10,9 @@ use crate::run_report::{RestoreInfo, secs};
 use drcheck_config::{Config, RecoveryTarget, StorageConfig, TargetConfig};
 use drcheck_restore::FetchOptions;
 use drcheck_restore::RestoreJob;
-use drcheck_restore::WalReplay;
 use drcheck_restore::reap_leftovers;
 use drcheck_restore::{Backup, RestoreError, open_store};
+use drcheck_restore::{SandboxOptions, WalReplay};
 use sqlx::postgres::PgPoolOptions;
 use std::time::{Duration, Instant};
 
@@ -48,7 +48,11 @@ pub(super) async fn restore_stage(
         store: store.clone(),
         backup,
         fetch: fetch_options(config, target),
-        sandbox: sandbox_options(config, run.sandbox_name()),
+        sandbox: match delta_copy(config, target) {
+            // The previous restore's copy, kept between runs: the next one goes onto it.
+            Some(dir) => SandboxOptions { keep_at: Some(dir), ..sandbox_options(config, run.sandbox_name()) },
+            None => sandbox_options(config, run.sandbox_name()),
+        },
         pg_bindir: config.sandbox.pg_bindir.clone(),
         format: target.format,
         jobs: target.restore_jobs,
@@ -65,6 +69,7 @@ pub(super) async fn restore_stage(
         max_write_bytes: expansion_ceiling.min(free_for_restore).max(1 << 20),
         expansion_ceiling,
         decrypt: &target.decrypt,
+        delta: target.delta_restore,
     };
     // Which containment the restore runs under is known before it starts, and reported
     // even when the restore fails.
@@ -165,6 +170,7 @@ pub(super) async fn restore_stage(
         info.manifest = restored.manifest.clone();
         info.first_byte_seconds = heard.first_byte.map(secs);
         info.privileges_skipped = restored.skipped_privileges;
+        info.bytes_fetched = restored.bytes_fetched;
     }
     progress.phase(&target.name, "checking the restored database");
     let physical = restored.physical;
@@ -203,6 +209,21 @@ pub(super) async fn restore_stage(
         info.limited_by = Some(crate::disk::limited_by(fraction, physical, fetched, ready).to_string());
     }
     Ok(Ready { sandbox, database, physical, horizon: restored.horizon })
+}
+
+/// Where a `delta_restore` target keeps the copy its next restore goes onto
+/// (`state_dir`), when it is one and the directory can be made.
+fn delta_copy(config: &Config, target: &TargetConfig) -> Option<std::path::PathBuf> {
+    if !target.delta_restore {
+        return None;
+    }
+    match drcheck_restore::ensure_follow_dir(&config.sandbox.state_dir) {
+        Ok(dir) => Some(dir.join(format!("{}.delta", target.name))),
+        Err(e) => {
+            tracing::warn!(target = %target.name, "no place to keep the copy for a delta restore ({e}): restoring in full");
+            None
+        }
+    }
 }
 
 /// What a restore told as it went ([`drcheck_restore::RestoreEvent`]).

@@ -238,6 +238,7 @@ impl Repository for Catalog {
         pg_bindir: Option<&Path>,
         backup: &Backup,
         target: &RecoveryTarget,
+        _delta: bool,
     ) -> Result<ToolRestored, RestoreError> {
         let began = std::time::Instant::now();
         let data = sandbox.data_dir().to_path_buf();
@@ -295,6 +296,7 @@ impl Repository for Catalog {
             wal_files: plan.segments.len(),
             wal_gap: plan.gap,
             fetched_in,
+            bytes_fetched: None,
         })
     }
 

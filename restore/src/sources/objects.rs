@@ -144,6 +144,7 @@ pub(crate) async fn restore(
                 n => Some(n),
             },
             horizon: None,
+            bytes_fetched: None,
         })
     };
 

@@ -180,28 +180,40 @@ impl Repo {
         backup: &Backup,
         catalog: &Catalog,
         target: &RecoveryTarget,
+        delta: bool,
     ) -> Result<ToolRestored, RestoreError> {
         let began = std::time::Instant::now();
         let data = sandbox.data_dir().to_path_buf();
         let tablespaces = sandbox.root().join("tablespaces");
-        let out = self
-            .run(
-                sandbox,
-                &[
-                    "restore".into(),
-                    format!("--set={}", backup.key),
-                    format!("--pg1-path={}", data.display()),
-                    // Tablespaces go inside the run's directory, never their original paths.
-                    format!("--tablespace-map-all={}", tablespaces.display()),
-                    // The restored cluster must never push WAL into the repository.
-                    "--archive-mode=off".into(),
-                    "--type=immediate".into(),
-                    // pgBackRest restores with one process unless told: give it the
-                    // machine's cores, as an operator restoring by hand would.
-                    format!("--process-max={}", process_max()),
-                ],
-            )
-            .await?;
+        // Onto the copy the last restore left (a kept sandbox): only the files that differ
+        // are fetched. What the last run left beside the data goes first.
+        let delta = delta && data.join("PG_VERSION").is_file();
+        let mut extra: Vec<String> = Vec::new();
+        let log = sandbox.root().join("pgbackrest-restore.log");
+        if delta {
+            // The last server stopped (a dropped sandbox stops it): a pid file left by a
+            // crash would make pgBackRest refuse.
+            let _ = std::fs::remove_file(data.join("postmaster.pid"));
+            let _ = std::fs::remove_dir_all(sandbox.root().join("wal-spool"));
+            extra.extend(["--delta".to_string(), "--log-level-console=detail".to_string()]);
+            tracing::info!(backup = %backup.key, "restoring onto the previous copy with --delta");
+        }
+        let mut args: Vec<String> = vec![
+            "restore".into(),
+            format!("--set={}", backup.key),
+            format!("--pg1-path={}", data.display()),
+            // Tablespaces go inside the run's directory, never their original paths.
+            format!("--tablespace-map-all={}", tablespaces.display()),
+            // The restored cluster must never push WAL into the repository.
+            "--archive-mode=off".into(),
+            "--type=immediate".into(),
+            // pgBackRest restores with one process unless told: give it the
+            // machine's cores, as an operator restoring by hand would.
+            format!("--process-max={}", process_max()),
+        ];
+        args.extend(extra);
+        let out = if delta { self.run_to(sandbox, &args, Some(&log)).await? } else { self.run(sandbox, &args).await? };
+        let bytes_fetched = delta.then(|| fetched_by_delta(&std::fs::read_to_string(&log).unwrap_or_default()));
         if !out.ok() {
             return Err(classify(sandbox, &format!("pgbackrest restore of {}", backup.key), &out));
         }
@@ -244,6 +256,7 @@ impl Repo {
             wal_files: n,
             wal_gap: plan.gap,
             fetched_in,
+            bytes_fetched,
         })
     }
 
@@ -416,8 +429,9 @@ impl Repository for Stanza {
         pg_bindir: Option<&Path>,
         backup: &Backup,
         target: &RecoveryTarget,
+        delta: bool,
     ) -> Result<ToolRestored, RestoreError> {
-        self.repo.restore(sandbox, pg_bindir, backup, &self.catalog, target).await
+        self.repo.restore(sandbox, pg_bindir, backup, &self.catalog, target, delta).await
     }
 
     async fn integrity(
@@ -429,6 +443,35 @@ impl Repository for Stanza {
     ) -> Result<Integrity, RestoreError> {
         self.repo.integrity(host, &self.catalog, reuse).await
     }
+}
+
+/// The bytes a `restore --delta` fetched, from its detail log: each `restore file PATH
+/// (…, SIZE, PCT%)` line but those that say `exists and matches backup` (kept, not
+/// fetched). Sizes are pgBackRest's own rounding (`8KB`, `1.5MB`).
+pub(crate) fn fetched_by_delta(log: &str) -> u64 {
+    let size = |s: &str| -> Option<u64> {
+        let s = s.trim();
+        let digits = s.find(|c: char| !(c.is_ascii_digit() || c == '.'))?;
+        let (n, unit) = s.split_at(digits);
+        let n: f64 = n.parse().ok()?;
+        let scale = match unit {
+            "B" => 1u64,
+            "KB" => 1 << 10,
+            "MB" => 1 << 20,
+            "GB" => 1 << 30,
+            "TB" => 1 << 40,
+            _ => return None,
+        };
+        Some((n * scale as f64) as u64)
+    };
+    log.lines()
+        .filter(|l| l.contains("restore file ") && !l.contains("exists and matches backup"))
+        .filter_map(|l| {
+            let inside = l.rsplit_once(')')?.0.rsplit_once('(')?.1;
+            let parts: Vec<&str> = inside.split(", ").collect();
+            size(parts.get(parts.len().checked_sub(2)?)?)
+        })
+        .sum()
 }
 
 /// pgBackRest's own verdict on a failure, from its exit code (its error code, see
@@ -627,6 +670,18 @@ fn process_max() -> usize {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_delta_restore_counts_what_it_fetched_not_what_it_kept() {
+        let log = "P00   INFO: restore backup set 20261206-101010F
+P01 DETAIL: restore file /d/base/1/113 - exists and matches backup (bundle 20261206-101010F/1/0, 8KB, 0.04%) checksum 9b
+P01 DETAIL: restore file /d/base/1/114 (bundle 20261206-101010F/1/8192, 1.5MB, 10.00%) checksum 4b
+P01 DETAIL: restore file /d/backup_label (260B, 10.01%) checksum 9f
+P01 DETAIL: restore file /d/global/pg_control (8KB, 100.00%) checksum aa
+P00 DETAIL: sync path '/d'";
+        assert_eq!(super::fetched_by_delta(log), (1.5 * 1048576.0) as u64 + 260 + 8192);
+        assert_eq!(super::fetched_by_delta(""), 0);
+    }
+
     #[test]
     fn pgbackrests_exit_code_says_who_is_to_blame() {
         let out = |code: i32| delegate::Output { code: Some(code), signal: None, stdout: vec![], stderr: vec![] };

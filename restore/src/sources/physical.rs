@@ -288,6 +288,7 @@ pub(crate) async fn restore_unpacked(
         consistent_at,
         skipped_privileges: None,
         horizon: recovered.horizon,
+        bytes_fetched: None,
     })
 }
 
