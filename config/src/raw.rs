@@ -146,6 +146,7 @@ pub struct RawTarget {
     pub heartbeat: Option<RawHeartbeat>,
     pub follow: Option<RawFollow>,
     pub delta_restore: Option<Spanned<bool>>,
+    pub primary_read_budget: Option<Spanned<String>>,
 }
 
 /// `[target.follow]`: a restored copy that replays the WAL archive as it grows.

@@ -365,6 +365,10 @@ pub struct TargetConfig {
     /// pgBackRest: each restore goes onto the previous one's copy (kept in `state_dir`)
     /// with `--delta`, fetching only the files that changed.
     pub delta_restore: bool,
+    /// The most the comparisons read from the primary per run (bytes): they rotate over
+    /// tables and key ranges, every range compared within a number of runs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub primary_read_budget: Option<u64>,
 }
 
 /// `[target.follow]`: `drcheck daemon` keeps a restored copy of the target that replays

@@ -39,6 +39,88 @@ pub(crate) struct Copy<'a> {
     pub horizon: Option<drcheck_validators::asof::CopyHorizon>,
     /// A follower paused at a commit: read only (its settings overridden, not reset).
     pub on_follower: bool,
+    /// `primary_read_budget`: the slice of every table's ranges this run compares.
+    pub rotation: Option<drcheck_validators::Rotation>,
+}
+
+/// The rotation of a target with a `primary_read_budget` whose databases on the
+/// primary hold more than it: as many slices as the budget goes into their size, this
+/// run taking the one never compared or compared longest ago. `None` when everything
+/// fits (all is compared) or the primary cannot say its size (logged: all is compared).
+pub(crate) async fn rotation(
+    target: &TargetConfig,
+    physical: bool,
+    history: &crate::history::History,
+) -> Option<drcheck_validators::Rotation> {
+    let budget = target.primary_read_budget?;
+    let url = target.primary.as_ref()?;
+    let p = primary::connect(url.expose(), &limits(target)).await.ok()?;
+    // A base backup is compared database by database, all of the cluster's.
+    let sql = if physical {
+        "select coalesce(pg_catalog.sum(pg_catalog.pg_database_size(d.oid)), 0)::pg_catalog.int8
+           from pg_catalog.pg_database d where d.datallowconn and not d.datistemplate"
+    } else {
+        "select pg_catalog.pg_database_size(pg_catalog.current_database())::pg_catalog.int8"
+    };
+    let total = p.timed(sqlx::query_scalar::<_, i64>(sql).fetch_one(&p.pool)).await;
+    p.close().await;
+    let total = match total {
+        Ok(t) => t.max(0) as u64,
+        Err(e) => {
+            tracing::warn!(target = %target.name, "cannot read the primary's size for primary_read_budget (comparing everything): {e}");
+            return None;
+        }
+    };
+    let slices = total.div_ceil(budget).max(1);
+    if slices <= 1 {
+        return None;
+    }
+    let slices = slices.min(u64::from(u32::MAX)) as u32;
+    let (slice, oldest) = match history.next_slice(&target.name, slices).await {
+        Ok(v) => v,
+        Err(e) => {
+            tracing::warn!(target = %target.name, "cannot read which slices were compared ({e:#}): slice 1");
+            (0, None)
+        }
+    };
+    // At the target's schedule, do the slices come round within prove_within?
+    let note = target.schedule.as_ref().and_then(|s| {
+        let now = chrono::Utc::now();
+        let mut at = now;
+        for _ in 0..slices {
+            at = s.next_after(at)?;
+        }
+        let within = now + chrono::Duration::from_std(target.prove_within).ok()?;
+        (at > within).then(|| {
+            format!(
+                "at its schedule the {slices} slices take until {} to come round, past prove_within ({}): raise \
+                 primary_read_budget or run more often",
+                at.format("%Y-%m-%d %H:%M UTC"),
+                drcheck_config::format_duration(target.prove_within)
+            )
+        })
+    });
+    if let Some(n) = &note {
+        tracing::warn!(target = %target.name, "{n}");
+    }
+    Some(drcheck_validators::Rotation { slice, slices, budget, oldest, share_bytes: total / u64::from(slices), note })
+}
+
+/// Records this run's slice as compared when its checksums passed.
+pub(crate) async fn rotated(
+    target: &TargetConfig,
+    rotation: Option<&drcheck_validators::Rotation>,
+    findings: &[Finding],
+    history: &crate::history::History,
+) {
+    let Some(r) = rotation else { return };
+    let passed = findings
+        .iter()
+        .filter(|f| f.name == "checksums" && !matches!(f.status, Status::Failed | Status::Error))
+        .any(|f| f.measurements.get(drcheck_validators::checksums::SLICE_DONE) == Some(&1.0));
+    if passed && let Err(e) = history.slice_compared(&target.name, r.slices, r.slice, SystemTime::now()).await {
+        tracing::warn!(target = %target.name, "cannot record the slice compared: {e:#}");
+    }
 }
 
 /// Runs the target's validators on `main` (the restored database the target names) and,
@@ -48,7 +130,7 @@ pub(crate) async fn run(
     target: &TargetConfig,
     copy: Copy<'_>,
 ) -> Result<Validated, String> {
-    let Copy { sandbox, database: main, physical, at: backup_time, horizon, on_follower } = copy;
+    let Copy { sandbox, database: main, physical, at: backup_time, horizon, on_follower, rotation } = copy;
     let point = drcheck_validators::asof::CopyPoint { at: backup_time, horizon };
     // Every validator of every database before this: a run's budget is made of it.
     let deadline = drcheck_validators::PhaseDeadline::from_now(target.validators.phase_timeout);
@@ -177,6 +259,7 @@ pub(crate) async fn run(
                 _ => None,
             },
             since,
+            rotation: rotation.clone(),
         };
         let validators: Vec<_> = drcheck_validators::selected(&cx.settings.enabled)
             .into_iter()

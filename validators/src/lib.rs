@@ -22,7 +22,7 @@ pub mod guard;
 pub mod primary;
 
 mod amcheck;
-mod checksums;
+pub mod checksums;
 pub use checksums::record_hash_sql;
 mod custom;
 mod freshness;
@@ -265,6 +265,64 @@ pub struct Context {
     pub target_time: Option<SystemTime>,
     /// How changes on the primary since the copy's point are told ([`asof::Since`]).
     pub since: asof::Since,
+    /// Comparisons within `primary_read_budget`: this run compares one slice of every
+    /// table's ranges; `None` compares them all.
+    pub rotation: Option<Rotation>,
+}
+
+/// Which part of each table this run compares with the primary, so that what one run
+/// reads from it stays within `primary_read_budget`: the ranges whose index is `slice`
+/// modulo `slices`; the slices in turn cover every range within `slices` runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rotation {
+    pub slice: u32,
+    pub slices: u32,
+    /// The byte budget it keeps to (for the detail), and the slice compared longest
+    /// ago: when (RFC 3339), or `None` if some slice never was.
+    pub budget: u64,
+    pub oldest: Option<String>,
+    /// Tables the primary holds more of than one slice's share: counted on the copy
+    /// only (`row_counts`), never by reading them whole on the primary.
+    pub share_bytes: u64,
+    /// What the caller knows of the rotation's pace (its schedule against
+    /// `prove_within`), said with it.
+    pub note: Option<String>,
+}
+
+impl Rotation {
+    /// Whether range `index` of `table` is this run's to compare: tables start their
+    /// ranges at a slice of their own (by name), so small tables — one range each —
+    /// spread over the slices instead of all falling in the first.
+    pub fn takes(&self, table: &str, index: usize) -> bool {
+        let slot = table.bytes().fold(0u64, |h, b| h.wrapping_mul(31).wrapping_add(u64::from(b)));
+        self.slices <= 1 || (index as u64).wrapping_add(slot) % self.slices as u64 == self.slice as u64
+    }
+
+    /// The rotation said in a finding.
+    pub fn describe(&self) -> String {
+        format!(
+            "primary_read_budget {}: slice {} of {} this run (every range compared within {} runs; the oldest slice {})",
+            human_bytes(self.budget),
+            self.slice + 1,
+            self.slices,
+            self.slices,
+            match &self.oldest {
+                Some(at) => format!("last compared {at}"),
+                None => "not compared yet".into(),
+            }
+        ) + &self.note.as_ref().map(|n| format!("; {n}")).unwrap_or_default()
+    }
+}
+
+fn human_bytes(n: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = n as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u < UNITS.len() - 1 {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 { format!("{n} B") } else { format!("{v:.1} {}", UNITS[u]) }
 }
 
 impl Context {
@@ -651,5 +709,30 @@ mod coverage_tests {
         assert_eq!(f.status, Status::Passed, "three empty tables were still compared");
         let f = enforce_coverage(Finding::new("schema", Status::Failed, "differs"));
         assert_eq!(f.status, Status::Failed);
+    }
+}
+
+#[cfg(test)]
+mod rotation_tests {
+    use super::Rotation;
+
+    /// Over `slices` runs every range of every table is compared exactly once.
+    #[test]
+    fn every_range_of_every_table_falls_in_exactly_one_slice() {
+        for slices in [2u32, 3, 7] {
+            for table in ["public.orders", "public.items", "s.\"odd name\""] {
+                for index in 0..40 {
+                    let runs = (0..slices)
+                        .filter(|&slice| {
+                            Rotation { slice, slices, budget: 1, oldest: None, share_bytes: 1, note: None }
+                                .takes(table, index)
+                        })
+                        .count();
+                    assert_eq!(runs, 1, "{table} range {index} of {slices} slices");
+                }
+            }
+        }
+        let one = Rotation { slice: 0, slices: 1, budget: 1, oldest: None, share_bytes: 1, note: None };
+        assert!(one.takes("t", 5), "a single slice takes everything");
     }
 }

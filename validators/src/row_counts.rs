@@ -32,6 +32,9 @@ enum How {
     Cut,
     /// All rows, within the tolerance.
     Tolerance,
+    /// Not counted on the primary: a whole count would read more of it than one slice
+    /// of `primary_read_budget` allows (`checksums` compares it slice by slice).
+    OverBudget,
 }
 
 /// Counts of one table: the primary's (unchanged since T, or cut), its rows changed
@@ -41,6 +44,17 @@ async fn count(
     primary: &crate::primary::PrimaryDb,
     t: &TableName,
 ) -> Result<(How, i64, i64, i64), String> {
+    if let Some(r) = &cx.rotation {
+        let sql = format!(
+            "select pg_catalog.pg_total_relation_size('{}'::pg_catalog.regclass)::pg_catalog.int8",
+            t.quoted().replace('\'', "''")
+        );
+        let q = sqlx::query_scalar::<_, i64>(sqlx::AssertSqlSafe(sql));
+        let size = primary.timed(q.fetch_one(&primary.pool)).await.map_err(|e| e.said())?;
+        if size as u64 > r.share_bytes {
+            return Ok((How::OverBudget, size, 0, 0));
+        }
+    }
     let (how, filter, binds, changed) = match cx.since.changed("drcheck_row", 1) {
         Some((changed, binds)) => (How::AsOf, None, binds, Some(changed)),
         None => match cx.settled_cut(t).await.map_err(|e| e.said())? {
@@ -95,6 +109,7 @@ impl Validator for RowCounts {
         let (mut mismatches, mut errors, mut since, mut inconclusive) =
             (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         let (mut as_of, mut cut, mut tolerance) = (0u64, 0u64, 0u64);
+        let mut over_budget = Vec::new();
         let mut changed_total = 0i64;
         for (t, r) in &results {
             let (how, p, changed, r) = match r {
@@ -106,6 +121,7 @@ impl Validator for RowCounts {
             };
             changed_total += changed;
             match how {
+                How::OverBudget => over_budget.push(format!("{t} ({} MiB)", p >> 20)),
                 // Every row unchanged since T must be there; more are rows changed since.
                 How::AsOf if r < p => mismatches
                     .push(format!("{t}: the primary holds {p} rows unchanged since the copy's point, the copy {r}")),
@@ -139,6 +155,13 @@ impl Validator for RowCounts {
         }
         if tolerance > 0 {
             how.push(format!("{tolerance} within {}%", cx.row_count_tolerance * 100.0));
+        }
+        if !over_budget.is_empty() {
+            how.push(format!(
+                "not counted on the primary, a whole count being more than one slice of primary_read_budget reads \
+                 (checksums compares them slice by slice): {}",
+                some_of(&over_budget, 10)
+            ));
         }
         how.extend(since);
         how.extend(note);

@@ -1,6 +1,6 @@
 //! `[[target]]` and its `[target.validators]`, `[target.as_of]`, `[[target.check]]`.
 
-use super::ctx::{Ctx, parse_percent};
+use super::ctx::{Ctx, parse_percent, parse_size};
 use super::*;
 use crate::raw::RawTarget;
 
@@ -183,7 +183,22 @@ pub(super) fn validate_target(
         }
         d => d.as_ref().is_some_and(|d| *d.get_ref()),
     };
+    let primary_read_budget = match &t.primary_read_budget {
+        None => None,
+        Some(v) => {
+            let n = parse_size(v.get_ref()).map_err(|m| cx.err(&key("primary_read_budget"), Some(v.span()), m))?;
+            if n < 1 << 20 {
+                return Err(cx.err(
+                    &key("primary_read_budget"),
+                    Some(v.span()),
+                    format!("must be at least 1MiB, got {:?}", v.get_ref()),
+                ));
+            }
+            Some(n)
+        }
+    };
     Ok(TargetConfig {
+        primary_read_budget,
         delta_restore,
         follow,
         heartbeat,

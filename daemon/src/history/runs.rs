@@ -376,4 +376,45 @@ impl History {
         .await?;
         Ok(())
     }
+
+    /// The slice of `slices` a run of `target` compares next (`primary_read_budget`): one
+    /// never compared, else the one compared longest ago — with when the oldest slice
+    /// was compared (`None` while one never was). A new number of slices starts over.
+    pub(crate) async fn next_slice(&self, target: &str, slices: u32) -> anyhow::Result<(u32, Option<String>)> {
+        let rows: Vec<(i64, i64, String)> =
+            sqlx::query_as("select slices, slice, compared_at from comparison_slices where target = $1")
+                .bind(target)
+                .fetch_all(&self.pool)
+                .await?;
+        if rows.iter().any(|(n, _, _)| *n != i64::from(slices)) {
+            sqlx::query("delete from comparison_slices where target = $1").bind(target).execute(&self.pool).await?;
+            return Ok((0, None));
+        }
+        if let Some(missing) = (0..slices).find(|s| !rows.iter().any(|(_, slice, _)| *slice == i64::from(*s))) {
+            return Ok((missing, None));
+        }
+        let oldest = rows.iter().min_by(|a, b| a.2.cmp(&b.2)).map(|(_, s, at)| (*s as u32, at.clone()));
+        Ok(oldest.map(|(s, at)| (s, Some(at))).unwrap_or((0, None)))
+    }
+
+    /// Records that a run of `target` compared `slice` of `slices` (its checksums passed).
+    pub(crate) async fn slice_compared(
+        &self,
+        target: &str,
+        slices: u32,
+        slice: u32,
+        at: SystemTime,
+    ) -> anyhow::Result<()> {
+        sqlx::query(
+            "insert into comparison_slices (target, slices, slice, compared_at) values ($1, $2, $3, $4)
+             on conflict (target, slice) do update set slices = excluded.slices, compared_at = excluded.compared_at",
+        )
+        .bind(target)
+        .bind(i64::from(slices))
+        .bind(i64::from(slice))
+        .bind(ts(at))
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
 }

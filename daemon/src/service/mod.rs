@@ -112,7 +112,9 @@ pub(crate) async fn run_target(shared: Arc<Shared>, target: String, run_id: Stri
         Some(slot) => {
             let mut follower = slot.lock().await;
             match follower.as_mut() {
-                Some(fl) => verify::verify_on_follower(run_id, &config, &t, fl, &shared.runs_cancel).await,
+                Some(fl) => {
+                    verify::verify_on_follower(run_id, &config, &t, fl, &shared.history, &shared.runs_cancel).await
+                }
                 None => {
                     drop(follower);
                     verify::verify_as(

@@ -23,13 +23,14 @@ pub(crate) async fn verify_on_follower(
     config: &Config,
     target: &TargetConfig,
     follower: &mut Follower,
+    history: &crate::history::History,
     cancel: &CancellationToken,
 ) -> RunReport {
     let mut run = new_run(run_id, target);
     run.report.mode = "follow".into();
     tracing::info!(target = %target.name, run_id = %run.report.run_id, "verification on the follower started");
     let outcome = tokio::select! {
-        r = on_follower(config, &mut run, follower) => r,
+        r = on_follower(config, &mut run, follower, history) => r,
         _ = cancel.cancelled() => Err(Stop::aborted("interrupted")),
     };
     if let Err(e) = follower.resume_replay().await {
@@ -38,7 +39,12 @@ pub(crate) async fn verify_on_follower(
     finish(run, outcome)
 }
 
-async fn on_follower(config: &Config, run: &mut Run<'_>, follower: &mut Follower) -> Result<(), Stop> {
+async fn on_follower(
+    config: &Config,
+    run: &mut Run<'_>,
+    follower: &mut Follower,
+    history: &crate::history::History,
+) -> Result<(), Stop> {
     let target = run.target;
     let t = Instant::now();
     let paused = follower.pause().await.map_err(|e| Stop::incomplete("follow", e.to_string()))?;
@@ -78,16 +84,21 @@ async fn on_follower(config: &Config, run: &mut Run<'_>, follower: &mut Follower
     let t = Instant::now();
     let cutoff = run.m.as_of_cutoff();
     let sandbox = follower.sandbox();
-    let validated = match crate::validate::run(
-        config,
-        &only_reads,
-        crate::validate::Copy { sandbox, database: &database, physical: true, at: cutoff, horizon, on_follower: true },
-    )
-    .await
-    {
+    let rotation = crate::validate::rotation(target, true, history).await;
+    let copy = crate::validate::Copy {
+        sandbox,
+        database: &database,
+        physical: true,
+        at: cutoff,
+        horizon,
+        on_follower: true,
+        rotation: rotation.clone(),
+    };
+    let validated = match crate::validate::run(config, &only_reads, copy).await {
         Ok(v) => v,
         Err(e) => return Err(restored_unreachable(sandbox, "validate", e).await),
     };
+    crate::validate::rotated(target, rotation.as_ref(), &validated.findings, history).await;
     run.report.validators = validated.findings.iter().map(ValidatorReport::from).collect();
     run.report.primary_queries = validated.primary_queries;
     run.phase("validate", t.elapsed());

@@ -34,23 +34,21 @@ pub(super) async fn validate_stage(
         next_xid: h.next_xid,
         system_identifier: h.system_identifier.clone(),
     });
-    let validated = match crate::validate::run(
-        config,
-        target,
-        crate::validate::Copy {
-            sandbox: &sandbox,
-            database: &database,
-            physical,
-            at: cutoff,
-            horizon,
-            on_follower: false,
-        },
-    )
-    .await
-    {
+    let rotation = crate::validate::rotation(target, physical, history).await;
+    let copy = crate::validate::Copy {
+        sandbox: &sandbox,
+        database: &database,
+        physical,
+        at: cutoff,
+        horizon,
+        on_follower: false,
+        rotation: rotation.clone(),
+    };
+    let validated = match crate::validate::run(config, target, copy).await {
         Ok(v) => v,
         Err(e) => return Err(restored_unreachable(&sandbox, "validate", e).await),
     };
+    crate::validate::rotated(target, rotation.as_ref(), &validated.findings, history).await;
     run.report.validators = validated.findings.iter().map(ValidatorReport::from).collect();
     // The heartbeat is the data's own clock: its lag is preferred to the as_of columns'.
     let lag_of = |name: &str| {
