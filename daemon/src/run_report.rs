@@ -139,11 +139,12 @@ pub(crate) struct RestoreInfo {
     /// them out (`--no-owner --no-privileges`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub privileges_skipped: Option<u64>,
-    /// What the restore wrote: its directory's size once restored.
+    /// What the restore wrote: its directory's size once restored (data, WAL, spool).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bytes_written: Option<u64>,
-    /// How fast it wrote (bytes per second): over the file copy for a base backup
-    /// (first request to last byte), over the whole restore for a dump.
+    /// How fast it wrote (bytes per second): a base backup's data directory less its WAL
+    /// over the file copy (first request to the backup unpacked); a dump's whole
+    /// directory over the whole restore.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub write_bps: Option<f64>,
     /// What the scratch disk can write (bytes per second; measured once per device).

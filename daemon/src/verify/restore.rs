@@ -199,8 +199,15 @@ pub(super) async fn restore_stage(
     if let Some(info) = run.report.restore.as_mut() {
         let written = crate::disk::usage(sandbox.root());
         let disk = crate::disk::write_bps(config).await;
-        let copied = if physical { fetched } else { ready };
-        let write_bps = written as f64 / copied.as_secs_f64().max(1e-3);
+        // A base backup's file copy: its data directory less the WAL replay brought (and
+        // the spool it came through), over the copy; a dump: all of it, over the restore.
+        let (copy_bytes, copied) = if physical {
+            let data = sandbox.data_dir();
+            (crate::disk::usage(data).saturating_sub(crate::disk::usage(&data.join("pg_wal"))), fetched)
+        } else {
+            (written, ready)
+        };
+        let write_bps = copy_bytes as f64 / copied.as_secs_f64().max(1e-3);
         let fraction = disk.map(|d| write_bps / d);
         info.bytes_written = Some(written);
         info.write_bps = Some(write_bps);
