@@ -138,6 +138,7 @@ async fn follow(
     let mut problem_before: Option<(String, String)> = None;
     let mut held_elsewhere = false;
     let mut dir_lock: Option<nix::fcntl::Flock<std::fs::File>> = None;
+    let mut primary_conn: Option<sqlx::postgres::PgConnection> = None;
     loop {
         let config = shared.config();
         let Some(t) = config.target(&name).cloned() else { break };
@@ -249,7 +250,7 @@ async fn follow(
             let wal_prefix = t.wal_prefix.clone().unwrap_or_default();
             match AssertUnwindSafe(fl.step(&store, &wal_prefix, fetch, f.interval * 2)).catch_unwind().await {
                 Ok(step) => {
-                    let behind = primary_behind(&t, step.replayed_lsn).await;
+                    let behind = primary_behind(&t, step.replayed_lsn, &mut primary_conn).await;
                     report(&shared, &config, &t, fl, &step, behind, &mut problem_before).await;
                 }
                 Err(_) => {
@@ -358,21 +359,38 @@ async fn seed(
 }
 
 /// The primary's current WAL position less `replayed`, where a primary is configured
-/// and answers within ten seconds.
-async fn primary_behind(t: &TargetConfig, replayed: Option<u64>) -> Option<f64> {
+/// and answers within ten seconds. The connection is kept between steps (`conn`): one
+/// login per interval would cost the primary an authentication every time.
+async fn primary_behind(
+    t: &TargetConfig,
+    replayed: Option<u64>,
+    conn: &mut Option<sqlx::postgres::PgConnection>,
+) -> Option<f64> {
     use sqlx::Connection;
     let (url, replayed) = (t.primary.as_ref()?, replayed?);
     let asked = async {
-        let mut conn = sqlx::postgres::PgConnection::connect(url.expose()).await.ok()?;
-        let lsn: Option<String> = sqlx::query_scalar("select pg_catalog.pg_current_wal_lsn()::pg_catalog.text")
-            .fetch_one(&mut conn)
-            .await
-            .ok()?;
-        let _ = conn.close().await;
-        drcheck_restore::parse_lsn(&lsn?)
+        if conn.is_none() {
+            *conn = Some(sqlx::postgres::PgConnection::connect(url.expose()).await.ok()?);
+        }
+        let c = conn.as_mut()?;
+        let lsn: Result<Option<String>, _> =
+            sqlx::query_scalar("select pg_catalog.pg_current_wal_lsn()::pg_catalog.text").fetch_one(c).await;
+        match lsn {
+            Ok(lsn) => drcheck_restore::parse_lsn(&lsn?),
+            Err(_) => {
+                *conn = None;
+                None
+            }
+        }
     };
-    let current = tokio::time::timeout(Duration::from_secs(10), asked).await.ok()??;
-    Some(current.saturating_sub(replayed) as f64)
+    match tokio::time::timeout(Duration::from_secs(10), asked).await {
+        Ok(Some(current)) => Some(current.saturating_sub(replayed) as f64),
+        Ok(None) => None,
+        Err(_) => {
+            *conn = None;
+            None
+        }
+    }
 }
 
 fn unix(t: SystemTime) -> Option<f64> {
@@ -436,6 +454,15 @@ async fn report(
             let _ = history.resolve(name, alerts::ARCHIVE_NOT_REPLAYABLE, &desc, &sinks).await;
         }
         None => {}
+    }
+    if step.fetched > 0 || step.replayed_segments > 0 {
+        tracing::info!(
+            target = %name,
+            fetched = step.fetched,
+            replayed = step.replayed_segments,
+            last = fl.state().last_segment.as_deref().unwrap_or("-"),
+            "following"
+        );
     }
     if let Some(u) = &step.unreachable {
         tracing::warn!(target = %name, "the follower could not check its archive: {u}");

@@ -105,6 +105,7 @@ fn every_metric_in_the_rules_and_the_dashboard_is_exported() {
             "drcheck_follow_up",
             "drcheck_follow_not_replayable",
             "drcheck_follow_replayed_commit_timestamp_seconds",
+            "drcheck_follow_behind_bytes",
         ];
         let missing: Vec<&String> =
             used.iter().filter(|n| !exported.contains(*n) && !replay_only.contains(&n.as_str())).collect();

@@ -17,6 +17,10 @@ thread_local! {
 
 /// The follow interval the test runs at.
 const INTERVAL: Duration = Duration::from_secs(1);
+/// What a loaded machine (the suite runs three tests at once) adds to two intervals
+/// before a segment shipped is seen replayed or named: the daemon's own log says when it
+/// happened.
+const SLACK: Duration = Duration::from_secs(30);
 
 struct Archive {
     dir: PathBuf,
@@ -209,7 +213,7 @@ fn a_follower_replays_the_archive_as_it_grows_and_names_the_segment_it_cannot_re
     // Each segment is replayed as it lands: the commit in it within two intervals (and
     // the fetch and replay) of its upload.
     let replayed = |daemon: &mut Daemon, at: f64, what: &str| {
-        wait_for(what, INTERVAL * 2 + Duration::from_secs(8), daemon, || {
+        wait_for(what, INTERVAL * 2 + SLACK, daemon, || {
             metric(port, "drcheck_follow_replayed_commit_timestamp_seconds", "").filter(|t| *t >= at - 0.001)
         })
     };
@@ -219,7 +223,7 @@ fn a_follower_replays_the_archive_as_it_grows_and_names_the_segment_it_cannot_re
     archive.ship(&s3, &[]);
     replayed(&mut daemon, t1, "the first commit is replayed");
     let took = shipped.elapsed();
-    assert!(took <= INTERVAL * 2 + Duration::from_secs(8), "replayed {took:?} after the upload");
+    assert!(took <= INTERVAL * 2 + SLACK, "replayed {took:?} after the upload");
     assert!(metric(port, "drcheck_follow_segments_replayed_total", "").unwrap_or(0.0) >= 1.0);
     assert!(metric(port, "drcheck_follow_fetched_bytes_total", "").unwrap_or(0.0) > 0.0);
     // The primary is at or past what was replayed.
@@ -320,7 +324,7 @@ fn a_follower_replays_the_archive_as_it_grows_and_names_the_segment_it_cannot_re
     commit(&primary, "after the lost segment");
     close_segment(&primary, &archive_dir);
     archive.ship(&s3, &[&lost]);
-    wait_for("a gap is named", INTERVAL * 2 + Duration::from_secs(8), &mut daemon, || {
+    wait_for("a gap is named", INTERVAL * 2 + SLACK, &mut daemon, || {
         metric(port, "drcheck_follow_not_replayable", &format!("segment=\"{lost}\"")).filter(|v| *v == 1.0)
     });
     assert!(
@@ -354,7 +358,7 @@ fn a_follower_replays_the_archive_as_it_grows_and_names_the_segment_it_cannot_re
     s3.upload(&path, &bucket, &format!("wal/{oversized}"));
     archive.shipped.insert(oversized.clone());
     archive.ship(&s3, &[]);
-    wait_for("the crash is named", INTERVAL * 2 + Duration::from_secs(10), &mut daemon, || {
+    wait_for("the crash is named", INTERVAL * 2 + SLACK, &mut daemon, || {
         metric(port, "drcheck_follow_not_replayable", &format!("reason=\"crashed\",segment=\"{oversized}\""))
     });
     wait_for("the crash is alerted", Duration::from_secs(15), &mut daemon, || {
@@ -384,7 +388,7 @@ fn a_follower_replays_the_archive_as_it_grows_and_names_the_segment_it_cannot_re
     s3.upload(&bad, &bucket, &format!("wal/{corrupt}"));
     archive.shipped.insert(corrupt.clone());
     archive.ship(&s3, &[]);
-    let named = wait_for("a corrupt segment is named", INTERVAL * 2 + Duration::from_secs(15), &mut daemon, || {
+    let named = wait_for("a corrupt segment is named", INTERVAL * 2 + SLACK, &mut daemon, || {
         let text = http_get(port, "/metrics");
         text.lines()
             .find(|l| l.starts_with("drcheck_follow_not_replayable{") && l.contains(&format!("segment=\"{corrupt}\"")))
