@@ -260,6 +260,7 @@ pub(crate) async fn run(
             },
             since,
             rotation: rotation.clone(),
+            on_follower,
         };
         let validators: Vec<_> = drcheck_validators::selected(&cx.settings.enabled)
             .into_iter()

@@ -88,7 +88,31 @@ fn wait_for<T>(what: &str, limit: Duration, daemon: &mut Daemon, mut f: impl FnM
                 .and_then(|p| std::fs::read_to_string(p).ok())
                 .map(|t| t.lines().rev().take(40).collect::<Vec<_>>().into_iter().rev().collect::<Vec<_>>().join("\n"))
                 .unwrap_or_default();
-            panic!("{what}: not within {limit:?}\n{}\nthe follower's server said:\n{server}", daemon.stderr_text());
+            let dir = FOLLOWER_LOG.with(|l| l.borrow().clone()).and_then(|p| p.parent().map(|p| p.to_path_buf()));
+            let ls = |d: Option<PathBuf>| -> Vec<String> {
+                d.and_then(|d| std::fs::read_dir(d).ok())
+                    .map(|r| {
+                        r.filter_map(Result::ok)
+                            .map(|e| {
+                                use std::os::unix::fs::MetadataExt;
+                                let m = e.metadata().ok();
+                                format!(
+                                    "{} {} {:o} {}",
+                                    e.file_name().to_string_lossy(),
+                                    m.as_ref().map_or(0, |m| m.len()),
+                                    m.as_ref().map_or(0, |m| m.mode()),
+                                    m.as_ref().map_or(0, |m| m.uid())
+                                )
+                            })
+                            .collect()
+                    })
+                    .unwrap_or_default()
+            };
+            let (spool, wal) = (ls(dir.as_ref().map(|d| d.join("wal-spool"))), ls(dir.map(|d| d.join("data/pg_wal"))));
+            panic!(
+                "{what}: not within {limit:?}\n{}\nthe follower's server said:\n{server}\nspool: {spool:?}\npg_wal: {wal:?}",
+                daemon.stderr_text()
+            );
         }
         std::thread::sleep(Duration::from_millis(100));
     }

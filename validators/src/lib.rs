@@ -268,6 +268,10 @@ pub struct Context {
     /// Comparisons within `primary_read_budget`: this run compares one slice of every
     /// table's ranges; `None` compares them all.
     pub rotation: Option<Rotation>,
+    /// The copy is a follower, validated every day: with a rotation, `full_read` reads the
+    /// same slice of every table's pages (every page within the rotation's runs) rather
+    /// than all of them each time.
+    pub on_follower: bool,
 }
 
 /// Which part of each table this run compares with the primary, so that what one run
