@@ -103,6 +103,8 @@ pub struct Follower {
     log_offset: u64,
     complaint: Option<Complaint>,
     segment_size: u64,
+    /// The server said its segment size (until then a fetched segment's size is not judged).
+    segment_known: bool,
     paused: bool,
     /// Since when WAL past replay's position has been in the spool (reset as replay moves).
     waiting_since: Option<Instant>,
@@ -172,6 +174,7 @@ impl Follower {
             log_offset,
             complaint: None,
             segment_size: 16 << 20,
+            segment_known: false,
             paused: false,
             waiting_since: None,
             fetched_versions: BTreeMap::new(),
@@ -271,9 +274,20 @@ impl Follower {
         let objects: BTreeMap<String, BackupObject> = wal_objects(listed).into_iter().map(|(o, n)| (n, o)).collect();
         let segments: BTreeSet<String> = objects.keys().filter(|n| n.len() == 24).cloned().collect();
         step.newest_archived = segments.iter().max_by(|a, b| by_position(a, b)).cloned();
-        // Timeline histories first: replay asks for them before a new timeline's WAL.
+        // Timeline histories first: replay asks for them before a new timeline's WAL. One
+        // the archive changed is fetched again, one it no longer holds leaves the spool
+        // (a crafted history can stop the server: repairing the archive repairs this).
+        for name in spooled_histories(&self.spool) {
+            if !objects.contains_key(&name) {
+                tracing::info!(file = %name, "the archive no longer holds this timeline history: removed from the spool");
+                let _ = std::fs::remove_file(self.spool.join(&name));
+                self.fetched_versions.remove(&name);
+            }
+        }
         for (name, obj) in objects.iter().filter(|(n, _)| n.ends_with(".history")) {
-            if self.spool.join(name).exists() {
+            let known = self.fetched_versions.get(name);
+            // Small: fetched once per start of drcheck, then again only when it changes.
+            if self.spool.join(name).exists() && known == Some(&obj.etag) {
                 continue;
             }
             if let Err(e) = self.fetch_one(store, name, obj, fetch).await {
@@ -325,6 +339,22 @@ impl Follower {
             };
             let obj = &objects[&candidate];
             match self.fetch_one(store, &candidate, obj, fetch).await {
+                // A segment is whole or not replayable: the server would take a short one
+                // for one still being copied and wait for the rest forever.
+                Ok(()) if self.segment_known && self.spooled_size(&candidate) != self.segment_size => {
+                    let size = self.spooled_size(&candidate);
+                    let _ = std::fs::remove_file(self.spool.join(&candidate));
+                    self.fetched_versions.remove(&candidate);
+                    step.problem = Some(NotReplayable {
+                        segment: candidate.clone(),
+                        reason: "unreadable",
+                        detail: format!(
+                            "{} holds {size} bytes of WAL, a segment is {}: truncated when it was archived",
+                            obj.key, self.segment_size
+                        ),
+                    });
+                    break;
+                }
                 Ok(()) => {}
                 Err(e) if e.is_backup_fault() => {
                     step.problem = Some(NotReplayable {
@@ -351,6 +381,11 @@ impl Follower {
                 None => break,
             }
         }
+    }
+
+    /// The size of a spooled file (0 when it is not there).
+    fn spooled_size(&self, name: &str) -> u64 {
+        std::fs::metadata(self.spool.join(name)).map(|m| m.len()).unwrap_or(0)
     }
 
     async fn fetch_one(
@@ -391,6 +426,7 @@ impl Follower {
         };
         if let Some(size) = size.filter(|s| *s > 0) {
             self.segment_size = size as u64;
+            self.segment_known = true;
         }
         let lsn = lsn.as_deref().and_then(parse_lsn);
         step.replayed_lsn = lsn;
@@ -604,8 +640,10 @@ impl Follower {
 
 /// The lines of a server's log that say a record could not be read or replayed.
 fn complaint_of(line: &str) -> Option<Complaint> {
-    const SAID: [&str; 13] = [
+    const SAID: [&str; 15] = [
         "has wrong size",
+        "in history file",
+        "invalid data in history file",
         "invalid record length at ",
         "incorrect resource manager data checksum",
         "invalid magic number",
@@ -652,6 +690,18 @@ fn segment_number(name: &str, segment_size: u64) -> Option<u64> {
 /// Orders WAL file names by position, then timeline.
 fn by_position(a: &str, b: &str) -> std::cmp::Ordering {
     (&a[8..], &a[..8]).cmp(&(&b[8..], &b[..8]))
+}
+
+/// The timeline histories (`XXXXXXXX.history`) in the spool.
+fn spooled_histories(spool: &Path) -> Vec<String> {
+    std::fs::read_dir(spool)
+        .map(|d| {
+            d.flatten()
+                .filter_map(|e| e.file_name().into_string().ok())
+                .filter(|n| n.len() == 16 && n.ends_with(".history"))
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// The segments (24 hex digits) in the spool.

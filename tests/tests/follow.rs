@@ -47,12 +47,17 @@ impl Archive {
     }
 }
 
-/// Switches WAL and waits until the file it closed is archived; returns its name.
+/// Switches WAL and waits until the file it closed is archived — the archiver says so
+/// once its `cp` finished (the file exists as soon as it starts); returns its name.
 fn close_segment(primary: &PgPrimary, archive: &Path) -> String {
     let last = primary.psql("postgres", "select pg_walfile_name(pg_current_wal_lsn())");
     primary.psql("postgres", "select pg_switch_wal()");
     let deadline = Instant::now() + Duration::from_secs(30);
-    while !archive.join(&last).exists() {
+    let done = || {
+        primary.psql("postgres", &format!("select coalesce(last_archived_wal, '') >= '{last}' from pg_stat_archiver"))
+            == "t"
+    };
+    while !(done() && archive.join(&last).exists()) {
         assert!(Instant::now() < deadline, "WAL {last} was never archived");
         std::thread::sleep(Duration::from_millis(50));
     }
@@ -368,9 +373,8 @@ fn a_follower_replays_the_archive_as_it_grows_and_names_the_segment_it_cannot_re
         alerts(&hook).into_iter().find(|a| a.contains("DrcheckArchiveNotReplayable") && a.contains("resolved"))
     });
 
-    // A hostile segment: longer than a segment, which PostgreSQL refuses fatally — the
-    // follower's server dies on it. The daemon names it, keeps serving its other
-    // targets, and the follower recovers once the archive holds the real segment.
+    // A segment longer than a segment (PostgreSQL would refuse it fatally): drcheck
+    // refuses it first, naming it, and goes on once the archive holds the real one.
     commit(&primary, "in the oversized segment");
     let oversized = close_segment(&primary, &archive_dir);
     let t = commit(&primary, "after the oversized segment");
@@ -382,20 +386,36 @@ fn a_follower_replays_the_archive_as_it_grows_and_names_the_segment_it_cannot_re
     s3.upload(&path, &bucket, &format!("wal/{oversized}"));
     archive.shipped.insert(oversized.clone());
     archive.ship(&s3, &[]);
-    wait_for("the crash is named", INTERVAL * 2 + SLACK, &mut daemon, || {
-        metric(port, "drcheck_follow_not_replayable", &format!("reason=\"crashed\",segment=\"{oversized}\""))
+    wait_for("the oversized segment is named", INTERVAL * 2 + SLACK, &mut daemon, || {
+        metric(port, "drcheck_follow_not_replayable", &format!("reason=\"unreadable\",segment=\"{oversized}\""))
     });
-    wait_for("the crash is alerted", Duration::from_secs(15), &mut daemon, || {
+    s3.upload(&archive_dir.join(&oversized), &bucket, &format!("wal/{oversized}"));
+    replayed(&mut daemon, t, "replay goes on once the segment is whole");
+
+    // A crafted timeline history kills the follower's server (PostgreSQL reads it at every
+    // retry and stops on a line it cannot parse). The daemon names it crashed, alerts,
+    // keeps serving its other targets, and the follower recovers once the archive no
+    // longer holds the forgery.
+    let history = root.path().join("forged.history");
+    std::fs::write(&history, "this is not a timeline history\n").unwrap();
+    s3.upload(&history, &bucket, "wal/00000002.history");
+    wait_for("the crash is named", INTERVAL * 2 + SLACK, &mut daemon, || {
+        metric(port, "drcheck_follow_not_replayable", "reason=\"crashed\"")
+    });
+    wait_for("the crash is alerted", Duration::from_secs(30), &mut daemon, || {
         alerts(&hook)
             .into_iter()
-            .find(|a| a.contains("DrcheckArchiveNotReplayable") && a.contains(&oversized) && a.contains("firing"))
+            .find(|a| a.contains("DrcheckArchiveNotReplayable") && a.contains("history file") && a.contains("firing"))
     });
     assert_eq!(metric(port, "drcheck_follow_up", ""), Some(0.0));
     let spare = run_target(port, &mut daemon, "spare");
     assert_eq!(spare["result"], "passed", "the other target is served meanwhile: {spare}");
     assert_eq!(http_get(port, "/healthz"), "ok\n");
-    s3.upload(&archive_dir.join(&oversized), &bucket, &format!("wal/{oversized}"));
-    replayed(&mut daemon, t, "the follower recovers once the segment is whole");
+    s3.delete(&bucket, "wal/00000002.history");
+    let t = commit(&primary, "after the forged history");
+    close_segment(&primary, &archive_dir);
+    archive.ship(&s3, &[]);
+    replayed(&mut daemon, t, "the follower recovers once the forged history is gone");
 
     // A corrupt segment: its records do not check out; replay stops in it and says so.
     commit(&primary, "in the corrupt segment");
