@@ -178,6 +178,23 @@ if f is not None:
 assert r["result"] == "passed", r.get("error") or [v for v in r["validators"] if v["status"] not in ("passed", "skipped")]
 PY
 
+# The hand-written file copy of the same backup: tar -x of base.tar into the scratch
+# directory (its write rate, against the same disk bandwidth).
+rm -rf "$work/scratch/tar-x"; mkdir -p "$work/scratch/tar-x"; sync
+t0=$(now); tar -xf "$store/phys/b1/base.tar" -C "$work/scratch/tar-x"; t1=$(now)
+tar_bytes=$(du -sb "$work/scratch/tar-x" | cut -f1); rm -rf "$work/scratch/tar-x"
+python3 - "$work/full.json" "$tar_bytes" "$(elapsed "$t0" "$t1")" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))["runs"][0]
+ri = r.get("restore") or {}
+rate = int(sys.argv[2]) / float(sys.argv[3])
+disk = ri.get("disk_write_bps") or 0
+print(f"scale:    by hand: tar -xf base.tar wrote {int(sys.argv[2]) / 2**20:.0f} MiB in {float(sys.argv[3]):.1f} s: {rate / 2**20:.0f} MiB/s"
+      + (f", {rate / disk:.2f} of the disk's bandwidth" if disk else ""))
+if ri.get("write_bps"):
+    print(f"ratio drcheck's file copy / tar -xf (write rate) {ri['write_bps'] / rate:.2f} (target >= 0.9) {'met' if ri['write_bps'] >= 0.9 * rate else 'MISSED'}")
+PY
+
 # 2. A day of following.
 "$drcheck" --config "$work/follow.toml" daemon --target big 2>"$work/daemon.log" &
 dpid=$!; pids+=($dpid)
