@@ -245,7 +245,14 @@ pub(crate) async fn restore_unpacked(
         .ok()
         .and_then(|l| label_start_time(&String::from_utf8_lossy(&l)))
         .map(|at| crate::request::Consistency { at, source: "backup_label START TIME" });
-    *fetch_end.lock().unwrap() = Some(Instant::now());
+    // The last byte received: a base backup's unpack set it already (its manifest check
+    // and hand-over to the server are not the fetch); a streamed tar ends here.
+    {
+        let mut end = fetch_end.lock().unwrap();
+        if end.is_none() {
+            *end = Some(Instant::now());
+        }
+    }
     let recovered = match &job.wal {
         Some(wal) => {
             let spool = recovery::spool_dir(&sandbox)?;

@@ -255,7 +255,9 @@ pub(crate) async fn extract_tar(
 ) -> Result<(), RestoreError> {
     let seen = Arc::new(Mutex::new(None));
     let tap = Tap { inner: rejoin(head, reader), seen: seen.clone() };
-    let src = tokio_util::io::SyncIoBridge::new(tap);
+    // Read ahead in large blocks: every read through the bridge waits on the runtime, and
+    // tar reads its 512-byte headers one by one.
+    let src = std::io::BufReader::with_capacity(1 << 20, tokio_util::io::SyncIoBridge::new(tap));
     let dest = dest.to_path_buf();
     let stop = unpack::StopOnDrop(Arc::new(std::sync::atomic::AtomicBool::new(false)));
     let flag = stop.0.clone();
