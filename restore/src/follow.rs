@@ -663,7 +663,10 @@ fn complaint_of(line: &str) -> Option<Complaint> {
     let lsn = line.split(" at ").nth(1).and_then(|rest| rest.split([':', ',', ' ']).next()).and_then(parse_lsn);
     // The WAL file it names, if it names one (`log segment 0000…`, `archive file "0000…"`).
     let segment = line.split(|c: char| !c.is_ascii_hexdigit()).find(|w| w.len() == 24).map(str::to_string);
-    Some(Complaint { line: line.trim().to_string(), lsn, segment })
+    // The server's words quote what the archive holds (a history file's line): no
+    // control character of it reaches a log, an alert or a terminal.
+    let line: String = line.trim().chars().map(|c| if c.is_control() { '?' } else { c }).collect();
+    Some(Complaint { line, lsn, segment })
 }
 
 /// `16/B374D848` as a number.
@@ -720,10 +723,13 @@ fn rfc3339(t: SystemTime) -> String {
     humantime::format_rfc3339_seconds(t).to_string()
 }
 
+/// At most `max` characters of `text`, on one line and without control characters (what
+/// it quotes may be the archive's).
 fn cut(text: &str, max: usize) -> String {
-    match text.char_indices().nth(max) {
-        Some((i, _)) => format!("{}…", &text[..i]),
-        None => text.to_string(),
+    let clean: String = text.chars().map(|c| if c.is_control() { ' ' } else { c }).collect();
+    match clean.char_indices().nth(max) {
+        Some((i, _)) => format!("{}…", &clean[..i]),
+        None => clean,
     }
 }
 
@@ -752,6 +758,8 @@ mod tests {
         )
         .unwrap();
         assert_eq!(c.segment.as_deref(), Some("00000001000000000000000C"));
+        let c = complaint_of("XX000 FATAL:  syntax error in history file: \x1b[31mred\x07").unwrap();
+        assert!(!c.line.chars().any(char::is_control), "{:?}", c.line);
         assert!(complaint_of("00000 LOG:  restored log file \"000000010000000000000005\" from archive").is_none());
     }
 }
