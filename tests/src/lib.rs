@@ -150,10 +150,22 @@ impl PgPrimary {
         let last = self.psql("postgres", "select pg_walfile_name(pg_current_wal_lsn())");
         self.psql("postgres", "select pg_switch_wal()");
         let deadline = Instant::now() + Duration::from_secs(30);
-        while !archive.join(&last).exists() {
+        // The file exists as soon as the archiver's `cp` starts: done is what it says.
+        while !(archive.join(&last).exists() && self.archived_up_to(&last)) {
             assert!(Instant::now() < deadline, "WAL {last} was never archived");
             std::thread::sleep(Duration::from_millis(50));
         }
+    }
+
+    /// Whether the archiver finished `name` (or a later file).
+    pub fn archived_up_to(&self, name: &str) -> bool {
+        self.psql("postgres", &format!("select coalesce(last_archived_wal, '') >= '{name}' from pg_stat_archiver"))
+            == "t"
+    }
+
+    /// The newest WAL file the archiver finished.
+    pub fn last_archived(&self) -> String {
+        self.psql("postgres", "select coalesce(last_archived_wal, '') from pg_stat_archiver")
     }
 
     /// Creates `drcheck.heartbeat` in `db` and writes a row into it every 500 ms while

@@ -161,11 +161,13 @@ impl Live {
     /// Archives what the primary has written and uploads every WAL file not yet uploaded.
     fn sync_wal(&mut self) {
         self.primary.archive_all(&self.archive);
+        // Only what the archiver finished: under load it is copying the next file already.
+        let done = self.primary.last_archived();
         let mut names: Vec<String> = std::fs::read_dir(&self.archive)
             .unwrap()
             .filter_map(Result::ok)
             .map(|e| e.file_name().to_string_lossy().into_owned())
-            .filter(|n| !self.uploaded.contains(n))
+            .filter(|n| !self.uploaded.contains(n) && n.as_str() <= done.as_str())
             .collect();
         names.sort();
         for name in names {
