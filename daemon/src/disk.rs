@@ -88,24 +88,6 @@ fn measure(dir: &Path) -> std::io::Result<f64> {
     Ok(written as f64 / took.as_secs_f64())
 }
 
-/// Bytes allocated beneath `dir`, never following links.
-pub(crate) fn usage(dir: &Path) -> u64 {
-    use std::os::unix::fs::MetadataExt;
-    let mut total = 0;
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(&d) else { continue };
-        for e in entries.flatten() {
-            let Ok(m) = e.path().symlink_metadata() else { continue };
-            total += m.blocks() * 512;
-            if m.is_dir() {
-                stack.push(e.path());
-            }
-        }
-    }
-    total
-}
-
 /// What limited a restore, from how fast it wrote against the disk and where its time
 /// went: `disk`, `replay` (WAL replay and start-up after the files were in place),
 /// `network or decompression` (the files arrived no faster than they were written), or
@@ -143,6 +125,6 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let bps = measure(dir.path()).unwrap();
         assert!(bps > 1e6, "{bps}");
-        assert!(usage(dir.path()) < (1 << 20), "the probe's file is removed");
+        assert!(drcheck_restore::disk_usage(dir.path()) < (1 << 20), "the probe's file is removed");
     }
 }

@@ -111,7 +111,7 @@ impl Drop for WatchStats {
 }
 
 /// Bytes allocated beneath `dir`, never following links.
-fn disk_usage(dir: &Path) -> u64 {
+pub fn disk_usage(dir: &Path) -> u64 {
     use std::os::unix::fs::MetadataExt;
     let mut total = 0;
     let mut stack = vec![dir.to_path_buf()];

@@ -37,7 +37,7 @@ pub use follow::{
     FollowState, Follower, NotReplayable, Paused, Step as FollowStep, format_lsn, parse_lsn,
     read_state as read_follow_state,
 };
-pub use job::run;
+pub use job::{disk_usage, run};
 pub use open::open_source;
 pub use request::{Consistency, Delegated, RestoreJob, Restored};
 pub use server::leftovers::{

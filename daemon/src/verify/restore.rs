@@ -197,13 +197,16 @@ pub(super) async fn restore_stage(
     pool.close().await;
     // How close the restore came to what the disk can write, and what limited it.
     if let Some(info) = run.report.restore.as_mut() {
-        let written = crate::disk::usage(sandbox.root());
+        let written = drcheck_restore::disk_usage(sandbox.root());
         let disk = crate::disk::write_bps(config).await;
         // A base backup's file copy: its data directory less the WAL replay brought (and
         // the spool it came through), over the copy; a dump: all of it, over the restore.
         let (copy_bytes, copied) = if physical {
             let data = sandbox.data_dir();
-            (crate::disk::usage(data).saturating_sub(crate::disk::usage(&data.join("pg_wal"))), fetched)
+            (
+                drcheck_restore::disk_usage(data).saturating_sub(drcheck_restore::disk_usage(&data.join("pg_wal"))),
+                fetched,
+            )
         } else {
             (written, ready)
         };
