@@ -11,14 +11,28 @@
 use crate::alerts;
 use crate::service::Shared;
 use drcheck_config::{Config, RecoveryTarget, TargetConfig};
-use drcheck_restore::{BackupStore, FollowStep, Follower, RestoreJob, SandboxOptions, WalReplay, open_store};
+use drcheck_restore::{
+    BackupStore, Catalog, FollowStep, Follower, RestoreJob, SandboxOptions, Source, WalReplay, open_store,
+};
 use futures::FutureExt;
 use std::collections::BTreeMap;
 use std::panic::AssertUnwindSafe;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 use tokio_util::sync::CancellationToken;
+
+/// A backup tool's catalog is read again this often while following (the archive it
+/// names changes with a stanza upgrade; the newest backup, for the next seed).
+const CATALOG_EVERY: Duration = Duration::from_secs(3600);
+
+/// The target's source and, for a backup tool's repository, its catalog — which names
+/// the archive a follower reads.
+struct SourceRead {
+    source: Box<dyn Source>,
+    catalog: Option<Catalog>,
+    at: Instant,
+}
 
 /// What the status page shows of a follower.
 #[derive(Debug, Clone, Default, serde::Serialize)]
@@ -139,6 +153,7 @@ async fn follow(
     let mut held_elsewhere = false;
     let mut dir_lock: Option<nix::fcntl::Flock<std::fs::File>> = None;
     let mut primary_conn: Option<sqlx::postgres::PgConnection> = None;
+    let mut source_read: Option<SourceRead> = None;
     loop {
         let config = shared.config();
         let Some(t) = config.target(&name).cloned() else { break };
@@ -216,11 +231,24 @@ async fn follow(
                 drcheck_restore::finish_teardowns();
             }
         }
+        // The archive to follow: objects under `wal_prefix`, or the repository a backup
+        // tool's catalog names (read by the tool, contained).
+        let due_read = source_read.as_ref().is_none_or(|r| {
+            r.at.elapsed() > CATALOG_EVERY || due_reseed || (r.source.reads_with_a_tool() && r.catalog.is_none())
+        });
+        if due_read {
+            let run_id = crate::ids::new_run_id();
+            match crate::verify::read_source(&config, &t, &store, &run_id).await {
+                Ok((source, catalog)) => source_read = Some(SourceRead { source, catalog, at: Instant::now() }),
+                Err(e) => tracing::warn!(target = %name, "cannot read the repository's catalog: {e}"),
+            }
+        }
         if follower.is_none() {
             set_view(&shared, &name, |v| v.state = "starting".into());
             // A panic in here is drcheck's bug: logged, the follower down, tried again
             // next interval — never the end of following, nor of the daemon.
-            let opened = AssertUnwindSafe(open_or_seed(&config, &t, &store))
+            let catalog = source_read.as_ref().and_then(|r| r.catalog.as_ref());
+            let opened = AssertUnwindSafe(open_or_seed(&config, &t, &store, catalog))
                 .catch_unwind()
                 .await
                 .unwrap_or_else(|_| Err("drcheck failed while starting the follower (a bug: see the log)".into()));
@@ -245,10 +273,16 @@ async fn follow(
                 }
             }
         }
-        if let Some(fl) = follower.as_mut() {
-            let fetch = crate::verify::fetch_options(&config, &t);
-            let wal_prefix = t.wal_prefix.clone().unwrap_or_default();
-            match AssertUnwindSafe(fl.step(&store, &wal_prefix, fetch, f.interval * 2)).catch_unwind().await {
+        let archive = source_read.as_ref().and_then(|r| r.source.archive(r.catalog.as_ref()));
+        if let (Some(fl), None) = (follower.as_mut(), archive) {
+            // The catalog could not be read: the world's, said as such.
+            let step = FollowStep {
+                unreachable: Some("the repository's catalog cannot be read (see the log): its archive is not known".into()),
+                ..Default::default()
+            };
+            report(&shared, &config, &t, fl, &step, None, &mut problem_before).await;
+        } else if let (Some(fl), Some(archive)) = (follower.as_mut(), archive) {
+            match AssertUnwindSafe(fl.step(archive, &store, f.interval * 2)).catch_unwind().await {
                 Ok(step) => {
                     let behind = primary_behind(&t, step.replayed_lsn, &mut primary_conn).await;
                     report(&shared, &config, &t, fl, &step, behind, &mut problem_before).await;
@@ -286,8 +320,13 @@ async fn follow(
 }
 
 /// The follower kept in the target's directory, or a new one seeded from the newest
-/// base backup.
-async fn open_or_seed(config: &Config, t: &TargetConfig, store: &Arc<dyn BackupStore>) -> Result<Follower, String> {
+/// base backup (of the tool's `catalog`, for a backup tool's repository).
+async fn open_or_seed(
+    config: &Config,
+    t: &TargetConfig,
+    store: &Arc<dyn BackupStore>,
+    catalog: Option<&Catalog>,
+) -> Result<Follower, String> {
     let opts = options(config, &t.name)?;
     match Follower::resume(&opts, config.sandbox.pg_bindir.clone()).await {
         Ok(Some(fl)) => {
@@ -304,7 +343,7 @@ async fn open_or_seed(config: &Config, t: &TargetConfig, store: &Arc<dyn BackupS
     if dir.exists() {
         std::fs::remove_dir_all(&dir).map_err(|e| format!("cannot clear {}: {e}", dir.display()))?;
     }
-    seed(config, t, store, opts).await
+    seed(config, t, store, opts, catalog).await
 }
 
 async fn seed(
@@ -312,15 +351,31 @@ async fn seed(
     t: &TargetConfig,
     store: &Arc<dyn BackupStore>,
     opts: SandboxOptions,
+    catalog: Option<&Catalog>,
 ) -> Result<Follower, String> {
-    let listed = store.list(&t.prefix).await.map_err(|e| format!("cannot list the backups: {e}"))?;
-    let backups = drcheck_restore::backups_newest_first(&listed);
-    let backup = backups.into_iter().find(|b| b.key.ends_with('/')).ok_or_else(|| {
-        format!(
-            "no base backup under {:?} to seed the follower from (a follower starts from a physical base backup)",
-            t.prefix
-        )
-    })?;
+    let backup = match catalog {
+        // The tool's newest backup it calls good.
+        Some(c) => c
+            .restorable
+            .iter()
+            .rev()
+            .find(|b| b.catalog.as_ref().is_some_and(|e| e.status == "ok"))
+            .cloned()
+            .ok_or_else(|| format!("no backup {} marks good to seed the follower from", c.described))?,
+        None if !matches!(t.source, drcheck_config::SourceConfig::Objects) => {
+            return Err("the repository's catalog cannot be read (see the log): nothing to seed from".into());
+        }
+        None => {
+            let listed = store.list(&t.prefix).await.map_err(|e| format!("cannot list the backups: {e}"))?;
+            let backups = drcheck_restore::backups_newest_first(&listed);
+            backups.into_iter().find(|b| b.key.ends_with('/')).ok_or_else(|| {
+                format!(
+                    "no base backup under {:?} to seed the follower from (a follower starts from a physical base backup)",
+                    t.prefix
+                )
+            })?
+        }
+    };
     let dir = opts.keep_at.clone().unwrap_or_default();
     let (ceiling, free) =
         crate::verify::check_disk_in(dir.parent().unwrap_or(&dir), config, &backup).map_err(|s| s.message)?;
@@ -340,7 +395,7 @@ async fn seed(
             target: RecoveryTarget::Latest,
             standby: true,
         }),
-        delegated: None,
+        delegated: catalog.map(|c| c.repository.clone()),
         recovery_target: RecoveryTarget::Latest,
         database_hint: t.primary.as_ref().and_then(|p| crate::verify::database_of(p.expose())),
         events: drcheck_restore::Events::none(),

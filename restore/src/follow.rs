@@ -12,9 +12,8 @@
 use crate::error::{RestoreError, Stage};
 use crate::server::recovery::{self, Replay, next_segment, on_a_later_timeline};
 use crate::server::sandbox::{Sandbox, SandboxOptions};
-use crate::sources::physical::{fetch_wal_object, wal_objects};
-use crate::store::{BackupObject, BackupStore};
-use crate::transfer::fetch::FetchOptions;
+use crate::source::{Archive, ArchivedFile};
+use crate::store::BackupStore;
 use drcheck_config::RecoveryTarget;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
@@ -218,13 +217,10 @@ impl Follower {
 
     /// One round: the server checked (started again if it died), the archive listed and
     /// what is new fetched in order, replay's position read, and whether it is stuck.
-    pub async fn step(
-        &mut self,
-        store: &Arc<dyn BackupStore>,
-        wal_prefix: &str,
-        fetch: FetchOptions,
-        stuck_after: Duration,
-    ) -> Step {
+    /// `archive` is the target's ([`crate::Source::archive`]): objects under a
+    /// `wal_prefix`, or a backup tool's repository (its tool run contained beside the
+    /// follower's server, into the follower's directory).
+    pub async fn step(&mut self, archive: &dyn Archive, store: &Arc<dyn BackupStore>, stuck_after: Duration) -> Step {
         let mut step = Step::default();
         let exited = self.sandbox.server_exited();
         let down = exited.is_some() || !self.sandbox.has_server();
@@ -242,9 +238,12 @@ impl Follower {
                 detail: format!("the follower's server {how} replaying it: {}", cut(&why, 600)),
             });
         }
-        match store.list(wal_prefix).await {
-            Ok(listed) => self.fetch_new(store, listed, fetch, &mut step).await,
-            Err(e) => step.unreachable = Some(format!("cannot list the WAL archive {wal_prefix}: {e}")),
+        match archive.files(&self.sandbox, store).await {
+            Ok(listed) => self.fetch_new(archive, store, listed, &mut step).await,
+            Err(e) => {
+                step.unreachable =
+                    Some(format!("cannot list {}: {}", archive.describe(), cut(&e.to_string(), 600)))
+            }
         }
         if down {
             if let Err(e) = self.start().await {
@@ -266,12 +265,17 @@ impl Follower {
     /// promotion whose history is archived), stopping at the first one missing.
     async fn fetch_new(
         &mut self,
+        archive: &dyn Archive,
         store: &Arc<dyn BackupStore>,
-        listed: Vec<BackupObject>,
-        fetch: FetchOptions,
+        listed: Vec<ArchivedFile>,
         step: &mut Step,
     ) {
-        let objects: BTreeMap<String, BackupObject> = wal_objects(listed).into_iter().map(|(o, n)| (n, o)).collect();
+        // One file per name: two stored copies of one segment (a tool's duplicate) are
+        // the tool's to refuse when fetching, the first listed is the one judged here.
+        let mut objects: BTreeMap<String, ArchivedFile> = BTreeMap::new();
+        for f in listed {
+            objects.entry(f.name.clone()).or_insert(f);
+        }
         let segments: BTreeSet<String> = objects.keys().filter(|n| n.len() == 24).cloned().collect();
         step.newest_archived = segments.iter().max_by(|a, b| by_position(a, b)).cloned();
         // Timeline histories first: replay asks for them before a new timeline's WAL. One
@@ -287,10 +291,10 @@ impl Follower {
         for (name, obj) in objects.iter().filter(|(n, _)| n.ends_with(".history")) {
             let known = self.fetched_versions.get(name);
             // Small: fetched once per start of drcheck, then again only when it changes.
-            if self.spool.join(name).exists() && known == Some(&obj.etag) {
+            if self.spool.join(name).exists() && known == Some(&obj.version) {
                 continue;
             }
-            if let Err(e) = self.fetch_one(store, name, obj, fetch).await {
+            if let Err(e) = self.fetch_one(archive, store, obj).await {
                 step.unreachable = Some(format!("fetching {name}: {e}"));
                 return;
             }
@@ -299,7 +303,7 @@ impl Follower {
         // fetched: fetched again, with what follows it.
         if let Some(suspect) = self.suspect.clone()
             && let Some(obj) = objects.get(&suspect)
-            && self.fetched_versions.get(&suspect) != Some(&obj.etag)
+            && self.fetched_versions.get(&suspect) != Some(&obj.version)
             && self.state.last_segment.as_deref().is_some_and(|l| by_position(l, &suspect).is_ge())
         {
             tracing::info!(segment = %suspect, "the archive's copy of the segment that could not be replayed changed: fetching it again");
@@ -338,7 +342,7 @@ impl Follower {
                 break;
             };
             let obj = &objects[&candidate];
-            match self.fetch_one(store, &candidate, obj, fetch).await {
+            match self.fetch_one(archive, store, obj).await {
                 // A segment is whole or not replayable: the server would take a short one
                 // for one still being copied and wait for the rest forever.
                 Ok(()) if self.segment_known && self.spooled_size(&candidate) != self.segment_size => {
@@ -390,14 +394,14 @@ impl Follower {
 
     async fn fetch_one(
         &mut self,
+        archive: &dyn Archive,
         store: &Arc<dyn BackupStore>,
-        name: &str,
-        obj: &BackupObject,
-        fetch: FetchOptions,
+        file: &ArchivedFile,
     ) -> Result<(), RestoreError> {
+        let name = file.name.as_str();
         let part = self.spool.join(format!(".part-{name}"));
         let _ = std::fs::remove_file(&part);
-        let fetched = fetch_wal_object(store.clone(), obj, fetch, &part).await;
+        let fetched = archive.fetch_file(&self.sandbox, store, file, &part).await;
         if let Err(e) = fetched {
             let _ = std::fs::remove_file(&part);
             return Err(e);
@@ -405,7 +409,7 @@ impl Follower {
         self.sandbox.give_to_server(&part)?;
         std::fs::rename(&part, self.spool.join(name))
             .map_err(|e| RestoreError::infra(Stage::Fetch, format!("spooling {name}: {e}")))?;
-        self.fetched_versions.insert(name.to_string(), obj.etag.clone());
+        self.fetched_versions.insert(name.to_string(), file.version.clone());
         Ok(())
     }
 

@@ -136,7 +136,17 @@ async fn run_inner(job: &RestoreJob<'_>) -> Result<Restored, RestoreError> {
     let format = format!("physical ({} {kind})", d.tool());
     job.events.send(crate::events::RestoreEvent::Format(format.clone()));
     let r = d
-        .restore(&mut sandbox, &job.store, job.pg_bindir.as_deref(), job.backup, &job.recovery_target, job.delta)
+        .restore(
+            &mut sandbox,
+            &job.store,
+            job.pg_bindir.as_deref(),
+            job.backup,
+            crate::source::Recover {
+                target: &job.recovery_target,
+                delta: job.delta,
+                standby: job.wal.as_ref().is_some_and(|w| w.standby),
+            },
+        )
         .await?;
     let bytes_fetched = r.bytes_fetched;
     let (recovered_to, wal_files, wal_gap, fetched_in) = (r.recovered_to, r.wal_files, r.wal_gap, r.fetched_in);

@@ -47,7 +47,7 @@ pub use server::pgbin::PgBin;
 pub use server::reach::Reach;
 pub use server::recovery::{Horizon, WalReplay};
 pub use server::sandbox::{Sandbox, SandboxOptions, containment_name, finish_teardowns, reap_leftovers};
-pub use source::{Archive, Catalog, Repository, Source};
+pub use source::{Archive, ArchivedFile, Catalog, Recover, Repository, Source};
 pub use store::{
     Backup, BackupObject, BackupStore, CatalogEntry, MemStore, UPLOAD_GRACE, backups_newest_first, group_backups,
     open_store, select_latest,

@@ -67,6 +67,35 @@ pub trait Archive: Send + Sync {
         store: &Arc<dyn BackupStore>,
         pg_bindir: Option<&Path>,
     ) -> Result<Option<Reach>, RestoreError>;
+
+    /// Every archived WAL file — segments and timeline histories — with what identifies
+    /// its stored version, for a follower ([`crate::Follower::step`]). Tools run
+    /// contained beside `host`.
+    async fn files(&self, host: &Sandbox, store: &Arc<dyn BackupStore>) -> Result<Vec<ArchivedFile>, RestoreError>;
+
+    /// One archived file, as the server reads it (decompressed, decrypted), into `dest`
+    /// (a file drcheck then hands to the server). Tools run contained beside `host`.
+    async fn fetch_file(
+        &self,
+        host: &Sandbox,
+        store: &Arc<dyn BackupStore>,
+        file: &ArchivedFile,
+        dest: &Path,
+    ) -> Result<(), RestoreError>;
+}
+
+/// One file of a WAL archive, as listed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ArchivedFile {
+    /// What the server asks for: a segment (24 hex digits) or `XXXXXXXX.history`.
+    pub name: String,
+    /// Where it is stored (an object key, a path in a tool's repository), for messages.
+    pub key: String,
+    /// Its stored size.
+    pub size: u64,
+    /// What changes when the stored copy is replaced (an ETag; pgBackRest's file name,
+    /// which carries the segment's SHA-1).
+    pub version: Option<String>,
 }
 
 /// A backup tool's repository: restored and checked by the tool's own CLI.
@@ -76,15 +105,15 @@ pub trait Repository: Archive {
     fn tool(&self) -> &'static str;
 
     /// Restores `backup` of its catalog into the sandbox, fetches the WAL recovery needs
-    /// while replaying it to `target`, and starts the server.
+    /// while replaying it to `target`, and starts the server — a hot standby that goes
+    /// on replaying what arrives in its spool when `standby` (a follower's seed).
     async fn restore(
         &self,
         sandbox: &mut Sandbox,
         store: &Arc<dyn BackupStore>,
         pg_bindir: Option<&Path>,
         backup: &Backup,
-        target: &RecoveryTarget,
-        delta: bool,
+        how: Recover<'_>,
     ) -> Result<ToolRestored, RestoreError>;
 
     /// The repository checked without a restore (the tool's own verification where it
@@ -96,6 +125,17 @@ pub trait Repository: Archive {
         backups: &[Backup],
         reuse: Option<&str>,
     ) -> Result<Integrity, RestoreError>;
+}
+
+/// How a tool's restore recovers.
+#[derive(Debug, Clone, Copy)]
+pub struct Recover<'a> {
+    /// Where recovery stops.
+    pub target: &'a RecoveryTarget,
+    /// Onto the copy the last restore left, fetching only what differs (pgBackRest).
+    pub delta: bool,
+    /// A hot standby that goes on replaying what arrives (a follower's seed).
+    pub standby: bool,
 }
 
 /// The outcome of a restore by a backup tool.

@@ -458,3 +458,107 @@ fn a_follower_replays_the_archive_as_it_grows_and_names_the_segment_it_cannot_re
     // A segment that arrives late is replayed, not called stuck: no false page.
     assert!(!log.contains("reason=\"stuck\""), "{log}");
 }
+
+/// A backup tool's repository, followed through the tool's own CLI: seeded by its
+/// restore, each archived segment fetched by it (contained, into the follower's spool).
+/// What the repository cannot replay — a segment deleted from it — is named as for
+/// objects, after a restart that resumes without a new seed.
+#[test]
+fn a_pgbackrest_repository_is_followed_through_its_own_tool() {
+    let scene = drcheck_e2e::repos::PgbrScene::start(None);
+    let primary = &scene.primary;
+    primary.psql("postgres", "create database orders");
+    primary.psql(
+        "orders",
+        "create table beats (id bigserial primary key, at timestamptz not null default clock_timestamp(), note text)",
+    );
+    commit(primary, "before the backup");
+    scene.backup("full");
+    let info = scene.info();
+    let label = info[0]["backup"].as_array().and_then(|b| b.last()).map(|b| b["label"].as_str().unwrap().to_string());
+    let label = label.expect("a backup in the catalog");
+    make_world_enterable(scene.root.path());
+    let port = free_port();
+    let config = scene.config(&format!(
+        "[target.follow]\ninterval = \"{}s\"\n[metrics]\nlisten = \"127.0.0.1:{port}\"\n",
+        INTERVAL.as_secs()
+    ));
+    let mut daemon = Daemon::start(&config, port, &scene.env());
+    wait_for("the follower is seeded by pgbackrest restore", Duration::from_secs(120), &mut daemon, || {
+        (metric(port, "drcheck_follow_up", "") == Some(1.0)).then_some(())
+    });
+    let dir = scene.scratch.join(format!("drcheck-follow-{}", nix::unistd::Uid::effective())).join("orders");
+    FOLLOWER_LOG.with(|l| *l.borrow_mut() = Some(dir.join("postgres.log")));
+    let seeded: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("follow.json")).unwrap()).unwrap();
+    assert_eq!(seeded["backup"], label.as_str(), "seeded from the repository's newest backup: {seeded}");
+
+    let replayed = |daemon: &mut Daemon, at: f64, what: &str| {
+        wait_for(what, INTERVAL * 2 + SLACK, daemon, || {
+            metric(port, "drcheck_follow_replayed_commit_timestamp_seconds", "").filter(|t| *t >= at - 0.001)
+        })
+    };
+    let t1 = commit(primary, "first");
+    scene.archive_now();
+    replayed(&mut daemon, t1, "a segment pgBackRest archived is replayed");
+    assert!(metric(port, "drcheck_follow_fetched_bytes_total", "").unwrap_or(0.0) > 0.0);
+
+    // Stopped; one segment removed from the repository after it was pushed, a later one
+    // pushed: the follower, resumed, names the missing one.
+    let (code, _) = daemon.terminate(Duration::from_secs(30));
+    assert!(code.success(), "{code}");
+    commit(primary, "in the lost segment");
+    let lost = scene.archive_now();
+    let keys = scene.keys(&format!("{}/archive/", scene.repo_path));
+    let key = keys.iter().find(|k| k.contains(&format!("/{lost}-"))).unwrap_or_else(|| panic!("{lost} in {keys:?}"));
+    scene.s3.delete(&scene.bucket, key);
+    commit(primary, "after the lost segment");
+    scene.archive_now();
+    let mut daemon = Daemon::start(&config, port, &scene.env());
+    let named = wait_for("the deleted segment is named a gap", INTERVAL * 2 + SLACK + SLACK, &mut daemon, || {
+        metric(port, "drcheck_follow_not_replayable", &format!("reason=\"gap\",segment=\"{lost}\""))
+    });
+    assert_eq!(named, 1.0);
+    let again: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("follow.json")).unwrap()).unwrap();
+    assert_eq!(again["seeded_at"], seeded["seeded_at"], "resumed, not seeded again");
+    let (code, _) = daemon.terminate(Duration::from_secs(30));
+    assert!(code.success(), "{code}");
+}
+
+/// barman-cloud (the layout CloudNativePG writes): seeded by `barman-cloud-restore`,
+/// each segment fetched by `barman-cloud-wal-restore`.
+#[test]
+fn a_barman_cloud_archive_is_followed_through_its_own_tool() {
+    let scene = drcheck_e2e::repos::BarmanScene::start();
+    let primary = &scene.primary;
+    primary.psql("postgres", "create database orders");
+    primary.psql(
+        "orders",
+        "create table beats (id bigserial primary key, at timestamptz not null default clock_timestamp(), note text)",
+    );
+    commit(primary, "before the backup");
+    let id = scene.backup();
+    make_world_enterable(scene.root.path());
+    let port = free_port();
+    let config = scene.config(&format!(
+        "[target.follow]\ninterval = \"{}s\"\n[metrics]\nlisten = \"127.0.0.1:{port}\"\n",
+        INTERVAL.as_secs()
+    ));
+    let mut daemon = Daemon::start(&config, port, &[]);
+    wait_for("the follower is seeded by barman-cloud-restore", Duration::from_secs(120), &mut daemon, || {
+        (metric(port, "drcheck_follow_up", "") == Some(1.0)).then_some(())
+    });
+    let dir = scene.scratch.join(format!("drcheck-follow-{}", nix::unistd::Uid::effective())).join("orders");
+    FOLLOWER_LOG.with(|l| *l.borrow_mut() = Some(dir.join("postgres.log")));
+    let seeded: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("follow.json")).unwrap()).unwrap();
+    assert_eq!(seeded["backup"], id.as_str(), "{seeded}");
+    let t1 = commit(primary, "first");
+    scene.archive_now();
+    wait_for("a segment barman-cloud archived is replayed", INTERVAL * 2 + SLACK, &mut daemon, || {
+        metric(port, "drcheck_follow_replayed_commit_timestamp_seconds", "").filter(|t| *t >= t1 - 0.001)
+    });
+    let (code, _) = daemon.terminate(Duration::from_secs(30));
+    assert!(code.success(), "{code}");
+}

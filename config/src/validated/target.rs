@@ -305,7 +305,8 @@ fn validate_heartbeat(cx: &Ctx<'_>, i: usize, t: &RawTarget) -> Result<Option<He
 }
 
 /// `[target.follow]`: `interval` at least 1s (default 1m), `reseed_after` at least an
-/// hour (default 7d); only a WAL archive drcheck reads itself (`wal_prefix`) is followed.
+/// hour (default 7d); objects need a WAL archive (`wal_prefix`), a backup tool's
+/// repository has its own.
 fn validate_follow(
     cx: &Ctx<'_>,
     i: usize,
@@ -314,20 +315,14 @@ fn validate_follow(
 ) -> Result<Option<FollowConfig>, ConfigError> {
     let Some(f) = &t.follow else { return Ok(None) };
     let key = |k: &str| format!("target[{i}].follow.{k}");
-    if !matches!(source, SourceConfig::Objects) || t.wal_prefix.is_none() {
+    // A backup tool's repository always has its archive; objects need `wal_prefix`.
+    if matches!(source, SourceConfig::Objects) && t.wal_prefix.is_none() {
         return Err(cx.err(
             &format!("target[{i}].follow"),
             None,
-            match source {
-                SourceConfig::Objects => {
-                    "following needs a WAL archive: set wal_prefix (physical base backups)".to_string()
-                }
-                other => format!(
-                    "following needs a WAL archive drcheck reads itself (wal_prefix); a {} repository cannot be \
-                     followed in this version",
-                    other.name()
-                ),
-            },
+            "following needs a WAL archive: set wal_prefix (physical base backups), or use source = \
+             \"pgbackrest\" / \"barman-cloud\""
+                .to_string(),
         ));
     }
     let at_least = |name: &str, v: &Option<Spanned<String>>, default: Duration, min: Duration| {

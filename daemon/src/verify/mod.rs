@@ -22,7 +22,7 @@ pub(crate) use budget::{check_disk_in, config_warnings, lease_ttl, run_budget};
 pub(crate) use follower::verify_on_follower;
 pub(crate) use repository::integrity_only;
 pub(crate) use restore::{database_of, download, fetch_options};
-pub(crate) use select::{coverage_now, list_backups};
+pub(crate) use select::{coverage_now, list_backups, read_source};
 
 use crate::history::History;
 use crate::ids::new_run_id;

@@ -163,7 +163,7 @@ pub(crate) async fn list_backups(config: &Config, target: &TargetConfig) -> Resu
 /// The target's source ([`drcheck_restore::open_source`]) and, when it is a backup
 /// tool's repository, its catalog — read by the tool itself in a sandbox directory of
 /// its own (contained, as for a restore).
-pub(super) async fn read_source(
+pub(crate) async fn read_source(
     config: &Config,
     target: &TargetConfig,
     store: &Arc<dyn BackupStore>,

@@ -223,6 +223,31 @@ impl Archive for Catalog {
         })
         .await
     }
+
+    async fn files(
+        &self,
+        _host: &Sandbox,
+        store: &Arc<dyn BackupStore>,
+    ) -> Result<Vec<crate::source::ArchivedFile>, RestoreError> {
+        let listed = store.list(&format!("{}wals/", self.server_prefix())).await?;
+        Ok(listed
+            .into_iter()
+            .filter_map(|o| {
+                let name = delegate::archived_name(o.key.rsplit('/').next().unwrap_or(&o.key))?;
+                Some(crate::source::ArchivedFile { name, key: o.key, size: o.size, version: o.etag })
+            })
+            .collect())
+    }
+
+    async fn fetch_file(
+        &self,
+        host: &Sandbox,
+        _store: &Arc<dyn BackupStore>,
+        file: &crate::source::ArchivedFile,
+        dest: &Path,
+    ) -> Result<(), RestoreError> {
+        self.fetch_wal(host, dest, &file.name).await
+    }
 }
 
 #[async_trait::async_trait]
@@ -237,9 +262,9 @@ impl Repository for Catalog {
         store: &Arc<dyn BackupStore>,
         pg_bindir: Option<&Path>,
         backup: &Backup,
-        target: &RecoveryTarget,
-        _delta: bool,
+        how: crate::source::Recover<'_>,
     ) -> Result<ToolRestored, RestoreError> {
+        let (target, standby) = (how.target, how.standby);
         let began = std::time::Instant::now();
         let data = sandbox.data_dir().to_path_buf();
         // -vv: a failure ends in the exception's traceback, whose class says who is to blame.
@@ -286,7 +311,7 @@ impl Repository for Catalog {
         let fetched_in = began.elapsed();
         // Each fetch is a Python start (≈ 0.6 s).
         let recovered =
-            delegate::replay_plan(sandbox, pg_bindir, target, &archived, &plan, |host, name, part| async move {
+            delegate::replay_plan(sandbox, pg_bindir, target, &archived, &plan, standby, |host, name, part| async move {
                 self.fetch_wal(&host, &part, &name).await
             })
             .await?;

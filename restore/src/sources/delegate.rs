@@ -245,18 +245,30 @@ impl Archived {
     /// suffixes or pgBackRest's `-<sha1>…`; `<8 hex>.history…`. Backup history files
     /// (`….00000028.backup`) and partial segments are not WAL to replay.
     pub(crate) fn add(&mut self, name: &str) {
-        let hex = |s: &str| s.chars().all(|c| c.is_ascii_hexdigit());
-        if name.len() >= 24 && hex(&name[..24]) {
-            let rest = &name[24..];
-            if rest.is_empty()
-                || rest.starts_with('-')
-                || [".gz", ".bz2", ".xz", ".zst", ".lz4", ".snappy"].contains(&rest)
-            {
-                self.segments.insert(name[..24].to_ascii_uppercase());
+        match archived_name(name) {
+            Some(n) if n.len() == 24 => {
+                self.segments.insert(n);
             }
-        } else if name.len() >= 16 && hex(&name[..8]) && name[8..].starts_with(".history") {
-            self.history.insert(name[..16].to_string());
+            Some(n) => {
+                self.history.insert(n);
+            }
+            None => {}
         }
+    }
+}
+
+/// The WAL file an archived file's name stands for (see [`Archived::add`]): a segment's
+/// 24 hex digits (upper case) or `XXXXXXXX.history`; `None` for anything else.
+pub(crate) fn archived_name(name: &str) -> Option<String> {
+    let hex = |s: &str| s.chars().all(|c| c.is_ascii_hexdigit());
+    if name.len() >= 24 && name.is_char_boundary(24) && hex(&name[..24]) {
+        let rest = &name[24..];
+        (rest.is_empty() || rest.starts_with('-') || [".gz", ".bz2", ".xz", ".zst", ".lz4", ".snappy"].contains(&rest))
+            .then(|| name[..24].to_ascii_uppercase())
+    } else if name.len() >= 16 && name.is_char_boundary(16) && hex(&name[..8]) && name[8..].starts_with(".history") {
+        Some(name[..16].to_string())
+    } else {
+        None
     }
 }
 
@@ -310,6 +322,7 @@ pub(crate) async fn replay_plan<F, Fut>(
     target: &RecoveryTarget,
     archived: &Archived,
     plan: &Plan,
+    standby: bool,
     fetch: F,
 ) -> Result<recovery::Recovered, RestoreError>
 where
@@ -322,7 +335,7 @@ where
     recovery::start_while_fetching(
         sandbox,
         pg_bindir,
-        recovery::Replay { spool: &spool, target, streamed: true, standby: false },
+        recovery::Replay { spool: &spool, target, streamed: true, standby },
         names,
         4,
         |name, part| fetch(host.clone(), name, part),

@@ -334,6 +334,36 @@ impl Archive for WalArchive {
         })
         .await
     }
+
+    async fn files(
+        &self,
+        _host: &Sandbox,
+        store: &std::sync::Arc<dyn crate::store::BackupStore>,
+    ) -> Result<Vec<crate::source::ArchivedFile>, RestoreError> {
+        let listed = crate::sources::physical::wal_objects(store.list(&self.prefix).await?);
+        Ok(listed
+            .into_iter()
+            .map(|(o, name)| crate::source::ArchivedFile { name, key: o.key, size: o.size, version: o.etag })
+            .collect())
+    }
+
+    async fn fetch_file(
+        &self,
+        _host: &Sandbox,
+        store: &std::sync::Arc<dyn crate::store::BackupStore>,
+        file: &crate::source::ArchivedFile,
+        dest: &std::path::Path,
+    ) -> Result<(), RestoreError> {
+        // Pinned to the version listed: a copy replaced since is a changed object, not
+        // silently the other bytes.
+        let obj = crate::store::BackupObject {
+            key: file.key.clone(),
+            size: file.size,
+            last_modified: std::time::SystemTime::UNIX_EPOCH,
+            etag: file.version.clone(),
+        };
+        crate::sources::physical::fetch_wal_object(store.clone(), &obj, self.fetch, dest).await
+    }
 }
 
 /// A store's objects under the target's prefix as its source, with the archived WAL

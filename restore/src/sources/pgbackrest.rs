@@ -179,9 +179,9 @@ impl Repo {
         pg_bindir: Option<&Path>,
         backup: &Backup,
         catalog: &Catalog,
-        target: &RecoveryTarget,
-        delta: bool,
+        how: crate::source::Recover<'_>,
     ) -> Result<ToolRestored, RestoreError> {
+        let (target, delta, standby) = (how.target, how.delta, how.standby);
         let began = std::time::Instant::now();
         let data = sandbox.data_dir().to_path_buf();
         let tablespaces = sandbox.root().join("tablespaces");
@@ -245,7 +245,7 @@ impl Repo {
         let n = plan.segments.len();
         let fetched_in = began.elapsed();
         let recovered =
-            delegate::replay_plan(sandbox, pg_bindir, target, &archived, &plan, |host, name, part| async move {
+            delegate::replay_plan(sandbox, pg_bindir, target, &archived, &plan, standby, |host, name, part| async move {
                 self.fetch_wal(&host, &part, &name).await
             })
             .await?;
@@ -365,6 +365,23 @@ impl Repo {
     }
 }
 
+/// `repo-ls --output=json` of the archive `id`, each WAL file with its path in the
+/// repository as its version (a segment's name carries its SHA-1: a replaced segment
+/// has another name).
+fn parse_archive_files(json: &[u8], dir: &str) -> Result<Vec<crate::source::ArchivedFile>, String> {
+    let v: serde_json::Value =
+        serde_json::from_slice(json).map_err(|e| format!("pgbackrest repo-ls printed no JSON: {e}"))?;
+    let map = v.as_object().ok_or("pgbackrest repo-ls: expected a JSON object")?;
+    let mut out = Vec::new();
+    for (path, info) in map.iter().filter(|(_, i)| i["type"] == "file") {
+        let Some(name) = delegate::archived_name(path.rsplit('/').next().unwrap_or(path)) else { continue };
+        let size = info["size"].as_u64().unwrap_or(0);
+        let version = format!("{path}@{size}@{}", info["time"].as_i64().unwrap_or(0));
+        out.push(crate::source::ArchivedFile { name, key: format!("{dir}/{path}"), size, version: Some(version) });
+    }
+    Ok(out)
+}
+
 /// A pgBackRest repository as a target's source: its catalog read by `pgbackrest info`.
 #[async_trait::async_trait]
 impl crate::source::Source for Repo {
@@ -414,6 +431,27 @@ impl Archive for Stanza {
     ) -> Result<Option<crate::server::reach::Reach>, RestoreError> {
         self.repo.reach(sandbox, &self.catalog, pg_bindir).await
     }
+
+    async fn files(
+        &self,
+        host: &Sandbox,
+        _store: &std::sync::Arc<dyn crate::store::BackupStore>,
+    ) -> Result<Vec<crate::source::ArchivedFile>, RestoreError> {
+        let Some(id) = &self.catalog.archive_id else { return Ok(Vec::new()) };
+        let listing = self.repo.list_archive(host, id).await?;
+        parse_archive_files(&listing, &format!("archive/{}/{id}", self.repo.stanza))
+            .map_err(|m| RestoreError::infra(Stage::Fetch, m))
+    }
+
+    async fn fetch_file(
+        &self,
+        host: &Sandbox,
+        _store: &std::sync::Arc<dyn crate::store::BackupStore>,
+        file: &crate::source::ArchivedFile,
+        dest: &Path,
+    ) -> Result<(), RestoreError> {
+        self.repo.fetch_wal(host, dest, &file.name).await
+    }
 }
 
 #[async_trait::async_trait]
@@ -428,10 +466,9 @@ impl Repository for Stanza {
         _store: &std::sync::Arc<dyn crate::store::BackupStore>,
         pg_bindir: Option<&Path>,
         backup: &Backup,
-        target: &RecoveryTarget,
-        delta: bool,
+        how: crate::source::Recover<'_>,
     ) -> Result<ToolRestored, RestoreError> {
-        self.repo.restore(sandbox, pg_bindir, backup, &self.catalog, target, delta).await
+        self.repo.restore(sandbox, pg_bindir, backup, &self.catalog, how).await
     }
 
     async fn integrity(
@@ -775,5 +812,24 @@ P00 DETAIL: sync path '/d'";
         assert_eq!(a.segments.len(), 1);
         assert_eq!(a.history.len(), 1);
         assert!(parse_repo_ls(b"[]").is_err());
+    }
+
+    #[test]
+    fn a_followers_listing_names_each_file_with_its_version() {
+        let ls = r#"{".":{"type":"path"},
+            "0000000100000000/000000010000000000000003-aa.gz":{"type":"file","size":100,"time":5},
+            "0000000100000000/000000010000000000000003.00000028.backup":{"type":"file","size":3},
+            "00000002.history":{"type":"file","size":42,"time":7}}"#;
+        let mut files = parse_archive_files(ls.as_bytes(), "archive/main/15-1").unwrap();
+        files.sort_by(|a, b| a.name.cmp(&b.name));
+        assert_eq!(files.len(), 2);
+        assert_eq!(files[0].name, "000000010000000000000003");
+        assert_eq!(files[0].key, "archive/main/15-1/0000000100000000/000000010000000000000003-aa.gz");
+        assert_eq!(files[0].size, 100);
+        assert_eq!(files[1].name, "00000002.history");
+        // Another copy of the segment (another SHA-1 in its name) is another version.
+        let other = r#"{"0000000100000000/000000010000000000000003-bb.gz":{"type":"file","size":100,"time":5}}"#;
+        let again = parse_archive_files(other.as_bytes(), "archive/main/15-1").unwrap();
+        assert_ne!(again[0].version, files[0].version);
     }
 }
