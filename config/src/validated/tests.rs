@@ -617,6 +617,9 @@ fn a_follower_needs_a_wal_archive_and_sane_intervals() {
     let (key, line, msg) = invalid(&GOOD.replace("rpo = \"26h\"", "rpo = \"26h\"\ndelta_restore = true"));
     assert_eq!(key, "target[0].delta_restore");
     assert!(line.is_some() && msg.contains("pgBackRest"), "{msg}");
+    // A backup tool's repository has its own archive: followed without wal_prefix.
+    let c = parse(&format!("{PGBR}[target.follow]\ninterval = \"30s\"\n")).unwrap();
+    assert_eq!(c.targets[0].follow.as_ref().unwrap().interval, Duration::from_secs(30));
     // A typo is refused by name, like every other key.
     let e = parse(&with(wal, "every = \"1m\"")).unwrap_err().to_string();
     assert!(e.contains("every"), "{e}");
