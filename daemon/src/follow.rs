@@ -277,7 +277,9 @@ async fn follow(
         if let (Some(fl), None) = (follower.as_mut(), archive) {
             // The catalog could not be read: the world's, said as such.
             let step = FollowStep {
-                unreachable: Some("the repository's catalog cannot be read (see the log): its archive is not known".into()),
+                unreachable: Some(
+                    "the repository's catalog cannot be read (see the log): its archive is not known".into(),
+                ),
                 ..Default::default()
             };
             report(&shared, &config, &t, fl, &step, None, &mut problem_before).await;

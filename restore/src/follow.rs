@@ -241,8 +241,7 @@ impl Follower {
         match archive.files(&self.sandbox, store).await {
             Ok(listed) => self.fetch_new(archive, store, listed, &mut step).await,
             Err(e) => {
-                step.unreachable =
-                    Some(format!("cannot list {}: {}", archive.describe(), cut(&e.to_string(), 600)))
+                step.unreachable = Some(format!("cannot list {}: {}", archive.describe(), cut(&e.to_string(), 600)))
             }
         }
         if down {

@@ -310,11 +310,16 @@ impl Repository for Catalog {
         })?;
         let fetched_in = began.elapsed();
         // Each fetch is a Python start (≈ 0.6 s).
-        let recovered =
-            delegate::replay_plan(sandbox, pg_bindir, target, &archived, &plan, standby, |host, name, part| async move {
-                self.fetch_wal(&host, &part, &name).await
-            })
-            .await?;
+        let recovered = delegate::replay_plan(
+            sandbox,
+            pg_bindir,
+            target,
+            &archived,
+            &plan,
+            standby,
+            |host, name, part| async move { self.fetch_wal(&host, &part, &name).await },
+        )
+        .await?;
         Ok(ToolRestored {
             recovered_to: recovered.recovered_to,
             horizon: recovered.horizon,

@@ -244,11 +244,16 @@ impl Repo {
         }
         let n = plan.segments.len();
         let fetched_in = began.elapsed();
-        let recovered =
-            delegate::replay_plan(sandbox, pg_bindir, target, &archived, &plan, standby, |host, name, part| async move {
-                self.fetch_wal(&host, &part, &name).await
-            })
-            .await?;
+        let recovered = delegate::replay_plan(
+            sandbox,
+            pg_bindir,
+            target,
+            &archived,
+            &plan,
+            standby,
+            |host, name, part| async move { self.fetch_wal(&host, &part, &name).await },
+        )
+        .await?;
         tracing::info!(segments = n, backup = %backup.key, "archived WAL replayed as it was fetched");
         Ok(ToolRestored {
             recovered_to: recovered.recovered_to,
