@@ -63,6 +63,7 @@ pub fn render(text: &str, path: &Path, config: &Config) -> Result<String, Config
             default(st, "concurrency", Value::Integer(s3.concurrency as i64));
             default(st, "verify_tls", Value::Boolean(s3.verify_tls));
             default(st, "retry_window", s(&format_duration(s3.retry_window)));
+            default(st, "probe_write", Value::Boolean(s3.probe_write));
         }
     }
 
@@ -104,6 +105,7 @@ pub fn render(text: &str, path: &Path, config: &Config) -> Result<String, Config
                 default(t, "jitter", s(&format_duration(tc.jitter)));
             }
             default(t, "prove_within", s(&format_duration(tc.prove_within)));
+            default(t, "pin", Value::Boolean(tc.pin));
             if !t.contains_key("recovery_target") && tc.recovery_target == crate::RecoveryTarget::Latest {
                 t.insert("recovery_target".into(), s("latest"));
             }

@@ -103,6 +103,9 @@ pub struct RawStorage {
     pub ca_file: Option<Spanned<String>>,
     pub verify_tls: Option<bool>,
     pub retry_window: Option<Spanned<String>>,
+    pub require_lock: Option<Spanned<String>>,
+    pub retain_until_at_least: Option<Spanned<String>>,
+    pub probe_write: Option<bool>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -146,6 +149,7 @@ pub struct RawTarget {
     pub heartbeat: Option<RawHeartbeat>,
     pub follow: Option<RawFollow>,
     pub delta_restore: Option<Spanned<bool>>,
+    pub pin: Option<bool>,
     pub primary_read_budget: Option<Spanned<String>>,
 }
 

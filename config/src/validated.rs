@@ -263,6 +263,36 @@ pub struct S3Storage {
     /// up: a blip of the store must not fail a nightly run.
     #[serde(serialize_with = "ser_duration")]
     pub retry_window: Duration,
+    /// Every verified backup's objects must be locked in this mode (`compliance` also
+    /// satisfies `governance`); without it the lock is reported, never required.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub require_lock: Option<LockMode>,
+    /// …until at least this long past the backup's time.
+    #[serde(skip_serializing_if = "Option::is_none", serialize_with = "ser_opt_duration")]
+    pub retain_until_at_least: Option<Duration>,
+    /// `drcheck storage check` may try a delete and a put to learn what the credentials
+    /// allow; never otherwise.
+    pub probe_write: bool,
+}
+
+/// An S3 Object Lock retention mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LockMode {
+    /// Removable by whoever holds `s3:BypassGovernanceRetention`.
+    Governance,
+    /// Removable by no one until it expires.
+    Compliance,
+}
+
+impl LockMode {
+    /// As S3 spells it.
+    pub fn as_s3(self) -> &'static str {
+        match self {
+            LockMode::Governance => "GOVERNANCE",
+            LockMode::Compliance => "COMPLIANCE",
+        }
+    }
 }
 
 /// Where a target's backups come from.
@@ -365,6 +395,10 @@ pub struct TargetConfig {
     /// pgBackRest: each restore goes onto the previous one's copy (kept in `state_dir`)
     /// with `--delta`, fetching only the files that changed.
     pub delta_restore: bool,
+    /// A pass pins the backup it proved, and every later run fails when a pinned
+    /// backup changed or vanished (`pinned`); off for a fixed key overwritten by each
+    /// new backup (`latest.dump`), where every night would be a change.
+    pub pin: bool,
     /// The most the comparisons read from the primary per run (bytes): they rotate over
     /// tables and key ranges, every range compared within a number of runs.
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -10,6 +10,7 @@ use crate::commands::drill::DrillCommand;
 use crate::commands::heartbeat::HeartbeatCommand;
 use crate::commands::history::HistoryArgs;
 use crate::commands::lease::LeaseCommand;
+use crate::commands::storage::StorageCommand;
 use crate::commands::report::{ReportArgs, ReportCommand};
 use crate::commands::verify::VerifyArgs;
 use crate::exit::{CliError, Exit};
@@ -53,6 +54,9 @@ pub(crate) enum Command {
     /// Work with the backups in a target's store.
     #[command(subcommand)]
     Backups(BackupsCommand),
+    /// What the store's credentials may do to the backups, and how the bucket protects them.
+    #[command(subcommand)]
+    Storage(StorageCommand),
     /// Show past runs from the history store.
     History(HistoryArgs),
     /// Each target's last verdict, RTO and RPO against their targets, proven backups,
@@ -199,6 +203,9 @@ pub(crate) async fn run(cli: Cli) -> Result<Exit, CliError> {
         }
         Command::Backups(BackupsCommand::Fetch { target, backup, output, decode }) => {
             commands::backups::fetch(&config, &target, backup.as_deref(), &output, decode).await
+        }
+        Command::Storage(StorageCommand::Check { target, json }) => {
+            commands::storage::check(&config, target.as_deref(), json).await
         }
         Command::History(args) => commands::history::run(&config, args).await,
         Command::Status { json } => commands::status::run(&config, json).await,

@@ -28,6 +28,9 @@ pub(crate) struct Metrics {
     recovery_window_start: GaugeVec,
     repository_check_success: IntGaugeVec,
     repository_check_timestamp: GaugeVec,
+    backup_locked: IntGaugeVec,
+    backup_lock_remaining: GaugeVec,
+    backups_changed_since_proven: IntGaugeVec,
     restore_profile: IntGaugeVec,
     backups_restorable: IntGaugeVec,
     backups_proven: IntGaugeVec,
@@ -313,6 +316,24 @@ impl Metrics {
                 "Passing runs whose WAL replay reached the recovery target asked for (a point of the recovery window proven).",
                 &["target"],
             ),
+            backup_locked: int_gauge(
+                &r,
+                "drcheck_backup_locked",
+                "1 if every object of the last verified backup is under an Object Lock retention now, else 0.",
+                &["target"],
+            ),
+            backup_lock_remaining: gauge(
+                &r,
+                "drcheck_backup_lock_remaining_seconds",
+                "How long the last verified backup's earliest-ending object lock still holds (seconds).",
+                &["target"],
+            ),
+            backups_changed_since_proven: int_gauge(
+                &r,
+                "drcheck_backups_changed_since_proven",
+                "Proven backups whose stored objects changed, or that vanished before retention, since they were proven.",
+                &["target"],
+            ),
             repository_check_success: int_gauge(
                 &r,
                 "drcheck_repository_check_success",
@@ -429,6 +450,9 @@ impl Metrics {
             forget(&self.recovery_window_start, "target", v);
             forget(&self.repository_check_success, "target", v);
             forget(&self.repository_check_timestamp, "target", v);
+            forget(&self.backup_locked, "target", v);
+            forget(&self.backup_lock_remaining, "target", v);
+            forget(&self.backups_changed_since_proven, "target", v);
             forget(&self.restore_profile, "target", v);
             forget(&self.backups_restorable, "target", v);
             forget(&self.backups_proven, "target", v);
@@ -533,6 +557,25 @@ impl Metrics {
             }
             self.validator_skipped.with_label_values(&[t, &v.name]).set((v.status == "skipped") as i64);
             self.validator_inconclusive.with_label_values(&[t, &v.name]).set(v.inconclusive.len() as i64);
+            if v.name == "immutability" {
+                match v.measurements.get("locked") {
+                    Some(l) => self.backup_locked.with_label_values(&[t]).set(i64::from(*l > 0.0)),
+                    None => {
+                        let _ = self.backup_locked.remove_label_values(&[t]);
+                    }
+                }
+                match v.measurements.get("lock_remaining_seconds") {
+                    Some(s) => self.backup_lock_remaining.with_label_values(&[t]).set(*s),
+                    None => {
+                        let _ = self.backup_lock_remaining.remove_label_values(&[t]);
+                    }
+                }
+            }
+            if v.name == "pinned"
+                && let Some(c) = v.measurements.get("changed")
+            {
+                self.backups_changed_since_proven.with_label_values(&[t]).set(*c as i64);
+            }
             if v.name == "repository"
                 && let Ok(at) = humantime::parse_rfc3339_weak(&r.finished_at)
             {

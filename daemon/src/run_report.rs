@@ -52,6 +52,21 @@ pub(crate) struct BackupInfo {
     /// Backups from a tool's catalog: which tool (`pgbackrest`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source: Option<String>,
+    /// The objects the backup is stored as (key, size, ETag, version id): pinned by a
+    /// pass, compared with every later listing (the `pinned` finding).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pinned: Vec<PinnedPart>,
+}
+
+/// One stored object of a backup, as a run saw it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct PinnedPart {
+    pub key: String,
+    pub size: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub etag: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version_id: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -457,6 +472,7 @@ mod tests {
                 encryption: None,
                 kind: None,
                 source: None,
+                pinned: vec![],
             }),
             phases: vec![Phase { name: "fetch".into(), seconds: 1.25 }],
             rto: Rto { target_seconds: 1800.0, measured_seconds: Some(8.0), met: Some(true) },

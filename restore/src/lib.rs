@@ -49,8 +49,8 @@ pub use server::recovery::{Horizon, WalReplay};
 pub use server::sandbox::{Sandbox, SandboxOptions, containment_name, finish_teardowns, reap_leftovers};
 pub use source::{Archive, ArchivedFile, Catalog, Recover, Repository, Source};
 pub use store::{
-    Backup, BackupObject, BackupStore, CatalogEntry, MemStore, UPLOAD_GRACE, backups_newest_first, group_backups,
-    open_store, select_latest,
+    Backup, BackupObject, BackupStore, CatalogEntry, MemStore, ObjectLock, Protection, UPLOAD_GRACE, WriteProbe,
+    backups_newest_first, group_backups, open_store, select_latest,
 };
 pub use transfer::fetch::{FetchOptions, WINDOW as FETCH_WINDOW, parallel as fetch_parallel};
 pub use transfer::peel::{Peel, peel};

@@ -74,6 +74,12 @@ compare = "primary"
     let run = only_run(&out);
     assert_eq!(out.status.code(), Some(0), "{run:#}\n{}", stderr(&out));
     for v in run["validators"].as_array().unwrap() {
+        // The store's findings (issue 37) are notes here: no lock is required, nothing
+        // was pinned before.
+        if v["name"] == "immutability" || v["name"] == "pinned" {
+            assert_eq!(v["status"], "skipped", "{v}");
+            continue;
+        }
         assert_eq!(v["status"], "passed", "{v}");
     }
     let names: Vec<&str> = run["validators"].as_array().unwrap().iter().map(|v| v["name"].as_str().unwrap()).collect();

@@ -83,7 +83,8 @@ fn a_good_backup_passes_is_recorded_and_listed() {
     let runs = hist["runs"].as_array().unwrap();
     assert_eq!(runs.len(), 2);
     assert_eq!(runs[1]["run_id"], run["run_id"]);
-    assert_eq!(runs[1]["validators"].as_array().unwrap().len(), 11);
+    // The validators and the store's two findings (immutability, pinned).
+    assert_eq!(runs[1]["validators"].as_array().unwrap().len(), 13);
     let (out, _) = drcheck(&["--config", &c, "history", "--target", "orders"], &scene.env(), LIMIT);
     assert!(stdout(&out).contains(run["run_id"].as_str().unwrap()), "{}", stdout(&out));
 

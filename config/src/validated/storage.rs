@@ -73,7 +73,36 @@ pub(super) fn validate_storage(cx: &Ctx<'_>, name: &str, s: &RawStorage) -> Resu
                     "must be at most 1h (a run waits this long on a store that is down)",
                 ));
             }
+            let require_lock = match &s.require_lock {
+                None => None,
+                Some(v) => Some(match cx.string(&key("require_lock"), v)?.as_str() {
+                    "compliance" => LockMode::Compliance,
+                    "governance" => LockMode::Governance,
+                    other => {
+                        return Err(cx.err(
+                            &key("require_lock"),
+                            Some(v.span()),
+                            format!("expected \"compliance\" or \"governance\", got {other:?}"),
+                        ));
+                    }
+                }),
+            };
+            let retain_until_at_least = match &s.retain_until_at_least {
+                None => None,
+                Some(v) => Some(cx.duration(&key("retain_until_at_least"), v)?),
+            };
+            if retain_until_at_least.is_some() && require_lock.is_none() {
+                let span = s.retain_until_at_least.as_ref().map(|v| v.span());
+                return Err(cx.err(
+                    &key("retain_until_at_least"),
+                    span,
+                    "only with require_lock (the mode the backup's objects must be locked in)",
+                ));
+            }
             Ok(StorageConfig::S3(S3Storage {
+                require_lock,
+                retain_until_at_least,
+                probe_write: s.probe_write.unwrap_or(false),
                 retry_window,
                 ca_file,
                 verify_tls: s.verify_tls.unwrap_or(true),
@@ -96,6 +125,9 @@ pub(super) fn validate_storage(cx: &Ctx<'_>, name: &str, s: &RawStorage) -> Resu
                 ("ca_file", s.ca_file.is_some()),
                 ("verify_tls", s.verify_tls.is_some()),
                 ("retry_window", s.retry_window.is_some()),
+                ("require_lock", s.require_lock.is_some()),
+                ("retain_until_at_least", s.retain_until_at_least.is_some()),
+                ("probe_write", s.probe_write.is_some()),
             ] {
                 reject(k, present, "filesystem")?;
             }

@@ -200,6 +200,7 @@ pub(super) fn validate_target(
     Ok(TargetConfig {
         primary_read_budget,
         delta_restore,
+        pin: t.pin.unwrap_or(true),
         follow,
         heartbeat,
         decrypt,

@@ -624,3 +624,30 @@ fn a_follower_needs_a_wal_archive_and_sane_intervals() {
     let e = parse(&with(wal, "every = \"1m\"")).unwrap_err().to_string();
     assert!(e.contains("every"), "{e}");
 }
+
+#[test]
+fn a_storage_may_require_a_lock_and_say_whether_it_may_be_probed() {
+    let with = |extra: &str| GOOD.replace("path_style = true\n", &format!("path_style = true\n{extra}\n"));
+    let c = parse(&with("require_lock = \"compliance\"\nretain_until_at_least = \"35d\"\nprobe_write = true")).unwrap();
+    let StorageConfig::S3(s3) = &c.storage["backups"] else { panic!() };
+    assert_eq!(s3.require_lock, Some(LockMode::Compliance));
+    assert_eq!(s3.retain_until_at_least, Some(Duration::from_secs(35 * 86400)));
+    assert!(s3.probe_write);
+    assert!(c.targets[0].pin, "pins are on by default");
+    // Defaults: nothing required, never a write.
+    let c = parse(GOOD).unwrap();
+    let StorageConfig::S3(s3) = &c.storage["backups"] else { panic!() };
+    assert_eq!((s3.require_lock, s3.retain_until_at_least, s3.probe_write), (None, None, false));
+    // A mode that does not exist, and a date without a mode: named.
+    let (key, line, msg) = invalid(&with("require_lock = \"strict\""));
+    assert_eq!(key, "storage.backups.require_lock");
+    assert!(line.is_some() && msg.contains("\"compliance\" or \"governance\""), "{msg}");
+    let (key, _, msg) = invalid(&with("retain_until_at_least = \"35d\""));
+    assert_eq!(key, "storage.backups.retain_until_at_least");
+    assert!(msg.contains("only with require_lock"), "{msg}");
+    // A directory has no locks.
+    let (key, _, _) = invalid(&GOOD.replace("path = \"/srv/backups\"", "path = \"/srv/backups\"\nrequire_lock = \"governance\""));
+    assert_eq!(key, "storage.local.require_lock");
+    let c = parse(&GOOD.replace("rpo = \"26h\"", "rpo = \"26h\"\npin = false")).unwrap();
+    assert!(!c.targets[0].pin);
+}

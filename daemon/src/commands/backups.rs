@@ -62,6 +62,10 @@ pub(crate) async fn list(config: &Config, target: Option<&str>, json: bool) -> R
         let (store, backups) = list_backups(config, t).await.map_err(|e| {
             CliError::incomplete(anyhow::Error::new(e).context(format!("listing backups of target {}", t.name)))
         })?;
+        // Each pinned proof against what the store holds now, and the store's protection.
+        let (protection, changes) = protection_and_pins(config, t, &backups, proven.as_ref()).await;
+        let changed = |key: &str| changes.iter().find(|c| c.backup == key);
+        let pinned = |key: &str| proof(key).is_some_and(|p| p.pin.is_some());
         if json {
             let items: Vec<_> = backups
                 .iter()
@@ -70,6 +74,8 @@ pub(crate) async fn list(config: &Config, target: Option<&str>, json: bool) -> R
                     if proven.is_some() {
                         v["last_proven_at"] = proven_at(&b.key).into();
                         v["points_proven"] = proof(&b.key).map_or(0, |p| p.points_proven).into();
+                        v["pinned"] = pinned(&b.key).into();
+                        v["changed_since_proven"] = changed(&b.key).map(|c| c.what.clone()).unwrap_or_default().into();
                     }
                     if let Some(c) = &b.catalog {
                         v["source"] = c.tool.into();
@@ -82,7 +88,15 @@ pub(crate) async fn list(config: &Config, target: Option<&str>, json: bool) -> R
                     v
                 })
                 .collect();
-            out.push(serde_json::json!({"target": t.name, "store": store, "backups": items}));
+            let gone: Vec<_> = changes
+                .iter()
+                .filter(|c| c.vanished)
+                .map(|c| serde_json::json!({"key": c.backup, "changed_since_proven": c.what}))
+                .collect();
+            out.push(serde_json::json!({
+                "target": t.name, "store": store, "backups": items, "vanished_since_proven": gone,
+                "protection": protection,
+            }));
         } else {
             crate::outln!(
                 "{} — {} under {:?}: {}",
@@ -91,6 +105,9 @@ pub(crate) async fn list(config: &Config, target: Option<&str>, json: bool) -> R
                 t.prefix,
                 crate::out::count(backups.len(), "backup")
             );
+            if let Some(p) = &protection {
+                crate::outln!("  protection: {p}");
+            }
             let latest = backups.iter().position(|b| b.catalog.as_ref().is_none_or(|c| c.status == "ok"));
             for (i, b) in backups.iter().enumerate() {
                 let age = SystemTime::now().duration_since(b.last_modified).unwrap_or_default();
@@ -108,11 +125,22 @@ pub(crate) async fn list(config: &Config, target: Option<&str>, json: bool) -> R
                     .unwrap_or_default();
                 let last_proven = match (&proven, proven_at(&b.key)) {
                     (None, _) => String::new(),
-                    (Some(_), Some(at)) => match proof(&b.key).map_or(0, |p| p.points_proven) {
-                        0 => format!("  proven {at}"),
-                        1 => format!("  proven {at}, 1 point in time"),
-                        n => format!("  proven {at}, {n} points in time"),
-                    },
+                    (Some(_), Some(at)) => {
+                        let points = match proof(&b.key).map_or(0, |p| p.points_proven) {
+                            0 => String::new(),
+                            1 => ", 1 point in time".to_string(),
+                            n => format!(", {n} points in time"),
+                        };
+                        let pin = match (changed(&b.key), pinned(&b.key)) {
+                            (Some(c), _) => format!(
+                                ", CHANGED SINCE PROVEN: {}",
+                                c.what.iter().map(|w| crate::out::shown(w)).collect::<Vec<_>>().join(", ")
+                            ),
+                            (None, true) => ", pinned".to_string(),
+                            (None, false) => String::new(),
+                        };
+                        format!("  proven {at}{points}{pin}")
+                    }
                     (Some(_), None) => "  never proven".to_string(),
                 };
                 crate::outln!(
@@ -123,6 +151,9 @@ pub(crate) async fn list(config: &Config, target: Option<&str>, json: bool) -> R
                     timestamp(b.last_modified),
                     drcheck_config::format_duration(age)
                 );
+            }
+            for c in changes.iter().filter(|c| c.vanished) {
+                crate::outln!("  GONE   {}  proven, {}", crate::out::shown(&c.backup), crate::out::shown(&c.what.join(", ")));
             }
         }
     }
@@ -179,4 +210,46 @@ pub(crate) async fn fetch(
         bytes as f64 / secs / 1048576.0
     );
     Ok(Exit::Passed)
+}
+
+/// The store's protection, in words, and each pinned proof of `t` that no longer matches
+/// what the store holds (`backups`: a full listing, newest first).
+async fn protection_and_pins(
+    config: &Config,
+    t: &drcheck_config::TargetConfig,
+    backups: &[drcheck_restore::Backup],
+    proven: Option<&crate::history::Proven>,
+) -> (Option<String>, Vec<crate::verify::immutable::PinChange>) {
+    let store = drcheck_restore::open_store(&t.storage, &config.storage[&t.storage]).await;
+    let protection = match store.protection().await {
+        Ok(Some(p)) => Some(format!(
+            "versioning {}; Object Lock {}",
+            p.versioning.as_deref().unwrap_or("never enabled"),
+            match (p.lock_enabled, &p.default_mode, &p.default_period) {
+                (false, ..) => "off".to_string(),
+                (true, Some(m), Some(d)) => format!("on (default {m}, {d})"),
+                (true, ..) => "on (no default retention)".to_string(),
+            }
+        )),
+        Ok(None) => None,
+        Err(e) => Some(format!("cannot be read: {e}")),
+    };
+    let Some(proven) = proven.filter(|_| t.pin) else { return (protection, Vec::new()) };
+    let wanted: Vec<&drcheck_restore::Backup> =
+        backups.iter().filter(|b| proven.get(&b.key).is_some_and(|p| p.pin.is_some())).collect();
+    let retain = match &config.storage[&t.storage] {
+        drcheck_config::StorageConfig::S3(s3) => s3.retain_until_at_least,
+        _ => None,
+    };
+    let restorable: Vec<drcheck_restore::Backup> =
+        backups.iter().filter(|b| b.catalog.as_ref().is_none_or(|c| c.status == "ok")).cloned().collect();
+    match crate::verify::immutable::stored_objects(t, &store, &wanted).await {
+        Ok(objects) => {
+            (protection, crate::verify::immutable::pin_changes(proven, &restorable, &objects, retain, SystemTime::now()).1)
+        }
+        Err(e) => {
+            crate::errln!("drcheck: warning: {}: the pinned proofs are not compared: {e}", t.name);
+            (protection, Vec::new())
+        }
+    }
 }

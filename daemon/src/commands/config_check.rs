@@ -22,6 +22,20 @@ pub(crate) fn run(config: &Config) -> Result<Exit, CliError> {
     for w in crate::verify::config_warnings(config, true) {
         crate::outln!("# warning: {w}");
     }
+    // What the credentials may do is learned by `storage check`, never here (no request).
+    for (name, s) in &config.storage {
+        if let drcheck_config::StorageConfig::S3(s3) = s {
+            let lock = match (s3.require_lock, s3.retain_until_at_least) {
+                (Some(m), Some(d)) => {
+                    format!("{} lock required, {} past each backup", m.as_s3(), drcheck_config::format_duration(d))
+                }
+                (Some(m), None) => format!("{} lock required", m.as_s3()),
+                (None, _) => "no lock required".to_string(),
+            };
+            let probe = if s3.probe_write { "will try a delete and a put" } else { "never writes (probe_write off)" };
+            crate::outln!("# storage.{name}: {lock}; `drcheck storage check` {probe}");
+        }
+    }
     crate::out!("{effective}");
     Ok(Exit::Passed)
 }

@@ -12,6 +12,7 @@ pub(crate) mod history;
 pub(crate) mod lease;
 pub(crate) mod report;
 pub(crate) mod status;
+pub(crate) mod storage;
 pub(crate) mod verify;
 
 use crate::exit::CliError;

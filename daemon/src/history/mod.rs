@@ -15,7 +15,7 @@ pub(crate) use leases::{Leased, holder_alive_here, lease_holder_name};
 pub(crate) use outbox::OutboxRow;
 pub(crate) use runs::Proven;
 #[cfg(test)]
-pub(crate) use runs::{Freshness, Proof};
+pub(crate) use runs::{Freshness, Pin, Proof};
 
 use anyhow::Context as _;
 use sqlx::any::AnyPoolOptions;

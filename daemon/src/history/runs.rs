@@ -24,6 +24,16 @@ pub(crate) struct Proof {
     pub last_run_id: String,
     /// Passing runs that replayed it to a recovery target (points in time proven).
     pub points_proven: u64,
+    /// Its objects as they were when last proven (none for proofs older than pins).
+    pub pin: Option<Pin>,
+}
+
+/// A proven backup's identity: what a later listing must still find.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub(crate) struct Pin {
+    /// The backup's time (RFC 3339): when its data is consistent, else its upload.
+    pub at: Option<String>,
+    pub parts: Vec<crate::run_report::PinnedPart>,
 }
 
 /// Applies the migrations, one process at a time: PostgreSQL's migrator takes an
@@ -146,14 +156,19 @@ impl History {
         {
             // The backup's proof outlives the run's row (keep_runs prunes runs, not proofs).
             let point = r.restore.as_ref().is_some_and(|i| i.recovery_target.is_some());
+            // Pinned as proven: what every later listing must still find.
+            let pin = (!b.pinned.is_empty())
+                .then(|| Pin { at: b.created_at.clone().or(b.uploaded_at.clone()), parts: b.pinned.clone() })
+                .and_then(|p| serde_json::to_string(&p).ok());
             sqlx::query(
                 "insert into backup_proofs (target, backup_key, consistent_at, first_passed_at, last_passed_at,
-                     last_run_id, points_proven)
-                 values ($1, $2, $3, $4, $4, $5, $6)
+                     last_run_id, points_proven, pin)
+                 values ($1, $2, $3, $4, $4, $5, $6, $7)
                  on conflict (target, backup_key) do update set
                      consistent_at = coalesce(excluded.consistent_at, backup_proofs.consistent_at),
                      last_passed_at = excluded.last_passed_at, last_run_id = excluded.last_run_id,
-                     points_proven = backup_proofs.points_proven + excluded.points_proven",
+                     points_proven = backup_proofs.points_proven + excluded.points_proven,
+                     pin = coalesce(excluded.pin, backup_proofs.pin)",
             )
             .bind(&r.target)
             .bind(&b.key)
@@ -161,6 +176,7 @@ impl History {
             .bind(&r.finished_at)
             .bind(&r.run_id)
             .bind(i64::from(point))
+            .bind(pin)
             .persistent(false)
             .execute(&mut *tx)
             .await?;
@@ -306,8 +322,8 @@ impl History {
     /// Each proven backup of `target` (by backup key): its proof record, which outlives
     /// the runs' rows.
     pub(crate) async fn proofs(&self, target: &str) -> anyhow::Result<std::collections::HashMap<String, Proof>> {
-        let rows: Vec<(String, Option<String>, String, String, i64)> = sqlx::query_as(
-            "select backup_key, consistent_at, last_passed_at, last_run_id, points_proven
+        let rows: Vec<(String, Option<String>, String, String, i64, Option<String>)> = sqlx::query_as(
+            "select backup_key, consistent_at, last_passed_at, last_run_id, points_proven, pin
                from backup_proofs where target = $1",
         )
         .bind(target)
@@ -315,11 +331,12 @@ impl History {
         .await?;
         Ok(rows
             .into_iter()
-            .filter_map(|(key, consistent_at, at, run_id, points)| {
+            .filter_map(|(key, consistent_at, at, run_id, points, pin)| {
                 let last_passed = humantime::parse_rfc3339_weak(&at).ok()?;
+                let pin = pin.and_then(|p| serde_json::from_str(&p).ok());
                 Some((
                     key,
-                    Proof { last_passed, consistent_at, last_run_id: run_id, points_proven: points.max(0) as u64 },
+                    Proof { last_passed, consistent_at, last_run_id: run_id, points_proven: points.max(0) as u64, pin },
                 ))
             })
             .collect())

@@ -66,6 +66,7 @@ async fn on_follower(
         encryption: None,
         kind: None,
         source: None,
+        pinned: vec![],
     });
     // The follower replays to the archive's end: the commit it is paused at is what can
     // be recovered now, and what this run proves.

@@ -12,6 +12,7 @@
 
 mod budget;
 mod follower;
+pub(crate) mod immutable;
 mod repository;
 mod restore;
 mod select;
@@ -46,6 +47,9 @@ pub(crate) struct Run<'a> {
     /// The chosen backup already counts as proven in the report's coverage (a pass adds
     /// it otherwise).
     pub(crate) chosen_proven: bool,
+    /// The store's findings (`pinned`, `immutability`): after the validators' in the
+    /// report, whether or not the run got to validate.
+    pub(crate) store_findings: Vec<crate::run_report::ValidatorReport>,
 }
 
 impl Run<'_> {
@@ -64,6 +68,7 @@ impl Run<'_> {
         r.rpo.recovery_window_start = None;
         r.coverage = None;
         self.chosen_proven = false;
+        self.store_findings.clear();
         self.m = Measurements::default();
         self.attempt += 1;
     }
@@ -215,6 +220,7 @@ pub(crate) fn new_run(run_id: String, target: &TargetConfig) -> Run<'_> {
         m: Measurements::default(),
         attempt: 1,
         chosen_proven: false,
+        store_findings: Vec::new(),
     }
 }
 
@@ -223,7 +229,9 @@ pub(crate) fn new_run(run_id: String, target: &TargetConfig) -> Run<'_> {
 pub(crate) fn finish(mut run: Run<'_>, outcome: Result<(), Stop>) -> RunReport {
     let target = run.target;
     objectives(&mut run);
+    let store_findings = std::mem::take(&mut run.store_findings);
     let r = &mut run.report;
+    r.validators.extend(store_findings);
     r.result = match outcome {
         Err(stop) => {
             let result = stop.result;

@@ -102,11 +102,7 @@ pub(super) async fn select_stage(
             (backup, restorable)
         }
     };
-    // A full listing says which backups left the store: their proofs go with them.
-    if let (None, None, Some(listed)) = (backup_key, fixed_time(target), &restorable) {
-        let keys: Vec<String> = listed.iter().map(|b| b.key.clone()).collect();
-        forget_removed_proofs(history, target, &keys).await;
-    }
+    let mut vanished: Vec<String> = Vec::new();
     // What the RPO judges: the archive's reach, else the newest backup's time.
     run.m.has_archive = has_archive(target);
     run.m.replays_to_end = matches!(target.recovery_target, RecoveryTarget::Latest);
@@ -144,7 +140,46 @@ pub(super) async fn select_stage(
         encryption: None,
         kind: backup.catalog.as_ref().map(|c| c.kind.clone()),
         source: backup.catalog.as_ref().map(|c| c.tool.to_string()),
+        pinned: vec![],
     });
+    // What keeps backups from being quietly destroyed: the proven ones still as proven
+    // (a full listing only), and the chosen one's protection in the store.
+    let now = SystemTime::now();
+    let retain = match &config.storage[&target.storage] {
+        drcheck_config::StorageConfig::S3(s3) => s3.retain_until_at_least,
+        _ => None,
+    };
+    let full_listing = backup_key.is_none() && fixed_time(target).is_none();
+    let pins = target.pin;
+    let mut wanted: Vec<&Backup> = vec![&backup];
+    if let (Some(listed), Some(p), true) = (&restorable, &proven, full_listing && pins) {
+        wanted.extend(listed.iter().filter(|b| p.get(&b.key).is_some_and(|p| p.pin.is_some())));
+    }
+    match super::immutable::stored_objects(target, &store, &wanted).await {
+        Ok(objects) => {
+            if let (Some(listed), Some(p), true) = (&restorable, &proven, full_listing && pins) {
+                let (compared, changes) = super::immutable::pin_changes(p, listed, &objects, retain, now);
+                run.store_findings.push(super::immutable::pinned_finding(compared, &changes));
+                vanished = changes.iter().filter(|c| c.vanished).map(|c| c.backup.clone()).collect();
+            }
+            let parts = objects.get(&backup.key).cloned().unwrap_or_default();
+            let (finding, pinned) =
+                super::immutable::immutability(target, &config.storage[&target.storage], &store, &backup, &parts, now)
+                    .await;
+            run.store_findings.push(finding);
+            if let Some(b) = run.report.backup.as_mut().filter(|_| pins) {
+                b.pinned = pinned;
+            }
+        }
+        Err(e) => tracing::warn!(target = %target.name, "cannot list the backups' objects to check their protection: {e}"),
+    }
+    // A full listing says which backups left the store: their proofs go with them —
+    // but for those gone before retention could have removed them (named above).
+    if let (true, Some(listed)) = (full_listing, &restorable) {
+        let mut keys: Vec<String> = listed.iter().map(|b| b.key.clone()).collect();
+        keys.extend(vanished);
+        forget_removed_proofs(history, target, &keys).await;
+    }
     Ok(Selected { store, catalog, backup, target: target.clone(), random })
 }
 
@@ -616,7 +651,7 @@ mod select_tests {
     }
 
     fn proof(last_passed: SystemTime) -> crate::history::Proof {
-        crate::history::Proof { last_passed, consistent_at: None, last_run_id: "r".into(), points_proven: 0 }
+        crate::history::Proof { last_passed, consistent_at: None, last_run_id: "r".into(), points_proven: 0, pin: None }
     }
 
     #[test]

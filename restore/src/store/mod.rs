@@ -72,11 +72,68 @@ pub trait BackupStore: Send + Sync {
         self.read_range_chunks(key, offset, len).await
     }
 
+    /// How the store protects what it holds against being replaced or deleted (bucket
+    /// versioning, Object Lock); `None` for a store that has no such thing (a directory).
+    async fn protection(&self) -> Result<Option<Protection>, StoreError> {
+        Ok(None)
+    }
+
+    /// The object at `key` with its version and lock (one HEAD); `None` for a store
+    /// without versions or locks.
+    async fn object_lock(&self, key: &str) -> Result<Option<ObjectLock>, StoreError> {
+        let _ = key;
+        Ok(None)
+    }
+
+    /// What the store's credentials may do besides reading, learned by trying: a delete
+    /// of a key that does not exist, and a put of an empty object at `probe_key` removed
+    /// again at once. Only `drcheck storage check` with `probe_write = true` asks.
+    async fn probe_write(&self, probe_key: &str) -> Result<Option<WriteProbe>, StoreError> {
+        let _ = probe_key;
+        Ok(None)
+    }
+
     /// Held by a download for as long as it runs: a store that reads into pooled blocks
     /// keeps them for reuse meanwhile, and frees them when the last download ends.
     fn download_lease(&self) -> Option<crate::store::pool::Lease> {
         None
     }
+}
+
+/// How a bucket protects its objects (issue 37).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Protection {
+    /// `Enabled` or `Suspended`; `None` when versioning was never switched on.
+    pub versioning: Option<String>,
+    /// Object Lock is enabled on the bucket.
+    pub lock_enabled: bool,
+    /// The bucket's default retention: `COMPLIANCE`/`GOVERNANCE`…
+    pub default_mode: Option<String>,
+    /// …for this long (`30 days`, `1 years`).
+    pub default_period: Option<String>,
+}
+
+/// One object's version and lock, as its HEAD says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObjectLock {
+    pub size: u64,
+    pub etag: Option<String>,
+    pub version_id: Option<String>,
+    /// `COMPLIANCE` or `GOVERNANCE`; `None` when the object has no retention.
+    pub mode: Option<String>,
+    pub retain_until: Option<SystemTime>,
+    pub legal_hold: bool,
+}
+
+/// What a write probe learned ([`BackupStore::probe_write`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WriteProbe {
+    /// A delete was accepted (of a key that does not exist: nothing was lost).
+    pub delete_allowed: bool,
+    /// A put was accepted (the empty object was removed again when deletes are allowed).
+    pub put_allowed: bool,
+    /// The put's object could not be removed: it is left at this key.
+    pub left_behind: Option<String>,
 }
 
 /// Builds the store a storage config describes.

@@ -5,7 +5,7 @@
 //! attempts; everything else (403, 404, a missing bucket) fails at once. Connect and
 //! per-attempt timeouts bound every call, and a stalled body fails after `BODY_IDLE_TIMEOUT` without a byte.
 
-use super::{BackupObject, BackupStore};
+use super::{BackupObject, BackupStore, ObjectLock, Protection, WriteProbe};
 use crate::error::StoreError;
 use crate::store::breaker::{self, Breaker};
 use crate::store::retry::Backoff;
@@ -258,6 +258,11 @@ impl S3Store {
     }
 }
 
+/// The store refused the request (the credentials lack the permission).
+fn refused<E>(e: &SdkError<E, HttpResponse>) -> bool {
+    matches!(e, SdkError::ServiceError(s) if matches!(s.raw().status().as_u16(), 401 | 403))
+}
+
 fn to_system_time(t: Option<&aws_sdk_s3::primitives::DateTime>) -> SystemTime {
     t.and_then(|t| SystemTime::try_from(*t).ok()).unwrap_or(SystemTime::UNIX_EPOCH)
 }
@@ -324,6 +329,94 @@ impl BackupStore for S3Store {
 
     fn download_lease(&self) -> Option<crate::store::pool::Lease> {
         Some(self.blocks.lease())
+    }
+
+    async fn protection(&self) -> Result<Option<Protection>, StoreError> {
+        let versioning = self
+            .guarded(async {
+                self.client
+                    .get_bucket_versioning()
+                    .bucket(&self.bucket)
+                    .send()
+                    .await
+                    .map_err(|e| self.error("read the bucket's versioning", e))
+            })
+            .await?;
+        let lock = self.client.get_object_lock_configuration().bucket(&self.bucket).send().await;
+        let config = match lock {
+            Ok(r) => r.object_lock_configuration().cloned(),
+            // A bucket made without Object Lock has no configuration: that is the answer.
+            Err(SdkError::ServiceError(s)) if s.err().code() == Some("ObjectLockConfigurationNotFoundError") => None,
+            Err(e) => return Err(self.error("read the bucket's Object Lock configuration", e)),
+        };
+        let rule = config.as_ref().and_then(|c| c.rule()).and_then(|r| r.default_retention());
+        Ok(Some(Protection {
+            versioning: versioning.status().map(|s| s.as_str().to_string()),
+            lock_enabled: config.as_ref().and_then(|c| c.object_lock_enabled()).is_some_and(|e| e.as_str() == "Enabled"),
+            default_mode: rule.and_then(|r| r.mode()).map(|m| m.as_str().to_string()),
+            default_period: rule.and_then(|r| {
+                r.days().map(|d| format!("{d} days")).or_else(|| r.years().map(|y| format!("{y} years")))
+            }),
+        }))
+    }
+
+    async fn object_lock(&self, key: &str) -> Result<Option<ObjectLock>, StoreError> {
+        let resp = self
+            .guarded(async {
+                self.client
+                    .head_object()
+                    .bucket(&self.bucket)
+                    .key(key)
+                    .send()
+                    .await
+                    .map_err(|e| self.error(&format!("head {key:?}"), e))
+            })
+            .await?;
+        Ok(Some(ObjectLock {
+            size: resp.content_length().unwrap_or(0).max(0) as u64,
+            etag: resp.e_tag().map(str::to_string),
+            // An unversioned bucket's objects answer with the version id "null".
+            version_id: resp.version_id().filter(|v| *v != "null").map(str::to_string),
+            mode: resp.object_lock_mode().map(|m| m.as_str().to_string()),
+            retain_until: resp.object_lock_retain_until_date().and_then(|t| SystemTime::try_from(*t).ok()),
+            legal_hold: resp.object_lock_legal_hold_status().is_some_and(|s| s.as_str() == "ON"),
+        }))
+    }
+
+    async fn probe_write(&self, probe_key: &str) -> Result<Option<WriteProbe>, StoreError> {
+        // A delete of a key that does not exist: nothing is lost whatever the answer (a
+        // versioned bucket records a delete marker, removed again below).
+        let absent = format!("{probe_key}.absent");
+        let deleted = self.client.delete_object().bucket(&self.bucket).key(&absent).send().await;
+        let delete_allowed = match deleted {
+            Ok(r) => {
+                if let (Some(true), Some(v)) = (r.delete_marker(), r.version_id()) {
+                    let _ = self.client.delete_object().bucket(&self.bucket).key(&absent).version_id(v).send().await;
+                }
+                true
+            }
+            Err(e) if refused(&e) => false,
+            Err(e) => return Err(self.error(&format!("probe: delete {absent:?}"), e)),
+        };
+        let body = aws_sdk_s3::primitives::ByteStream::from_static(b"");
+        let put = self.client.put_object().bucket(&self.bucket).key(probe_key).body(body).send().await;
+        let (put_allowed, version) = match put {
+            Ok(r) => (true, r.version_id().map(str::to_string)),
+            Err(e) if refused(&e) => (false, None),
+            Err(e) => return Err(self.error(&format!("probe: put {probe_key:?}"), e)),
+        };
+        let mut left_behind = None;
+        if put_allowed {
+            let mut delete = self.client.delete_object().bucket(&self.bucket).key(probe_key);
+            if let Some(v) = version.as_deref().filter(|v| *v != "null") {
+                delete = delete.version_id(v);
+            }
+            // Under a default retention the empty object is locked like every other.
+            if delete.send().await.is_err() {
+                left_behind = Some(probe_key.to_string());
+            }
+        }
+        Ok(Some(WriteProbe { delete_allowed, put_allowed, left_behind }))
     }
 }
 
