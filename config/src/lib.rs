@@ -23,8 +23,8 @@ pub use schedule::Schedule;
 pub use secret::{Secret, redact_url, redact_userinfo};
 pub use validated::{
     ALL_VALIDATORS, AlertConfig, AlertKind, ApiConfig, Comparisons, Config, CustomCheck, DEFAULT_STATE_URL,
-    DaemonConfig, DecryptConfig, EvidenceConfig, FollowConfig, FormatSetting, HeartbeatConfig, KubernetesConfig, LockMode,
-    MetricsConfig, Profile, RecoveryTarget, S3Storage, SandboxConfig, Selection, SourceConfig, StateConfig,
+    DaemonConfig, DecryptConfig, EvidenceConfig, FollowConfig, FormatSetting, HeartbeatConfig, KubernetesConfig,
+    LockMode, MetricsConfig, Profile, RecoveryTarget, S3Storage, SandboxConfig, Selection, SourceConfig, StateConfig,
     StorageConfig, TargetConfig, Toleration, ValidatorsConfig, is_quantity,
 };
 

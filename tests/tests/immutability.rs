@@ -81,7 +81,9 @@ fn locks_are_required_proofs_are_pinned_and_the_verifier_writes_nothing() {
         )
     };
     let target = |name: &str, storage: &str| {
-        format!("[[target]]\nname = \"{name}\"\nstorage = \"{storage}\"\nprefix = \"dumps/\"\nrto = \"10m\"\nrpo = \"30d\"\n")
+        format!(
+            "[[target]]\nname = \"{name}\"\nstorage = \"{storage}\"\nprefix = \"dumps/\"\nrto = \"10m\"\nrpo = \"30d\"\n"
+        )
     };
     let config = root.path().join("drcheck.toml");
     std::fs::write(
@@ -137,7 +139,10 @@ fn locks_are_required_proofs_are_pinned_and_the_verifier_writes_nothing() {
     let lock = finding(&run, "immutability");
     assert_eq!((code, lock["status"].as_str()), (Some(1), Some("failed")), "{lock}");
     let detail = lock["detail"].as_str().unwrap();
-    assert!(detail.contains("dumps/orders-1.dump: locked until") && detail.contains("60d past the backup's time"), "{detail}");
+    assert!(
+        detail.contains("dumps/orders-1.dump: locked until") && detail.contains("60d past the backup's time"),
+        "{detail}"
+    );
 
     // No lock, nothing required: a note, not a failure.
     let (code, run, err) = verify("plain");
@@ -205,5 +210,8 @@ fn locks_are_required_proofs_are_pinned_and_the_verifier_writes_nothing() {
     let (out, _) = drcheck(&["--config", &cfg, "config", "check"], &[], LIMIT);
     let said = stdout(&out);
     assert!(said.contains("# storage.l35: COMPLIANCE lock required, 35d past each backup"), "{said}");
-    assert!(said.contains("# storage.ureq: GOVERNANCE lock required; `drcheck storage check` will try a delete and a put"), "{said}");
+    assert!(
+        said.contains("# storage.ureq: GOVERNANCE lock required; `drcheck storage check` will try a delete and a put"),
+        "{said}"
+    );
 }

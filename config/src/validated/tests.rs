@@ -646,7 +646,8 @@ fn a_storage_may_require_a_lock_and_say_whether_it_may_be_probed() {
     assert_eq!(key, "storage.backups.retain_until_at_least");
     assert!(msg.contains("only with require_lock"), "{msg}");
     // A directory has no locks.
-    let (key, _, _) = invalid(&GOOD.replace("path = \"/srv/backups\"", "path = \"/srv/backups\"\nrequire_lock = \"governance\""));
+    let (key, _, _) =
+        invalid(&GOOD.replace("path = \"/srv/backups\"", "path = \"/srv/backups\"\nrequire_lock = \"governance\""));
     assert_eq!(key, "storage.local.require_lock");
     let c = parse(&GOOD.replace("rpo = \"26h\"", "rpo = \"26h\"\npin = false")).unwrap();
     assert!(!c.targets[0].pin);

@@ -153,7 +153,11 @@ pub(crate) async fn list(config: &Config, target: Option<&str>, json: bool) -> R
                 );
             }
             for c in changes.iter().filter(|c| c.vanished) {
-                crate::outln!("  GONE   {}  proven, {}", crate::out::shown(&c.backup), crate::out::shown(&c.what.join(", ")));
+                crate::outln!(
+                    "  GONE   {}  proven, {}",
+                    crate::out::shown(&c.backup),
+                    crate::out::shown(&c.what.join(", "))
+                );
             }
         }
     }
@@ -244,9 +248,10 @@ async fn protection_and_pins(
     let restorable: Vec<drcheck_restore::Backup> =
         backups.iter().filter(|b| b.catalog.as_ref().is_none_or(|c| c.status == "ok")).cloned().collect();
     match crate::verify::immutable::stored_objects(t, &store, &wanted).await {
-        Ok(objects) => {
-            (protection, crate::verify::immutable::pin_changes(proven, &restorable, &objects, retain, SystemTime::now()).1)
-        }
+        Ok(objects) => (
+            protection,
+            crate::verify::immutable::pin_changes(proven, &restorable, &objects, retain, SystemTime::now()).1,
+        ),
         Err(e) => {
             crate::errln!("drcheck: warning: {}: the pinned proofs are not compared: {e}", t.name);
             (protection, Vec::new())

@@ -58,7 +58,11 @@ pub(crate) async fn check(config: &Config, target: Option<&str>, json: bool) -> 
         return Ok(Exit::Passed);
     }
     for v in &out {
-        crate::outln!("{} — {}", crate::out::shown(v["target"].as_str().unwrap_or("")), v["store"].as_str().unwrap_or(""));
+        crate::outln!(
+            "{} — {}",
+            crate::out::shown(v["target"].as_str().unwrap_or("")),
+            v["store"].as_str().unwrap_or("")
+        );
         crate::outln!("  list:       allowed ({} objects under {})", v["listed"], v["prefix"]);
         crate::outln!("  protection: {}", v["protection"].as_str().unwrap_or("none (a directory)"));
         match &v["write"] {
@@ -116,10 +120,14 @@ async fn check_one(config: &Config, t: &TargetConfig) -> Result<serde_json::Valu
             match store.probe_write(&key).await {
                 Ok(Some(p)) => {
                     if p.delete_allowed {
-                        warnings.push("these credentials may DELETE objects: whoever holds them can destroy the backups".into());
+                        warnings.push(
+                            "these credentials may DELETE objects: whoever holds them can destroy the backups".into(),
+                        );
                     }
                     if p.put_allowed {
-                        warnings.push("these credentials may PUT objects: whoever holds them can replace the backups".into());
+                        warnings.push(
+                            "these credentials may PUT objects: whoever holds them can replace the backups".into(),
+                        );
                     }
                     if p.delete_allowed || p.put_allowed {
                         policy = read_only_policy(&s3.bucket);

@@ -28,6 +28,9 @@ pub(crate) struct Proof {
     pub pin: Option<Pin>,
 }
 
+/// A `backup_proofs` row: key, consistent_at, last_passed_at, last_run_id, points, pin.
+type ProofRow = (String, Option<String>, String, String, i64, Option<String>);
+
 /// A proven backup's identity: what a later listing must still find.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub(crate) struct Pin {
@@ -322,7 +325,7 @@ impl History {
     /// Each proven backup of `target` (by backup key): its proof record, which outlives
     /// the runs' rows.
     pub(crate) async fn proofs(&self, target: &str) -> anyhow::Result<std::collections::HashMap<String, Proof>> {
-        let rows: Vec<(String, Option<String>, String, String, i64, Option<String>)> = sqlx::query_as(
+        let rows: Vec<ProofRow> = sqlx::query_as(
             "select backup_key, consistent_at, last_passed_at, last_run_id, points_proven, pin
                from backup_proofs where target = $1",
         )

@@ -76,12 +76,8 @@ pub(crate) async fn immutability(
     objects: &[BackupObject],
     now: SystemTime,
 ) -> (ValidatorReport, Vec<PinnedPart>) {
-    let plain = |o: &BackupObject| PinnedPart {
-        key: o.key.clone(),
-        size: o.size,
-        etag: o.etag.clone(),
-        version_id: None,
-    };
+    let plain =
+        |o: &BackupObject| PinnedPart { key: o.key.clone(), size: o.size, etag: o.etag.clone(), version_id: None };
     let StorageConfig::S3(s3) = storage else {
         return (
             finding(
@@ -150,16 +146,17 @@ pub(crate) async fn immutability(
     let report = match required {
         None => finding(
             "skipped",
-            format!(
-                "a note, nothing required (set [storage.{}] require_lock to require it): {facts}",
-                target.storage
-            ),
+            format!("a note, nothing required (set [storage.{}] require_lock to require it): {facts}", target.storage),
             m,
         ),
         Some(_) if judged.problems.is_empty() && n > 0 => {
             finding("passed", format!("{} required and held: {facts}", judged.requirement), m)
         }
-        Some(_) if n == 0 => finding("failed", format!("{} required, but the backup has no objects to lock: {facts}", judged.requirement), m),
+        Some(_) if n == 0 => finding(
+            "failed",
+            format!("{} required, but the backup has no objects to lock: {facts}", judged.requirement),
+            m,
+        ),
         Some(_) => {
             let named: Vec<&str> = judged.problems.iter().take(NAMED).map(String::as_str).collect();
             let more = judged.problems.len().saturating_sub(NAMED);
@@ -242,11 +239,13 @@ fn judge(
             None if l.legal_hold => j.problems.push(format!(
                 "{key}: under legal hold only (anyone allowed s3:PutObjectLegalHold can lift it), no retention"
             )),
-            None if !protection.lock_enabled => j.problems.push(format!("{key}: not locked (the bucket has no Object Lock)")),
-            None => j.problems.push(format!("{key}: not locked")),
-            Some((mode, _)) if want == LockMode::Compliance && mode != "COMPLIANCE" => {
-                j.problems.push(format!("{key}: {mode} (removable with s3:BypassGovernanceRetention), COMPLIANCE required"))
+            None if !protection.lock_enabled => {
+                j.problems.push(format!("{key}: not locked (the bucket has no Object Lock)"))
             }
+            None => j.problems.push(format!("{key}: not locked")),
+            Some((mode, _)) if want == LockMode::Compliance && mode != "COMPLIANCE" => j
+                .problems
+                .push(format!("{key}: {mode} (removable with s3:BypassGovernanceRetention), COMPLIANCE required")),
             Some((_, until)) if until < need_until => j.problems.push(format!(
                 "{key}: locked until {} only, {} required",
                 timestamp(until),
@@ -426,14 +425,19 @@ mod tests {
     #[test]
     fn a_changed_part_and_a_vanished_backup_are_named_retention_is_not() {
         let day = 86_400;
-        let (a, b, c) = (obj("d/a.dump", 10, "e1", day), obj("d/b.dump", 20, "e2", 2 * day), obj("d/c.dump", 30, "e3", 3 * day));
+        let (a, b, c) =
+            (obj("d/a.dump", 10, "e1", day), obj("d/b.dump", 20, "e2", 2 * day), obj("d/c.dump", 30, "e3", 3 * day));
         let mut proven = Proven::new();
         proven.insert("d/a.dump".into(), proof(day, &[&a]));
         proven.insert("d/b.dump".into(), proof(2 * day, &[&b]));
         proven.insert("d/c.dump".into(), proof(3 * day, &[&c]));
         let now = SystemTime::UNIX_EPOCH + Duration::from_secs(10 * day);
         // As proven: nothing to say.
-        let listed = vec![backup("d/c.dump", vec![c.clone()]), backup("d/b.dump", vec![b.clone()]), backup("d/a.dump", vec![a.clone()])];
+        let listed = vec![
+            backup("d/c.dump", vec![c.clone()]),
+            backup("d/b.dump", vec![b.clone()]),
+            backup("d/a.dump", vec![a.clone()]),
+        ];
         let objects: HashMap<_, _> = listed.iter().map(|b| (b.key.clone(), b.parts.clone())).collect();
         assert_eq!(pin_changes(&proven, &listed, &objects, None, now), (3, vec![]));
         // The oldest gone (retention), the middle one replaced: only the replacement.
@@ -446,7 +450,10 @@ mod tests {
         assert!(changes[0].what[0].contains("ETag forged, e2 when proven"), "{changes:?}");
         // …unless retention was promised for longer: then the oldest's removal is named too.
         let (_, changes) = pin_changes(&proven, &listed, &objects, Some(Duration::from_secs(35 * day)), now);
-        assert!(changes.iter().any(|c| c.backup == "d/a.dump" && c.vanished && c.what[0].contains("before its retention")), "{changes:?}");
+        assert!(
+            changes.iter().any(|c| c.backup == "d/a.dump" && c.vanished && c.what[0].contains("before its retention")),
+            "{changes:?}"
+        );
         // The newest deleted while older ones remain: not retention.
         let listed = vec![backup("d/b.dump", vec![b.clone()]), backup("d/a.dump", vec![a.clone()])];
         let objects: HashMap<_, _> = listed.iter().map(|b| (b.key.clone(), b.parts.clone())).collect();
@@ -484,7 +491,11 @@ mod tests {
         assert!(j.problems[0].contains("COMPLIANCE required"), "{:?}", j.problems);
         let short = [(&o, lock(Some("COMPLIANCE"), Some(now + day)))];
         let j = judge(&p, &short, Some(LockMode::Governance), Some(35 * day), backup_at, now);
-        assert!(j.problems[0].contains("locked until") && j.problems[0].contains(&timestamp(backup_at + 35 * day)), "{:?}", j.problems);
+        assert!(
+            j.problems[0].contains("locked until") && j.problems[0].contains(&timestamp(backup_at + 35 * day)),
+            "{:?}",
+            j.problems
+        );
         // An expired lock is no lock.
         let expired = [(&o, lock(Some("COMPLIANCE"), Some(now - day)))];
         let j = judge(&p, &expired, Some(LockMode::Governance), None, backup_at, now);

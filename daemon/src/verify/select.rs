@@ -171,7 +171,9 @@ pub(super) async fn select_stage(
                 b.pinned = pinned;
             }
         }
-        Err(e) => tracing::warn!(target = %target.name, "cannot list the backups' objects to check their protection: {e}"),
+        Err(e) => {
+            tracing::warn!(target = %target.name, "cannot list the backups' objects to check their protection: {e}")
+        }
     }
     // A full listing says which backups left the store: their proofs go with them —
     // but for those gone before retention could have removed them (named above).

@@ -352,7 +352,10 @@ impl BackupStore for S3Store {
         let rule = config.as_ref().and_then(|c| c.rule()).and_then(|r| r.default_retention());
         Ok(Some(Protection {
             versioning: versioning.status().map(|s| s.as_str().to_string()),
-            lock_enabled: config.as_ref().and_then(|c| c.object_lock_enabled()).is_some_and(|e| e.as_str() == "Enabled"),
+            lock_enabled: config
+                .as_ref()
+                .and_then(|c| c.object_lock_enabled())
+                .is_some_and(|e| e.as_str() == "Enabled"),
             default_mode: rule.and_then(|r| r.mode()).map(|m| m.as_str().to_string()),
             default_period: rule.and_then(|r| {
                 r.days().map(|d| format!("{d} days")).or_else(|| r.years().map(|y| format!("{y} years")))
