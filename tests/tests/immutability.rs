@@ -70,7 +70,11 @@ fn locks_are_required_proofs_are_pinned_and_the_verifier_writes_nothing() {
     );
     let plain = unique("plain");
     s3.make_bucket(&plain);
-    s3.upload(&first, &locked, "dumps/orders-1.dump");
+    // A locked bucket wants a checksum with each put (as AWS does): the real CLI sends one.
+    let put_locked = |file: &Path, key: &str| {
+        s3.aws(&["cp", &file.display().to_string(), &format!("s3://{locked}/{key}")]);
+    };
+    put_locked(&first, "dumps/orders-1.dump");
     s3.upload(&first, &plain, "dumps/orders-0.dump");
     s3.upload(&first, &plain, "dumps/orders-1.dump");
 
@@ -162,7 +166,7 @@ fn locks_are_required_proofs_are_pinned_and_the_verifier_writes_nothing() {
     // while an older one remains: each named at the next listing.
     primary.psql("orders", "insert into items values (51, 'after')");
     let second = dump("second.dump");
-    s3.upload(&second, &locked, "dumps/orders-1.dump");
+    put_locked(&second, "dumps/orders-1.dump");
     s3.delete(&plain, "dumps/orders-1.dump");
     let (out, _) = drcheck(&["--config", &cfg, "backups", "list", "--json"], &[], LIMIT);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
@@ -171,7 +175,7 @@ fn locks_are_required_proofs_are_pinned_and_the_verifier_writes_nothing() {
     let held = of("held");
     assert!(held["protection"].as_str().unwrap().contains("Object Lock on (default COMPLIANCE, 40 days)"), "{held}");
     let changed = held["backups"][0]["changed_since_proven"].to_string();
-    assert!(changed.contains("dumps/orders-1.dump: ETag"), "{held}");
+    assert!(changed.contains("dumps/orders-1.dump: ") && changed.contains("when proven"), "{held}");
     let gone = of("plain")["vanished_since_proven"].to_string();
     assert!(gone.contains("dumps/orders-1.dump") && gone.contains("older backups are still there"), "{gone}");
     let (out, _) = drcheck(&["--config", &cfg, "backups", "list", "--target", "held"], &[], LIMIT);
@@ -180,7 +184,8 @@ fn locks_are_required_proofs_are_pinned_and_the_verifier_writes_nothing() {
     let (code, run, _) = verify("held");
     let pin = finding(&run, "pinned");
     assert_eq!((code, pin["status"].as_str()), (Some(1), Some("failed")), "{pin}");
-    assert!(pin["detail"].as_str().unwrap().contains("dumps/orders-1.dump: ETag"), "{pin}");
+    let detail = pin["detail"].as_str().unwrap();
+    assert!(detail.contains("dumps/orders-1.dump: ") && detail.contains("when proven"), "{pin}");
     assert_eq!(pin["measurements"]["changed"], 1.0);
     assert_eq!(metric("drcheck_backups_changed_since_proven", "held"), Some(1.0));
     let (code, run, _) = verify("plain");

@@ -226,15 +226,7 @@ async fn protection_and_pins(
 ) -> (Option<String>, Vec<crate::verify::immutable::PinChange>) {
     let store = drcheck_restore::open_store(&t.storage, &config.storage[&t.storage]).await;
     let protection = match store.protection().await {
-        Ok(Some(p)) => Some(format!(
-            "versioning {}; Object Lock {}",
-            p.versioning.as_deref().unwrap_or("never enabled"),
-            match (p.lock_enabled, &p.default_mode, &p.default_period) {
-                (false, ..) => "off".to_string(),
-                (true, Some(m), Some(d)) => format!("on (default {m}, {d})"),
-                (true, ..) => "on (no default retention)".to_string(),
-            }
-        )),
+        Ok(Some(p)) => Some(p.describe(None)),
         Ok(None) => None,
         Err(e) => Some(format!("cannot be read: {e}")),
     };

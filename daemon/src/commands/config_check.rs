@@ -27,7 +27,7 @@ pub(crate) fn run(config: &Config) -> Result<Exit, CliError> {
         if let drcheck_config::StorageConfig::S3(s3) = s {
             let lock = match (s3.require_lock, s3.retain_until_at_least) {
                 (Some(m), Some(d)) => {
-                    format!("{} lock required, {} past each backup", m.as_s3(), drcheck_config::format_duration(d))
+                    format!("{} lock required, {} past each backup", m.as_s3(), crate::verify::immutable::in_days(d))
                 }
                 (Some(m), None) => format!("{} lock required", m.as_s3()),
                 (None, _) => "no lock required".to_string(),

@@ -99,15 +99,7 @@ async fn check_one(config: &Config, t: &TargetConfig) -> Result<serde_json::Valu
         CliError::incomplete(anyhow::Error::new(e).context(format!("listing {:?} for target {}", t.prefix, t.name)))
     })?;
     let protection = match store.protection().await {
-        Ok(Some(p)) => Some(format!(
-            "versioning {}; Object Lock {}",
-            p.versioning.as_deref().unwrap_or("never enabled"),
-            match (p.lock_enabled, &p.default_mode, &p.default_period) {
-                (false, ..) => "off".to_string(),
-                (true, Some(m), Some(d)) => format!("on (default {m}, {d})"),
-                (true, ..) => "on (no default retention)".to_string(),
-            }
-        )),
+        Ok(Some(p)) => Some(p.describe(None)),
         Ok(None) => None,
         Err(e) => Some(format!("cannot be read: {e}")),
     };

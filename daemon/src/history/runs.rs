@@ -34,7 +34,8 @@ type ProofRow = (String, Option<String>, String, String, i64, Option<String>);
 /// A proven backup's identity: what a later listing must still find.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub(crate) struct Pin {
-    /// The backup's time (RFC 3339): when its data is consistent, else its upload.
+    /// The backup's time as its listing says (RFC 3339): its upload, or a tool's
+    /// catalog stop — what retention orders backups by.
     pub at: Option<String>,
     pub parts: Vec<crate::run_report::PinnedPart>,
 }
@@ -161,7 +162,7 @@ impl History {
             let point = r.restore.as_ref().is_some_and(|i| i.recovery_target.is_some());
             // Pinned as proven: what every later listing must still find.
             let pin = (!b.pinned.is_empty())
-                .then(|| Pin { at: b.created_at.clone().or(b.uploaded_at.clone()), parts: b.pinned.clone() })
+                .then(|| Pin { at: b.uploaded_at.clone().or(b.created_at.clone()), parts: b.pinned.clone() })
                 .and_then(|p| serde_json::to_string(&p).ok());
             sqlx::query(
                 "insert into backup_proofs (target, backup_key, consistent_at, first_passed_at, last_passed_at,

@@ -21,6 +21,14 @@ const MAX_HEADS: usize = 1000;
 /// At most this many problems are named in a detail.
 const NAMED: usize = 8;
 
+/// A retention period as people write it: whole days as `35d`.
+pub(crate) fn in_days(d: Duration) -> String {
+    match d.as_secs() {
+        s if s > 0 && s % 86_400 == 0 => format!("{}d", s / 86_400),
+        _ => format_duration(d),
+    }
+}
+
 /// Where a backup tool keeps a backup's files in the store: pgBackRest's
 /// `<repo>/backup/<stanza>/<label>/`, barman-cloud's `<prefix>/<server>/base/<id>/`.
 fn tool_root(target: &TargetConfig) -> Option<String> {
@@ -116,15 +124,8 @@ pub(crate) async fn immutability(
         })
         .collect();
     let judged = judge(&protection, &locks, required, s3.retain_until_at_least, backup.last_modified, now);
-    let mut facts = format!(
-        "versioning {}; Object Lock {}",
-        protection.versioning.as_deref().unwrap_or("never enabled"),
-        match (protection.lock_enabled, &protection.default_mode, &protection.default_period) {
-            (false, ..) => "off".to_string(),
-            (true, Some(m), Some(p)) => format!("on (default {m}, {p})"),
-            (true, ..) => "on (no default retention)".to_string(),
-        }
-    );
+    let versioned = (!locks.is_empty()).then(|| locks.iter().any(|(_, l)| l.version_id.is_some()));
+    let mut facts = protection.describe(versioned);
     let n = locks.len();
     facts.push_str(&format!("; {} of {n} objects locked", judged.locked_now));
     if let Some((mode, until)) = &judged.earliest {
@@ -214,7 +215,7 @@ fn judge(
                 "{} lock until {} ({} past the backup's time {})",
                 mode.as_s3(),
                 timestamp(need_until),
-                format_duration(d),
+                in_days(d),
                 timestamp(backup_at)
             ),
             None => format!("{} lock", mode.as_s3()),
@@ -306,7 +307,7 @@ pub(crate) fn pin_changes(
                 let why = if within {
                     format!(
                         "gone from the store before its retention ({} past {})",
-                        format_duration(retain_at_least.unwrap_or_default()),
+                        in_days(retain_at_least.unwrap_or_default()),
                         pin.at.clone().unwrap_or_default()
                     )
                 } else {

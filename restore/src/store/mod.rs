@@ -100,10 +100,14 @@ pub trait BackupStore: Send + Sync {
     }
 }
 
+/// [`Protection::versioning`] when the store's answer could not be read.
+pub(crate) const VERSIONING_UNREADABLE: &str = "unreadable";
+
 /// How a bucket protects its objects (issue 37).
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 pub struct Protection {
-    /// `Enabled` or `Suspended`; `None` when versioning was never switched on.
+    /// `Enabled` or `Suspended`; `None` when versioning was never switched on;
+    /// [`VERSIONING_UNREADABLE`] when the store's answer could not be read.
     pub versioning: Option<String>,
     /// Object Lock is enabled on the bucket.
     pub lock_enabled: bool,
@@ -175,6 +179,26 @@ pub struct CatalogEntry {
     pub wal_stop: Option<String>,
     /// barman-cloud: the backup's tablespaces, by name (restored inside the run's directory).
     pub tablespaces: Vec<String>,
+}
+
+impl Protection {
+    /// In words: `versioning Enabled; Object Lock on (default COMPLIANCE, 40 days)`.
+    /// `versioned`: whether the objects looked at carry version ids (what versioning is
+    /// when the store's answer about it could not be read).
+    pub fn describe(&self, versioned: Option<bool>) -> String {
+        let versioning = match (self.versioning.as_deref(), versioned) {
+            (Some(VERSIONING_UNREADABLE), Some(true)) => "Enabled (the objects carry version ids)".to_string(),
+            (Some(VERSIONING_UNREADABLE), _) => "unknown (the store's answer could not be read)".to_string(),
+            (Some(v), _) => v.to_string(),
+            (None, _) => "never enabled".to_string(),
+        };
+        let lock = match (self.lock_enabled, &self.default_mode, &self.default_period) {
+            (false, ..) => "off".to_string(),
+            (true, Some(m), Some(p)) => format!("on (default {m}, {p})"),
+            (true, ..) => "on (no default retention)".to_string(),
+        };
+        format!("versioning {versioning}; Object Lock {lock}")
+    }
 }
 
 impl Backup {

@@ -332,16 +332,17 @@ impl BackupStore for S3Store {
     }
 
     async fn protection(&self) -> Result<Option<Protection>, StoreError> {
-        let versioning = self
-            .guarded(async {
-                self.client
-                    .get_bucket_versioning()
-                    .bucket(&self.bucket)
-                    .send()
-                    .await
-                    .map_err(|e| self.error("read the bucket's versioning", e))
-            })
-            .await?;
+        let answer = self.client.get_bucket_versioning().bucket(&self.bucket).send().await;
+        let versioning = match answer {
+            Ok(v) => v.status().map(|s| s.as_str().to_string()),
+            // A 200 whose body is not S3's `VersioningConfiguration` (moto answers with
+            // another root element): said so, and the objects' version ids tell.
+            Err(SdkError::ResponseError(_)) => Some(super::VERSIONING_UNREADABLE.to_string()),
+            Err(SdkError::ServiceError(s)) if s.raw().status().is_success() => {
+                Some(super::VERSIONING_UNREADABLE.to_string())
+            }
+            Err(e) => return Err(self.error("read the bucket's versioning", e)),
+        };
         let lock = self.client.get_object_lock_configuration().bucket(&self.bucket).send().await;
         let config = match lock {
             Ok(r) => r.object_lock_configuration().cloned(),
@@ -351,7 +352,7 @@ impl BackupStore for S3Store {
         };
         let rule = config.as_ref().and_then(|c| c.rule()).and_then(|r| r.default_retention());
         Ok(Some(Protection {
-            versioning: versioning.status().map(|s| s.as_str().to_string()),
+            versioning,
             lock_enabled: config
                 .as_ref()
                 .and_then(|c| c.object_lock_enabled())
