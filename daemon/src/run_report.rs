@@ -67,6 +67,11 @@ pub(crate) struct PinnedPart {
     pub etag: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub version_id: Option<String>,
+    /// Its SHA-256 as drcheck read it while restoring (single-object backups; a base
+    /// backup's parts are pinned by ETag, size and version: hashing them would slow the
+    /// file copy).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sha256: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -18,6 +18,9 @@ pub enum RestoreEvent {
     SandboxReady(Duration),
     /// The backup is encrypted: with what, then (once opened) by which key.
     Decryption(Decryption),
+    /// The SHA-256 of an object as it was fetched and read to its end (hex): what the
+    /// backup's proof pins beside the object's ETag.
+    Sha256 { key: String, hex: String },
 }
 
 /// How a backup was opened, for the report.

@@ -46,6 +46,13 @@ pub(crate) struct TargetEvidence {
     /// window's runs replayed to. Absent when no run recorded coverage.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub coverage: Option<TargetCoverage>,
+    /// The store's protection of the newest verified backup, as the newest run that
+    /// checked it said (the `immutability` finding). Absent when no run in the window did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub immutability: Option<ValidatorEvidence>,
+    /// Whether the proven backups are still as proven (the newest `pinned` finding).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pinned: Option<ValidatorEvidence>,
     /// Oldest first.
     pub runs: Vec<RunEvidence>,
 }
@@ -261,12 +268,16 @@ pub(crate) fn target_evidence(name: &str, mut runs: Vec<RunEvidence>, from: f64,
         backups: c.backups.clone(),
         points_in_time: points_in_time.clone(),
     });
+    let newest_finding =
+        |name: &str| runs.iter().rev().find_map(|r| r.validators.iter().find(|v| v.name == name)).cloned();
     TargetEvidence {
         name: name.to_string(),
         rto_target_seconds: newest.map(|r| r.rto_target_seconds),
         rpo_target_seconds: newest.map(|r| r.rpo_target_seconds),
         summary: summarise(&runs, from, to),
         coverage,
+        immutability: newest_finding("immutability"),
+        pinned: newest_finding("pinned"),
         runs,
     }
 }
@@ -343,5 +354,28 @@ mod tests {
         assert_eq!(summarise(&late, from, to).longest_without_pass_seconds, 3600.0 - 10.0);
         assert_eq!(summarise(&[], from, to).longest_without_pass_seconds, 10.0 * 86400.0);
         assert_eq!(summarise(&[], from, to).pass_rate, None);
+    }
+
+    #[test]
+    fn a_target_carries_its_newest_runs_store_findings() {
+        let from = epoch("2026-11-01T00:00:00Z").unwrap();
+        let to = epoch("2026-11-11T00:00:00Z").unwrap();
+        let finding = |name: &str, status: &str| ValidatorEvidence {
+            name: name.into(),
+            status: status.into(),
+            detail: format!("{name} {status}"),
+            covered: BTreeMap::new(),
+            inconclusive: vec![],
+        };
+        let mut a = run("a", "2026-11-02T00:00:00Z", "2026-11-02T00:01:00Z", "passed", Some(10.0));
+        a.validators = vec![finding("immutability", "passed"), finding("pinned", "passed")];
+        let mut b = run("b", "2026-11-03T00:00:00Z", "2026-11-03T00:01:00Z", "failed", Some(10.0));
+        b.validators = vec![finding("immutability", "failed")];
+        // A run without them (a follower's validation) leaves the newest that has them.
+        let c = run("c", "2026-11-04T00:00:00Z", "2026-11-04T00:01:00Z", "passed", None);
+        let t = target_evidence("orders", vec![c, b, a], from, to);
+        assert_eq!(t.immutability.as_ref().map(|f| f.status.as_str()), Some("failed"));
+        assert_eq!(t.pinned.as_ref().map(|f| f.status.as_str()), Some("passed"));
+        assert!(target_evidence("none", vec![], from, to).immutability.is_none());
     }
 }

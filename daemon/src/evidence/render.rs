@@ -170,6 +170,18 @@ fn coverage(r: &RunEvidence) -> String {
 }
 
 /// First 12 characters of a run id: enough to tell runs apart in a table.
+/// The store's findings of the newest run that made them (issue 37), named for a reader.
+fn store_findings(t: &TargetEvidence) -> Vec<(&'static str, &super::ValidatorEvidence)> {
+    let mut out = Vec::new();
+    if let Some(f) = &t.immutability {
+        out.push(("Immutability (newest backup)", f));
+    }
+    if let Some(f) = &t.pinned {
+        out.push(("Proven backups unchanged", f));
+    }
+    out
+}
+
 fn short_id(id: &str) -> &str {
     &id[..id.len().min(12)]
 }
@@ -236,6 +248,9 @@ fn html_section(e: &Evidence, t: &TargetEvidence) -> String {
         );
         if let Some(w) = window(t) {
             let _ = writeln!(h, "<p class=\"coverage\">Recovery window: {}.</p>", esc(&w));
+        }
+        for (what, f) in store_findings(t) {
+            let _ = writeln!(h, "<p class=\"store\">{what}: {} — {}</p>", esc(&f.status), esc(&f.detail));
         }
         h.push_str(&rto_chart(t, &e.from, &e.to));
         let _ = writeln!(
@@ -474,6 +489,9 @@ fn markdown_section(t: &TargetEvidence) -> String {
         );
         if let Some(w) = window(t) {
             let _ = writeln!(m, "Recovery window: {w}.\n");
+        }
+        for (what, f) in store_findings(t) {
+            let _ = writeln!(m, "{what}: {} — {}\n", cell(&f.status), cell(&f.detail));
         }
         let _ = writeln!(
             m,

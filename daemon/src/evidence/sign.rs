@@ -324,6 +324,8 @@ pub(crate) mod tests_support {
                 rpo_target_seconds: Some(86400.0),
                 summary,
                 coverage: None,
+                immutability: None,
+                pinned: None,
                 runs: vec![run("a", "passed"), run("bb", "failed")],
             }],
             drills: vec![DrillEvidence {

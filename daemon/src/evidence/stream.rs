@@ -315,6 +315,8 @@ pub(crate) fn canonical_target(
         rpo_target_seconds: t.rpo_target_seconds,
         summary: t.summary.clone(),
         coverage: t.coverage.clone(),
+        immutability: t.immutability.clone(),
+        pinned: t.pinned.clone(),
         runs: Vec::new(),
     };
     let serde_json::Value::Object(mut fields) = serde_json::to_value(&head)? else {

@@ -85,7 +85,7 @@ pub(crate) async fn immutability(
     now: SystemTime,
 ) -> (ValidatorReport, Vec<PinnedPart>) {
     let plain =
-        |o: &BackupObject| PinnedPart { key: o.key.clone(), size: o.size, etag: o.etag.clone(), version_id: None };
+        |o: &BackupObject| PinnedPart { key: o.key.clone(), size: o.size, etag: o.etag.clone(), version_id: None, sha256: None };
     let StorageConfig::S3(s3) = storage else {
         return (
             finding(
@@ -345,6 +345,18 @@ pub(crate) fn pin_changes(
     (compared, changes)
 }
 
+/// The `pinned` finding of a run that compared nothing, and why.
+pub(crate) fn pinned_skipped(why: &str) -> ValidatorReport {
+    ValidatorReport {
+        name: "pinned".into(),
+        status: "skipped".into(),
+        detail: why.to_string(),
+        measurements: BTreeMap::new(),
+        inconclusive: Vec::new(),
+        refused_by_primary: false,
+    }
+}
+
 /// The `pinned` finding from [`pin_changes`].
 pub(crate) fn pinned_finding(compared: usize, changes: &[PinChange]) -> ValidatorReport {
     let mut m = BTreeMap::new();
@@ -417,7 +429,7 @@ mod tests {
                 at: Some(timestamp(SystemTime::UNIX_EPOCH + Duration::from_secs(at))),
                 parts: parts
                     .iter()
-                    .map(|o| PinnedPart { key: o.key.clone(), size: o.size, etag: o.etag.clone(), version_id: None })
+                    .map(|o| PinnedPart { key: o.key.clone(), size: o.size, etag: o.etag.clone(), version_id: None, sha256: None })
                     .collect(),
             }),
         }

@@ -110,6 +110,14 @@ pub(super) async fn restore_stage(
     if let (Some(b), Some(f)) = (run.report.backup.as_mut(), heard.format.take()) {
         b.format = Some(f);
     }
+    // What was hashed while restoring goes into the backup's pin.
+    if let Some(b) = run.report.backup.as_mut() {
+        for (key, hex) in heard.sha256.drain(..) {
+            if let Some(p) = b.pinned.iter_mut().find(|p| p.key == key) {
+                p.sha256 = Some(hex);
+            }
+        }
+    }
     if let Some(d) = heard.decryption.take() {
         if let Some(b) = run.report.backup.as_mut() {
             b.encryption = Some(d.encryption);
@@ -244,6 +252,8 @@ pub(crate) struct Heard {
     first_byte: Option<Duration>,
     sandbox_ready: Option<Duration>,
     decryption: Option<drcheck_restore::Decryption>,
+    /// Each object's SHA-256 as it was read whole, by key.
+    sha256: Vec<(String, String)>,
 }
 
 impl Heard {
@@ -257,6 +267,7 @@ impl Heard {
             E::Received(n) => count(n),
             E::SandboxReady(d) => self.sandbox_ready = Some(d),
             E::Decryption(d) => self.decryption = Some(d),
+            E::Sha256 { key, hex } => self.sha256.push((key, hex)),
         }
     }
 }

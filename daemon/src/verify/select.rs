@@ -155,12 +155,22 @@ pub(super) async fn select_stage(
     if let (Some(listed), Some(p), true) = (&restorable, &proven, full_listing && pins) {
         wanted.extend(listed.iter().filter(|b| p.get(&b.key).is_some_and(|p| p.pin.is_some())));
     }
+    // Why pins are not compared this run, when they are not.
+    let not_compared = match (&restorable, &proven) {
+        _ if !pins => Some("pins are off for this target ([target] pin = false)"),
+        _ if !full_listing => Some("not compared: this run did not list every backup (a named backup or a point in time)"),
+        (None, _) => Some("not compared: this run did not list every backup"),
+        (_, None) => Some("not compared: the history cannot be read"),
+        _ => None,
+    };
     match super::immutable::stored_objects(target, &store, &wanted).await {
         Ok(objects) => {
-            if let (Some(listed), Some(p), true) = (&restorable, &proven, full_listing && pins) {
+            if let (Some(listed), Some(p), None) = (&restorable, &proven, not_compared) {
                 let (compared, changes) = super::immutable::pin_changes(p, listed, &objects, retain, now);
                 run.store_findings.push(super::immutable::pinned_finding(compared, &changes));
                 vanished = changes.iter().filter(|c| c.vanished).map(|c| c.backup.clone()).collect();
+            } else if let Some(why) = not_compared {
+                run.store_findings.push(super::immutable::pinned_skipped(why));
             }
             let parts = objects.get(&backup.key).cloned().unwrap_or_default();
             let (finding, pinned) =
@@ -172,7 +182,13 @@ pub(super) async fn select_stage(
             }
         }
         Err(e) => {
-            tracing::warn!(target = %target.name, "cannot list the backups' objects to check their protection: {e}")
+            // The world's: both findings say they could not run.
+            let why = format!("cannot list the backups' objects: {e}");
+            tracing::warn!(target = %target.name, "{why}");
+            run.store_findings.push(super::immutable::pinned_skipped(&why));
+            let mut f = super::immutable::pinned_skipped(&why);
+            f.name = "immutability".into();
+            run.store_findings.push(f);
         }
     }
     // A full listing says which backups left the store: their proofs go with them —

@@ -343,16 +343,28 @@ pub fn parallel(store: Arc<dyn BackupStore>, object: &BackupObject, opts: FetchO
 }
 
 /// Passes bytes through while hashing them; at the end, a digest that differs from
-/// `expected` is an `InvalidData` error naming both.
+/// `expected` is an `InvalidData` error naming both, and the digest is told (`tell`).
 pub(crate) struct Sha256Verify<R> {
     inner: R,
     hasher: Option<Sha256>,
-    expected: String,
+    expected: Option<String>,
+    tell: Option<(crate::events::Events, String)>,
 }
 
 impl<R> Sha256Verify<R> {
     pub(crate) fn new(inner: R, expected_hex: &str) -> Self {
-        Self { inner, hasher: Some(Sha256::new()), expected: expected_hex.to_ascii_lowercase() }
+        Self { inner, hasher: Some(Sha256::new()), expected: Some(expected_hex.to_ascii_lowercase()), tell: None }
+    }
+
+    /// Hashes without expecting a digest: only tells it, as `key`'s, at the end.
+    pub(crate) fn tap(inner: R, events: crate::events::Events, key: &str) -> Self {
+        Self { inner, hasher: Some(Sha256::new()), expected: None, tell: Some((events, key.to_string())) }
+    }
+
+    /// Tells the digest at the end too.
+    pub(crate) fn telling(mut self, events: crate::events::Events, key: &str) -> Self {
+        self.tell = Some((events, key.to_string()));
+        self
     }
 }
 
@@ -369,14 +381,14 @@ impl<R: AsyncRead + Unpin> AsyncRead for Sha256Verify<R> {
                     }
                 } else if let Some(h) = this.hasher.take() {
                     let got = hex::encode(h.finalize());
-                    if got != this.expected {
+                    if let Some(expected) = this.expected.as_ref().filter(|e| **e != got) {
                         return Poll::Ready(Err(io::Error::new(
                             io::ErrorKind::InvalidData,
-                            format!(
-                                "sha256 mismatch: the .sha256 sidecar says {}, the backup hashes to {got}",
-                                this.expected
-                            ),
+                            format!("sha256 mismatch: the .sha256 sidecar says {expected}, the backup hashes to {got}"),
                         )));
+                    }
+                    if let Some((events, key)) = this.tell.take() {
+                        events.send(crate::events::RestoreEvent::Sha256 { key, hex: got });
                     }
                 }
                 Poll::Ready(Ok(()))
