@@ -137,6 +137,12 @@ fn locks_are_required_proofs_are_pinned_and_the_verifier_writes_nothing() {
     let pinned = &run["backup"]["pinned"][0];
     assert_eq!(pinned["key"], "dumps/orders-1.dump");
     assert!(pinned["version_id"].as_str().is_some_and(|v| !v.is_empty()), "the version is pinned: {run}");
+    // …and the bytes drcheck read while restoring: the file's own SHA-256.
+    let digest = {
+        use sha2::Digest;
+        hex::encode(sha2::Sha256::digest(std::fs::read(&first).unwrap()))
+    };
+    assert_eq!(pinned["sha256"], digest.as_str(), "{run}");
 
     // A lock that ends before the 60 days required: failed, naming the dates.
     let (code, run, _) = verify("short");

@@ -84,8 +84,13 @@ pub(crate) async fn immutability(
     objects: &[BackupObject],
     now: SystemTime,
 ) -> (ValidatorReport, Vec<PinnedPart>) {
-    let plain =
-        |o: &BackupObject| PinnedPart { key: o.key.clone(), size: o.size, etag: o.etag.clone(), version_id: None, sha256: None };
+    let plain = |o: &BackupObject| PinnedPart {
+        key: o.key.clone(),
+        size: o.size,
+        etag: o.etag.clone(),
+        version_id: None,
+        sha256: None,
+    };
     let StorageConfig::S3(s3) = storage else {
         return (
             finding(
@@ -429,7 +434,13 @@ mod tests {
                 at: Some(timestamp(SystemTime::UNIX_EPOCH + Duration::from_secs(at))),
                 parts: parts
                     .iter()
-                    .map(|o| PinnedPart { key: o.key.clone(), size: o.size, etag: o.etag.clone(), version_id: None, sha256: None })
+                    .map(|o| PinnedPart {
+                        key: o.key.clone(),
+                        size: o.size,
+                        etag: o.etag.clone(),
+                        version_id: None,
+                        sha256: None,
+                    })
                     .collect(),
             }),
         }

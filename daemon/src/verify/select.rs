@@ -158,7 +158,9 @@ pub(super) async fn select_stage(
     // Why pins are not compared this run, when they are not.
     let not_compared = match (&restorable, &proven) {
         _ if !pins => Some("pins are off for this target ([target] pin = false)"),
-        _ if !full_listing => Some("not compared: this run did not list every backup (a named backup or a point in time)"),
+        _ if !full_listing => {
+            Some("not compared: this run did not list every backup (a named backup or a point in time)")
+        }
         (None, _) => Some("not compared: this run did not list every backup"),
         (_, None) => Some("not compared: the history cannot be read"),
         _ => None,
