@@ -7,6 +7,7 @@
 //! It does no network or database I/O. Secrets such as the primary's password are held
 //! in [`Secret`], whose `Debug` and `Display` never show them.
 
+pub mod controls;
 mod duration;
 mod effective;
 mod error;

@@ -45,6 +45,8 @@ pub struct RawApi {
 #[serde(deny_unknown_fields)]
 pub struct RawEvidence {
     pub signing_key: Option<Spanned<String>>,
+    pub controls: Option<Spanned<Vec<String>>>,
+    pub controls_file: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Default, Deserialize)]

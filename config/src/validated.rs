@@ -66,6 +66,15 @@ pub struct EvidenceConfig {
     /// or the path of a file holding it.
     #[serde(serialize_with = "ser_opt_secret", skip_serializing_if = "Option::is_none")]
     pub signing_key: Option<Secret>,
+    /// The frameworks whose controls the report maps its evidence to (`soc2`, …).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub controls: Vec<String>,
+    /// A mapping of one's own instead of the built-in `deploy/controls.toml`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub controls_file: Option<PathBuf>,
+    /// The mapping in force (the file's, else the built-in one).
+    #[serde(skip)]
+    pub mapping: crate::controls::Mapping,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -755,7 +764,30 @@ pub(crate) fn validate(
             format!("{k:?} is neither a PEM key nor a file that exists"),
         ));
     }
-    let evidence = EvidenceConfig { signing_key: signing_key.map(Secret::new) };
+    let controls_file = cx.opt_string("evidence.controls_file", &raw.evidence.controls_file)?.map(PathBuf::from);
+    let file_span = raw.evidence.controls_file.as_ref().map(|v| v.span());
+    let mapping = match &controls_file {
+        // Read where the config is used (a manifest describes another machine).
+        Some(path) if cx.here => {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| cx.err("evidence.controls_file", file_span.clone(), format!("cannot read {}: {e}", path.display())))?;
+            crate::controls::parse(&text, &path.display().to_string())
+                .map_err(|m| cx.err("evidence.controls_file", file_span.clone(), m))?
+        }
+        Some(_) => crate::controls::Mapping::new(),
+        None => crate::controls::parse(crate::controls::DEFAULT, "deploy/controls.toml")
+            .map_err(|m| cx.err("evidence.controls", None, m))?,
+    };
+    let controls = raw.evidence.controls.as_ref().map(|v| v.get_ref().clone()).unwrap_or_default();
+    if let Some(unknown) = controls.iter().find(|c| !mapping.is_empty() && !mapping.contains_key(*c)) {
+        let known: Vec<&str> = mapping.keys().map(String::as_str).collect();
+        return Err(cx.err(
+            "evidence.controls",
+            raw.evidence.controls.as_ref().map(|v| v.span()),
+            format!("unknown framework {unknown:?} (known: {})", known.join(", ")),
+        ));
+    }
+    let evidence = EvidenceConfig { signing_key: signing_key.map(Secret::new), controls, controls_file, mapping };
     let mut alerts: Vec<AlertConfig> = Vec::new();
     for (i, a) in raw.alerts.iter().enumerate() {
         let key = |k: &str| format!("alert[{i}].{k}");

@@ -163,7 +163,11 @@ fn a_signed_report_shows_passed_failed_aborted_runs_and_a_drill_in_every_format(
     upload_backups(&scene);
     let slow = Throttle::start(scene.s3.port, 400_000);
     let (key, public) = signing_keys(scene.root.path());
-    let config = three_targets(&scene, &slow.endpoint(), &format!("[evidence]\nsigning_key = \"{}\"", key.display()));
+    let config = three_targets(
+        &scene,
+        &slow.endpoint(),
+        &format!("[evidence]\nsigning_key = \"{}\"\ncontrols = [\"soc2\", \"dora\"]", key.display()),
+    );
     assert_eq!(verify(&config, "orders", &scene), Some(0));
     assert_eq!(verify(&config, "ledger", &scene), Some(1));
     abort_archive(&config, &scene);
@@ -237,6 +241,21 @@ fn a_signed_report_shows_passed_failed_aborted_runs_and_a_drill_in_every_format(
     assert_eq!(e["drills"][0]["title"], "Quarterly game day");
     assert!(j["signature"]["signature"].is_string());
     let run_id = |t: &serde_json::Value| t["runs"][0]["run_id"].as_str().unwrap().to_string();
+    // The controls asked for: each with what it asks, met and missed measures, the runs
+    // that prove them and every miss named.
+    let soc2 = &e["controls"][0];
+    assert_eq!((soc2["framework"].as_str(), e["controls"][1]["framework"].as_str()), (Some("soc2"), Some("dora")));
+    let a13 = soc2["controls"].as_array().unwrap().iter().find(|c| c["id"] == "A1.3").unwrap().clone();
+    assert!(a13["asks"].as_str().unwrap().contains("tested"), "{a13}");
+    assert_eq!(a13["verdict"], "missed", "ledger never passed: {a13}");
+    let measure = |n: &str| a13["measures"].as_array().unwrap().iter().find(|m| m["name"] == n).unwrap().clone();
+    let schedule = measure("verified_on_schedule");
+    assert!(schedule["misses"][0].as_str().unwrap().starts_with("ledger: no passing verification"), "{schedule}");
+    assert!(schedule["proof"].as_array().unwrap().iter().any(|p| *p == run_id(&orders).as_str()), "{schedule}");
+    let drills_run = measure("drills_run");
+    assert_eq!(drills_run["verdict"], "met", "{drills_run}");
+    assert_eq!(measure("restores_isolated")["verdict"], "met", "{a13}");
+    assert_eq!(measure("canaries_caught")["verdict"], "not measured", "{a13}");
 
     // Markdown: a row per run with its verdict.
     let md = std::fs::read_to_string(&files["markdown"]).unwrap();
@@ -254,12 +273,15 @@ fn a_signed_report_shows_passed_failed_aborted_runs_and_a_drill_in_every_format(
     assert_eq!(suites["ledger"], serde_json::json!(["failure"]), "{suites}");
     assert_eq!(suites["archive"], serde_json::json!(["error"]), "{suites}");
     assert_eq!(suites["DR drills"], serde_json::json!(["passed"]), "{suites}");
+    let soc2_suite = suites.as_object().unwrap().iter().find(|(k, _)| k.starts_with("controls: SOC 2")).unwrap().1.clone();
+    assert!(soc2_suite.as_array().unwrap().iter().any(|r| r == "failure"), "{suites}");
 
     // HTML, rendered by Chromium.
     let profile = scene.root.path().join("chromium");
     let dom = chromium_dom(&format!("file://{}", files["html"].display()), &profile);
     assert!(row(&dom, "summary-ledger").contains("<td>1</td>"), "{dom}");
     assert!(row(&dom, &format!("run-{}", run_id(&orders))).contains("data-result=\"passed\""));
+    assert!(row(&dom, "control-soc2-A1.3").contains("data-verdict=\"missed\""), "{dom}");
     let failed = row(&dom, &format!("run-{}", run_id(&ledger)));
     assert!(failed.contains("data-result=\"failed\"") && failed.contains("end of file"), "{failed}");
     assert!(row(&dom, &format!("run-{}", run_id(&archive))).contains("data-result=\"aborted\""));
@@ -279,6 +301,31 @@ fn a_signed_report_shows_passed_failed_aborted_runs_and_a_drill_in_every_format(
         assert_eq!(out.status.code(), Some(0), "{format}: {}{}", stdout(&out), stderr(&out));
         assert!(stdout(&out).contains("verified — 3 runs of 3 targets and 1 drills"), "{}", stdout(&out));
     }
+    // A reviewer signs the HTML off with a key of their own: it verifies with the report,
+    // and the same sign-off offered for another report (the JSON one) does not.
+    let reviewer = scene.root.path().join("reviewer");
+    std::fs::create_dir_all(&reviewer).unwrap();
+    let (reviewer_key, reviewer_public) = signing_keys(&reviewer);
+    let html_file = files["html"].display().to_string();
+    let (out, _) = drcheck(
+        &["report", "sign-off", &html_file, "--by", "Ada Auditor", "--role", "CISO", "--key", &reviewer_key.display().to_string()],
+        &[],
+        LIMIT,
+    );
+    assert_eq!(out.status.code(), Some(0), "{}{}", stdout(&out), stderr(&out));
+    let signoff = format!("{html_file}.signoff.json");
+    let attested: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&signoff).unwrap()).unwrap();
+    assert_eq!(attested["attestation"]["by"], "Ada Auditor");
+    let rp = reviewer_public.display().to_string();
+    let with_signoff = |report: &str| {
+        drcheck(&["report", "verify", report, "--public-key", &p, "--sign-off", &signoff, "--reviewer-key", &rp], &[], LIMIT).0
+    };
+    let out = with_signoff(&html_file);
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+    assert!(stdout(&out).contains("sign-off verified — Ada Auditor (CISO)"), "{}", stdout(&out));
+    let out = with_signoff(&files["json"].display().to_string());
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    assert!(stdout(&out).contains("the sign-off is of another report"), "{}", stdout(&out));
     // …and one changed byte in a run fails, naming that run.
     let html = std::fs::read_to_string(&files["html"]).unwrap();
     let aborted_row = row(&html, &format!("run-{}", run_id(&archive))).to_string();

@@ -652,3 +652,24 @@ fn a_storage_may_require_a_lock_and_say_whether_it_may_be_probed() {
     let c = parse(&GOOD.replace("rpo = \"26h\"", "rpo = \"26h\"\npin = false")).unwrap();
     assert!(!c.targets[0].pin);
 }
+
+#[test]
+fn evidence_maps_to_the_frameworks_asked_for() {
+    let c = parse(&format!("{GOOD}[evidence]\ncontrols = [\"soc2\", \"hipaa\"]\n")).unwrap();
+    assert_eq!(c.evidence.controls, vec!["soc2".to_string(), "hipaa".to_string()]);
+    assert!(c.evidence.mapping.contains_key("dora"), "the built-in mapping is in force");
+    let (key, line, msg) = invalid(&format!("{GOOD}[evidence]\ncontrols = [\"sox\"]\n"));
+    assert_eq!(key, "evidence.controls");
+    assert!(line.is_some() && msg.contains("unknown framework \"sox\"") && msg.contains("soc2"), "{msg}");
+    // A mapping of one's own replaces the built-in one, read and checked at load.
+    let dir = tempfile::tempdir().unwrap();
+    let own = dir.path().join("controls.toml");
+    std::fs::write(&own, "[internal]\ntitle = \"Our policy\"\n[[internal.controls]]\nid = \"BK-1\"\nasks = \"Backups are restored monthly.\"\nevidence = [\"verified_on_schedule\"]\n").unwrap();
+    let text = format!("{GOOD}[evidence]\ncontrols = [\"internal\"]\ncontrols_file = \"{}\"\n", own.display());
+    let c = parse(&text).unwrap();
+    assert_eq!(c.evidence.mapping.keys().collect::<Vec<_>>(), vec!["internal"]);
+    std::fs::write(&own, "[internal]\ntitle = \"X\"\n[[internal.controls]]\nid = \"BK-1\"\nasks = \"x\"\nevidence = [\"vibes\"]\n").unwrap();
+    let (key, _, msg) = invalid(&text);
+    assert_eq!(key, "evidence.controls_file");
+    assert!(msg.contains("unknown measure \"vibes\""), "{msg}");
+}

@@ -1,7 +1,7 @@
 //! `drcheck report`: restore-test evidence over a window of the history store and the
 //! drill journals; `drcheck report verify`: an auditor's check of a report.
 
-use crate::evidence::{self, RunEvidence, check, sign, stream};
+use crate::evidence::{self, RunEvidence, check, sign, signoff, stream};
 use crate::exit::{CliError, Exit};
 use crate::history::History;
 use crate::run_report::timestamp;
@@ -30,6 +30,31 @@ pub(crate) enum ReportCommand {
         /// The signer's Ed25519 public key (PEM).
         #[arg(long)]
         public_key: PathBuf,
+        /// A reviewer's sign-off of this report to check with it (repeatable).
+        #[arg(long = "sign-off", requires = "reviewer_key")]
+        sign_offs: Vec<PathBuf>,
+        /// The reviewers' Ed25519 public key (PEM) the sign-offs were made with.
+        #[arg(long)]
+        reviewer_key: Option<PathBuf>,
+    },
+    /// Sign off a report as its reviewer: who, in what role, when, and which report (by
+    /// the SHA-256 of its bytes), signed with the reviewer's own Ed25519 key, written to
+    /// FILE.signoff.json (or --output). Needs no config.
+    SignOff {
+        /// The report file being signed off.
+        file: PathBuf,
+        /// The reviewer's name.
+        #[arg(long)]
+        by: String,
+        /// The reviewer's role (e.g. "Head of Platform", "CISO").
+        #[arg(long)]
+        role: String,
+        /// The reviewer's Ed25519 private key: a PKCS#8 PEM file (`openssl genpkey -algorithm ed25519`).
+        #[arg(long)]
+        key: PathBuf,
+        /// Where to write the sign-off (default: next to the report, FILE.signoff.json).
+        #[arg(long)]
+        output: Option<PathBuf>,
     },
 }
 
@@ -123,10 +148,19 @@ pub(crate) async fn make(config: &Config, args: MakeReportArgs) -> Result<Exit, 
         }
     };
     let mut heads = Vec::with_capacity(names.len());
+    // What the controls section measures, kept small (each run without its details).
+    let asked = &config.evidence.controls;
+    let mut facts = Vec::new();
     for name in &names {
         let t = load(name.clone()).await.map_err(CliError::incomplete)?;
+        if !asked.is_empty() {
+            let interval = config.target(name).and_then(|t| schedule_interval(t.schedule.as_ref())).unwrap_or(86_400.0);
+            facts.push(evidence::controls::facts(&t, interval));
+        }
         heads.push(evidence::TargetEvidence { runs: Vec::new(), ..t });
     }
+    let controls = evidence::controls::section(&config.evidence.mapping, asked, &facts, &drills);
+    drop(facts);
     let frame = stream::Frame {
         format_version: evidence::FORMAT_VERSION,
         generated_at: timestamp(SystemTime::now()),
@@ -134,6 +168,7 @@ pub(crate) async fn make(config: &Config, args: MakeReportArgs) -> Result<Exit, 
         to: to_s.clone(),
         heads,
         drills,
+        controls,
     };
     let mut loader = |name: &str| Box::pin(load(name.to_string())) as futures::future::BoxFuture<'_, _>;
     let written = match &args.output {
@@ -210,13 +245,20 @@ fn read_drills(dir: &Path, from: &str, to: &str) -> Result<Vec<evidence::DrillEv
 
 /// Exit 0: the signature verifies and the document is what was signed. Exit 1: it does
 /// not, with every difference named. Exit 2: the file or the key cannot be read.
-pub(crate) fn verify(file: &Path, public_key: &Path) -> Result<Exit, CliError> {
+pub(crate) fn verify(
+    file: &Path,
+    public_key: &Path,
+    sign_offs: &[PathBuf],
+    reviewer_key: Option<&Path>,
+) -> Result<Exit, CliError> {
     let key = sign::load_public_key(public_key).map_err(CliError::usage)?;
+    let reviewer = reviewer_key.map(sign::load_public_key).transpose().map_err(CliError::usage)?;
     if let Err(e) = std::fs::metadata(file) {
         return Err(CliError::usage(anyhow::anyhow!("cannot read {}: {e}", file.display())));
     }
     let verdict = check::check_file(file, &key)
         .map_err(|e| CliError::usage(anyhow::anyhow!("cannot read {}: {e:#}", file.display())))?;
+    let mut exit = Exit::Passed;
     if verdict.problems.is_empty() {
         crate::outln!(
             "{}: verified — {}, signed by key sha256:{}",
@@ -224,11 +266,64 @@ pub(crate) fn verify(file: &Path, public_key: &Path) -> Result<Exit, CliError> {
             verdict.what,
             &sign::fingerprint(&key)[..16]
         );
-        return Ok(Exit::Passed);
+    } else {
+        crate::outln!("{}: NOT VERIFIED", file.display());
+        for p in &verdict.problems {
+            crate::outln!("  - {p}");
+        }
+        exit = Exit::Failed;
     }
-    crate::outln!("{}: NOT VERIFIED", file.display());
-    for p in &verdict.problems {
-        crate::outln!("  - {p}");
+    // Each sign-off: of exactly these bytes, by the reviewer's key.
+    for path in sign_offs {
+        let (Some(reviewer), Ok(s)) = (&reviewer, signoff::read(path)) else {
+            crate::outln!("{}: NOT VERIFIED\n  - not a drcheck sign-off (or unreadable)", path.display());
+            exit = Exit::Failed;
+            continue;
+        };
+        let problems = signoff::check(file, &s, reviewer).map_err(CliError::usage)?;
+        let a = &s.attestation;
+        let who = format!(
+            "{} ({}) at {}",
+            crate::out::shown(&a.by),
+            crate::out::shown(&a.role),
+            crate::out::shown(&a.at)
+        );
+        if problems.is_empty() {
+            crate::outln!("{}: sign-off verified — {who}, of this report", path.display());
+        } else {
+            crate::outln!("{}: sign-off NOT VERIFIED — {who}", path.display());
+            for p in &problems {
+                crate::outln!("  - {p}");
+            }
+            exit = Exit::Failed;
+        }
     }
-    Ok(Exit::Failed)
+    Ok(exit)
+}
+
+/// `drcheck report sign-off`: a reviewer's signed attestation of `file`.
+pub(crate) fn sign_off(file: &Path, by: &str, role: &str, key: &Path, output: Option<&Path>) -> Result<Exit, CliError> {
+    let signing = sign::load_signing_key_as("--key", &key.display().to_string()).map_err(CliError::usage)?;
+    let at = timestamp(SystemTime::now());
+    let s = signoff::sign_off(file, by, role, &at, &signing).map_err(CliError::usage)?;
+    let out = output.map(Path::to_path_buf).unwrap_or_else(|| signoff::default_path(file));
+    let text = serde_json::to_string_pretty(&s).map_err(CliError::incomplete)? + "\n";
+    std::fs::write(&out, text)
+        .map_err(|e| CliError::incomplete(anyhow::anyhow!("cannot write {}: {e}", out.display())))?;
+    crate::outln!(
+        "{}: signed off by {} ({}) — report sha256:{}",
+        out.display(),
+        crate::out::shown(by),
+        crate::out::shown(role),
+        &s.attestation.report_sha256[..16]
+    );
+    Ok(Exit::Passed)
+}
+
+/// Seconds between two fires of `schedule` (from now), if it has one.
+fn schedule_interval(schedule: Option<&drcheck_config::Schedule>) -> Option<f64> {
+    let s = schedule?;
+    let first = s.next_after(chrono::Utc::now())?;
+    let second = s.next_after(first)?;
+    Some((second - first).num_seconds().max(1) as f64)
 }

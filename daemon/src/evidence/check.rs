@@ -31,6 +31,7 @@ struct Frame {
     to: String,
     heads: Vec<TargetEvidence>,
     drills: Vec<DrillEvidence>,
+    controls: Vec<super::controls::ControlsEvidence>,
     signature: Option<SignatureBlock>,
     /// Pass 2 reads past the signature (pass 1 kept it).
     skip_signature: bool,
@@ -48,6 +49,7 @@ impl Frame {
             to: self.to.clone(),
             targets: self.heads.clone(),
             drills: self.drills.clone(),
+            controls: self.controls.clone(),
         }
     }
 }
@@ -90,9 +92,15 @@ pub(crate) fn check_file(path: &Path, key: &VerifyingKey) -> anyhow::Result<Verd
     // canonical `{"evidence":…,"signature":…}`, byte for byte).
     let mut canon = Both(Sha256::new(), Sha256::new());
     canon.1.update(b"{\"evidence\":");
+    // Sorted keys: "controls" (only when there are any) before "drills".
+    let controls = if frame.controls.is_empty() {
+        String::new()
+    } else {
+        format!("\"controls\":{},", String::from_utf8(canonical_json(&frame.controls))?)
+    };
     canon.update(
         format!(
-            "{{\"drills\":{},\"format_version\":{},\"from\":{},\"generated_at\":{},\"targets\":[",
+            "{{{controls}\"drills\":{},\"format_version\":{},\"from\":{},\"generated_at\":{},\"targets\":[",
             String::from_utf8(canonical_json(&frame.drills))?,
             frame.format_version,
             serde_json::to_string(&frame.from)?,
@@ -552,6 +560,7 @@ impl<'de> Visitor<'de> for EvidenceSeed<'_, '_> {
                 "from" => frame.from = map.next_value()?,
                 "to" => frame.to = map.next_value()?,
                 "drills" => frame.drills = map.next_value()?,
+                "controls" => frame.controls = map.next_value()?,
                 "targets" => {
                     map.next_value_seed(TargetsSeed { frame: &mut *frame, on_target: &mut *on_target, failure })?
                 }

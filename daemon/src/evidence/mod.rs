@@ -7,8 +7,10 @@
 //! from it to catch an edit of the visible text.
 
 pub(crate) mod check;
+pub(crate) mod controls;
 pub(crate) mod render;
 pub(crate) mod sign;
+pub(crate) mod signoff;
 pub(crate) mod stream;
 
 /// JSON with sorted keys and no spaces: the bytes that are hashed and signed.
@@ -32,6 +34,9 @@ pub(crate) struct Evidence {
     pub to: String,
     pub targets: Vec<TargetEvidence>,
     pub drills: Vec<DrillEvidence>,
+    /// The frameworks' controls the window's evidence answers (`[evidence] controls`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub controls: Vec<controls::ControlsEvidence>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -121,6 +126,9 @@ pub(crate) struct RunEvidence {
     pub recovery_target: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub recovered_to: Option<String>,
+    /// The containment layers the restore ran under, as the run recorded them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub containment: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -212,6 +220,7 @@ impl RunEvidence {
                 .and_then(|i| i.recovery_target.as_ref())
                 .map(|t| t.value.clone().unwrap_or_else(|| t.kind.clone())),
             recovered_to: r.restore.as_ref().and_then(|i| i.recovered_to.clone()),
+            containment: r.restore.as_ref().and_then(|i| i.containment.clone()),
         }
     }
 }
@@ -326,6 +335,7 @@ mod tests {
             coverage: None,
             recovery_target: None,
             recovered_to: None,
+            containment: None,
         }
     }
 

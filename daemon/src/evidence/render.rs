@@ -285,6 +285,51 @@ fn html_section(e: &Evidence, t: &TargetEvidence) -> String {
 
 fn html_tail(e: &Evidence) -> String {
     let mut h = String::new();
+    if !e.controls.is_empty() {
+        let _ = writeln!(h, "<section id=\"controls\"><h2>Controls</h2>");
+        for f in &e.controls {
+            let _ = writeln!(h, "<h3 id=\"controls-{}\">{}</h3>", esc(&f.framework), esc(&f.title));
+            let _ = writeln!(
+                h,
+                "<table class=\"controls\"><thead><tr><th>control</th><th>asks</th><th>verdict</th><th>evidence</th></tr></thead><tbody>"
+            );
+            for c in &f.controls {
+                let _ = write!(
+                    h,
+                    "<tr id=\"control-{}-{}\" data-verdict=\"{v}\"><td>{}</td><td>{}</td><td class=\"{v}\">{v}</td><td><ul>",
+                    esc(&f.framework),
+                    esc(&c.id),
+                    esc(&c.id),
+                    esc(&c.asks),
+                    v = esc(&c.verdict)
+                );
+                for m in &c.measures {
+                    let proof: Vec<String> = m
+                        .proof
+                        .iter()
+                        .map(|id| match id.starts_with("and ") {
+                            true => esc(id),
+                            false => format!("<a href=\"#run-{}\">{}</a>", esc(id), esc(short_id(id))),
+                        })
+                        .collect();
+                    let _ = write!(
+                        h,
+                        "<li data-measure=\"{}\" data-verdict=\"{}\">{} — {}: {}{}{}</li>",
+                        esc(&m.name),
+                        esc(&m.verdict),
+                        esc(&m.name),
+                        esc(&m.verdict),
+                        esc(&m.figure),
+                        if proof.is_empty() { String::new() } else { format!("; proof: {}", proof.join(" ")) },
+                        if m.misses.is_empty() { String::new() } else { format!("; missed: {}", esc(&m.misses.join(" | "))) }
+                    );
+                }
+                let _ = writeln!(h, "</ul></td></tr>");
+            }
+            let _ = writeln!(h, "</tbody></table>");
+        }
+        let _ = writeln!(h, "</section>");
+    }
     let _ = writeln!(h, "<h2>DR drills</h2>");
     if e.drills.is_empty() {
         let _ = writeln!(h, "<p id=\"no-drills\">No drill journal in the window.</p>");
@@ -522,6 +567,38 @@ fn markdown_section(t: &TargetEvidence) -> String {
 
 fn markdown_tail(e: &Evidence) -> String {
     let mut m = String::new();
+    if !e.controls.is_empty() {
+        let _ = writeln!(m, "\n## Controls");
+        for f in &e.controls {
+            let _ = writeln!(m, "\n### {}\n", cell(&f.title));
+            let _ = writeln!(m, "| control | asks | verdict | evidence |");
+            let _ = writeln!(m, "|---|---|---|---|");
+            for c in &f.controls {
+                let evidence: Vec<String> = c
+                    .measures
+                    .iter()
+                    .map(|x| {
+                        let mut s = format!("{} — {}: {}", x.name, x.verdict, x.figure);
+                        if !x.proof.is_empty() {
+                            s.push_str(&format!("; proof: {}", x.proof.join(" ")));
+                        }
+                        if !x.misses.is_empty() {
+                            s.push_str(&format!("; missed: {}", x.misses.join(" / ")));
+                        }
+                        s
+                    })
+                    .collect();
+                let _ = writeln!(
+                    m,
+                    "| {} | {} | **{}** | {} |",
+                    cell(&c.id),
+                    cell(&c.asks),
+                    c.verdict,
+                    cell(&evidence.join("<br>"))
+                );
+            }
+        }
+    }
     let _ = writeln!(m, "\n## DR drills\n");
     if e.drills.is_empty() {
         let _ = writeln!(m, "No drill journal in the window.");
@@ -571,9 +648,12 @@ fn junit_verdict(result: &str, ok: &str, reasons: &[String]) -> String {
 /// own. The shape Jenkins, GitLab and the `junitparser` library read.
 fn junit_head(e: &Evidence) -> String {
     let mut j = String::new();
-    let runs: u32 = e.targets.iter().map(|t| t.summary.runs).sum::<u32>() + e.drills.len() as u32;
+    let controls = e.controls.iter().flat_map(|f| f.controls.iter());
+    let runs: u32 =
+        e.targets.iter().map(|t| t.summary.runs).sum::<u32>() + e.drills.len() as u32 + controls.clone().count() as u32;
     let failures: u32 = e.targets.iter().map(|t| t.summary.failed).sum::<u32>()
-        + e.drills.iter().filter(|d| d.result == "failed").count() as u32;
+        + e.drills.iter().filter(|d| d.result == "failed").count() as u32
+        + controls.filter(|c| c.verdict == "missed").count() as u32;
     let errors: u32 = e.targets.iter().map(|t| t.summary.error + t.summary.aborted).sum::<u32>()
         + e.drills.iter().filter(|d| d.result == "aborted").count() as u32;
     let _ = writeln!(j, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>");
@@ -629,6 +709,33 @@ fn junit_section(e: &Evidence, t: &TargetEvidence) -> String {
 
 fn junit_tail(e: &Evidence) -> String {
     let mut j = String::new();
+    for f in &e.controls {
+        let missed = f.controls.iter().filter(|c| c.verdict == "missed").count();
+        let unmeasured = f.controls.iter().filter(|c| c.verdict == "not measured").count();
+        let _ = writeln!(
+            j,
+            "<testsuite name=\"controls: {}\" tests=\"{}\" failures=\"{missed}\" errors=\"0\" skipped=\"{unmeasured}\" timestamp=\"{}\">",
+            xml(&f.title),
+            f.controls.len(),
+            xml(&e.from)
+        );
+        for c in &f.controls {
+            let said: Vec<String> = c.measures.iter().map(|m| format!("{} — {}: {}", m.name, m.verdict, m.figure)).collect();
+            let misses: Vec<String> = c.measures.iter().flat_map(|m| m.misses.iter().cloned()).collect();
+            let verdict = match c.verdict.as_str() {
+                "met" => String::new(),
+                "missed" => format!("<failure message=\"{}\">{}</failure>", xml(&misses.join(" | ")), xml(&said.join("\n"))),
+                _ => format!("<skipped message=\"{}\"/>", xml(&said.join(" | "))),
+            };
+            let _ = writeln!(
+                j,
+                "<testcase classname=\"drcheck.controls.{}\" name=\"{}\">{verdict}</testcase>",
+                xml(&f.framework),
+                xml(&format!("{} — {}", c.id, c.asks))
+            );
+        }
+        let _ = writeln!(j, "</testsuite>");
+    }
     if !e.drills.is_empty() {
         let failed = e.drills.iter().filter(|d| d.result == "failed").count();
         let aborted = e.drills.iter().filter(|d| d.result == "aborted").count();

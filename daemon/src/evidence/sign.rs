@@ -123,14 +123,19 @@ pub(crate) fn sign_seal(key: &SigningKey, evidence_sha256: String, items: Vec<Se
 /// The signing key: PEM text (from a `${VAR}` secret) or a file holding it. Errors
 /// never quote the key.
 pub(crate) fn load_signing_key(value: &str) -> anyhow::Result<SigningKey> {
+    load_signing_key_as("evidence.signing_key", value)
+}
+
+/// [`load_signing_key`], its errors naming `what` (the setting or flag that gave it).
+pub(crate) fn load_signing_key_as(what: &str, value: &str) -> anyhow::Result<SigningKey> {
     let pem = if value.trim_start().starts_with("-----BEGIN") {
         value.to_string()
     } else {
-        std::fs::read_to_string(value).with_context(|| format!("evidence.signing_key: cannot read {value}"))?
+        std::fs::read_to_string(value).with_context(|| format!("{what}: cannot read {value}"))?
     };
     SigningKey::from_pkcs8_pem(&pem).map_err(|_| {
         anyhow::anyhow!(
-            "evidence.signing_key: not an Ed25519 private key in PKCS#8 PEM (make one with `openssl genpkey -algorithm ed25519`)"
+            "{what}: not an Ed25519 private key in PKCS#8 PEM (make one with `openssl genpkey -algorithm ed25519`)"
         )
     })
 }
@@ -302,6 +307,7 @@ pub(crate) mod tests_support {
             coverage: None,
             recovery_target: None,
             recovered_to: None,
+            containment: None,
         };
         let summary = Summary {
             runs: 2,

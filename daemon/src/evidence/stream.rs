@@ -26,6 +26,7 @@ pub(crate) struct Frame {
     /// Each target with its summary, no runs: the head of the document.
     pub heads: Vec<TargetEvidence>,
     pub drills: Vec<DrillEvidence>,
+    pub controls: Vec<super::controls::ControlsEvidence>,
 }
 
 impl Frame {
@@ -38,6 +39,7 @@ impl Frame {
             to: self.to.clone(),
             targets,
             drills: self.drills.clone(),
+            controls: self.controls.clone(),
         }
     }
 }
@@ -71,11 +73,16 @@ pub(crate) async fn write(
     let shell = frame.evidence(frame.heads.clone());
     let temp = tempfile::tempfile()?;
     let mut canon = Canon { file: BufWriter::new(temp), hash: Sha256::new() };
-    // The canonical content, keys sorted: drills, format_version, from, generated_at,
-    // targets, to.
+    // The canonical content, keys sorted: controls (only when there are any), drills,
+    // format_version, from, generated_at, targets, to.
+    let controls = if frame.controls.is_empty() {
+        String::new()
+    } else {
+        format!("\"controls\":{},", String::from_utf8(canonical_json(&frame.controls))?)
+    };
     canon.write(
         format!(
-            "{{\"drills\":{},\"format_version\":{},\"from\":{},\"generated_at\":{},\"targets\":[",
+            "{{{controls}\"drills\":{},\"format_version\":{},\"from\":{},\"generated_at\":{},\"targets\":[",
             String::from_utf8(canonical_json(&frame.drills))?,
             frame.format_version,
             json_str(&frame.from),
@@ -426,6 +433,7 @@ mod tests {
             to: e.to.clone(),
             heads: e.targets.iter().map(|t| TargetEvidence { runs: vec![], ..t.clone() }).collect(),
             drills: e.drills.clone(),
+            controls: e.controls.clone(),
         };
         let targets = e.targets.clone();
         let mut load = move |name: &str| {
@@ -561,6 +569,7 @@ mod property_tests {
             coverage: None,
             recovery_target: None,
             recovered_to: None,
+            containment: None,
         }
     }
 
@@ -612,6 +621,47 @@ mod property_tests {
             let format = [Format::Html, Format::Markdown, Format::Junit, Format::Json][format];
             let p = verified(&e, format);
             prop_assert!(p.is_empty(), "{:?}: {:?}", format, p);
+        }
+    }
+
+    /// Issue 38: the controls section, met and missed obligations, verifies in every
+    /// format; a verdict edited in it does not.
+    #[test]
+    fn a_controls_section_is_signed_with_the_report() {
+        let mut e = history(vec![(true, 42.5, 3600.0, 1.0), (false, 900.0, 3600.0, 1.0)]);
+        let mapping = drcheck_config::controls::parse(drcheck_config::controls::DEFAULT, "built-in").unwrap();
+        let facts: Vec<_> = e.targets.iter().map(|t| crate::evidence::controls::facts(t, 86_400.0)).collect();
+        e.controls = crate::evidence::controls::section(
+            &mapping,
+            &["soc2".to_string(), "dora".to_string()],
+            &facts,
+            &e.drills,
+        );
+        let verdicts: Vec<&str> =
+            e.controls.iter().flat_map(|f| f.controls.iter().map(|c| c.verdict.as_str())).collect();
+        assert!(verdicts.contains(&"missed"), "{verdicts:?}");
+        for format in [Format::Html, Format::Markdown, Format::Junit, Format::Json] {
+            let p = verified(&e, format);
+            assert!(p.is_empty(), "{format:?}: {p:?}");
+        }
+        // One control's verdict changed after signing: the report no longer verifies.
+        let key = SigningKey::from_bytes(&[11; 32]);
+        let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        for format in [Format::Html, Format::Json] {
+            let out = rt.block_on(super::tests::streamed(format, &e, Some(&key)));
+            let missed = "\"verdict\":\"missed\"";
+            let pretty = "\"verdict\": \"missed\"";
+            let edited = if out.contains(missed) {
+                out.replacen(missed, "\"verdict\":\"met\"", 1)
+            } else {
+                assert!(out.contains(pretty), "{format:?}: the section is in the document");
+                out.replacen(pretty, "\"verdict\": \"met\"", 1)
+            };
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("report");
+            std::fs::write(&path, &edited).unwrap();
+            let p = crate::evidence::check::check_file(&path, &key.verifying_key()).unwrap().problems;
+            assert!(!p.is_empty(), "{format:?}: an edited controls verdict verified");
         }
     }
 }
