@@ -55,7 +55,11 @@ pub fn parse(text: &str, origin: &str) -> Result<Mapping, String> {
                 return Err(format!("{origin}: {name} {}: `asks` must be one line", c.id));
             }
             if let Some(m) = c.evidence.iter().find(|m| !MEASURES.contains(&m.as_str())) {
-                return Err(format!("{origin}: {name} {}: unknown measure {m:?} (known: {})", c.id, MEASURES.join(", ")));
+                return Err(format!(
+                    "{origin}: {name} {}: unknown measure {m:?} (known: {})",
+                    c.id,
+                    MEASURES.join(", ")
+                ));
             }
             if c.evidence.is_empty() {
                 return Err(format!("{origin}: {name} {}: names no evidence", c.id));

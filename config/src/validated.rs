@@ -769,8 +769,9 @@ pub(crate) fn validate(
     let mapping = match &controls_file {
         // Read where the config is used (a manifest describes another machine).
         Some(path) if cx.here => {
-            let text = std::fs::read_to_string(path)
-                .map_err(|e| cx.err("evidence.controls_file", file_span.clone(), format!("cannot read {}: {e}", path.display())))?;
+            let text = std::fs::read_to_string(path).map_err(|e| {
+                cx.err("evidence.controls_file", file_span.clone(), format!("cannot read {}: {e}", path.display()))
+            })?;
             crate::controls::parse(&text, &path.display().to_string())
                 .map_err(|m| cx.err("evidence.controls_file", file_span.clone(), m))?
         }

@@ -180,12 +180,15 @@ pub(crate) async fn run(cli: Cli) -> Result<Exit, CliError> {
         Command::Drill(cmd) => return commands::drill::run(cli.config.as_deref(), cmd).await,
         // An auditor verifies a report without drcheck's config.
         Command::Report(ReportArgs {
-            command: Some(ReportCommand::Verify { file, public_key, sign_offs, reviewer_key }), ..
+            command: Some(ReportCommand::Verify { file, public_key, sign_offs, reviewer_key }),
+            ..
         }) => {
             return commands::report::verify(&file, &public_key, &sign_offs, reviewer_key.as_deref());
         }
         // A reviewer signs off without drcheck's config too.
-        Command::Report(ReportArgs { command: Some(ReportCommand::SignOff { file, by, role, key, output }), .. }) => {
+        Command::Report(ReportArgs {
+            command: Some(ReportCommand::SignOff { file, by, role, key, output }), ..
+        }) => {
             return commands::report::sign_off(&file, &by, &role, &key, output.as_deref());
         }
         other => other,

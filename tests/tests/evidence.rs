@@ -273,7 +273,8 @@ fn a_signed_report_shows_passed_failed_aborted_runs_and_a_drill_in_every_format(
     assert_eq!(suites["ledger"], serde_json::json!(["failure"]), "{suites}");
     assert_eq!(suites["archive"], serde_json::json!(["error"]), "{suites}");
     assert_eq!(suites["DR drills"], serde_json::json!(["passed"]), "{suites}");
-    let soc2_suite = suites.as_object().unwrap().iter().find(|(k, _)| k.starts_with("controls: SOC 2")).unwrap().1.clone();
+    let soc2_suite =
+        suites.as_object().unwrap().iter().find(|(k, _)| k.starts_with("controls: SOC 2")).unwrap().1.clone();
     assert!(soc2_suite.as_array().unwrap().iter().any(|r| r == "failure"), "{suites}");
 
     // HTML, rendered by Chromium.
@@ -308,7 +309,17 @@ fn a_signed_report_shows_passed_failed_aborted_runs_and_a_drill_in_every_format(
     let (reviewer_key, reviewer_public) = signing_keys(&reviewer);
     let html_file = files["html"].display().to_string();
     let (out, _) = drcheck(
-        &["report", "sign-off", &html_file, "--by", "Ada Auditor", "--role", "CISO", "--key", &reviewer_key.display().to_string()],
+        &[
+            "report",
+            "sign-off",
+            &html_file,
+            "--by",
+            "Ada Auditor",
+            "--role",
+            "CISO",
+            "--key",
+            &reviewer_key.display().to_string(),
+        ],
         &[],
         LIMIT,
     );
@@ -318,7 +329,12 @@ fn a_signed_report_shows_passed_failed_aborted_runs_and_a_drill_in_every_format(
     assert_eq!(attested["attestation"]["by"], "Ada Auditor");
     let rp = reviewer_public.display().to_string();
     let with_signoff = |report: &str| {
-        drcheck(&["report", "verify", report, "--public-key", &p, "--sign-off", &signoff, "--reviewer-key", &rp], &[], LIMIT).0
+        drcheck(
+            &["report", "verify", report, "--public-key", &p, "--sign-off", &signoff, "--reviewer-key", &rp],
+            &[],
+            LIMIT,
+        )
+        .0
     };
     let out = with_signoff(&html_file);
     assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));

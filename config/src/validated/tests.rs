@@ -668,7 +668,11 @@ fn evidence_maps_to_the_frameworks_asked_for() {
     let text = format!("{GOOD}[evidence]\ncontrols = [\"internal\"]\ncontrols_file = \"{}\"\n", own.display());
     let c = parse(&text).unwrap();
     assert_eq!(c.evidence.mapping.keys().collect::<Vec<_>>(), vec!["internal"]);
-    std::fs::write(&own, "[internal]\ntitle = \"X\"\n[[internal.controls]]\nid = \"BK-1\"\nasks = \"x\"\nevidence = [\"vibes\"]\n").unwrap();
+    std::fs::write(
+        &own,
+        "[internal]\ntitle = \"X\"\n[[internal.controls]]\nid = \"BK-1\"\nasks = \"x\"\nevidence = [\"vibes\"]\n",
+    )
+    .unwrap();
     let (key, _, msg) = invalid(&text);
     assert_eq!(key, "evidence.controls_file");
     assert!(msg.contains("unknown measure \"vibes\""), "{msg}");

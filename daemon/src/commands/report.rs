@@ -282,12 +282,8 @@ pub(crate) fn verify(
         };
         let problems = signoff::check(file, &s, reviewer).map_err(CliError::usage)?;
         let a = &s.attestation;
-        let who = format!(
-            "{} ({}) at {}",
-            crate::out::shown(&a.by),
-            crate::out::shown(&a.role),
-            crate::out::shown(&a.at)
-        );
+        let who =
+            format!("{} ({}) at {}", crate::out::shown(&a.by), crate::out::shown(&a.role), crate::out::shown(&a.at));
         if problems.is_empty() {
             crate::outln!("{}: sign-off verified — {who}, of this report", path.display());
         } else {

@@ -65,7 +65,11 @@ pub(crate) fn facts(target: &TargetEvidence, schedule_interval_seconds: f64) -> 
                 .filter(|v| READ.contains(&v.name.as_str()))
                 .map(|v| super::ValidatorEvidence {
                     // Only the store's findings' words are quoted in a miss.
-                    detail: if v.name == "immutability" || v.name == "pinned" { v.detail.clone() } else { String::new() },
+                    detail: if v.name == "immutability" || v.name == "pinned" {
+                        v.detail.clone()
+                    } else {
+                        String::new()
+                    },
                     covered: Default::default(),
                     inconclusive: Vec::new(),
                     ..v.clone()
@@ -119,7 +123,8 @@ pub(crate) fn compute(name: &str, targets: &[TargetFacts], drills: &[DrillEviden
                     ));
                 }
             }
-            let proof: Vec<String> = runs().filter(|(_, r)| r.result == "passed").map(|(_, r)| r.run_id.clone()).collect();
+            let proof: Vec<String> =
+                runs().filter(|(_, r)| r.result == "passed").map(|(_, r)| r.run_id.clone()).collect();
             let figure = format!(
                 "{} of {} targets verified within their schedule ({} passing runs)",
                 targets.len() - misses.len().min(targets.len()),
@@ -154,7 +159,8 @@ pub(crate) fn compute(name: &str, targets: &[TargetFacts], drills: &[DrillEviden
             measure(name, verdict(misses.is_empty() && !targets.is_empty()), figure, proof, misses)
         }
         "restores_isolated" => {
-            let restores: Vec<_> = runs().filter(|(_, r)| r.containment.is_some() || r.rto_measured_seconds.is_some()).collect();
+            let restores: Vec<_> =
+                runs().filter(|(_, r)| r.containment.is_some() || r.rto_measured_seconds.is_some()).collect();
             let mut layers: Vec<String> = restores.iter().filter_map(|(_, r)| r.containment.clone()).collect();
             layers.sort();
             layers.dedup();
@@ -234,7 +240,8 @@ pub(crate) fn compute(name: &str, targets: &[TargetFacts], drills: &[DrillEviden
                 measured.len(),
                 super::render::human(worst)
             );
-            let proof = measured.iter().filter(|(_, r)| r.rto_met == Some(true)).map(|(_, r)| r.run_id.clone()).collect();
+            let proof =
+                measured.iter().filter(|(_, r)| r.rto_met == Some(true)).map(|(_, r)| r.run_id.clone()).collect();
             measure(name, verdict(misses.is_empty()), figure, proof, misses)
         }
         "drills_run" => {
@@ -262,14 +269,12 @@ pub(crate) fn compute(name: &str, targets: &[TargetFacts], drills: &[DrillEviden
             let mut proof = Vec::new();
             for t in targets {
                 let newest = |n: &str| t.target.runs.iter().rev().find(|r| r.validators.iter().any(|v| v.name == n));
-                match newest("immutability").and_then(|r| r.validators.iter().find(|v| v.name == "immutability").map(|v| (r, v))) {
+                match newest("immutability")
+                    .and_then(|r| r.validators.iter().find(|v| v.name == "immutability").map(|v| (r, v)))
+                {
                     Some((r, v)) if v.status == "passed" => proof.push(r.run_id.clone()),
-                    Some((r, v)) if v.status == "skipped" => misses.push(format!(
-                        "{}: no lock required of its backups (run {}: {})",
-                        t.name,
-                        r.run_id,
-                        v.detail
-                    )),
+                    Some((r, v)) if v.status == "skipped" => misses
+                        .push(format!("{}: no lock required of its backups (run {}: {})", t.name, r.run_id, v.detail)),
                     Some((r, v)) => misses.push(format!("{}: run {}: {}", t.name, r.run_id, v.detail)),
                     None => misses.push(format!("{}: no run in the window checked its backups' protection", t.name)),
                 }
@@ -282,7 +287,8 @@ pub(crate) fn compute(name: &str, targets: &[TargetFacts], drills: &[DrillEviden
             }
             let figure = format!(
                 "{} of {} targets' newest backups locked as required, proven backups unchanged",
-                targets.len() - targets.iter().filter(|t| misses.iter().any(|m| m.starts_with(&format!("{}:", t.name)))).count(),
+                targets.len()
+                    - targets.iter().filter(|t| misses.iter().any(|m| m.starts_with(&format!("{}:", t.name)))).count(),
                 targets.len()
             );
             measure(name, verdict(misses.is_empty() && !targets.is_empty()), figure, proof, misses)

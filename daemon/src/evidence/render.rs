@@ -321,7 +321,11 @@ fn html_tail(e: &Evidence) -> String {
                         esc(&m.verdict),
                         esc(&m.figure),
                         if proof.is_empty() { String::new() } else { format!("; proof: {}", proof.join(" ")) },
-                        if m.misses.is_empty() { String::new() } else { format!("; missed: {}", esc(&m.misses.join(" | "))) }
+                        if m.misses.is_empty() {
+                            String::new()
+                        } else {
+                            format!("; missed: {}", esc(&m.misses.join(" | ")))
+                        }
                     );
                 }
                 let _ = writeln!(h, "</ul></td></tr>");
@@ -720,11 +724,14 @@ fn junit_tail(e: &Evidence) -> String {
             xml(&e.from)
         );
         for c in &f.controls {
-            let said: Vec<String> = c.measures.iter().map(|m| format!("{} — {}: {}", m.name, m.verdict, m.figure)).collect();
+            let said: Vec<String> =
+                c.measures.iter().map(|m| format!("{} — {}: {}", m.name, m.verdict, m.figure)).collect();
             let misses: Vec<String> = c.measures.iter().flat_map(|m| m.misses.iter().cloned()).collect();
             let verdict = match c.verdict.as_str() {
                 "met" => String::new(),
-                "missed" => format!("<failure message=\"{}\">{}</failure>", xml(&misses.join(" | ")), xml(&said.join("\n"))),
+                "missed" => {
+                    format!("<failure message=\"{}\">{}</failure>", xml(&misses.join(" | ")), xml(&said.join("\n")))
+                }
                 _ => format!("<skipped message=\"{}\"/>", xml(&said.join(" | "))),
             };
             let _ = writeln!(

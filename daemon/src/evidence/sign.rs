@@ -347,6 +347,7 @@ pub(crate) mod tests_support {
                 reasons: vec![],
                 journal: "drill.json".into(),
             }],
+            controls: vec![],
         }
     }
 }
