@@ -30,6 +30,9 @@ const PER_STEP: usize = 256;
 const MAX_LOG: u64 = 16 << 20;
 /// How long the server has to answer where replay is.
 const ASK_TIMEOUT: Duration = Duration::from_secs(10);
+/// Between listings of the whole archive (which see a timeline history replaced or
+/// removed), steps list only what sorts after the last segment fetched.
+const FULL_LISTING_EVERY: u64 = 30;
 
 /// What a follower remembers across restarts.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -112,6 +115,11 @@ pub struct Follower {
     /// The segment last named as not replayable: fetched again when the archive's copy
     /// changes (a repaired archive is followed without a new seed).
     suspect: Option<String>,
+    /// Steps taken since this follower was opened.
+    steps: u64,
+    /// The last full listing's files all lay in one directory (objects under a flat
+    /// `wal_prefix`): later steps may list only what sorts after the last segment.
+    flat: bool,
 }
 
 impl std::fmt::Debug for Follower {
@@ -178,6 +186,8 @@ impl Follower {
             waiting_since: None,
             fetched_versions: BTreeMap::new(),
             suspect: None,
+            steps: 0,
+            flat: false,
         }
     }
 
@@ -238,8 +248,18 @@ impl Follower {
                 detail: format!("the follower's server {how} replaying it: {}", cut(&why, 600)),
             });
         }
-        match archive.files(&self.sandbox, store).await {
-            Ok(listed) => self.fetch_new(archive, store, listed, &mut step).await,
+        // The whole archive now and then, and whenever something is wrong (a repaired
+        // segment is found by its new version); else what is new since the last segment.
+        let full = !self.flat || self.suspect.is_some() || self.steps.is_multiple_of(FULL_LISTING_EVERY);
+        self.steps += 1;
+        let after = if full { None } else { self.state.last_segment.clone() };
+        match archive.files(&self.sandbox, store, after.as_deref()).await {
+            Ok(listed) => {
+                if after.is_none() {
+                    self.flat = one_directory(&listed);
+                }
+                self.fetch_new(archive, store, listed, after.is_none(), &mut step).await
+            }
             Err(e) => {
                 step.unreachable = Some(format!("cannot list {}: {}", archive.describe(), cut(&e.to_string(), 600)))
             }
@@ -267,6 +287,7 @@ impl Follower {
         archive: &dyn Archive,
         store: &Arc<dyn BackupStore>,
         listed: Vec<ArchivedFile>,
+        whole: bool,
         step: &mut Step,
     ) {
         // One file per name: two stored copies of one segment (a tool's duplicate) are
@@ -280,7 +301,7 @@ impl Follower {
         // Timeline histories first: replay asks for them before a new timeline's WAL. One
         // the archive changed is fetched again, one it no longer holds leaves the spool
         // (a crafted history can stop the server: repairing the archive repairs this).
-        for name in spooled_histories(&self.spool) {
+        for name in spooled_histories(&self.spool).into_iter().filter(|_| whole) {
             if !objects.contains_key(&name) {
                 tracing::info!(file = %name, "the archive no longer holds this timeline history: removed from the spool");
                 let _ = std::fs::remove_file(self.spool.join(&name));
@@ -722,6 +743,17 @@ fn spooled_segments(spool: &Path) -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// Whether every file lies in one directory of the store (none nested deeper): then
+/// keys sort as their names do, and a listing from a key on sees every later segment.
+fn one_directory(files: &[ArchivedFile]) -> bool {
+    let dir = |k: &str| k.rsplit_once('/').map(|(d, _)| d.to_string()).unwrap_or_default();
+    let mut dirs = files.iter().map(|f| dir(&f.key));
+    match dirs.next() {
+        Some(first) => dirs.all(|d| d == first),
+        None => false,
+    }
+}
+
 fn rfc3339(t: SystemTime) -> String {
     humantime::format_rfc3339_seconds(t).to_string()
 }
@@ -764,5 +796,45 @@ mod tests {
         let c = complaint_of("XX000 FATAL:  syntax error in history file: \x1b[31mred\x07").unwrap();
         assert!(!c.line.chars().any(char::is_control), "{:?}", c.line);
         assert!(complaint_of("00000 LOG:  restored log file \"000000010000000000000005\" from archive").is_none());
+    }
+
+    #[test]
+    fn only_an_archive_in_one_directory_is_listed_from_a_key_on() {
+        let f = |key: &str| ArchivedFile {
+            name: key.rsplit('/').next().unwrap().into(),
+            key: key.into(),
+            size: 1,
+            version: None,
+        };
+        let flat = [f("wal/000000010000000000000003.gz"), f("wal/00000002.history")];
+        assert!(one_directory(&flat));
+        // Nested (pgBackRest, barman-cloud, a wal-g layout): keys do not sort as names do.
+        let nested = [f("a/0000000100000000/000000010000000000000003-ab.gz"), f("a/00000002.history")];
+        assert!(!one_directory(&nested));
+        assert!(!one_directory(&[]));
+    }
+
+    #[tokio::test]
+    async fn a_listing_after_a_segment_holds_later_segments_and_later_timelines() {
+        let store = crate::store::MemStore::new();
+        for k in [
+            "wal/00000001.history",
+            "wal/000000010000000000000004.gz",
+            "wal/000000010000000000000005",
+            "wal/000000010000000000000006.gz",
+            "wal/00000002.history",
+            "wal/000000020000000000000006",
+        ] {
+            store.put(k, b"x".to_vec(), SystemTime::now());
+        }
+        let got: Vec<String> = crate::store::BackupStore::list_after(&store, "wal/", "wal/000000010000000000000005~")
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|o| o.key)
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        assert_eq!(got, ["wal/000000010000000000000006.gz", "wal/00000002.history", "wal/000000020000000000000006"]);
     }
 }

@@ -69,9 +69,17 @@ pub trait Archive: Send + Sync {
     ) -> Result<Option<Reach>, RestoreError>;
 
     /// Every archived WAL file — segments and timeline histories — with what identifies
-    /// its stored version, for a follower ([`crate::Follower::step`]). Tools run
-    /// contained beside `host`.
-    async fn files(&self, host: &Sandbox, store: &Arc<dyn BackupStore>) -> Result<Vec<ArchivedFile>, RestoreError>;
+    /// its stored version, for a follower ([`crate::Follower::step`]). With `after` (a
+    /// segment), an archive whose files lie flat under its prefix lists only the keys
+    /// that sort after that segment's — later segments and later timelines' histories: a
+    /// cost that grows with what is new, not with the archive; others list everything.
+    /// Tools run contained beside `host`.
+    async fn files(
+        &self,
+        host: &Sandbox,
+        store: &Arc<dyn BackupStore>,
+        after: Option<&str>,
+    ) -> Result<Vec<ArchivedFile>, RestoreError>;
 
     /// One archived file, as the server reads it (decompressed, decrypted), into `dest`
     /// (a file drcheck then hands to the server). Tools run contained beside `host`.

@@ -228,6 +228,7 @@ impl Archive for Catalog {
         &self,
         _host: &Sandbox,
         store: &Arc<dyn BackupStore>,
+        _after: Option<&str>,
     ) -> Result<Vec<crate::source::ArchivedFile>, RestoreError> {
         let listed = store.list(&format!("{}wals/", self.server_prefix())).await?;
         Ok(listed

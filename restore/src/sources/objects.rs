@@ -343,8 +343,14 @@ impl Archive for WalArchive {
         &self,
         _host: &Sandbox,
         store: &std::sync::Arc<dyn crate::store::BackupStore>,
+        after: Option<&str>,
     ) -> Result<Vec<crate::source::ArchivedFile>, RestoreError> {
-        let listed = crate::sources::physical::wal_objects(store.list(&self.prefix).await?);
+        let listed = match after {
+            // `~` sorts after every suffix of the segment's own keys (`.gz`, `.partial`).
+            Some(segment) => store.list_after(&self.prefix, &format!("{}{segment}~", self.prefix)).await?,
+            None => store.list(&self.prefix).await?,
+        };
+        let listed = crate::sources::physical::wal_objects(listed);
         Ok(listed
             .into_iter()
             .map(|(o, name)| crate::source::ArchivedFile { name, key: o.key, size: o.size, version: o.etag })

@@ -441,6 +441,7 @@ impl Archive for Stanza {
         &self,
         host: &Sandbox,
         _store: &std::sync::Arc<dyn crate::store::BackupStore>,
+        _after: Option<&str>,
     ) -> Result<Vec<crate::source::ArchivedFile>, RestoreError> {
         let Some(id) = &self.catalog.archive_id else { return Ok(Vec::new()) };
         let listing = self.repo.list_archive(host, id).await?;

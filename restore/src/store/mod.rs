@@ -46,6 +46,14 @@ pub trait BackupStore: Send + Sync {
     /// Every object whose key starts with `prefix`, in no particular order.
     async fn list(&self, prefix: &str) -> Result<Vec<BackupObject>, StoreError>;
 
+    /// The objects under `prefix` whose keys sort after `start_after` (S3's
+    /// `start-after`: the store skips the rest instead of sending it).
+    async fn list_after(&self, prefix: &str, start_after: &str) -> Result<Vec<BackupObject>, StoreError> {
+        let mut all = self.list(prefix).await?;
+        all.retain(|o| o.key.as_str() > start_after);
+        Ok(all)
+    }
+
     /// The object at `key`, or a not-found error.
     async fn stat(&self, key: &str) -> Result<BackupObject, StoreError>;
 

@@ -273,27 +273,12 @@ impl BackupStore for S3Store {
         format!("s3://{} at {}", self.bucket, self.endpoint)
     }
 
-    /// Page by page, each page retried on its own: a transient failure on page 900 of
-    /// a big prefix repeats one request, not the 899 before it.
     async fn list(&self, prefix: &str) -> Result<Vec<BackupObject>, StoreError> {
-        let mut out = Vec::new();
-        let mut token: Option<String> = None;
-        let mut page = 0u64;
-        loop {
-            page += 1;
-            let what = format!("list {prefix:?} (page {page})");
-            let t = token.clone();
-            let (objects, next) = self
-                .backoff
-                .run_counted(&what, |_| self.guarded(self.list_page(prefix, t.clone())), |e: &StoreError| e.unreachable)
-                .await
-                .map_err(StoreError::after)?;
-            out.extend(objects);
-            match next {
-                Some(n) => token = Some(n),
-                None => return Ok(out),
-            }
-        }
+        self.list_from(prefix, None).await
+    }
+
+    async fn list_after(&self, prefix: &str, start_after: &str) -> Result<Vec<BackupObject>, StoreError> {
+        self.list_from(prefix, Some(start_after)).await
     }
 
     async fn stat(&self, key: &str) -> Result<BackupObject, StoreError> {
@@ -425,10 +410,39 @@ impl BackupStore for S3Store {
 }
 
 impl S3Store {
+    /// Page by page, each page retried on its own: a transient failure on page 900 of
+    /// a big prefix repeats one request, not the 899 before it. From `start_after` on
+    /// when given (the store skips what sorts before it).
+    async fn list_from(&self, prefix: &str, start_after: Option<&str>) -> Result<Vec<BackupObject>, StoreError> {
+        let mut out = Vec::new();
+        let mut token: Option<String> = None;
+        let mut page = 0u64;
+        loop {
+            page += 1;
+            let what = format!("list {prefix:?} (page {page})");
+            let t = token.clone();
+            let (objects, next) = self
+                .backoff
+                .run_counted(
+                    &what,
+                    |_| self.guarded(self.list_page(prefix, start_after, t.clone())),
+                    |e: &StoreError| e.unreachable,
+                )
+                .await
+                .map_err(StoreError::after)?;
+            out.extend(objects);
+            match next {
+                Some(n) => token = Some(n),
+                None => return Ok(out),
+            }
+        }
+    }
+
     /// One page of a listing, and the token of the next (none after the last).
     async fn list_page(
         &self,
         prefix: &str,
+        start_after: Option<&str>,
         token: Option<String>,
     ) -> Result<(Vec<BackupObject>, Option<String>), StoreError> {
         let resp = self
@@ -436,6 +450,7 @@ impl S3Store {
             .list_objects_v2()
             .bucket(&self.bucket)
             .prefix(prefix)
+            .set_start_after(start_after.map(str::to_string))
             .set_continuation_token(token)
             .send()
             .await
