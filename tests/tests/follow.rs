@@ -459,6 +459,33 @@ fn a_follower_replays_the_archive_as_it_grows_and_names_the_segment_it_cannot_re
     assert!(!log.contains("reason=\"stuck\""), "{log}");
 }
 
+/// The database both tool tests follow: `orders` with a `beats` table and one commit.
+fn beats_database(primary: &PgPrimary) {
+    primary.psql("postgres", "create database orders");
+    primary.psql(
+        "orders",
+        "create table beats (id bigserial primary key, at timestamptz not null default clock_timestamp(), note text)",
+    );
+    commit(primary, "before the backup");
+}
+
+/// The config lines that make a tool scene's target follow, with metrics on `port`.
+fn follow_lines(port: u16) -> String {
+    format!("[target.follow]\ninterval = \"{}s\"\n[metrics]\nlisten = \"127.0.0.1:{port}\"\n", INTERVAL.as_secs())
+}
+
+/// Waits until the follower of `orders` (kept under `scratch`) is up; its directory and
+/// `follow.json`.
+fn seeded(scratch: &Path, port: u16, daemon: &mut Daemon, what: &str) -> (PathBuf, serde_json::Value) {
+    wait_for(what, Duration::from_secs(120), daemon, || {
+        (metric(port, "drcheck_follow_up", "") == Some(1.0)).then_some(())
+    });
+    let dir = scratch.join(format!("drcheck-follow-{}", nix::unistd::Uid::effective())).join("orders");
+    FOLLOWER_LOG.with(|l| *l.borrow_mut() = Some(dir.join("postgres.log")));
+    let state = serde_json::from_str(&std::fs::read_to_string(dir.join("follow.json")).unwrap()).unwrap();
+    (dir, state)
+}
+
 /// A backup tool's repository, followed through the tool's own CLI: seeded by its
 /// restore, each archived segment fetched by it (contained, into the follower's spool).
 /// What the repository cannot replay — a segment deleted from it — is named as for
@@ -467,30 +494,16 @@ fn a_follower_replays_the_archive_as_it_grows_and_names_the_segment_it_cannot_re
 fn a_pgbackrest_repository_is_followed_through_its_own_tool() {
     let scene = drcheck_e2e::repos::PgbrScene::start(None);
     let primary = &scene.primary;
-    primary.psql("postgres", "create database orders");
-    primary.psql(
-        "orders",
-        "create table beats (id bigserial primary key, at timestamptz not null default clock_timestamp(), note text)",
-    );
-    commit(primary, "before the backup");
+    beats_database(primary);
     scene.backup("full");
     let info = scene.info();
     let label = info[0]["backup"].as_array().and_then(|b| b.last()).map(|b| b["label"].as_str().unwrap().to_string());
     let label = label.expect("a backup in the catalog");
     make_world_enterable(scene.root.path());
     let port = free_port();
-    let config = scene.config(&format!(
-        "[target.follow]\ninterval = \"{}s\"\n[metrics]\nlisten = \"127.0.0.1:{port}\"\n",
-        INTERVAL.as_secs()
-    ));
+    let config = scene.config(&follow_lines(port));
     let mut daemon = Daemon::start(&config, port, &scene.env());
-    wait_for("the follower is seeded by pgbackrest restore", Duration::from_secs(120), &mut daemon, || {
-        (metric(port, "drcheck_follow_up", "") == Some(1.0)).then_some(())
-    });
-    let dir = scene.scratch.join(format!("drcheck-follow-{}", nix::unistd::Uid::effective())).join("orders");
-    FOLLOWER_LOG.with(|l| *l.borrow_mut() = Some(dir.join("postgres.log")));
-    let seeded: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.join("follow.json")).unwrap()).unwrap();
+    let (dir, seeded) = seeded(&scene.scratch, port, &mut daemon, "the follower is seeded by pgbackrest restore");
     assert_eq!(seeded["backup"], label.as_str(), "seeded from the repository's newest backup: {seeded}");
 
     let replayed = |daemon: &mut Daemon, at: f64, what: &str| {
@@ -532,27 +545,13 @@ fn a_pgbackrest_repository_is_followed_through_its_own_tool() {
 fn a_barman_cloud_archive_is_followed_through_its_own_tool() {
     let scene = drcheck_e2e::repos::BarmanScene::start();
     let primary = &scene.primary;
-    primary.psql("postgres", "create database orders");
-    primary.psql(
-        "orders",
-        "create table beats (id bigserial primary key, at timestamptz not null default clock_timestamp(), note text)",
-    );
-    commit(primary, "before the backup");
+    beats_database(primary);
     let id = scene.backup();
     make_world_enterable(scene.root.path());
     let port = free_port();
-    let config = scene.config(&format!(
-        "[target.follow]\ninterval = \"{}s\"\n[metrics]\nlisten = \"127.0.0.1:{port}\"\n",
-        INTERVAL.as_secs()
-    ));
+    let config = scene.config(&follow_lines(port));
     let mut daemon = Daemon::start(&config, port, &[]);
-    wait_for("the follower is seeded by barman-cloud-restore", Duration::from_secs(120), &mut daemon, || {
-        (metric(port, "drcheck_follow_up", "") == Some(1.0)).then_some(())
-    });
-    let dir = scene.scratch.join(format!("drcheck-follow-{}", nix::unistd::Uid::effective())).join("orders");
-    FOLLOWER_LOG.with(|l| *l.borrow_mut() = Some(dir.join("postgres.log")));
-    let seeded: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.join("follow.json")).unwrap()).unwrap();
+    let (_, seeded) = seeded(&scene.scratch, port, &mut daemon, "the follower is seeded by barman-cloud-restore");
     assert_eq!(seeded["backup"], id.as_str(), "{seeded}");
     let t1 = commit(primary, "first");
     scene.archive_now();
