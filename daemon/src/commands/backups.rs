@@ -240,10 +240,10 @@ async fn protection_and_pins(
     let restorable: Vec<drcheck_restore::Backup> =
         backups.iter().filter(|b| b.catalog.as_ref().is_none_or(|c| c.status == "ok")).cloned().collect();
     match crate::verify::immutable::stored_objects(t, &store, &wanted).await {
-        Ok(objects) => (
-            protection,
-            crate::verify::immutable::pin_changes(proven, &restorable, &objects, retain, SystemTime::now()).1,
-        ),
+        Ok(objects) => (protection, {
+            let additions = crate::verify::immutable::counts_additions(t);
+            crate::verify::immutable::pin_changes(proven, &restorable, &objects, retain, additions, SystemTime::now()).1
+        }),
         Err(e) => {
             crate::errln!("drcheck: warning: {}: the pinned proofs are not compared: {e}", t.name);
             (protection, Vec::new())

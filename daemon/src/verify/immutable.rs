@@ -49,6 +49,12 @@ fn tool_root(target: &TargetConfig) -> Option<String> {
     }
 }
 
+/// Whether a file added to a proven backup counts as a change: for a store's own
+/// backups; a backup tool adds files to a backup's directory itself.
+pub(crate) fn counts_additions(target: &TargetConfig) -> bool {
+    tool_root(target).is_none()
+}
+
 /// The objects each backup is stored as, by backup key: a store's backups carry their
 /// parts; a tool's are listed once under its backups' root and grouped by directory.
 pub(crate) async fn stored_objects(
@@ -278,15 +284,17 @@ pub(crate) struct PinChange {
 }
 
 /// Every proven backup with a pin against the listing (`listed`: the backups a full
-/// listing found, with `objects` their stored objects): changed bytes, removed or added
-/// parts, or the backup gone while it is not the oldest — retention removes the oldest
-/// first — or younger than `retain_at_least`. Returns how many pins were compared and
-/// what changed.
+/// listing found, with `objects` their stored objects): changed bytes, removed parts,
+/// added parts when `additions` (a store's own backups; a tool writes files into a
+/// backup's directory after it — barman-cloud's `keep` annotations), or the backup gone
+/// while it is not the oldest — retention removes the oldest first — or younger than
+/// `retain_at_least`. Returns how many pins were compared and what changed.
 pub(crate) fn pin_changes(
     proven: &Proven,
     listed: &[Backup],
     objects: &HashMap<String, Vec<BackupObject>>,
     retain_at_least: Option<Duration>,
+    additions: bool,
     now: SystemTime,
 ) -> (usize, Vec<PinChange>) {
     let oldest_listed = listed.iter().map(|b| b.last_modified).min();
@@ -338,7 +346,7 @@ pub(crate) fn pin_changes(
                 Some(_) => {}
             }
         }
-        for o in now_parts {
+        for o in now_parts.iter().filter(|_| additions) {
             if !pin.parts.iter().any(|p| p.key == o.key) {
                 what.push(format!("{}: added since proven", crate::out::shown(&o.key)));
             }
@@ -463,17 +471,23 @@ mod tests {
             backup("d/a.dump", vec![a.clone()]),
         ];
         let objects: HashMap<_, _> = listed.iter().map(|b| (b.key.clone(), b.parts.clone())).collect();
-        assert_eq!(pin_changes(&proven, &listed, &objects, None, now), (3, vec![]));
+        assert_eq!(pin_changes(&proven, &listed, &objects, None, true, now), (3, vec![]));
+        // A file added to a proven backup's directory: a change for a store's own backups,
+        // the tool's doing for a repository's.
+        let mut added = objects.clone();
+        added.get_mut("d/a.dump").unwrap().push(obj("d/a.dump/annotations/keep", 4, "k", 9 * day));
+        assert_eq!(pin_changes(&proven, &listed, &added, None, true, now).1.len(), 1);
+        assert_eq!(pin_changes(&proven, &listed, &added, None, false, now), (3, vec![]));
         // The oldest gone (retention), the middle one replaced: only the replacement.
         let b2 = obj("d/b.dump", 20, "forged", 9 * day);
         let listed = vec![backup("d/c.dump", vec![c.clone()]), backup("d/b.dump", vec![b2])];
         let objects: HashMap<_, _> = listed.iter().map(|b| (b.key.clone(), b.parts.clone())).collect();
-        let (n, changes) = pin_changes(&proven, &listed, &objects, None, now);
+        let (n, changes) = pin_changes(&proven, &listed, &objects, None, true, now);
         assert_eq!(n, 3);
         assert_eq!(changes.len(), 1, "{changes:?}");
         assert!(changes[0].what[0].contains("ETag forged, e2 when proven"), "{changes:?}");
         // …unless retention was promised for longer: then the oldest's removal is named too.
-        let (_, changes) = pin_changes(&proven, &listed, &objects, Some(Duration::from_secs(35 * day)), now);
+        let (_, changes) = pin_changes(&proven, &listed, &objects, Some(Duration::from_secs(35 * day)), true, now);
         assert!(
             changes.iter().any(|c| c.backup == "d/a.dump" && c.vanished && c.what[0].contains("before its retention")),
             "{changes:?}"
@@ -481,7 +495,7 @@ mod tests {
         // The newest deleted while older ones remain: not retention.
         let listed = vec![backup("d/b.dump", vec![b.clone()]), backup("d/a.dump", vec![a.clone()])];
         let objects: HashMap<_, _> = listed.iter().map(|b| (b.key.clone(), b.parts.clone())).collect();
-        let (_, changes) = pin_changes(&proven, &listed, &objects, None, now);
+        let (_, changes) = pin_changes(&proven, &listed, &objects, None, true, now);
         assert_eq!(changes.len(), 1);
         assert!(changes[0].vanished && changes[0].backup == "d/c.dump", "{changes:?}");
         let f = pinned_finding(3, &changes);

@@ -168,7 +168,14 @@ pub(super) async fn select_stage(
     match super::immutable::stored_objects(target, &store, &wanted).await {
         Ok(objects) => {
             if let (Some(listed), Some(p), None) = (&restorable, &proven, not_compared) {
-                let (compared, changes) = super::immutable::pin_changes(p, listed, &objects, retain, now);
+                let (compared, changes) = super::immutable::pin_changes(
+                    p,
+                    listed,
+                    &objects,
+                    retain,
+                    super::immutable::counts_additions(target),
+                    now,
+                );
                 run.store_findings.push(super::immutable::pinned_finding(compared, &changes));
                 vanished = changes.iter().filter(|c| c.vanished).map(|c| c.backup.clone()).collect();
             } else if let Some(why) = not_compared {
