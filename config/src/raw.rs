@@ -54,6 +54,8 @@ pub struct RawEvidence {
 pub struct RawDaemon {
     pub max_concurrent_restores: Option<Spanned<i64>>,
     pub alert_resend_interval: Option<Spanned<String>>,
+    pub canary: Option<Spanned<String>>,
+    pub canary_alert_within: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Deserialize)]

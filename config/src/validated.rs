@@ -84,6 +84,14 @@ pub struct DaemonConfig {
     /// `endsAt` 48 h ahead): default 1 h, at most 24 h.
     #[serde(serialize_with = "ser_duration")]
     pub alert_resend_interval: Duration,
+    /// When the canary runs (`drcheck canary` for every target): defective copies of
+    /// each target's newest proven backup that must be caught and paged.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub canary: Option<Schedule>,
+    /// How long a sink has to accept the canary alert before the alert path counts as
+    /// broken (default 2m).
+    #[serde(serialize_with = "ser_duration")]
+    pub canary_alert_within: Duration,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -746,6 +754,26 @@ pub(crate) fn validate(
                         "daemon.alert_resend_interval",
                         Some(v.span()),
                         "must be more than 0 and at most 24h (firing alerts are sent with an endsAt 48h ahead)",
+                    ));
+                }
+                d
+            }
+        },
+        canary: match &raw.daemon.canary {
+            None => None,
+            Some(s) => {
+                Some(Schedule::parse("canary", s.get_ref()).map_err(|m| cx.err("daemon.canary", Some(s.span()), m))?)
+            }
+        },
+        canary_alert_within: match &raw.daemon.canary_alert_within {
+            None => Duration::from_secs(120),
+            Some(v) => {
+                let d = cx.duration("daemon.canary_alert_within", v)?;
+                if d.is_zero() || d > Duration::from_secs(3600) {
+                    return Err(cx.err(
+                        "daemon.canary_alert_within",
+                        Some(v.span()),
+                        "must be more than 0 and at most 1h",
                     ));
                 }
                 d

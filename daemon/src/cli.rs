@@ -51,6 +51,12 @@ pub(crate) enum Command {
     Verify(VerifyArgs),
     /// Run unattended: schedules, /metrics, health, the trigger API, alerts.
     Daemon(DaemonArgs),
+    /// Prove drcheck would notice a bad backup: defective copies of each target's newest
+    /// proven backup (made in scratch space, never in the store) must each fail, named
+    /// by the check that owns the defect; the canary alert goes through every sink.
+    /// Exits 0 when every defect was caught and every sink took the alert, 1 when a
+    /// defect passed, 3 otherwise.
+    Canary(crate::commands::canary::CanaryArgs),
     /// Work with the backups in a target's store.
     #[command(subcommand)]
     Backups(BackupsCommand),
@@ -207,6 +213,7 @@ pub(crate) async fn run(cli: Cli) -> Result<Exit, CliError> {
     match command {
         Command::Verify(args) => commands::verify::run(&config, args).await,
         Command::Daemon(args) => commands::daemon::run(config, args.target).await,
+        Command::Canary(args) => commands::canary::run(&config, args).await,
         Command::Backups(BackupsCommand::List { target, json }) => {
             commands::backups::list(&config, target.as_deref(), json).await
         }

@@ -44,6 +44,7 @@ pub(crate) struct Metrics {
     pub alert_outbox_depth: IntGauge,
     pub heartbeat: HeartbeatMetrics,
     pub follow: FollowMetrics,
+    pub canary: CanaryMetrics,
     /// 1 while the config the daemon runs is the file's (started, or reloaded on
     /// SIGHUP); 0 after a reload failed and the old config was kept.
     pub config_reload_success: IntGauge,
@@ -60,6 +61,50 @@ pub(crate) struct HeartbeatMetrics {
     pub interval: GaugeVec,
     /// Writes that failed.
     pub failures_total: IntCounterVec,
+}
+
+/// The canaries' (`drcheck canary`): whether each defect was caught and each sink took
+/// the canary alert.
+#[derive(Clone)]
+pub(crate) struct CanaryMetrics {
+    /// When a canary of the target last had every defect it made caught and every sink
+    /// accept its alert (Unix time).
+    pub last_success: GaugeVec,
+    /// 1 if the target's last canary caught the defect, 0 if it passed the pipeline.
+    pub detected: IntGaugeVec,
+    /// 1 if the sink accepted the target's last canary alert, 0 if not.
+    pub alert_accepted: IntGaugeVec,
+}
+
+impl CanaryMetrics {
+    /// A finished canary's series.
+    pub(crate) fn observe(&self, r: &crate::verify::canary::CanaryReport) {
+        let t = r.target.as_str();
+        for d in &r.defects {
+            match d.outcome.as_str() {
+                "detected" => self.detected.with_label_values(&[t, &d.defect]).set(1),
+                "undetected" => self.detected.with_label_values(&[t, &d.defect]).set(0),
+                _ => {}
+            }
+        }
+        for s in &r.alerts {
+            self.alert_accepted.with_label_values(&[t, &s.sink]).set(i64::from(s.accepted));
+        }
+        if r.result == "caught"
+            && r.alerts.iter().all(|s| s.accepted)
+            && let Ok(at) = humantime::parse_rfc3339_weak(&r.finished_at)
+        {
+            self.last_success
+                .with_label_values(&[t])
+                .set(at.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs_f64());
+        }
+    }
+
+    fn forget(&self, target: &str) {
+        forget(&self.last_success, "target", target);
+        forget(&self.detected, "target", target);
+        forget(&self.alert_accepted, "target", target);
+    }
 }
 
 /// The followers' (`[target.follow]`): where replay is and what stops it.
@@ -374,6 +419,26 @@ impl Metrics {
             ),
             alert_outbox_depth,
             follow: FollowMetrics::new(&r),
+            canary: CanaryMetrics {
+                last_success: gauge(
+                    &r,
+                    "drcheck_canary_last_success_timestamp_seconds",
+                    "When the target's canary last had every defect it made caught and every alert sink accept its canary alert (Unix time).",
+                    &["target"],
+                ),
+                detected: int_gauge(
+                    &r,
+                    "drcheck_canary_detected",
+                    "1 if the target's last canary caught this defect (its owning check failed the defective copy), 0 if the copy passed.",
+                    &["target", "defect"],
+                ),
+                alert_accepted: int_gauge(
+                    &r,
+                    "drcheck_canary_alert_accepted",
+                    "1 if the alert sink accepted the target's last canary alert, 0 if it did not within daemon.canary_alert_within.",
+                    &["target", "sink"],
+                ),
+            },
             heartbeat: HeartbeatMetrics {
                 last_write: gauge(
                     &r,
@@ -463,6 +528,7 @@ impl Metrics {
             forget(&self.heartbeat.interval, "target", v);
             forget(&self.heartbeat.failures_total, "target", v);
             self.follow.forget(v);
+            self.canary.forget(v);
         }
         for sink in old.alerts.iter().filter(|a| new.alerts.iter().all(|n| n.name != a.name)) {
             forget(&self.alerts_sent_total, "sink", &sink.name);
@@ -492,6 +558,9 @@ impl Metrics {
     /// (and `DrcheckVerificationStale` can fire while runs keep failing).
     pub(crate) async fn seed_from_history(&self, config: &drcheck_config::Config, history: &crate::history::History) {
         for t in &config.targets {
+            if let Ok(Some(c)) = history.latest_canary(&t.name).await {
+                self.canary.observe(&c);
+            }
             if let Ok(Some(r)) = history.latest_verdict(&t.name).await {
                 self.show(&r, t);
             }

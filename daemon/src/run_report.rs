@@ -256,6 +256,10 @@ pub(crate) struct RunReport {
     /// A `follow` run: the point it validated.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub follow: Option<FollowPoint>,
+    /// A canary's run (`drcheck canary`): the defect made on purpose in a copy of the
+    /// backup. Never recorded as a run, a verification or a proof.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub canary: Option<String>,
 }
 
 fn restore_mode() -> String {
@@ -508,6 +512,7 @@ mod tests {
             usage_error: None,
             mode: "restore".into(),
             follow: None,
+            canary: None,
         }
     }
 

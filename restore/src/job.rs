@@ -174,5 +174,6 @@ async fn run_inner(job: &RestoreJob<'_>) -> Result<Restored, RestoreError> {
         skipped_privileges: None,
         horizon,
         bytes_fetched,
+        archive: None,
     })
 }

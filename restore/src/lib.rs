@@ -13,6 +13,7 @@
 
 #![warn(unreachable_pub)]
 
+pub mod canary;
 mod error;
 mod events;
 mod follow;
@@ -39,7 +40,7 @@ pub use follow::{
 };
 pub use job::{disk_usage, run};
 pub use open::open_source;
-pub use request::{Consistency, Delegated, RestoreJob, Restored};
+pub use request::{ArchiveCheck, Consistency, Delegated, RestoreJob, Restored};
 pub use server::leftovers::{
     Owner, ensure_cache_dir, ensure_cache_dir_at, ensure_follow_dir, machine_id, process_running,
 };
@@ -48,6 +49,7 @@ pub use server::reach::Reach;
 pub use server::recovery::{Horizon, WalReplay};
 pub use server::sandbox::{Sandbox, SandboxOptions, containment_name, finish_teardowns, reap_leftovers};
 pub use source::{Archive, ArchivedFile, Catalog, Recover, Repository, Source};
+pub use sources::physical::{GAP_GRACE, wal_objects};
 pub use store::{
     Backup, BackupObject, BackupStore, CatalogEntry, MemStore, ObjectLock, Protection, UPLOAD_GRACE, WriteProbe,
     backups_newest_first, group_backups, open_store, select_latest,

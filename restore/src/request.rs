@@ -89,6 +89,25 @@ pub struct Restored {
     pub horizon: Option<Horizon>,
     /// What a delta restore fetched (the files that differed from the copy it went onto).
     pub bytes_fetched: Option<u64>,
+    /// A base backup replayed to the latest point from a store's WAL archive: whether
+    /// the archive runs without a gap from the backup's start to its newest segment.
+    pub archive: Option<ArchiveCheck>,
+}
+
+/// The WAL archive from a base backup's start on, as a restore to the latest point found it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ArchiveCheck {
+    /// The backup's first segment.
+    pub start: String,
+    /// The archive's newest segment.
+    pub newest: String,
+    /// Segments continuous from `start` (up to the gap, or to `newest`).
+    pub files: usize,
+    /// The first segment missing while later ones are archived: recovery stops before it.
+    pub gap: Option<String>,
+    /// The gap may be an upload still in flight (the archiver has not moved on for
+    /// `GAP_GRACE`, and fewer than `GAP_IN_FLIGHT` segments follow it).
+    pub in_flight: bool,
 }
 
 pub(crate) use crate::server::recovery::Horizon;

@@ -257,7 +257,10 @@ fn a_signed_report_shows_passed_failed_aborted_runs_and_a_drill_in_every_format(
     let drills_run = measure("drills_run");
     assert_eq!(drills_run["verdict"], "met", "{drills_run}");
     assert_eq!(measure("restores_isolated")["verdict"], "met", "{a13}");
-    assert_eq!(measure("canaries_caught")["verdict"], "not measured", "{a13}");
+    // No canary ran in the window: a miss, said so (never "met" for want of one).
+    let canaries = measure("canaries_caught");
+    assert_eq!(canaries["verdict"], "missed", "{a13}");
+    assert!(canaries["misses"][0].as_str().unwrap().starts_with("no canary ran in the window"), "{canaries}");
 
     // Markdown: a row per run with its verdict.
     let md = std::fs::read_to_string(&files["markdown"]).unwrap();

@@ -36,6 +36,10 @@ pub(crate) struct Alert {
     pub ends_at: Option<String>,
     /// Stable per alert, episode and state: the `Idempotency-Key`.
     pub dedup_key: String,
+    /// A canary's alert (`drcheck canary`): made on purpose to prove the path to the
+    /// pager, resolved right after; labelled `canary="true"`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub canary: bool,
 }
 
 /// Which of the run-derived alerts a run makes fire, with why.

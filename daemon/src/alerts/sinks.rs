@@ -18,8 +18,12 @@ fn body(sink: &AlertConfig, a: &Alert) -> serde_json::Value {
                 Some(e) => e.clone(),
                 None => humantime::format_rfc3339_millis(SystemTime::now() + FIRING_TTL).to_string(),
             };
+            let mut labels = serde_json::json!({"alertname": a.alertname, "target": a.target, "severity": a.severity, "source": "drcheck"});
+            if a.canary {
+                labels["canary"] = "true".into();
+            }
             serde_json::json!([{
-                "labels": {"alertname": a.alertname, "target": a.target, "severity": a.severity, "source": "drcheck"},
+                "labels": labels,
                 "annotations": {"summary": a.summary, "description": a.description, "run_id": a.run_id.clone().unwrap_or_default()},
                 "startsAt": a.starts_at,
                 "endsAt": ends,
@@ -28,7 +32,8 @@ fn body(sink: &AlertConfig, a: &Alert) -> serde_json::Value {
         AlertKind::Webhook => serde_json::to_value(a).unwrap_or_default(),
         AlertKind::Slack => {
             let icon = if a.state == "resolved" { "✅" } else { "🚨" };
-            serde_json::json!({"text": format!("{icon} {} [{}] {}: {}", a.alertname, a.state, a.target, a.summary)})
+            let canary = if a.canary { "[canary] " } else { "" };
+            serde_json::json!({"text": format!("{icon} {canary}{} [{}] {}: {}", a.alertname, a.state, a.target, a.summary)})
         }
     }
 }

@@ -3,6 +3,7 @@
 
 pub(crate) mod alerts;
 pub(crate) mod backups;
+pub(crate) mod canary;
 pub(crate) mod config_check;
 pub(crate) mod daemon;
 pub(crate) mod deploy;

@@ -159,7 +159,14 @@ pub(crate) async fn make(config: &Config, args: MakeReportArgs) -> Result<Exit, 
         }
         heads.push(evidence::TargetEvidence { runs: Vec::new(), ..t });
     }
-    let controls = evidence::controls::section(&config.evidence.mapping, asked, &facts, &drills);
+    let canaries = if asked.is_empty() {
+        Vec::new()
+    } else {
+        let mut c = history.canaries_between(&from_s, &to_s).await.map_err(CliError::incomplete)?;
+        c.retain(|c| names.contains(&c.target));
+        c
+    };
+    let controls = evidence::controls::section(&config.evidence.mapping, asked, &facts, &drills, &canaries);
     drop(facts);
     let frame = stream::Frame {
         format_version: evidence::FORMAT_VERSION,

@@ -105,7 +105,12 @@ fn verdict(ok: bool) -> &'static str {
 }
 
 /// The measure `name` over the window's targets and drills.
-pub(crate) fn compute(name: &str, targets: &[TargetFacts], drills: &[DrillEvidence]) -> Measure {
+pub(crate) fn compute(
+    name: &str,
+    targets: &[TargetFacts],
+    drills: &[DrillEvidence],
+    canaries: &[crate::verify::canary::CanaryReport],
+) -> Measure {
     let runs = || targets.iter().flat_map(|t| t.target.runs.iter().map(move |r| (t, r)));
     match name {
         "verified_on_schedule" => {
@@ -257,13 +262,44 @@ pub(crate) fn compute(name: &str, targets: &[TargetFacts], drills: &[DrillEviden
             let misses = if ok { misses } else { vec!["no DR drill completed in the window".into()] };
             measure(name, verdict(ok), figure, completed, misses)
         }
-        "canaries_caught" => measure(
-            name,
-            UNMEASURED,
-            "no canary ran in the window (this version of drcheck has no canary)".into(),
-            vec![],
-            vec![],
-        ),
+        "canaries_caught" => {
+            let caught: Vec<String> = canaries
+                .iter()
+                .filter(|c| c.result == "caught" && c.alerts.iter().all(|s| s.accepted))
+                .map(|c| c.canary_id.clone())
+                .collect();
+            let mut misses = Vec::new();
+            for c in canaries {
+                for d in c.defects.iter().filter(|d| d.outcome == "undetected" || d.outcome == "error") {
+                    misses.push(format!(
+                        "{}: canary {}: {} {}: {}",
+                        c.target, c.canary_id, d.defect, d.outcome, d.detail
+                    ));
+                }
+                if let Some(e) = &c.error {
+                    misses.push(format!("{}: canary {} ({}): {e}", c.target, c.canary_id, c.result));
+                }
+                for s in c.alerts.iter().filter(|s| !s.accepted) {
+                    misses.push(format!(
+                        "{}: canary {}: alert sink {} did not accept the canary alert: {}",
+                        c.target, c.canary_id, s.sink, s.detail
+                    ));
+                }
+            }
+            if canaries.is_empty() {
+                misses.push("no canary ran in the window (`drcheck canary`, [daemon] canary)".into());
+            }
+            let defects: usize =
+                canaries.iter().map(|c| c.defects.iter().filter(|d| d.outcome != "skipped").count()).sum();
+            let detected: usize =
+                canaries.iter().map(|c| c.defects.iter().filter(|d| d.outcome == "detected").count()).sum();
+            let figure = format!(
+                "{} canaries in the window: {detected} of {defects} defects made were caught; {} canaries caught every defect and reached every alert sink",
+                canaries.len(),
+                caught.len()
+            );
+            measure(name, verdict(misses.is_empty() && !caught.is_empty()), figure, caught, misses)
+        }
         "backups_immutable" => {
             let mut misses = Vec::new();
             let mut proof = Vec::new();
@@ -303,6 +339,7 @@ pub(crate) fn section(
     frameworks: &[String],
     targets: &[TargetFacts],
     drills: &[DrillEvidence],
+    canaries: &[crate::verify::canary::CanaryReport],
 ) -> Vec<ControlsEvidence> {
     frameworks
         .iter()
@@ -312,7 +349,8 @@ pub(crate) fn section(
                 .controls
                 .iter()
                 .map(|c| {
-                    let measures: Vec<Measure> = c.evidence.iter().map(|m| compute(m, targets, drills)).collect();
+                    let measures: Vec<Measure> =
+                        c.evidence.iter().map(|m| compute(m, targets, drills, canaries)).collect();
                     let verdict = if measures.iter().any(|m| m.verdict == MISSED) {
                         MISSED
                     } else if measures.iter().all(|m| m.verdict == MET) {
@@ -398,28 +436,28 @@ mod tests {
         );
         let late = target("ledger", vec![run("r2", "failed", Some(false), &[("checksums", "failed")])], 5.0 * 86_400.0);
         let both = [good.clone(), late];
-        let m = compute("verified_on_schedule", &both, &[]);
+        let m = compute("verified_on_schedule", &both, &[], &[]);
         assert_eq!(m.verdict, "missed");
         assert!(m.misses[0].starts_with("ledger: no passing verification"), "{m:?}");
         assert_eq!(m.proof, vec!["r1".to_string()]);
-        let m = compute("restore_within_rto", &both, &[]);
+        let m = compute("restore_within_rto", &both, &[], &[]);
         assert_eq!(m.verdict, "missed");
         assert!(m.misses[0].contains("run r2 restored in 90.0 s, RTO 60.0 s"), "{m:?}");
-        let m = compute("restores_isolated", &both, &[]);
+        let m = compute("restores_isolated", &both, &[], &[]);
         assert_eq!(m.verdict, "met", "{m:?}");
         assert!(m.figure.contains("landlock-abi7+uid+seccomp+ns"));
         // A target alone that holds: met; no drill: missed; canaries: not measured.
         let only = [good];
-        assert_eq!(compute("integrity_checked", &only, &[]).verdict, "met");
-        assert_eq!(compute("backups_immutable", &only, &[]).verdict, "met");
-        assert_eq!(compute("drills_run", &only, &[]).verdict, "missed");
-        assert_eq!(compute("canaries_caught", &only, &[]).verdict, "not measured");
-        assert_eq!(compute("backups_proven", &only, &[]).verdict, "missed", "no coverage recorded is a miss");
+        assert_eq!(compute("integrity_checked", &only, &[], &[]).verdict, "met");
+        assert_eq!(compute("backups_immutable", &only, &[], &[]).verdict, "met");
+        assert_eq!(compute("drills_run", &only, &[], &[]).verdict, "missed");
+        assert_eq!(compute("canaries_caught", &only, &[], &[]).verdict, "missed", "no canary ran");
+        assert_eq!(compute("backups_proven", &only, &[], &[]).verdict, "missed", "no coverage recorded is a miss");
         // A control's verdict: any miss → missed.
         let mapping = drcheck_config::controls::parse(drcheck_config::controls::DEFAULT, "built-in").unwrap();
-        let s = section(&mapping, &["soc2".to_string()], &only, &[]);
+        let s = section(&mapping, &["soc2".to_string()], &only, &[], &[]);
         assert_eq!(s[0].controls[0].id, "A1.3");
         assert_eq!(s[0].controls[0].verdict, "missed", "no drill ran");
-        assert!(section(&mapping, &["nope".to_string()], &only, &[]).is_empty());
+        assert!(section(&mapping, &["nope".to_string()], &only, &[], &[]).is_empty());
     }
 }

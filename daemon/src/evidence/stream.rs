@@ -631,8 +631,13 @@ mod property_tests {
         let mut e = history(vec![(true, 42.5, 3600.0, 1.0), (false, 900.0, 3600.0, 1.0)]);
         let mapping = drcheck_config::controls::parse(drcheck_config::controls::DEFAULT, "built-in").unwrap();
         let facts: Vec<_> = e.targets.iter().map(|t| crate::evidence::controls::facts(t, 86_400.0)).collect();
-        e.controls =
-            crate::evidence::controls::section(&mapping, &["soc2".to_string(), "dora".to_string()], &facts, &e.drills);
+        e.controls = crate::evidence::controls::section(
+            &mapping,
+            &["soc2".to_string(), "dora".to_string()],
+            &facts,
+            &e.drills,
+            &[],
+        );
         let verdicts: Vec<&str> =
             e.controls.iter().flat_map(|f| f.controls.iter().map(|c| c.verdict.as_str())).collect();
         assert!(verdicts.contains(&"missed"), "{verdicts:?}");

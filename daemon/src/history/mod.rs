@@ -6,6 +6,7 @@
 //! [`leases`] (one verification of a target at a time), [`drills`]; the schema's
 //! migrations are `daemon/migrations/`, applied by [`History::open`].
 
+mod canaries;
 mod drills;
 mod leases;
 mod outbox;

@@ -162,6 +162,7 @@ pub(super) async fn enqueue_run_alerts(tx: &mut AnyConnection, r: &RunReport, si
             starts_at: since,
             ends_at: (state == "resolved").then(|| r.finished_at.clone()),
             dedup_key: alerts::dedup_key(&r.target, name, &episode, state),
+            canary: false,
         };
         if state == "firing" {
             remember_firing(tx, &alert).await?;
@@ -368,6 +369,7 @@ impl History {
             starts_at: now.clone(),
             ends_at: None,
             dedup_key: alerts::dedup_key(target, alertname, &episode, "firing"),
+            canary: false,
         };
         remember_firing(&mut tx, &alert).await?;
         enqueue(&mut tx, &alert, sinks, None).await?;
@@ -407,6 +409,7 @@ impl History {
             starts_at: since,
             ends_at: Some(ts(SystemTime::now())),
             dedup_key: alerts::dedup_key(target, alertname, &episode, "resolved"),
+            canary: false,
         };
         let firing_key = alerts::dedup_key(target, alertname, &episode, "firing");
         enqueue(&mut tx, &alert, sinks, Some(&firing_key)).await?;

@@ -177,7 +177,33 @@ fn entries(config: &Config) -> Vec<Entry> {
         .targets
         .iter()
         .filter_map(|t| Some((format!("{INTEGRITY}{}", t.name), t.integrity_schedule.as_ref()?, t.jitter)));
-    restores.chain(checks).map(|(name, s, jitter)| Entry::new(&name, s, jitter)).collect()
+    let canary = config.daemon.canary.as_ref().map(|s| (CANARY.to_string(), s, std::time::Duration::ZERO));
+    restores.chain(checks).chain(canary).map(|(name, s, jitter)| Entry::new(&name, s, jitter)).collect()
+}
+
+/// The schedule entry of the canary (`[daemon] canary`): every target, one after another.
+const CANARY: &str = "canary:";
+
+/// A scheduled canary of every target, each under the bulkhead (it restores like a
+/// run); recorded apart from the runs, paged through the outbox.
+async fn canary_all(shared: Arc<Shared>) {
+    let config = shared.config();
+    for t in &config.targets {
+        let _permit = tokio::select! {
+            biased;
+            _ = shared.stopping.cancelled() => return,
+            p = shared.restores.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => return },
+        };
+        let mut report = verify::canary::run_canary(&config, t, &shared.history, &shared.runs_cancel).await;
+        crate::commands::canary::finish(
+            &config,
+            &shared.history,
+            Some(&shared.metrics),
+            &mut report,
+            &shared.runs_cancel,
+        )
+        .await;
+    }
 }
 
 /// A scheduled repository check: the `repository` validator, no restore, no lease (it
@@ -295,6 +321,9 @@ pub(crate) async fn run(
                 if let Some(name) = t.strip_prefix(INTEGRITY) {
                     return check_target(sh, name).await;
                 }
+                if t == CANARY {
+                    return canary_all(sh).await;
+                }
                 if let Err(e) = run_target(sh, t.clone(), crate::ids::new_run_id()).await {
                     tracing::warn!(target = %t, "scheduled run did not start: {e}");
                 }
@@ -302,7 +331,7 @@ pub(crate) async fn run(
         });
         let m = shared.clone();
         let on_fire: schedule::OnFire = Arc::new(move |t: &str, started: bool| {
-            if started && !t.starts_with(INTEGRITY) {
+            if started && !t.starts_with(INTEGRITY) && t != CANARY {
                 m.metrics.scheduled_runs_total.with_label_values(&[t]).inc();
             }
         });

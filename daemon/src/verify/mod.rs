@@ -11,12 +11,13 @@
 //! ([`repository`]).
 
 mod budget;
+pub(crate) mod canary;
 mod follower;
 pub(crate) mod immutable;
 mod repository;
 mod restore;
 mod select;
-mod stop;
+pub(crate) mod stop;
 mod validate;
 
 pub(crate) use budget::{check_disk_in, config_warnings, lease_ttl, run_budget};
@@ -145,6 +146,7 @@ pub(crate) fn died_report(target: &TargetConfig, holder: &str) -> RunReport {
         usage_error: None,
         mode: "restore".into(),
         follow: None,
+        canary: None,
     }
 }
 
@@ -216,6 +218,7 @@ pub(crate) fn new_run(run_id: String, target: &TargetConfig) -> Run<'_> {
             usage_error: None,
             mode: "restore".into(),
             follow: None,
+            canary: None,
         },
         m: Measurements::default(),
         attempt: 1,

@@ -180,6 +180,9 @@ pub(super) async fn restore_stage(
         info.privileges_skipped = restored.skipped_privileges;
         info.bytes_fetched = restored.bytes_fetched;
     }
+    if let Some(check) = &restored.archive {
+        run.store_findings.push(archive_finding(check));
+    }
     progress.phase(&target.name, "checking the restored database");
     let physical = restored.physical;
     let sandbox = restored.sandbox;
@@ -348,4 +351,42 @@ pub(crate) async fn download(
 pub(crate) fn database_of(url: &str) -> Option<String> {
     let path = url.split('?').next()?.rsplit_once('/')?.1;
     (!path.is_empty() && !path.contains('@')).then(|| path.to_string())
+}
+
+/// The `archive` finding of a base backup replayed to the latest point from a store's
+/// archive: a gap after the backup's start means no point after it can be recovered
+/// from this backup, however well the copy restores — the archive's fault (`failed`).
+/// A gap the archiver may still be filling (an upload in flight) proves nothing either
+/// way: `skipped`, never `passed`.
+pub(crate) fn archive_finding(c: &drcheck_restore::ArchiveCheck) -> crate::run_report::ValidatorReport {
+    use drcheck_validators::{Finding, Status};
+    let f = match (&c.gap, c.in_flight) {
+        (None, _) => Finding::new(
+            "archive",
+            Status::Passed,
+            format!(
+                "WAL continuous from the backup's start ({}) to the archive's newest segment ({}): {} segments",
+                c.start, c.newest, c.files
+            ),
+        ),
+        (Some(gap), false) => Finding::new(
+            "archive",
+            Status::Failed,
+            format!(
+                "the WAL archive has a gap at {gap} (archived up to {}): recovery from this backup stops before it, so no point after it can be recovered",
+                c.newest
+            ),
+        ),
+        (Some(gap), true) => Finding::new(
+            "archive",
+            Status::Skipped,
+            format!(
+                "WAL segment {gap} is not archived while later ones are, archived within the last {}s: an upload still in flight, or a gap — not told apart yet",
+                drcheck_restore::GAP_GRACE.as_secs()
+            ),
+        ),
+    };
+    let mut r = crate::run_report::ValidatorReport::from(&f);
+    r.measurements.insert("wal_segments".into(), c.files as f64);
+    r
 }

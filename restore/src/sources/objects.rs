@@ -149,6 +149,7 @@ pub(crate) async fn restore(
             },
             horizon: None,
             bytes_fetched: None,
+            archive: None,
         })
     };
 

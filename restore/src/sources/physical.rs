@@ -253,10 +253,12 @@ pub(crate) async fn restore_unpacked(
             *end = Some(Instant::now());
         }
     }
+    let mut archive_check = None;
     let recovered = match &job.wal {
         Some(wal) => {
             let spool = recovery::spool_dir(&sandbox)?;
-            let wanted = archived_wal_from(job, wal, &data).await?;
+            let (wanted, check) = archived_wal_from(job, wal, &data).await?;
+            archive_check = check;
             let n = wanted.len();
             let objects: std::collections::HashMap<String, BackupObject> =
                 wanted.iter().map(|(o, name)| (name.clone(), o.clone())).collect();
@@ -296,6 +298,7 @@ pub(crate) async fn restore_unpacked(
         skipped_privileges: None,
         horizon: recovered.horizon,
         bytes_fetched: None,
+        archive: archive_check,
     })
 }
 
@@ -391,7 +394,7 @@ async fn stage_wal(mut reader: BackupReader, source: &str, what: &str, path: &Pa
 
 /// The archived WAL files under `prefix` (segments and timeline histories, by their
 /// plain names), each with its object.
-pub(crate) fn wal_objects(listed: Vec<BackupObject>) -> Vec<(BackupObject, String)> {
+pub fn wal_objects(listed: Vec<BackupObject>) -> Vec<(BackupObject, String)> {
     listed
         .into_iter()
         .filter_map(|o| {
@@ -405,22 +408,60 @@ pub(crate) fn wal_objects(listed: Vec<BackupObject>) -> Vec<(BackupObject, Strin
         .collect()
 }
 
+/// A segment missing while later ones are archived is a gap only when the archiver
+/// has moved on: one after it archived this long before the listing, or more after it
+/// than an archiver uploading in parallel keeps in flight ([`GAP_IN_FLIGHT`]).
+pub const GAP_GRACE: std::time::Duration = std::time::Duration::from_secs(60);
+/// Segments archived after a missing one that no parallel archiver leaves behind.
+pub(crate) const GAP_IN_FLIGHT: usize = 4;
+
 /// The archived WAL under the target's `wal_prefix` that recovery of the base backup in
 /// `data` may need, in replay order: timeline histories, then segments from the backup's
-/// start on.
+/// start on. Replaying to the latest point, also whether the archive runs without a gap
+/// from the backup's start to its newest segment: recovery stops silently at a gap, so a
+/// copy "restored to the latest point" would quietly be older than the archive.
 async fn archived_wal_from(
     job: &RestoreJob<'_>,
     wal: &WalReplay,
     data: &Path,
-) -> Result<Vec<(BackupObject, String)>, RestoreError> {
+) -> Result<(Vec<(BackupObject, String)>, Option<crate::request::ArchiveCheck>), RestoreError> {
     let start = start_segment(data)?;
+    let listed_at = std::time::SystemTime::now();
     let listed = job.store.list(&wal.prefix).await?;
     let mut wanted: Vec<(BackupObject, String)> = wal_objects(listed)
         .into_iter()
         .filter(|(_, plain)| plain.ends_with(".history") || (plain[8..] >= start[8..] && plain[..8] >= start[..8]))
         .collect();
     wanted.sort_by_key(|(_, name)| (!name.ends_with(".history"), name.clone()));
-    Ok(wanted)
+    let check =
+        matches!(wal.target, drcheck_config::RecoveryTarget::Latest).then(|| archive_check(&start, &wanted, listed_at));
+    Ok((wanted, check))
+}
+
+/// Whether the archive is continuous from `start` to its newest segment (timeline
+/// switches followed through their histories).
+pub(crate) fn archive_check(
+    start: &str,
+    wanted: &[(BackupObject, String)],
+    listed_at: std::time::SystemTime,
+) -> crate::request::ArchiveCheck {
+    let mut archived = crate::sources::delegate::Archived::default();
+    for (_, name) in wanted {
+        archived.add(name);
+    }
+    let newest = archived.segments.iter().next_back().cloned().unwrap_or_else(|| start.to_string());
+    let plan = crate::sources::delegate::plan_segments(start, start, &newest, &archived);
+    let (files, gap) = match plan {
+        Ok(p) => (p.segments.len(), p.gap),
+        Err(missing) => (0, Some(missing)),
+    };
+    let in_flight = gap.as_ref().is_some_and(|g| {
+        let later: Vec<&BackupObject> =
+            wanted.iter().filter(|(_, n)| n.len() == 24 && n.as_str() > g.as_str()).map(|(o, _)| o).collect();
+        let settled = later.iter().any(|o| listed_at.duration_since(o.last_modified).is_ok_and(|age| age >= GAP_GRACE));
+        !settled && later.len() < GAP_IN_FLIGHT
+    });
+    crate::request::ArchiveCheck { start: start.to_string(), newest, files, gap, in_flight }
 }
 
 #[cfg(test)]

@@ -1,0 +1,711 @@
+//! The canary (`drcheck canary`, `[daemon] canary`): drcheck proves it would notice a
+//! bad backup. It takes the newest backup a verification proved, copies it into its own
+//! scratch directory — reading the store, never writing it — and makes defective copies
+//! there, each one a store of its own that the whole pipeline verifies:
+//!
+//! - `flipped_page` (a base backup): one byte of one live row changed in the data page
+//!   of the largest user table of `base.tar[.gz]`, its manifest entry made to agree (as
+//!   a page corrupted on the primary and copied faithfully would be);
+//! - `missing_segment` (a base backup with a WAL archive): the first archived segment
+//!   after the backup's own WAL left out, later ones kept;
+//! - `changed_row` (a dump): the dump restored into a sandbox, one row of the largest
+//!   table changed there (triggers off), dumped again by the sandbox's own `pg_dump` and
+//!   dated as the original.
+//!
+//! Each must end `failed`, named by the validator that owns the defect. The runs use a
+//! history store of their own inside the scratch directory: they never become the
+//! target's runs, proofs, pins, coverage or freshness.
+
+use super::{new_run, restore, select};
+use crate::history::History;
+use crate::ids::new_run_id;
+use crate::progress::Progress;
+use crate::run_report::{RunReport, RunResult, timestamp};
+use drcheck_config::{
+    Config, FormatSetting, RecoveryTarget, Secret, Selection, SourceConfig, StorageConfig, TargetConfig,
+};
+use drcheck_restore::{Backup, BackupObject, BackupStore, open_store};
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::SystemTime;
+use tokio_util::sync::CancellationToken;
+
+/// The canary alert: fired and resolved at once through every sink.
+pub(crate) const CANARY_ALERT: &str = "DrcheckCanary";
+/// A defect passed the pipeline.
+pub(crate) const CANARY_UNDETECTED: &str = "DrcheckCanaryUndetected";
+/// A sink did not accept the canary alert.
+pub(crate) const ALERT_PATH_BROKEN: &str = "DrcheckAlertPathBroken";
+
+/// The defects, and the validators that own each (the restore itself, too: a copy
+/// refused as the backup's fault is caught).
+pub(crate) fn owners(defect: &str) -> &'static [&'static str] {
+    match defect {
+        "flipped_page" => &["checksums", "full_read", "amcheck", "restore"],
+        "missing_segment" => &["archive", "restore"],
+        "changed_row" => &["checksums", "restore"],
+        _ => &[],
+    }
+}
+
+/// One canary of one target.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct CanaryReport {
+    pub canary_id: String,
+    pub target: String,
+    /// The proven backup the defective copies were made of.
+    pub backup: Option<String>,
+    pub started_at: String,
+    pub finished_at: String,
+    /// `caught` (every defect made was caught), `missed` (one was not), `error` (none
+    /// missed, one could not be judged), `skipped` (no defect could be made).
+    pub result: String,
+    pub defects: Vec<DefectOutcome>,
+    /// Each sink: whether it accepted the canary alert.
+    #[serde(default)]
+    pub alerts: Vec<SinkOutcome>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct DefectOutcome {
+    pub defect: String,
+    /// `detected`, `undetected`, `error` (the run could not judge it) or `skipped` (it
+    /// could not be made).
+    pub outcome: String,
+    /// Where the defect is.
+    pub made: String,
+    /// Which owning checks named it.
+    #[serde(default)]
+    pub named_by: Vec<String>,
+    pub detail: String,
+    /// The verification of the defective copy (marked `canary`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run: Option<RunReport>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub(crate) struct SinkOutcome {
+    pub sink: String,
+    pub accepted: bool,
+    pub detail: String,
+}
+
+impl CanaryReport {
+    fn new(target: &str) -> Self {
+        CanaryReport {
+            canary_id: new_run_id(),
+            target: target.into(),
+            backup: None,
+            started_at: timestamp(SystemTime::now()),
+            finished_at: String::new(),
+            result: "skipped".into(),
+            defects: Vec::new(),
+            alerts: Vec::new(),
+            error: None,
+        }
+    }
+
+    /// The verdict from the defects' outcomes.
+    fn conclude(&mut self) {
+        let has = |o: &str| self.defects.iter().any(|d| d.outcome == o);
+        self.result = if has("undetected") {
+            "missed"
+        } else if has("error") || (self.error.is_some() && !has("detected")) {
+            "error"
+        } else if has("detected") {
+            "caught"
+        } else {
+            "skipped"
+        }
+        .into();
+        self.finished_at = timestamp(SystemTime::now());
+    }
+
+    /// One line: what was made and what caught it.
+    pub(crate) fn summary(&self) -> String {
+        let parts: Vec<String> = self
+            .defects
+            .iter()
+            .map(|d| match d.outcome.as_str() {
+                "detected" => format!("{} caught by {}", d.defect, d.named_by.join(", ")),
+                other => format!("{} {other}: {}", d.defect, crate::verify::stop::short(&d.detail, 300)),
+            })
+            .collect();
+        let what = if parts.is_empty() { self.error.clone().unwrap_or_default() } else { parts.join("; ") };
+        format!(
+            "canary of {} ({}): {} — {what}",
+            self.target,
+            self.backup.as_deref().unwrap_or("no backup"),
+            self.result
+        )
+    }
+}
+
+/// Makes the target's defective copies and verifies each. Never writes to the store;
+/// its scratch directory is removed when it ends.
+pub(crate) async fn run_canary(
+    config: &Config,
+    target: &TargetConfig,
+    history: &History,
+    cancel: &CancellationToken,
+) -> CanaryReport {
+    let mut report = CanaryReport::new(&target.name);
+    tracing::info!(target = %target.name, canary_id = %report.canary_id, "canary started");
+    if let Err(e) = canary_steps(config, target, history, cancel, &mut report).await {
+        report.error = Some(e);
+    }
+    report.conclude();
+    tracing::info!(target = %target.name, canary_id = %report.canary_id, result = %report.result, "{}", report.summary());
+    report
+}
+
+async fn canary_steps(
+    config: &Config,
+    target: &TargetConfig,
+    history: &History,
+    cancel: &CancellationToken,
+    report: &mut CanaryReport,
+) -> Result<(), String> {
+    if target.source != SourceConfig::Objects {
+        return Err(format!(
+            "target {} reads a backup tool's repository ({}): the canary makes defective copies of a store's own backups only",
+            target.name,
+            target.source.name()
+        ));
+    }
+    // The newest backup a verification proved.
+    let proofs =
+        history.proofs(&target.name).await.map_err(|e| format!("cannot read which backups were proven: {e:#}"))?;
+    let newest = proofs
+        .iter()
+        .max_by_key(|(k, p)| {
+            let at = p.consistent_at.as_deref().and_then(|c| humantime::parse_rfc3339_weak(c).ok());
+            (at.unwrap_or(p.last_passed), p.last_passed, (*k).clone())
+        })
+        .map(|(k, _)| k.clone())
+        .ok_or_else(|| {
+            "no backup of this target was proven yet: the canary copies the newest proven backup".to_string()
+        })?;
+    report.backup = Some(newest.clone());
+    let store = open_store(&target.storage, &config.storage[&target.storage]).await;
+    let listed = store.list(&target.prefix).await.map_err(|e| e.to_string())?;
+    let backup = drcheck_restore::group_backups(&listed)
+        .into_iter()
+        .find(|b| b.key == newest)
+        .ok_or_else(|| format!("the proven backup {newest} is no longer in {}", store.describe()))?;
+
+    let scratch = tempfile::Builder::new()
+        .prefix(&format!("drcheck-canary-{}-", report.canary_id))
+        .tempdir_in(&config.sandbox.scratch_dir)
+        .map_err(|e| format!("cannot make the canary's directory in {}: {e}", config.sandbox.scratch_dir.display()))?;
+    // The canary's runs keep their own history: never the target's runs or proofs.
+    let own_history = History::open(&Secret::new(format!("sqlite://{}", scratch.path().join("history.db").display())))
+        .await
+        .map_err(|e| format!("the canary's own history store: {e:#}"))?;
+    let fetched = scratch.path().join("fetched");
+    std::fs::create_dir(&fetched).map_err(|e| e.to_string())?;
+
+    if backup.is_physical() {
+        physical_defects(config, target, &store, &backup, scratch.path(), &own_history, cancel, report).await?;
+    } else {
+        let out = scratch.path().join("changed_row");
+        let made = changed_row_dump(config, target, &backup, &own_history, &out).await;
+        push_verified(config, target, &backup.key, "changed_row", made, &out, &own_history, cancel, report).await;
+    }
+    own_history.close().await;
+    Ok(())
+}
+
+/// The canary's copy of `target`: the same checks, pointed at `dir` (a filesystem store
+/// holding the defective copy under the same keys), replayed to the archive's end.
+fn canary_config(config: &Config, target: &TargetConfig, dir: &Path) -> (Config, TargetConfig) {
+    let mut c = config.clone();
+    let name = "drcheck-canary".to_string();
+    c.storage.insert(name.clone(), StorageConfig::Filesystem { path: dir.to_path_buf() });
+    let mut t = target.clone();
+    t.storage = name;
+    t.pin = false;
+    t.select = Selection::Latest;
+    t.schedule = None;
+    t.follow = None;
+    t.delta_restore = false;
+    t.format = FormatSetting::Auto;
+    if t.wal_prefix.is_some() {
+        t.recovery_target = RecoveryTarget::Latest;
+    }
+    c.targets = vec![t.clone()];
+    (c, t)
+}
+
+/// Verifies the defective copy in `dir` (when it was made) and judges the outcome.
+#[allow(clippy::too_many_arguments)]
+async fn push_verified(
+    config: &Config,
+    target: &TargetConfig,
+    key: &str,
+    defect: &str,
+    made: Result<Option<String>, String>,
+    dir: &Path,
+    own_history: &History,
+    cancel: &CancellationToken,
+    report: &mut CanaryReport,
+) {
+    let outcome = |outcome: &str, made: String, detail: String| DefectOutcome {
+        defect: defect.into(),
+        outcome: outcome.into(),
+        made,
+        named_by: Vec::new(),
+        detail,
+        run: None,
+    };
+    let made = match made {
+        Ok(Some(m)) => m,
+        Ok(None) => return,
+        Err(why) => {
+            report.defects.push(outcome("skipped", String::new(), why));
+            return;
+        }
+    };
+    if cancel.is_cancelled() {
+        report.defects.push(outcome("error", made, "interrupted".into()));
+        return;
+    }
+    let (c, t) = canary_config(config, target, dir);
+    let mut run = super::verify_as(new_run_id(), &c, &t, Some(key), own_history, cancel, &Progress::new(false)).await;
+    run.canary = Some(defect.into());
+    report.defects.push(judge(defect, made, run));
+}
+
+/// Whether the run caught the defect: it failed, and a check that owns the defect said
+/// so (or the restore refused the copy as the backup's fault).
+pub(crate) fn judge(defect: &str, made: String, run: RunReport) -> DefectOutcome {
+    let owners = owners(defect);
+    let mut named_by: Vec<String> = run
+        .validators
+        .iter()
+        .filter(|v| v.status == "failed" && owners.contains(&v.name.as_str()))
+        .map(|v| v.name.clone())
+        .collect();
+    let mut detail: Vec<String> = run
+        .validators
+        .iter()
+        .filter(|v| named_by.contains(&v.name))
+        .map(|v| format!("{}: {}", v.name, crate::verify::stop::short(&v.detail, 400)))
+        .collect();
+    if run.result == RunResult::Failed
+        && let Some(e) = run.error.as_ref().filter(|e| e.stage == "restore" || e.stage == "fetch")
+    {
+        named_by.push("restore".into());
+        detail.push(format!("{}: {}", e.stage, crate::verify::stop::short(&e.message, 400)));
+    }
+    let outcome = if run.result == RunResult::Failed && !named_by.is_empty() {
+        "detected"
+    } else if matches!(run.result, RunResult::Error | RunResult::Aborted) {
+        detail.push(match &run.error {
+            Some(e) => {
+                format!("the run could not judge the copy ({}): [{}] {}", run.result.as_str(), e.stage, e.message)
+            }
+            None => format!("the run ended {}", run.result.as_str()),
+        });
+        "error"
+    } else {
+        let said: Vec<String> = run
+            .validators
+            .iter()
+            .filter(|v| owners.contains(&v.name.as_str()))
+            .map(|v| format!("{} {}", v.name, v.status))
+            .collect();
+        detail.push(format!(
+            "the defective copy's run ended {}; none of the checks that own this defect ({}) failed{}",
+            run.result.as_str(),
+            owners.join(", "),
+            if said.is_empty() { " — none of them ran".to_string() } else { format!(" ({})", said.join(", ")) }
+        ));
+        "undetected"
+    };
+    DefectOutcome {
+        defect: defect.into(),
+        outcome: outcome.into(),
+        made,
+        named_by,
+        detail: detail.join("; "),
+        run: Some(run),
+    }
+}
+
+/// Copies `obj` from the store to `dir/<key>`, dated as the store dates it.
+async fn copy_object(
+    store: &Arc<dyn BackupStore>,
+    obj: &BackupObject,
+    dir: &Path,
+    fetch: drcheck_restore::FetchOptions,
+) -> Result<PathBuf, String> {
+    let path = dir.join(&obj.key);
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent).map_err(|e| format!("{}: {e}", parent.display()))?;
+    }
+    let mut reader = drcheck_restore::fetch_parallel(store.clone(), obj, fetch);
+    let mut file = tokio::fs::File::create(&path).await.map_err(|e| format!("{}: {e}", path.display()))?;
+    tokio::io::copy(&mut reader, &mut file).await.map_err(|e| format!("copying {}: {e}", obj.key))?;
+    file.sync_all().await.map_err(|e| e.to_string())?;
+    let file = file.into_std().await;
+    file.set_modified(obj.last_modified).map_err(|e| e.to_string())?;
+    Ok(path)
+}
+
+/// `from/<rel>` linked at `to/<rel>` for every file under `from` but those `skip` says.
+fn link_tree(from: &Path, to: &Path, skip: &dyn Fn(&str) -> bool) -> Result<(), String> {
+    fn walk(root: &Path, dir: &Path, to: &Path, skip: &dyn Fn(&str) -> bool) -> std::io::Result<()> {
+        for e in std::fs::read_dir(dir)? {
+            let e = e?;
+            let p = e.path();
+            let rel = p.strip_prefix(root).unwrap_or(&p).to_string_lossy().to_string();
+            if e.file_type()?.is_dir() {
+                walk(root, &p, to, skip)?;
+            } else if !skip(&rel) {
+                let dest = to.join(&rel);
+                if let Some(parent) = dest.parent() {
+                    std::fs::create_dir_all(parent)?;
+                }
+                std::fs::hard_link(&p, &dest)?;
+            }
+        }
+        Ok(())
+    }
+    std::fs::create_dir_all(to).map_err(|e| e.to_string())?;
+    walk(from, from, to, skip).map_err(|e| format!("linking the canary's copy: {e}"))
+}
+
+/// The base backup's defects: `flipped_page`, and `missing_segment` with an archive.
+#[allow(clippy::too_many_arguments)]
+async fn physical_defects(
+    config: &Config,
+    target: &TargetConfig,
+    store: &Arc<dyn BackupStore>,
+    backup: &Backup,
+    scratch: &Path,
+    own_history: &History,
+    cancel: &CancellationToken,
+    report: &mut CanaryReport,
+) -> Result<(), String> {
+    let fetched = scratch.join("fetched");
+    let fetch = restore::fetch_options(config, target);
+    let name_of = |k: &str| k.rsplit('/').next().unwrap_or(k).to_string();
+    for part in &backup.parts {
+        copy_object(store, part, &fetched, fetch).await?;
+    }
+    let base = backup.parts.iter().find(|p| name_of(&p.key).starts_with("base.tar"));
+    let manifest = backup.parts.iter().find(|p| name_of(&p.key) == "backup_manifest");
+    let base = base.ok_or_else(|| format!("{}: no base.tar", backup.key))?;
+    let base_name = name_of(&base.key);
+    let gzip = match base_name.as_str() {
+        "base.tar" => Some(false),
+        "base.tar.gz" => Some(true),
+        _ => None,
+    };
+    let base_path = fetched.join(&base.key);
+
+    // The archive from the backup's start on, copied once; the segment to leave out chosen.
+    let mut drop: Result<Option<(String, String)>, String> = Ok(None);
+    if let Some(wal_prefix) = &target.wal_prefix {
+        drop = async {
+            let gz = gzip.ok_or_else(|| format!("{base_name}: the canary reads plain and gzip base backups only"))?;
+            let path = base_path.clone();
+            let start = tokio::task::spawn_blocking(move || drcheck_restore::canary::start_segment_of(&path, gz))
+                .await
+                .map_err(|e| e.to_string())?
+                .map_err(|e| format!("reading {}: {e}", base.key))?
+                .ok_or_else(|| format!("{}: no backup_label", base.key))?;
+            let listed = store.list(wal_prefix).await.map_err(|e| e.to_string())?;
+            // The backup's own WAL ends where its archived `.backup` file says it stopped.
+            let mut stop = start.clone();
+            for o in listed.iter().filter(|o| name_of(&o.key).ends_with(".backup") && name_of(&o.key).starts_with(&start)) {
+                let text = store.read_range(&o.key, 0, o.size.min(64 * 1024)).await.map_err(|e| e.to_string())?;
+                if let Some(s) = String::from_utf8_lossy(&text)
+                    .lines()
+                    .find_map(|l| l.strip_prefix("STOP WAL LOCATION: "))
+                    .and_then(|l| l.split("(file ").nth(1))
+                    .map(|s| s.trim_end_matches(')').trim().to_ascii_uppercase())
+                {
+                    stop = stop.max(s);
+                }
+            }
+            let wal = drcheck_restore::wal_objects(listed);
+            let mut segments: Vec<&(BackupObject, String)> =
+                wal.iter().filter(|(_, n)| n.len() == 24 && n.as_str() >= start.as_str()).collect();
+            segments.sort_by(|a, b| a.1.cmp(&b.1));
+            for (o, _) in wal.iter().filter(|(_, n)| n.ends_with(".history") || n.as_str() >= start.as_str()) {
+                copy_object(store, o, &fetched, fetch).await?;
+            }
+            let newest = segments.last().map(|s| s.1.clone()).unwrap_or_default();
+            segments
+                .iter()
+                .enumerate()
+                .find(|(i, (_, n))| n.as_str() > stop.as_str() && n[..8] == start[..8] && *i + 1 < segments.len())
+                .map(|(_, (o, n))| Some((o.key.clone(), format!("archived segment {n} ({}) left out; the archive goes on to {newest}", o.key))))
+                .ok_or_else(|| {
+                    format!("the archive holds no segment after the backup's own WAL (up to {stop}) with another after it to leave out")
+                })
+        }
+        .await;
+    }
+
+    // flipped_page
+    let dir = scratch.join("flipped_page");
+    let made: Result<Option<String>, String> = match gzip {
+        None => Err(format!(
+            "{base_name}: the canary rewrites plain and gzip base backups only (not compressed otherwise or encrypted)"
+        )),
+        Some(gz) => {
+            let base_key = base.key.clone();
+            let manifest_key = manifest.map(|m| m.key.clone());
+            link_tree(&fetched, &dir, &|rel| rel == base_key || Some(rel) == manifest_key.as_deref())?;
+            let (input, output, work) = (base_path.clone(), dir.join(&base.key), scratch.to_path_buf());
+            let flipped =
+                tokio::task::spawn_blocking(move || drcheck_restore::canary::flip_base_tar(&input, &output, gz, &work))
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .map_err(|e| format!("rewriting {}: {e}", base.key))?;
+            match flipped {
+                None => Err(format!("{}: no user table with a row to change", base.key)),
+                Some(f) => {
+                    set_mtime(&dir.join(&base.key), base.last_modified)?;
+                    if let Some(m) = manifest {
+                        let text =
+                            std::fs::read_to_string(fetched.join(&m.key)).map_err(|e| format!("{}: {e}", m.key))?;
+                        let edited = drcheck_restore::canary::manifest_without_checksum(&text, &f.path)?;
+                        std::fs::write(dir.join(&m.key), edited).map_err(|e| e.to_string())?;
+                        set_mtime(&dir.join(&m.key), m.last_modified)?;
+                    }
+                    Ok(Some(format!(
+                        "{}: byte {} of {} (block {}, row {}) changed from {:#04x} to {:#04x}",
+                        base.key, f.offset, f.path, f.block, f.line, f.was, f.now
+                    )))
+                }
+            }
+        }
+    };
+    push_verified(config, target, &backup.key, "flipped_page", made, &dir, own_history, cancel, report).await;
+
+    // missing_segment
+    if target.wal_prefix.is_some() {
+        let dir = scratch.join("missing_segment");
+        let made = match drop {
+            Ok(Some((key, made))) => link_tree(&fetched, &dir, &|rel| rel == key).map(|_| Some(made)),
+            other => other.map(|_| None),
+        };
+        push_verified(config, target, &backup.key, "missing_segment", made, &dir, own_history, cancel, report).await;
+    }
+    Ok(())
+}
+
+fn set_mtime(path: &Path, at: SystemTime) -> Result<(), String> {
+    std::fs::File::options()
+        .write(true)
+        .open(path)
+        .and_then(|f| f.set_modified(at))
+        .map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// The dump with one row changed: restored into a sandbox like any run's, the row
+/// changed through the sandbox's own connection (triggers and rules off: the restored
+/// database is hostile input and must not choose what changes), dumped by the
+/// sandbox's `pg_dump` into `dir/<key>` and dated as the original.
+async fn changed_row_dump(
+    config: &Config,
+    target: &TargetConfig,
+    backup: &Backup,
+    own_history: &History,
+    dir: &Path,
+) -> Result<Option<String>, String> {
+    let progress = Progress::new(false);
+    let t = TargetConfig { pin: false, select: Selection::Latest, ..target.clone() };
+    let mut run = new_run(new_run_id(), &t);
+    let selected = select::select_stage(config, &mut run, Some(&backup.key), own_history, &progress)
+        .await
+        .map_err(|s| format!("selecting {}: {}", backup.key, s.message))?;
+    let ready = restore::restore_stage(config, &mut run, &selected, &progress)
+        .await
+        .map_err(|s| format!("restoring {} to change a row: {}", backup.key, s.message))?;
+    let consistent = run.m.consistent.map(|c| c.at);
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(1)
+        .connect_with(drcheck_validators::guard::restored_session(ready.sandbox.connect_options(&ready.database)))
+        .await
+        .map_err(|e| format!("connecting to the restored copy: {e}"))?;
+    let changed = change_one_row(&pool).await?;
+    pool.close().await;
+    let Some(made) = changed else { return Err("the dump holds no table with a row to change".into()) };
+    let path = dir.join(&backup.key);
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent).map_err(|e| e.to_string())?;
+    }
+    let file = std::fs::File::create(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut cmd = ready.sandbox.client_command("pg_dump", &ready.database).map_err(|e| e.to_string())?;
+    cmd.arg("-Fc").stdin(std::process::Stdio::null()).stdout(file).stderr(std::process::Stdio::piped());
+    let out = cmd.output().await.map_err(|e| format!("cannot run pg_dump: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "pg_dump of the changed copy failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    drop(ready);
+    if let Some(at) = consistent {
+        use std::io::{Read as _, Seek as _, Write as _};
+        let mut f = std::fs::File::options().read(true).write(true).open(&path).map_err(|e| e.to_string())?;
+        let mut head = vec![0u8; 4096];
+        let n = f.read(&mut head).map_err(|e| e.to_string())?;
+        head.truncate(n);
+        drcheck_restore::canary::set_dump_time(&mut head, at)?;
+        f.rewind().and_then(|_| f.write_all(&head)).map_err(|e| e.to_string())?;
+    }
+    set_mtime(&path, backup.last_modified)?;
+    Ok(Some(made))
+}
+
+/// Changes one value of one row of the largest user table: a column no index covers (the
+/// row keeps its key), text made another text of the same length, a number one more.
+/// Every name quoted, every function and operator `pg_catalog`'s.
+async fn change_one_row(pool: &sqlx::PgPool) -> Result<Option<String>, String> {
+    let candidates: Vec<(String, String, String, String)> = sqlx::query_as(
+        "select n.nspname::text, c.relname::text, a.attname::text, t.typname::text
+           from pg_catalog.pg_class c
+           join pg_catalog.pg_namespace n on n.oid operator(pg_catalog.=) c.relnamespace
+           join pg_catalog.pg_attribute a on a.attrelid operator(pg_catalog.=) c.oid
+           join pg_catalog.pg_type t on t.oid operator(pg_catalog.=) a.atttypid
+          where c.relkind operator(pg_catalog.=) 'r' and a.attnum operator(pg_catalog.>) 0 and not a.attisdropped
+            and a.attgenerated operator(pg_catalog.=) ''
+            and n.nspname operator(pg_catalog.<>) all (array['pg_catalog', 'information_schema'])
+            and n.nspname::text not like 'pg\\_%'
+            and t.typname operator(pg_catalog.=) any (array['text', 'varchar', 'bpchar', 'int2', 'int4', 'int8', 'numeric'])
+            and not exists (select 1 from pg_catalog.pg_index i
+                             where i.indrelid operator(pg_catalog.=) c.oid
+                               and a.attnum operator(pg_catalog.=) any (i.indkey::pg_catalog.int2[]))
+          order by c.relpages desc, n.nspname, c.relname, a.attnum
+          limit 50",
+    )
+    .fetch_all(pool)
+    .await
+    .map_err(|e| format!("reading the copy's tables: {e}"))?;
+    for (schema, table, column, ty) in candidates {
+        let q = |s: &str| drcheck_config::quote_ident(s);
+        let (rel, col) = (format!("{}.{}", q(&schema), q(&table)), q(&column));
+        let (value, filter) = if ["text", "varchar", "bpchar"].contains(&ty.as_str()) {
+            (
+                format!(
+                    "pg_catalog.translate({col}, 'abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789', 'bcdefghijklmnopqrstuvwxyzaBCDEFGHIJKLMNOPQRSTUVWXYZA1234567890')"
+                ),
+                format!("{col} operator(pg_catalog.~) '[A-Za-z0-9]'"),
+            )
+        } else {
+            (format!("{col} operator(pg_catalog.+) 1::pg_catalog.{ty}"), format!("{col} is not null"))
+        };
+        let sql = format!(
+            "update {rel} set {col} = {value}
+              where ctid operator(pg_catalog.=) (select ctid from {rel} where {filter} order by ctid limit 1)
+             returning ctid::pg_catalog.text"
+        );
+        let mut tx = pool.begin().await.map_err(|e| e.to_string())?;
+        // The copy's triggers, rules and constraints' actions stay out of it.
+        sqlx::query("set local session_replication_role = replica")
+            .execute(&mut *tx)
+            .await
+            .map_err(|e| e.to_string())?;
+        match sqlx::query_scalar::<_, String>(sqlx::AssertSqlSafe(sql)).fetch_optional(&mut *tx).await {
+            Ok(Some(ctid)) => {
+                tx.commit().await.map_err(|e| e.to_string())?;
+                return Ok(Some(format!("{schema}.{table}: column {column} of the row at ctid {ctid} changed")));
+            }
+            Ok(None) => {}
+            Err(e) => tracing::info!(table = %rel, column = %column, "canary: this column cannot be changed: {e}"),
+        }
+        let _ = tx.rollback().await;
+    }
+    Ok(None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::run_report::{RunError, ValidatorReport};
+
+    const CONFIG: &str = "[storage.s]\nkind = \"filesystem\"\npath = \"/tmp\"\n[[target]]\nname = \"t\"\nstorage = \"s\"\nprefix = \"p/\"\nrto = \"1h\"\nrpo = \"1d\"\n";
+
+    fn run(result: RunResult, validators: &[(&str, &str)], error: Option<(&str, &str)>) -> RunReport {
+        let mut r = crate::verify::died_report(
+            &drcheck_config::parse(CONFIG, std::path::Path::new("c.toml")).unwrap().targets[0],
+            "x",
+        );
+        r.result = result;
+        r.error = error.map(|(stage, message)| RunError { stage: stage.into(), message: message.into() });
+        r.validators = validators
+            .iter()
+            .map(|(n, s)| ValidatorReport {
+                name: (*n).into(),
+                status: (*s).into(),
+                detail: format!("{n} said {s}"),
+                measurements: Default::default(),
+                inconclusive: Vec::new(),
+                refused_by_primary: false,
+            })
+            .collect();
+        r
+    }
+
+    #[test]
+    fn caught_only_when_the_owner_fails() {
+        let d = judge(
+            "changed_row",
+            "x".into(),
+            run(RunResult::Failed, &[("row_counts", "passed"), ("checksums", "failed")], None),
+        );
+        assert_eq!((d.outcome.as_str(), d.named_by.clone()), ("detected", vec!["checksums".to_string()]));
+        // Failed for another reason (an old backup misses its RPO): not caught.
+        let d = judge(
+            "changed_row",
+            "x".into(),
+            run(RunResult::Failed, &[("checksums", "passed"), ("freshness", "failed")], None),
+        );
+        assert_eq!(d.outcome, "undetected");
+        assert!(d.detail.contains("checksums passed"), "{}", d.detail);
+        // The owner did not run at all (disabled): not caught, said so.
+        let d = judge("changed_row", "x".into(), run(RunResult::Passed, &[("row_counts", "passed")], None));
+        assert_eq!(d.outcome, "undetected");
+        assert!(d.detail.contains("none of them ran"), "{}", d.detail);
+        // The restore refused the copy as the backup's fault.
+        let d = judge("flipped_page", "x".into(), run(RunResult::Failed, &[], Some(("restore", "invalid page"))));
+        assert_eq!((d.outcome.as_str(), d.named_by.clone()), ("detected", vec!["restore".to_string()]));
+        // The world's fault: no verdict.
+        let d = judge("missing_segment", "x".into(), run(RunResult::Error, &[], Some(("fetch", "store unreachable"))));
+        assert_eq!(d.outcome, "error");
+    }
+
+    #[test]
+    fn one_missed_defect_makes_the_canary_missed() {
+        let mut r = CanaryReport::new("t");
+        r.conclude();
+        assert_eq!(r.result, "skipped");
+        let d = |o: &str| DefectOutcome {
+            defect: "d".into(),
+            outcome: o.into(),
+            made: String::new(),
+            named_by: vec![],
+            detail: String::new(),
+            run: None,
+        };
+        r.defects = vec![d("detected"), d("error")];
+        r.conclude();
+        assert_eq!(r.result, "error");
+        r.defects = vec![d("detected"), d("undetected"), d("error")];
+        r.conclude();
+        assert_eq!(r.result, "missed");
+        r.defects = vec![d("detected"), d("skipped")];
+        r.conclude();
+        assert_eq!(r.result, "caught");
+    }
+}
