@@ -433,8 +433,12 @@ async fn archived_wal_from(
         .filter(|(_, plain)| plain.ends_with(".history") || (plain[8..] >= start[8..] && plain[..8] >= start[..8]))
         .collect();
     wanted.sort_by_key(|(_, name)| (!name.ends_with(".history"), name.clone()));
-    let check =
-        matches!(wal.target, drcheck_config::RecoveryTarget::Latest).then(|| archive_check(&start, &wanted, listed_at));
+    // Segments the backup carries itself (`pg_wal.tar`) count as there: recovery reads them.
+    let carried: Vec<String> = std::fs::read_dir(data.join("pg_wal"))
+        .map(|d| d.filter_map(Result::ok).map(|e| e.file_name().to_string_lossy().to_string()).collect())
+        .unwrap_or_default();
+    let check = matches!(wal.target, drcheck_config::RecoveryTarget::Latest)
+        .then(|| archive_check(&start, &wanted, &carried, listed_at));
     Ok((wanted, check))
 }
 
@@ -443,13 +447,19 @@ async fn archived_wal_from(
 pub(crate) fn archive_check(
     start: &str,
     wanted: &[(BackupObject, String)],
+    carried: &[String],
     listed_at: std::time::SystemTime,
 ) -> crate::request::ArchiveCheck {
     let mut archived = crate::sources::delegate::Archived::default();
     for (_, name) in wanted {
         archived.add(name);
     }
-    let newest = archived.segments.iter().next_back().cloned().unwrap_or_else(|| start.to_string());
+    let newest_archived = archived.segments.iter().next_back().cloned();
+    for name in carried.iter().filter(|n| n.len() == 24 && n.chars().all(|c| c.is_ascii_hexdigit())) {
+        archived.segments.insert(name.clone());
+    }
+    let newest =
+        newest_archived.or_else(|| archived.segments.iter().next_back().cloned()).unwrap_or_else(|| start.to_string());
     let plan = crate::sources::delegate::plan_segments(start, start, &newest, &archived);
     let (files, gap) = match plan {
         Ok(p) => (p.segments.len(), p.gap),
@@ -466,6 +476,39 @@ pub(crate) fn archive_check(
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
+    fn seg(name: &str, age_secs: u64, now: std::time::SystemTime) -> (BackupObject, String) {
+        let o = BackupObject {
+            key: format!("wal/{name}.gz"),
+            size: 1,
+            last_modified: now - std::time::Duration::from_secs(age_secs),
+            etag: None,
+        };
+        (o, name.to_string())
+    }
+
+    #[test]
+    fn a_gap_after_the_backup_is_named_unless_it_may_be_in_flight() {
+        let now = std::time::SystemTime::now();
+        let s = |n: u8| format!("0000000100000000000000{n:02X}");
+        // Continuous: no gap.
+        let all: Vec<_> = (2..=6).map(|n| seg(&s(n), 600, now)).collect();
+        let c = archive_check(&s(2), &all, &[], now);
+        assert_eq!((c.gap, c.files, c.newest.as_str()), (None, 5, s(6).as_str()));
+        // 4 missing, 5 and 6 archived long ago: a gap.
+        let gap: Vec<_> = all.iter().filter(|(_, n)| *n != s(4)).cloned().collect();
+        let c = archive_check(&s(2), &gap, &[], now);
+        assert_eq!((c.gap.as_deref(), c.in_flight, c.files), (Some(s(4).as_str()), false, 2));
+        // …archived seconds ago, two after it: maybe an upload in flight.
+        let fresh: Vec<_> = gap.iter().map(|(_, n)| seg(n, if *n > s(4) { 5 } else { 600 }, now)).collect();
+        let c = archive_check(&s(2), &fresh, &[], now);
+        assert_eq!((c.gap.as_deref(), c.in_flight), (Some(s(4).as_str()), true));
+        // The backup carries segment 4 itself (pg_wal.tar): no gap.
+        let c = archive_check(&s(2), &gap, &[s(4)], now);
+        assert_eq!(c.gap, None);
+    }
+
     #[test]
     fn malformed_backup_labels_are_errors_not_panics() {
         let good = "START WAL LOCATION: 0/2000028 (file 000000010000000000000002)\nCHECKPOINT LOCATION: 0/2000060\n";
