@@ -175,16 +175,16 @@ async fn deliver_canary_alert(
         dedup_key: crate::alerts::dedup_key(&report.target, CANARY_ALERT, &report.canary_id, "firing"),
         canary: true,
     };
-    let (firing, resolved) = match history.enqueue_canary_alert(&alert, sinks).await {
-        Ok(keys) => keys,
-        Err(e) => {
-            let detail = format!("the canary alert could not be queued: {e:#}");
-            return sinks
-                .iter()
-                .map(|s| SinkOutcome { sink: s.clone(), accepted: false, detail: detail.clone() })
-                .collect();
-        }
-    };
+    if let Err(e) = history.enqueue_canary_alert(&alert, sinks).await {
+        let detail = format!("the canary alert could not be queued: {e:#}");
+        return sinks
+            .iter()
+            .map(|s| SinkOutcome { sink: s.clone(), accepted: false, detail: detail.clone() })
+            .collect();
+    }
+    let firing = alert.dedup_key.clone();
+    // Each sink's resolution, queued once it took the firing alert.
+    let mut resolved: std::collections::HashMap<String, String> = Default::default();
     let d = Dispatcher::new(history, &config.alerts, metrics);
     let deadline = tokio::time::Instant::now() + config.daemon.canary_alert_within;
     loop {
@@ -193,14 +193,25 @@ async fn deliver_canary_alert(
         }
         let mut all = true;
         for s in sinks {
-            all &= history.delivered(s, &firing).await.unwrap_or(false)
-                && history.delivered(s, &resolved).await.unwrap_or(false);
+            match resolved.get(s) {
+                Some(key) => all &= history.delivered(s, key).await.unwrap_or(false),
+                None if history.delivered(s, &firing).await.unwrap_or(false) => {
+                    match history.enqueue_canary_resolution(&alert, s).await {
+                        Ok(key) => {
+                            resolved.insert(s.clone(), key);
+                        }
+                        Err(e) => tracing::warn!(sink = %s, "cannot queue the canary alert's resolution: {e:#}"),
+                    }
+                    all = false;
+                }
+                None => all = false,
+            }
         }
         if all || tokio::time::Instant::now() >= deadline || cancel.is_cancelled() {
             break;
         }
         tokio::select! {
-            _ = tokio::time::sleep(Duration::from_millis(250)) => {}
+            _ = tokio::time::sleep(Duration::from_millis(100)) => {}
             _ = cancel.cancelled() => break,
         }
     }

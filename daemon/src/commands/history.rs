@@ -16,6 +16,10 @@ pub(crate) struct HistoryArgs {
     /// Print `{"runs": [...]}` instead of the table.
     #[arg(long)]
     pub json: bool,
+    /// The canaries (`drcheck canary`) instead of the runs: `{"canaries": [...]}` with
+    /// `--json`. A canary's runs are never among the runs.
+    #[arg(long)]
+    pub canaries: bool,
 }
 
 pub(crate) async fn run(config: &Config, args: HistoryArgs) -> Result<Exit, CliError> {
@@ -23,6 +27,20 @@ pub(crate) async fn run(config: &Config, args: HistoryArgs) -> Result<Exit, CliE
         super::select_targets(config, Some(t))?;
     }
     let history = History::open(&config.state.url).await.map_err(CliError::incomplete)?;
+    if args.canaries {
+        let canaries =
+            history.recent_canaries(args.target.as_deref(), args.limit).await.map_err(CliError::incomplete)?;
+        history.close().await;
+        if args.json {
+            let out = serde_json::json!({ "canaries": canaries });
+            crate::outln!("{}", serde_json::to_string_pretty(&out).map_err(CliError::incomplete)?);
+        } else {
+            for c in &canaries {
+                crate::out!("{}", super::canary::render(c));
+            }
+        }
+        return Ok(Exit::Passed);
+    }
     let runs = history.recent(args.target.as_deref(), args.limit).await.map_err(CliError::incomplete)?;
     history.close().await;
     if args.json {

@@ -34,6 +34,21 @@ impl History {
         row.map(|(j,)| serde_json::from_str(&j).context("a canary row holds an unreadable report")).transpose()
     }
 
+    /// The newest canaries (of `target`, or of all), newest first.
+    pub(crate) async fn recent_canaries(&self, target: Option<&str>, limit: u32) -> anyhow::Result<Vec<CanaryReport>> {
+        let rows: Vec<(String,)> = sqlx::query_as(
+            "select report_json from canaries where ($1 is null or target = $1)
+              order by finished_at desc, canary_id desc limit $2",
+        )
+        .bind(target)
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await?;
+        rows.into_iter()
+            .map(|(j,)| serde_json::from_str(&j).context("a canary row holds an unreadable report"))
+            .collect()
+    }
+
     /// Every canary that finished in `[from, to)` (RFC 3339), oldest first, without the
     /// defective copies' run reports.
     pub(crate) async fn canaries_between(&self, from: &str, to: &str) -> anyhow::Result<Vec<CanaryReport>> {
@@ -56,23 +71,34 @@ impl History {
             .collect()
     }
 
-    /// Queues the canary alert for every sink: firing, and resolved right after (the
-    /// resolution reaches a sink after its firing). Returns the two dedup keys.
+    /// Queues the canary alert (firing) for every sink.
     pub(crate) async fn enqueue_canary_alert(
         &self,
         alert: &crate::alerts::Alert,
         sinks: &[String],
-    ) -> anyhow::Result<(String, String)> {
+    ) -> anyhow::Result<()> {
         let mut tx = self.pool.begin().await?;
+        super::outbox::enqueue(&mut tx, alert, sinks, None).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Queues the canary alert's resolution for `sink` (once it took the firing one: a
+    /// resolution queued beside its firing would supersede it). Returns its dedup key.
+    pub(crate) async fn enqueue_canary_resolution(
+        &self,
+        alert: &crate::alerts::Alert,
+        sink: &str,
+    ) -> anyhow::Result<String> {
         let mut resolved = alert.clone();
         resolved.state = "resolved".into();
         resolved.ends_at = Some(super::ts(std::time::SystemTime::now()));
         let episode = alert.run_id.clone().unwrap_or_default();
         resolved.dedup_key = crate::alerts::dedup_key(&alert.target, &alert.alertname, &episode, "resolved");
-        super::outbox::enqueue(&mut tx, alert, sinks, None).await?;
-        super::outbox::enqueue(&mut tx, &resolved, sinks, Some(&alert.dedup_key)).await?;
+        let mut tx = self.pool.begin().await?;
+        super::outbox::enqueue(&mut tx, &resolved, &[sink.to_string()], Some(&alert.dedup_key)).await?;
         tx.commit().await?;
-        Ok((alert.dedup_key.clone(), resolved.dedup_key))
+        Ok(resolved.dedup_key)
     }
 
     /// Whether `sink` accepted the alert with `dedup_key`.

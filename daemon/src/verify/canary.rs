@@ -543,9 +543,13 @@ async fn changed_row_dump(
     if let Some(parent) = path.parent() {
         std::fs::create_dir_all(parent).map_err(|e| e.to_string())?;
     }
-    let file = std::fs::File::create(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    // pg_dump writes inside the sandbox (where its confinement lets it), as its user.
+    let inside = ready.sandbox.root().join("canary.dump");
+    std::fs::File::create(&inside).map_err(|e| format!("{}: {e}", inside.display()))?;
+    ready.sandbox.give_to_server(&inside).map_err(|e| e.to_string())?;
     let mut cmd = ready.sandbox.client_command("pg_dump", &ready.database).map_err(|e| e.to_string())?;
-    cmd.arg("-Fc").stdin(std::process::Stdio::null()).stdout(file).stderr(std::process::Stdio::piped());
+    cmd.arg("-Fc").arg("-f").arg(&inside);
+    cmd.stdin(std::process::Stdio::null()).stdout(std::process::Stdio::null()).stderr(std::process::Stdio::piped());
     let out = cmd.output().await.map_err(|e| format!("cannot run pg_dump: {e}"))?;
     if !out.status.success() {
         return Err(format!(
@@ -554,6 +558,7 @@ async fn changed_row_dump(
             String::from_utf8_lossy(&out.stderr)
         ));
     }
+    std::fs::copy(&inside, &path).map_err(|e| format!("copying the changed dump: {e}"))?;
     drop(ready);
     if let Some(at) = consistent {
         use std::io::{Read as _, Seek as _, Write as _};
@@ -561,7 +566,8 @@ async fn changed_row_dump(
         let mut head = vec![0u8; 4096];
         let n = f.read(&mut head).map_err(|e| e.to_string())?;
         head.truncate(n);
-        drcheck_restore::canary::set_dump_time(&mut head, at)?;
+        drcheck_restore::canary::set_dump_time(&mut head, at)
+            .map_err(|e| format!("the changed dump ({n} bytes): {e}"))?;
         f.rewind().and_then(|_| f.write_all(&head)).map_err(|e| e.to_string())?;
     }
     set_mtime(&path, backup.last_modified)?;

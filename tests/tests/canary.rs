@@ -1,0 +1,269 @@
+//! End-to-end: the canary (issue 38). A dump target and a base-backup target with a WAL
+//! archive, both proven by a verification; the daemon's canary makes defective copies
+//! of each in its scratch space — a changed row, a flipped page, a segment left out —
+//! and every one is caught and named by the check that owns it; the canary alert
+//! reaches a webhook and a real Alertmanager, labelled `canary`, and resolves; the
+//! targets' runs, coverage and last success are untouched, and the store gets no write
+//! (moto's request log). With `checksums` disabled the changed row passes and
+//! `DrcheckCanaryUndetected` is paged; a sink on a closed port makes
+//! `DrcheckAlertPathBroken`.
+
+use drcheck_e2e::recorder::Recorder;
+use drcheck_e2e::{
+    Daemon, PgPrimary, PromService, S3Server, TempRoot, drcheck, free_port, http_get, sample, stderr, stdout, unique,
+};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+const LIMIT: Duration = Duration::from_secs(300);
+const PASSWORD: &str = "canary-verifier";
+
+/// The write requests (PUT, POST, DELETE) moto's log holds.
+fn writes(log: &Path) -> Vec<String> {
+    std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.contains("\"PUT ") || l.contains("\"POST ") || l.contains("\"DELETE "))
+        .map(str::to_string)
+        .collect()
+}
+
+/// The webhook's alerts from request `from` on: (alertname, state, canary).
+fn hooked(hook: &Recorder, from: usize) -> Vec<(String, String, bool)> {
+    hook.requests()
+        .iter()
+        .skip(from)
+        .filter_map(|r| serde_json::from_slice::<serde_json::Value>(&r.body).ok())
+        .map(|a| {
+            (
+                a["alertname"].as_str().unwrap_or_default().to_string(),
+                a["state"].as_str().unwrap_or_default().to_string(),
+                a["canary"] == true,
+            )
+        })
+        .collect()
+}
+
+fn defect<'a>(canary: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
+    canary["defects"].as_array().unwrap().iter().find(|d| d["defect"] == name).unwrap_or_else(|| panic!("{canary:#}"))
+}
+
+#[test]
+fn canaries_are_caught_paged_and_never_counted_as_verifications() {
+    let root = TempRoot::new();
+    // A server of its own: its request log is this test's alone.
+    let s3 = S3Server::start_own(&root);
+    let archive = root.pg_dir("archive");
+    let command = format!("cp %p {}/%f", archive.display());
+    // Commit times tell a row changed on the primary since a dump from a defect.
+    let primary = PgPrimary::start_with(
+        &root,
+        &[
+            ("archive_mode", "on"),
+            ("archive_command", &command),
+            ("wal_level", "replica"),
+            ("track_commit_timestamp", "on"),
+        ],
+    );
+    primary.psql("postgres", &format!("create role verifier login password '{PASSWORD}'"));
+    primary.psql("postgres", "grant pg_read_all_data to verifier");
+    primary.psql("postgres", "create database orders");
+    primary.psql(
+        "orders",
+        "create table items (id int primary key, note text not null);
+         insert into items select g, 'note number ' || g from generate_series(1, 2000) g;
+         create table tiny (id int primary key, v int); insert into tiny values (1, 1)",
+    );
+    let bucket = unique("canary");
+    s3.make_bucket(&bucket);
+    let bb = root.path().join("bb");
+    primary.tool("pg_basebackup", &["-D", &bb.display().to_string(), "-Ft", "-z", "-X", "stream", "--checkpoint=fast"]);
+    for f in ["base.tar.gz", "pg_wal.tar.gz", "backup_manifest"] {
+        s3.upload(&bb.join(f), &bucket, &format!("phys/b1/{f}"));
+    }
+    // WAL after the backup: six segments, a row each.
+    for i in 2..8 {
+        primary.psql("orders", &format!("insert into tiny values ({i}, {i})"));
+        primary.archive_all(&archive);
+    }
+    for e in std::fs::read_dir(&archive).unwrap().filter_map(Result::ok) {
+        s3.upload(&e.path(), &bucket, &format!("wal/{}", e.file_name().to_string_lossy()));
+    }
+    // The dump, of the primary as it stays.
+    let dump = root.path().join("orders.dump");
+    primary.tool("pg_dump", &["-Fc", "-f", &dump.display().to_string(), "orders"]);
+    s3.upload(&dump, &bucket, "dumps/orders-1.dump");
+
+    let hook = Recorder::start(200);
+    let am = PromService::alertmanager(&root, free_port());
+    let scratch = root.path().join("scratch");
+    std::fs::create_dir_all(&scratch).unwrap();
+    drcheck_e2e::make_world_enterable(&scratch);
+    let port = free_port();
+    let url = primary.url("verifier", PASSWORD, "orders");
+    let config = |daemon: &str, dump_extra: &str, sinks: &str| {
+        let path = root.path().join(unique("drcheck") + ".toml");
+        std::fs::write(
+            &path,
+            format!(
+                "[state]\nurl = \"sqlite://{r}/history.db\"\n[sandbox]\nscratch_dir = \"{s}\"\n\
+                 [metrics]\nlisten = \"127.0.0.1:{port}\"\ntextfile = \"{r}/drcheck.prom\"\n\
+                 [daemon]\n{daemon}\n\
+                 [storage.s3]\nkind = \"s3\"\nbucket = \"{bucket}\"\nendpoint = \"{e}\"\npath_style = true\n\
+                 [[alert]]\nname = \"hook\"\nkind = \"webhook\"\nurl = \"{hook}\"\n\
+                 [[alert]]\nname = \"am\"\nkind = \"alertmanager\"\nurl = \"{am}\"\n{sinks}\n\
+                 [[target]]\nname = \"cluster\"\nstorage = \"s3\"\nprefix = \"phys/\"\nwal_prefix = \"wal/\"\n\
+                 primary = \"{url}\"\nrto = \"10m\"\nrpo = \"30d\"\n\
+                 [[target]]\nname = \"orders\"\nstorage = \"s3\"\nprefix = \"dumps/\"\n\
+                 primary = \"{url}\"\nrto = \"10m\"\nrpo = \"30d\"\n{dump_extra}\n",
+                r = root.path().display(),
+                s = scratch.display(),
+                e = s3.endpoint(),
+                hook = hook.url(),
+                am = am.url(),
+            ),
+        )
+        .unwrap();
+        path.display().to_string()
+    };
+    let textfile = || std::fs::read_to_string(root.path().join("drcheck.prom")).unwrap_or_default();
+
+    // Both targets proven by an ordinary verification.
+    const WITHIN: &str = "canary_alert_within = \"20s\"";
+    let plain = config(WITHIN, "", "");
+    let (out, _) = drcheck(&["--config", &plain, "verify", "--json"], &[], LIMIT);
+    assert_eq!(out.status.code(), Some(0), "{}\n{}", stdout(&out), stderr(&out));
+    let runs: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let cluster_run = runs["runs"].as_array().unwrap().iter().find(|r| r["target"] == "cluster").unwrap();
+    let archive_finding =
+        cluster_run["validators"].as_array().unwrap().iter().find(|v| v["name"] == "archive").unwrap();
+    assert_eq!(archive_finding["status"], "passed", "the archive runs on without a gap: {archive_finding}");
+    let before = textfile();
+    let last_success =
+        |text: &str, t: &str| sample(text, "drcheck_last_success_timestamp_seconds", &format!("target=\"{t}\""));
+    let proven = |text: &str, t: &str| sample(text, "drcheck_backups_proven", &format!("target=\"{t}\""));
+    let (cluster_success, orders_success) = (last_success(&before, "cluster"), last_success(&before, "orders"));
+    assert!(cluster_success.is_some() && orders_success.is_some(), "{before}");
+    let writes_before = writes(&root.path().join("moto.log"));
+    let heard_before = hook.requests().len();
+
+    // The daemon's canary: once a day, at a second a few seconds from now.
+    let at = chrono::Utc::now() + chrono::Duration::seconds(4);
+    let daily = config(&format!("{WITHIN}\ncanary = \"{}\"", at.format("%-S %-M %-H * * *")), "", "");
+    let mut daemon = Daemon::start(Path::new(&daily), port, &[]);
+    let deadline = Instant::now() + LIMIT;
+    let canaries = loop {
+        let (out, _) = drcheck(&["--config", &plain, "history", "--canaries", "--json"], &[], LIMIT);
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+        if v["canaries"].as_array().is_some_and(|c| c.len() == 2) {
+            break v;
+        }
+        assert!(Instant::now() < deadline, "the daemon's canary did not finish: {}", daemon.stderr_text());
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    let metrics = http_get(port, "/metrics");
+    let (status, _) = daemon.terminate(Duration::from_secs(30));
+    assert!(status.success(), "{status}");
+    let canary = |t: &str| canaries["canaries"].as_array().unwrap().iter().find(|c| c["target"] == t).unwrap().clone();
+
+    // The dump: its changed row caught by checksums, naming the table.
+    let orders = canary("orders");
+    assert_eq!(orders["result"], "caught", "{orders:#}");
+    assert_eq!(orders["backup"], "dumps/orders-1.dump");
+    let row = defect(&orders, "changed_row");
+    assert_eq!(row["outcome"], "detected", "{row:#}");
+    assert_eq!(row["named_by"], serde_json::json!(["checksums"]), "{row:#}");
+    assert!(row["made"].as_str().unwrap().starts_with("public.items: column note"), "{row}");
+    assert!(row["detail"].as_str().unwrap().contains("public.items"), "{row}");
+    assert_eq!(row["run"]["canary"], "changed_row", "the defective copy's run is marked: {row}");
+    assert_eq!(row["run"]["result"], "failed");
+
+    // The base backup: the flipped page and the missing segment, each by its owner.
+    let cluster = canary("cluster");
+    assert_eq!(cluster["result"], "caught", "{cluster:#}");
+    let page = defect(&cluster, "flipped_page");
+    assert_eq!(page["outcome"], "detected", "{page:#}");
+    assert!(page["named_by"].as_array().unwrap().iter().any(|n| n == "checksums"), "{page:#}");
+    assert!(page["made"].as_str().unwrap().contains("phys/b1/base.tar.gz: byte"), "{page}");
+    let segment = defect(&cluster, "missing_segment");
+    assert_eq!(segment["outcome"], "detected", "{segment:#}");
+    assert_eq!(segment["named_by"], serde_json::json!(["archive"]), "{segment:#}");
+    let left_out = segment["made"].as_str().unwrap().split(' ').nth(2).unwrap().to_string();
+    assert!(segment["detail"].as_str().unwrap().contains(&format!("gap at {left_out}")), "{segment}");
+
+    // Every sink took the canary alert, labelled, firing then resolved.
+    for c in [&orders, &cluster] {
+        let sinks: Vec<(&str, bool)> = c["alerts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| (s["sink"].as_str().unwrap(), s["accepted"] == true))
+            .collect();
+        assert_eq!(sinks, vec![("hook", true), ("am", true)], "{c:#}");
+    }
+    let heard = hooked(&hook, heard_before);
+    for state in ["firing", "resolved"] {
+        let n = heard.iter().filter(|(a, s, c)| a == "DrcheckCanary" && s == state && *c).count();
+        assert_eq!(n, 2, "one {state} canary alert per target: {heard:?}");
+    }
+    assert!(!heard.iter().any(|(a, _, _)| a != "DrcheckCanary"), "nothing else paged: {heard:?}");
+    let at_am: serde_json::Value = serde_json::from_str(&am.get("/api/v2/alerts")).unwrap();
+    let canary_at_am: Vec<&serde_json::Value> =
+        at_am.as_array().unwrap().iter().filter(|a| a["labels"]["alertname"] == "DrcheckCanary").collect();
+    assert!(
+        canary_at_am.iter().all(|a| a["labels"]["canary"] == "true" && a["status"]["state"] != "active"),
+        "the canary alert is labelled and resolved at Alertmanager: {at_am}"
+    );
+
+    // The metrics say so; the targets' runs, coverage and last success do not move.
+    for (t, d) in [("orders", "changed_row"), ("cluster", "flipped_page"), ("cluster", "missing_segment")] {
+        let label = format!("defect=\"{d}\",target=\"{t}\"");
+        assert_eq!(sample(&metrics, "drcheck_canary_detected", &label), Some(1.0), "{label}\n{metrics}");
+    }
+    assert!(sample(&metrics, "drcheck_canary_last_success_timestamp_seconds", "target=\"cluster\"").is_some());
+    assert_eq!(sample(&metrics, "drcheck_canary_alert_accepted", "sink=\"hook\",target=\"orders\""), Some(1.0));
+    assert_eq!(last_success(&metrics, "cluster"), cluster_success, "a canary is not a verification");
+    assert_eq!(last_success(&metrics, "orders"), orders_success);
+    assert_eq!(proven(&metrics, "orders"), proven(&before, "orders"));
+    let (out, _) = drcheck(&["--config", &plain, "history", "--json"], &[], LIMIT);
+    let history: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(history["runs"].as_array().unwrap().len(), 2, "only the two verifications are runs: {history}");
+    assert_eq!(writes(&root.path().join("moto.log")), writes_before, "the canary wrote to the store");
+
+    // checksums disabled for the dump, and a sink on a closed port: the changed row
+    // passes and is paged; the dead sink is named.
+    let closed = free_port();
+    let broken = config(
+        "canary_alert_within = \"3s\"",
+        "[target.validators]\nenabled = [\"row_counts\", \"schema\", \"sequences\"]",
+        &format!("[[alert]]\nname = \"down\"\nkind = \"webhook\"\nurl = \"http://127.0.0.1:{closed}/hook\"\n"),
+    );
+    let heard_before = hook.requests().len();
+    let (out, _) = drcheck(&["--config", &broken, "canary", "--target", "orders", "--json"], &[], LIMIT);
+    assert_eq!(out.status.code(), Some(1), "a defect that passed: {}\n{}", stdout(&out), stderr(&out));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let missed = &v["canaries"][0];
+    assert_eq!(missed["result"], "missed", "{missed:#}");
+    let row = defect(missed, "changed_row");
+    assert_eq!(row["outcome"], "undetected", "{row:#}");
+    assert!(row["detail"].as_str().unwrap().contains("none of them ran"), "{row}");
+    let down = missed["alerts"].as_array().unwrap().iter().find(|s| s["sink"] == "down").unwrap();
+    assert_eq!(down["accepted"], false, "{down}");
+    assert!(down["detail"].as_str().unwrap().starts_with("not accepted within 3s"), "{down}");
+    let heard = hooked(&hook, heard_before);
+    for alert in ["DrcheckCanaryUndetected", "DrcheckAlertPathBroken"] {
+        assert!(heard.iter().any(|(a, s, _)| a == alert && s == "firing"), "{alert} paged: {heard:?}");
+    }
+    let text = textfile();
+    assert_eq!(
+        sample(&text, "drcheck_canary_detected", "defect=\"changed_row\",target=\"orders\""),
+        Some(0.0),
+        "{text}"
+    );
+    assert_eq!(sample(&text, "drcheck_canary_alert_accepted", "sink=\"down\",target=\"orders\""), Some(0.0), "{text}");
+    assert_eq!(sample(&text, "drcheck_canary_alert_accepted", "sink=\"hook\",target=\"orders\""), Some(1.0), "{text}");
+    assert_eq!(writes(&root.path().join("moto.log")), writes_before, "the canary wrote to the store");
+    // Nothing of the canaries is left in the scratch directory.
+    let left: Vec<_> = std::fs::read_dir(&scratch).unwrap().filter_map(Result::ok).map(|e| e.file_name()).collect();
+    assert!(left.iter().all(|n| !n.to_string_lossy().starts_with("drcheck-canary")), "{left:?}");
+}
