@@ -204,13 +204,25 @@ pub fn manifest_without_checksum(manifest: &str, path: &str) -> Result<String, S
 
 /// `base.tar` or `base.tar.gz` at `input` rewritten to `output` with one row byte
 /// changed ([`flip_row_byte`]), through an uncompressed spool in `work`.
-pub fn flip_base_tar(input: &Path, output: &Path, gzip: bool, work: &Path) -> io::Result<Option<Flipped>> {
+/// The spool holds at most `max_bytes` (what a restore of the backup may write): a
+/// compressed tar that expands further is refused, not followed.
+pub fn flip_base_tar(
+    input: &Path,
+    output: &Path,
+    gzip: bool,
+    work: &Path,
+    max_bytes: u64,
+) -> io::Result<Option<Flipped>> {
     let mut spool = tempfile::tempfile_in(work)?;
     let file = std::fs::File::open(input)?;
-    if gzip {
-        io::copy(&mut flate2::read::MultiGzDecoder::new(io::BufReader::new(file)), &mut spool)?;
+    let reader: Box<dyn Read> = if gzip {
+        Box::new(flate2::read::MultiGzDecoder::new(io::BufReader::new(file)))
     } else {
-        io::copy(&mut io::BufReader::new(file), &mut spool)?;
+        Box::new(io::BufReader::new(file))
+    };
+    let copied = io::copy(&mut reader.take(max_bytes.saturating_add(1)), &mut spool)?;
+    if copied > max_bytes {
+        return Err(io::Error::other(format!("expands past {max_bytes} bytes (sandbox.max_expansion × its size)")));
     }
     let out = io::BufWriter::new(std::fs::File::create(output)?);
     let flipped = if gzip {
@@ -368,7 +380,13 @@ mod tests {
         gz.write_all(&b.into_inner().unwrap()).unwrap();
         gz.finish().unwrap();
         let output = dir.path().join("out.tar.gz");
-        let f = flip_base_tar(&input, &output, true, dir.path()).unwrap().unwrap();
+        assert!(
+            flip_base_tar(&input, &output, true, dir.path(), 4096)
+                .unwrap_err()
+                .to_string()
+                .contains("expands past 4096")
+        );
+        let f = flip_base_tar(&input, &output, true, dir.path(), 1 << 20).unwrap().unwrap();
         assert_eq!((f.path.as_str(), f.block, f.line, f.was, f.now), ("base/16384/16390", 0, 1, b'y', b'z'));
         let mut a = tar::Archive::new(flate2::read::GzDecoder::new(std::fs::File::open(&output).unwrap()));
         let mut seen = 0;

@@ -677,3 +677,17 @@ fn evidence_maps_to_the_frameworks_asked_for() {
     assert_eq!(key, "evidence.controls_file");
     assert!(msg.contains("unknown measure \"vibes\""), "{msg}");
 }
+
+#[test]
+fn the_canary_is_scheduled_and_its_alert_given_a_time() {
+    let c = parse(GOOD).unwrap();
+    assert_eq!((c.daemon.canary.is_none(), c.daemon.canary_alert_within), (true, Duration::from_secs(120)));
+    let c = parse(&format!("[daemon]\ncanary = \"0 4 * * 0\"\ncanary_alert_within = \"30s\"\n{GOOD}")).unwrap();
+    assert_eq!(c.daemon.canary.as_ref().map(|s| s.to_kubernetes().unwrap()).as_deref(), Some("0 4 * * 0"));
+    assert_eq!(c.daemon.canary_alert_within, Duration::from_secs(30));
+    let (key, line, msg) = invalid(&format!("[daemon]\ncanary = \"0 4 * * 9\"\n{GOOD}"));
+    assert_eq!((key.as_str(), line), ("daemon.canary", Some(2)), "{msg}");
+    let (key, _, msg) = invalid(&format!("[daemon]\ncanary_alert_within = \"2h\"\n{GOOD}"));
+    assert_eq!(key, "daemon.canary_alert_within");
+    assert!(msg.contains("at most 1h"), "{msg}");
+}

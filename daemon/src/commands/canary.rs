@@ -42,6 +42,16 @@ pub(crate) async fn run(config: &Config, args: CanaryArgs) -> Result<Exit, CliEr
         }
         let mut report = crate::verify::canary::run_canary(config, target, &history, &cancel).await;
         finish(config, &history, Some(&metrics), &mut report, &cancel).await;
+        // A CronJob's metrics go through the Pushgateway, into the target's group (POST:
+        // only the canary's series are replaced).
+        if let Some(gateway) = &config.metrics.pushgateway {
+            let one = Metrics::new();
+            one.canary.observe(&report);
+            if let Err(e) = crate::metrics::push(gateway, &report.target, one.render()).await {
+                tracing::warn!(target = %report.target, "{e:#}");
+                crate::errln!("drcheck: warning: {e:#}");
+            }
+        }
         if !args.json {
             crate::outln!("{}", render(&report));
         }

@@ -206,6 +206,26 @@ pub(crate) fn cronjob(t: &TargetConfig, o: &Options, scratch: &str) -> Result<se
     Ok(job)
 }
 
+/// The canary's CronJob of `t` (`[daemon] canary`: a cluster without the daemon runs it
+/// as a CronJob too): the target's pod, `drcheck canary --target NAME` on the canary's
+/// schedule, named `drcheck-canary-…`.
+pub(crate) fn canary_cronjob(
+    t: &TargetConfig,
+    o: &Options,
+    scratch: &str,
+    schedule: &drcheck_config::Schedule,
+) -> Result<serde_json::Value, String> {
+    let mut job = cronjob(t, o, scratch)?;
+    let name = k8s_name(&format!("canary-{}", t.name));
+    job["metadata"]["name"] = json!(name);
+    job["metadata"]["labels"]["drcheck.io/canary"] = json!("true");
+    job["spec"]["schedule"] = json!(schedule.to_kubernetes().map_err(|e| format!("daemon.canary: {e}"))?);
+    let template = &mut job["spec"]["jobTemplate"]["spec"]["template"];
+    template["metadata"]["labels"]["drcheck.io/canary"] = json!("true");
+    template["spec"]["containers"][0]["args"] = json!(["canary", "--target", t.name]);
+    Ok(job)
+}
+
 /// Where a follower's StatefulSet mounts its volume (the copy it keeps: `state_dir`).
 const POD_STATE_DIR: &str = "/var/lib/drcheck";
 
@@ -463,7 +483,12 @@ pub(crate) async fn run(
             continue;
         }
         let job = cronjob(t, o, size).map_err(|e| CliError::usage(anyhow::anyhow!(e)))?;
-        docs.push((file_name(t), format!("# {}: scratch {size}, {why}\n{}", t.name, yaml(&job)?)));
+        let mut doc = format!("# {}: scratch {size}, {why}\n{}", t.name, yaml(&job)?);
+        if let Some(schedule) = &config.daemon.canary {
+            let canary = canary_cronjob(t, o, size, schedule).map_err(|e| CliError::usage(anyhow::anyhow!(e)))?;
+            doc.push_str(&format!("---\n# {}: the canary ([daemon] canary)\n{}", t.name, yaml(&canary)?));
+        }
+        docs.push((file_name(t), doc));
     }
     let Some(dir) = output_dir else {
         crate::outln!("{header}");
@@ -512,6 +537,31 @@ mod tests {
             let k = k8s_name(n);
             assert!(dns(&k) && k.len() <= MAX_CRONJOB_NAME, "{n:?} → {k:?}");
         }
+    }
+
+    #[test]
+    fn the_canary_runs_as_a_cronjob_of_its_own() {
+        let text = "[storage.s]\nkind = \"filesystem\"\npath = \"/tmp\"\n[[target]]\nname = \"orders\"\nstorage = \"s\"\nprefix = \"p/\"\nrto = \"1h\"\nrpo = \"1d\"\nschedule = \"0 3 * * *\"\n";
+        let config = drcheck_config::parse(text, std::path::Path::new("c.toml")).unwrap();
+        let o = Options {
+            image: "r/drcheck:1".into(),
+            secret: "drcheck".into(),
+            secret_per_target: false,
+            config_map: "drcheck-config".into(),
+            scratch_size: String::new(),
+        };
+        let weekly = drcheck_config::Schedule::parse("canary", "0 4 * * 0").unwrap();
+        let job = canary_cronjob(&config.targets[0], &o, "10Gi", &weekly).unwrap();
+        assert_eq!(job["metadata"]["name"], "drcheck-canary-orders");
+        assert_eq!(job["spec"]["schedule"], "0 4 * * 0");
+        let pod = &job["spec"]["jobTemplate"]["spec"]["template"];
+        assert_eq!(pod["spec"]["containers"][0]["args"], json!(["canary", "--target", "orders"]));
+        assert_eq!(pod["metadata"]["labels"]["drcheck.io/canary"], "true");
+        assert_eq!(
+            cronjob(&config.targets[0], &o, "10Gi").unwrap()["spec"]["schedule"],
+            "0 3 * * *",
+            "the target's own"
+        );
     }
 
     #[test]

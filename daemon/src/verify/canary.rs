@@ -274,7 +274,13 @@ async fn push_verified(
         return;
     }
     let (c, t) = canary_config(config, target, dir);
-    let mut run = super::verify_as(new_run_id(), &c, &t, Some(key), own_history, cancel, &Progress::new(false)).await;
+    // Its log lines say whose run this is: the canary's, of this defect.
+    let span = tracing::info_span!("canary", canary_id = %report.canary_id, defect);
+    let mut run = tracing::Instrument::instrument(
+        super::verify_as(new_run_id(), &c, &t, Some(key), own_history, cancel, &Progress::new(false)),
+        span,
+    )
+    .await;
     run.canary = Some(defect.into());
     report.defects.push(judge(defect, made, run));
 }
@@ -464,11 +470,14 @@ async fn physical_defects(
             let manifest_key = manifest.map(|m| m.key.clone());
             link_tree(&fetched, &dir, &|rel| rel == base_key || Some(rel) == manifest_key.as_deref())?;
             let (input, output, work) = (base_path.clone(), dir.join(&base.key), scratch.to_path_buf());
-            let flipped =
-                tokio::task::spawn_blocking(move || drcheck_restore::canary::flip_base_tar(&input, &output, gz, &work))
-                    .await
-                    .map_err(|e| e.to_string())?
-                    .map_err(|e| format!("rewriting {}: {e}", base.key))?;
+            // What a restore of it may write (the backup is hostile input here too).
+            let max = (base.size as f64 * config.sandbox.max_expansion) as u64 + (1 << 30);
+            let flipped = tokio::task::spawn_blocking(move || {
+                drcheck_restore::canary::flip_base_tar(&input, &output, gz, &work, max)
+            })
+            .await
+            .map_err(|e| e.to_string())?
+            .map_err(|e| format!("rewriting {}: {e}", base.key))?;
             match flipped {
                 None => Err(format!("{}: no user table with a row to change", base.key)),
                 Some(f) => {
