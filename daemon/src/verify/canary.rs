@@ -585,7 +585,10 @@ async fn changed_row_dump(
 
 /// Changes one value of one row of the largest user table: a column no index covers (the
 /// row keeps its key), text made another text of the same length, a number one more.
-/// Every name quoted, every function and operator `pg_catalog`'s.
+/// Every name quoted, every function and operator `pg_catalog`'s with exact argument
+/// types; triggers and rules off (`session_replication_role = replica`), and a table
+/// with one that fires even so (`ENABLE ALWAYS`/`REPLICA`) is never chosen — the copy's
+/// code could undo the change and make the canary page for nothing.
 async fn change_one_row(pool: &sqlx::PgPool) -> Result<Option<String>, String> {
     let candidates: Vec<(String, String, String, String)> = sqlx::query_as(
         "select n.nspname::text, c.relname::text, a.attname::text, t.typname::text
@@ -601,6 +604,14 @@ async fn change_one_row(pool: &sqlx::PgPool) -> Result<Option<String>, String> {
             and not exists (select 1 from pg_catalog.pg_index i
                              where i.indrelid operator(pg_catalog.=) c.oid
                                and a.attnum operator(pg_catalog.=) any (i.indkey::pg_catalog.int2[]))
+            -- No code of the copy's may run on the update: not a trigger or rule that
+            -- fires with session_replication_role = replica (ENABLE ALWAYS / REPLICA).
+            and not exists (select 1 from pg_catalog.pg_trigger g
+                             where g.tgrelid operator(pg_catalog.=) c.oid and not g.tgisinternal
+                               and g.tgenabled::pg_catalog.text operator(pg_catalog.=) any (array['A', 'R']))
+            and not exists (select 1 from pg_catalog.pg_rewrite w
+                             where w.ev_class operator(pg_catalog.=) c.oid
+                               and w.ev_enabled::pg_catalog.text operator(pg_catalog.=) any (array['A', 'R']))
           order by c.relpages desc, n.nspname, c.relname, a.attnum
           limit 50",
     )
@@ -613,9 +624,11 @@ async fn change_one_row(pool: &sqlx::PgPool) -> Result<Option<String>, String> {
         let (value, filter) = if ["text", "varchar", "bpchar"].contains(&ty.as_str()) {
             (
                 format!(
-                    "pg_catalog.translate({col}, 'abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789', 'bcdefghijklmnopqrstuvwxyzaBCDEFGHIJKLMNOPQRSTUVWXYZA1234567890')"
+                    "pg_catalog.translate({col}::pg_catalog.text, \
+                     'abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789'::pg_catalog.text, \
+                     'bcdefghijklmnopqrstuvwxyzaBCDEFGHIJKLMNOPQRSTUVWXYZA1234567890'::pg_catalog.text)"
                 ),
-                format!("{col} operator(pg_catalog.~) '[A-Za-z0-9]'"),
+                format!("{col}::pg_catalog.text operator(pg_catalog.~) '[A-Za-z0-9]'::pg_catalog.text"),
             )
         } else {
             (format!("{col} operator(pg_catalog.+) 1::pg_catalog.{ty}"), format!("{col} is not null"))
