@@ -172,6 +172,7 @@ fn canaries_are_caught_paged_and_never_counted_as_verifications() {
         std::thread::sleep(Duration::from_millis(500));
     };
     let metrics = http_get(port, "/metrics");
+    let status_page = http_get(port, "/");
     let (status, _) = daemon.terminate(Duration::from_secs(30));
     assert!(status.success(), "{status}");
     let canary = |t: &str| canaries["canaries"].as_array().unwrap().iter().find(|c| c["target"] == t).unwrap().clone();
@@ -236,6 +237,15 @@ fn canaries_are_caught_paged_and_never_counted_as_verifications() {
     assert_eq!(last_success(&metrics, "cluster"), cluster_success, "a canary is not a verification");
     assert_eq!(last_success(&metrics, "orders"), orders_success);
     assert_eq!(proven(&metrics, "orders"), proven(&before, "orders"));
+    // The status page and `drcheck status` say each target's last canary.
+    for t in ["orders", "cluster"] {
+        assert!(status_page.contains(&format!("id=\"canary-{t}\" data-result=\"caught\"")), "{status_page}");
+    }
+    let (out, _) = drcheck(&["--config", &plain, "status", "--json"], &[], LIMIT);
+    let status: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let row = status["targets"].as_array().unwrap().iter().find(|r| r["target"] == "cluster").unwrap();
+    let said = row["canary"].as_str().unwrap_or_default();
+    assert!(said.starts_with("caught: flipped_page by") && said.contains("missing_segment by archive"), "{row}");
     let (out, _) = drcheck(&["--config", &plain, "history", "--json"], &[], LIMIT);
     let history: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(history["runs"].as_array().unwrap().len(), 2, "only the two verifications are runs: {history}");

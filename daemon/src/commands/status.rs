@@ -26,14 +26,18 @@ pub(crate) struct Row {
     pub proven: Option<String>,
     pub next_run: Option<String>,
     pub last_failure: Option<String>,
+    /// The last canary (`drcheck canary`): its result, what caught each defect, when.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub canary: Option<String>,
 }
 
 pub(crate) async fn run(config: &Config, json: bool) -> Result<Exit, CliError> {
     let history = History::open(&config.state.url).await.map_err(CliError::incomplete)?;
     let latest = history.latest_per_target().await.map_err(CliError::incomplete)?;
     let failures = history.last_failure_per_target().await.map_err(CliError::incomplete)?;
+    let canaries = history.latest_canaries(config).await.map_err(CliError::incomplete)?;
     history.close().await;
-    let rows = rows(config, &latest, &failures, chrono::Utc::now());
+    let rows = rows(config, &latest, &failures, &canaries, chrono::Utc::now());
     if json {
         let out = serde_json::json!({ "targets": rows });
         crate::outln!("{}", serde_json::to_string_pretty(&out).map_err(CliError::incomplete)?);
@@ -57,6 +61,7 @@ pub(crate) fn rows(
     config: &Config,
     latest: &HashMap<String, RunReport>,
     failures: &HashMap<String, RunReport>,
+    canaries: &HashMap<String, crate::verify::canary::CanaryReport>,
     now: chrono::DateTime<chrono::Utc>,
 ) -> Vec<Row> {
     config
@@ -81,6 +86,7 @@ pub(crate) fn rows(
                 last_failure: failures
                     .get(&t.name)
                     .map(|r| format!("{} ({})", RunEvidence::from_report(r).reasons.join(" | "), r.started_at)),
+                canary: canaries.get(&t.name).map(|c| format!("{} ({})", c.outcomes(), c.finished_at)),
             }
         })
         .collect()
@@ -147,6 +153,10 @@ pub(crate) fn render(rows: &[Row], now: std::time::SystemTime) -> String {
             let more = if cut.len() < one.len() { "…" } else { "" };
             out.push_str(&format!("    last failure: {}{more}\n", crate::out::shown(&cut)));
         }
+        if let Some(c) = &r.canary {
+            let cut: String = c.chars().take(160).collect();
+            out.push_str(&format!("    canary: {}\n", crate::out::shown(&cut)));
+        }
     }
     out
 }
@@ -167,6 +177,7 @@ mod tests {
             proven: Some("2 of 3".into()),
             next_run: Some("2026-12-02 03:00 UTC".into()),
             last_failure: None,
+            canary: None,
         }
     }
 

@@ -428,6 +428,39 @@ mod tests {
     }
 
     #[test]
+    fn canaries_caught_reads_each_canary_in_the_window() {
+        use crate::verify::canary::{CanaryReport, DefectOutcome, SinkOutcome};
+        let canary = |id: &str, outcome: &str, accepted: bool| CanaryReport {
+            canary_id: id.into(),
+            target: "orders".into(),
+            backup: Some("dumps/o.dump".into()),
+            started_at: "2026-12-01T04:00:00Z".into(),
+            finished_at: "2026-12-01T04:01:00Z".into(),
+            result: if outcome == "detected" { "caught" } else { "missed" }.into(),
+            defects: vec![DefectOutcome {
+                defect: "changed_row".into(),
+                outcome: outcome.into(),
+                made: "public.items: column note of the row at ctid (0,1) changed".into(),
+                named_by: vec![],
+                detail: "none of the checks that own this defect (checksums, restore) failed".into(),
+                run: None,
+            }],
+            alerts: vec![SinkOutcome { sink: "pager".into(), accepted, detail: String::new() }],
+            error: None,
+        };
+        let m = compute("canaries_caught", &[], &[], &[canary("c1", "detected", true)]);
+        assert_eq!((m.verdict.as_str(), m.proof.clone()), ("met", vec!["c1".to_string()]), "{m:?}");
+        assert!(m.figure.starts_with("1 canaries in the window: 1 of 1 defects made were caught"), "{m:?}");
+        let m =
+            compute("canaries_caught", &[], &[], &[canary("c1", "detected", true), canary("c2", "undetected", true)]);
+        assert_eq!(m.verdict, "missed");
+        assert!(m.misses[0].starts_with("orders: canary c2: changed_row undetected"), "{m:?}");
+        let m = compute("canaries_caught", &[], &[], &[canary("c3", "detected", false)]);
+        assert_eq!(m.verdict, "missed", "caught, but the page did not arrive");
+        assert!(m.misses[0].contains("alert sink pager did not accept"), "{m:?}");
+    }
+
+    #[test]
     fn met_and_missed_obligations_are_named_with_their_runs() {
         let good = target(
             "orders",

@@ -34,6 +34,20 @@ impl History {
         row.map(|(j,)| serde_json::from_str(&j).context("a canary row holds an unreadable report")).transpose()
     }
 
+    /// Each configured target's newest canary.
+    pub(crate) async fn latest_canaries(
+        &self,
+        config: &drcheck_config::Config,
+    ) -> anyhow::Result<std::collections::HashMap<String, CanaryReport>> {
+        let mut out = std::collections::HashMap::new();
+        for t in &config.targets {
+            if let Some(c) = self.latest_canary(&t.name).await? {
+                out.insert(t.name.clone(), c);
+            }
+        }
+        Ok(out)
+    }
+
     /// The newest canaries (of `target`, or of all), newest first.
     pub(crate) async fn recent_canaries(&self, target: Option<&str>, limit: u32) -> anyhow::Result<Vec<CanaryReport>> {
         let rows: Vec<(String,)> = sqlx::query_as(

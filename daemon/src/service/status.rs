@@ -165,6 +165,27 @@ pub(super) async fn index(State(s): State<Arc<Shared>>, headers: HeaderMap) -> R
         );
     }
     let _ = writeln!(b, "</tbody></table>");
+    // Each target's last canary: drcheck proving it would notice a bad backup.
+    let canaries = s.history.latest_canaries(&config).await.unwrap_or_default();
+    if !canaries.is_empty() {
+        let _ = writeln!(
+            b,
+            "<h2>Canaries</h2>\n<table id=\"canaries\"><thead><tr><th>target</th><th>result</th><th>when</th><th>backup</th><th>defects</th></tr></thead><tbody>"
+        );
+        for t in &config.targets {
+            let Some(c) = canaries.get(&t.name) else { continue };
+            let _ = writeln!(
+                b,
+                "<tr class=\"canary\" id=\"canary-{n}\" data-result=\"{result}\"><td data-label=\"target\">{n}</td><td data-label=\"result\">{result}</td><td data-label=\"when\">{when}</td><td data-label=\"backup\">{backup}</td><td data-label=\"defects\" class=\"why\">{outcomes}</td></tr>",
+                n = esc(&t.name),
+                result = esc(&c.result),
+                when = age(&c.finished_at),
+                backup = esc(c.backup.as_deref().unwrap_or("—")),
+                outcomes = esc(&c.outcomes()),
+            );
+        }
+        let _ = writeln!(b, "</tbody></table>");
+    }
     let views = s.followers.views.lock().unwrap().clone();
     if !views.is_empty() {
         let _ = writeln!(

@@ -124,6 +124,28 @@ impl CanaryReport {
         self.finished_at = timestamp(SystemTime::now());
     }
 
+    /// Its result and each defect's outcome, short: `caught: changed_row by checksums`.
+    pub(crate) fn outcomes(&self) -> String {
+        let parts: Vec<String> = self
+            .defects
+            .iter()
+            .map(|d| match d.outcome.as_str() {
+                "detected" => format!("{} by {}", d.defect, d.named_by.join(", ")),
+                other => format!("{} {other}", d.defect),
+            })
+            .collect();
+        let broken: Vec<&str> = self.alerts.iter().filter(|s| !s.accepted).map(|s| s.sink.as_str()).collect();
+        let mut out = format!(
+            "{}: {}",
+            self.result,
+            if parts.is_empty() { "no defect made".to_string() } else { parts.join("; ") }
+        );
+        if !broken.is_empty() {
+            out.push_str(&format!("; alert not accepted by {}", broken.join(", ")));
+        }
+        out
+    }
+
     /// One line: what was made and what caught it.
     pub(crate) fn summary(&self) -> String {
         let parts: Vec<String> = self
