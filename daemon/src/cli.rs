@@ -55,7 +55,7 @@ pub(crate) enum Command {
     /// proven backup (made in scratch space, never in the store) must each fail, named
     /// by the check that owns the defect; the canary alert goes through every sink.
     /// Exits 0 when every defect was caught and every sink took the alert, 1 when a
-    /// defect passed, 3 otherwise.
+    /// defect passed, 3 otherwise (nothing could be made for any target included).
     Canary(crate::commands::canary::CanaryArgs),
     /// Work with the backups in a target's store.
     #[command(subcommand)]

@@ -246,6 +246,25 @@ pub fn flip_base_tar(
     Ok(flipped)
 }
 
+/// The names of the regular files a tar (plain or gzip) at `input` holds, at most
+/// `max` of them: what a base backup's `pg_wal.tar` carries.
+pub fn tar_members(input: &Path, gzip: bool, max: usize) -> io::Result<Vec<String>> {
+    let file = io::BufReader::new(std::fs::File::open(input)?);
+    let reader: Box<dyn Read> = if gzip { Box::new(flate2::read::MultiGzDecoder::new(file)) } else { Box::new(file) };
+    let mut archive = tar::Archive::new(reader);
+    let mut names = Vec::new();
+    for entry in archive.entries()? {
+        let entry = entry?;
+        if entry.header().entry_type() == tar::EntryType::Regular {
+            names.push(String::from_utf8_lossy(&entry.path_bytes()).to_string());
+            if names.len() >= max {
+                break;
+            }
+        }
+    }
+    Ok(names)
+}
+
 /// The label's `START WAL LOCATION` segment, read from a base backup's tar at `input`.
 pub fn start_segment_of(input: &Path, gzip: bool) -> io::Result<Option<String>> {
     let file = io::BufReader::new(std::fs::File::open(input)?);
@@ -406,6 +425,7 @@ mod tests {
         }
         assert_eq!(seen, 2);
         assert_eq!(start_segment_of(&output, true).unwrap().as_deref(), Some("000000010000000000000002"));
+        assert_eq!(tar_members(&output, true, 2).unwrap(), vec!["backup_label", "base/16384/16390"]);
     }
 
     #[test]

@@ -138,11 +138,22 @@ fn canaries_are_caught_paged_and_never_counted_as_verifications() {
     };
     let textfile = || std::fs::read_to_string(root.path().join("drcheck.prom")).unwrap_or_default();
 
-    // Both targets proven by an ordinary verification.
     const WITHIN: &str = "canary_alert_within = \"20s\"";
     let plain = config(WITHIN, "", "");
-    let (out, _) = drcheck(&["--config", &plain, "verify", "--json"], &[], LIMIT);
+    // Nothing proven yet: nothing to copy — skipped and said, exit 3, nothing paged.
+    let (out, _) = drcheck(&["--config", &plain, "canary", "--json"], &[], LIMIT);
+    assert_eq!(out.status.code(), Some(3), "{}\n{}", stdout(&out), stderr(&out));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    for c in v["canaries"].as_array().unwrap() {
+        assert_eq!(c["result"], "skipped", "{c}");
+        assert!(c["skipped"].as_str().unwrap().starts_with("no backup of this target was proven yet"), "{c}");
+    }
+    assert!(hook.requests().is_empty(), "a skipped canary sends no canary alert");
+
+    // Both targets proven by an ordinary verification.
+    let (out, took) = drcheck(&["--config", &plain, "verify", "--json"], &[], LIMIT);
     assert_eq!(out.status.code(), Some(0), "{}\n{}", stdout(&out), stderr(&out));
+    eprintln!("canary: the two verifications took {:.1}s", took.as_secs_f64());
     let runs: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let cluster_run = runs["runs"].as_array().unwrap().iter().find(|r| r["target"] == "cluster").unwrap();
     let archive_finding =
@@ -165,7 +176,8 @@ fn canaries_are_caught_paged_and_never_counted_as_verifications() {
     let canaries = loop {
         let (out, _) = drcheck(&["--config", &plain, "history", "--canaries", "--json"], &[], LIMIT);
         let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
-        if v["canaries"].as_array().is_some_and(|c| c.len() == 2) {
+        // Newest first; the two skipped ones from before the verification are older.
+        if v["canaries"].as_array().is_some_and(|c| c.iter().filter(|c| c["result"] != "skipped").count() == 2) {
             break v;
         }
         assert!(Instant::now() < deadline, "the daemon's canary did not finish: {}", daemon.stderr_text());
@@ -176,6 +188,24 @@ fn canaries_are_caught_paged_and_never_counted_as_verifications() {
     let (status, _) = daemon.terminate(Duration::from_secs(30));
     assert!(status.success(), "{status}");
     let canary = |t: &str| canaries["canaries"].as_array().unwrap().iter().find(|c| c["target"] == t).unwrap().clone();
+    // What a canary costs, beside the verification it repeats per defect.
+    for c in canaries["canaries"].as_array().unwrap() {
+        let at = |k: &str| humantime::parse_rfc3339_weak(c[k].as_str().unwrap()).unwrap();
+        let took = at("finished_at").duration_since(at("started_at")).unwrap_or_default();
+        let runs: Vec<String> = c["defects"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|d| {
+                format!(
+                    "{} {:.1}s",
+                    d["defect"].as_str().unwrap(),
+                    d["run"]["rto"]["measured_seconds"].as_f64().unwrap_or(0.0)
+                )
+            })
+            .collect();
+        eprintln!("canary: {} took {:.1}s (restores: {})", c["target"], took.as_secs_f64(), runs.join(", "));
+    }
 
     // The dump: its changed row caught by checksums, naming the table — not items, whose
     // trigger would undo the change: another table's row.

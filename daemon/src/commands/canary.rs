@@ -75,8 +75,13 @@ pub(crate) async fn run(config: &Config, args: CanaryArgs) -> Result<Exit, CliEr
     }
     // A defect that passed is a verdict (1); a canary that could not judge, or a sink
     // that did not take its alert, is the world's (3).
+    // A canary that could make no defect proved nothing: when none could, exit 3.
+    if !reports.is_empty() && reports.iter().all(|r| r.result == "skipped") {
+        return Ok(Exit::Incomplete);
+    }
     let exit = reports
         .iter()
+        .filter(|r| r.result != "skipped")
         .map(|r| match r.result.as_str() {
             "missed" => Exit::Failed,
             "error" => Exit::Incomplete,
@@ -261,7 +266,7 @@ pub(crate) fn render(r: &CanaryReport) -> String {
         r.result.to_uppercase(),
         r.backup.as_deref().unwrap_or("-")
     );
-    if let Some(e) = &r.error {
+    if let Some(e) = r.error.as_ref().or(r.skipped.as_ref()) {
         out.push_str(&format!("  {e}\n"));
     }
     for d in &r.defects {

@@ -289,15 +289,20 @@ pub(crate) fn compute(
             if canaries.is_empty() {
                 misses.push("no canary ran in the window (`drcheck canary`, [daemon] canary)".into());
             }
+            let skipped: Vec<String> =
+                canaries.iter().filter_map(|c| Some(format!("{}: {}", c.target, c.skipped.as_ref()?))).collect();
             let defects: usize =
                 canaries.iter().map(|c| c.defects.iter().filter(|d| d.outcome != "skipped").count()).sum();
             let detected: usize =
                 canaries.iter().map(|c| c.defects.iter().filter(|d| d.outcome == "detected").count()).sum();
-            let figure = format!(
+            let mut figure = format!(
                 "{} canaries in the window: {detected} of {defects} defects made were caught; {} canaries caught every defect and reached every alert sink",
                 canaries.len(),
                 caught.len()
             );
+            if !skipped.is_empty() {
+                figure.push_str(&format!("; no defect could be made for {}", skipped.join("; ")));
+            }
             measure(name, verdict(misses.is_empty() && !caught.is_empty()), figure, caught, misses)
         }
         "backups_immutable" => {
@@ -447,6 +452,7 @@ mod tests {
             }],
             alerts: vec![SinkOutcome { sink: "pager".into(), accepted, detail: String::new() }],
             error: None,
+            skipped: None,
         };
         let m = compute("canaries_caught", &[], &[], &[canary("c1", "detected", true)]);
         assert_eq!((m.verdict.as_str(), m.proof.clone()), ("met", vec!["c1".to_string()]), "{m:?}");

@@ -67,6 +67,9 @@ pub(crate) struct CanaryReport {
     pub alerts: Vec<SinkOutcome>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// Why no defect could be made for this target (`skipped`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub skipped: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -105,6 +108,7 @@ impl CanaryReport {
             defects: Vec::new(),
             alerts: Vec::new(),
             error: None,
+            skipped: None,
         }
     }
 
@@ -156,7 +160,11 @@ impl CanaryReport {
                 other => format!("{} {other}: {}", d.defect, crate::verify::stop::short(&d.detail, 300)),
             })
             .collect();
-        let what = if parts.is_empty() { self.error.clone().unwrap_or_default() } else { parts.join("; ") };
+        let what = if parts.is_empty() {
+            self.error.clone().or_else(|| self.skipped.clone()).unwrap_or_default()
+        } else {
+            parts.join("; ")
+        };
         format!(
             "canary of {} ({}): {} — {what}",
             self.target,
@@ -176,12 +184,27 @@ pub(crate) async fn run_canary(
 ) -> CanaryReport {
     let mut report = CanaryReport::new(&target.name);
     tracing::info!(target = %target.name, canary_id = %report.canary_id, "canary started");
-    if let Err(e) = canary_steps(config, target, history, cancel, &mut report).await {
-        report.error = Some(e);
+    match canary_steps(config, target, history, cancel, &mut report).await {
+        Ok(()) => {}
+        Err(Halt::Skip(why)) => report.skipped = Some(why),
+        Err(Halt::Fail(why)) => report.error = Some(why),
     }
     report.conclude();
     tracing::info!(target = %target.name, canary_id = %report.canary_id, result = %report.result, "{}", report.summary());
     report
+}
+
+/// Why a canary stopped before its defects: nothing it can do for this target (no
+/// proven backup yet, a backup tool's repository), or a failure of the world's.
+enum Halt {
+    Skip(String),
+    Fail(String),
+}
+
+impl From<String> for Halt {
+    fn from(s: String) -> Self {
+        Halt::Fail(s)
+    }
 }
 
 async fn canary_steps(
@@ -190,13 +213,13 @@ async fn canary_steps(
     history: &History,
     cancel: &CancellationToken,
     report: &mut CanaryReport,
-) -> Result<(), String> {
+) -> Result<(), Halt> {
     if target.source != SourceConfig::Objects {
-        return Err(format!(
+        return Err(Halt::Skip(format!(
             "target {} reads a backup tool's repository ({}): the canary makes defective copies of a store's own backups only",
             target.name,
             target.source.name()
-        ));
+        )));
     }
     // The newest backup a verification proved.
     let proofs =
@@ -209,7 +232,7 @@ async fn canary_steps(
         })
         .map(|(k, _)| k.clone())
         .ok_or_else(|| {
-            "no backup of this target was proven yet: the canary copies the newest proven backup".to_string()
+            Halt::Skip("no backup of this target was proven yet: the canary copies the newest proven backup".into())
         })?;
     report.backup = Some(newest.clone());
     let store = open_store(&target.storage, &config.storage[&target.storage]).await;
@@ -459,6 +482,27 @@ async fn physical_defects(
                     .map(|s| s.trim_end_matches(')').trim().to_ascii_uppercase())
                 {
                     stop = stop.max(s);
+                }
+            }
+            // …and past what the backup carries itself (`pg_wal.tar`): recovery reads those
+            // there, so leaving one out of the archive is no defect.
+            if let Some(carried) = backup.parts.iter().find(|p| name_of(&p.key).starts_with("pg_wal.tar")) {
+                let gz = match name_of(&carried.key).as_str() {
+                    "pg_wal.tar" => Some(false),
+                    "pg_wal.tar.gz" => Some(true),
+                    _ => None,
+                };
+                let gz = gz.ok_or_else(|| format!("{}: the canary reads plain and gzip tars only", carried.key))?;
+                let path = fetched.join(&carried.key);
+                let names = tokio::task::spawn_blocking(move || drcheck_restore::canary::tar_members(&path, gz, 100_000))
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .map_err(|e| format!("reading {}: {e}", carried.key))?;
+                for n in names {
+                    let n = n.rsplit('/').next().unwrap_or(&n).to_ascii_uppercase();
+                    if n.len() == 24 && n.chars().all(|c| c.is_ascii_hexdigit()) {
+                        stop = stop.max(n);
+                    }
                 }
             }
             let wal = drcheck_restore::wal_objects(listed);
