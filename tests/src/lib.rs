@@ -141,8 +141,16 @@ impl PgPrimary {
     /// A primary that archives every WAL file into `archive` (a directory it may write:
     /// [`TempRoot::pg_dir`]).
     pub fn start_archiving(root: &TempRoot, archive: &Path) -> Self {
+        Self::start_archiving_with(root, archive, &[])
+    }
+
+    /// [`PgPrimary::start_archiving`] with more `-c name=value` settings.
+    pub fn start_archiving_with(root: &TempRoot, archive: &Path, more: &[(&str, &str)]) -> Self {
         let command = format!("cp %p {}/%f", archive.display());
-        Self::start_with(root, &[("archive_mode", "on"), ("archive_command", &command), ("wal_level", "replica")])
+        let mut settings =
+            vec![("archive_mode", "on"), ("archive_command", command.as_str()), ("wal_level", "replica")];
+        settings.extend_from_slice(more);
+        Self::start_with(root, &settings)
     }
 
     /// Switches WAL and waits until the file written last is in `archive`.
@@ -513,6 +521,17 @@ impl S3Server {
 /// One S3 request to moto on `port`, signed (AWS Signature Version 4, the payload
 /// unsigned) with the test credentials; `body` streamed from a file. Returns the status
 /// and the response body.
+/// The write requests (PUT, POST, DELETE) a moto log ([`S3Server::start_own`]'s
+/// `moto.log`) holds: what a test that must not write to the store compares.
+pub fn s3_writes(log: &Path) -> Vec<String> {
+    std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.contains("\"PUT ") || l.contains("\"POST ") || l.contains("\"DELETE "))
+        .map(str::to_string)
+        .collect()
+}
+
 pub fn s3_request(port: u16, method: &str, path: &str, body: Option<&Path>) -> (u16, String) {
     use hmac::{Hmac, Mac};
     use sha2::{Digest, Sha256};

@@ -10,23 +10,14 @@
 
 use drcheck_e2e::recorder::Recorder;
 use drcheck_e2e::{
-    Daemon, PgPrimary, PromService, S3Server, TempRoot, drcheck, free_port, http_get, sample, stderr, stdout, unique,
+    Daemon, PgPrimary, PromService, S3Server, TempRoot, drcheck, free_port, http_get, s3_writes, sample, stderr,
+    stdout, unique,
 };
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 const LIMIT: Duration = Duration::from_secs(300);
 const PASSWORD: &str = "canary-verifier";
-
-/// The write requests (PUT, POST, DELETE) moto's log holds.
-fn writes(log: &Path) -> Vec<String> {
-    std::fs::read_to_string(log)
-        .unwrap_or_default()
-        .lines()
-        .filter(|l| l.contains("\"PUT ") || l.contains("\"POST ") || l.contains("\"DELETE "))
-        .map(str::to_string)
-        .collect()
-}
 
 /// The webhook's alerts from request `from` on: (alertname, state, canary).
 fn hooked(hook: &Recorder, from: usize) -> Vec<(String, String, bool)> {
@@ -54,17 +45,8 @@ fn canaries_are_caught_paged_and_never_counted_as_verifications() {
     // A server of its own: its request log is this test's alone.
     let s3 = S3Server::start_own(&root);
     let archive = root.pg_dir("archive");
-    let command = format!("cp %p {}/%f", archive.display());
     // Commit times tell a row changed on the primary since a dump from a defect.
-    let primary = PgPrimary::start_with(
-        &root,
-        &[
-            ("archive_mode", "on"),
-            ("archive_command", &command),
-            ("wal_level", "replica"),
-            ("track_commit_timestamp", "on"),
-        ],
-    );
+    let primary = PgPrimary::start_archiving_with(&root, &archive, &[("track_commit_timestamp", "on")]);
     primary.psql("postgres", &format!("create role verifier login password '{PASSWORD}'"));
     primary.psql("postgres", "grant pg_read_all_data to verifier");
     primary.psql("postgres", "create database orders");
@@ -165,7 +147,7 @@ fn canaries_are_caught_paged_and_never_counted_as_verifications() {
     let proven = |text: &str, t: &str| sample(text, "drcheck_backups_proven", &format!("target=\"{t}\""));
     let (cluster_success, orders_success) = (last_success(&before, "cluster"), last_success(&before, "orders"));
     assert!(cluster_success.is_some() && orders_success.is_some(), "{before}");
-    let writes_before = writes(&root.path().join("moto.log"));
+    let writes_before = s3_writes(&root.path().join("moto.log"));
     let heard_before = hook.requests().len();
 
     // The daemon's canary: once a day, at a second a few seconds from now.
@@ -279,7 +261,7 @@ fn canaries_are_caught_paged_and_never_counted_as_verifications() {
     let (out, _) = drcheck(&["--config", &plain, "history", "--json"], &[], LIMIT);
     let history: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(history["runs"].as_array().unwrap().len(), 2, "only the two verifications are runs: {history}");
-    assert_eq!(writes(&root.path().join("moto.log")), writes_before, "the canary wrote to the store");
+    assert_eq!(s3_writes(&root.path().join("moto.log")), writes_before, "the canary wrote to the store");
 
     // checksums disabled for the dump, and a sink on a closed port: the changed row
     // passes and is paged; the dead sink is named.
@@ -313,7 +295,7 @@ fn canaries_are_caught_paged_and_never_counted_as_verifications() {
     );
     assert_eq!(sample(&text, "drcheck_canary_alert_accepted", "sink=\"down\",target=\"orders\""), Some(0.0), "{text}");
     assert_eq!(sample(&text, "drcheck_canary_alert_accepted", "sink=\"hook\",target=\"orders\""), Some(1.0), "{text}");
-    assert_eq!(writes(&root.path().join("moto.log")), writes_before, "the canary wrote to the store");
+    assert_eq!(s3_writes(&root.path().join("moto.log")), writes_before, "the canary wrote to the store");
     // Nothing of the canaries is left in the scratch directory.
     let left: Vec<_> = std::fs::read_dir(&scratch).unwrap().filter_map(Result::ok).map(|e| e.file_name()).collect();
     assert!(left.iter().all(|n| !n.to_string_lossy().starts_with("drcheck-canary")), "{left:?}");

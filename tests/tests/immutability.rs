@@ -5,7 +5,7 @@
 //! credentials may do, and writes nothing unless `probe_write` allows it (the server's
 //! request log says so).
 
-use drcheck_e2e::{AWS_ENV, PgPrimary, S3Server, TempRoot, drcheck, only_run, stderr, stdout, unique};
+use drcheck_e2e::{AWS_ENV, PgPrimary, S3Server, TempRoot, drcheck, only_run, s3_writes, stderr, stdout, unique};
 use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
@@ -24,16 +24,6 @@ fn s3api(s3: &S3Server, args: &[&str]) -> String {
         .unwrap();
     assert!(out.status.success(), "aws s3api {args:?}: {}", String::from_utf8_lossy(&out.stderr));
     String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-/// The write requests (PUT, POST, DELETE) moto's log holds.
-fn writes(log: &Path) -> Vec<String> {
-    std::fs::read_to_string(log)
-        .unwrap_or_default()
-        .lines()
-        .filter(|l| l.contains("\"PUT ") || l.contains("\"POST ") || l.contains("\"DELETE "))
-        .map(str::to_string)
-        .collect()
 }
 
 fn finding(run: &serde_json::Value, name: &str) -> serde_json::Value {
@@ -201,20 +191,20 @@ fn locks_are_required_proofs_are_pinned_and_the_verifier_writes_nothing() {
 
     // storage check: without probe_write, no write request reaches the server.
     let log = root.path().join("moto.log");
-    let before = writes(&log);
+    let before = s3_writes(&log);
     let (out, _) = drcheck(&["--config", &cfg, "storage", "check", "--target", "plain"], &[], LIMIT);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let said = stdout(&out);
     assert!(said.contains("write:      not probed") && said.contains("Object Lock off"), "{said}");
     std::thread::sleep(Duration::from_millis(200));
-    assert_eq!(writes(&log), before, "storage check without probe_write wrote to the store");
+    assert_eq!(s3_writes(&log), before, "storage check without probe_write wrote to the store");
     // With it, the credentials' write access is learned by trying, and the policy printed.
     let (out, _) = drcheck(&["--config", &cfg, "storage", "check", "--target", "unlocked"], &[], LIMIT);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let said = stdout(&out);
     assert!(said.contains("delete:     ALLOWED") && said.contains("put:        ALLOWED"), "{said}");
     assert!(said.contains("\"s3:GetObject\"") && !said.contains("s3:PutObject"), "{said}");
-    assert!(writes(&log).len() > before.len(), "the probe tried");
+    assert!(s3_writes(&log).len() > before.len(), "the probe tried");
     let left = s3api(&s3, &["list-objects-v2", "--bucket", &plain, "--prefix", "dumps/.drcheck-probe/"]);
     assert!(!left.contains("\"Key\""), "the probe's object was removed: {left}");
     // `config check` says what storage check would do, without a request.

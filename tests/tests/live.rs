@@ -273,16 +273,10 @@ const COMMON: &str = "[target.as_of]\n\"public.events\" = \"at\"\n\
 fn setup() -> Live {
     let root = TempRoot::new();
     let archive = root.pg_dir("archive");
-    let command = format!("cp %p {}/%f", archive.display());
-    let primary = PgPrimary::start_with(
+    let primary = PgPrimary::start_archiving_with(
         &root,
-        &[
-            ("archive_mode", "on"),
-            ("archive_command", &command),
-            ("wal_level", "replica"),
-            ("track_commit_timestamp", "on"),
-            ("max_connections", "40"),
-        ],
+        &archive,
+        &[("track_commit_timestamp", "on"), ("max_connections", "40")],
     );
     let tamper = PgPrimary::start_opts(
         &root,
