@@ -59,7 +59,8 @@ pub(crate) struct CanaryReport {
     pub started_at: String,
     pub finished_at: String,
     /// `caught` (every defect made was caught), `missed` (one was not), `error` (none
-    /// missed, one could not be judged), `skipped` (no defect could be made).
+    /// missed, but one could not be judged or the canary stopped early), `skipped` (no
+    /// defect could be made for this target, said in `skipped`).
     pub result: String,
     pub defects: Vec<DefectOutcome>,
     /// Each sink: whether it accepted the canary alert.
@@ -117,7 +118,7 @@ impl CanaryReport {
         let has = |o: &str| self.defects.iter().any(|d| d.outcome == o);
         self.result = if has("undetected") {
             "missed"
-        } else if has("error") || (self.error.is_some() && !has("detected")) {
+        } else if has("error") || self.error.is_some() {
             "error"
         } else if has("detected") {
             "caught"
@@ -460,10 +461,14 @@ async fn physical_defects(
     let base_path = fetched.join(&base.key);
 
     // The archive from the backup's start on, copied once; the segment to leave out chosen.
-    let mut drop: Result<Option<(String, String)>, String> = Ok(None);
+    // Which segment to leave out (its key, and what was made), or why none can be; a
+    // failure to read the store or the backup stops the canary (the world's, not a skip).
+    let mut drop: Result<(String, String), String> = Err(String::new());
     if let Some(wal_prefix) = &target.wal_prefix {
         drop = async {
-            let gz = gzip.ok_or_else(|| format!("{base_name}: the canary reads plain and gzip base backups only"))?;
+            let Some(gz) = gzip else {
+                return Ok(Err(format!("{base_name}: the canary reads plain and gzip base backups only")));
+            };
             let path = base_path.clone();
             let start = tokio::task::spawn_blocking(move || drcheck_restore::canary::start_segment_of(&path, gz))
                 .await
@@ -492,7 +497,9 @@ async fn physical_defects(
                     "pg_wal.tar.gz" => Some(true),
                     _ => None,
                 };
-                let gz = gz.ok_or_else(|| format!("{}: the canary reads plain and gzip tars only", carried.key))?;
+                let Some(gz) = gz else {
+                    return Ok(Err(format!("{}: the canary reads plain and gzip tars only", carried.key)));
+                };
                 let path = fetched.join(&carried.key);
                 let names = tokio::task::spawn_blocking(move || drcheck_restore::canary::tar_members(&path, gz, 100_000))
                     .await
@@ -513,16 +520,20 @@ async fn physical_defects(
                 copy_object(store, o, &fetched, fetch).await?;
             }
             let newest = segments.last().map(|s| s.1.clone()).unwrap_or_default();
-            segments
-                .iter()
-                .enumerate()
-                .find(|(i, (_, n))| n.as_str() > stop.as_str() && n[..8] == start[..8] && *i + 1 < segments.len())
-                .map(|(_, (o, n))| Some((o.key.clone(), format!("archived segment {n} ({}) left out; the archive goes on to {newest}", o.key))))
-                .ok_or_else(|| {
-                    format!("the archive holds no segment after the backup's own WAL (up to {stop}) with another after it to leave out")
-                })
+            Ok::<_, String>(
+                segments
+                    .iter()
+                    .enumerate()
+                    .find(|(i, (_, n))| n.as_str() > stop.as_str() && n[..8] == start[..8] && *i + 1 < segments.len())
+                    .map(|(_, (o, n))| {
+                        (o.key.clone(), format!("archived segment {n} ({}) left out; the archive goes on to {newest}", o.key))
+                    })
+                    .ok_or_else(|| {
+                        format!("the archive holds no segment after the backup's own WAL (up to {stop}) with another after it to leave out")
+                    }),
+            )
         }
-        .await;
+        .await?;
     }
 
     // flipped_page
@@ -569,8 +580,8 @@ async fn physical_defects(
     if target.wal_prefix.is_some() {
         let dir = scratch.join("missing_segment");
         let made = match drop {
-            Ok(Some((key, made))) => link_tree(&fetched, &dir, &|rel| rel == key).map(|_| Some(made)),
-            other => other.map(|_| None),
+            Ok((key, made)) => link_tree(&fetched, &dir, &|rel| rel == key).map(|_| Some(made)),
+            Err(why) => Err(why),
         };
         push_verified(config, target, &backup.key, "missing_segment", made, &dir, own_history, cancel, report).await;
     }
@@ -801,5 +812,9 @@ mod tests {
         r.defects = vec![d("detected"), d("skipped")];
         r.conclude();
         assert_eq!(r.result, "caught");
+        // Stopped by the world after one defect: not "caught" — the rest were never tried.
+        r.error = Some("the store went away".into());
+        r.conclude();
+        assert_eq!(r.result, "error");
     }
 }
