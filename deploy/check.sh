@@ -66,6 +66,16 @@ assert "storage: 120Gi" in claims and "storageClassName: fast-ssd" in claims, cl
 assert "mountPath: /var/lib/drcheck" in follower and "kind: Service" in follower, follower
 print(f"deploy: 300-target fleet: valid, spread over {len(minutes)} minutes of 03:00, stable")
 PY
+# With `[daemon] canary`, each target's file also holds its canary's CronJob: valid too.
+head -n 10 "$tmp/fleet.toml" | sed 's/^\[metrics\]$/[daemon]\ncanary = "0 4 * * 0"\n[metrics]/' >"$tmp/canary.toml"
+printf '[[target]]\nname = "db-x"\nstorage = "fs"\nprefix = "db-x/"\nrto = "1h"\nrpo = "26h"\nschedule = "H 3 * * *"\n' >>"$tmp/canary.toml"
+"$drcheck" --config "$tmp/canary.toml" deploy kubernetes --all --output-dir "$tmp/canary" --image registry.example.com/drcheck:0.1.0 2>/dev/null
+kubectl kustomize "$tmp/canary" >"$tmp/canary.yaml"
+out=$(kubernetes-validate --strict "$tmp/canary.yaml" 2>&1) || { echo "$out"; echo "deploy: the canary's CronJobs are not valid" >&2; exit 1; }
+[ "$(echo "$out" | grep -c passed)" = 2 ] || { echo "$out"; echo "deploy: expected a target's CronJob and its canary's" >&2; exit 1; }
+grep -q "name: drcheck-canary-db-x" "$tmp/canary.yaml" && grep -q "schedule: 0 4 \* \* 0" "$tmp/canary.yaml" \
+  || { cat "$tmp/canary.yaml"; echo "deploy: no canary CronJob" >&2; exit 1; }
+echo "deploy: the canary's CronJob: valid"
 # The ServiceMonitor's CRD has no schema offline: that overlay is rendered, not validated.
 kubectl kustomize kubernetes/overlays/prometheus-operator | grep -q '^kind: ServiceMonitor' \
   || { echo "deploy: the prometheus-operator overlay does not render a ServiceMonitor" >&2; exit 1; }
