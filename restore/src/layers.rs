@@ -27,7 +27,7 @@ const ROOMS: &[&[&str]] = &[
     &["transfer"],
     &["request", "source"],
     &["sources"],
-    &["job", "open", "follow", "lib", "fuzz"],
+    &["job", "open", "follow", "canary", "lib", "fuzz"],
 ];
 
 fn room_of(file: &str) -> usize {
