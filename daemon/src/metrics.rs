@@ -84,6 +84,10 @@ impl CanaryMetrics {
             match d.outcome.as_str() {
                 "detected" => self.detected.with_label_values(&[t, &d.defect]).set(1),
                 "undetected" => self.detected.with_label_values(&[t, &d.defect]).set(0),
+                // Seen but not provable: neither caught nor a verifier gone blind.
+                "inconclusive" => {
+                    let _ = self.detected.remove_label_values(&[t, &d.defect]);
+                }
                 _ => {}
             }
         }

@@ -84,7 +84,7 @@ pub(crate) async fn run(config: &Config, args: CanaryArgs) -> Result<Exit, CliEr
         .filter(|r| r.result != "skipped")
         .map(|r| match r.result.as_str() {
             "missed" => Exit::Failed,
-            "error" => Exit::Incomplete,
+            "error" | "inconclusive" => Exit::Incomplete,
             _ if r.alerts.iter().any(|s| !s.accepted) => Exit::Incomplete,
             _ => Exit::Passed,
         })

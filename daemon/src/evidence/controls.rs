@@ -270,7 +270,9 @@ pub(crate) fn compute(
                 .collect();
             let mut misses = Vec::new();
             for c in canaries {
-                for d in c.defects.iter().filter(|d| d.outcome == "undetected" || d.outcome == "error") {
+                for d in
+                    c.defects.iter().filter(|d| matches!(d.outcome.as_str(), "undetected" | "error" | "inconclusive"))
+                {
                     misses.push(format!(
                         "{}: canary {}: {} {}: {}",
                         c.target, c.canary_id, d.defect, d.outcome, d.detail

@@ -59,7 +59,8 @@ pub(crate) struct CanaryReport {
     pub started_at: String,
     pub finished_at: String,
     /// `caught` (every defect made was caught), `missed` (one was not), `error` (none
-    /// missed, but one could not be judged or the canary stopped early), `skipped` (no
+    /// missed, but one could not be judged or the canary stopped early), `inconclusive`
+    /// (one was seen but could not be told from a change on the primary), `skipped` (no
     /// defect could be made for this target, said in `skipped`).
     pub result: String,
     pub defects: Vec<DefectOutcome>,
@@ -76,8 +77,9 @@ pub(crate) struct CanaryReport {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) struct DefectOutcome {
     pub defect: String,
-    /// `detected`, `undetected`, `error` (the run could not judge it) or `skipped` (it
-    /// could not be made).
+    /// `detected`, `undetected`, `inconclusive` (its owner saw it but could not tell it
+    /// from a change on the primary), `error` (the run could not judge it) or `skipped`
+    /// (it could not be made).
     pub outcome: String,
     /// Where the defect is.
     pub made: String,
@@ -120,6 +122,8 @@ impl CanaryReport {
             "missed"
         } else if has("error") || self.error.is_some() {
             "error"
+        } else if has("inconclusive") {
+            "inconclusive"
         } else if has("detected") {
             "caught"
         } else {
@@ -363,6 +367,16 @@ pub(crate) fn judge(defect: &str, made: String, run: RunReport) -> DefectOutcome
             None => format!("the run ended {}", run.result.as_str()),
         });
         "error"
+    } else if let Some(seen) = seen_but_not_told(defect, &made, &run) {
+        // The owner saw the changed table differ but could not tell it from a change on
+        // the primary since the copy's point (a dump, no commit times, no `as_of`): a
+        // limit of what can be proven, said — not a verifier that stopped detecting.
+        detail.push(format!(
+            "{} saw it but could not tell it from a change on the primary since the copy's point: {}",
+            seen.0,
+            crate::verify::stop::short(&seen.1, 400)
+        ));
+        "inconclusive"
     } else {
         let said: Vec<String> = run
             .validators
@@ -386,6 +400,19 @@ pub(crate) fn judge(defect: &str, made: String, run: RunReport) -> DefectOutcome
         detail: detail.join("; "),
         run: Some(run),
     }
+}
+
+/// A changed row's table named in an owning check's `inconclusive` list: (the check,
+/// what it said).
+fn seen_but_not_told(defect: &str, made: &str, run: &RunReport) -> Option<(String, String)> {
+    if defect != "changed_row" {
+        return None;
+    }
+    let table = made.split(": ").next().filter(|t| !t.is_empty())?;
+    run.validators.iter().filter(|v| owners(defect).contains(&v.name.as_str())).find_map(|v| {
+        let said = v.inconclusive.iter().find(|i| i.starts_with(&format!("{table}: ")))?;
+        Some((v.name.clone(), said.clone()))
+    })
 }
 
 /// Copies `obj` from the store to `dir/<key>`, dated as the store dates it.
@@ -782,6 +809,16 @@ mod tests {
         let d = judge("changed_row", "x".into(), run(RunResult::Passed, &[("row_counts", "passed")], None));
         assert_eq!(d.outcome, "undetected");
         assert!(d.detail.contains("none of them ran"), "{}", d.detail);
+        // Seen, but not told from a change on the primary (a dump without commit times).
+        let mut r = run(RunResult::Passed, &[("checksums", "passed")], None);
+        r.validators[0].inconclusive =
+            vec!["public.tiny: 1 rows differ — to prove it, set track_commit_timestamp".into()];
+        let d = judge("changed_row", "public.tiny: column v of the row at ctid (0,1) changed".into(), r.clone());
+        assert_eq!(d.outcome, "inconclusive", "{d:?}");
+        assert!(d.detail.contains("checksums saw it"), "{}", d.detail);
+        // …another table's inconclusive (live changes elsewhere) is no excuse.
+        let d = judge("changed_row", "public.items: column note of the row at ctid (0,1) changed".into(), r);
+        assert_eq!(d.outcome, "undetected");
         // The restore refused the copy as the backup's fault.
         let d = judge("flipped_page", "x".into(), run(RunResult::Failed, &[], Some(("restore", "invalid page"))));
         assert_eq!((d.outcome.as_str(), d.named_by.clone()), ("detected", vec!["restore".to_string()]));
@@ -809,6 +846,9 @@ mod tests {
         r.defects = vec![d("detected"), d("undetected"), d("error")];
         r.conclude();
         assert_eq!(r.result, "missed");
+        r.defects = vec![d("detected"), d("inconclusive")];
+        r.conclude();
+        assert_eq!(r.result, "inconclusive");
         r.defects = vec![d("detected"), d("skipped")];
         r.conclude();
         assert_eq!(r.result, "caught");
