@@ -6,12 +6,13 @@
 //! targets' runs, coverage and last success are untouched, and the store gets no write
 //! (moto's request log). With `checksums` disabled the changed row passes and
 //! `DrcheckCanaryUndetected` is paged; a sink on a closed port makes
-//! `DrcheckAlertPathBroken`.
+//! `DrcheckAlertPathBroken`. A dump of a primary without commit times: the changed row
+//! is seen but not provable — `inconclusive`, and no page.
 
 use drcheck_e2e::recorder::Recorder;
 use drcheck_e2e::{
-    Daemon, PgPrimary, PromService, S3Server, TempRoot, drcheck, free_port, http_get, s3_writes, sample, stderr,
-    stdout, unique,
+    ClusterOptions, Daemon, PgPrimary, PromService, S3Server, TempRoot, drcheck, free_port, http_get, s3_writes,
+    sample, stderr, stdout, unique,
 };
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -295,6 +296,53 @@ fn canaries_are_caught_paged_and_never_counted_as_verifications() {
     );
     assert_eq!(sample(&text, "drcheck_canary_alert_accepted", "sink=\"down\",target=\"orders\""), Some(0.0), "{text}");
     assert_eq!(sample(&text, "drcheck_canary_alert_accepted", "sink=\"hook\",target=\"orders\""), Some(1.0), "{text}");
+    assert_eq!(s3_writes(&root.path().join("moto.log")), writes_before, "the canary wrote to the store");
+
+    // A dump of a primary without commit times: the changed row is seen by checksums but
+    // cannot be told from a change on the primary since the dump — inconclusive, said,
+    // exit 3, and no DrcheckCanaryUndetected (it would page every week for a known limit).
+    let bare = PgPrimary::start_opts(
+        &root,
+        &ClusterOptions {
+            name: "bare",
+            local_auth: "trust",
+            host_auth: "scram-sha-256",
+            open_socket: false,
+            settings: &[],
+        },
+    );
+    bare.psql("postgres", &format!("create role verifier login password '{PASSWORD}'"));
+    bare.psql("postgres", "grant pg_read_all_data to verifier");
+    bare.psql("postgres", "create database notes");
+    bare.psql("notes", "create table notes (id int primary key, body text); insert into notes select g, 'body ' || g from generate_series(1, 50) g");
+    let bare_dump = root.path().join("notes.dump");
+    bare.tool("pg_dump", &["-Fc", "-f", &bare_dump.display().to_string(), "notes"]);
+    s3.upload(&bare_dump, &bucket, "bare/notes-1.dump");
+    let with_bare = config(
+        WITHIN,
+        &format!(
+            "\n[[target]]\nname = \"bare\"\nstorage = \"s3\"\nprefix = \"bare/\"\nprimary = \"{}\"\nrto = \"10m\"\nrpo = \"30d\"\n",
+            bare.url("verifier", PASSWORD, "notes")
+        ),
+        "",
+    );
+    let (out, _) = drcheck(&["--config", &with_bare, "verify", "--target", "bare"], &[], LIMIT);
+    assert_eq!(out.status.code(), Some(0), "{}\n{}", stdout(&out), stderr(&out));
+    let writes_before = s3_writes(&root.path().join("moto.log"));
+    let heard_before = hook.requests().len();
+    let (out, _) = drcheck(&["--config", &with_bare, "canary", "--target", "bare", "--json"], &[], LIMIT);
+    assert_eq!(out.status.code(), Some(3), "{}\n{}", stdout(&out), stderr(&out));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let seen = &v["canaries"][0];
+    assert_eq!(seen["result"], "inconclusive", "{seen:#}");
+    let row = defect(seen, "changed_row");
+    assert_eq!(row["outcome"], "inconclusive", "{row:#}");
+    assert!(row["detail"].as_str().unwrap().contains("checksums saw it"), "{row}");
+    assert!(row["detail"].as_str().unwrap().contains("track_commit_timestamp"), "says what would prove it: {row}");
+    let heard = hooked(&hook, heard_before);
+    assert!(heard.iter().any(|(a, s, c)| a == "DrcheckCanary" && s == "firing" && *c), "{heard:?}");
+    assert!(!heard.iter().any(|(a, _, _)| a == "DrcheckCanaryUndetected"), "no page for a known limit: {heard:?}");
+    assert_eq!(sample(&textfile(), "drcheck_canary_detected", "target=\"bare\""), None);
     assert_eq!(s3_writes(&root.path().join("moto.log")), writes_before, "the canary wrote to the store");
     // Nothing of the canaries is left in the scratch directory.
     let left: Vec<_> = std::fs::read_dir(&scratch).unwrap().filter_map(Result::ok).map(|e| e.file_name()).collect();
