@@ -32,7 +32,8 @@ pub(crate) struct Alert {
     pub run_id: Option<String>,
     /// When this firing episode began (RFC 3339).
     pub starts_at: String,
-    /// For resolutions: when it resolved.
+    /// For resolutions: when it resolved; for a canary's firing alert, when it lapses by
+    /// itself.
     pub ends_at: Option<String>,
     /// Stable per alert, episode and state: the `Idempotency-Key`.
     pub dedup_key: String,

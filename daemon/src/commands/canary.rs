@@ -185,8 +185,12 @@ async fn deliver_canary_alert(
         summary: format!("canary for {}: {}", report.target, report.result),
         description: report.summary(),
         run_id: Some(report.canary_id.clone()),
+        // It lapses by itself even if its resolution never goes out (the process killed
+        // between the two): a canary must never stay firing.
+        ends_at: Some(crate::run_report::timestamp(
+            std::time::SystemTime::now() + config.daemon.canary_alert_within + Duration::from_secs(3600),
+        )),
         starts_at: now,
-        ends_at: None,
         dedup_key: crate::alerts::dedup_key(&report.target, CANARY_ALERT, &report.canary_id, "firing"),
         canary: true,
     };

@@ -247,10 +247,20 @@ async fn canary_steps(
         .find(|b| b.key == newest)
         .ok_or_else(|| format!("the proven backup {newest} is no longer in {}", store.describe()))?;
 
+    for dir in reap_dead_canaries(&config.sandbox.scratch_dir) {
+        tracing::warn!(dir = %dir.display(), "removed the directory of a canary whose process is gone");
+    }
     let scratch = tempfile::Builder::new()
-        .prefix(&format!("drcheck-canary-{}-", report.canary_id))
+        .prefix(&format!("{CANARY_DIR}{}-", report.canary_id))
         .tempdir_in(&config.sandbox.scratch_dir)
         .map_err(|e| format!("cannot make the canary's directory in {}: {e}", config.sandbox.scratch_dir.display()))?;
+    // Held while the canary lives: a directory whose lock can be taken is a dead one's.
+    let _alive = std::fs::File::create(scratch.path().join(LOCK))
+        .map_err(|e| e.to_string())
+        .and_then(|f| {
+            nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockExclusiveNonblock).map_err(|(_, e)| e.to_string())
+        })
+        .map_err(|e| format!("cannot lock the canary's directory: {e}"))?;
     // The canary's runs keep their own history: never the target's runs or proofs.
     let own_history = History::open(&Secret::new(format!("sqlite://{}", scratch.path().join("history.db").display())))
         .await
@@ -267,6 +277,39 @@ async fn canary_steps(
     }
     own_history.close().await;
     Ok(())
+}
+
+/// The canaries' directories in `scratch_dir` are named so…
+const CANARY_DIR: &str = "drcheck-canary-";
+/// …and hold this lock while their canary lives.
+const LOCK: &str = ".alive";
+
+/// Removes the directories canaries left when their process died (SIGKILL, the OOM
+/// killer): drcheck's own (its uid, never a link), whose lock nobody holds — or, without
+/// a lock, untouched for an hour (a canary creates its lock right after its directory).
+fn reap_dead_canaries(scratch_dir: &Path) -> Vec<PathBuf> {
+    use std::os::unix::fs::MetadataExt as _;
+    let me = nix::unistd::geteuid().as_raw();
+    let Ok(entries) = std::fs::read_dir(scratch_dir) else { return Vec::new() };
+    let mut removed = Vec::new();
+    for e in entries.filter_map(Result::ok) {
+        let path = e.path();
+        let ours = e.file_name().to_string_lossy().starts_with(CANARY_DIR)
+            && std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_dir() && m.uid() == me);
+        if !ours {
+            continue;
+        }
+        let dead = match std::fs::File::open(path.join(LOCK)) {
+            Ok(f) => nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockExclusiveNonblock).is_ok(),
+            Err(_) => std::fs::symlink_metadata(&path)
+                .and_then(|m| m.modified())
+                .is_ok_and(|t| t.elapsed().is_ok_and(|age| age > std::time::Duration::from_secs(3600))),
+        };
+        if dead && std::fs::remove_dir_all(&path).is_ok() {
+            removed.push(path);
+        }
+    }
+    removed
 }
 
 /// The canary's copy of `target`: the same checks, pointed at `dir` (a filesystem store
@@ -695,7 +738,8 @@ async fn changed_row_dump(
 /// code could undo the change and make the canary page for nothing.
 async fn change_one_row(pool: &sqlx::PgPool) -> Result<Option<String>, String> {
     let candidates: Vec<(String, String, String, String)> = sqlx::query_as(
-        "select n.nspname::text, c.relname::text, a.attname::text, t.typname::text
+        "select n.nspname::pg_catalog.text, c.relname::pg_catalog.text, a.attname::pg_catalog.text,
+                t.typname::pg_catalog.text
            from pg_catalog.pg_class c
            join pg_catalog.pg_namespace n on n.oid operator(pg_catalog.=) c.relnamespace
            join pg_catalog.pg_attribute a on a.attrelid operator(pg_catalog.=) c.oid
@@ -703,7 +747,7 @@ async fn change_one_row(pool: &sqlx::PgPool) -> Result<Option<String>, String> {
           where c.relkind operator(pg_catalog.=) 'r' and a.attnum operator(pg_catalog.>) 0 and not a.attisdropped
             and a.attgenerated operator(pg_catalog.=) ''
             and n.nspname operator(pg_catalog.<>) all (array['pg_catalog', 'information_schema'])
-            and n.nspname::text not like 'pg\\_%'
+            and n.nspname::pg_catalog.text operator(pg_catalog.!~~) 'pg\\_%'
             and t.typname operator(pg_catalog.=) any (array['text', 'varchar', 'bpchar', 'int2', 'int4', 'int8', 'numeric'])
             and not exists (select 1 from pg_catalog.pg_index i
                              where i.indrelid operator(pg_catalog.=) c.oid
@@ -825,6 +869,26 @@ mod tests {
         // The world's fault: no verdict.
         let d = judge("missing_segment", "x".into(), run(RunResult::Error, &[], Some(("fetch", "store unreachable"))));
         assert_eq!(d.outcome, "error");
+    }
+
+    #[test]
+    fn a_dead_canarys_directory_is_removed_and_a_live_ones_kept() {
+        let scratch = tempfile::tempdir().unwrap();
+        let live = scratch.path().join(format!("{CANARY_DIR}live"));
+        let dead = scratch.path().join(format!("{CANARY_DIR}dead"));
+        let other = scratch.path().join("drcheck-0");
+        for d in [&live, &dead, &other] {
+            std::fs::create_dir(d).unwrap();
+        }
+        let held = nix::fcntl::Flock::lock(
+            std::fs::File::create(live.join(LOCK)).unwrap(),
+            nix::fcntl::FlockArg::LockExclusiveNonblock,
+        )
+        .unwrap();
+        std::fs::File::create(dead.join(LOCK)).unwrap();
+        assert_eq!(reap_dead_canaries(scratch.path()), vec![dead.clone()]);
+        assert!(live.exists() && other.exists() && !dead.exists());
+        drop(held);
     }
 
     #[test]
