@@ -561,10 +561,10 @@ impl Metrics {
     /// its textfile, so a failed run or `--target` never drops another target's series
     /// (and `DrcheckVerificationStale` can fire while runs keep failing).
     pub(crate) async fn seed_from_history(&self, config: &drcheck_config::Config, history: &crate::history::History) {
+        for c in history.latest_canaries(config).await.unwrap_or_default().values() {
+            self.canary.observe(c);
+        }
         for t in &config.targets {
-            if let Ok(Some(c)) = history.latest_canary(&t.name).await {
-                self.canary.observe(&c);
-            }
             if let Ok(Some(r)) = history.latest_verdict(&t.name).await {
                 self.show(&r, t);
             }

@@ -36,6 +36,14 @@ fn hooked(hook: &Recorder, from: usize) -> Vec<(String, String, bool)> {
         .collect()
 }
 
+/// `drcheck canary --target T --json` with `config`: its one canary, after checking the exit code.
+fn canary_of(config: &str, target: &str, code: i32) -> serde_json::Value {
+    let (out, _) = drcheck(&["--config", config, "canary", "--target", target, "--json"], &[], LIMIT);
+    assert_eq!(out.status.code(), Some(code), "{}\n{}", stdout(&out), stderr(&out));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    v["canaries"][0].clone()
+}
+
 fn defect<'a>(canary: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
     canary["defects"].as_array().unwrap().iter().find(|d| d["defect"] == name).unwrap_or_else(|| panic!("{canary:#}"))
 }
@@ -273,10 +281,8 @@ fn canaries_are_caught_paged_and_never_counted_as_verifications() {
         &format!("[[alert]]\nname = \"down\"\nkind = \"webhook\"\nurl = \"http://127.0.0.1:{closed}/hook\"\n"),
     );
     let heard_before = hook.requests().len();
-    let (out, _) = drcheck(&["--config", &broken, "canary", "--target", "orders", "--json"], &[], LIMIT);
-    assert_eq!(out.status.code(), Some(1), "a defect that passed: {}\n{}", stdout(&out), stderr(&out));
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let missed = &v["canaries"][0];
+    // A defect that passed: exit 1.
+    let missed = &canary_of(&broken, "orders", 1);
     assert_eq!(missed["result"], "missed", "{missed:#}");
     let row = defect(missed, "changed_row");
     assert_eq!(row["outcome"], "undetected", "{row:#}");
@@ -330,10 +336,7 @@ fn canaries_are_caught_paged_and_never_counted_as_verifications() {
     assert_eq!(out.status.code(), Some(0), "{}\n{}", stdout(&out), stderr(&out));
     let writes_before = s3_writes(&root.path().join("moto.log"));
     let heard_before = hook.requests().len();
-    let (out, _) = drcheck(&["--config", &with_bare, "canary", "--target", "bare", "--json"], &[], LIMIT);
-    assert_eq!(out.status.code(), Some(3), "{}\n{}", stdout(&out), stderr(&out));
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let seen = &v["canaries"][0];
+    let seen = &canary_of(&with_bare, "bare", 3);
     assert_eq!(seen["result"], "inconclusive", "{seen:#}");
     let row = defect(seen, "changed_row");
     assert_eq!(row["outcome"], "inconclusive", "{row:#}");

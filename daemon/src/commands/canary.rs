@@ -25,9 +25,6 @@ pub(crate) struct CanaryArgs {
     pub json: bool,
 }
 
-/// How long the command waits for the alerts it raised to leave the outbox.
-const ALERT_BUDGET: Duration = Duration::from_secs(10);
-
 pub(crate) async fn run(config: &Config, args: CanaryArgs) -> Result<Exit, CliError> {
     let targets = super::select_targets(config, args.target.as_deref())?;
     let history = History::open(&config.state.url).await.map_err(CliError::incomplete)?;
@@ -57,17 +54,7 @@ pub(crate) async fn run(config: &Config, args: CanaryArgs) -> Result<Exit, CliEr
         }
         reports.push(report);
     }
-    if !config.alerts.is_empty() {
-        let d = Dispatcher::new(&history, &config.alerts, Some(&metrics));
-        if let Err(e) = d.drain(ALERT_BUDGET, &cancel).await {
-            crate::errln!("drcheck: warning: delivering alerts: {e:#}");
-        }
-    }
-    if let Some(path) = &config.metrics.textfile
-        && let Err(e) = crate::metrics::write_textfile(path, &metrics.render())
-    {
-        crate::errln!("drcheck: warning: {e:#}");
-    }
+    super::verify::deliver_and_export(config, &history, &metrics, &cancel).await;
     history.close().await;
     if args.json {
         let out = serde_json::json!({ "canaries": reports });

@@ -97,9 +97,27 @@ pub(crate) async fn run(config: &Config, args: VerifyArgs) -> Result<Exit, CliEr
     let metrics = export_metrics(config, &history, &reports).await;
     // Alerts go out after every verification is done, within a bounded time; whatever
     // is left stays in the outbox for the next run or the daemon.
+    deliver_and_export(config, &history, &metrics, &cancel).await;
+    history.close().await;
+    if args.json {
+        let out = serde_json::json!({ "runs": reports });
+        crate::outln!("{}", serde_json::to_string_pretty(&out).map_err(CliError::incomplete)?);
+    }
+    Ok(overall_exit(reports.iter().map(|r| r.result).chain(not_run)))
+}
+
+/// A one-shot command's end: alerts delivered within [`ALERT_BUDGET`] (what is left
+/// stays in the outbox for the next run or the daemon), then the textfile written once —
+/// after delivery, so it includes the alert counters.
+pub(crate) async fn deliver_and_export(
+    config: &Config,
+    history: &History,
+    metrics: &Metrics,
+    cancel: &tokio_util::sync::CancellationToken,
+) {
     if !config.alerts.is_empty() {
-        let d = Dispatcher::new(&history, &config.alerts, Some(&metrics));
-        match d.drain(ALERT_BUDGET, &cancel).await {
+        let d = Dispatcher::new(history, &config.alerts, Some(metrics));
+        match d.drain(ALERT_BUDGET, cancel).await {
             Ok(r) if r.pending > 0 => {
                 crate::errln!("drcheck: warning: {} alert(s) not delivered yet; kept for the next run", r.pending)
             }
@@ -107,18 +125,11 @@ pub(crate) async fn run(config: &Config, args: VerifyArgs) -> Result<Exit, CliEr
             Err(e) => crate::errln!("drcheck: warning: delivering alerts: {e:#}"),
         }
     }
-    // Written once, after alert delivery, so it includes the alert counters.
     if let Some(path) = &config.metrics.textfile
         && let Err(e) = crate::metrics::write_textfile(path, &metrics.render())
     {
         crate::errln!("drcheck: warning: {e:#}");
     }
-    history.close().await;
-    if args.json {
-        let out = serde_json::json!({ "runs": reports });
-        crate::outln!("{}", serde_json::to_string_pretty(&out).map_err(CliError::incomplete)?);
-    }
-    Ok(overall_exit(reports.iter().map(|r| r.result).chain(not_run)))
 }
 
 /// One-shot metrics: pushed to the Pushgateway per target; returns them all for the

@@ -48,8 +48,8 @@ pub(crate) struct Run<'a> {
     /// The chosen backup already counts as proven in the report's coverage (a pass adds
     /// it otherwise).
     pub(crate) chosen_proven: bool,
-    /// The store's findings (`pinned`, `immutability`): after the validators' in the
-    /// report, whether or not the run got to validate.
+    /// The store's and the restore's findings (`pinned`, `immutability`, `archive`):
+    /// after the validators' in the report, whether or not the run got to validate.
     pub(crate) store_findings: Vec<crate::run_report::ValidatorReport>,
 }
 
