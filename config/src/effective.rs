@@ -105,6 +105,7 @@ pub fn render(text: &str, path: &Path, config: &Config) -> Result<String, Config
                 default(t, "jitter", s(&format_duration(tc.jitter)));
             }
             default(t, "prove_within", s(&format_duration(tc.prove_within)));
+            default(t, "max_undecided", s(&format!("{}%", tc.max_undecided * 100.0)));
             default(t, "pin", Value::Boolean(tc.pin));
             if !t.contains_key("recovery_target") && tc.recovery_target == crate::RecoveryTarget::Latest {
                 t.insert("recovery_target".into(), s("latest"));
@@ -132,6 +133,8 @@ pub fn render(text: &str, path: &Path, config: &Config) -> Result<String, Config
             default(&mut v, "checksum_chunk_rows", Value::Integer(vc.checksum_chunk_rows as i64));
             default(&mut v, "checksum_sample_rows", Value::Integer(vc.checksum_sample_rows as i64));
             default(&mut v, "as_of_grace", s(&format_duration(vc.as_of_grace)));
+            default(&mut v, "checksum_drill_rows", Value::Integer(vc.checksum_drill_rows as i64));
+            default(&mut v, "stats_settle", s(&format_duration(vc.stats_settle)));
             t.insert("validators".into(), Value::Table(v));
         }
     }

@@ -56,6 +56,7 @@ pub struct RawDaemon {
     pub alert_resend_interval: Option<Spanned<String>>,
     pub canary: Option<Spanned<String>>,
     pub canary_alert_within: Option<Spanned<String>>,
+    pub journal_interval: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -155,6 +156,11 @@ pub struct RawTarget {
     pub delta_restore: Option<Spanned<bool>>,
     pub pin: Option<bool>,
     pub primary_read_budget: Option<Spanned<String>>,
+    /// The share of a run's comparisons that may stay undecided before the run is
+    /// `inconclusive` (rows and tables, each).
+    pub max_undecided: Option<Spanned<String>>,
+    /// The primary is not the cluster the backups are taken of, on purpose.
+    pub other_cluster: Option<bool>,
 }
 
 /// `[target.follow]`: a restored copy that replays the WAL archive as it grows.
@@ -220,6 +226,8 @@ pub struct RawValidators {
     pub checksum_chunk_rows: Option<Spanned<i64>>,
     pub checksum_sample_rows: Option<Spanned<i64>>,
     pub as_of_grace: Option<Spanned<String>>,
+    pub checksum_drill_rows: Option<Spanned<i64>>,
+    pub stats_settle: Option<Spanned<String>>,
     pub exclude: Option<Vec<String>>,
 }
 

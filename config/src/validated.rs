@@ -92,6 +92,11 @@ pub struct DaemonConfig {
     /// broken (default 2m).
     #[serde(serialize_with = "ser_duration")]
     pub canary_alert_within: Duration,
+    /// How often the daemon samples every target's primary for drcheck's journal of its
+    /// transaction horizon (default 1m; `0s` turns it off): what tells, without commit
+    /// timestamps, which rows a later backup's primary changed since the backup.
+    #[serde(serialize_with = "ser_duration")]
+    pub journal_interval: Duration,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -420,6 +425,14 @@ pub struct TargetConfig {
     /// tables and key ranges, every range compared within a number of runs.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub primary_read_budget: Option<u64>,
+    /// The share (a fraction) of the rows and of the tables a run compares that may stay
+    /// undecided — neither proven nor a change on the primary since the copy's point —
+    /// before the run's result is `inconclusive` (default 1%).
+    pub max_undecided: f64,
+    /// The primary is another cluster than the one the backups are taken of, on purpose
+    /// (a logical replica, a copy): a physical copy of another system is then compared,
+    /// not failed as "not a backup of this primary".
+    pub other_cluster: bool,
 }
 
 /// `[target.follow]`: `drcheck daemon` keeps a restored copy of the target that replays
@@ -571,6 +584,14 @@ pub struct ValidatorsConfig {
     /// the cut-off may still have been in flight: they are counted, not compared.
     #[serde(serialize_with = "ser_duration")]
     pub as_of_grace: Duration,
+    /// The most rows `checksums` reads (both sides) to decide a table's differing ranges
+    /// row by row; past it the table's comparison is an error naming this setting —
+    /// never a pass, never undecided.
+    pub checksum_drill_rows: u64,
+    /// How long the primary's statistics (its insert counters) may lag its commits: rows
+    /// written this recently are not weighed against the counters.
+    #[serde(serialize_with = "ser_duration")]
+    pub stats_settle: Duration,
     /// Tables (`schema.table`) left out of row counts and checksums.
     pub exclude: Vec<String>,
     /// `[target] dump_scope`: what a deliberately partial dump holds — schemas
@@ -774,6 +795,20 @@ pub(crate) fn validate(
                         "daemon.canary_alert_within",
                         Some(v.span()),
                         "must be more than 0 and at most 1h",
+                    ));
+                }
+                d
+            }
+        },
+        journal_interval: match &raw.daemon.journal_interval {
+            None => Duration::from_secs(60),
+            Some(v) => {
+                let d = cx.duration("daemon.journal_interval", v)?;
+                if d > Duration::from_secs(3600) {
+                    return Err(cx.err(
+                        "daemon.journal_interval",
+                        Some(v.span()),
+                        "must be at most 1h (0s turns the journal's samples off)",
                     ));
                 }
                 d

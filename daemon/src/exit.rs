@@ -13,6 +13,9 @@ pub enum Exit {
     /// Could not complete for reasons outside the backup (storage unreachable after
     /// retries, sandbox could not start, interrupted).
     Incomplete = 3,
+    /// Everything checked held, but more of the content than `max_undecided` could not
+    /// be decided: not a proof of the backup.
+    Inconclusive = 4,
 }
 
 impl From<Exit> for ExitCode {

@@ -31,10 +31,17 @@ pub(crate) fn setup_sql(target: &TargetConfig, hb: &HeartbeatConfig, writer: &st
          CREATE SCHEMA IF NOT EXISTS {schema};\n\
          CREATE TABLE IF NOT EXISTS {table} (at timestamptz PRIMARY KEY DEFAULT pg_catalog.clock_timestamp());\n\
          COMMENT ON TABLE {table} IS 'drcheck: heartbeat (as_of at)';\n\
+         -- Each beat carries the primary's transaction horizon (every transaction below it had\n\
+         -- ended): drcheck's journal, read from the primary, tells what changed after a backup\n\
+         -- without commit timestamps. Added without a default first, so rows of earlier beats\n\
+         -- stay without one (a horizon of today on a beat of yesterday would be false).\n\
+         ALTER TABLE {table} ADD COLUMN IF NOT EXISTS horizon xid8;\n\
+         ALTER TABLE {table} ALTER COLUMN horizon SET DEFAULT pg_catalog.pg_snapshot_xmin(pg_catalog.pg_current_snapshot());\n\
          \n\
          -- The DDL log: each DDL command with its time and object, written by an event trigger,\n\
          -- so drcheck tells a migration after a backup from a schema the backup lost.\n\
          CREATE TABLE IF NOT EXISTS {log} (\n  \
+           id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,\n  \
            at timestamptz NOT NULL DEFAULT pg_catalog.clock_timestamp(),\n  \
            xid xid8 NOT NULL DEFAULT pg_catalog.pg_current_xact_id(),\n  \
            tag text NOT NULL,\n  \
@@ -42,6 +49,7 @@ pub(crate) fn setup_sql(target: &TargetConfig, hb: &HeartbeatConfig, writer: &st
            identity text\n\
          );\n\
          COMMENT ON TABLE {log} IS 'drcheck: ddl log (as_of at)';\n\
+         ALTER TABLE {log} ADD COLUMN IF NOT EXISTS id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY;\n\
          CREATE OR REPLACE FUNCTION {schema}.log_ddl() RETURNS event_trigger\n  \
            LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $f$\n\
          DECLARE r record;\n\

@@ -24,6 +24,7 @@ mod follow;
 mod heartbeat;
 mod history;
 mod ids;
+mod journal;
 mod measure;
 mod metrics;
 mod out;

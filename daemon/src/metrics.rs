@@ -12,6 +12,8 @@ pub(crate) struct Metrics {
     registry: Registry,
     runs_total: IntCounterVec,
     last_run_success: IntGaugeVec,
+    last_run_inconclusive: IntGaugeVec,
+    content_proven: GaugeVec,
     last_success_timestamp: GaugeVec,
     restore_duration: GaugeVec,
     phase_duration: GaugeVec,
@@ -272,6 +274,18 @@ impl Metrics {
                 "1 if the last run passed, else 0.",
                 &["target"],
             ),
+            last_run_inconclusive: int_gauge(
+                &r,
+                "drcheck_last_run_inconclusive",
+                "1 if the last run was inconclusive (more of the content undecided than max_undecided), else 0.",
+                &["target"],
+            ),
+            content_proven: gauge(
+                &r,
+                "drcheck_content_proven_ratio",
+                "The share of the content the last run's comparisons decided (proven, or changed on the primary since the copy's point), 0 to 1.",
+                &["target"],
+            ),
             last_success_timestamp: gauge(
                 &r,
                 "drcheck_last_success_timestamp_seconds",
@@ -503,6 +517,8 @@ impl Metrics {
             let v = t.name.as_str();
             forget(&self.runs_total, "target", v);
             forget(&self.last_run_success, "target", v);
+            forget(&self.last_run_inconclusive, "target", v);
+            forget(&self.content_proven, "target", v);
             forget(&self.last_success_timestamp, "target", v);
             forget(&self.restore_duration, "target", v);
             forget(&self.phase_duration, "target", v);
@@ -601,6 +617,13 @@ impl Metrics {
             return;
         }
         self.last_run_success.with_label_values(&[t]).set(passed as i64);
+        self.last_run_inconclusive.with_label_values(&[t]).set((r.result == RunResult::Inconclusive) as i64);
+        match &r.content {
+            Some(c) => self.content_proven.with_label_values(&[t]).set(c.proven_percent / 100.0),
+            None => {
+                let _ = self.content_proven.remove_label_values(&[t]);
+            }
+        }
         if passed {
             self.set_last_success(t, &r.finished_at);
         }

@@ -14,6 +14,10 @@ pub(crate) enum RunResult {
     Error,
     /// Interrupted (SIGTERM/SIGINT) before it could finish.
     Aborted,
+    /// Everything that ran held, but more of the content than `max_undecided` could not
+    /// be decided (neither proven nor a change on the primary since the copy's point):
+    /// never a pass, never a proof of the backup.
+    Inconclusive,
 }
 
 impl RunResult {
@@ -23,6 +27,7 @@ impl RunResult {
             RunResult::Failed => "failed",
             RunResult::Error => "error",
             RunResult::Aborted => "aborted",
+            RunResult::Inconclusive => "inconclusive",
         }
     }
 }
@@ -260,7 +265,69 @@ pub(crate) struct RunReport {
     /// backup. Never recorded as a run, a verification or a proof.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub canary: Option<String>,
+    /// How much of the content the comparisons decided (issue 46); absent when no
+    /// comparison with the primary ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content: Option<Content>,
 }
+
+/// What a run's comparisons decided: proven (matched), or a change on the primary since
+/// the copy's point — and what they could not decide.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct Content {
+    /// Tables compared, and those with a part neither proven nor changed since.
+    pub tables: u64,
+    pub tables_undecided: u64,
+    /// Rows proven by `checksums`, and rows it could not decide.
+    pub rows_proven: u64,
+    pub rows_undecided: u64,
+    /// The smaller of the proven shares of tables and rows, in percent.
+    pub proven_percent: f64,
+    /// `[target] max_undecided`, in percent: more undecided than this and the run is
+    /// `inconclusive`.
+    pub max_undecided_percent: f64,
+}
+
+impl Content {
+    /// From the comparisons' findings: `checksums` (tables and rows) and the most
+    /// undecided tables any other comparison reports. `None` when none compared.
+    pub(crate) fn of(validators: &[ValidatorReport], max_undecided: f64) -> Option<Content> {
+        let m = |v: &ValidatorReport, k: &str| v.measurements.get(k).copied().unwrap_or(0.0).max(0.0) as u64;
+        let compared: Vec<&ValidatorReport> = validators
+            .iter()
+            .filter(|v| COMPARISONS.contains(&v.name.as_str()) && v.status != "error")
+            .filter(|v| v.status != "skipped" || v.measurements.contains_key(drcheck_validators::UNDECIDED_TABLES))
+            .collect();
+        let sums = compared.iter().find(|v| v.name == "checksums");
+        let counts = compared.iter().find(|v| v.name == "row_counts");
+        let undecided = compared.iter().map(|v| m(v, drcheck_validators::UNDECIDED_TABLES)).max().unwrap_or(0);
+        let base = sums.or(counts)?;
+        let tables = (m(base, "covered_tables") + m(base, drcheck_validators::UNDECIDED_TABLES)).max(undecided);
+        let (rows_proven, rows_undecided) =
+            sums.map(|v| (m(v, "covered_rows"), m(v, drcheck_validators::UNDECIDED_ROWS))).unwrap_or((0, 0));
+        if tables == 0 && rows_proven + rows_undecided == 0 {
+            return None;
+        }
+        let share = |part: u64, whole: u64| if whole == 0 { 0.0 } else { part as f64 / whole as f64 };
+        let undecided_share = share(undecided, tables).max(share(rows_undecided, rows_proven + rows_undecided));
+        Some(Content {
+            tables,
+            tables_undecided: undecided,
+            rows_proven,
+            rows_undecided,
+            proven_percent: ((1.0 - undecided_share) * 10_000.0).round() / 100.0,
+            max_undecided_percent: (max_undecided * 10_000.0).round() / 100.0,
+        })
+    }
+
+    /// More undecided than the target allows.
+    pub(crate) fn too_undecided(&self) -> bool {
+        100.0 - self.proven_percent > self.max_undecided_percent + 1e-9
+    }
+}
+
+/// The comparisons whose undecided parts count against `max_undecided`.
+const COMPARISONS: &[&str] = &["checksums", "row_counts", "large_objects", "schema"];
 
 fn restore_mode() -> String {
     "restore".into()
@@ -432,6 +499,18 @@ pub(crate) fn render_human(r: &RunReport) -> String {
     if let Some(q) = &r.primary_queries {
         let _ = writeln!(s, "  primary     {} queries, longest {}", q.count, human_secs(q.longest_seconds));
     }
+    if let Some(c) = &r.content {
+        let _ = writeln!(
+            s,
+            "  content     {}% proven ({} of {} tables and {} rows undecided; at most {}% may be) — {}",
+            c.proven_percent,
+            c.tables_undecided,
+            c.tables,
+            c.rows_undecided,
+            c.max_undecided_percent,
+            if c.too_undecided() { "INCONCLUSIVE" } else { "decided" }
+        );
+    }
     if !r.validators.is_empty() {
         let _ = writeln!(s, "  validators");
         for v in &r.validators {
@@ -513,6 +592,7 @@ mod tests {
             mode: "restore".into(),
             follow: None,
             canary: None,
+            content: None,
         }
     }
 

@@ -41,6 +41,8 @@ pub(crate) struct Copy<'a> {
     pub on_follower: bool,
     /// `primary_read_budget`: the slice of every table's ranges this run compares.
     pub rotation: Option<drcheck_validators::Rotation>,
+    /// drcheck's journal of the primary's horizon around the copy's point.
+    pub journal: drcheck_validators::asof::Journal,
 }
 
 /// The rotation of a target with a `primary_read_budget` whose databases on the
@@ -83,6 +85,14 @@ pub(crate) async fn rotation(
             (0, None)
         }
     };
+    // The cycle's secret seed: a backup cannot know which of its ranges this run reads.
+    let seed = match history.rotation_seed(&target.name, slices).await {
+        Ok((seed, _)) => seed,
+        Err(e) => {
+            tracing::warn!(target = %target.name, "cannot read the rotation's seed ({e:#}): a fresh one");
+            rand::random::<u64>()
+        }
+    };
     // At the target's schedule, do the slices come round within prove_within?
     let note = target.schedule.as_ref().and_then(|s| {
         let now = chrono::Utc::now();
@@ -103,7 +113,83 @@ pub(crate) async fn rotation(
     if let Some(n) = &note {
         tracing::warn!(target = %target.name, "{n}");
     }
-    Some(drcheck_validators::Rotation { slice, slices, budget, oldest, share_bytes: total / u64::from(slices), note })
+    Some(drcheck_validators::Rotation {
+        slice,
+        slices,
+        budget,
+        oldest,
+        share_bytes: total / u64::from(slices),
+        note,
+        seed,
+    })
+}
+
+/// drcheck's journal of `target`'s primary around the copy's point `at` (read from the
+/// history; empty — logged — when it cannot be read).
+pub(crate) async fn journal_for(
+    target: &TargetConfig,
+    at: Option<SystemTime>,
+    history: &crate::history::History,
+) -> drcheck_validators::asof::Journal {
+    let v = &target.validators;
+    match history.journal(&target.name, at, v.as_of_grace, v.stats_settle).await {
+        Ok(j) => j,
+        Err(e) => {
+            tracing::warn!(target = %target.name, "cannot read drcheck's journal of the primary ({e:#})");
+            Default::default()
+        }
+    }
+}
+
+/// The finding that names tables no run decided in full within `prove_within`.
+pub(crate) const UNPROVEN_TABLES: &str = "unproven_tables";
+
+/// Records which tables `checksums` decided in full this run, and returns the
+/// `unproven_tables` finding (failed) when some table of the target was not decided —
+/// compared and proven, or found changed since the copy's point — by any run within
+/// `prove_within`.
+pub(crate) async fn tables_decided(
+    target: &TargetConfig,
+    findings: &[Finding],
+    history: &crate::history::History,
+) -> Option<Finding> {
+    let sums = findings.iter().find(|f| f.name == "checksums" && f.status != Status::Error)?;
+    let now = SystemTime::now();
+    if let Err(e) = history.record_tables(&target.name, &sums.per_table, now).await {
+        tracing::warn!(target = %target.name, "cannot record the tables compared: {e:#}");
+        return None;
+    }
+    let not = match history.tables_not_proven(&target.name, target.prove_within, now).await {
+        Ok(n) => n,
+        Err(e) => {
+            tracing::warn!(target = %target.name, "cannot read the tables proven: {e:#}");
+            return None;
+        }
+    };
+    // Only tables this run still saw: a table dropped since is no longer owed a proof.
+    let seen: std::collections::BTreeSet<&str> = sums.per_table.iter().map(|(t, _)| t.as_str()).collect();
+    let due: Vec<String> = not
+        .into_iter()
+        .filter(|(t, _)| seen.contains(t.as_str()) || target.primary_read_budget.is_some())
+        .map(|(t, last)| match last {
+            Some(at) => format!("{t} (last decided {at})"),
+            None => format!("{t} (never decided)"),
+        })
+        .collect();
+    (!due.is_empty()).then(|| {
+        Finding::new(
+            UNPROVEN_TABLES,
+            Status::Failed,
+            format!(
+                "{} tables were not decided by any run within prove_within ({}) — compared and proven, or found \
+                 changed on the primary since the copy's point: {}. What each run could not decide is in its \
+                 checksums' inconclusive list, with what would prove it",
+                due.len(),
+                drcheck_config::format_duration(target.prove_within),
+                drcheck_validators::some_of(&due, 20)
+            ),
+        )
+    })
 }
 
 /// Records this run's slice as compared when its checksums passed.
@@ -130,8 +216,19 @@ pub(crate) async fn run(
     target: &TargetConfig,
     copy: Copy<'_>,
 ) -> Result<Validated, String> {
-    let Copy { sandbox, database: main, physical, at: backup_time, horizon, on_follower, rotation } = copy;
-    let point = drcheck_validators::asof::CopyPoint { at: backup_time, horizon };
+    let Copy { sandbox, database: main, physical, at: backup_time, horizon, on_follower, rotation, journal } = copy;
+    let point = drcheck_validators::asof::CopyPoint {
+        at: backup_time,
+        horizon,
+        journal,
+        other_cluster: target.other_cluster,
+        grace: target.validators.as_of_grace,
+        settle: target.validators.stats_settle,
+        heartbeat: target
+            .heartbeat
+            .as_ref()
+            .map(|h| drcheck_validators::TableName { schema: h.schema.clone(), name: h.table.clone() }),
+    };
     // Every validator of every database before this: a run's budget is made of it.
     let deadline = drcheck_validators::PhaseDeadline::from_now(target.validators.phase_timeout);
     // Which transactions had committed at the copy's point: cluster-wide, read once.
@@ -222,9 +319,16 @@ pub(crate) async fn run(
         if let (true, Some(_), Primary::Unavailable(why)) = (is_main, &target.primary, &primary) {
             primary_unavailable = Some(why.clone());
         }
-        let since = match &primary {
-            Primary::Available(p) => drcheck_validators::asof::establish(&point, &pool, p, &aborted).await,
-            Primary::Unavailable(why) => drcheck_validators::asof::Since::Unknown { why: why.clone() },
+        let (since, provenance, journal) = match &primary {
+            Primary::Available(p) => {
+                let e = drcheck_validators::asof::establish(&point, &pool, p, &aborted).await;
+                (e.since, e.provenance.filter(|_| is_main), e.journal)
+            }
+            Primary::Unavailable(why) => (
+                drcheck_validators::asof::Since::Unknown { why: why.clone() },
+                None,
+                drcheck_validators::asof::Journal::default(),
+            ),
         };
         tracing::info!(target = %target.name, database = %db, how = %since.describe(), "comparing as of the copy's point");
         // drcheck's own tables on this database (any target's heartbeat, the DDL log) are
@@ -259,6 +363,7 @@ pub(crate) async fn run(
                 _ => None,
             },
             since,
+            journal,
             rotation: rotation.clone(),
             on_follower,
         };
@@ -267,6 +372,8 @@ pub(crate) async fn run(
             .filter(|v| is_main || databases::runs_everywhere(v.name()))
             .collect();
         let mut findings = vec![drcheck_validators::enforce_coverage(catalog)];
+        // A physical copy that is not of this primary's history: the backup's defect.
+        findings.extend(provenance);
         findings.extend(drcheck_validators::run_all(&validators, &cx, cx.settings.timeout, deadline).await);
         cx.restored.close().await;
         if let Primary::Available(p) = &cx.primary {

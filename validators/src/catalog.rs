@@ -71,6 +71,23 @@ pub async fn integer_key(pool: &PgPool, t: &TableName) -> Result<Option<String>,
     .await
 }
 
+/// The columns of a table's primary key, in the key's order (none without one).
+pub async fn primary_key(pool: &PgPool, t: &TableName) -> Result<Vec<String>, sqlx::Error> {
+    sqlx::query_scalar(
+        "select a.attname::text
+           from pg_index i
+           join pg_class c on c.oid = i.indrelid join pg_namespace n on n.oid = c.relnamespace
+           cross join lateral pg_catalog.unnest(i.indkey::pg_catalog.int2[]) with ordinality k(attnum, pos)
+           join pg_attribute a on a.attrelid = c.oid and a.attnum = k.attnum
+          where i.indisprimary and n.nspname = $1 and c.relname = $2
+          order by k.pos",
+    )
+    .bind(&t.schema)
+    .bind(&t.name)
+    .fetch_all(pool)
+    .await
+}
+
 /// Blocks read to estimate a never-analyzed table's rows.
 const ESTIMATE_BLOCKS: i64 = 128;
 

@@ -9,7 +9,15 @@ use crate::{COVERED, Finding, Status, some_of};
 pub const ONE_DATABASE: &[&str] = &["freshness", "custom", "point_in_time"];
 
 /// Measurements that add up over a cluster's databases (besides `covered_*`).
-const SUMMED: &[&str] = &["seconds", "rows_compared", "inconclusive", "rows_changed_since", "rows_deleted_since"];
+const SUMMED: &[&str] = &[
+    "seconds",
+    "rows_compared",
+    "inconclusive",
+    "rows_changed_since",
+    "rows_deleted_since",
+    crate::UNDECIDED_ROWS,
+    crate::UNDECIDED_TABLES,
+];
 
 /// Whether validator (or finding) `name` runs on every database of a cluster.
 pub fn runs_everywhere(name: &str) -> bool {
@@ -56,6 +64,7 @@ pub fn merge(per_database: Vec<(String, Vec<Finding>)>) -> Vec<Finding> {
                 && entries.iter().any(|(_, f)| f.status == Status::Error && f.refused_by_primary);
             for (db, f) in &entries {
                 merged.inconclusive.extend(f.inconclusive.iter().map(|i| format!("{db}: {i}")));
+                merged.per_table.extend(f.per_table.iter().map(|(t, ok)| (format!("{db}: {t}"), *ok)));
             }
             for (_, f) in &entries {
                 for (k, v) in &f.measurements {

@@ -8,16 +8,14 @@
 //! they are `as_of` tables of themselves (`at`), and never "missing" from a copy made
 //! before they were.
 //!
-//! A schema difference is explained when the log holds a command after the copy's point
-//! touching the object: the log's entries the copy's own log lacks (the copy holds the
-//! log up to its point), or — when the copy has no log — the primary's entries from the
-//! copy's point less the grace band on.
+//! A schema difference is explained when **the primary's** log holds a command at or
+//! after the copy's point less the grace band that names **the object itself** (a
+//! dropped column by its own identity, a constraint as `name on table`). The copy's own
+//! log is never read: a backup does not get to say what happened after it.
 
 use crate::TableName;
 use crate::primary::PrimaryDb;
-use drcheck_config::quote_ident;
 use sqlx::PgPool;
-use std::collections::BTreeSet;
 use std::time::{Duration, SystemTime};
 
 /// The comment that marks drcheck's own tables: `drcheck: heartbeat` and `drcheck: ddl log`.
@@ -83,13 +81,13 @@ pub struct Logged {
 
 impl Logged {
     /// The names this command touched, as the schema fingerprint names objects: the
-    /// identity without quotes, and for `x on s.t` (triggers, policies, constraints) the
-    /// relation.
+    /// identity without quotes, and `x on s.t` (triggers, policies, constraints) as
+    /// `s.t.x`.
     pub fn touched(&self) -> Vec<String> {
         let id = self.identity.replace('"', "");
         let mut out = vec![id.clone()];
-        if let Some((_, on)) = id.split_once(" on ") {
-            out.push(on.to_string());
+        if let Some((x, on)) = id.split_once(" on ") {
+            out.push(format!("{on}.{x}"));
         }
         out
     }
@@ -118,21 +116,17 @@ pub enum After {
     Logged { commands: Vec<Logged>, begins: Option<String> },
 }
 
-/// The primary's DDL commands after the copy's point `at` (see the module's
-/// documentation): the entries the copy's own log lacks, or — without one — those from
-/// `at − grace` on.
+/// The primary's DDL commands at or after the copy's point `at` less `grace` (a command
+/// in that band may have committed after the point). Only the primary's log is read.
 pub async fn after_point(
     primary: &PrimaryDb,
-    restored: &PgPool,
     marked: &Marked,
     at: Option<SystemTime>,
     grace: Duration,
 ) -> Result<After, sqlx::Error> {
     let Some(log) = &marked.ddl_log else { return Ok(After::NoLog) };
-    // Commands in a band before the point may have committed after it: read from a day
-    // before (the log is small), then keep what the copy lacks.
-    let from = at.map(|t| humantime::format_rfc3339_micros(t - Duration::from_secs(86_400)).to_string());
-    let primary_entries = primary.timed(entries(&primary.pool, log, from.as_deref())).await?;
+    let from = at.map(|t| humantime::format_rfc3339_micros(t.checked_sub(grace).unwrap_or(t)).to_string());
+    let commands = primary.timed(entries(&primary.pool, log, from.as_deref())).await?;
     let begins: Option<String> = primary
         .timed(
             sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
@@ -143,40 +137,26 @@ pub async fn after_point(
             .fetch_one(&primary.pool),
         )
         .await?;
-    let copy_has_log = sqlx::query_scalar::<_, bool>("select pg_catalog.to_regclass($1) is not null")
-        .bind(format!("{}.{}", quote_ident(&log.schema), quote_ident(&log.name)))
-        .fetch_one(restored)
-        .await?;
-    let commands = if copy_has_log {
-        let theirs: BTreeSet<Logged> = entries(restored, log, from.as_deref()).await?.into_iter().collect();
-        primary_entries.into_iter().filter(|e| !theirs.contains(e)).collect()
-    } else {
-        let band = at.map(|t| humantime::format_rfc3339_micros(t.checked_sub(grace).unwrap_or(t)).to_string());
-        primary_entries.into_iter().filter(|e| band.as_deref().is_none_or(|b| e.at.as_str() >= b)).collect()
-    };
     Ok(After::Logged { commands, begins })
 }
 
-/// The log command that explains the schema difference on `kind name`, if any.
-pub fn explains<'a>(commands: &'a [Logged], kind: &str, name: &str) -> Option<&'a Logged> {
+/// The logged command that names the object of the fingerprint entry `kind name`
+/// itself, if any: never a command on its table or schema (an excuse names the object
+/// changed, not every difference near it).
+pub fn names<'a>(commands: &'a [Logged], kind: &str, name: &str) -> Option<&'a Logged> {
     let parts: Vec<&str> = name.splitn(3, '.').collect();
-    let schema = parts.first().copied().unwrap_or(name);
-    let relation = (parts.len() >= 2).then(|| format!("{}.{}", parts[0], parts[1].split('(').next().unwrap_or("")));
-    // An index's identity is `schema.index`; the fingerprint names it `schema.table.index`.
-    let index = (kind == "index" && parts.len() == 3).then(|| format!("{}.{}", parts[0], parts[2]));
-    // The most specific explanation first: the object itself, its table, its schema.
     let mut exact = vec![name.to_string()];
-    exact.extend(index);
-    let touches = |c: &Logged, names: &[String]| c.touched().iter().any(|t| names.iter().any(|n| n == t));
-    commands
-        .iter()
-        .find(|c| touches(c, &exact))
-        .or_else(|| relation.and_then(|r| commands.iter().find(|c| touches(c, std::slice::from_ref(&r)))))
-        .or_else(|| {
-            commands
-                .iter()
-                .find(|c| (c.object_type == "schema" || kind == "schema") && c.touched().iter().any(|t| t == schema))
-        })
+    // An index's identity is `schema.index`; the fingerprint names it `schema.table.index`.
+    if kind == "index" && parts.len() == 3 {
+        exact.push(format!("{}.{}", parts[0], parts[2]));
+    }
+    commands.iter().find(|c| c.touched().iter().any(|t| exact.contains(t)))
+}
+
+/// A logged command on table `relation` itself (an `ALTER TABLE` names its table, not
+/// the columns or constraints it adds).
+pub fn on_relation<'a>(commands: &'a [Logged], relation: &str) -> Option<&'a Logged> {
+    commands.iter().find(|c| c.object_type == "table" && c.touched().first().is_some_and(|t| t == relation))
 }
 
 #[cfg(test)]
@@ -193,27 +173,33 @@ mod tests {
         }
     }
 
+    /// Issue 46: any logged `ALTER TABLE t` excused every difference on `t` (a constraint
+    /// dropped from the backup passed as "ALTER TABLE … after the copy's point").
     #[test]
-    fn log_commands_explain_the_objects_they_touched() {
+    fn only_a_command_naming_the_object_itself_explains_it() {
         let log = vec![
             cmd("ALTER TABLE", "table", "public.orders"),
             cmd("CREATE INDEX", "index", "public.orders_total_idx"),
             cmd("CREATE SCHEMA", "schema", "reporting"),
             cmd("CREATE TRIGGER", "trigger", "audit on public.\"Customers\""),
             cmd("CREATE FUNCTION", "function", "public.f(integer)"),
+            cmd("ALTER TABLE", "table constraint", "items_qty_check on public.items"),
             cmd("DROP TABLE", "table column", "public.items.note"),
         ];
-        assert!(explains(&log, "column", "public.orders.discount").is_some(), "a column added by ALTER TABLE");
-        assert!(explains(&log, "table", "public.orders").is_some());
-        assert_eq!(explains(&log, "index", "public.orders.orders_total_idx").unwrap().tag, "CREATE INDEX");
-        assert!(explains(&log, "table", "reporting.daily").is_some(), "everything in a schema made after");
-        assert!(explains(&log, "schema", "reporting").is_some());
-        assert!(explains(&log, "trigger", "public.Customers.audit").is_some(), "quotes and `on` forms");
-        assert!(explains(&log, "function", "public.f(integer)").is_some());
-        assert!(explains(&log, "column", "public.items.note").is_some(), "a dropped column");
-        assert!(explains(&log, "table", "public.invoices").is_none());
-        assert!(explains(&log, "column", "public.items.qty").is_none());
-        assert!(explains(&log, "function", "public.g(integer)").is_none());
+        assert!(names(&log, "column", "public.orders.discount").is_none(), "not by its table's ALTER");
+        assert!(names(&log, "constraint", "public.orders.orders_pkey").is_none(), "not by its table's ALTER");
+        assert!(on_relation(&log, "public.orders").is_some(), "the table's own command, for what only it can say");
+        assert!(names(&log, "table", "public.orders").is_some());
+        assert_eq!(names(&log, "index", "public.orders.orders_total_idx").unwrap().tag, "CREATE INDEX");
+        assert!(names(&log, "table", "reporting.daily").is_none(), "not by its schema's");
+        assert!(names(&log, "schema", "reporting").is_some());
+        assert!(names(&log, "trigger", "public.Customers.audit").is_some(), "quotes and `on` forms");
+        assert!(names(&log, "constraint", "public.items.items_qty_check").is_some());
+        assert!(names(&log, "function", "public.f(integer)").is_some());
+        assert!(names(&log, "column", "public.items.note").is_some(), "a dropped column");
+        assert!(names(&log, "table", "public.invoices").is_none());
+        assert!(names(&log, "column", "public.items.qty").is_none());
+        assert!(names(&log, "function", "public.g(integer)").is_none());
     }
 
     #[test]

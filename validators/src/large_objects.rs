@@ -86,10 +86,7 @@ async fn objects_in(
     since: &asof::Since,
     range: Range,
 ) -> Result<Objects, sqlx::Error> {
-    let (lo, hi) = match range {
-        Range::Keys(lo, hi) => (lo, hi),
-        Range::Whole => (0, i64::MAX),
-    };
+    let Range::Keys(lo, hi) = range;
     let (mchanged, pchanged, extra) = match primary.and_then(|_| since.changed("m", 3)) {
         Some((m, b)) => {
             let (p, _) = since.changed("p", 3).expect("same mode");
@@ -149,9 +146,22 @@ async fn compare(cx: &Context, primary: &PrimaryDb) -> Result<Compared, String> 
     );
     let (pb, cb) = (pb.map_err(|e| e.said())?, cb.map_err(|e| e.said())?);
     let mut out = Compared::default();
-    let (Some(lo), Some(hi)) = (pb.0.into_iter().chain(cb.0).min(), pb.1.into_iter().chain(cb.1).max()) else {
+    // The OID ranges are the primary's alone: objects the copy holds beyond them are
+    // counted (not on the primary now) and never open ranges of their own.
+    let (Some(lo), Some(hi)) = (pb.0, pb.1) else {
+        out.unlinked += cb.2.max(0) as u64;
         return Ok(out);
     };
+    let outside: i64 = sqlx::query_scalar(
+        "select pg_catalog.count(*) from pg_catalog.pg_largeobject_metadata
+          where oid::pg_catalog.int8 < $1::pg_catalog.int8 or oid::pg_catalog.int8 > $2::pg_catalog.int8",
+    )
+    .bind(lo)
+    .bind(hi)
+    .fetch_one(&cx.restored)
+    .await
+    .map_err(|e| e.said())?;
+    out.unlinked += outside.max(0) as u64;
     // Ranges of about `checksum_chunk_rows` pages, by the objects' average size.
     let objects = pb.2.max(cb.2).max(1) as f64;
     let per_object = (est.unwrap_or(0.0) / objects).max(1.0);
@@ -395,7 +405,8 @@ impl Validator for LargeObjects {
                 .covered("large_object_pages", c.pages)
                 .covered("reference_columns", columns)
         };
-        vec![finding.inconclusive(inconclusive)]
+        let undecided = u64::from(!c.unknown.is_empty());
+        vec![finding.with(crate::UNDECIDED_TABLES, undecided as f64).inconclusive(inconclusive)]
     }
 }
 

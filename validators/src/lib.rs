@@ -83,6 +83,11 @@ pub struct Finding {
     /// own answers, never from the detail's words.
     #[serde(skip)]
     pub refused_by_primary: bool,
+    /// Each table a comparison looked at, and whether it was decided in full (proven, or
+    /// changed on the primary since the copy's point): what drcheck's record of tables
+    /// proven within `prove_within` is kept from. Not part of the report.
+    #[serde(skip)]
+    pub per_table: Vec<(String, bool)>,
 }
 
 impl Finding {
@@ -102,6 +107,7 @@ impl Finding {
             measurements: BTreeMap::new(),
             inconclusive: Vec::new(),
             refused_by_primary: false,
+            per_table: Vec::new(),
         }
     }
 
@@ -187,6 +193,12 @@ pub(crate) fn also_could_not(what: &str, errors: &[String]) -> String {
     format!("; and could not {what} {}: {}{more}", errors.len(), shown.join("; "))
 }
 
+/// The rows a comparison could not decide: neither proven nor a change on the primary
+/// since the copy's point (a measurement; the run weighs it against `max_undecided`).
+pub const UNDECIDED_ROWS: &str = "undecided_rows";
+/// The tables with an undecided part (a measurement).
+pub const UNDECIDED_TABLES: &str = "undecided_tables";
+
 /// Measurements named like this say what a finding covered.
 pub const COVERED: &str = "covered_";
 
@@ -265,6 +277,9 @@ pub struct Context {
     pub target_time: Option<SystemTime>,
     /// How changes on the primary since the copy's point are told ([`asof::Since`]).
     pub since: asof::Since,
+    /// drcheck's journal of the primary's horizon: its insert counters from before T
+    /// and a horizon old enough for the counters to hold what is below it.
+    pub journal: asof::Journal,
     /// Comparisons within `primary_read_budget`: this run compares one slice of every
     /// table's ranges; `None` compares them all.
     pub rotation: Option<Rotation>,
@@ -291,15 +306,29 @@ pub struct Rotation {
     /// What the caller knows of the rotation's pace (its schedule against
     /// `prove_within`), said with it.
     pub note: Option<String>,
+    /// The cycle's secret seed (drawn at random when the cycle starts, kept in
+    /// drcheck's history): which slice a range falls in follows from it, so a backup
+    /// cannot place its rows in a slice this run does not compare.
+    pub seed: u64,
+}
+
+/// splitmix64's finalizer: a well-mixed 64-bit hash step.
+fn mix(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
 }
 
 impl Rotation {
-    /// Whether range `index` of `table` is this run's to compare: tables start their
-    /// ranges at a slice of their own (by name), so small tables — one range each —
-    /// spread over the slices instead of all falling in the first.
+    /// Whether range `index` of `table` is this run's to compare: each range's slice is
+    /// a hash of the cycle's seed, the table's name and the range's index — spread over
+    /// the slices, and unknowable without the seed.
     pub fn takes(&self, table: &str, index: usize) -> bool {
-        let slot = table.bytes().fold(0u64, |h, b| h.wrapping_mul(31).wrapping_add(u64::from(b)));
-        self.slices <= 1 || (index as u64).wrapping_add(slot) % self.slices as u64 == self.slice as u64
+        if self.slices <= 1 {
+            return true;
+        }
+        let name = table.bytes().fold(mix(self.seed), |h, b| mix(h ^ u64::from(b)));
+        mix(name ^ index as u64) % self.slices as u64 == self.slice as u64
     }
 
     /// The rotation said in a finding.
@@ -680,7 +709,7 @@ impl std::fmt::Display for TableName {
 }
 
 /// At most `n` items joined, then "and N more".
-pub(crate) fn some_of(items: &[String], n: usize) -> String {
+pub fn some_of(items: &[String], n: usize) -> String {
     let mut s: Vec<String> = items.iter().take(n).cloned().collect();
     if items.len() > n {
         s.push(format!("and {} more", items.len() - n));
@@ -728,7 +757,7 @@ mod rotation_tests {
                 for index in 0..40 {
                     let runs = (0..slices)
                         .filter(|&slice| {
-                            Rotation { slice, slices, budget: 1, oldest: None, share_bytes: 1, note: None }
+                            Rotation { slice, slices, budget: 1, oldest: None, share_bytes: 1, note: None, seed: 7 }
                                 .takes(table, index)
                         })
                         .count();
@@ -736,7 +765,30 @@ mod rotation_tests {
                 }
             }
         }
-        let one = Rotation { slice: 0, slices: 1, budget: 1, oldest: None, share_bytes: 1, note: None };
+        let one = Rotation { slice: 0, slices: 1, budget: 1, oldest: None, share_bytes: 1, note: None, seed: 7 };
         assert!(one.takes("t", 5), "a single slice takes everything");
+    }
+
+    /// Issue 46: the slices were a function of the table's name alone — a backup could
+    /// put its tampered rows in a slice the next run would not compare. With another
+    /// seed, ranges fall in other slices.
+    #[test]
+    fn which_slice_a_range_falls_in_follows_the_cycles_seed() {
+        let of = |seed: u64, index: usize| {
+            (0..8u32)
+                .find(|&slice| {
+                    Rotation { slice, slices: 8, budget: 1, oldest: None, share_bytes: 1, note: None, seed }
+                        .takes("public.orders", index)
+                })
+                .unwrap()
+        };
+        let a: Vec<u32> = (0..64).map(|i| of(1, i)).collect();
+        let b: Vec<u32> = (0..64).map(|i| of(2, i)).collect();
+        assert_ne!(a, b);
+        let moved = a.iter().zip(&b).filter(|(x, y)| x != y).count();
+        assert!(moved > 40, "most ranges move with the seed: {moved} of 64");
+        for slice in 0..8 {
+            assert!(a.iter().filter(|s| **s == slice).count() >= 2, "spread over every slice: {a:?}");
+        }
     }
 }

@@ -197,7 +197,13 @@ pub(super) fn validate_target(
             Some(n)
         }
     };
+    let max_undecided = match &t.max_undecided {
+        None => 0.01,
+        Some(v) => parse_percent(v.get_ref()).map_err(|m| cx.err(&key("max_undecided"), Some(v.span()), m))?,
+    };
     Ok(TargetConfig {
+        max_undecided,
+        other_cluster: t.other_cluster.unwrap_or(false),
         primary_read_budget,
         delta_restore,
         pin: t.pin.unwrap_or(true),
@@ -523,6 +529,13 @@ fn validate_validators(cx: &Ctx<'_>, i: usize, t: &RawTarget) -> Result<Validato
             i64::MAX,
         )?,
         as_of_grace: dur("as_of_grace", v.and_then(|v| v.as_of_grace.as_ref()), 300)?,
+        checksum_drill_rows: count(
+            "checksum_drill_rows",
+            v.and_then(|v| v.checksum_drill_rows.as_ref()),
+            1_000_000,
+            i64::MAX,
+        )?,
+        stats_settle: dur("stats_settle", v.and_then(|v| v.stats_settle.as_ref()), 120)?,
         exclude: v.and_then(|v| v.exclude.clone()).unwrap_or_default(),
         dump_scope,
         as_of,

@@ -13,6 +13,9 @@ pub(crate) const FAILED: &str = "DrcheckVerificationFailed";
 pub(crate) const RTO_MISSED: &str = "DrcheckRTOMissed";
 pub(crate) const RPO_MISSED: &str = "DrcheckRPOMissed";
 pub(crate) const STALE: &str = "DrcheckVerificationStale";
+/// A run that held where it could decide, but left more of the content undecided than
+/// `max_undecided`: no proof of the backup (a warning, never the failure page).
+pub(crate) const CONTENT_UNPROVEN: &str = "DrcheckContentUnproven";
 /// A follower cannot replay a segment of the archive (a gap, an unreadable or corrupt
 /// segment, replay stuck, its server gone).
 pub(crate) const ARCHIVE_NOT_REPLAYABLE: &str = "DrcheckArchiveNotReplayable";
@@ -66,6 +69,20 @@ pub(crate) fn firing(r: &RunReport) -> Vec<(&'static str, &'static str, String)>
             .unwrap_or_else(|| "an objective was missed".into());
         out.push((FAILED, severity_of(FAILED), format!("verification of {} {}: {why}", r.target, r.result.as_str())));
     }
+    if r.result == RunResult::Inconclusive {
+        let why = match &r.content {
+            Some(c) => format!(
+                "content {}% proven: {} of {} tables and {} rows undecided (max_undecided {}%)",
+                c.proven_percent, c.tables_undecided, c.tables, c.rows_undecided, c.max_undecided_percent
+            ),
+            None => "its content could not be decided".into(),
+        };
+        out.push((
+            CONTENT_UNPROVEN,
+            severity_of(CONTENT_UNPROVEN),
+            format!("verification of {} inconclusive: {why}", r.target),
+        ));
+    }
     if r.rto.met == Some(false) {
         out.push((
             RTO_MISSED,
@@ -94,11 +111,11 @@ pub(crate) fn firing(r: &RunReport) -> Vec<(&'static str, &'static str, String)>
 /// Each alert's severity. Fixed per alert, so that a resolution carries the very same
 /// labels as the firing alert (Alertmanager identifies alerts by their labels).
 pub(crate) fn severity_of(alertname: &str) -> &'static str {
-    if alertname == RTO_MISSED { "warning" } else { "critical" }
+    if alertname == RTO_MISSED || alertname == CONTENT_UNPROVEN { "warning" } else { "critical" }
 }
 
 /// The run-derived alert names (every one of them can resolve).
-pub(crate) const RUN_ALERTS: [&str; 3] = [FAILED, RTO_MISSED, RPO_MISSED];
+pub(crate) const RUN_ALERTS: [&str; 4] = [FAILED, RTO_MISSED, RPO_MISSED, CONTENT_UNPROVEN];
 
 /// The dedup key of an alert in a state within an episode.
 pub(crate) fn dedup_key(target: &str, alertname: &str, episode: &str, state: &str) -> String {

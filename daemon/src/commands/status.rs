@@ -3,8 +3,9 @@
 //! age against the RPO, how much of the retention is proven, the next scheduled run and
 //! the last failure's reason — read from the history store, no daemon needed.
 //!
-//! Exit: 0 when every target's last verdict passed, 1 when one failed, 3 otherwise (an
-//! error, an aborted run, a target never verified).
+//! Exit: 0 when every target's last verdict passed, 1 when one failed, 4 when the others
+//! passed and one was inconclusive, 3 otherwise (an error, an aborted run, a target never
+//! verified).
 
 use crate::evidence::RunEvidence;
 use crate::evidence::render::human;
@@ -24,6 +25,9 @@ pub(crate) struct Row {
     pub point_age_seconds: Option<f64>,
     pub rpo_target_seconds: f64,
     pub proven: Option<String>,
+    /// How much of the content the last run decided (`N%`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub content_proven: Option<String>,
     pub next_run: Option<String>,
     pub last_failure: Option<String>,
     /// The last canary (`drcheck canary`): its result, what caught each defect, when.
@@ -52,6 +56,8 @@ fn exit_of(rows: &[Row]) -> Exit {
         Exit::Failed
     } else if rows.iter().all(|r| r.verdict == "passed") {
         Exit::Passed
+    } else if rows.iter().all(|r| r.verdict == "passed" || r.verdict == "inconclusive") {
+        Exit::Inconclusive
     } else {
         Exit::Incomplete
     }
@@ -78,6 +84,7 @@ pub(crate) fn rows(
                 point_age_seconds: run.and_then(|r| r.rpo.recoverable_point_age_seconds.or(r.rpo.backup_age_seconds)),
                 rpo_target_seconds: t.rpo.as_secs_f64(),
                 proven: run.and_then(|r| r.coverage.as_ref()).map(|c| format!("{} of {}", c.proven, c.restorable)),
+                content_proven: run.and_then(|r| r.content.as_ref()).map(|c| format!("{}%", c.proven_percent)),
                 next_run: t
                     .schedule
                     .as_ref()
@@ -115,7 +122,7 @@ pub(crate) fn render(rows: &[Row], now: std::time::SystemTime) -> String {
     }
     let passed = rows.iter().filter(|r| r.verdict == "passed").count();
     let mut out = format!("{passed} of {} targets passed their last verification\n", rows.len());
-    let cells: Vec<[String; 7]> = rows
+    let cells: Vec<[String; 8]> = rows
         .iter()
         .map(|r| {
             [
@@ -125,11 +132,13 @@ pub(crate) fn render(rows: &[Row], now: std::time::SystemTime) -> String {
                 against(r.rto_measured_seconds, r.rto_target_seconds),
                 against(r.point_age_seconds, r.rpo_target_seconds),
                 r.proven.clone().unwrap_or_else(|| "—".into()),
+                r.content_proven.clone().unwrap_or_else(|| "—".into()),
                 r.next_run.clone().unwrap_or_else(|| "on demand".into()),
             ]
         })
         .collect();
-    let header = ["TARGET", "VERDICT", "WHEN", "RTO MEASURED / TARGET", "POINT AGE / RPO", "PROVEN", "NEXT RUN"];
+    let header =
+        ["TARGET", "VERDICT", "WHEN", "RTO MEASURED / TARGET", "POINT AGE / RPO", "PROVEN", "CONTENT", "NEXT RUN"];
     let widths: Vec<usize> = (0..header.len())
         .map(|i| cells.iter().map(|c| c[i].chars().count()).chain([header[i].len()]).max().unwrap_or(0))
         .collect();
@@ -178,6 +187,7 @@ mod tests {
             next_run: Some("2026-12-02 03:00 UTC".into()),
             last_failure: None,
             canary: None,
+            content_proven: None,
         }
     }
 

@@ -163,17 +163,20 @@ pub(crate) fn sink_names(config: &Config) -> Vec<String> {
 /// How long a one-shot run spends delivering alerts before leaving them for later.
 const ALERT_BUDGET: std::time::Duration = std::time::Duration::from_secs(10);
 
-/// A failed backup outranks an incomplete run: it is the news the operator must see.
+/// A failed backup outranks an incomplete run: it is the news the operator must see;
+/// an incomplete run outranks an inconclusive one (it did not even get to decide).
 pub(crate) fn overall_exit(results: impl Iterator<Item = RunResult>) -> Exit {
     results
         .map(|r| match r {
             RunResult::Passed => Exit::Passed,
             RunResult::Failed => Exit::Failed,
             RunResult::Error | RunResult::Aborted => Exit::Incomplete,
+            RunResult::Inconclusive => Exit::Inconclusive,
         })
         .fold(Exit::Passed, |acc, e| match (acc, e) {
             (Exit::Failed, _) | (_, Exit::Failed) => Exit::Failed,
             (Exit::Incomplete, _) | (_, Exit::Incomplete) => Exit::Incomplete,
+            (Exit::Inconclusive, _) | (_, Exit::Inconclusive) => Exit::Inconclusive,
             _ => Exit::Passed,
         })
 }
@@ -224,5 +227,8 @@ mod tests {
         assert_eq!(overall_exit([Passed, Error].into_iter()), Exit::Incomplete);
         assert_eq!(overall_exit([Error, Failed, Aborted].into_iter()), Exit::Failed);
         assert_eq!(overall_exit([Aborted].into_iter()), Exit::Incomplete);
+        assert_eq!(overall_exit([Passed, Inconclusive].into_iter()), Exit::Inconclusive);
+        assert_eq!(overall_exit([Inconclusive, Error].into_iter()), Exit::Incomplete, "could not even decide");
+        assert_eq!(overall_exit([Inconclusive, Failed].into_iter()), Exit::Failed);
     }
 }

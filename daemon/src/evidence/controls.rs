@@ -76,6 +76,7 @@ pub(crate) fn facts(target: &TargetEvidence, schedule_interval_seconds: f64) -> 
                 })
                 .collect(),
             reasons: Vec::new(),
+            content_proven_percent: None,
             coverage: None,
             ..r.clone()
         })
@@ -403,6 +404,7 @@ mod tests {
                 })
                 .collect(),
             reasons: vec![],
+            content_proven_percent: None,
             coverage: None,
             recovery_target: None,
             recovered_to: None,
@@ -422,6 +424,8 @@ mod tests {
                 failed: runs.len() as u32 - passed,
                 error: 0,
                 aborted: 0,
+                inconclusive: 0,
+                content_proven_percent: None,
                 pass_rate: None,
                 worst_rto_seconds: None,
                 longest_without_pass_seconds: gap,

@@ -88,6 +88,12 @@ pub(crate) struct Summary {
     pub failed: u32,
     pub error: u32,
     pub aborted: u32,
+    /// Runs whose content was too undecided to prove the backup (issue 46).
+    #[serde(default)]
+    pub inconclusive: u32,
+    /// How much of the content the newest comparing run decided, in percent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content_proven_percent: Option<f64>,
     /// passed / runs; null without runs.
     pub pass_rate: Option<f64>,
     /// The longest measured restore; null when no restore finished.
@@ -118,6 +124,9 @@ pub(crate) struct RunEvidence {
     /// Why the run did not pass: the run's error, else its failed validators and
     /// missed objectives.
     pub reasons: Vec<String>,
+    /// How much of the content the run's comparisons decided, in percent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content_proven_percent: Option<f64>,
     /// The retention window's coverage as the run saw it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub coverage: Option<crate::run_report::Coverage>,
@@ -184,6 +193,12 @@ impl RunEvidence {
                 r.rpo.target_seconds
             ));
         }
+        if let (RunResult::Inconclusive, Some(c)) = (r.result, &r.content) {
+            reasons.push(format!(
+                "inconclusive: content {}% proven, {} of {} tables and {} rows undecided (max_undecided {}%)",
+                c.proven_percent, c.tables_undecided, c.tables, c.rows_undecided, c.max_undecided_percent
+            ));
+        }
         Self {
             run_id: r.run_id.clone(),
             started_at: r.started_at.clone(),
@@ -213,6 +228,7 @@ impl RunEvidence {
                 })
                 .collect(),
             reasons,
+            content_proven_percent: r.content.as_ref().map(|c| c.proven_percent),
             coverage: r.coverage.clone(),
             recovery_target: r
                 .restore
@@ -249,6 +265,8 @@ pub(crate) fn summarise(runs: &[RunEvidence], from: f64, to: f64) -> Summary {
         failed: count(RunResult::Failed),
         error: count(RunResult::Error),
         aborted: count(RunResult::Aborted),
+        inconclusive: count(RunResult::Inconclusive),
+        content_proven_percent: runs.iter().rev().find_map(|r| r.content_proven_percent),
         pass_rate: (!runs.is_empty()).then(|| passed as f64 / runs.len() as f64),
         worst_rto_seconds: runs.iter().filter_map(|r| r.rto_measured_seconds).reduce(f64::max),
         longest_without_pass_seconds: (longest * 1000.0).round() / 1000.0,
@@ -332,6 +350,7 @@ mod tests {
             rpo_met: None,
             validators: vec![],
             reasons: vec![],
+            content_proven_percent: None,
             coverage: None,
             recovery_target: None,
             recovered_to: None,

@@ -210,19 +210,21 @@ fn html_head(e: &Evidence) -> String {
     let _ = writeln!(h, "<h2>Summary</h2>");
     let _ = writeln!(
         h,
-        "<table id=\"summary\"><thead><tr><th>target</th><th>runs</th><th>passed</th><th>failed</th><th>error</th><th>aborted</th><th>pass rate</th><th>worst RTO</th><th>RTO target</th><th>longest without a passing run</th></tr></thead><tbody>"
+        "<table id=\"summary\"><thead><tr><th>target</th><th>runs</th><th>passed</th><th>failed</th><th>error</th><th>aborted</th><th>inconclusive</th><th>pass rate</th><th>content proven</th><th>worst RTO</th><th>RTO target</th><th>longest without a passing run</th></tr></thead><tbody>"
     );
     for t in &e.targets {
         let s = &t.summary;
         let _ = writeln!(
             h,
-            "<tr id=\"summary-{n}\"><td><a href=\"#target-{n}\">{n}</a></td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            "<tr id=\"summary-{n}\"><td><a href=\"#target-{n}\">{n}</a></td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
             s.runs,
             s.passed,
             s.failed,
             s.error,
             s.aborted,
+            s.inconclusive,
             rate(t),
+            content(s),
             opt(s.worst_rto_seconds),
             opt(t.rto_target_seconds),
             human(s.longest_without_pass_seconds),
@@ -494,6 +496,11 @@ fn cell(s: &str) -> String {
     s.replace('|', "\\|").replace(['\n', '\r'], " ")
 }
 
+/// The newest comparing run's content proven, `content proven N%`, or `—`.
+fn content(s: &super::Summary) -> String {
+    s.content_proven_percent.map(|p| format!("{p}%")).unwrap_or_else(|| "—".into())
+}
+
 fn markdown_head(e: &Evidence) -> String {
     let mut m = String::new();
     let _ = writeln!(m, "# Restore-test evidence\n");
@@ -501,21 +508,23 @@ fn markdown_head(e: &Evidence) -> String {
     let _ = writeln!(m, "## Summary\n");
     let _ = writeln!(
         m,
-        "| target | runs | passed | failed | error | aborted | pass rate | worst RTO | RTO target | longest without a passing run |"
+        "| target | runs | passed | failed | error | aborted | inconclusive | pass rate | content proven | worst RTO | RTO target | longest without a passing run |"
     );
-    let _ = writeln!(m, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    let _ = writeln!(m, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for t in &e.targets {
         let s = &t.summary;
         let _ = writeln!(
             m,
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             cell(&t.name),
             s.runs,
             s.passed,
             s.failed,
             s.error,
             s.aborted,
+            s.inconclusive,
             rate(t),
+            content(s),
             opt(s.worst_rto_seconds),
             opt(t.rto_target_seconds),
             human(s.longest_without_pass_seconds)
@@ -637,7 +646,7 @@ fn xml(s: &str) -> String {
 }
 
 /// A test case's verdict element: none when `result` is `ok`, `<failure>` when failed,
-/// `<error>` otherwise (error, aborted), with the reasons.
+/// `<error>` otherwise (error, aborted, inconclusive), with the reasons.
 fn junit_verdict(result: &str, ok: &str, reasons: &[String]) -> String {
     let why = xml(&reasons.join(" | "));
     match result {
@@ -658,8 +667,9 @@ fn junit_head(e: &Evidence) -> String {
     let failures: u32 = e.targets.iter().map(|t| t.summary.failed).sum::<u32>()
         + e.drills.iter().filter(|d| d.result == "failed").count() as u32
         + controls.filter(|c| c.verdict == "missed").count() as u32;
-    let errors: u32 = e.targets.iter().map(|t| t.summary.error + t.summary.aborted).sum::<u32>()
-        + e.drills.iter().filter(|d| d.result == "aborted").count() as u32;
+    let errors: u32 =
+        e.targets.iter().map(|t| t.summary.error + t.summary.aborted + t.summary.inconclusive).sum::<u32>()
+            + e.drills.iter().filter(|d| d.result == "aborted").count() as u32;
     let _ = writeln!(j, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>");
     let _ = writeln!(
         j,
@@ -681,7 +691,7 @@ fn junit_section(e: &Evidence, t: &TargetEvidence) -> String {
             xml(&t.name),
             s.runs,
             s.failed,
-            s.error + s.aborted,
+            s.error + s.aborted + s.inconclusive,
             xml(&e.from)
         );
         for r in &t.runs {

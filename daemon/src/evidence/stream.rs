@@ -566,6 +566,7 @@ mod property_tests {
                 },
             }],
             reasons: vec![],
+            content_proven_percent: None,
             coverage: None,
             recovery_target: None,
             recovered_to: None,

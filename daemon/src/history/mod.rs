@@ -8,6 +8,7 @@
 
 mod canaries;
 mod drills;
+mod journal;
 mod leases;
 mod outbox;
 mod runs;

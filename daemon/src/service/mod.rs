@@ -305,6 +305,11 @@ pub(crate) async fn run(
         let (sh, metrics) = (shared.clone(), shared.metrics.heartbeat.clone());
         tokio::spawn(crate::heartbeat::writer_loop(move || sh.config(), background.clone(), metrics))
     };
+    // drcheck's journal of every target's primary horizon, every journal_interval.
+    let journal = {
+        let (sh, stop) = (shared.clone(), background.clone());
+        tokio::spawn(async move { crate::journal::sampler_loop(|| sh.config(), &sh.history, stop).await })
+    };
     // Every target's coverage from the start, so DrcheckBackupsUnproven can fire for a
     // target that has not run yet.
     let names: Vec<String> = config.targets.iter().map(|t| t.name.clone()).collect();
@@ -403,6 +408,7 @@ pub(crate) async fn run(
     let _ = dispatcher.await;
     let _ = stale.await;
     let _ = heartbeat.await;
+    let _ = journal.await;
     // One last delivery round for the alerts the final runs raised.
     let config = shared.config();
     let d = Dispatcher::new(&shared.history, &config.alerts, Some(&shared.metrics));

@@ -58,7 +58,7 @@ fn page(title: &str, body: &str) -> String {
 
 const CSS: &str = "body{font-family:system-ui,sans-serif;margin:1rem;color:#111;background:#fff}\
 table{border-collapse:collapse;width:100%}th,td{border-bottom:1px solid #ccc;padding:.4rem;text-align:left;vertical-align:top;overflow-wrap:anywhere}\
-.verdict{font-weight:700;padding:.1rem .4rem;border-radius:.2rem}.passed{background:#cfc}.failed,.error{background:#fcc}\
+.verdict{font-weight:700;padding:.1rem .4rem;border-radius:.2rem}.passed{background:#cfc}.failed,.error{background:#fcc}.inconclusive{background:#fe9}\
 .aborted{background:#fec}.never{background:#eee}.bar{position:relative;background:#eee;height:.8rem;width:10rem;max-width:40vw}\
 .bar span{position:absolute;left:0;top:0;bottom:0;background:#555}.bar.over span{background:#c00}\
 .bar i{position:absolute;top:-.15rem;bottom:-.15rem;width:2px;background:#000}.why{font-size:.85rem;color:#333;max-width:30rem}\
@@ -125,7 +125,7 @@ pub(super) async fn index(State(s): State<Arc<Shared>>, headers: HeaderMap) -> R
     );
     let _ = writeln!(
         b,
-        "<table id=\"targets\"><thead><tr><th>target</th><th>last verdict</th><th>when</th><th>RTO measured / target</th><th>recoverable point age / RPO</th><th>backups proven</th><th>next run</th><th>last failure</th></tr></thead><tbody>"
+        "<table id=\"targets\"><thead><tr><th>target</th><th>last verdict</th><th>when</th><th>RTO measured / target</th><th>recoverable point age / RPO</th><th>backups proven</th><th>content proven</th><th>next run</th><th>last failure</th></tr></thead><tbody>"
     );
     for t in &config.targets {
         let run = latest.get(&t.name);
@@ -153,13 +153,18 @@ pub(super) async fn index(State(s): State<Arc<Shared>>, headers: HeaderMap) -> R
                 )
             })
             .unwrap_or_else(|| "—".into());
+        // How much of the content the latest run decided (issue 46).
+        let content = run
+            .and_then(|r| r.content.as_ref())
+            .map(|c| format!("{}% ({} of {} tables undecided)", c.proven_percent, c.tables_undecided, c.tables))
+            .unwrap_or_else(|| "—".into());
         let why = failures
             .get(&t.name)
             .map(|r| format!("{} ({})", esc(&RunEvidence::from_report(r).reasons.join(" | ")), age(&r.started_at)))
             .unwrap_or_default();
         let _ = writeln!(
             b,
-            "<tr class=\"target\" id=\"target-{n}\" data-verdict=\"{verdict}\"><td data-label=\"target\"><a href=\"/targets/{n}\">{n}</a></td><td data-label=\"verdict\"><span class=\"verdict {verdict}\">{verdict}</span></td><td data-label=\"when\">{when}</td><td data-label=\"RTO\">{rto}</td><td data-label=\"RPO\">{rpo}</td><td data-label=\"proven\" class=\"proven\">{proven}</td><td data-label=\"next\">{}</td><td data-label=\"last failure\" class=\"why\">{why}</td></tr>",
+            "<tr class=\"target\" id=\"target-{n}\" data-verdict=\"{verdict}\"><td data-label=\"target\"><a href=\"/targets/{n}\">{n}</a></td><td data-label=\"verdict\"><span class=\"verdict {verdict}\">{verdict}</span></td><td data-label=\"when\">{when}</td><td data-label=\"RTO\">{rto}</td><td data-label=\"RPO\">{rpo}</td><td data-label=\"proven\" class=\"proven\">{proven}</td><td data-label=\"content\" class=\"content\">{content}</td><td data-label=\"next\">{}</td><td data-label=\"last failure\" class=\"why\">{why}</td></tr>",
             next_run(&s, &t.name),
             n = esc(&t.name)
         );

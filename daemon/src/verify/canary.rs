@@ -265,6 +265,12 @@ async fn canary_steps(
     let own_history = History::open(&Secret::new(format!("sqlite://{}", scratch.path().join("history.db").display())))
         .await
         .map_err(|e| format!("the canary's own history store: {e:#}"))?;
+    // Its runs judge what changed on the primary since the backup's point as the
+    // target's would: by drcheck's journal of the primary, copied in.
+    history
+        .copy_journal(&target.name, &own_history)
+        .await
+        .map_err(|e| format!("copying drcheck's journal of the primary into the canary's history: {e:#}"))?;
     let fetched = scratch.path().join("fetched");
     std::fs::create_dir(&fetched).map_err(|e| e.to_string())?;
 

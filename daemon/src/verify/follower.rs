@@ -86,6 +86,7 @@ async fn on_follower(
     let cutoff = run.m.as_of_cutoff();
     let sandbox = follower.sandbox();
     let rotation = crate::validate::rotation(target, true, history).await;
+    let journal = crate::validate::journal_for(target, cutoff, history).await;
     let copy = crate::validate::Copy {
         sandbox,
         database: &database,
@@ -94,13 +95,17 @@ async fn on_follower(
         horizon,
         on_follower: true,
         rotation: rotation.clone(),
+        journal,
     };
-    let validated = match crate::validate::run(config, &only_reads, copy).await {
+    let mut validated = match crate::validate::run(config, &only_reads, copy).await {
         Ok(v) => v,
         Err(e) => return Err(restored_unreachable(sandbox, "validate", e).await),
     };
     crate::validate::rotated(target, rotation.as_ref(), &validated.findings, history).await;
+    let unproven = crate::validate::tables_decided(target, &validated.findings, history).await;
+    validated.findings.extend(unproven);
     run.report.validators = validated.findings.iter().map(ValidatorReport::from).collect();
+    run.report.content = crate::run_report::Content::of(&run.report.validators, target.max_undecided);
     run.report.primary_queries = validated.primary_queries;
     run.phase("validate", t.elapsed());
     if let Some(why) = validated.primary_unavailable {

@@ -147,6 +147,7 @@ pub(crate) fn died_report(target: &TargetConfig, holder: &str) -> RunReport {
         mode: "restore".into(),
         follow: None,
         canary: None,
+        content: None,
     }
 }
 
@@ -162,24 +163,31 @@ pub(crate) async fn verify_as(
 ) -> RunReport {
     let mut run = new_run(run_id, target);
     tracing::info!(target = %target.name, run_id = %run.report.run_id, "verification started");
+    // Every run samples the primary for drcheck's journal (issue 46): what tells later
+    // backups' changes since their point apart without commit timestamps. Beside the run,
+    // never in its way.
+    let sample = crate::journal::record_quietly(history, target);
     let mut attempts = 0;
-    let outcome = loop {
-        attempts += 1;
-        let outcome = tokio::select! {
-            r = steps(config, &mut run, backup_key, history, cancel, progress) => r,
-            // Dropping `steps` drops the sandbox, which stops its server and removes its files.
-            _ = cancel.cancelled() => Err(Stop::aborted("interrupted")),
-        };
-        match outcome {
-            // The object changed under the download: once more from a fresh listing,
-            // which sees the new version whole.
-            Err(stop) if stop.changed && attempts == 1 => {
-                tracing::warn!(target = %target.name, reason = %stop.message, "starting over from a fresh listing");
-                run.start_over();
+    let attempts_loop = async {
+        loop {
+            attempts += 1;
+            let outcome = tokio::select! {
+                r = steps(config, &mut run, backup_key, history, cancel, progress) => r,
+                // Dropping `steps` drops the sandbox, which stops its server and removes its files.
+                _ = cancel.cancelled() => Err(Stop::aborted("interrupted")),
+            };
+            match outcome {
+                // The object changed under the download: once more from a fresh listing,
+                // which sees the new version whole.
+                Err(stop) if stop.changed && attempts == 1 => {
+                    tracing::warn!(target = %target.name, reason = %stop.message, "starting over from a fresh listing");
+                    run.start_over();
+                }
+                other => break other,
             }
-            other => break other,
         }
     };
+    let (outcome, ()) = tokio::join!(attempts_loop, sample);
     progress.finish();
     finish(run, outcome)
 }
@@ -219,6 +227,7 @@ pub(crate) fn new_run(run_id: String, target: &TargetConfig) -> Run<'_> {
             mode: "restore".into(),
             follow: None,
             canary: None,
+            content: None,
         },
         m: Measurements::default(),
         attempt: 1,
@@ -246,6 +255,8 @@ pub(crate) fn finish(mut run: Run<'_>, outcome: Result<(), Stop>) -> RunReport {
         }
         Ok(()) if r.rpo.met == Some(false) || r.rto.met == Some(false) || r.validator_failed() => RunResult::Failed,
         Ok(()) if r.validator_errored() => RunResult::Error,
+        // Held where it was decided, but too much could not be: never a pass.
+        Ok(()) if r.content.as_ref().is_some_and(|c| c.too_undecided()) => RunResult::Inconclusive,
         Ok(()) => RunResult::Passed,
     };
     // A run that stopped after the RPO was measured still failed if the RPO was missed.
@@ -279,10 +290,14 @@ pub(crate) fn finish(mut run: Run<'_>, outcome: Result<(), Stop>) -> RunReport {
             .filter(|v| v.status == "failed" || v.status == "error")
             .map(|v| format!("{} {}: {}", v.name, v.status, short(&v.detail, 300)))
             .collect();
-        let reason = match (&r.error, failing.is_empty()) {
-            (Some(e), _) => format!("{}: {}", e.stage, short(&e.message, 500)),
-            (None, false) => failing.join("; "),
-            (None, true) => r.degraded.clone().unwrap_or_default(),
+        let reason = match (&r.error, failing.is_empty(), &r.content) {
+            (Some(e), _, _) => format!("{}: {}", e.stage, short(&e.message, 500)),
+            (None, false, _) => failing.join("; "),
+            (None, true, Some(c)) if r.result == RunResult::Inconclusive => format!(
+                "content {}% proven, {} of {} tables and {} rows undecided (max_undecided {}%)",
+                c.proven_percent, c.tables_undecided, c.tables, c.rows_undecided, c.max_undecided_percent
+            ),
+            (None, true, _) => r.degraded.clone().unwrap_or_default(),
         };
         tracing::warn!(target = %target.name, run_id = %r.run_id, result = r.result.as_str(), reason = %reason, "verification finished");
     }

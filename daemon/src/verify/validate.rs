@@ -35,6 +35,7 @@ pub(super) async fn validate_stage(
         system_identifier: h.system_identifier.clone(),
     });
     let rotation = crate::validate::rotation(target, physical, history).await;
+    let journal = crate::validate::journal_for(target, cutoff, history).await;
     let copy = crate::validate::Copy {
         sandbox: &sandbox,
         database: &database,
@@ -43,13 +44,17 @@ pub(super) async fn validate_stage(
         horizon,
         on_follower: false,
         rotation: rotation.clone(),
+        journal,
     };
-    let validated = match crate::validate::run(config, target, copy).await {
+    let mut validated = match crate::validate::run(config, target, copy).await {
         Ok(v) => v,
         Err(e) => return Err(restored_unreachable(&sandbox, "validate", e).await),
     };
     crate::validate::rotated(target, rotation.as_ref(), &validated.findings, history).await;
+    let unproven = crate::validate::tables_decided(target, &validated.findings, history).await;
+    validated.findings.extend(unproven);
     run.report.validators = validated.findings.iter().map(ValidatorReport::from).collect();
+    run.report.content = crate::run_report::Content::of(&run.report.validators, target.max_undecided);
     // The heartbeat is the data's own clock: its lag is preferred to the as_of columns'.
     let lag_of = |name: &str| {
         validated

@@ -1,16 +1,21 @@
-//! Tables without a single-column integer key (UUID or composite keys, no key), hashed
-//! in block ranges (`ctid`) of about `checksum_chunk_rows` rows on each side: the two
-//! copies lay rows out differently, but counts and hash sums add up, so each side's
-//! totals are compared. Past `checksum_sample_rows`, both sides keep the same rows —
-//! those whose own hash falls in a slice of the hash space.
+//! Tables without a single-column integer key (composite or UUID keys, no key), hashed in
+//! block ranges (`ctid`) of about `checksum_chunk_rows` rows on each side: the two copies
+//! lay rows out differently, but counts and hash sums add up, so each side's totals are
+//! compared. Past `checksum_sample_rows`, both sides keep the same rows — those whose own
+//! hash falls in a slice of the hash space.
 //!
-//! As of T, the primary adds up only its rows unchanged since T, and counts the others.
-//! Rows cannot be matched by key, so: the copy holding exactly those rows proves the
-//! table — or those rows and some the primary changed since, told by their hashes (a
-//! dump's first second, rows the primary appended since); the primary having changed
-//! nothing since T and the copy then holding fewer rows, or other ones, is a failure —
-//! deletions, which leave no trace, only ever make the copy hold *more*; anything else
-//! cannot be told from a change since T: inconclusive.
+//! As of T the primary adds up only its rows unchanged since T. Equal totals prove the
+//! table. Otherwise **every primary row unchanged since T must be in the copy**, whatever
+//! else the copy holds: a multiset inclusion by row hash. Both sides' rows are bucketed by
+//! their hash (one grouped pass each); the buckets whose totals differ are read row hash
+//! by row hash, and each unchanged primary row must find its copy. A row the copy lacks
+//! is a failure, named by its key (a composite key's values) or its content. Rows the
+//! copy holds beyond them — versions of rows changed since T, rows deleted since, or
+//! invented ones — are counted, never a reason to stop comparing the rest. Reading past
+//! `checksum_drill_rows` is an error naming the setting, never a pass.
+//!
+//! Where nothing tells changes since T, an `as_of` table is compared the same way on its
+//! rows up to T less `as_of_grace`; any other difference is undecided.
 
 use super::Tally;
 use super::plan::{BlockPlan, Hash};
@@ -18,10 +23,15 @@ use crate::Said;
 use crate::asof::{self, Bind, Since};
 use crate::primary::PrimaryDb;
 use crate::{Context, TableName};
+use drcheck_config::quote_ident;
 use sqlx::PgPool;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-/// Rows changed since T whose hashes are asked of the copy, at most.
-const MAX_CHANGED: i64 = 10_000;
+/// Rows per bucket aimed at when a table's totals differ.
+const BUCKET_ROWS: i64 = 64;
+
+/// Rows missing from the copy that are named, at most.
+const NAMED: usize = 5;
 
 /// Totals of one side: rows unchanged since T (count, sum) and rows changed since.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -64,7 +74,8 @@ async fn ranges(
 }
 
 /// The rows of one block range a plan reads (the range, the cut, the sample), as
-/// `select {h} as h, {extra} from … where …`; binds from `$1`.
+/// `select {h} as h, {extra} from … where …`; binds from `$1`. `{changed}` in `extra`
+/// becomes the primary's "changed since T" condition (false without `since`).
 fn rows_sql(
     t: &TableName,
     plan: &BlockPlan<'_>,
@@ -103,6 +114,16 @@ fn rows_sql(
     )
 }
 
+/// Runs `q` on the primary (timed) or on the copy.
+macro_rules! on_side {
+    ($primary:expr, $pool:expr, $q:expr) => {
+        match $primary {
+            Some(p) => p.timed($q.fetch_all($pool)).await?,
+            None => $q.fetch_all($pool).await?,
+        }
+    };
+}
+
 async fn totals(
     pool: &PgPool,
     primary: Option<&PrimaryDb>,
@@ -120,59 +141,188 @@ async fn totals(
         );
         let q =
             asof::bind_all(sqlx::query_as::<_, (i64, String, i64)>(sqlx::AssertSqlSafe(sql)), &binds).persistent(false);
-        let (c, s, n) = match primary {
-            Some(p) => p.timed(q.fetch_one(pool)).await?,
-            None => q.fetch_one(pool).await?,
-        };
-        total.count += c;
-        total.sum += s.parse::<i128>().unwrap_or(0);
-        total.changed += n;
+        for (c, s, n) in on_side!(primary, pool, q) {
+            total.count += c;
+            total.sum += s.parse::<i128>().unwrap_or(0);
+            total.changed += n;
+        }
     }
     Ok(total)
 }
 
-/// The hashes of the primary's rows changed since T.
-async fn changed_hashes(
-    primary: &PrimaryDb,
+/// Each bucket's (count, sum) of one side's rows (the primary's unchanged since T).
+async fn buckets(
+    pool: &PgPool,
+    primary: Option<&PrimaryDb>,
     t: &TableName,
     plan: &BlockPlan<'_>,
-    since: &Since,
-) -> Result<Vec<i64>, sqlx::Error> {
-    let mut out = Vec::new();
-    for range in ranges(&primary.pool, Some(primary), t, plan.chunk_rows).await? {
-        let (rows, binds) = rows_sql(t, plan, range, ", {changed} as new", Some(since));
-        let sql = format!("select s.h from ({rows}) s where s.new");
-        let q = asof::bind_scalar(sqlx::query_scalar::<_, i64>(sqlx::AssertSqlSafe(sql)), &binds).persistent(false);
-        out.extend(primary.timed(q.fetch_all(&primary.pool)).await?);
+    since: Option<&Since>,
+    mask: i64,
+) -> Result<BTreeMap<i64, (i64, i128)>, sqlx::Error> {
+    let mut out: BTreeMap<i64, (i64, i128)> = BTreeMap::new();
+    for range in ranges(pool, primary, t, plan.chunk_rows).await? {
+        let (rows, binds) = rows_sql(t, plan, range, ", {changed} as new", since);
+        let sql = format!(
+            "select s.h & {mask}::pg_catalog.int8, pg_catalog.count(*), pg_catalog.sum(s.h)::pg_catalog.text \
+               from ({rows}) s where not s.new group by 1"
+        );
+        let q =
+            asof::bind_all(sqlx::query_as::<_, (i64, i64, String)>(sqlx::AssertSqlSafe(sql)), &binds).persistent(false);
+        for (b, c, s) in on_side!(primary, pool, q) {
+            let e = out.entry(b).or_default();
+            e.0 += c;
+            e.1 += s.parse::<i128>().unwrap_or(0);
+        }
     }
     Ok(out)
 }
 
-/// Count and sum of the copy's rows whose hash is one of `hashes`.
-async fn matching(
+/// The row hashes of one side in `chosen` buckets (the primary's unchanged since T),
+/// with how many times each occurs.
+async fn hashes_in(
     pool: &PgPool,
+    primary: Option<&PrimaryDb>,
     t: &TableName,
     plan: &BlockPlan<'_>,
-    hashes: &[i64],
-) -> Result<(i64, i128), sqlx::Error> {
-    let (mut count, mut sum) = (0i64, 0i128);
-    for range in ranges(pool, None, t, plan.chunk_rows).await? {
-        let (rows, mut binds) = rows_sql(t, plan, range, "", None);
+    since: Option<&Since>,
+    mask: i64,
+    chosen: &[i64],
+) -> Result<HashMap<i64, i64>, sqlx::Error> {
+    let mut out: HashMap<i64, i64> = HashMap::new();
+    for range in ranges(pool, primary, t, plan.chunk_rows).await? {
+        let (rows, mut binds) = rows_sql(t, plan, range, ", {changed} as new", since);
         let at = binds.len() + 1;
-        binds.push(Bind::Ints(hashes.to_vec()));
+        binds.push(Bind::Ints(chosen.to_vec()));
         let sql = format!(
-            "select pg_catalog.count(*), coalesce(pg_catalog.sum(s.h), 0)::pg_catalog.text from ({rows}) s \
-              where s.h operator(pg_catalog.=) any(${at}::pg_catalog.int8[])"
+            "select s.h from ({rows}) s where not s.new \
+                and (s.h & {mask}::pg_catalog.int8) operator(pg_catalog.=) any(${at}::pg_catalog.int8[])"
         );
-        let q = asof::bind_all(sqlx::query_as::<_, (i64, String)>(sqlx::AssertSqlSafe(sql)), &binds).persistent(false);
-        let (c, s) = q.fetch_one(pool).await?;
-        count += c;
-        sum += s.parse::<i128>().unwrap_or(0);
+        let q = asof::bind_all(sqlx::query_as::<_, (i64,)>(sqlx::AssertSqlSafe(sql)), &binds).persistent(false);
+        for (h,) in on_side!(primary, pool, q) {
+            *out.entry(h).or_default() += 1;
+        }
     }
-    Ok((count, sum))
+    Ok(out)
 }
 
-/// Compares a keyless table (see the module's documentation).
+/// How the primary's rows whose hash is in `missing` read: by their primary key's values
+/// where the table has one, else by their content (cut) — at most [`NAMED`].
+async fn name_rows(
+    primary: &PrimaryDb,
+    t: &TableName,
+    plan: &BlockPlan<'_>,
+    since: &Since,
+    missing: &[i64],
+) -> Result<Vec<String>, sqlx::Error> {
+    let key = primary.timed(crate::catalog::primary_key(&primary.pool, t)).await?;
+    let shown = if key.is_empty() {
+        "pg_catalog.left((drcheck_row.*)::pg_catalog.text, 120)".to_string()
+    } else {
+        let cols: Vec<String> = key.iter().map(|c| format!("drcheck_row.{}", quote_ident(c))).collect();
+        format!("'({})=' || (ROW({}))::pg_catalog.text", key.join(", "), cols.join(", "))
+    };
+    let mut out = Vec::new();
+    for range in ranges(&primary.pool, Some(primary), t, plan.chunk_rows).await? {
+        let (rows, mut binds) =
+            rows_sql(t, plan, range, &format!(", {shown} as shown, {{changed}} as new"), Some(since));
+        let at = binds.len() + 1;
+        binds.push(Bind::Ints(missing.to_vec()));
+        let sql = format!(
+            "select s.shown from ({rows}) s where not s.new \
+                and s.h operator(pg_catalog.=) any(${at}::pg_catalog.int8[]) limit {NAMED}"
+        );
+        let q = asof::bind_all(sqlx::query_as::<_, (String,)>(sqlx::AssertSqlSafe(sql)), &binds).persistent(false);
+        out.extend(primary.timed(q.fetch_all(&primary.pool)).await?.into_iter().map(|(s,)| s));
+        if out.len() >= NAMED {
+            break;
+        }
+    }
+    out.truncate(NAMED);
+    Ok(out)
+}
+
+/// The bucket mask for a table of about `rows` rows: buckets of ~[`BUCKET_ROWS`].
+fn mask_for(rows: i64) -> i64 {
+    let wanted = (rows / BUCKET_ROWS).max(1) as u64;
+    (wanted.next_power_of_two().min(1 << 20) as i64) - 1
+}
+
+/// Every unchanged primary row in the copy (see the module's documentation): the
+/// rows that are not, and how many the copy holds beyond them.
+async fn inclusion(
+    cx: &Context,
+    primary: &PrimaryDb,
+    t: &TableName,
+    plan: &BlockPlan<'_>,
+    since: Option<&Since>,
+    (p, r): (Totals, Totals),
+    tally: &mut Tally,
+) -> Result<(), String> {
+    let mask = mask_for(p.count.max(r.count));
+    let (pb, rb) = tokio::join!(
+        buckets(&primary.pool, Some(primary), t, plan, since, mask),
+        buckets(&cx.restored, None, t, plan, None, mask)
+    );
+    let (pb, rb) = (pb.map_err(|e| e.said())?, rb.map_err(|e| e.said())?);
+    let differing: Vec<i64> = pb
+        .keys()
+        .chain(rb.keys())
+        .copied()
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .filter(|b| pb.get(b) != rb.get(b))
+        .collect();
+    // Buckets only the copy has hold nothing of the primary's: counted, not read.
+    let chosen: Vec<i64> = differing.iter().copied().filter(|b| pb.contains_key(b)).collect();
+    let cost: i64 = chosen.iter().map(|b| pb[b].0 + rb.get(b).map_or(0, |c| c.0)).sum();
+    let limit = cx.settings.checksum_drill_rows;
+    if cost as u64 > limit {
+        return Err(format!(
+            "deciding which of its rows the copy holds would read {cost} rows, more than checksum_drill_rows \
+             ({limit}) — raise [target.validators] checksum_drill_rows (a limit of drcheck's, never a pass)"
+        ));
+    }
+    let (ph, rh) = if chosen.is_empty() {
+        (HashMap::new(), HashMap::new())
+    } else {
+        let (ph, rh) = tokio::join!(
+            hashes_in(&primary.pool, Some(primary), t, plan, since, mask, &chosen),
+            hashes_in(&cx.restored, None, t, plan, None, mask, &chosen)
+        );
+        (ph.map_err(|e| e.said())?, rh.map_err(|e| e.said())?)
+    };
+    let mut missing: Vec<i64> = Vec::new();
+    let mut lacking = 0i64;
+    for (h, n) in &ph {
+        let have = rh.get(h).copied().unwrap_or(0);
+        if have < *n {
+            lacking += n - have;
+            missing.push(*h);
+        }
+    }
+    let matched = p.count - lacking;
+    tally.compared += matched;
+    tally.deleted += r.count - matched;
+    if lacking == 0 {
+        return Ok(());
+    }
+    missing.sort_unstable();
+    let named = match since {
+        Some(s) => name_rows(primary, t, plan, s, &missing).await.map_err(|e| e.said())?,
+        None => {
+            let never = Since::Unknown { why: String::new() };
+            name_rows(primary, t, plan, &never, &missing).await.map_err(|e| e.said())?
+        }
+    };
+    let shown = if named.is_empty() { String::new() } else { format!(": {}", named.join("; ")) };
+    tally.differs.push(format!(
+        "{lacking} rows the primary held unchanged since the copy's point are missing from the copy, or differ{shown}"
+    ));
+    Ok(())
+}
+
+/// Compares a table without a single-column integer key (see the module's
+/// documentation).
 pub(crate) async fn compare(
     cx: &Context,
     primary: &PrimaryDb,
@@ -192,43 +342,17 @@ pub(crate) async fn compare(
         tally.compared += p.count;
         return Ok(());
     }
-    // More rows in the copy: some may be rows the primary changed since — the copy holds
-    // them as they were written (appended rows the copy caught). Told by their hashes.
-    if known && r.count > p.count && (1..=MAX_CHANGED).contains(&p.changed) {
-        let hashes = changed_hashes(primary, t, plan, since).await.map_err(|e| e.said())?;
-        let (m, msum) = matching(&cx.restored, t, plan, &hashes).await.map_err(|e| e.said())?;
-        if (r.count - m, r.sum - msum) == (p.count, p.sum) {
-            tally.compared += p.count;
-            return Ok(());
-        }
+    // Changes since T told, or an append-only (as_of) table cut before it: every
+    // unchanged row of the primary's must be in the copy.
+    if known || plan.cut.is_some() {
+        return inclusion(cx, primary, t, plan, known.then_some(since), (p, r), tally).await;
     }
-    // Nothing changed since T, or an append-only (as_of) table cut before it: fewer or
-    // other rows in the copy are the backup's.
-    let settled = (known && p.changed == 0) || (!known && plan.cut.is_some());
-    if settled && r.count < p.count {
-        tally.differs.push(format!("primary {} rows, restored {}", p.count, r.count));
-    } else if settled && r.count == p.count {
-        tally.differs.push(format!("same {} rows, different content", p.count));
-    } else if r.count > p.count && settled {
-        tally.deleted += r.count - p.count;
-        tally.unproven.push(format!(
-            "the copy holds {} more rows than the primary's unchanged ones (deleted since?), so the rest cannot be \
-             matched without a key",
-            r.count - p.count
-        ));
-    } else if known {
-        tally.unproven.push(format!(
-            "{} rows unchanged on the primary, {} in the copy, {} changed since the copy's point: without a key the \
-             changes cannot be matched row by row",
-            p.count, r.count, p.changed
-        ));
-    } else {
-        tally.unproven.push(format!(
-            "primary {} rows, copy {}: without a key, and with nothing to tell the primary's changes since from \
-             the backup's, the difference cannot be placed",
-            p.count, r.count
-        ));
-    }
+    tally.undecided_rows += p.count;
+    tally.unproven.push(format!(
+        "primary {} rows, copy {}: with nothing to tell the primary's changes since the copy's point from the \
+         backup's, the difference cannot be placed",
+        p.count, r.count
+    ));
     Ok(())
 }
 
@@ -242,5 +366,19 @@ impl Hash {
         slice: Option<u32>,
     ) -> BlockPlan<'a> {
         BlockPlan { row, cut, chunk_rows, slice, hash: self }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buckets_hold_a_few_dozen_rows() {
+        assert_eq!(mask_for(0), 0);
+        assert_eq!(mask_for(64), 0);
+        assert_eq!(mask_for(1000), 15);
+        assert_eq!(mask_for(1_000_000), 16383);
+        assert_eq!(mask_for(i64::MAX), (1 << 20) - 1, "bounded");
     }
 }

@@ -1,20 +1,22 @@
 //! Tables with a single-column integer key, hashed in key ranges on both sides at once,
 //! as of the copy's point T.
 //!
-//! Where changes since T can be told ([`Since::changed`]), the primary hashes only its
-//! rows unchanged since T and names the keys of the others; the copy hashes its rows but
-//! those keys. A range whose totals still differ is *drilled*: both sides' rows of the
-//! range, key by key — a key only in the copy was deleted on the primary since; a row of
-//! the primary's that the copy lacks or holds otherwise is a failure only if its
-//! transaction had committed at T ([`asof::committed_at_point`]: the copy's own commit
-//! log, or the primary's commit times), a change since T if it had not, inconclusive if
-//! nothing says.
+//! The ranges are laid out from **the primary's keys only**: rows the copy holds outside
+//! them are counted as not on the primary now (deleted since T, or invented) and can
+//! never open ranges of their own. Where changes since T can be told
+//! ([`Since::changed`]), the primary hashes only its rows unchanged since T and names the
+//! keys of the others; the copy hashes its rows but those keys. A range whose totals
+//! still differ is *drilled*: both sides' rows of the range, key by key — a key only in
+//! the copy is counted (not on the primary now); a row of the primary's that the copy
+//! lacks or holds otherwise is a failure if its transaction had committed at T
+//! ([`asof::committed_at_point`]), a change since T if it had not, undecided if nothing
+//! says. Every differing range is drilled: past `checksum_drill_rows` read, the table is
+//! an error that names the setting — a limit of drcheck's is never a pass.
 //!
-//! Where nothing tells (a dump without commit times), a table with an `as_of` column is
-//! compared on its rows written up to T less `as_of_grace` (an append-only table: a row
-//! there that differs or is missing is a failure, found by the same drill) and other
-//! tables range by range: a range that differs cannot be told from an update since T —
-//! inconclusive.
+//! Where nothing tells (no journal sample before T, no commit times), a table with an
+//! `as_of` column is compared on its rows written up to T less `as_of_grace` (an
+//! append-only table: a row there that differs or is missing is a failure, found by the
+//! same drill) and other tables range by range: a range that differs is undecided.
 
 use super::Tally;
 use super::plan::{Hash, Range};
@@ -25,14 +27,10 @@ use crate::{Context, Cut, TableName};
 use drcheck_config::quote_ident;
 use futures::stream::{self, StreamExt};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 
-/// Keys changed since T a range may name; past it the range counts as rewritten since
-/// T (its rows changed, none compared).
+/// Keys changed since T a range may name; past it the range is drilled row by row.
 const MAX_CHANGED_KEYS: i64 = 50_000;
-
-/// Ranges of one table drilled row by row, at most.
-const MAX_DRILLED: usize = 16;
 
 /// Failures named one by one per table, at most.
 const NAMED: usize = 5;
@@ -74,13 +72,16 @@ impl Keyed<'_> {
             t = self.t.quoted()
         )
     }
+
+    /// Whether a range that differs can be decided row by row.
+    fn decidable(&self) -> bool {
+        self.since.known() || self.cut.is_some()
+    }
 }
 
 fn bounds(range: Range) -> (i64, i64) {
-    match range {
-        Range::Keys(lo, hi) => (lo, hi),
-        Range::Whole => (i64::MIN, i64::MAX),
-    }
+    let Range::Keys(lo, hi) = range;
+    (lo, hi)
 }
 
 /// Totals of a range on the primary, as of T: rows unchanged (count, hash sum) and the
@@ -131,14 +132,31 @@ async fn copy_totals(cx: &Context, plan: &Keyed<'_>, range: Range, except: &[i64
     Ok((n, sum.parse().unwrap_or(0)))
 }
 
+/// Rows the copy holds outside `[lo, hi)` — keys the primary does not have at all (and,
+/// for an `as_of` table, within the cut): not on the primary now.
+pub(crate) async fn copy_outside(cx: &Context, plan: &Keyed<'_>, lo: i64, hi: i64) -> Result<i64, sqlx::Error> {
+    let k = quote_ident(plan.key);
+    let mut conds = vec![format!("not ({k} >= $1::pg_catalog.int8 and {k} < $2::pg_catalog.int8)")];
+    let mut binds = vec![Bind::Int(lo), Bind::Int(hi)];
+    if let Some(c) = plan.cut {
+        conds.push(c.condition(3));
+        binds.extend(c.binds().into_iter().map(Bind::Text));
+    }
+    let sql = format!("select pg_catalog.count(*) from {} drcheck_row where {}", plan.t.quoted(), conds.join(" and "));
+    asof::bind_scalar(sqlx::query_scalar::<_, i64>(sqlx::AssertSqlSafe(sql)), &binds)
+        .persistent(false)
+        .fetch_one(&cx.restored)
+        .await
+}
+
 /// What drilling a range found.
 #[derive(Default)]
 struct Drilled {
     compared: i64,
     changed: i64,
-    deleted: i64,
+    extra: i64,
     differs: Vec<String>,
-    unproven: i64,
+    undecided: i64,
 }
 
 /// Both sides' rows of a range, key by key (see the module's documentation).
@@ -175,7 +193,7 @@ async fn drill(cx: &Context, primary: &PrimaryDb, plan: &Keyed<'_>, range: Range
             (false, None) => suspects.push((*k, *x, true)),
         }
     }
-    out.deleted = (copy.len() - seen) as i64;
+    out.extra = (copy.len() - seen) as i64;
     if suspects.is_empty() {
         return Ok(out);
     }
@@ -193,13 +211,14 @@ async fn drill(cx: &Context, primary: &PrimaryDb, plan: &Keyed<'_>, range: Range
             Some(true) if missing => out.differs.push(format!("{key}={k} is missing from the copy")),
             Some(true) => out.differs.push(format!("{key}={k} differs")),
             Some(false) => out.changed += 1,
-            None => out.unproven += 1,
+            None => out.undecided += 1,
         }
     }
     Ok(out)
 }
 
-/// Compares a keyed table range by range (see the module's documentation).
+/// Compares a keyed table range by range (see the module's documentation); `Err` is the
+/// table's error (a query failed, or deciding it would read past `checksum_drill_rows`).
 pub(crate) async fn compare(
     cx: &Context,
     primary: &PrimaryDb,
@@ -207,11 +226,12 @@ pub(crate) async fn compare(
     ranges: Vec<Range>,
     tally: &mut Tally,
 ) -> Result<(), String> {
-    let drilled = AtomicUsize::new(0);
+    let drilled_rows = AtomicU64::new(0);
+    let limit = cx.settings.checksum_drill_rows;
     let known = plan.since.known();
     let mut chunks = stream::iter(ranges)
         .map(|range| {
-            let drilled = &drilled;
+            let drilled_rows = &drilled_rows;
             async move {
                 let mut part = Tally::default();
                 let (old, old_sum, changed, keys) = if known {
@@ -220,47 +240,49 @@ pub(crate) async fn compare(
                     let (n, sum, _, _) = primary_totals(primary, plan, range).await.map_err(|e| e.said())?;
                     (n, sum, 0, Some(Vec::new()))
                 };
-                let Some(keys) = keys else {
-                    // Rewritten since T: nothing of it is the copy's any more.
-                    part.changed += changed;
-                    part.unproven.push(format!("{} rows changed since the copy's point", changed));
-                    return Ok::<_, String>(part);
+                // Too many rows changed to name: decided row by row.
+                let (n, sum) = match &keys {
+                    Some(keys) => copy_totals(cx, plan, range, keys).await.map_err(|e| e.said())?,
+                    None => (-1, 0),
                 };
-                let (n, sum) = copy_totals(cx, plan, range, &keys).await.map_err(|e| e.said())?;
-                if (n, sum) == (old, old_sum) {
+                if keys.is_some() && (n, sum) == (old, old_sum) {
                     part.compared += old;
                     part.changed += changed;
+                    return Ok::<_, String>(part);
+                }
+                let (lo, hi) = bounds(range);
+                let at = format!(" for {} in [{lo}, {hi})", plan.key);
+                if !plan.decidable() {
+                    part.undecided_rows += old;
+                    part.unproven.push(format!("rows{at} differ: primary {old}, copy {n}"));
                     return Ok(part);
                 }
-                // Differs: drilled where that can decide, within a budget.
-                if (known || plan.cut.is_some()) && drilled.fetch_add(1, Ordering::Relaxed) < MAX_DRILLED {
-                    let d = drill(cx, primary, plan, range).await.map_err(|e| e.said())?;
-                    part.compared += d.compared;
-                    part.changed += d.changed;
-                    part.deleted += d.deleted;
-                    part.differs.extend(d.differs);
-                    if d.unproven > 0 {
-                        part.unproven
-                            .push(format!("{} rows differ whose commit time the primary no longer knows", d.unproven));
-                    }
-                    return Ok(part);
+                // Drilled within the bound: the rows both sides read.
+                let cost = (old + changed).max(0) as u64 + n.max(old).max(0) as u64;
+                let before = drilled_rows.fetch_add(cost, Ordering::Relaxed);
+                if before + cost > limit {
+                    return Err(format!(
+                        "deciding its differing key ranges row by row would read more than checksum_drill_rows \
+                         ({limit}) rows — raise [target.validators] checksum_drill_rows (a limit of drcheck's, never \
+                         a pass)"
+                    ));
                 }
-                let at = match range {
-                    Range::Whole => String::new(),
-                    Range::Keys(lo, hi) => format!(" for {} in [{lo}, {hi})", plan.key),
-                };
-                part.unproven.push(if known {
-                    format!("rows{at} differ (more ranges than are drilled row by row)")
-                } else {
-                    format!("rows{at} differ: primary {old}, copy {n}")
-                });
+                let d = drill(cx, primary, plan, range).await.map_err(|e| e.said())?;
+                part.compared += d.compared;
+                part.changed += d.changed;
+                part.deleted += d.extra;
+                part.differs.extend(d.differs);
+                if d.undecided > 0 {
+                    part.undecided_rows += d.undecided;
+                    part.unproven
+                        .push(format!("{} rows{at} differ whose commit time the primary no longer knows", d.undecided));
+                }
                 Ok(part)
             }
         })
         .buffered(cx.settings.primary_concurrency.max(1) as usize);
     while let Some(part) = chunks.next().await {
-        let part = part?;
-        tally.add(part);
+        tally.add(part?);
     }
     if tally.differs.len() > NAMED {
         let more = tally.differs.len() - NAMED;
@@ -292,6 +314,7 @@ mod tests {
         let rows = plan.rows("", &filter);
         assert!(rows.starts_with(r#"select ("id")::pg_catalog.int8 as k, pg_catalog.hashint8extended(pg_catalog.hash_record_extended(drcheck_row.*"#), "{rows}");
         assert!(rows.contains(r#"from "Sales"."Inv""oices" drcheck_row where"#), "{rows}");
+        assert!(plan.decidable(), "an as_of table decides its rows up to the cut");
         // A zone-less column: read in the primary's zone, bound after the band.
         let zoned = Cut::test("\"at\"", "2026-11-30T00:00:00Z", Some("America/New_York"))
             .less(std::time::Duration::from_secs(60));
@@ -301,10 +324,13 @@ mod tests {
         );
         assert_eq!(zoned.binds(), ["2026-11-30T00:00:00Z", "60 seconds", "America/New_York"]);
         // As of T by transaction ids: no cut, the changed rows named by the primary.
-        let xid = Since::Xid { next: 1000, aborted: Arc::new(vec![]), from: 3 };
+        let xid = Since::Xid { next: 1000, aborted: Arc::new(vec![]), from: 3, floor: None };
         let plan = Keyed { t: &t, key: "id", hash: Hash::Text, row: &whole, since: &xid, cut: None };
         let (filter, binds) = plan.filter();
         assert_eq!(filter, r#""id" >= $1::pg_catalog.int8 and "id" < $2::pg_catalog.int8"#);
         assert!(binds.is_empty());
+        let unknown = Since::Unknown { why: "a dump".into() };
+        let plan = Keyed { t: &t, key: "id", hash: Hash::Text, row: &whole, since: &unknown, cut: None };
+        assert!(!plan.decidable(), "nothing tells a difference from a change since T");
     }
 }

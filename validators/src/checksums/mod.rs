@@ -48,12 +48,15 @@ pub(crate) struct Tally {
     compared: i64,
     /// Rows the primary changed (wrote) since T: counted, not compared.
     changed: i64,
-    /// Rows only the copy holds: deleted on the primary since T.
+    /// Rows only the copy holds — deleted on the primary since T, versions of rows
+    /// changed since, or invented: counted and named, never compared.
     deleted: i64,
     /// Failures: rows that differ though the primary did not change them since T.
     differs: Vec<String>,
-    /// Parts that could not be told from a change since T.
+    /// Parts that could not be decided (neither proven nor a change since T).
     unproven: Vec<String>,
+    /// The primary's rows in those parts.
+    undecided_rows: i64,
     sampled: bool,
     estimated: f64,
     /// With a rotation: the table's ranges, and how many this run compared.
@@ -69,6 +72,7 @@ impl Tally {
         self.deleted += o.deleted;
         self.differs.extend(o.differs);
         self.unproven.extend(o.unproven);
+        self.undecided_rows += o.undecided_rows;
     }
 }
 
@@ -84,9 +88,9 @@ async fn compare_with(
     let (row, left_out) = plan::common_row(primary, &cx.restored, t).await.map_err(|e| e.said())?;
     let mut tally = Tally { estimated, left_out, ..Tally::default() };
     let Some(k) = key else {
-        // Both sides lay rows out differently: a keyless table is compared whole or not
-        // at all. Under a rotation each one has a slice of its own (by its name), in
-        // which it is read whole; sampling would read it all and keep some rows.
+        // Both sides lay rows out differently: a table without an integer key is compared
+        // whole or not at all. Under a rotation each one has a slice of its own (by its
+        // name), in which it is read whole; sampling would read it all and keep some rows.
         let slice = match &cx.rotation {
             Some(r) => {
                 let mine = r.takes(&t.to_string(), 0);
@@ -103,25 +107,30 @@ async fn compare_with(
         blocks::compare(cx, primary, t, &bp, &cx.since, &mut tally).await?;
         return Ok(tally);
     };
-    // The key range of both sides: rows only the copy has (deleted on the primary since,
-    // or made up) fall inside a range too.
+    if tally.left_out.contains(&k) {
+        return Err(format!("its key column {k} is not the same on both sides"));
+    }
+    // The key range is the primary's alone: rows the copy holds beyond it are counted
+    // (not on the primary now) and can never open ranges of their own.
     let sql = format!("select min({0})::bigint, max({0})::bigint from {1}", quote_ident(&k), t.quoted());
-    let q = || sqlx::query_as::<_, (Option<i64>, Option<i64>)>(sqlx::AssertSqlSafe(sql.clone()));
-    let (p, r) = tokio::join!(primary.timed(q().fetch_one(&primary.pool)), q().fetch_one(&cx.restored));
-    let (p, r) = (p.map_err(|e| e.said())?, r.map_err(|e| e.said())?);
-    let (ranges, sampled) = match (p.0.into_iter().chain(r.0).min(), p.1.into_iter().chain(r.1).max()) {
+    let q = sqlx::query_as::<_, (Option<i64>, Option<i64>)>(sqlx::AssertSqlSafe(sql));
+    let p = primary.timed(q.fetch_one(&primary.pool)).await.map_err(|e| e.said())?;
+    let keyed = keyed::Keyed { t, key: &k, hash, row: &row, since: &cx.since, cut: cut.as_ref() };
+    let ((ranges, sampled), (lo, hi)) = match p {
         // A rotation takes its slice of every range; otherwise large tables are sampled.
         (Some(lo), Some(hi)) if cx.rotation.is_some() => {
-            plan::plan(lo, hi, estimated, cx.settings.checksum_chunk_rows, u64::MAX)
+            (plan::plan(lo, hi, estimated, cx.settings.checksum_chunk_rows, u64::MAX), (lo, hi.saturating_add(1)))
         }
-        (Some(lo), Some(hi)) => {
-            plan::plan(lo, hi, estimated, cx.settings.checksum_chunk_rows, cx.settings.checksum_sample_rows)
-        }
-        _ => (vec![Range::Whole], false),
+        (Some(lo), Some(hi)) => (
+            plan::plan(lo, hi, estimated, cx.settings.checksum_chunk_rows, cx.settings.checksum_sample_rows),
+            (lo, hi.saturating_add(1)),
+        ),
+        _ => ((vec![], false), (0, 0)),
     };
+    tally.deleted += keyed::copy_outside(cx, &keyed, lo, hi).await.map_err(|e| e.said())?;
     tally.sampled = sampled;
     let ranges = match &cx.rotation {
-        Some(r) => {
+        Some(r) if !ranges.is_empty() => {
             let all = ranges.len();
             let mine: Vec<Range> = ranges
                 .into_iter()
@@ -132,12 +141,8 @@ async fn compare_with(
             tally.ranges = Some((all, mine.len()));
             mine
         }
-        None => ranges,
+        _ => ranges,
     };
-    if tally.left_out.contains(&k) {
-        return Err(format!("its key column {k} is not the same on both sides"));
-    }
-    let keyed = keyed::Keyed { t, key: &k, hash, row: &row, since: &cx.since, cut: cut.as_ref() };
     keyed::compare(cx, primary, &keyed, ranges, &mut tally).await?;
     Ok(tally)
 }
@@ -176,7 +181,9 @@ impl Validator for Checksums {
             .await;
         outcomes.sort_by(|a, b| a.0.cmp(&b.0));
         let (mut differs, mut failed, mut notes, mut inconclusive) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-        let (mut rows, mut changed, mut deleted, mut proven) = (0i64, 0i64, 0i64, 0u64);
+        let (mut rows, mut changed, mut deleted, mut proven, mut undecided_rows) = (0i64, 0i64, 0i64, 0u64, 0i64);
+        let mut per_table = Vec::new();
+        let mut beyond = Vec::new();
         let mut later = 0usize;
         for (t, o) in &outcomes {
             let tally = match o {
@@ -194,16 +201,23 @@ impl Validator for Checksums {
             rows += tally.compared;
             changed += tally.changed;
             deleted += tally.deleted;
+            undecided_rows += tally.undecided_rows;
+            if tally.deleted > 0 {
+                beyond.push(format!("{t}: {}", tally.deleted));
+            }
             if !tally.differs.is_empty() {
                 differs.push(format!("{t}: {}", tally.differs.join(", ")));
+                per_table.push((t.to_string(), false));
             } else if !tally.unproven.is_empty() {
                 inconclusive.push(format!(
                     "{t}: {} — to prove it, {}",
                     some_of(&tally.unproven, 3),
                     cx.since.how_to_prove()
                 ));
+                per_table.push((t.to_string(), false));
             } else {
                 proven += 1;
+                per_table.push((t.to_string(), true));
             }
             if tally.sampled {
                 notes.push(format!("{t}: sampled {} of ~{} rows", tally.compared, tally.estimated.max(0.0) as i64));
@@ -228,9 +242,16 @@ impl Validator for Checksums {
                 detail.push_str(&format!("; {later} tables not compared this run (their slice comes in another)"));
             }
         }
-        if changed > 0 || deleted > 0 {
+        if changed > 0 {
             detail.push_str(&format!(
-                "; {changed} rows changed and {deleted} deleted on the primary since the copy's point (counted, not compared)"
+                "; {changed} rows changed on the primary since the copy's point (counted, not compared)"
+            ));
+        }
+        if deleted > 0 {
+            detail.push_str(&format!(
+                "; {deleted} rows only the copy holds — not on the primary now: deleted or changed there since the \
+                 copy's point, or invented (counted, not compared: {})",
+                some_of(&beyond, 10)
             ));
         }
         detail.push_str(&format!("; {}", cx.since.describe()));
@@ -260,12 +281,14 @@ impl Validator for Checksums {
         // (a slice may hold no table: small tables spread over the slices).
         let slice_done = cx.rotation.is_some() && differs.is_empty() && failed.is_empty();
         let finding = if slice_done { finding.with(SLICE_DONE, 1.0) } else { finding };
-        vec![
-            finding
-                .with("rows_compared", rows as f64)
-                .with("rows_changed_since", changed as f64)
-                .with("rows_deleted_since", deleted as f64)
-                .inconclusive(inconclusive),
-        ]
+        let mut finding = finding
+            .with("rows_compared", rows as f64)
+            .with("rows_changed_since", changed as f64)
+            .with("rows_deleted_since", deleted as f64)
+            .with(crate::UNDECIDED_ROWS, undecided_rows as f64)
+            .with(crate::UNDECIDED_TABLES, inconclusive.len() as f64)
+            .inconclusive(inconclusive);
+        finding.per_table = per_table;
+        vec![finding]
     }
 }
