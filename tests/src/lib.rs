@@ -290,6 +290,35 @@ impl PgPrimary {
         self.child = Some(child);
     }
 
+    /// A physical clone of this cluster, running on a port of its own: the same system
+    /// identifier and history up to now, diverging from here (`pg_basebackup` of its
+    /// data directory, started as a primary).
+    pub fn clone_running(&self, root: &TempRoot, name: &str) -> PgPrimary {
+        let base = root.pg_dir(name);
+        let data = base.join("data");
+        let out = as_pg(Command::new(format!("{PG_BIN}/pg_basebackup")).current_dir(&base))
+            .arg("-h")
+            .arg(&self.sock)
+            .args(["-p", &self.port.to_string(), "-U", "postgres", "-X", "stream", "--checkpoint=fast", "-D"])
+            .arg(&data)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "pg_basebackup: {}", String::from_utf8_lossy(&out.stderr));
+        let mut me = PgPrimary {
+            port: free_port(),
+            sock: base.clone(),
+            data,
+            child: None,
+            via_tcp: self.via_tcp,
+            base,
+            log: root.path().join(format!("{name}.log")),
+            settings: self.settings.clone(),
+        };
+        me.spawn();
+        me.wait_ready(name);
+        me
+    }
+
     /// Stops the server and starts it again with `changed` settings (others kept).
     pub fn restart_with(&mut self, changed: &[(&str, &str)]) {
         self.stop();
