@@ -7,8 +7,8 @@
 create table primary_horizons (
     target text not null,
     sampled_at text not null,
-    xmin bigint not null,
-    xmax bigint not null,
+    horizon_xmin bigint not null,
+    horizon_xmax bigint not null,
     system_identifier text,
     counters text,
     primary key (target, sampled_at)

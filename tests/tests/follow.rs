@@ -200,7 +200,10 @@ fn a_follower_replays_the_archive_as_it_grows_and_names_the_segment_it_cannot_re
              wal_prefix = \"wal/\"\nrto = \"10m\"\nrpo = \"1h\"\n\
              [target.follow]\ninterval = \"{interval}s\"\n\
              [[target]]\nname = \"spare\"\nprimary = \"{primary}\"\nstorage = \"s3\"\nprefix = \"dumps/\"\n\
-             rto = \"10m\"\nrpo = \"30d\"\ncomparisons = \"best-effort\"\n",
+             rto = \"10m\"\nrpo = \"30d\"\ncomparisons = \"best-effort\"\n\
+             # A dump of a primary that keeps changing, taken before any sample of it: its
+             # content is undecided (inconclusive); this target is here to be served.
+             max_undecided = \"100%\"\n",
             root = root.path().display(),
             scratch = scratch.display(),
             state = state.display(),

@@ -64,7 +64,8 @@ pub fn merge(per_database: Vec<(String, Vec<Finding>)>) -> Vec<Finding> {
                 && entries.iter().any(|(_, f)| f.status == Status::Error && f.refused_by_primary);
             for (db, f) in &entries {
                 merged.inconclusive.extend(f.inconclusive.iter().map(|i| format!("{db}: {i}")));
-                merged.per_table.extend(f.per_table.iter().map(|(t, ok)| (format!("{db}: {t}"), *ok)));
+                let named = f.per_table.iter().map(|(t, ok)| (format!("{db}: {t}"), *ok));
+                merged.per_table = merged.per_table.iter().cloned().chain(named).collect();
             }
             for (_, f) in &entries {
                 for (k, v) in &f.measurements {

@@ -87,7 +87,7 @@ pub struct Finding {
     /// changed on the primary since the copy's point): what drcheck's record of tables
     /// proven within `prove_within` is kept from. Not part of the report.
     #[serde(skip)]
-    pub per_table: Vec<(String, bool)>,
+    pub per_table: Box<[(String, bool)]>,
 }
 
 impl Finding {
@@ -107,7 +107,7 @@ impl Finding {
             measurements: BTreeMap::new(),
             inconclusive: Vec::new(),
             refused_by_primary: false,
-            per_table: Vec::new(),
+            per_table: Box::default(),
         }
     }
 

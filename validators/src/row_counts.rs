@@ -56,6 +56,10 @@ struct Counted {
     inserted: Option<i64>,
 }
 
+/// The primary's statistics now: its database, when they were reset, each partition's
+/// relid and `n_tup_ins`.
+type StatsNow = (String, Option<String>, Option<Vec<i64>>, Option<Vec<i64>>);
+
 /// The rows the primary inserted into `t` (all its partitions) since the journal's
 /// counters: `None` when they cannot say (no sample, another database, statistics
 /// reset or gone backwards since).
@@ -79,7 +83,7 @@ async fn inserted_since(
                                      where p.isleaf))",
         t = t.quoted().replace('\'', "''")
     );
-    let (db, reset, relids, ins): (String, Option<String>, Option<Vec<i64>>, Option<Vec<i64>>) =
+    let (db, reset, relids, ins): StatsNow =
         primary.timed(sqlx::query_as(sqlx::AssertSqlSafe(sql)).fetch_one(&primary.pool)).await?;
     if db != counters.database || reset != counters.stats_reset {
         return Ok(None);

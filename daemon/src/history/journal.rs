@@ -16,6 +16,9 @@ const KEEP_AT_MOST: Duration = Duration::from_secs(400 * 86_400);
 
 /// A `primary_horizons` row: sampled_at, xmin, system identifier, counters (JSON).
 type SampleRow = (String, i64, Option<String>, Option<String>);
+/// A whole `primary_horizons` row of a target: sampled_at, xmin, xmax, system
+/// identifier, counters.
+type FullRow = (String, i64, i64, Option<String>, Option<String>);
 
 fn sample_of(row: SampleRow) -> Option<Sample> {
     let (at, xmin, system, counters) = row;
@@ -32,7 +35,7 @@ impl History {
     /// Records one sample of `target`'s primary; thins the journal.
     pub(crate) async fn record_sample(&self, target: &str, s: &Taken) -> anyhow::Result<()> {
         sqlx::query(
-            "insert into primary_horizons (target, sampled_at, xmin, xmax, system_identifier, counters)
+            "insert into primary_horizons (target, sampled_at, horizon_xmin, horizon_xmax, system_identifier, counters)
              values ($1, $2, $3, $4, $5, $6) on conflict (target, sampled_at) do nothing",
         )
         .bind(target)
@@ -60,8 +63,8 @@ impl History {
 
     /// Copies `target`'s journal into `other` (a canary's own history).
     pub(crate) async fn copy_journal(&self, target: &str, other: &History) -> anyhow::Result<()> {
-        let rows: Vec<(String, i64, i64, Option<String>, Option<String>)> = sqlx::query_as(
-            "select sampled_at, xmin, xmax, system_identifier, counters from primary_horizons where target = $1",
+        let rows: Vec<FullRow> = sqlx::query_as(
+            "select sampled_at, horizon_xmin, horizon_xmax, system_identifier, counters from primary_horizons where target = $1",
         )
         .bind(target)
         .fetch_all(&self.pool)
@@ -69,7 +72,7 @@ impl History {
         let mut tx = other.pool.begin().await?;
         for (at, xmin, xmax, system, counters) in rows {
             sqlx::query(
-                "insert into primary_horizons (target, sampled_at, xmin, xmax, system_identifier, counters)
+                "insert into primary_horizons (target, sampled_at, horizon_xmin, horizon_xmax, system_identifier, counters)
                  values ($1, $2, $3, $4, $5, $6) on conflict (target, sampled_at) do nothing",
             )
             .bind(target)
@@ -87,11 +90,11 @@ impl History {
 
     async fn newest_sample(&self, target: &str, until: SystemTime, counted: bool) -> anyhow::Result<Option<Sample>> {
         let sql = if counted {
-            "select sampled_at, xmin, system_identifier, counters from primary_horizons
+            "select sampled_at, horizon_xmin, system_identifier, counters from primary_horizons
               where target = $1 and sampled_at <= $2 and counters is not null
               order by sampled_at desc limit 1"
         } else {
-            "select sampled_at, xmin, system_identifier, null from primary_horizons
+            "select sampled_at, horizon_xmin, system_identifier, null from primary_horizons
               where target = $1 and sampled_at <= $2 order by sampled_at desc limit 1"
         };
         let row: Option<SampleRow> =

@@ -288,7 +288,7 @@ impl Validator for Checksums {
             .with(crate::UNDECIDED_ROWS, undecided_rows as f64)
             .with(crate::UNDECIDED_TABLES, inconclusive.len() as f64)
             .inconclusive(inconclusive);
-        finding.per_table = per_table;
+        finding.per_table = per_table.into_boxed_slice();
         vec![finding]
     }
 }
