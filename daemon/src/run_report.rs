@@ -543,6 +543,61 @@ pub(crate) fn render_human(r: &RunReport) -> String {
 mod tests {
     use super::*;
 
+    fn finding(name: &str, status: &str, m: &[(&str, f64)]) -> ValidatorReport {
+        ValidatorReport {
+            name: name.into(),
+            status: status.into(),
+            detail: String::new(),
+            measurements: m.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
+            inconclusive: vec![],
+            refused_by_primary: false,
+        }
+    }
+
+    /// Issue 46: what the comparisons could not decide is weighed against max_undecided —
+    /// by tables and by rows, whichever is worse; a pass over everything decided is 100%.
+    #[test]
+    fn the_undecided_share_is_the_worse_of_tables_and_rows() {
+        let sums = |tables: f64, undecided: f64, rows: f64, rows_undecided: f64| {
+            finding(
+                "checksums",
+                "passed",
+                &[
+                    ("covered_tables", tables),
+                    ("undecided_tables", undecided),
+                    ("covered_rows", rows),
+                    ("undecided_rows", rows_undecided),
+                ],
+            )
+        };
+        let c = Content::of(&[sums(99.0, 1.0, 1_000_000.0, 10.0)], 0.01).unwrap();
+        assert_eq!((c.tables, c.tables_undecided, c.proven_percent), (100, 1, 99.0));
+        assert!(!c.too_undecided(), "1% of the tables, at most 1% allowed: {c:?}");
+        let c = Content::of(&[sums(98.0, 2.0, 1_000_000.0, 0.0)], 0.01).unwrap();
+        assert!(c.too_undecided(), "{c:?}");
+        let c = Content::of(&[sums(100.0, 0.0, 900.0, 100.0)], 0.01).unwrap();
+        assert_eq!(c.proven_percent, 90.0, "10% of the rows undecided: {c:?}");
+        assert!(c.too_undecided());
+        // Everything undecided: checksums covered nothing (skipped), still weighed.
+        let c = Content::of(
+            &[finding("checksums", "skipped", &[("covered_tables", 0.0), ("undecided_tables", 3.0)])],
+            0.01,
+        )
+        .unwrap();
+        assert_eq!((c.tables, c.proven_percent), (3, 0.0));
+        assert!(c.too_undecided());
+        // Another comparison's undecided tables count too (the worst of them).
+        let counts = finding("row_counts", "passed", &[("covered_tables", 9.0), ("undecided_tables", 1.0)]);
+        let c = Content::of(&[sums(10.0, 0.0, 500.0, 0.0), counts], 0.0).unwrap();
+        assert_eq!(c.tables_undecided, 1);
+        assert!(c.too_undecided(), "max_undecided 0%: {c:?}");
+        // Nothing compared (no primary): no content section at all.
+        assert!(Content::of(&[finding("amcheck", "passed", &[("covered_relations", 9.0)])], 0.01).is_none());
+        assert!(Content::of(&[finding("checksums", "error", &[])], 0.01).is_none());
+        let all = Content::of(&[sums(12.0, 0.0, 5000.0, 0.0)], 0.01).unwrap();
+        assert_eq!(all.proven_percent, 100.0);
+    }
+
     fn sample() -> RunReport {
         RunReport {
             run_id: "r1".into(),

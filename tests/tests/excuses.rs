@@ -46,6 +46,7 @@ impl Lab {
     fn config(&self, prefix: &str, extra: &str) -> PathBuf {
         let text = format!(
             "[state]\nurl = \"sqlite://{root}/history.db\"\n[sandbox]\nscratch_dir = \"{scratch}\"\n\
+             [metrics]\ntextfile = \"{root}/drcheck.prom\"\n\
              [storage.s3]\nkind = \"s3\"\nbucket = \"{bucket}\"\nendpoint = \"{endpoint}\"\npath_style = true\n\
              [[target]]\nname = \"shop\"\nprimary = \"{primary}\"\nstorage = \"s3\"\nprefix = \"{prefix}\"\n\
              rto = \"10m\"\nrpo = \"30d\"\npin = false\n{extra}\n",
@@ -135,6 +136,35 @@ fn a_default_primary_proves_dumps_and_no_backup_excuses_its_own_defects() {
     assert!(undecided.iter().any(|i| i.starts_with("public.accounts:") && i.contains("sample the primary")), "{sums}");
     assert!(run["content"]["proven_percent"].as_f64().unwrap() < 100.0, "{}", run["content"]);
     assert_eq!(run["content"]["tables_undecided"], 1, "{}", run["content"]);
+    // Its own verdict everywhere: the metrics (not a failing backup, not a success), the
+    // status table, the evidence — and never a proof of the backup.
+    let prom = std::fs::read_to_string(lab.root.path().join("drcheck.prom")).unwrap();
+    for (series, value) in [
+        ("drcheck_last_run_inconclusive{target=\"shop\"}", "1"),
+        ("drcheck_last_run_success{target=\"shop\"}", "0"),
+        ("drcheck_verification_runs_total{result=\"inconclusive\",target=\"shop\"}", "1"),
+    ] {
+        assert!(prom.lines().any(|l| l == format!("{series} {value}")), "{series} {value} not in {prom}");
+    }
+    assert!(prom.contains("drcheck_content_proven_ratio{target=\"shop\"} 0."), "{prom}");
+    assert!(!prom.contains("drcheck_last_success_timestamp_seconds{target=\"shop\"}"), "no success: {prom}");
+    let env = [("SHOP_PW", lab.password.clone())];
+    let c = config.display().to_string();
+    let (out, _) = drcheck(&["--config", &c, "status", "--json"], &env, LIMIT);
+    assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
+    let status: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(status["targets"][0]["verdict"], "inconclusive", "{status}");
+    assert!(status["targets"][0]["content_proven"].as_str().unwrap().ends_with('%'), "{status}");
+    let (out, _) = drcheck(&["--config", &c, "backups", "list", "--json"], &env, LIMIT);
+    let listed: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let changed = listed["targets"][0]["backups"].as_array().unwrap().iter().find(|b| b["key"] == "d/0-changed.dump");
+    assert_eq!(changed.unwrap()["last_proven_at"], serde_json::Value::Null, "not a proof: {listed}");
+    let (out, _) = drcheck(&["--config", &c, "report", "--format", "json", "--since", "1d"], &env, LIMIT);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let evidence: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let summary = &evidence["evidence"]["targets"][0]["summary"];
+    assert_eq!((summary["inconclusive"].as_u64(), summary["passed"].as_u64()), (Some(1), Some(0)), "{summary}");
+    assert!(summary["content_proven_percent"].as_f64().unwrap() < 100.0, "{summary}");
 
     // 2. An append-only as_of table (no key) with a row deleted and two invented ones:
     //    the invented rows do not stand in for the lost one.
@@ -303,7 +333,7 @@ fn a_clone_that_burnt_transaction_ids_is_not_this_primarys_backup() {
 #[test]
 fn the_ddl_log_the_backup_holds_excuses_nothing() {
     let lab = Lab::new(
-        "create table orders (id int primary key, qty int not null);
+        "create table orders (id int primary key, qty int not null, memo text);
          insert into orders select g, g from generate_series(1, 100) g",
     );
     let setup = lab.config("d/", "[target.heartbeat]\ntable = \"drcheck.heartbeat\"\n");
@@ -327,6 +357,7 @@ fn the_ddl_log_the_backup_holds_excuses_nothing() {
     lab.tampered(
         "d/1-forged-log.dump",
         "alter table orders drop constraint qty_positive;
+         alter table orders drop column memo;
          delete from drcheck.ddl_log where identity like '%orders%' or identity like '%qty%'",
     );
     // After the backups: a migration of the same table.
@@ -343,6 +374,7 @@ fn the_ddl_log_the_backup_holds_excuses_nothing() {
     assert_eq!(schema["status"], "failed", "{schema}");
     let s = schema["detail"].as_str().unwrap();
     assert!(s.contains("constraint public.orders.qty_positive missing from the restored copy"), "{s}");
+    assert!(s.contains("column public.orders.memo missing from the restored copy"), "{s}");
     assert!(!s.contains("qty_positive missing from the restored copy (CHECK ((qty > 0))) —"), "not excused: {s}");
 }
 

@@ -306,6 +306,9 @@ impl Validator for RowCounts {
         }
         how.extend(since);
         how.extend(note);
+        if as_of > 0 {
+            how.push(cx.since.describe());
+        }
         let how = how.join("; ");
         let finding = if !mismatches.is_empty() {
             Finding::new(
