@@ -197,6 +197,7 @@ fn a_default_primary_proves_dumps_and_no_backup_excuses_its_own_defects() {
     lab.primary.psql(
         "shop",
         "update hot set n = n + 1;
+         insert into hot select g, 0 from generate_series(201, 210) g;
          update accounts set balance = balance + 1 where id <= 50;
          insert into accounts select g, 0 from generate_series(1001, 1050) g;
          delete from accounts where id = 900;

@@ -69,27 +69,35 @@ async fn inserted_since(
     t: &TableName,
 ) -> Result<Option<i64>, sqlx::Error> {
     let Some(counters) = cx.journal.counted.as_ref().and_then(|s| s.counters.clone()) else { return Ok(None) };
+    // The table itself, or a partitioned one's leaves (`pg_partition_tree` lists nothing
+    // for a table that is not partitioned).
+    let q = t.quoted().replace('\'', "''");
+    let leaves = format!(
+        "(s.relid operator(pg_catalog.=) '{q}'::pg_catalog.regclass \
+          or s.relid in (select p.relid from pg_catalog.pg_partition_tree('{q}'::pg_catalog.regclass) p \
+                          where p.isleaf))"
+    );
     let sql = format!(
         "select pg_catalog.current_database()::pg_catalog.text,
                 (select pg_catalog.to_char(pg_catalog.timezone('UTC', d.stats_reset), 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')
                    from pg_catalog.pg_stat_database d where d.datname operator(pg_catalog.=) pg_catalog.current_database()),
                 (select pg_catalog.array_agg(s.relid::pg_catalog.int8 order by s.relid)
-                   from pg_catalog.pg_stat_user_tables s
-                  where s.relid in (select p.relid from pg_catalog.pg_partition_tree('{t}'::pg_catalog.regclass) p
-                                     where p.isleaf)),
+                   from pg_catalog.pg_stat_user_tables s where {leaves}),
                 (select pg_catalog.array_agg(s.n_tup_ins::pg_catalog.int8 order by s.relid)
-                   from pg_catalog.pg_stat_user_tables s
-                  where s.relid in (select p.relid from pg_catalog.pg_partition_tree('{t}'::pg_catalog.regclass) p
-                                     where p.isleaf))",
-        t = t.quoted().replace('\'', "''")
+                   from pg_catalog.pg_stat_user_tables s where {leaves})"
     );
     let (db, reset, relids, ins): StatsNow =
         primary.timed(sqlx::query_as(sqlx::AssertSqlSafe(sql)).fetch_one(&primary.pool)).await?;
     if db != counters.database || reset != counters.stats_reset {
         return Ok(None);
     }
+    let (relids, ins) = (relids.unwrap_or_default(), ins.unwrap_or_default());
+    // No counters for it: they cannot say (never read as "nothing inserted").
+    if relids.is_empty() || relids.len() != ins.len() {
+        return Ok(None);
+    }
     let mut total = 0i64;
-    for (relid, ins) in relids.unwrap_or_default().into_iter().zip(ins.unwrap_or_default()) {
+    for (relid, ins) in relids.into_iter().zip(ins) {
         // A partition made since the sample held nothing then.
         let then = counters.inserted.get(&relid).copied().unwrap_or(0);
         if ins < then {
