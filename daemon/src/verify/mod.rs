@@ -36,6 +36,9 @@ use std::time::{Duration, SystemTime};
 use stop::{Stop, cap_message, short};
 use tokio_util::sync::CancellationToken;
 
+/// How long a finished run still waits for its sample of the primary's horizon.
+const SAMPLE_AFTER_RUN: Duration = Duration::from_secs(2);
+
 /// What one run accumulates as it goes.
 pub(crate) struct Run<'a> {
     pub(crate) target: &'a TargetConfig,
@@ -167,6 +170,8 @@ pub(crate) async fn verify_as(
     // backups' changes since their point apart without commit timestamps. Beside the run,
     // never in its way.
     let sample = crate::journal::record_quietly(history, target);
+    tokio::pin!(sample);
+    let mut sampled = false;
     let mut attempts = 0;
     let attempts_loop = async {
         loop {
@@ -187,7 +192,19 @@ pub(crate) async fn verify_as(
             }
         }
     };
-    let (outcome, ()) = tokio::join!(attempts_loop, sample);
+    let outcome = {
+        tokio::pin!(attempts_loop);
+        loop {
+            tokio::select! {
+                outcome = &mut attempts_loop => break outcome,
+                () = &mut sample, if !sampled => sampled = true,
+            }
+        }
+    };
+    // A primary slow to answer the sample never holds the run's end up for long.
+    if !sampled && tokio::time::timeout(SAMPLE_AFTER_RUN, &mut sample).await.is_err() {
+        tracing::warn!(target = %target.name, "the primary's horizon was not sampled in time: no sample of this run");
+    }
     progress.finish();
     finish(run, outcome)
 }
