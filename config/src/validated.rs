@@ -148,6 +148,10 @@ pub struct SandboxConfig {
     pub scratch_dir: PathBuf,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pg_bindir: Option<PathBuf>,
+    /// `[sandbox.pg_bindirs]`: each major's binaries (server and client tools), used for
+    /// that major's backups before any installed ones.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub pg_bindirs: BTreeMap<u32, PathBuf>,
     pub profile: Profile,
     /// Free space needed in `scratch_dir`: the backup's size times this.
     pub expansion_factor: f64,
@@ -671,6 +675,25 @@ pub(crate) fn validate(
         .map(PathBuf::from)
         .unwrap_or_else(default_scratch_dir);
     let pg_bindir = cx.opt_string("sandbox.pg_bindir", &raw.sandbox.pg_bindir)?.map(PathBuf::from);
+    let mut pg_bindirs = BTreeMap::new();
+    for (major, dir) in raw.sandbox.pg_bindirs.iter().flatten() {
+        let key = format!("sandbox.pg_bindirs.{major}");
+        let m: u32 = match major.parse() {
+            Ok(m) if (10..=99).contains(&m) => m,
+            _ => {
+                return Err(cx.err(
+                    &key,
+                    Some(dir.span()),
+                    format!("expected a PostgreSQL major version (10 to 99) as the key, got {major:?}"),
+                ));
+            }
+        };
+        let path = PathBuf::from(cx.string(&key, dir)?);
+        if !path.is_absolute() {
+            return Err(cx.err(&key, Some(dir.span()), format!("expected an absolute path, got {:?}", dir.get_ref())));
+        }
+        pg_bindirs.insert(m, path);
+    }
     let state_dir = cx
         .opt_string("sandbox.state_dir", &raw.sandbox.state_dir)?
         .map(PathBuf::from)
@@ -904,6 +927,7 @@ pub(crate) fn validate(
         sandbox: SandboxConfig {
             scratch_dir,
             pg_bindir,
+            pg_bindirs,
             profile,
             expansion_factor,
             require_containment,

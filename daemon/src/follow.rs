@@ -330,7 +330,7 @@ async fn open_or_seed(
     catalog: Option<&Catalog>,
 ) -> Result<Follower, String> {
     let opts = options(config, &t.name)?;
-    match Follower::resume(&opts, config.sandbox.pg_bindir.clone()).await {
+    match Follower::resume(&opts, crate::verify::binaries(config)).await {
         Ok(Some(fl)) => {
             tracing::info!(target = %t.name, backup = %fl.state().backup, "follower resumed where replay stopped");
             return Ok(fl);
@@ -355,6 +355,7 @@ async fn seed(
     opts: SandboxOptions,
     catalog: Option<&Catalog>,
 ) -> Result<Follower, String> {
+    let mut chain = Vec::new();
     let backup = match catalog {
         // The tool's newest backup it calls good.
         Some(c) => c
@@ -370,12 +371,15 @@ async fn seed(
         None => {
             let listed = store.list(&t.prefix).await.map_err(|e| format!("cannot list the backups: {e}"))?;
             let backups = drcheck_restore::backups_newest_first(&listed);
-            backups.into_iter().find(|b| b.key.ends_with('/')).ok_or_else(|| {
+            let newest = backups.iter().find(|b| b.key.ends_with('/')).cloned().ok_or_else(|| {
                 format!(
                     "no base backup under {:?} to seed the follower from (a follower starts from a physical base backup)",
                     t.prefix
                 )
-            })?
+            })?;
+            // An incremental backup is seeded with its whole chain.
+            chain = drcheck_restore::chain_links(store.as_ref(), &backups, &newest).await.map_err(|e| e.to_string())?;
+            newest
         }
     };
     let dir = opts.keep_at.clone().unwrap_or_default();
@@ -388,7 +392,7 @@ async fn seed(
         backup: &backup,
         fetch: crate::verify::fetch_options(config, t),
         sandbox: opts,
-        pg_bindir: config.sandbox.pg_bindir.clone(),
+        bins: crate::verify::binaries(config),
         format: t.format,
         jobs: t.restore_jobs,
         globals_key: None,
@@ -398,6 +402,7 @@ async fn seed(
             standby: true,
         }),
         delegated: catalog.map(|c| c.repository.clone()),
+        chain,
         recovery_target: RecoveryTarget::Latest,
         database_hint: t.primary.as_ref().and_then(|p| crate::verify::database_of(p.expose())),
         events: drcheck_restore::Events::none(),
@@ -410,7 +415,7 @@ async fn seed(
     if !restored.physical {
         return Err(format!("{} is not a physical base backup: a follower replays WAL onto one", backup.key));
     }
-    let fl = Follower::seeded(restored, &backup.key, config.sandbox.pg_bindir.clone()).map_err(|e| e.to_string())?;
+    let fl = Follower::seeded(restored, &backup.key, crate::verify::binaries(config)).map_err(|e| e.to_string())?;
     tracing::info!(target = %t.name, backup = %backup.key, seconds = started.elapsed().as_secs_f64(), "follower seeded");
     Ok(fl)
 }

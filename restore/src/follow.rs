@@ -98,7 +98,7 @@ pub struct Follower {
     dir: PathBuf,
     spool: PathBuf,
     state: FollowState,
-    pg_bindir: Option<PathBuf>,
+    bins: crate::Binaries,
     /// The replay position last read, and when it last moved.
     progress: Option<(u64, Instant)>,
     /// Bytes of the server's log already read for complaints.
@@ -137,11 +137,7 @@ pub fn read_state(dir: &Path) -> Option<FollowState> {
 impl Follower {
     /// A follower from a restore just seeded as a standby (`restored.sandbox` kept at
     /// `dir`): what it fetched while seeding is its start.
-    pub fn seeded(
-        restored: crate::Restored,
-        backup: &str,
-        pg_bindir: Option<PathBuf>,
-    ) -> Result<Follower, RestoreError> {
+    pub fn seeded(restored: crate::Restored, backup: &str, bins: crate::Binaries) -> Result<Follower, RestoreError> {
         let sandbox = restored.sandbox;
         let dir = sandbox.root().to_path_buf();
         let spool = recovery::spool_dir(&sandbox)?;
@@ -149,14 +145,14 @@ impl Follower {
         recovery::stop_waiting(&sandbox, &spool)?;
         let last_segment = spooled_segments(&spool).into_iter().max_by(|a, b| by_position(a, b));
         let state = FollowState { backup: backup.to_string(), seeded_at: rfc3339(SystemTime::now()), last_segment };
-        let follower = Follower::around(sandbox, dir, spool, state, pg_bindir);
+        let follower = Follower::around(sandbox, dir, spool, state, bins);
         follower.save()?;
         Ok(follower)
     }
 
     /// The follower kept in `opts.keep_at`, its server started again where replay
     /// stopped; `None` when none was seeded there.
-    pub async fn resume(opts: &SandboxOptions, pg_bindir: Option<PathBuf>) -> Result<Option<Follower>, RestoreError> {
+    pub async fn resume(opts: &SandboxOptions, bins: crate::Binaries) -> Result<Option<Follower>, RestoreError> {
         let Some(dir) = opts.keep_at.clone() else { return Ok(None) };
         let Some(state) = read_state(&dir) else { return Ok(None) };
         if !dir.join("data").join("PG_VERSION").is_file() {
@@ -164,19 +160,19 @@ impl Follower {
         }
         let sandbox = Sandbox::create(opts)?;
         let spool = recovery::spool_dir(&sandbox)?;
-        let mut follower = Follower::around(sandbox, dir, spool, state, pg_bindir);
+        let mut follower = Follower::around(sandbox, dir, spool, state, bins);
         follower.start().await?;
         Ok(Some(follower))
     }
 
-    fn around(sandbox: Sandbox, dir: PathBuf, spool: PathBuf, state: FollowState, pg_bindir: Option<PathBuf>) -> Self {
+    fn around(sandbox: Sandbox, dir: PathBuf, spool: PathBuf, state: FollowState, bins: crate::Binaries) -> Self {
         let log_offset = std::fs::metadata(dir.join("postgres.log")).map(|m| m.len()).unwrap_or(0);
         Follower {
             sandbox,
             dir,
             spool,
             state,
-            pg_bindir,
+            bins,
             progress: None,
             log_offset,
             complaint: None,
@@ -194,7 +190,7 @@ impl Follower {
     /// Starts its server (again) as a standby reading the spool.
     async fn start(&mut self) -> Result<(), RestoreError> {
         let replay = Replay { spool: &self.spool, target: &RecoveryTarget::Latest, streamed: false, standby: true };
-        recovery::start_restored(&mut self.sandbox, self.pg_bindir.as_deref(), Some(replay)).await?;
+        recovery::start_restored(&mut self.sandbox, &self.bins, Some(replay)).await?;
         Ok(())
     }
 

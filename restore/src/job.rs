@@ -139,7 +139,7 @@ async fn run_inner(job: &RestoreJob<'_>) -> Result<Restored, RestoreError> {
         .restore(
             &mut sandbox,
             &job.store,
-            job.pg_bindir.as_deref(),
+            &job.bins,
             job.backup,
             crate::source::Recover {
                 target: &job.recovery_target,
@@ -175,5 +175,6 @@ async fn run_inner(job: &RestoreJob<'_>) -> Result<Restored, RestoreError> {
         horizon,
         bytes_fetched,
         archive: None,
+        combine: None,
     })
 }

@@ -44,11 +44,12 @@ pub use request::{ArchiveCheck, Consistency, Delegated, RestoreJob, Restored};
 pub use server::leftovers::{
     Owner, ensure_cache_dir, ensure_cache_dir_at, ensure_follow_dir, machine_id, process_running,
 };
-pub use server::pgbin::PgBin;
+pub use server::pgbin::{Binaries, PgBin};
 pub use server::reach::Reach;
 pub use server::recovery::{Horizon, WalReplay};
 pub use server::sandbox::{Sandbox, SandboxOptions, containment_name, finish_teardowns, reap_leftovers};
 pub use source::{Archive, ArchivedFile, Catalog, Recover, Repository, Source};
+pub use sources::chain::{Label as ChainLabel, links as chain_links, read_label};
 pub use sources::physical::{GAP_GRACE, wal_objects};
 pub use store::{
     Backup, BackupObject, BackupStore, CatalogEntry, MemStore, ObjectLock, Protection, UPLOAD_GRACE, WriteProbe,

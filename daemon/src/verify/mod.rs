@@ -36,6 +36,12 @@ use std::time::{Duration, SystemTime};
 use stop::{Stop, cap_message, short};
 use tokio_util::sync::CancellationToken;
 
+/// The PostgreSQL binaries restores may use: `[sandbox.pg_bindirs]`, `[sandbox]
+/// pg_bindir`, then those installed in the common layouts.
+pub(crate) fn binaries(config: &Config) -> drcheck_restore::Binaries {
+    drcheck_restore::Binaries { per_major: config.sandbox.pg_bindirs.clone(), any: config.sandbox.pg_bindir.clone() }
+}
+
 /// How long a finished run still waits for its sample of the primary's horizon.
 const SAMPLE_AFTER_RUN: Duration = Duration::from_secs(2);
 

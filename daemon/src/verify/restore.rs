@@ -53,7 +53,7 @@ pub(super) async fn restore_stage(
             Some(dir) => SandboxOptions { keep_at: Some(dir), ..sandbox_options(config, run.sandbox_name()) },
             None => sandbox_options(config, run.sandbox_name()),
         },
-        pg_bindir: config.sandbox.pg_bindir.clone(),
+        bins: crate::verify::binaries(config),
         format: target.format,
         jobs: target.restore_jobs,
         globals_key: target.globals_key.clone(),
@@ -70,6 +70,7 @@ pub(super) async fn restore_stage(
         expansion_ceiling,
         decrypt: &target.decrypt,
         delta: target.delta_restore,
+        chain: selected.chain.clone(),
     };
     // Which containment the restore runs under is known before it starts, and reported
     // even when the restore fails.
@@ -154,6 +155,10 @@ pub(super) async fn restore_stage(
     let fetched = restored.fetch;
     run.phase("fetch", restored.fetch);
     run.phase("restore", restored.restore);
+    if let Some(c) = restored.combine {
+        // Part of the restore (inside its time): the chain made one data directory.
+        run.phase("combine", c);
+    }
     run.m.fetch_started = Some(fetch_start);
     run.m.fetch_ended = Some(restored.fetch);
     run.m.first_byte = heard.first_byte;

@@ -26,6 +26,8 @@ pub(super) struct Selected {
     pub target: TargetConfig,
     /// The point in time was drawn in the recovery window (`recovery_target = "random"`).
     pub random: bool,
+    /// An incremental backup's earlier links, oldest first (`drcheck_restore::chain_links`).
+    pub chain: Vec<Backup>,
 }
 
 /// The first stage: the target's source read, a point in time drawn when asked for, the
@@ -142,6 +144,24 @@ pub(super) async fn select_stage(
         source: backup.catalog.as_ref().map(|c| c.tool.to_string()),
         pinned: vec![],
     });
+    // A PostgreSQL 17+ incremental backup is restored with its whole chain, found from
+    // what the backups' labels and manifests say (a missing link is the backup's failure).
+    let chain = match (&catalog, backup.is_physical()) {
+        (None, true) => {
+            let listed = match &restorable {
+                Some(all) => all.clone(),
+                None => drcheck_restore::backups_newest_first(
+                    &store.list(&target.prefix).await.map_err(|e| store_stop(Stage::Select, e))?,
+                ),
+            };
+            drcheck_restore::chain_links(store.as_ref(), &listed, &backup).await.map_err(Stop::from)?
+        }
+        _ => Vec::new(),
+    };
+    if !chain.is_empty() {
+        let keys: Vec<&str> = chain.iter().map(|b| b.key.as_str()).collect();
+        tracing::info!(target = %target.name, backup = %backup.key, links = %keys.join(" → "), "an incremental backup: its chain is restored with it");
+    }
     // What keeps backups from being quietly destroyed: the proven ones still as proven
     // (a full listing only), and the chosen one's protection in the store.
     let now = SystemTime::now();
@@ -152,6 +172,7 @@ pub(super) async fn select_stage(
     let full_listing = backup_key.is_none() && fixed_time(target).is_none();
     let pins = target.pin;
     let mut wanted: Vec<&Backup> = vec![&backup];
+    wanted.extend(chain.iter());
     if let (Some(listed), Some(p), true) = (&restorable, &proven, full_listing && pins) {
         wanted.extend(listed.iter().filter(|b| p.get(&b.key).is_some_and(|p| p.pin.is_some())));
     }
@@ -188,6 +209,18 @@ pub(super) async fn select_stage(
             run.store_findings.push(finding);
             if let Some(b) = run.report.backup.as_mut().filter(|_| pins) {
                 b.pinned = pinned;
+                // An incremental backup is proven with its chain: every link's objects pinned.
+                for link in &chain {
+                    b.pinned.extend(objects.get(&link.key).cloned().unwrap_or_default().into_iter().map(|o| {
+                        crate::run_report::PinnedPart {
+                            key: o.key,
+                            size: o.size,
+                            etag: o.etag,
+                            version_id: None,
+                            sha256: None,
+                        }
+                    }));
+                }
             }
         }
         Err(e) => {
@@ -207,7 +240,7 @@ pub(super) async fn select_stage(
         keys.extend(vanished);
         forget_removed_proofs(history, target, &keys).await;
     }
-    Ok(Selected { store, catalog, backup, target: target.clone(), random })
+    Ok(Selected { store, catalog, backup, target: target.clone(), random, chain })
 }
 
 /// Lists the backups of a target, newest first.
@@ -395,9 +428,9 @@ pub(crate) async fn archive_reach(
     let described = catalog.map(|c| c.described.clone()).unwrap_or_else(|| source.describe());
     let sandbox =
         catalog_sandbox(config, &described, run_id, Purpose::Reach).map_err(|e| store_stop(Stage::Select, e))?;
-    let bindir = config.sandbox.pg_bindir.as_deref();
+    let bins = crate::verify::binaries(config);
     let reach = match source.archive(catalog) {
-        Some(a) => a.reach(&sandbox, store, bindir).await,
+        Some(a) => a.reach(&sandbox, store, &bins).await,
         None => Ok(None),
     };
     sandbox.teardown();

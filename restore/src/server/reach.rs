@@ -12,7 +12,6 @@
 use crate::error::{RestoreError, Stage};
 use crate::server::capture;
 use crate::server::contain;
-use crate::server::pgbin;
 use crate::server::sandbox::{Sandbox, tail};
 use std::future::Future;
 use std::path::{Path, PathBuf};
@@ -37,7 +36,7 @@ const SEGMENTS_TRIED: usize = 4;
 /// holds a commit or abort. `None` when none of the newest [`SEGMENTS_TRIED`] does.
 pub(crate) async fn newest<F, Fut>(
     sandbox: &Sandbox,
-    pg_bindir: Option<&Path>,
+    bins: &crate::Binaries,
     segments: impl IntoIterator<Item = String>,
     fetch: F,
 ) -> Result<Option<Reach>, RestoreError>
@@ -55,7 +54,7 @@ where
     for name in names.iter().rev().take(SEGMENTS_TRIED) {
         let path = dir.join(name);
         fetch(name.clone(), path.clone()).await?;
-        let found = newest_in_file(sandbox, pg_bindir, &path).await;
+        let found = newest_in_file(sandbox, bins, &path).await;
         let _ = std::fs::remove_file(&path);
         if let Some(at) = found? {
             return Ok(Some(Reach { at, segment: name.clone() }));
@@ -88,7 +87,7 @@ fn major_of_wal(head: &[u8]) -> Option<u32> {
 /// contained (the file is the backup's bytes) with `TZ=UTC`.
 async fn newest_in_file(
     sandbox: &Sandbox,
-    pg_bindir: Option<&Path>,
+    bins: &crate::Binaries,
     file: &Path,
 ) -> Result<Option<SystemTime>, RestoreError> {
     let infra = |m: String| RestoreError::infra(Stage::Select, m);
@@ -101,7 +100,7 @@ async fn newest_in_file(
             format!("archived WAL {}: not a WAL segment of a known PostgreSQL version", file.display()),
         ));
     };
-    let bin = pgbin::for_major(pg_bindir, Some(major), true).map_err(infra)?;
+    let bin = bins.for_major(Some(major), true).map_err(infra)?;
     let tool = bin.tool("pg_waldump");
     if !tool.is_file() {
         return Err(infra(format!("{} not found: the archive's newest commit cannot be read", tool.display())));

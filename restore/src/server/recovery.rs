@@ -53,7 +53,7 @@ const FAILED: &str = ".failed";
 /// the files after it are not fetched.
 pub(crate) async fn start_while_fetching<F, Fut>(
     sandbox: &mut Sandbox,
-    pg_bindir: Option<&Path>,
+    bins: &crate::Binaries,
     replay: Replay<'_>,
     names: Vec<String>,
     at_once: usize,
@@ -90,7 +90,7 @@ where
         }
         done
     };
-    let starting = start_restored(sandbox, pg_bindir, Some(Replay { spool, target, streamed: true, standby }));
+    let starting = start_restored(sandbox, bins, Some(Replay { spool, target, streamed: true, standby }));
     tokio::pin!(fetching, starting);
     tokio::select! {
         biased;
@@ -142,13 +142,13 @@ pub(crate) fn read_major(dir: &Path) -> Result<u32, RestoreError> {
 /// commit's time, when the WAL had one.
 pub(crate) async fn start_restored(
     sandbox: &mut Sandbox,
-    pg_bindir: Option<&Path>,
+    bins: &crate::Binaries,
     replay: Option<Replay<'_>>,
 ) -> Result<Recovered, RestoreError> {
     let infra = |m: String| RestoreError::infra(Stage::Restore, m);
     let data = sandbox.data_dir().to_path_buf();
     let major = read_major(&data)?;
-    let bin = pgbin::for_major(pg_bindir, Some(major), true).map_err(|m| RestoreError::infra(Stage::Sandbox, m))?;
+    let bin = bins.for_major(Some(major), true).map_err(|m| RestoreError::infra(Stage::Sandbox, m))?;
     // The backup's own configuration is not trusted: it could run commands
     // (archive/restore/recovery_end_command), load libraries, redirect the data
     // directory or include other files. It is set aside unread, and so are state files

@@ -214,10 +214,10 @@ impl Archive for Catalog {
         &self,
         sandbox: &Sandbox,
         store: &Arc<dyn BackupStore>,
-        pg_bindir: Option<&Path>,
+        bins: &crate::Binaries,
     ) -> Result<Option<crate::server::reach::Reach>, RestoreError> {
         let archived = self.archived(store).await?;
-        crate::server::reach::newest(sandbox, pg_bindir, archived.segments, |name, path| async move {
+        crate::server::reach::newest(sandbox, bins, archived.segments, |name, path| async move {
             self.fetch_wal(sandbox, &path, &name).await?;
             sandbox.give_to_server(&path)
         })
@@ -261,7 +261,7 @@ impl Repository for Catalog {
         &self,
         sandbox: &mut Sandbox,
         store: &Arc<dyn BackupStore>,
-        pg_bindir: Option<&Path>,
+        bins: &crate::Binaries,
         backup: &Backup,
         how: crate::source::Recover<'_>,
     ) -> Result<ToolRestored, RestoreError> {
@@ -311,16 +311,11 @@ impl Repository for Catalog {
         })?;
         let fetched_in = began.elapsed();
         // Each fetch is a Python start (≈ 0.6 s).
-        let recovered = delegate::replay_plan(
-            sandbox,
-            pg_bindir,
-            target,
-            &archived,
-            &plan,
-            standby,
-            |host, name, part| async move { self.fetch_wal(&host, &part, &name).await },
-        )
-        .await?;
+        let recovered =
+            delegate::replay_plan(sandbox, bins, target, &archived, &plan, standby, |host, name, part| async move {
+                self.fetch_wal(&host, &part, &name).await
+            })
+            .await?;
         Ok(ToolRestored {
             recovered_to: recovered.recovered_to,
             horizon: recovered.horizon,

@@ -318,7 +318,7 @@ pub(crate) fn plan_segments(start: &str, stop: &str, last: &str, archived: &Arch
 /// ([`recovery::start_while_fetching`]). Returns the recovered point.
 pub(crate) async fn replay_plan<F, Fut>(
     sandbox: &mut Sandbox,
-    pg_bindir: Option<&Path>,
+    bins: &crate::Binaries,
     target: &RecoveryTarget,
     archived: &Archived,
     plan: &Plan,
@@ -334,7 +334,7 @@ where
     let host = sandbox.host();
     recovery::start_while_fetching(
         sandbox,
-        pg_bindir,
+        bins,
         recovery::Replay { spool: &spool, target, streamed: true, standby },
         names,
         4,

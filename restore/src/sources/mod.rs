@@ -6,6 +6,7 @@
 //! replays, a restore to a target, its integrity.
 
 pub(crate) mod barman;
+pub(crate) mod chain;
 pub(crate) mod delegate;
 pub(crate) mod objects;
 pub(crate) mod pgbackrest;

@@ -5,7 +5,6 @@
 
 use crate::error::{RestoreError, Stage};
 use crate::request::{Consistency, RESTORED_DB, RestoreEvent, RestoreJob, Restored, read_small};
-use crate::server::pgbin;
 use crate::server::sandbox::Sandbox;
 use crate::server::tools;
 use crate::source::Archive;
@@ -150,6 +149,7 @@ pub(crate) async fn restore(
             horizon: None,
             bytes_fetched: None,
             archive: None,
+            combine: None,
         })
     };
 
@@ -282,8 +282,7 @@ fn find_toc(dir: &Path) -> Option<PathBuf> {
 }
 
 async fn start_empty(sandbox: &mut Sandbox, job: &RestoreJob<'_>, major: Option<u32>) -> Result<(), RestoreError> {
-    let bin =
-        pgbin::for_major(job.pg_bindir.as_deref(), major, false).map_err(|m| RestoreError::infra(Stage::Sandbox, m))?;
+    let bin = job.bins.for_major(major, false).map_err(|m| RestoreError::infra(Stage::Sandbox, m))?;
     let t = Instant::now();
     sandbox.init_and_start(bin).await?;
     sandbox.create_database(RESTORED_DB).await?;
@@ -323,14 +322,14 @@ impl Archive for WalArchive {
         &self,
         sandbox: &Sandbox,
         store: &std::sync::Arc<dyn crate::store::BackupStore>,
-        pg_bindir: Option<&std::path::Path>,
+        bins: &crate::Binaries,
     ) -> Result<Option<crate::server::reach::Reach>, RestoreError> {
         let listed = crate::sources::physical::wal_objects(store.list(&self.prefix).await?);
         let by_name: std::collections::BTreeMap<String, crate::store::BackupObject> =
             listed.into_iter().filter(|(_, n)| crate::server::reach::is_segment(n)).map(|(o, n)| (n, o)).collect();
         let names: Vec<String> = by_name.keys().cloned().collect();
         let fetch = self.fetch;
-        crate::server::reach::newest(sandbox, pg_bindir, names, |name, path| {
+        crate::server::reach::newest(sandbox, bins, names, |name, path| {
             let (store, obj) = (store.clone(), by_name[&name].clone());
             async move {
                 crate::sources::physical::fetch_wal_object(store, &obj, fetch, &path).await?;

@@ -176,7 +176,7 @@ impl Repo {
     pub(crate) async fn restore(
         &self,
         sandbox: &mut Sandbox,
-        pg_bindir: Option<&Path>,
+        bins: &crate::Binaries,
         backup: &Backup,
         catalog: &Catalog,
         how: crate::source::Recover<'_>,
@@ -244,16 +244,11 @@ impl Repo {
         }
         let n = plan.segments.len();
         let fetched_in = began.elapsed();
-        let recovered = delegate::replay_plan(
-            sandbox,
-            pg_bindir,
-            target,
-            &archived,
-            &plan,
-            standby,
-            |host, name, part| async move { self.fetch_wal(&host, &part, &name).await },
-        )
-        .await?;
+        let recovered =
+            delegate::replay_plan(sandbox, bins, target, &archived, &plan, standby, |host, name, part| async move {
+                self.fetch_wal(&host, &part, &name).await
+            })
+            .await?;
         tracing::info!(segments = n, backup = %backup.key, "archived WAL replayed as it was fetched");
         Ok(ToolRestored {
             recovered_to: recovered.recovered_to,
@@ -296,14 +291,14 @@ impl Repo {
         &self,
         sandbox: &Sandbox,
         catalog: &Catalog,
-        pg_bindir: Option<&Path>,
+        bins: &crate::Binaries,
     ) -> Result<Option<crate::server::reach::Reach>, RestoreError> {
         // `archive-get` needs the cluster's pg_control, which exists only after a
         // restore: `repo-get` reads the file itself (decrypted, still compressed).
         let Some(id) = &catalog.archive_id else { return Ok(None) };
         let files = self.archived_files(sandbox, id).await?;
         let names: Vec<String> = files.keys().cloned().collect();
-        crate::server::reach::newest(sandbox, pg_bindir, names, |name, path| {
+        crate::server::reach::newest(sandbox, bins, names, |name, path| {
             let file = format!("archive/{}/{id}/{}", self.stanza, files[&name]);
             async move {
                 let raw = path.with_extension("repo");
@@ -432,9 +427,9 @@ impl Archive for Stanza {
         &self,
         sandbox: &Sandbox,
         _store: &std::sync::Arc<dyn crate::store::BackupStore>,
-        pg_bindir: Option<&Path>,
+        bins: &crate::Binaries,
     ) -> Result<Option<crate::server::reach::Reach>, RestoreError> {
-        self.repo.reach(sandbox, &self.catalog, pg_bindir).await
+        self.repo.reach(sandbox, &self.catalog, bins).await
     }
 
     async fn files(
@@ -470,11 +465,11 @@ impl Repository for Stanza {
         &self,
         sandbox: &mut Sandbox,
         _store: &std::sync::Arc<dyn crate::store::BackupStore>,
-        pg_bindir: Option<&Path>,
+        bins: &crate::Binaries,
         backup: &Backup,
         how: crate::source::Recover<'_>,
     ) -> Result<ToolRestored, RestoreError> {
-        self.repo.restore(sandbox, pg_bindir, backup, &self.catalog, how).await
+        self.repo.restore(sandbox, bins, backup, &self.catalog, how).await
     }
 
     async fn integrity(

@@ -10,7 +10,6 @@ use crate::error::{RestoreError, Stage};
 use crate::request::{FetchEnd, RestoreEvent, RestoreJob, Restored, read_small};
 use crate::server::capture;
 use crate::server::contain;
-use crate::server::pgbin;
 use crate::server::recovery::WalReplay;
 use crate::server::recovery::{self, read_major, remove_entry, write_new};
 use crate::server::sandbox::{Sandbox, tail};
@@ -74,6 +73,9 @@ pub(crate) async fn restore(
     sandbox: Sandbox,
     started: Instant,
 ) -> Result<Restored, RestoreError> {
+    if !job.chain.is_empty() {
+        return restore_chain(job, sandbox, started).await;
+    }
     let parts = &job.backup.parts;
     let base = parts.iter().find(|p| is_base_tar(name_of(p)));
     let base = base.ok_or_else(|| RestoreError::bad(Stage::Select, format!("{} has no base.tar", job.backup.key)))?;
@@ -124,7 +126,7 @@ pub(crate) async fn restore(
     let manifest = match parts.iter().find(|p| name_of(p) == "backup_manifest") {
         Some(m) => {
             let text = read_small(job.store.as_ref(), &m.key).await?;
-            verify_backup(&sandbox, &data, &text).await?
+            verify_backup(&sandbox, &job.bins, &data, &text).await?
         }
         None => "not checked: the backup has no backup_manifest".to_string(),
     };
@@ -181,9 +183,26 @@ async fn remap_tablespaces(
 }
 
 /// Checks the unpacked files against the backup's manifest with `pg_verifybackup`.
-async fn verify_backup(sandbox: &Sandbox, data: &Path, manifest: &str) -> Result<String, RestoreError> {
+async fn verify_backup(
+    sandbox: &Sandbox,
+    bins: &crate::Binaries,
+    data: &Path,
+    manifest: &str,
+) -> Result<String, RestoreError> {
+    verify_backup_as(sandbox, bins, data, manifest, "backup_manifest").await
+}
+
+/// [`verify_backup`] with the manifest written to `name` in the sandbox's directory.
+async fn verify_backup_as(
+    sandbox: &Sandbox,
+    bins: &crate::Binaries,
+    data: &Path,
+    manifest: &str,
+    name: &str,
+) -> Result<String, RestoreError> {
     let major = read_major(data)?;
-    let Ok(bin) = pgbin::for_major(None, Some(major), true) else {
+    // The backup's own major's pg_verifybackup, wherever the config says it is.
+    let Ok(bin) = bins.for_major(Some(major), true) else {
         return Ok(format!("not checked: no PostgreSQL {major} binaries for pg_verifybackup"));
     };
     let tool = bin.tool("pg_verifybackup");
@@ -191,7 +210,7 @@ async fn verify_backup(sandbox: &Sandbox, data: &Path, manifest: &str) -> Result
         tracing::warn!(tool = %tool.display(), "pg_verifybackup not found: the backup is not checked against its manifest");
         return Ok(format!("not checked: {} not found", tool.display()));
     }
-    let path = sandbox.root().join("backup_manifest");
+    let path = sandbox.root().join(name);
     crate::server::sandbox::write_private(&path, manifest.as_bytes())?;
     sandbox.give_to_server(&path)?;
     // pg_verifybackup runs pg_waldump through the shell: both may execute, confined.
@@ -224,6 +243,142 @@ async fn verify_backup(sandbox: &Sandbox, data: &Path, manifest: &str) -> Result
         ));
     }
     Ok("verified with pg_verifybackup against backup_manifest".to_string())
+}
+
+/// An incremental backup and its earlier links (`job.chain`, oldest first): each link
+/// unpacked into a directory of its own and checked against its manifest, the chain
+/// combined into the sandbox's data directory by the backup's own major's
+/// `pg_combinebackup` (contained like every tool), then recovered like any base backup.
+async fn restore_chain(job: &RestoreJob<'_>, sandbox: Sandbox, started: Instant) -> Result<Restored, RestoreError> {
+    let links: Vec<&crate::store::Backup> = job.chain.iter().chain(std::iter::once(job.backup)).collect();
+    let restore_started = Instant::now();
+    let received = Received::default();
+    let mut dirs = Vec::new();
+    let mut checked = Vec::new();
+    for (i, link) in links.iter().enumerate() {
+        let base = link.parts.iter().find(|p| is_base_tar(name_of(p))).ok_or_else(|| {
+            RestoreError::bad(Stage::Select, format!("{} (a link of {}) has no base.tar", link.key, job.backup.key))
+        })?;
+        if let Some(p) = link.parts.iter().find(|p| {
+            let n = name_of(p);
+            n.contains(".tar") && !is_base_tar(n) && !n.starts_with("pg_wal.tar") && !n.ends_with(".sha256")
+        }) {
+            return Err(RestoreError::unsupported(
+                Stage::Restore,
+                format!("{}: an incremental backup chain with tablespaces is not supported", p.key),
+            ));
+        }
+        let dir = sandbox.root().join(format!("link{i}"));
+        let wal_dir = dir.join("pg_wal");
+        std::fs::create_dir_all(&wal_dir)
+            .map_err(|e| RestoreError::infra(Stage::Restore, format!("{}: {e}", dir.display())))?;
+        match link.parts.iter().find(|p| name_of(p).starts_with("pg_wal.tar")) {
+            Some(wal) => {
+                let half = job.fetch.shared_by(2);
+                tokio::try_join!(
+                    unpack_part(job, &sandbox, base, &dir, &received, half),
+                    unpack_part(job, &sandbox, wal, &wal_dir, &received, half)
+                )?;
+            }
+            None => unpack_part(job, &sandbox, base, &dir, &received, job.fetch).await?,
+        }
+        sandbox.give_to_server(&dir)?;
+        let said = match link.parts.iter().find(|p| name_of(p) == "backup_manifest") {
+            Some(m) => {
+                let text = read_small(job.store.as_ref(), &m.key).await?;
+                // pg_combinebackup reads each link's manifest beside its files.
+                let copy = dir.join("backup_manifest");
+                if !copy.exists() {
+                    write_new(&copy, &text)?;
+                    sandbox.give_to_server(&copy)?;
+                }
+                verify_backup_as(&sandbox, &job.bins, &dir, &text, &format!("manifest{i}")).await?
+            }
+            None => {
+                return Err(RestoreError::bad(
+                    Stage::Restore,
+                    format!(
+                        "{} has no backup_manifest: an incremental backup chain cannot be combined without each \
+                         link's manifest",
+                        link.key
+                    ),
+                ));
+            }
+        };
+        checked.push(format!("{}: {said}", link.key));
+        dirs.push(dir);
+    }
+    let fetch_end: FetchEnd = Arc::new(Mutex::new(Some(Instant::now())));
+    let data = sandbox.data_dir().to_path_buf();
+    let combining = Instant::now();
+    combine(&sandbox, &job.bins, &dirs, &data).await?;
+    let combine_took = combining.elapsed();
+    for dir in &dirs {
+        let _ = std::fs::remove_dir_all(dir);
+    }
+    sandbox.give_to_server(&data)?;
+    let mut restored = restore_unpacked(job, sandbox, &data, started, fetch_end, restore_started).await?;
+    restored.manifest = Some(format!(
+        "{} links combined with pg_combinebackup; each checked against its own manifest — {}",
+        links.len(),
+        checked.join("; ")
+    ));
+    restored.combine = Some(combine_took);
+    Ok(restored)
+}
+
+/// `pg_combinebackup -o DATA LINK…` of the chain's major, contained.
+async fn combine(
+    sandbox: &Sandbox,
+    bins: &crate::Binaries,
+    dirs: &[std::path::PathBuf],
+    data: &Path,
+) -> Result<(), RestoreError> {
+    let last = dirs.last().expect("a chain has links");
+    let major = read_major(last)?;
+    if major < 17 {
+        return Err(RestoreError::bad(
+            Stage::Restore,
+            format!("an incremental backup of PostgreSQL {major}: incremental backups exist from PostgreSQL 17 on"),
+        ));
+    }
+    let bin = bins.for_major(Some(major), true).map_err(|m| RestoreError::infra(Stage::Restore, m))?;
+    let tool = bin.tool("pg_combinebackup");
+    if !tool.is_file() {
+        return Err(RestoreError::infra(
+            Stage::Restore,
+            format!("{} not found: an incremental backup needs PostgreSQL {major}'s pg_combinebackup", tool.display()),
+        ));
+    }
+    if data.exists() && std::fs::read_dir(data).map(|mut d| d.next().is_some()).unwrap_or(true) {
+        return Err(RestoreError::infra(Stage::Restore, format!("{} is not empty", data.display())));
+    }
+    let _ = std::fs::remove_dir(data);
+    let mut policy = sandbox.policy(&[bin.dir.clone()]);
+    policy.read_only.extend(contain::system_read_paths(&bin.dir));
+    let mut child = tokio::process::Command::from(contain::command(&tool, &policy))
+        .arg("--no-sync")
+        .arg("-o")
+        .arg(data)
+        .args(dirs)
+        .env_clear()
+        .env("PATH", format!("{}:/usr/bin:/bin", bin.dir.display()))
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| RestoreError::infra(Stage::Restore, format!("cannot run {}: {e}", tool.display())))?;
+    let (status, stderr) = capture::wait_keeping_stderr(&mut child, 4000)
+        .await
+        .map_err(|e| RestoreError::infra(Stage::Restore, format!("running {}: {e}", tool.display())))?;
+    if !status.success() {
+        return Err(RestoreError::bad(
+            Stage::Restore,
+            format!("pg_combinebackup could not combine the backup's chain: {}", tail(&stderr, 4000)),
+        ));
+    }
+    Ok(())
 }
 
 /// Starts a sandbox server on an unpacked base backup in `dir` and waits for recovery.
@@ -268,7 +423,7 @@ pub(crate) async fn restore_unpacked(
             let fetch = job.fetch.shared_by(WAL_FILES_AT_ONCE);
             let recovered = recovery::start_while_fetching(
                 &mut sandbox,
-                job.pg_bindir.as_deref(),
+                &job.bins,
                 recovery::Replay { spool: &spool, target: &wal.target, streamed: true, standby: wal.standby },
                 names,
                 WAL_FILES_AT_ONCE,
@@ -281,7 +436,7 @@ pub(crate) async fn restore_unpacked(
             tracing::info!(files = n, "archived WAL replayed as it was fetched");
             recovered
         }
-        None => recovery::start_restored(&mut sandbox, job.pg_bindir.as_deref(), None).await?,
+        None => recovery::start_restored(&mut sandbox, &job.bins, None).await?,
     };
     let database = job.database_hint.clone().unwrap_or_else(|| "postgres".into());
     let fetch = fetch_end.lock().unwrap().map(|t| t - started).unwrap_or_default();
@@ -299,6 +454,7 @@ pub(crate) async fn restore_unpacked(
         horizon: recovered.horizon,
         bytes_fetched: None,
         archive: archive_check,
+        combine: None,
     })
 }
 
