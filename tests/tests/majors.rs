@@ -79,7 +79,7 @@ impl Lab {
              [sandbox.pg_bindirs]\n{major} = \"{bin}\"\n\
              [storage.s3]\nkind = \"s3\"\nbucket = \"{bucket}\"\nendpoint = \"{endpoint}\"\npath_style = true\n\
              [[target]]\nname = \"shop\"\nprimary = \"{primary}\"\nstorage = \"s3\"\nprefix = \"{prefix}\"\n\
-             rto = \"10m\"\nrpo = \"30d\"\npin = false\n{extra}\n",
+             rto = \"10m\"\nrpo = \"30d\"\n{extra}\n",
             root = self.root.path().display(),
             scratch = self.scratch.display(),
             major = self.major,
@@ -144,6 +144,9 @@ fn all_hold(what: &str, (code, run, all): &(Option<i32>, serde_json::Value, Stri
 #[test]
 fn postgresql_18_dumps_base_backups_points_in_time_and_incremental_chains() {
     let lab = Lab::new(18, &[("summarize_wal", "on")]);
+    // 18's own: a virtual generated column (computed when read, no storage).
+    lab.primary
+        .psql("shop", "alter table accounts add column tripled numeric generated always as (balance * 3) virtual");
     // Logical dumps in three formats.
     let dir = lab.root.path();
     lab.dump("-Fc", &dir.join("custom.dump"));
@@ -162,6 +165,28 @@ fn postgresql_18_dumps_base_backups_points_in_time_and_incremental_chains() {
         assert_eq!(r.1["restore"]["server_major"], 18, "restored by PostgreSQL 18: {}", r.1);
         assert_eq!(validator(&r.1, "amcheck")["status"], "passed", "{}", r.1);
     }
+    // The schema sees how a column is generated: a dump whose virtual column became a
+    // stored one differs.
+    let stored = lab.root.path().join("stored.dump");
+    lab.primary.psql("shop", "create database forged template shop; ");
+    lab.primary.psql(
+        "forged",
+        "alter table accounts drop column tripled;
+         alter table accounts add column tripled numeric generated always as (balance * 3) stored",
+    );
+    sh(&format!(
+        "{} -h {} -p {} -U postgres -Fc -f {} forged",
+        lab.tool("pg_dump"),
+        lab.primary.sock.display(),
+        lab.primary.port,
+        stored.display()
+    ));
+    lab.primary.psql("postgres", "drop database forged");
+    lab.s3.upload(&stored, &lab.bucket, "dumps/stored.dump");
+    let (code, run, all) = lab.verify(&dumps, "dumps/stored.dump");
+    assert_eq!(code, Some(1), "{run:#}\n{all}");
+    let schema = validator(&run, "schema")["detail"].as_str().unwrap().to_string();
+    assert!(schema.contains("column public.accounts.tripled differs") && schema.contains("virtual"), "{schema}");
 
     // A base backup, checked with 18's own pg_verifybackup; then a full backup and two
     // incrementals.
@@ -196,6 +221,20 @@ fn postgresql_18_dumps_base_backups_points_in_time_and_incremental_chains() {
     }
     let owners = validator(&r.1, "checksums");
     assert!(owners["measurements"]["covered_rows"].as_f64().unwrap() > 2000.0, "{owners}");
+    // Proven with its chain: every link's objects pinned.
+    let pinned: Vec<&str> =
+        r.1["backup"]["pinned"].as_array().unwrap().iter().filter_map(|p| p["key"].as_str()).collect();
+    assert!(pinned.contains(&"bb/1-full/base.tar") && pinned.contains(&"bb/2-inc1/backup_manifest"), "{pinned:?}");
+    // `backups list` shows the chain, found from the labels.
+    let env = [("SHOP_PW", lab.password.clone())];
+    let (out, _) = drcheck(&["--config", &physical.display().to_string(), "backups", "list", "--json"], &env, LIMIT);
+    let listed: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let entry = |key: &str| {
+        listed["targets"][0]["backups"].as_array().unwrap().iter().find(|b| b["key"] == key).cloned().unwrap()
+    };
+    assert_eq!((entry("bb/1-full/")["type"].as_str(), entry("bb/0/")["type"].as_str()), (Some("full"), Some("full")));
+    assert_eq!(entry("bb/3-inc2/")["incremental_of"], "bb/2-inc1/", "{listed}");
+    assert_eq!(entry("bb/2-inc1/")["incremental_of"], "bb/1-full/", "{listed}");
 
     // A point in time, replayed from the archive by PostgreSQL 18: commits on both sides.
     lab.primary.psql("shop", "insert into notes values ('before the point')");
@@ -217,6 +256,14 @@ fn postgresql_18_dumps_base_backups_points_in_time_and_incremental_chains() {
     assert!(recovered <= at.as_str(), "replay stopped at the point: {recovered} > {at}");
     assert_eq!(r.1["restore"]["target_reached"], true, "{}", r.1);
 
+    // A link changed after the chain was proven: the proof's pins say so.
+    lab.s3.upload(&full.join("backup_manifest"), &lab.bucket, "bb/2-inc1/backup_manifest");
+    let (out, _) =
+        drcheck(&["--config", &physical.display().to_string(), "verify", "--target", "shop", "--json"], &env, LIMIT);
+    let run = only_run(&out);
+    let pins = validator(&run, "pinned");
+    assert_eq!(pins["status"], "failed", "{run:#}");
+    assert!(pins["detail"].as_str().unwrap().contains("bb/2-inc1/backup_manifest"), "{pins}");
     // The chain without its middle link: the backup's failure, naming what is missing.
     for f in ["base.tar", "backup_manifest"] {
         lab.s3.delete(&lab.bucket, &format!("bb/2-inc1/{f}"));

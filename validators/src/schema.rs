@@ -50,7 +50,9 @@ union all
 select 'column', n.nspname || '.' || c.relname || '.' || a.attname,
        format_type(a.atttypid, a.atttypmod)
        || case when a.attnotnull then ' not null' else '' end
-       || case when a.attgenerated = 's' then ' generated always as ' || pg_get_expr(d.adbin, d.adrelid) else '' end
+       || case when a.attgenerated = 's' then ' generated always as ' || pg_get_expr(d.adbin, d.adrelid) || ' stored'
+               when a.attgenerated = 'v' then ' generated always as ' || pg_get_expr(d.adbin, d.adrelid) || ' virtual'
+               else '' end
        || case when a.attidentity <> '' then ' identity ' || a.attidentity::text else '' end
        || case when a.attgenerated = '' and d.adbin is not null then ' default ' || pg_get_expr(d.adbin, d.adrelid)
                else '' end, a.xmin

@@ -38,6 +38,46 @@ pub(crate) enum BackupsCommand {
     },
 }
 
+/// Each base backup of a store (not a tool's catalog): `full` or `incremental`, and an
+/// incremental's prior (its label's `INCREMENTAL FROM LSN`, another backup's start; `?`
+/// when no backup of the store started there). Backups whose label cannot be read are
+/// left out (logged).
+async fn chain_of(
+    config: &Config,
+    t: &drcheck_config::TargetConfig,
+    backups: &[drcheck_restore::Backup],
+) -> Vec<(String, (&'static str, Option<String>))> {
+    if t.source != drcheck_config::SourceConfig::Objects {
+        return Vec::new();
+    }
+    let store = drcheck_restore::open_store(&t.storage, &config.storage[&t.storage]).await;
+    let mut labels = Vec::new();
+    for b in backups.iter().filter(|b| b.is_physical()) {
+        match drcheck_restore::read_label(store.as_ref(), b).await {
+            Ok(Some(l)) => labels.push((b.key.clone(), l)),
+            Ok(None) => {}
+            Err(e) => tracing::warn!(backup = %b.key, "cannot read the backup's label: {e}"),
+        }
+    }
+    labels
+        .iter()
+        .map(|(key, l)| {
+            let kind = match l.from {
+                None => ("full", None),
+                Some((lsn, tli)) => {
+                    let prior = labels
+                        .iter()
+                        .find(|(_, p)| p.start_lsn == lsn && p.timeline == tli)
+                        .map(|(k, _)| k.clone())
+                        .unwrap_or_else(|| "? (its prior is not in the store)".into());
+                    ("incremental", Some(prior))
+                }
+            };
+            (key.clone(), kind)
+        })
+        .collect()
+}
+
 pub(crate) async fn list(config: &Config, target: Option<&str>, json: bool) -> Result<Exit, CliError> {
     let targets = super::select_targets(config, target)?;
     // When each backup last passed a verification: the history's word (left out, with
@@ -64,6 +104,10 @@ pub(crate) async fn list(config: &Config, target: Option<&str>, json: bool) -> R
         })?;
         // Each pinned proof against what the store holds now, and the store's protection.
         let (protection, changes) = protection_and_pins(config, t, &backups, proven.as_ref()).await;
+        // Base backups in a store: which are PostgreSQL 17+ incrementals, and of which
+        // backup (its label's INCREMENTAL FROM LSN, matched to another's start).
+        let chains = chain_of(config, t, &backups).await;
+        let kind_of = |key: &str| chains.iter().find(|(k, _)| k == key).map(|(_, c)| c.clone());
         let changed = |key: &str| changes.iter().find(|c| c.backup == key);
         let pinned = |key: &str| proof(key).is_some_and(|p| p.pin.is_some());
         if json {
@@ -76,6 +120,12 @@ pub(crate) async fn list(config: &Config, target: Option<&str>, json: bool) -> R
                         v["points_proven"] = proof(&b.key).map_or(0, |p| p.points_proven).into();
                         v["pinned"] = pinned(&b.key).into();
                         v["changed_since_proven"] = changed(&b.key).map(|c| c.what.clone()).unwrap_or_default().into();
+                    }
+                    if let Some(kind) = kind_of(&b.key) {
+                        v["type"] = kind.0.into();
+                        if let Some(prior) = kind.1 {
+                            v["incremental_of"] = prior.into();
+                        }
                     }
                     if let Some(c) = &b.catalog {
                         v["source"] = c.tool.into();
@@ -116,6 +166,12 @@ pub(crate) async fn list(config: &Config, target: Option<&str>, json: bool) -> R
                     .catalog
                     .as_ref()
                     .map(|c| format!("  {:<4} {} → ", c.kind, timestamp(c.started)))
+                    .or_else(|| {
+                        kind_of(&b.key).map(|(kind, prior)| match prior {
+                            Some(p) => format!("  {kind} of {}", crate::out::shown(&p)),
+                            None => format!("  {kind}"),
+                        })
+                    })
                     .unwrap_or_default();
                 let status = b
                     .catalog
