@@ -45,6 +45,10 @@ command -v sqlite3 >/dev/null 2>&1 || need_apt+=(sqlite3)
 [ -f /usr/lib/postgresql/15/lib/pg_cron.so ] || need_apt+=(postgresql-15-cron)
 # patchelf relocates the other PostgreSQL majors' wheels (below).
 command -v patchelf >/dev/null 2>&1 || need_apt+=(patchelf)
+# deploy/image-check.sh builds the image without a container daemon: buildah over a
+# debootstrap base.
+command -v buildah >/dev/null 2>&1 || need_apt+=(buildah)
+command -v debootstrap >/dev/null 2>&1 || need_apt+=(debootstrap)
 # A non-C locale (de_DE.UTF-8) for the test that a primary's lc_monetary cannot skew checksums.
 command -v localedef >/dev/null 2>&1 && [ -d /usr/share/i18n/locales ] || need_apt+=(locales)
 fi

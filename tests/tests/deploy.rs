@@ -309,3 +309,22 @@ fn a_follower_needs_its_volume_and_a_reachable_metrics_port() {
     );
     assert!(yaml.contains("storage: 10Gi"), "the follower's volume is sized like scratch: {yaml}");
 }
+
+/// Issue 47: the image builds without a container engine's daemon (buildah, chroot
+/// isolation, a debootstrap base imported locally, this machine's binary for the Rust
+/// stage) and verifies a backup inside itself as its non-root user, contained —
+/// `deploy/image-check.sh`, which says what it measured.
+#[test]
+fn the_image_builds_and_verifies_a_backup_inside_itself() {
+    let out = std::process::Command::new("bash")
+        .arg(root().join("deploy/image-check.sh"))
+        .env("DRCHECK_BIN", drcheck_e2e::drcheck_bin())
+        .output()
+        .unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    eprintln!("{text}");
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("verify inside the image as uid 10001: passed (exit 0)"), "{text}");
+    assert!(text.contains("containment landlock"), "contained inside the image too: {text}");
+    assert!(text.contains("drcheck 0.1.0"), "{text}");
+}
