@@ -146,6 +146,10 @@ pub struct StateConfig {
 #[derive(Debug, Clone, Serialize)]
 pub struct SandboxConfig {
     pub scratch_dir: PathBuf,
+    /// Whether the file sets `scratch_dir` (else it is the default, which a generated
+    /// pod's `DRCHECK_SCRATCH_DIR` makes its scratch volume).
+    #[serde(skip)]
+    pub scratch_dir_set: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pg_bindir: Option<PathBuf>,
     /// `[sandbox.pg_bindirs]`: each major's binaries (server and client tools), used for
@@ -574,6 +578,10 @@ pub struct ValidatorsConfig {
     /// deadline are made of it.
     #[serde(serialize_with = "ser_duration")]
     pub phase_timeout: Duration,
+    /// Whether the file sets `phase_timeout` (else it is the RTO's share: `(4 −
+    /// abort_factor) × rto − 10m`, at least 5m).
+    #[serde(skip)]
+    pub phase_timeout_set: bool,
     /// `statement_timeout` of every query on the primary.
     #[serde(serialize_with = "ser_duration")]
     pub statement_timeout: Duration,
@@ -664,7 +672,15 @@ pub(crate) fn validate(
 ) -> Result<Config, ConfigError> {
     let cx = Ctx { path, text, env, here };
 
-    let url = cx.opt_string("state.url", &raw.state.url)?.unwrap_or_else(|| DEFAULT_STATE_URL.to_string());
+    let mut url = cx.opt_string("state.url", &raw.state.url)?.unwrap_or_else(|| DEFAULT_STATE_URL.to_string());
+    // Read for somewhere else (`deploy kubernetes` on an operator's laptop): a URL that
+    // is all one variable only the pod's Secret holds is the pod's PostgreSQL store.
+    if !cx.here
+        && let Some(name) = url.strip_prefix("unset-")
+        && raw.state.url.as_ref().is_some_and(|v| v.get_ref().trim() == format!("${{{name}}}"))
+    {
+        url = format!("postgres://unset-{name}");
+    }
     if !(url.starts_with("sqlite:") || url.starts_with("postgres://") || url.starts_with("postgresql://")) {
         let span = raw.state.url.as_ref().map(|v| v.span());
         return Err(cx.err("state.url", span, "expected a `sqlite://PATH` or `postgres://…` URL"));
@@ -928,6 +944,7 @@ pub(crate) fn validate(
             scratch_dir,
             pg_bindir,
             pg_bindirs,
+            scratch_dir_set: raw.sandbox.scratch_dir.is_some(),
             profile,
             expansion_factor,
             require_containment,
@@ -946,6 +963,10 @@ pub(crate) fn validate(
 /// `/var/lib/drcheck` as root, `$XDG_RUNTIME_DIR/drcheck` (a per-user 0700 directory)
 /// otherwise, the system temp directory only when neither is available.
 pub fn default_scratch_dir() -> PathBuf {
+    // The generated Kubernetes pods say where their scratch volume is mounted.
+    if let Some(d) = std::env::var_os("DRCHECK_SCRATCH_DIR").filter(|d| std::path::Path::new(d).is_absolute()) {
+        return PathBuf::from(d);
+    }
     if nix::unistd::Uid::effective().is_root() {
         return PathBuf::from("/var/lib/drcheck");
     }

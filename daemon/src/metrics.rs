@@ -37,6 +37,7 @@ pub(crate) struct Metrics {
     backups_restorable: IntGaugeVec,
     backups_proven: IntGaugeVec,
     backups_unproven: IntGaugeVec,
+    proves_window: IntGaugeVec,
     points_in_time_proven_total: IntCounterVec,
     pub scheduled_runs_total: IntCounterVec,
     pub runs_in_flight: IntGauge,
@@ -373,6 +374,12 @@ impl Metrics {
                 "Restorable backups with no passing verification within prove_within.",
                 &["target"],
             ),
+            proves_window: int_gauge(
+                &r,
+                "drcheck_proves_retention",
+                "1 when the target sets out to prove every restorable backup in turn (select = \"least-proven\"), else 0: DrcheckBackupsUnproven holds it to that.",
+                &["target"],
+            ),
             points_in_time_proven_total: counter(
                 &r,
                 "drcheck_points_in_time_proven_total",
@@ -491,6 +498,9 @@ impl Metrics {
         for t in &config.targets {
             self.rto_target.with_label_values(&[&t.name]).set(t.rto.as_secs_f64());
             self.rpo_target.with_label_values(&[&t.name]).set(t.rpo.as_secs_f64());
+            self.proves_window
+                .with_label_values(&[&t.name])
+                .set(i64::from(t.select == drcheck_config::Selection::LeastProven));
             self.runs_total.with_label_values(&[&t.name, "passed"]);
             self.runs_total.with_label_values(&[&t.name, "failed"]);
             self.runs_total.with_label_values(&[&t.name, "error"]);
@@ -542,6 +552,7 @@ impl Metrics {
             forget(&self.backups_restorable, "target", v);
             forget(&self.backups_proven, "target", v);
             forget(&self.backups_unproven, "target", v);
+            forget(&self.proves_window, "target", v);
             forget(&self.points_in_time_proven_total, "target", v);
             forget(&self.scheduled_runs_total, "target", v);
             forget(&self.heartbeat.last_write, "target", v);

@@ -83,7 +83,12 @@ pub(super) fn validate_target(
         },
     };
     let heartbeat = validate_heartbeat(cx, i, t)?;
-    let mut validators = validate_validators(cx, i, t)?;
+    // The validate phase's default keeps a run within 4× the RTO (the rule `config check`
+    // and `deploy kubernetes` warn by): rto × abort_factor + phase + 10m.
+    let rto = cx.duration(&key("rto"), &t.rto)?;
+    let four = rto.mul_f64((4.0 - abort_factor).max(0.0));
+    let default_phase = four.saturating_sub(Duration::from_secs(600)).max(Duration::from_secs(300));
+    let mut validators = validate_validators(cx, i, t, default_phase)?;
     // `point_in_time` runs by default only where it has something to check: a heartbeat
     // table, or replay to a moment.
     // The heartbeat says when each of its rows was written: its `at` is an `as_of`
@@ -405,7 +410,12 @@ fn validate_kubernetes(cx: &Ctx<'_>, i: usize, t: &RawTarget) -> Result<Kubernet
     })
 }
 
-fn validate_validators(cx: &Ctx<'_>, i: usize, t: &RawTarget) -> Result<ValidatorsConfig, ConfigError> {
+fn validate_validators(
+    cx: &Ctx<'_>,
+    i: usize,
+    t: &RawTarget,
+    default_phase: Duration,
+) -> Result<ValidatorsConfig, ConfigError> {
     let key = |k: &str| format!("target[{i}].validators.{k}");
     let v = t.validators.as_ref();
     let enabled = match v.and_then(|v| v.enabled.as_ref()) {
@@ -490,9 +500,15 @@ fn validate_validators(cx: &Ctx<'_>, i: usize, t: &RawTarget) -> Result<Validato
         }
         checks.push(CustomCheck { name: c.name.get_ref().clone(), sql: c.sql.get_ref().clone(), expect });
     }
+    let timeout_set = v.and_then(|v| v.timeout.as_ref()).is_some();
+    let phase_set = v.and_then(|v| v.phase_timeout.as_ref()).is_some();
     let timeout = dur("timeout", v.and_then(|v| v.timeout.as_ref()), 1800)?;
+    // Unset, each validator may take the whole phase, at most 30 minutes.
+    let timeout = if timeout_set || phase_set { timeout } else { timeout.min(default_phase) };
     let phase_timeout = match v.and_then(|v| v.phase_timeout.as_ref()) {
-        None => timeout * 2,
+        // Unset: the RTO's share (see validate_target), at least the one validator's.
+        None if timeout_set => default_phase.max(timeout),
+        None => default_phase,
         Some(s) => {
             let d = cx.duration(&key("phase_timeout"), s)?;
             if d < timeout {
@@ -513,6 +529,7 @@ fn validate_validators(cx: &Ctx<'_>, i: usize, t: &RawTarget) -> Result<Validato
         enabled,
         timeout,
         phase_timeout,
+        phase_timeout_set: phase_set,
         statement_timeout: dur("statement_timeout", v.and_then(|v| v.statement_timeout.as_ref()), 60)?,
         primary_concurrency: count("primary_concurrency", v.and_then(|v| v.primary_concurrency.as_ref()), 2, 16)?
             as u32,

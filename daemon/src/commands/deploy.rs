@@ -173,7 +173,10 @@ pub(crate) fn cronjob(t: &TargetConfig, o: &Options, scratch: &str) -> Result<se
                             "image": o.image,
                             "args": ["verify", "--target", t.name],
                             "envFrom": env_from(t, o),
-                            "env": [{"name": "DRCHECK_CONFIG", "value": "/etc/drcheck/drcheck.toml"}],
+                            "env": [
+                                {"name": "DRCHECK_CONFIG", "value": "/etc/drcheck/drcheck.toml"},
+                                {"name": "DRCHECK_SCRATCH_DIR", "value": POD_SCRATCH_DIR}
+                            ],
                             "securityContext": {
                                 "allowPrivilegeEscalation": false,
                                 "readOnlyRootFilesystem": true,
@@ -320,7 +323,8 @@ pub(crate) fn pod_problems(config: &Config, targets: &[&TargetConfig]) -> (Vec<S
             config.state.url.redacted()
         ));
     }
-    if !in_dir(&config.sandbox.scratch_dir, POD_SCRATCH_DIR) {
+    // Left at its default, the pod's own (`DRCHECK_SCRATCH_DIR`, set in the pod).
+    if config.sandbox.scratch_dir_set && !in_dir(&config.sandbox.scratch_dir, POD_SCRATCH_DIR) {
         refused.push(format!(
             "sandbox.scratch_dir is {}: the pod's scratch volume is mounted at {POD_SCRATCH_DIR} — set \
              scratch_dir = \"{POD_SCRATCH_DIR}\"",

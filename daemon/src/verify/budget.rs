@@ -29,7 +29,8 @@ pub(crate) fn config_warnings(config: &Config, budgets: bool) -> Vec<String> {
             continue;
         }
         let budget = run_budget(t);
-        if budgets && budget > t.rto * 4 {
+        // The default phase keeps to the rule; a phase the file sets is what to lower.
+        if budgets && budget > t.rto * 4 && t.validators.phase_timeout_set {
             out.push(format!(
                 "target {:?}: a run may take {} (rto {rto} × abort_factor {} + validators.phase_timeout {} + 10m), \
                  over 4× the RTO: a stuck run holds its lease and its CronJob that long — lower validators.phase_timeout",

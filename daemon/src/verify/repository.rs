@@ -167,15 +167,24 @@ mod tool_check_tests {
         assert_eq!(archive_stalled(now + day, day, now), None, "a clock ahead is not stalled");
     }
 
+    /// Issue 48: the defaults warned against themselves ("a run may take 1h 40m … lower
+    /// validators.phase_timeout"). The default phase is the RTO's share of the 4× rule.
     #[test]
     fn the_run_budget_is_the_restore_deadline_and_the_validate_phase() {
         let c = config("rto = \"15m\"\n").unwrap();
-        // 15m × 2 + the phase's 1h (twice the validators' 30m) + 10m.
-        assert_eq!(run_budget(&c.targets[0]), Duration::from_secs(100 * 60));
-        let w = config_warnings(&c, true);
+        // 15m × 2 + the phase's default (4 − 2) × 15m − 10m = 20m + 10m: exactly 4× the RTO.
+        assert_eq!(c.targets[0].validators.phase_timeout, Duration::from_secs(20 * 60));
+        assert_eq!(c.targets[0].validators.timeout, Duration::from_secs(20 * 60), "at most the phase");
+        assert_eq!(run_budget(&c.targets[0]), Duration::from_secs(60 * 60));
+        assert!(config_warnings(&c, true).is_empty(), "no warning with the defaults");
+        let long = config("rto = \"15m\"\n[target.validators]\nphase_timeout = \"1h\"\n").unwrap();
+        let w = config_warnings(&long, true);
         assert_eq!(w.len(), 1, "{w:?}");
         assert!(w[0].contains("a run may take 1h 40m") && w[0].contains("lower validators.phase_timeout"), "{w:?}");
-        assert!(config_warnings(&c, false).is_empty(), "the daemon's start warns of units only");
+        assert!(config_warnings(&long, false).is_empty(), "the daemon's start warns of units only");
+        let day = config("rto = \"6h\"\n").unwrap();
+        assert_eq!(day.targets[0].validators.phase_timeout, Duration::from_secs(11 * 3600 + 50 * 60));
+        assert_eq!(day.targets[0].validators.timeout, Duration::from_secs(30 * 60), "30m a validator");
         let tight = config("rto = \"15m\"\n[target.validators]\ntimeout = \"5m\"\nphase_timeout = \"20m\"\n").unwrap();
         assert_eq!(run_budget(&tight.targets[0]), Duration::from_secs(60 * 60));
         assert!(config_warnings(&tight, true).is_empty());

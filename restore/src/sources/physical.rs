@@ -354,7 +354,7 @@ async fn combine(
         return Err(RestoreError::infra(Stage::Restore, format!("{} is not empty", data.display())));
     }
     let _ = std::fs::remove_dir(data);
-    let mut policy = sandbox.policy(&[bin.dir.clone()]);
+    let mut policy = sandbox.policy(std::slice::from_ref(&bin.dir));
     policy.read_only.extend(contain::system_read_paths(&bin.dir));
     let mut child = tokio::process::Command::from(contain::command(&tool, &policy))
         .arg("--no-sync")
