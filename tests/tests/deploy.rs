@@ -331,3 +331,66 @@ fn the_image_builds_and_verifies_a_backup_inside_itself() {
     assert!(text.contains("containment landlock"), "contained inside the image too: {text}");
     assert!(text.contains("drcheck 0.1.0"), "{text}");
 }
+
+/// Issue 48: every shipped alert rule is silent for a healthy target with default settings
+/// (`select = "latest"`, two backups in the store — the older one proven on its own night,
+/// not since). The series are a real daemon's after a passing run, held for 33 hours; the
+/// promtool test holds every rule of `deploy/prometheus/rules.yml` to no alert.
+#[test]
+fn every_shipped_alert_is_silent_for_a_healthy_default_target() {
+    let scene = Scene::start();
+    // A newer backup beside the one Scene uploaded: the older one stays unproven.
+    std::thread::sleep(Duration::from_millis(1100));
+    scene.s3.upload(&scene.dump, &scene.bucket, "orders/orders-2.dump");
+    let port = free_port();
+    let mut spec = scene.spec();
+    spec.extra_target = format!("[metrics]\nlisten = \"127.0.0.1:{port}\"\n[api]\ntoken = \"t\"\n");
+    let config = scene.config(&spec);
+    let mut d = Daemon::start(&config, port, &scene.env());
+    assert_eq!(
+        http_request(port, "POST", "/api/v1/targets/orders/verify", &[("Authorization", "Bearer t")], "").0,
+        202
+    );
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let exposition = loop {
+        let m = http_get(port, "/metrics");
+        if m.contains("drcheck_last_run_success{target=\"orders\"} 1") {
+            break m;
+        }
+        assert!(Instant::now() < deadline, "no passing run:\n{m}");
+        std::thread::sleep(Duration::from_millis(300));
+    };
+    d.terminate(Duration::from_secs(60));
+    assert!(exposition.contains("drcheck_backups_unproven{target=\"orders\"} 1"), "the older backup: {exposition}");
+    let mut series = String::new();
+    for line in exposition.lines().filter(|l| l.starts_with("drcheck_")) {
+        let (name_labels, value) = line.rsplit_once(' ').unwrap();
+        let with_job = match name_labels.split_once('{') {
+            Some((name, rest)) => format!("{name}{{job=\"drcheck\",{rest}"),
+            None => format!("{name_labels}{{job=\"drcheck\"}}"),
+        };
+        series.push_str(&format!("      - series: '{with_job}'\n        values: '{value}x2000'\n"));
+    }
+    let rules = root().join("deploy/prometheus/rules.yml");
+    let alerts: Vec<String> = std::fs::read_to_string(&rules)
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("- alert: ").map(str::to_string))
+        .collect();
+    assert!(alerts.len() >= 20, "{alerts:?}");
+    let mut checks = String::new();
+    for a in &alerts {
+        for at in ["1h", "27h", "33h"] {
+            checks.push_str(&format!("      - eval_time: {at}\n        alertname: {a}\n        exp_alerts: []\n"));
+        }
+    }
+    let test = format!(
+        "rule_files:\n  - {}\nevaluation_interval: 1m\ntests:\n  - interval: 1m\n    input_series:\n{series}    alert_rule_test:\n{checks}",
+        rules.display()
+    );
+    let file = scene.root.path().join("healthy_test.yml");
+    std::fs::write(&file, test).unwrap();
+    let out = std::process::Command::new("promtool").args(["test", "rules"]).arg(&file).output().unwrap();
+    let said = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "an alert fires for a healthy default target:\n{said}");
+}
