@@ -63,6 +63,9 @@ pub(crate) enum Command {
     /// What the store's credentials may do to the backups, and how the bucket protects them.
     #[command(subcommand)]
     Storage(StorageCommand),
+    /// Decisions about a target's WAL archive.
+    #[command(subcommand)]
+    Archive(crate::commands::archive::ArchiveCommand),
     /// Show past runs from the history store.
     History(HistoryArgs),
     /// Each target's last verdict, RTO and RPO against their targets, proven backups,
@@ -219,6 +222,12 @@ pub(crate) async fn run(cli: Cli) -> Result<Exit, CliError> {
         }
         Command::Backups(BackupsCommand::Fetch { target, backup, output, decode }) => {
             commands::backups::fetch(&config, &target, backup.as_deref(), &output, decode).await
+        }
+        Command::Backups(BackupsCommand::Forget { target, key, reason, by }) => {
+            commands::backups::forget(&config, &target, &key, &reason, by.as_deref()).await
+        }
+        Command::Archive(commands::archive::ArchiveCommand::AcknowledgeGap { target, from, to, reason, by }) => {
+            commands::archive::acknowledge_gap(&config, &target, &from, &to, &reason, by.as_deref()).await
         }
         Command::Storage(StorageCommand::Check { target, json }) => {
             commands::storage::check(&config, target.as_deref(), json).await

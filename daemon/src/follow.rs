@@ -22,6 +22,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 use tokio_util::sync::CancellationToken;
 
+/// The `reason` label of `drcheck_follow_not_replayable` for a gap the operator
+/// acknowledged lost: `DrcheckArchiveNotReplayable` leaves it out.
+const ACKNOWLEDGED_GAP: &str = "acknowledged_gap";
+
 /// A backup tool's catalog is read again this often while following (the archive it
 /// names changes with a stanza upgrade; the newest backup, for the next seed).
 const CATALOG_EVERY: Duration = Duration::from_secs(3600);
@@ -491,7 +495,19 @@ async fn report(
     }
     let up = step.problem.is_none() && step.unreachable.is_none() && fl.sandbox().has_server();
     m.up.with_label_values(&[name]).set(i64::from(up));
-    let now = problem_now(step);
+    let history = &shared.history;
+    // A gap the operator acknowledged lost (issue 48): named, never paged.
+    let acknowledged = match &step.problem {
+        Some(p) if p.reason == "gap" => history
+            .acks(name, crate::history::WAL_GAP)
+            .await
+            .unwrap_or_default()
+            .into_iter()
+            .find(|a| a.covers_segment(&p.segment)),
+        _ => None,
+    };
+    let now =
+        problem_now(step).map(|(s, r)| if acknowledged.is_some() { (s, ACKNOWLEDGED_GAP.to_string()) } else { (s, r) });
     if *problem_before != now {
         if let Some((segment, reason)) = problem_before.take() {
             let _ = m.not_replayable.remove_label_values(&[name, &segment, &reason]);
@@ -502,8 +518,12 @@ async fn report(
         *problem_before = now;
     }
     let sinks: Vec<String> = config.alerts.iter().map(|a| a.name.clone()).collect();
-    let history = &shared.history;
     match &step.problem {
+        Some(p) if let Some(a) = &acknowledged => {
+            tracing::info!(target = %name, segment = %p.segment, acknowledgement = %a.describe(), "the follower stands at an acknowledged gap in the archive: reseed it from a base backup taken after the gap");
+            let desc = format!("WAL segment {} of {name}: a gap acknowledged lost ({})", p.segment, a.describe());
+            let _ = history.resolve(name, alerts::ARCHIVE_NOT_REPLAYABLE, &desc, &sinks).await;
+        }
         Some(p) => {
             tracing::warn!(target = %name, segment = %p.segment, reason = p.reason, detail = %p.detail, "the archive cannot be replayed");
             let desc = format!("WAL segment {} of {name} cannot be replayed ({}): {}", p.segment, p.reason, p.detail);
@@ -549,6 +569,8 @@ async fn report(
     set_view(shared, name, |v| {
         v.state = if up {
             "following".into()
+        } else if acknowledged.is_some() {
+            "at an acknowledged gap".into()
         } else if step.problem.is_some() {
             "not replayable".into()
         } else {
@@ -565,7 +587,10 @@ async fn report(
         v.problem = step
             .problem
             .as_ref()
-            .map(|p| format!("{} ({}): {}", p.segment, p.reason, p.detail))
+            .map(|p| match &acknowledged {
+                Some(a) => format!("{} (gap, acknowledged lost — {}): {}", p.segment, a.describe(), p.detail),
+                None => format!("{} ({}): {}", p.segment, p.reason, p.detail),
+            })
             .or_else(|| step.unreachable.clone());
         v.checked_at = Some(humantime::format_rfc3339_seconds(SystemTime::now()).to_string());
         v.seeded_from = Some(fl.state().backup.clone());

@@ -367,6 +367,30 @@ fn a_follower_replays_the_archive_as_it_grows_and_names_the_segment_it_cannot_re
     wait_for("the gap is alerted", Duration::from_secs(15), &mut daemon, || {
         alerts(&hook).into_iter().find(|a| a.contains("DrcheckArchiveNotReplayable") && a.contains(&lost))
     });
+    // Issue 48: the operator acknowledges the segment lost, through the API: the follower
+    // names it so, and it no longer pages (its alert resolves).
+    let decision =
+        format!("{{\"from\":\"{lost}\",\"to\":\"{lost}\",\"reason\":\"lost with the old archiver\",\"by\":\"ada\"}}");
+    let json = [("Authorization", "Bearer tok-follow"), ("Content-Type", "application/json")];
+    let (status, said) =
+        drcheck_e2e::http_request(port, "POST", "/api/v1/targets/orders/archive/acknowledge-gap", &json, &decision);
+    assert_eq!(status, 201, "{said}");
+    assert!(said.contains("\"by\":\"ada\"") && said.contains("lost with the old archiver"), "{said}");
+    let (status, _) = drcheck_e2e::http_request(
+        port,
+        "POST",
+        "/api/v1/targets/orders/archive/acknowledge-gap",
+        &[("Content-Type", "application/json")],
+        &decision,
+    );
+    assert_eq!(status, 401, "a decision needs the token");
+    wait_for("the acknowledged gap is named", INTERVAL * 2 + SLACK, &mut daemon, || {
+        metric(port, "drcheck_follow_not_replayable", &format!("reason=\"acknowledged_gap\",segment=\"{lost}\""))
+            .filter(|v| *v == 1.0)
+    });
+    wait_for("the acknowledged gap no longer pages", Duration::from_secs(15), &mut daemon, || {
+        alerts(&hook).into_iter().find(|a| a.contains("DrcheckArchiveNotReplayable") && a.contains("resolved"))
+    });
     // The segment arrives late: replay moves on, the alert resolves.
     let t3 = commit(&primary, "after the gap was filled");
     close_segment(&primary, &archive_dir);

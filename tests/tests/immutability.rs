@@ -189,6 +189,57 @@ fn locks_are_required_proofs_are_pinned_and_the_verifier_writes_nothing() {
     assert_eq!((code, pin["status"].as_str()), (Some(1), Some("failed")), "{pin}");
     assert!(pin["detail"].as_str().unwrap().contains("dumps/orders-1.dump: gone from the store"), "{pin}");
 
+    // Issue 48: deleted on purpose — the operator says so, once; the next run's pins hold,
+    // and the decision is in the evidence with who and why. Never silent: no reason, no
+    // forgetting; a backup never proven has nothing to forget.
+    let (out, _) = drcheck(
+        &["--config", &cfg, "backups", "forget", "--target", "plain", "dumps/orders-1.dump", "--reason", ""],
+        &[],
+        LIMIT,
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let (out, _) = drcheck(
+        &["--config", &cfg, "backups", "forget", "--target", "plain", "dumps/never.dump", "--reason", "x"],
+        &[],
+        LIMIT,
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("not a proven backup"), "{}", stderr(&out));
+    let (out, _) = drcheck(
+        &[
+            "--config",
+            &cfg,
+            "backups",
+            "forget",
+            "--target",
+            "plain",
+            "dumps/orders-1.dump",
+            "--reason",
+            "held a bad migration",
+            "--by",
+            "ada",
+        ],
+        &[],
+        LIMIT,
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(stdout(&out).contains("acknowledged by ada"), "{}", stdout(&out));
+    let (code, run, _) = verify("plain");
+    let pin = finding(&run, "pinned");
+    assert_ne!(pin["status"], "failed", "forgotten on purpose: {pin}");
+    assert_ne!(code, Some(1), "{run}");
+    let (out, _) = drcheck(
+        &["--config", &cfg, "report", "--format", "markdown", "--since", "1d", "--target", "plain"],
+        &[],
+        LIMIT,
+    );
+    assert!(
+        stdout(&out).contains("Acknowledged: backup dumps/orders-1.dump deleted on purpose")
+            && stdout(&out).contains("held a bad migration"),
+        "{}",
+        stdout(&out)
+    );
+
     // storage check: without probe_write, no write request reaches the server.
     let log = root.path().join("moto.log");
     let before = s3_writes(&log);

@@ -36,6 +36,48 @@ pub(crate) enum BackupsCommand {
         #[arg(long)]
         decode: bool,
     },
+    /// Forget a proven backup deleted on purpose: its proof and pins are dropped, so later
+    /// runs no longer fail `pinned` for it — recorded with who, when and why (history,
+    /// the evidence report). Never silent: the reason is required.
+    Forget {
+        /// The target the backup is of.
+        #[arg(long)]
+        target: String,
+        /// The backup's key (as `backups list` shows it).
+        key: String,
+        /// Why it is gone on purpose.
+        #[arg(long)]
+        reason: String,
+        /// Who decided (default: the login name drcheck runs as).
+        #[arg(long)]
+        by: Option<String>,
+    },
+}
+
+/// `backups forget`: the proof dropped and the decision recorded, in one transaction.
+pub(crate) async fn forget(
+    config: &Config,
+    target: &str,
+    key: &str,
+    reason: &str,
+    by: Option<&str>,
+) -> Result<Exit, CliError> {
+    let t = super::select_targets(config, Some(target))?[0];
+    if reason.trim().is_empty() {
+        return Err(CliError::usage(anyhow::anyhow!("--reason must say why the backup is gone on purpose")));
+    }
+    let history = crate::history::History::open(&config.state.url).await.map_err(CliError::incomplete)?;
+    let by = by.map(str::to_string).unwrap_or_else(crate::history::who_here);
+    let acked = history.acknowledge(&t.name, crate::history::FORGOTTEN_BACKUP, key, None, reason, &by).await;
+    history.close().await;
+    let ack = acked.map_err(CliError::usage)?;
+    crate::outln!(
+        "{}: forgot the proof of {} — {}",
+        t.name,
+        crate::out::shown(key),
+        crate::out::shown(&ack.describe())
+    );
+    Ok(Exit::Passed)
 }
 
 /// Each base backup of a store (not a tool's catalog): `full` or `incremental`, and an

@@ -2,6 +2,7 @@
 //! `crate::cli` names them in its command enum and dispatches.
 
 pub(crate) mod alerts;
+pub(crate) mod archive;
 pub(crate) mod backups;
 pub(crate) mod canary;
 pub(crate) mod config_check;

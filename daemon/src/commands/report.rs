@@ -144,7 +144,11 @@ pub(crate) async fn make(config: &Config, args: MakeReportArgs) -> Result<Exit, 
         async move {
             let runs = history.between_for(&name, &from_s, &to_s).await?;
             let runs = runs.iter().map(RunEvidence::from_report).collect();
-            anyhow::Ok(evidence::target_evidence(&name, runs, from_e, to_e))
+            let acknowledgements = history.acks_between(&name, &from_s, &to_s).await?;
+            anyhow::Ok(evidence::TargetEvidence {
+                acknowledgements,
+                ..evidence::target_evidence(&name, runs, from_e, to_e)
+            })
         }
     };
     let mut heads = Vec::with_capacity(names.len());

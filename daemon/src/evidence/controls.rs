@@ -433,6 +433,7 @@ mod tests {
             coverage: None,
             immutability: None,
             pinned: None,
+            acknowledgements: Vec::new(),
             runs,
         };
         facts(&t, 86_400.0)

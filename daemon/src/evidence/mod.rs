@@ -58,6 +58,10 @@ pub(crate) struct TargetEvidence {
     /// Whether the proven backups are still as proven (the newest `pinned` finding).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pinned: Option<ValidatorEvidence>,
+    /// What operators decided in the window (issue 48): proven backups forgotten on
+    /// purpose, WAL segments acknowledged lost — who, when, why.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub acknowledgements: Vec<crate::history::Ack>,
     /// Oldest first.
     pub runs: Vec<RunEvidence>,
 }
@@ -305,6 +309,7 @@ pub(crate) fn target_evidence(name: &str, mut runs: Vec<RunEvidence>, from: f64,
         coverage,
         immutability: newest_finding("immutability"),
         pinned: newest_finding("pinned"),
+        acknowledgements: Vec::new(),
         runs,
     }
 }

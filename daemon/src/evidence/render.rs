@@ -254,6 +254,9 @@ fn html_section(e: &Evidence, t: &TargetEvidence) -> String {
         for (what, f) in store_findings(t) {
             let _ = writeln!(h, "<p class=\"store\">{what}: {} — {}</p>", esc(&f.status), esc(&f.detail));
         }
+        for a in &t.acknowledgements {
+            let _ = writeln!(h, "<p class=\"acknowledged\">Acknowledged: {}</p>", esc(&acknowledgement(a)));
+        }
         h.push_str(&rto_chart(t, &e.from, &e.to));
         let _ = writeln!(
             h,
@@ -496,6 +499,16 @@ fn cell(s: &str) -> String {
     s.replace('|', "\\|").replace(['\n', '\r'], " ")
 }
 
+/// An operator's decision, said in a report.
+fn acknowledgement(a: &crate::history::Ack) -> String {
+    match (a.kind.as_str(), &a.subject_to) {
+        (crate::history::WAL_GAP, Some(to)) => {
+            format!("WAL {}..{} lost, {}", a.subject, to, a.describe())
+        }
+        _ => format!("backup {} deleted on purpose, its proof forgotten, {}", a.subject, a.describe()),
+    }
+}
+
 /// The newest comparing run's content proven, `content proven N%`, or `—`.
 fn content(s: &super::Summary) -> String {
     s.content_proven_percent.map(|p| format!("{p}%")).unwrap_or_else(|| "—".into())
@@ -550,6 +563,9 @@ fn markdown_section(t: &TargetEvidence) -> String {
         }
         for (what, f) in store_findings(t) {
             let _ = writeln!(m, "{what}: {} — {}\n", cell(&f.status), cell(&f.detail));
+        }
+        for a in &t.acknowledgements {
+            let _ = writeln!(m, "Acknowledged: {}\n", cell(&acknowledgement(a)));
         }
         let _ = writeln!(
             m,

@@ -335,6 +335,7 @@ pub(crate) mod tests_support {
                 coverage: None,
                 immutability: None,
                 pinned: None,
+                acknowledgements: Vec::new(),
                 runs: vec![run("a", "passed"), run("bb", "failed")],
             }],
             drills: vec![DrillEvidence {

@@ -324,6 +324,7 @@ pub(crate) fn canonical_target(
         coverage: t.coverage.clone(),
         immutability: t.immutability.clone(),
         pinned: t.pinned.clone(),
+        acknowledgements: t.acknowledgements.clone(),
         runs: Vec::new(),
     };
     let serde_json::Value::Object(mut fields) = serde_json::to_value(&head)? else {

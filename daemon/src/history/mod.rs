@@ -6,6 +6,7 @@
 //! [`leases`] (one verification of a target at a time), [`drills`]; the schema's
 //! migrations are `daemon/migrations/`, applied by [`History::open`].
 
+mod acks;
 mod canaries;
 mod drills;
 mod journal;
@@ -13,6 +14,7 @@ mod leases;
 mod outbox;
 mod runs;
 
+pub(crate) use acks::{Ack, FORGOTTEN_BACKUP, WAL_GAP, gap_bounds, who_here};
 pub(crate) use leases::{Leased, holder_alive_here, lease_holder_name};
 pub(crate) use outbox::OutboxRow;
 pub(crate) use runs::Proven;

@@ -2,7 +2,10 @@
 //! `/metrics`, `/healthz`, `/readyz`, `GET /api/v1/runs`, `GET /api/v1/runs/{id}` (the
 //! recorded report; 202 with `status: running` for a triggered run not recorded yet;
 //! 404 otherwise), `POST /api/v1/targets/{name}/verify` (bearer token; 401 without it,
-//! 404 for an unknown target, 409 while that target runs, 202 with the run id otherwise).
+//! 404 for an unknown target, 409 while that target runs, 202 with the run id otherwise),
+//! `POST /api/v1/targets/{name}/backups/forget` (`{"key", "reason", "by"}`) and
+//! `POST /api/v1/targets/{name}/archive/acknowledge-gap` (`{"from", "to", "reason", "by"}`):
+//! an operator's decision recorded (issue 48; 201 with it, 400 when it cannot be).
 //!
 //! With `[api] token` set, every route under `/api` needs it (a layer over the whole
 //! `/api` tree, so a new route cannot forget it) and the status pages ask for it
@@ -21,6 +24,8 @@ pub(super) fn router(shared: Arc<Shared>) -> axum::Router {
         .route("/api/v1/runs", get(runs))
         .route("/api/v1/runs/{id}", get(run_by_id))
         .route("/api/v1/targets/{name}/verify", post(trigger))
+        .route("/api/v1/targets/{name}/backups/forget", post(forget))
+        .route("/api/v1/targets/{name}/archive/acknowledge-gap", post(acknowledge_gap))
         .route_layer(axum::middleware::from_fn_with_state(shared.clone(), require_token));
     axum::Router::new()
         .route("/", get(super::status::index))
@@ -132,4 +137,51 @@ async fn trigger(State(s): State<Arc<Shared>>, Path(name): Path<String>, headers
         sh.running.lock().unwrap().remove(&t);
     });
     (StatusCode::ACCEPTED, Json(serde_json::json!({"run_id": run_id, "target": name}))).into_response()
+}
+
+/// An operator's decision through the API: what it is about, why, and who.
+#[derive(serde::Deserialize)]
+struct Decision {
+    key: Option<String>,
+    from: Option<String>,
+    to: Option<String>,
+    reason: String,
+    /// Who decided; the API cannot tell who holds the token, so it is said.
+    by: Option<String>,
+}
+
+async fn decide(s: &Shared, name: &str, kind: &str, d: Decision) -> Response {
+    // Like triggering: off without a token (the layer checked it when there is one).
+    if s.config().api.token.is_none() {
+        return (StatusCode::UNAUTHORIZED, "decisions through the API are off: set [api] token\n").into_response();
+    }
+    if s.config().target(name).is_none() {
+        return (StatusCode::NOT_FOUND, format!("no target {name:?}\n")).into_response();
+    }
+    if d.reason.trim().is_empty() {
+        return (StatusCode::BAD_REQUEST, "reason: say why\n").into_response();
+    }
+    let by = d.by.filter(|b| !b.trim().is_empty()).unwrap_or_else(|| "the API (its token)".into());
+    let (subject, to) = match (kind, d.key, d.from, d.to) {
+        (crate::history::FORGOTTEN_BACKUP, Some(key), _, _) => (key, None),
+        (crate::history::WAL_GAP, _, Some(from), Some(to)) => {
+            if let Err(e) = crate::history::gap_bounds(&from, &to) {
+                return (StatusCode::BAD_REQUEST, format!("{e}\n")).into_response();
+            }
+            (from, Some(to))
+        }
+        _ => return (StatusCode::BAD_REQUEST, "key (a backup), or from and to (WAL segments)\n").into_response(),
+    };
+    match s.history.acknowledge(name, kind, &subject, to.as_deref(), &d.reason, &by).await {
+        Ok(ack) => (StatusCode::CREATED, Json(serde_json::json!(ack))).into_response(),
+        Err(e) => (StatusCode::BAD_REQUEST, format!("{e:#}\n")).into_response(),
+    }
+}
+
+async fn forget(State(s): State<Arc<Shared>>, Path(name): Path<String>, Json(d): Json<Decision>) -> Response {
+    decide(&s, &name, crate::history::FORGOTTEN_BACKUP, d).await
+}
+
+async fn acknowledge_gap(State(s): State<Arc<Shared>>, Path(name): Path<String>, Json(d): Json<Decision>) -> Response {
+    decide(&s, &name, crate::history::WAL_GAP, d).await
 }

@@ -186,7 +186,7 @@ pub(super) async fn restore_stage(
         info.bytes_fetched = restored.bytes_fetched;
     }
     if let Some(check) = &restored.archive {
-        run.store_findings.push(archive_finding(check));
+        run.store_findings.push(archive_finding(check, &selected.gaps));
     }
     progress.phase(&target.name, "checking the restored database");
     let physical = restored.physical;
@@ -363,9 +363,26 @@ pub(crate) fn database_of(url: &str) -> Option<String> {
 /// from this backup, however well the copy restores — the archive's fault (`failed`).
 /// A gap the archiver may still be filling (an upload in flight) proves nothing either
 /// way: `skipped`, never `passed`.
-pub(crate) fn archive_finding(c: &drcheck_restore::ArchiveCheck) -> crate::run_report::ValidatorReport {
+pub(crate) fn archive_finding(
+    c: &drcheck_restore::ArchiveCheck,
+    acknowledged: &[crate::history::Ack],
+) -> crate::run_report::ValidatorReport {
     use drcheck_validators::{Finding, Status};
+    // A gap the operator acknowledged lost (issue 48): named, not failed — and not
+    // passed: points after it stay unrecoverable from this backup.
+    let known = c.gap.as_ref().and_then(|g| acknowledged.iter().find(|a| a.covers_segment(g)));
     let f = match (&c.gap, c.in_flight) {
+        (Some(gap), _) if let Some(a) = known => Finding::new(
+            "archive",
+            Status::Skipped,
+            format!(
+                "the WAL archive has a gap at {gap}, acknowledged lost ({}..{}, {}): recovery from this backup \
+                 stops before it — points after it need a base backup taken after the gap",
+                a.subject,
+                a.subject_to.as_deref().unwrap_or(""),
+                a.describe()
+            ),
+        ),
         (None, _) => Finding::new(
             "archive",
             Status::Passed,
@@ -394,4 +411,41 @@ pub(crate) fn archive_finding(c: &drcheck_restore::ArchiveCheck) -> crate::run_r
     let mut r = crate::run_report::ValidatorReport::from(&f);
     r.measurements.insert("wal_segments".into(), c.files as f64);
     r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check(gap: Option<&str>) -> drcheck_restore::ArchiveCheck {
+        drcheck_restore::ArchiveCheck {
+            start: "000000010000000000000002".into(),
+            newest: "000000010000000000000020".into(),
+            files: 9,
+            gap: gap.map(str::to_string),
+            in_flight: false,
+        }
+    }
+
+    /// Issue 48: a gap the operator acknowledged lost is named, with who and why — not
+    /// failed every night, and never passed.
+    #[test]
+    fn an_acknowledged_gap_is_named_not_failed() {
+        let ack = crate::history::Ack {
+            id: "a".into(),
+            target: "orders".into(),
+            kind: crate::history::WAL_GAP.into(),
+            subject: "000000010000000000000010".into(),
+            subject_to: Some("000000010000000000000011".into()),
+            reason: "the archiver's disk died".into(),
+            by: "ada".into(),
+            at: "2026-12-07T00:00:00.000Z".into(),
+        };
+        let f = archive_finding(&check(Some("000000010000000000000011")), std::slice::from_ref(&ack));
+        assert_eq!(f.status, "skipped", "{f:?}");
+        assert!(f.detail.contains("acknowledged lost") && f.detail.contains("archiver's disk died"), "{}", f.detail);
+        let f = archive_finding(&check(Some("000000010000000000000012")), std::slice::from_ref(&ack));
+        assert_eq!(f.status, "failed", "a gap outside the acknowledged range: {f:?}");
+        assert_eq!(archive_finding(&check(None), &[ack]).status, "passed");
+    }
 }

@@ -28,6 +28,8 @@ pub(super) struct Selected {
     pub random: bool,
     /// An incremental backup's earlier links, oldest first (`drcheck_restore::chain_links`).
     pub chain: Vec<Backup>,
+    /// WAL segments the operator acknowledged lost (`drcheck archive acknowledge-gap`).
+    pub gaps: Vec<crate::history::Ack>,
 }
 
 /// The first stage: the target's source read, a point in time drawn when asked for, the
@@ -240,7 +242,14 @@ pub(super) async fn select_stage(
         keys.extend(vanished);
         forget_removed_proofs(history, target, &keys).await;
     }
-    Ok(Selected { store, catalog, backup, target: target.clone(), random, chain })
+    let gaps = match history.acks(&target.name, crate::history::WAL_GAP).await {
+        Ok(g) => g,
+        Err(e) => {
+            tracing::warn!(target = %target.name, "cannot read the acknowledged WAL gaps: {e:#}");
+            Vec::new()
+        }
+    };
+    Ok(Selected { store, catalog, backup, target: target.clone(), random, chain, gaps })
 }
 
 /// Lists the backups of a target, newest first.
