@@ -121,6 +121,7 @@ pub(crate) async fn rotation(
         share_bytes: total / u64::from(slices),
         note,
         seed,
+        whole: history.focus().map(str::to_string),
     })
 }
 

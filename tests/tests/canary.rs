@@ -351,3 +351,119 @@ fn canaries_are_caught_paged_and_never_counted_as_verifications() {
     let left: Vec<_> = std::fs::read_dir(&scratch).unwrap().filter_map(Result::ok).map(|e| e.file_name()).collect();
     assert!(left.iter().all(|n| !n.to_string_lossy().starts_with("drcheck-canary")), "{left:?}");
 }
+
+/// Issue 48: every layout the canary claims, the newest proven backup that still
+/// exists, and a budgeted target. An uncompressed base backup in S3 (`bb/<stamp>/`
+/// `base.tar` + `pg_wal.tar` + manifest, WAL under `wal/`) and a gzip one in a directory
+/// store: each flipped page caught (and the segment left out of the S3 one's archive).
+/// Two proven dumps, the newer deleted since: the canary copies the older and says so.
+/// A dump target with `primary_read_budget` far under the primary's size: the changed
+/// row's table is compared whole by the defective copy's run (said in its detail), so
+/// the defect is caught, not left to the slice's luck.
+#[test]
+fn every_layout_is_rewritten_and_caught_and_the_newest_existing_proof_is_copied() {
+    let root = TempRoot::new();
+    let s3 = S3Server::start(&root);
+    let archive = root.pg_dir("archive");
+    let primary = PgPrimary::start_archiving_with(&root, &archive, &[("track_commit_timestamp", "on")]);
+    primary.psql("postgres", &format!("create role verifier login password '{PASSWORD}'"));
+    primary.psql("postgres", "grant pg_read_all_data to verifier");
+    primary.psql("postgres", "create database orders");
+    primary.psql(
+        "orders",
+        "create table items (id int primary key, note text not null);
+         insert into items select g, 'note number ' || g from generate_series(1, 20000) g;
+         create table tiny (id int primary key, v int); insert into tiny values (1, 1)",
+    );
+    let bucket = unique("layouts");
+    s3.make_bucket(&bucket);
+    // Uncompressed, in S3, under a timestamped prefix.
+    let bb = root.path().join("bb");
+    primary.tool("pg_basebackup", &["-D", &bb.display().to_string(), "-Ft", "-X", "stream", "--checkpoint=fast"]);
+    for f in ["base.tar", "pg_wal.tar", "backup_manifest"] {
+        s3.upload(&bb.join(f), &bucket, &format!("bb/20261207T125553Z/{f}"));
+    }
+    // Gzip, in a directory store, one file (WAL inside, `-X fetch`) beside its manifest.
+    let store = root.path().join("store");
+    let bbz = store.join("bbz/20261207T130000Z");
+    primary
+        .tool("pg_basebackup", &["-D", &bbz.display().to_string(), "-Ft", "-z", "-X", "fetch", "--checkpoint=fast"]);
+    for i in 2..6 {
+        primary.psql("orders", &format!("insert into tiny values ({i}, {i})"));
+        primary.archive_all(&archive);
+    }
+    for e in std::fs::read_dir(&archive).unwrap().filter_map(Result::ok) {
+        s3.upload(&e.path(), &bucket, &format!("wal/{}", e.file_name().to_string_lossy()));
+    }
+    // Two dumps, both proven below; the newer is deleted afterwards.
+    for n in 1..=2 {
+        let dump = root.path().join(format!("orders-{n}.dump"));
+        primary.tool("pg_dump", &["-Fc", "-f", &dump.display().to_string(), "orders"]);
+        s3.upload(&dump, &bucket, &format!("dumps/orders-{n}.dump"));
+    }
+    let scratch = root.path().join("scratch");
+    std::fs::create_dir_all(&scratch).unwrap();
+    drcheck_e2e::make_world_enterable(&scratch);
+    let url = primary.url("verifier", PASSWORD, "orders");
+    let config = root.path().join("drcheck.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[state]\nurl = \"sqlite://{r}/history.db\"\n[sandbox]\nscratch_dir = \"{s}\"\n\
+             [storage.s3]\nkind = \"s3\"\nbucket = \"{bucket}\"\nendpoint = \"{e}\"\npath_style = true\n\
+             [storage.dir]\nkind = \"filesystem\"\npath = \"{store}\"\n\
+             [[target]]\nname = \"plain\"\nstorage = \"s3\"\nprefix = \"bb/\"\nwal_prefix = \"wal/\"\n\
+             primary = \"{url}\"\nrto = \"10m\"\nrpo = \"30d\"\n\
+             [[target]]\nname = \"gz\"\nstorage = \"dir\"\nprefix = \"bbz/\"\n\
+             primary = \"{url}\"\nrto = \"10m\"\nrpo = \"30d\"\n\
+             [[target]]\nname = \"orders\"\nstorage = \"s3\"\nprefix = \"dumps/\"\nprimary_read_budget = \"1MiB\"\n\
+             primary = \"{url}\"\nrto = \"10m\"\nrpo = \"30d\"\n",
+            r = root.path().display(),
+            s = scratch.display(),
+            e = s3.endpoint(),
+            store = store.display(),
+        ),
+    )
+    .unwrap();
+    let config = config.display().to_string();
+    let verify = |args: &[&str]| {
+        let mut all = vec!["--config", config.as_str(), "verify"];
+        all.extend_from_slice(args);
+        let (out, _) = drcheck(&all, &[], LIMIT);
+        assert_eq!(out.status.code(), Some(0), "{args:?}\n{}\n{}", stdout(&out), stderr(&out));
+    };
+    verify(&["--target", "orders", "--backup", "dumps/orders-1.dump"]);
+    verify(&["--target", "orders", "--backup", "dumps/orders-2.dump"]);
+    verify(&["--target", "plain"]);
+    verify(&["--target", "gz"]);
+    s3.delete(&bucket, "dumps/orders-2.dump");
+
+    let (out, _) = drcheck(&["--config", &config, "canary", "--json"], &[], LIMIT);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    assert_eq!(out.status.code(), Some(0), "{v:#}\n{}", stderr(&out));
+    let canary = |t: &str| v["canaries"].as_array().unwrap().iter().find(|c| c["target"] == t).unwrap().clone();
+
+    let plain = canary("plain");
+    assert_eq!(plain["result"], "caught", "{plain:#}");
+    let page = defect(&plain, "flipped_page");
+    assert!(page["made"].as_str().unwrap().starts_with("bb/20261207T125553Z/base.tar: byte"), "{page}");
+    assert_eq!(defect(&plain, "missing_segment")["outcome"], "detected", "{plain:#}");
+    let gz = canary("gz");
+    assert_eq!(gz["result"], "caught", "{gz:#}");
+    assert!(defect(&gz, "flipped_page")["made"].as_str().unwrap().contains("/base.tar.gz: byte"), "{gz}");
+
+    let orders = canary("orders");
+    assert_eq!(orders["result"], "caught", "{orders:#}");
+    assert_eq!(orders["backup"], "dumps/orders-1.dump", "the newest proven backup still there: {orders:#}");
+    let row = defect(&orders, "changed_row");
+    assert_eq!(row["named_by"], serde_json::json!(["checksums"]), "{row:#}");
+    let table = row["made"].as_str().unwrap().split(':').next().unwrap().to_string();
+    let sums = row["run"]["validators"].as_array().unwrap().iter().find(|x| x["name"] == "checksums").unwrap();
+    let detail = sums["detail"].as_str().unwrap();
+    assert!(detail.contains("primary_read_budget") && detail.contains(&format!("{table} whole")), "{detail}");
+    let said = orders["notes"]
+        .as_array()
+        .map(|n| n.iter().map(|s| s.as_str().unwrap_or_default().to_string()).collect::<Vec<_>>())
+        .unwrap_or_default();
+    assert!(said.iter().any(|s| s.contains("dumps/orders-2.dump")), "says the newer proof is gone: {orders:#}");
+}

@@ -310,6 +310,10 @@ pub struct Rotation {
     /// drcheck's history): which slice a range falls in follows from it, so a backup
     /// cannot place its rows in a slice this run does not compare.
     pub seed: u64,
+    /// A table compared whole this run beside the slice (`schema.name`): the canary's
+    /// changed table, which must be judged whichever slice its row falls in. Never a
+    /// backup's choice: only drcheck's canary sets it, on its own runs.
+    pub whole: Option<String>,
 }
 
 /// splitmix64's finalizer: a well-mixed 64-bit hash step.
@@ -324,7 +328,7 @@ impl Rotation {
     /// a hash of the cycle's seed, the table's name and the range's index — spread over
     /// the slices, and unknowable without the seed.
     pub fn takes(&self, table: &str, index: usize) -> bool {
-        if self.slices <= 1 {
+        if self.slices <= 1 || self.whole.as_deref() == Some(table) {
             return true;
         }
         let name = table.bytes().fold(mix(self.seed), |h, b| mix(h ^ u64::from(b)));
@@ -343,11 +347,12 @@ impl Rotation {
                 Some(at) => format!("last compared {at}"),
                 None => "not compared yet".into(),
             }
-        ) + &self.note.as_ref().map(|n| format!("; {n}")).unwrap_or_default()
+        ) + &self.whole.as_ref().map(|t| format!("; {t} whole (the canary's changed table)")).unwrap_or_default()
+            + &self.note.as_ref().map(|n| format!("; {n}")).unwrap_or_default()
     }
 }
 
-fn human_bytes(n: u64) -> String {
+pub fn human_bytes(n: u64) -> String {
     const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
     let mut v = n as f64;
     let mut u = 0;
@@ -757,15 +762,25 @@ mod rotation_tests {
                 for index in 0..40 {
                     let runs = (0..slices)
                         .filter(|&slice| {
-                            Rotation { slice, slices, budget: 1, oldest: None, share_bytes: 1, note: None, seed: 7 }
-                                .takes(table, index)
+                            Rotation {
+                                slice,
+                                slices,
+                                budget: 1,
+                                oldest: None,
+                                share_bytes: 1,
+                                note: None,
+                                seed: 7,
+                                whole: None,
+                            }
+                            .takes(table, index)
                         })
                         .count();
                     assert_eq!(runs, 1, "{table} range {index} of {slices} slices");
                 }
             }
         }
-        let one = Rotation { slice: 0, slices: 1, budget: 1, oldest: None, share_bytes: 1, note: None, seed: 7 };
+        let one =
+            Rotation { slice: 0, slices: 1, budget: 1, oldest: None, share_bytes: 1, note: None, seed: 7, whole: None };
         assert!(one.takes("t", 5), "a single slice takes everything");
     }
 
@@ -777,8 +792,17 @@ mod rotation_tests {
         let of = |seed: u64, index: usize| {
             (0..8u32)
                 .find(|&slice| {
-                    Rotation { slice, slices: 8, budget: 1, oldest: None, share_bytes: 1, note: None, seed }
-                        .takes("public.orders", index)
+                    Rotation {
+                        slice,
+                        slices: 8,
+                        budget: 1,
+                        oldest: None,
+                        share_bytes: 1,
+                        note: None,
+                        seed,
+                        whole: None,
+                    }
+                    .takes("public.orders", index)
                 })
                 .unwrap()
         };

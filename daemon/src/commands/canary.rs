@@ -60,24 +60,26 @@ pub(crate) async fn run(config: &Config, args: CanaryArgs) -> Result<Exit, CliEr
         let out = serde_json::json!({ "canaries": reports });
         crate::outln!("{}", serde_json::to_string_pretty(&out).map_err(CliError::incomplete)?);
     }
-    // A defect that passed is a verdict (1); a canary that could not judge, or a sink
-    // that did not take its alert, is the world's (3).
+    Ok(exit_of(&reports))
+}
+
+/// The exit code of several canaries, as the README says: 1 when a defect passed in any
+/// of them (a verdict outranks the world's trouble elsewhere), else 3 when one could not
+/// judge (an error, inconclusive, a sink that did not take its alert) or none could make
+/// a defect at all, else 0.
+pub(crate) fn exit_of(reports: &[CanaryReport]) -> Exit {
+    if reports.iter().any(|r| r.result == "missed") {
+        return Exit::Failed;
+    }
     // A canary that could make no defect proved nothing: when none could, exit 3.
     if !reports.is_empty() && reports.iter().all(|r| r.result == "skipped") {
-        return Ok(Exit::Incomplete);
+        return Exit::Incomplete;
     }
-    let exit = reports
+    let troubled = reports
         .iter()
         .filter(|r| r.result != "skipped")
-        .map(|r| match r.result.as_str() {
-            "missed" => Exit::Failed,
-            "error" | "inconclusive" => Exit::Incomplete,
-            _ if r.alerts.iter().any(|s| !s.accepted) => Exit::Incomplete,
-            _ => Exit::Passed,
-        })
-        .max()
-        .unwrap_or(Exit::Passed);
-    Ok(exit)
+        .any(|r| matches!(r.result.as_str(), "error" | "inconclusive") || r.alerts.iter().any(|s| !s.accepted));
+    if troubled { Exit::Incomplete } else { Exit::Passed }
 }
 
 /// After a canary: its alert through every sink (fired and resolved, each sink given
@@ -260,6 +262,9 @@ pub(crate) fn render(r: &CanaryReport) -> String {
     if let Some(e) = r.error.as_ref().or(r.skipped.as_ref()) {
         out.push_str(&format!("  {e}\n"));
     }
+    for n in &r.notes {
+        out.push_str(&format!("  note: {n}\n"));
+    }
     for d in &r.defects {
         out.push_str(&format!("  {:<16} {:<10} {}\n", d.defect, d.outcome, d.made));
         if !d.detail.is_empty() {
@@ -270,4 +275,42 @@ pub(crate) fn render(r: &CanaryReport) -> String {
         out.push_str(&format!("  alert → {:<12} {}\n", s.sink, s.detail));
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn canary(result: &str) -> CanaryReport {
+        let mut r: CanaryReport = serde_json::from_value(serde_json::json!({
+            "canary_id": "c", "target": "t", "backup": null, "started_at": "", "finished_at": "",
+            "result": result, "defects": []
+        }))
+        .unwrap();
+        r.result = result.into();
+        r
+    }
+
+    #[test]
+    fn a_missed_defect_anywhere_exits_1_even_beside_an_error() {
+        let cases: &[(&[&str], Exit)] = &[
+            (&["missed", "error"], Exit::Failed),
+            (&["error", "missed"], Exit::Failed),
+            (&["caught", "inconclusive", "missed"], Exit::Failed),
+            (&["caught", "error"], Exit::Incomplete),
+            (&["caught", "skipped"], Exit::Passed),
+            (&["skipped", "skipped"], Exit::Incomplete),
+            (&["caught"], Exit::Passed),
+            (&[], Exit::Passed),
+        ];
+        for (results, want) in cases {
+            let reports: Vec<CanaryReport> = results.iter().map(|r| canary(r)).collect();
+            assert_eq!(exit_of(&reports), *want, "{results:?}");
+        }
+        // A sink that did not take the canary alert is the world's trouble: 3, unless a defect passed.
+        let mut deaf = canary("caught");
+        deaf.alerts.push(SinkOutcome { sink: "hook".into(), accepted: false, detail: "refused".into() });
+        assert_eq!(exit_of(&[deaf.clone()]), Exit::Incomplete);
+        assert_eq!(exit_of(&[deaf, canary("missed")]), Exit::Failed);
+    }
 }

@@ -460,6 +460,7 @@ mod tests {
             alerts: vec![SinkOutcome { sink: "pager".into(), accepted, detail: String::new() }],
             error: None,
             skipped: None,
+            notes: vec![],
         };
         let m = compute("canaries_caught", &[], &[], &[canary("c1", "detected", true)]);
         assert_eq!((m.verdict.as_str(), m.proof.clone()), ("met", vec!["c1".to_string()]), "{m:?}");

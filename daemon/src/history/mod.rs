@@ -31,6 +31,9 @@ pub(crate) struct History {
     pool: AnyPool,
     /// PostgreSQL (else SQLite): claims skip rows another dispatcher has locked.
     postgres: bool,
+    /// A canary's own history only: the table its runs compare whole under a
+    /// `primary_read_budget` (the changed row's), never set on a target's history.
+    focus: Option<String>,
 }
 
 /// How long a dispatcher's claim on an outbox row lasts: past it (the dispatcher died
@@ -91,6 +94,17 @@ async fn migrate(pool: &AnyPool, postgres: bool, raw: &str) -> anyhow::Result<()
 }
 
 impl History {
+    /// Marks this (a canary's own) history so that its runs under a
+    /// `primary_read_budget` compare `table` (`schema.name`) whole.
+    pub(crate) fn focus_on(&mut self, table: String) {
+        self.focus = Some(table);
+    }
+
+    /// The table a canary's runs compare whole ([`History::focus_on`]).
+    pub(crate) fn focus(&self) -> Option<&str> {
+        self.focus.as_deref()
+    }
+
     /// Opens (creating if needed) the store at `url` and applies migrations.
     /// `url` is shown in errors only redacted.
     pub(crate) async fn open(url: &drcheck_config::Secret) -> anyhow::Result<History> {
@@ -141,7 +155,7 @@ impl History {
             })?;
         let postgres = !raw.starts_with("sqlite:");
         migrate(&pool, postgres, raw).await.with_context(|| format!("history store {shown}: migrations failed"))?;
-        Ok(History { pool, postgres })
+        Ok(History { pool, postgres, focus: None })
     }
 
     pub(crate) async fn close(self) {

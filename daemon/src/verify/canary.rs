@@ -72,6 +72,11 @@ pub(crate) struct CanaryReport {
     /// Why no defect could be made for this target (`skipped`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub skipped: Option<String>,
+    /// What the canary decided on the way: a newer proven backup that is gone from the
+    /// store (the next one copied instead), a budgeted target's changed table compared
+    /// whole.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -112,6 +117,7 @@ impl CanaryReport {
             alerts: Vec::new(),
             error: None,
             skipped: None,
+            notes: Vec::new(),
         }
     }
 
@@ -226,26 +232,42 @@ async fn canary_steps(
             target.source.name()
         )));
     }
-    // The newest backup a verification proved.
+    // The newest backup a verification proved that the store still holds.
     let proofs =
         history.proofs(&target.name).await.map_err(|e| format!("cannot read which backups were proven: {e:#}"))?;
-    let newest = proofs
+    if proofs.is_empty() {
+        return Err(Halt::Skip(
+            "no backup of this target was proven yet: the canary copies the newest proven backup".into(),
+        ));
+    }
+    let mut proven: Vec<(SystemTime, SystemTime, String)> = proofs
         .iter()
-        .max_by_key(|(k, p)| {
+        .map(|(k, p)| {
             let at = p.consistent_at.as_deref().and_then(|c| humantime::parse_rfc3339_weak(c).ok());
-            (at.unwrap_or(p.last_passed), p.last_passed, (*k).clone())
+            (at.unwrap_or(p.last_passed), p.last_passed, k.clone())
         })
-        .map(|(k, _)| k.clone())
-        .ok_or_else(|| {
-            Halt::Skip("no backup of this target was proven yet: the canary copies the newest proven backup".into())
-        })?;
-    report.backup = Some(newest.clone());
+        .collect();
+    proven.sort_by(|a, b| b.cmp(a));
     let store = open_store(&target.storage, &config.storage[&target.storage]).await;
     let listed = store.list(&target.prefix).await.map_err(|e| e.to_string())?;
-    let backup = drcheck_restore::group_backups(&listed)
-        .into_iter()
-        .find(|b| b.key == newest)
-        .ok_or_else(|| format!("the proven backup {newest} is no longer in {}", store.describe()))?;
+    let mut there = drcheck_restore::group_backups(&listed);
+    let (backup, gone) = newest_still_there(&proven, &mut there);
+    if !gone.is_empty() {
+        report.notes.push(format!(
+            "newer proven backups are no longer in {}: {} — the newest proven one still there is copied",
+            store.describe(),
+            gone.join(", ")
+        ));
+    }
+    let backup = backup.ok_or_else(|| {
+        Halt::Skip(format!(
+            "none of the {} proven backups is still in {} ({}): nothing proven to copy",
+            gone.len(),
+            store.describe(),
+            gone.join(", ")
+        ))
+    })?;
+    report.backup = Some(backup.key.clone());
 
     for dir in reap_dead_canaries(&config.sandbox.scratch_dir) {
         tracing::warn!(dir = %dir.display(), "removed the directory of a canary whose process is gone");
@@ -262,9 +284,10 @@ async fn canary_steps(
         })
         .map_err(|e| format!("cannot lock the canary's directory: {e}"))?;
     // The canary's runs keep their own history: never the target's runs or proofs.
-    let own_history = History::open(&Secret::new(format!("sqlite://{}", scratch.path().join("history.db").display())))
-        .await
-        .map_err(|e| format!("the canary's own history store: {e:#}"))?;
+    let mut own_history =
+        History::open(&Secret::new(format!("sqlite://{}", scratch.path().join("history.db").display())))
+            .await
+            .map_err(|e| format!("the canary's own history store: {e:#}"))?;
     // Its runs judge what changed on the primary since the backup's point as the
     // target's would: by drcheck's journal of the primary, copied in.
     history
@@ -279,10 +302,38 @@ async fn canary_steps(
     } else {
         let out = scratch.path().join("changed_row");
         let made = changed_row_dump(config, target, &backup, &own_history, &out).await;
+        // Under a read budget a run compares one slice of every table: the changed
+        // table is compared whole by the canary's runs (it fits the budget, chosen so),
+        // never left to whether its row falls in this run's slice.
+        if let (Some(budget), Ok(Some(m))) = (target.primary_read_budget, &made)
+            && let Some(table) = m.split(": ").next().filter(|t| !t.is_empty())
+        {
+            report.notes.push(format!(
+                "primary_read_budget {}: the changed table {table} is compared whole by the canary's run, beside its slice",
+                drcheck_validators::human_bytes(budget)
+            ));
+            own_history.focus_on(table.to_string());
+        }
         push_verified(config, target, &backup.key, "changed_row", made, &out, &own_history, cancel, report).await;
     }
     own_history.close().await;
     Ok(())
+}
+
+/// The first of `proven` (newest first) that `there` (the store's listing) holds, and
+/// the keys of the newer ones it does not.
+fn newest_still_there(
+    proven: &[(SystemTime, SystemTime, String)],
+    there: &mut Vec<Backup>,
+) -> (Option<Backup>, Vec<String>) {
+    let mut gone = Vec::new();
+    for (_, _, key) in proven {
+        match there.iter().position(|b| &b.key == key) {
+            Some(i) => return (Some(there.swap_remove(i)), gone),
+            None => gone.push(key.clone()),
+        }
+    }
+    (None, gone)
 }
 
 /// The canaries' directories in `scratch_dir` are named so…
@@ -623,6 +674,11 @@ async fn physical_defects(
             let manifest_key = manifest.map(|m| m.key.clone());
             link_tree(&fetched, &dir, &|rel| rel == base_key || Some(rel) == manifest_key.as_deref())?;
             let (input, output, work) = (base_path.clone(), dir.join(&base.key), scratch.to_path_buf());
+            // Its directory: nothing else of the backup may be beside it (a one-file
+            // backup, `-X fetch`, no manifest) for the links to have made it.
+            if let Some(parent) = output.parent() {
+                std::fs::create_dir_all(parent).map_err(|e| format!("{}: {e}", parent.display()))?;
+            }
             // What a restore of it may write (the backup is hostile input here too).
             let max = (base.size as f64 * config.sandbox.max_expansion) as u64 + (1 << 30);
             let flipped = tokio::task::spawn_blocking(move || {
@@ -698,9 +754,18 @@ async fn changed_row_dump(
         .connect_with(drcheck_validators::guard::restored_session(ready.sandbox.connect_options(&ready.database)))
         .await
         .map_err(|e| format!("connecting to the restored copy: {e}"))?;
-    let changed = change_one_row(&pool).await?;
+    let changed = change_one_row(&pool, target.primary_read_budget).await?;
     pool.close().await;
-    let Some(made) = changed else { return Err("the dump holds no table with a row to change".into()) };
+    let Some(made) = changed else {
+        return Err(match target.primary_read_budget {
+            Some(b) => format!(
+                "the dump holds no table with a row to change that is at most primary_read_budget ({}): no run \
+                 compares such a table whole, so a changed row could not be judged",
+                drcheck_validators::human_bytes(b)
+            ),
+            None => "the dump holds no table with a row to change".into(),
+        });
+    };
     let path = dir.join(&backup.key);
     if let Some(parent) = path.parent() {
         std::fs::create_dir_all(parent).map_err(|e| e.to_string())?;
@@ -742,7 +807,9 @@ async fn changed_row_dump(
 /// types; triggers and rules off (`session_replication_role = replica`), and a table
 /// with one that fires even so (`ENABLE ALWAYS`/`REPLICA`) is never chosen — the copy's
 /// code could undo the change and make the canary page for nothing.
-async fn change_one_row(pool: &sqlx::PgPool) -> Result<Option<String>, String> {
+/// Under a read budget only a table no larger than it (the canary's run compares it
+/// whole).
+async fn change_one_row(pool: &sqlx::PgPool, budget: Option<u64>) -> Result<Option<String>, String> {
     let candidates: Vec<(String, String, String, String)> = sqlx::query_as(
         "select n.nspname::pg_catalog.text, c.relname::pg_catalog.text, a.attname::pg_catalog.text,
                 t.typname::pg_catalog.text
@@ -766,9 +833,11 @@ async fn change_one_row(pool: &sqlx::PgPool) -> Result<Option<String>, String> {
             and not exists (select 1 from pg_catalog.pg_rewrite w
                              where w.ev_class operator(pg_catalog.=) c.oid
                                and w.ev_enabled::pg_catalog.text operator(pg_catalog.=) any (array['A', 'R']))
+            and pg_catalog.pg_total_relation_size(c.oid) operator(pg_catalog.<=) $1
           order by c.relpages desc, n.nspname, c.relname, a.attnum
           limit 50",
     )
+    .bind(budget.map_or(i64::MAX, |b| i64::try_from(b).unwrap_or(i64::MAX)))
     .fetch_all(pool)
     .await
     .map_err(|e| format!("reading the copy's tables: {e}"))?;
