@@ -671,17 +671,19 @@ fn a_second_verify_of_the_same_target_waits_for_the_lease() {
 }
 
 /// A `verify` killed outright (SIGKILL, the OOM killer) cannot release its lease, nor
-/// record its run. The
-/// next run on the same machine sees that the holder's process is gone and takes the
-/// lease over, instead of refusing the target until the lease's TTL (hours) runs out —
-/// even while the dead process is still a zombie its parent has not reaped (issue 33: a
-/// zombie answers signal 0, and was taken for the holder); and the run that took it over
-/// records the dead one as `aborted` (issue 34: it left no history row at all).
+/// record its run. The next run on the same machine sees that the holder's process is
+/// gone and takes the lease over, instead of refusing the target until the lease's TTL
+/// (hours) runs out — even while the dead process is still a zombie its parent has not
+/// reaped (issue 33: a zombie answers signal 0, and was taken for the holder). Issue 48:
+/// the run had its history row from its start (`running`, under the id it logged); the
+/// daemon, started after the kill, removes the orphaned sandbox (its server stopped) at
+/// once, not at that target's next run; the run that takes the lease over records the
+/// dead one `aborted` under that same id; and a triggered run skipped for a lease a live
+/// `verify` holds answers `skipped`, with the reason, under the id the API gave out.
 #[test]
 fn a_lease_left_by_a_killed_verify_is_taken_over() {
     let lab = Lab::new();
     lab.put("slow.sql", &plain("create table t (id int);\nselect pg_sleep(6);\n"));
-    lab.put("quick.sql", &plain("create table t (id int);\n"));
     let config = lab.config("", "");
     let c = config.display().to_string();
     let mut first = lab.spawn_verify(&config, "slow.sql");
@@ -689,6 +691,33 @@ fn a_lease_left_by_a_killed_verify_is_taken_over() {
     let deadline = Instant::now() + Duration::from_secs(60);
     while std::fs::read_dir(&private).map(|d| d.count()).unwrap_or(0) == 0 {
         assert!(Instant::now() < deadline, "the first run never started restoring");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let history = || {
+        let (out, _) = drcheck_e2e::drcheck(&["--config", &c, "history", "--json"], &[], Duration::from_secs(60));
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
+    };
+    let v = history();
+    let started = &v["not_recorded"][0];
+    assert_eq!(started["state"], "running", "the run has its row from its start: {v}");
+    let dead_id = started["run_id"].as_str().unwrap().to_string();
+    // Its sandbox's server is up: the sandbox directory and processes working in it.
+    let sandbox = std::fs::read_dir(&private)
+        .unwrap()
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .find(|p| p.is_dir())
+        .expect("a sandbox directory");
+    let working_in = |dir: &Path| {
+        std::fs::read_dir("/proc")
+            .unwrap()
+            .filter_map(Result::ok)
+            .filter(|p| std::fs::read_link(p.path().join("cwd")).is_ok_and(|cwd| cwd.starts_with(dir)))
+            .count()
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while working_in(&sandbox) == 0 {
+        assert!(Instant::now() < deadline, "no process ever worked in {}", sandbox.display());
         std::thread::sleep(Duration::from_millis(50));
     }
     first.kill().unwrap();
@@ -699,23 +728,76 @@ fn a_lease_left_by_a_killed_verify_is_taken_over() {
         assert!(Instant::now() < deadline, "the killed run never became a zombie");
         std::thread::sleep(Duration::from_millis(10));
     }
-    let (second, _) = drcheck_e2e::drcheck(
-        &["--config", &c, "verify", "--target", "t", "--backup", "quick.sql", "--json"],
-        &[],
-        Duration::from_secs(120),
-    );
-    let err = drcheck_e2e::stderr(&second);
-    assert!(!err.contains("is verifying it"), "the dead run's lease still held the target: {err}");
-    assert!(err.contains("took over the lease"), "{err}");
-    assert_eq!(second.status.code(), Some(0), "{err}");
+    // Its sandbox stays behind (and, contained without a pid namespace of its own, its
+    // server with it) until some drcheck reaps it.
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(sandbox.exists(), "the killed run's sandbox is left behind");
+
+    // The daemon removes the orphan when it starts.
+    let port = drcheck_e2e::free_port();
+    let mut text = std::fs::read_to_string(&config).unwrap();
+    text.push_str(&format!("[metrics]\nlisten = \"127.0.0.1:{port}\"\n[api]\ntoken = \"tok-{port}\"\n"));
+    std::fs::write(&config, text).unwrap();
+    let mut daemon = drcheck_e2e::Daemon::start(&config, port, &[]);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while sandbox.exists() || working_in(&sandbox) > 0 {
+        assert!(Instant::now() < deadline, "the daemon left the orphaned sandbox: {}", daemon.stderr_text());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let auth = format!("Bearer tok-{port}");
+    let trigger = || {
+        let (status, body) =
+            drcheck_e2e::http_request(port, "POST", "/api/v1/targets/t/verify", &[("Authorization", &auth)], "");
+        assert_eq!(status, 202, "{body}");
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        v["run_id"].as_str().unwrap().to_string()
+    };
+    let answer = |id: &str| {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            let (status, body) =
+                drcheck_e2e::http_request(port, "GET", &format!("/api/v1/runs/{id}"), &[("Authorization", &auth)], "");
+            assert_ne!(status, 404, "run {id}: {body}");
+            if status == 200 {
+                return serde_json::from_str::<serde_json::Value>(&body).unwrap();
+            }
+            assert!(Instant::now() < deadline, "run {id} never finished");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    };
+    let next = trigger();
+    let run = answer(&next);
+    assert_eq!(run["result"], "passed", "{run}");
+    // The dead run is in the history under the id it started with, as aborted, saying who.
+    let v = history();
+    let died = v["runs"].as_array().unwrap().iter().find(|r| r["run_id"] == dead_id.as_str());
+    let died = died.unwrap_or_else(|| panic!("run {dead_id} not recorded: {v}"));
+    assert_eq!(died["result"], "aborted", "{died}");
+    let msg = died["error"]["message"].as_str().unwrap_or_default();
+    assert!(msg.contains("died without recording") && msg.contains(&format!("run {next}")), "{died}");
+    assert_eq!(v["runs"].as_array().unwrap().iter().filter(|r| r["result"] == "aborted").count(), 1, "{v}");
     first.wait().unwrap();
-    // Issue 34: the run that died is in the history, as aborted, saying who it was.
-    let (history, _) = drcheck_e2e::drcheck(&["--config", &c, "history", "--json"], &[], Duration::from_secs(60));
-    let v: serde_json::Value = serde_json::from_slice(&history.stdout).unwrap();
-    let died = v["runs"].as_array().unwrap().iter().find(|r| r["result"] == "aborted");
-    let died = died.unwrap_or_else(|| panic!("no aborted run recorded: {v}"));
-    let msg = died["error"]["message"].as_str().or(died["error_message"].as_str()).unwrap_or_default();
-    assert!(msg.contains("died without recording"), "{died}");
+
+    // A live `verify` holds the lease: a triggered run is skipped, and says so under its id.
+    let holder = lab.spawn_verify(&config, "slow.sql");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !history()["not_recorded"].as_array().is_some_and(|a| a.iter().any(|r| r["state"] == "running")) {
+        assert!(Instant::now() < deadline, "the second verify never started");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let skipped = trigger();
+    let run = answer(&skipped);
+    assert_eq!(run["status"], "skipped", "{run}");
+    assert!(run["reason"].as_str().unwrap().contains("is verifying this target"), "{run}");
+    let out = holder.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let (status, _) = daemon.terminate(Duration::from_secs(30));
+    assert!(status.success(), "{status}");
+    let log = daemon.stderr_text();
+    assert!(
+        log.contains("took over the lease") && log.contains("removed a sandbox left by a drcheck process"),
+        "{log}"
+    );
 }
 
 /// With `[api] token`, every API route needs it; only /metrics, /healthz and /readyz

@@ -386,8 +386,7 @@ fn every_layout_is_rewritten_and_caught_and_the_newest_existing_proof_is_copied(
     // Gzip, in a directory store, one file (WAL inside, `-X fetch`) beside its manifest.
     let store = root.path().join("store");
     let bbz = store.join("bbz/20261207T130000Z");
-    primary
-        .tool("pg_basebackup", &["-D", &bbz.display().to_string(), "-Ft", "-z", "-X", "fetch", "--checkpoint=fast"]);
+    primary.tool("pg_basebackup", &["-D", &bbz.display().to_string(), "-Ft", "-z", "-X", "fetch", "--checkpoint=fast"]);
     for i in 2..6 {
         primary.psql("orders", &format!("insert into tiny values ({i}, {i})"));
         primary.archive_all(&archive);

@@ -42,11 +42,26 @@ pub(crate) async fn run(config: &Config, args: HistoryArgs) -> Result<Exit, CliE
         return Ok(Exit::Passed);
     }
     let runs = history.recent(args.target.as_deref(), args.limit).await.map_err(CliError::incomplete)?;
+    // Runs not (yet) recorded: running (or killed, until the next run of the target
+    // records them aborted), and triggered runs that were skipped.
+    let starts = history.run_starts(args.target.as_deref(), args.limit).await.map_err(CliError::incomplete)?;
     history.close().await;
     if args.json {
-        let out = serde_json::json!({ "runs": runs });
+        let out = serde_json::json!({ "runs": runs, "not_recorded": starts });
         crate::outln!("{}", serde_json::to_string_pretty(&out).map_err(CliError::incomplete)?);
         return Ok(Exit::Passed);
+    }
+    for s in &starts {
+        crate::out!(
+            "{:<24}  {:<16} {:<8} {:>8}  {}  {}{}\n",
+            s.started_at,
+            s.target,
+            s.state,
+            "—",
+            crate::out::shown(&s.holder),
+            s.run_id,
+            s.reason.as_ref().map(|r| format!("  {}", crate::out::shown(r))).unwrap_or_default()
+        );
     }
     crate::out!("{}", render(&runs));
     Ok(Exit::Passed)

@@ -44,13 +44,9 @@ pub(crate) async fn run(config: &Config, args: VerifyArgs) -> Result<Exit, CliEr
         if cancel.is_cancelled() {
             break;
         }
-        match history.lease_for(&target.name, &holder, verify::lease_ttl(target)).await {
-            Ok(crate::history::Leased::Taken) => {}
-            Ok(crate::history::Leased::TookOver(previous)) => {
-                if let Err(e) = history.record(&verify::died_report(target, &previous)).await {
-                    tracing::warn!(target = %target.name, "cannot record the run that died: {e:#}");
-                }
-            }
+        let took_over = match history.lease_for(&target.name, &holder, verify::lease_ttl(target)).await {
+            Ok(crate::history::Leased::Taken) => None,
+            Ok(crate::history::Leased::TookOver(previous)) => Some(previous),
             Ok(crate::history::Leased::Held) => {
                 let (who, until) = history
                     .lease(&target.name)
@@ -72,13 +68,17 @@ pub(crate) async fn run(config: &Config, args: VerifyArgs) -> Result<Exit, CliEr
                 not_run.push(RunResult::Error);
                 continue;
             }
-        }
+        };
+        let run_id = crate::ids::new_run_id();
+        verify::run_begins(&history, target, &run_id, &holder, took_over.as_deref()).await;
         let progress = Progress::new(!args.json);
-        let report = verify::verify(config, target, args.backup.as_deref(), &history, &cancel, &progress).await;
+        let report =
+            verify::verify_as(run_id, config, target, args.backup.as_deref(), &history, &cancel, &progress).await;
         drop(progress);
         let _ = history.release_lease(&target.name, &holder).await;
         if let Some(mistake) = &report.usage_error {
             // Nothing was verified: not a run, not a failure of the backup.
+            let _ = history.run_start_dropped(&report.run_id).await;
             history.close().await;
             return Err(CliError::usage(anyhow::anyhow!("{}: {mistake}", target.name)));
         }

@@ -13,6 +13,7 @@ mod journal;
 mod leases;
 mod outbox;
 mod runs;
+mod starts;
 
 pub(crate) use acks::{Ack, FORGOTTEN_BACKUP, WAL_GAP, gap_bounds, who_here};
 pub(crate) use leases::{Leased, holder_alive_here, lease_holder_name};
@@ -20,6 +21,7 @@ pub(crate) use outbox::OutboxRow;
 pub(crate) use runs::Proven;
 #[cfg(test)]
 pub(crate) use runs::{Freshness, Pin, Proof};
+pub(crate) use starts::RUNNING;
 
 use anyhow::Context as _;
 use sqlx::any::AnyPoolOptions;

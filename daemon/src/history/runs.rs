@@ -104,6 +104,22 @@ impl History {
     pub(crate) async fn record_with_alerts(&self, r: &RunReport, sinks: &[String]) -> anyhow::Result<()> {
         let json = serde_json::to_string(r)?;
         let mut tx = self.pool.begin().await?;
+        // Its start is done with; an `aborted` record another run made of it while it was
+        // alive after all (its lease released by hand) gives way to its own.
+        sqlx::query("delete from run_starts where run_id = $1").bind(&r.run_id).execute(&mut *tx).await?;
+        if let Some(phantom) =
+            sqlx::query_scalar::<_, String>("select run_id from runs where run_id = $1 and result = 'aborted'")
+                .bind(&r.run_id)
+                .fetch_optional(&mut *tx)
+                .await?
+        {
+            for table in ["run_phases", "run_validators", "runs"] {
+                sqlx::query(sqlx::AssertSqlSafe(format!("delete from {table} where run_id = $1")))
+                    .bind(&phantom)
+                    .execute(&mut *tx)
+                    .await?;
+            }
+        }
         sqlx::query(
             "insert into runs (run_id, target, result, started_at, finished_at, backup_key, backup_size_bytes,
                  backup_created_at, backup_format, rto_target_seconds, rto_measured_seconds, rto_met,
@@ -209,6 +225,7 @@ impl History {
 
     /// Keeps the newest `keep` runs of each target; deletes older ones.
     pub(crate) async fn prune(&self, keep: u32) -> anyhow::Result<u64> {
+        self.prune_starts(keep).await?;
         let r = sqlx::query(
             "delete from runs where run_id in (
                select run_id from (select run_id, row_number() over (partition by target order by started_at desc) as n from runs) as ranked

@@ -93,14 +93,25 @@ async fn runs(State(s): State<Arc<Shared>>, Query(q): Query<RunsQuery>) -> Respo
 async fn run_by_id(State(s): State<Arc<Shared>>, Path(id): Path<String>) -> Response {
     match s.history.run(&id).await {
         Ok(Some(run)) => Json(serde_json::json!(run)).into_response(),
-        Ok(None) => match s.triggered.lock().unwrap().get(&id) {
-            Some(target) => {
-                (StatusCode::ACCEPTED, Json(serde_json::json!({"run_id": id, "target": target, "status": "running"})))
-                    .into_response()
+        Ok(None) => match s.history.run_start(&id).await {
+            // Started and not finished (202), or triggered and never started (200: its
+            // final answer, `skipped` with the reason).
+            Ok(Some(start)) => {
+                let status = if start.state == crate::history::RUNNING { StatusCode::ACCEPTED } else { StatusCode::OK };
+                let mut body = serde_json::json!(start);
+                body["status"] = serde_json::json!(start.state);
+                (status, Json(body)).into_response()
             }
-            None => {
-                (StatusCode::NOT_FOUND, Json(serde_json::json!({"error": format!("no run {id:?}")}))).into_response()
-            }
+            Ok(None) => match s.triggered.lock().unwrap().get(&id) {
+                Some(target) => (
+                    StatusCode::ACCEPTED,
+                    Json(serde_json::json!({"run_id": id, "target": target, "status": "queued"})),
+                )
+                    .into_response(),
+                None => (StatusCode::NOT_FOUND, Json(serde_json::json!({"error": format!("no run {id:?}")})))
+                    .into_response(),
+            },
+            Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, format!("{e:#}\n")).into_response(),
         },
         Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, format!("{e:#}\n")).into_response(),
     }
@@ -131,7 +142,11 @@ async fn trigger(State(s): State<Arc<Shared>>, Path(name): Path<String>, headers
     let (sh, rid, t) = (s.clone(), run_id.clone(), name.clone());
     s.tracker.spawn(async move {
         if let Err(e) = run_target(sh.clone(), t.clone(), rid.clone()).await {
-            tracing::warn!(target = %t, "triggered run did not start: {e}");
+            tracing::warn!(target = %t, run_id = %rid, reason = %e, "triggered run did not start");
+            // The id the API gave out keeps its answer: skipped, and why.
+            if let Err(err) = sh.history.run_skipped(&rid, &t, &sh.holder, &e).await {
+                tracing::warn!(target = %t, run_id = %rid, "cannot record the skipped run: {err:#}");
+            }
         }
         sh.triggered.lock().unwrap().remove(&rid);
         sh.running.lock().unwrap().remove(&t);

@@ -94,19 +94,21 @@ pub(crate) async fn run_target(shared: Arc<Shared>, target: String, run_id: Stri
         return Err(dropped());
     }
     let ttl = crate::verify::lease_ttl(&t);
-    match shared.history.lease_for(&target, &shared.holder, ttl).await {
-        Ok(crate::history::Leased::Taken) => {}
-        Ok(crate::history::Leased::TookOver(previous)) => {
-            if let Err(e) = shared.history.record(&verify::died_report(&t, &previous)).await {
-                tracing::warn!(target = %target, "cannot record the run that died: {e:#}");
-            }
-        }
+    let took_over = match shared.history.lease_for(&target, &shared.holder, ttl).await {
+        Ok(crate::history::Leased::Taken) => None,
+        Ok(crate::history::Leased::TookOver(previous)) => Some(previous),
         Ok(crate::history::Leased::Held) => {
-            tracing::warn!(target = %target, "another instance holds the lease: run skipped");
-            return Err("another instance is verifying this target".into());
+            let who = shared.history.lease_holder(&target).await.ok().flatten();
+            let why = match who {
+                Some(w) => format!("another instance is verifying this target ({w} holds its lease)"),
+                None => "another instance is verifying this target".to_string(),
+            };
+            tracing::warn!(target = %target, run_id = %run_id, reason = %why, "run skipped");
+            return Err(why);
         }
         Err(e) => return Err(format!("lease: {e:#}")),
-    }
+    };
+    verify::run_begins(&shared.history, &t, &run_id, &shared.holder, took_over.as_deref()).await;
     shared.metrics.runs_in_flight.inc();
     let report = match on_follower(&shared, &config, &t).await {
         Some(slot) => {
@@ -142,6 +144,9 @@ pub(crate) async fn run_target(shared: Arc<Shared>, target: String, run_id: Stri
         tracing::error!(target = %target, run_id = %report.run_id, "cannot record the run: {e:#}");
     }
     let _ = shared.history.release_lease(&target, &shared.holder).await;
+    // What another drcheck (a CronJob's, killed) left meanwhile: not kept until this
+    // target's next run.
+    verify::reap_orphans(&config.sandbox.scratch_dir).await;
     if let Err(e) = shared.history.prune(config.state.keep_runs).await {
         tracing::warn!("pruning history: {e:#}");
     }
@@ -272,6 +277,8 @@ pub(crate) async fn run(
         followers: Default::default(),
     });
     let config = shared.config();
+    // Sandboxes and canaries a drcheck killed outright left: gone before anything runs.
+    verify::reap_orphans(&config.sandbox.scratch_dir).await;
     shared.metrics.init(&config);
     shared.metrics.config_loaded(true);
     shared.metrics.seed_from_history(&config, &shared.history).await;

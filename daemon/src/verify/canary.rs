@@ -344,7 +344,7 @@ const LOCK: &str = ".alive";
 /// Removes the directories canaries left when their process died (SIGKILL, the OOM
 /// killer): drcheck's own (its uid, never a link), whose lock nobody holds — or, without
 /// a lock, untouched for an hour (a canary creates its lock right after its directory).
-fn reap_dead_canaries(scratch_dir: &Path) -> Vec<PathBuf> {
+pub(crate) fn reap_dead_canaries(scratch_dir: &Path) -> Vec<PathBuf> {
     use std::os::unix::fs::MetadataExt as _;
     let me = nix::unistd::geteuid().as_raw();
     let Ok(entries) = std::fs::read_dir(scratch_dir) else { return Vec::new() };

@@ -160,6 +160,59 @@ pub(crate) fn died_report(target: &TargetConfig, holder: &str) -> RunReport {
     }
 }
 
+/// A run that holds its target's lease begins: its row is written (so that, killed
+/// outright, it is recorded `aborted` under this id by the next run), and the runs of
+/// the target that died without recording themselves are recorded `aborted` now, under
+/// their own ids — or, for a holder `took_over` from that left no row, under a new one.
+pub(crate) async fn run_begins(
+    history: &History,
+    target: &TargetConfig,
+    run_id: &str,
+    holder: &str,
+    took_over: Option<&str>,
+) {
+    let found = match history.abort_dead_runs(target, run_id).await {
+        Ok(found) => found,
+        Err(e) => {
+            tracing::warn!(target = %target.name, "cannot record the runs that died: {e:#}");
+            Vec::new()
+        }
+    };
+    for r in &found {
+        tracing::warn!(target = %target.name, run_id = %r.run_id, started_at = %r.started_at,
+            reason = %r.error.as_ref().map(|e| e.message.as_str()).unwrap_or_default(), "recorded a run that died as aborted");
+    }
+    if let Some(previous) = took_over
+        && found.is_empty()
+        && let Err(e) = history.record(&died_report(target, previous)).await
+    {
+        tracing::warn!(target = %target.name, "cannot record the run that died: {e:#}");
+    }
+    if let Err(e) = history.run_started(run_id, &target.name, holder).await {
+        tracing::warn!(target = %target.name, run_id, "cannot record the run's start: {e:#}");
+    }
+}
+
+/// Removes what drcheck processes that are gone left in `scratch_dir` (killed outright:
+/// SIGKILL, the OOM killer): their sandboxes — servers and tools stopped, directories
+/// removed — and their canaries' directories. The daemon calls it when it starts and
+/// after each run, so an orphaned server never outlives its run by more than that;
+/// every restore calls it too.
+pub(crate) async fn reap_orphans(scratch_dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let dir = scratch_dir.to_path_buf();
+    let reaped = tokio::task::spawn_blocking(move || {
+        let mut all = drcheck_restore::reap_leftovers(&dir);
+        all.extend(canary::reap_dead_canaries(&dir));
+        all
+    })
+    .await
+    .unwrap_or_default();
+    for d in &reaped {
+        tracing::warn!(dir = %d.display(), "removed a sandbox left by a drcheck process that is gone (its server and tools stopped)");
+    }
+    reaped
+}
+
 /// [`verify`] with a run id chosen by the caller (the trigger API answers with it).
 pub(crate) async fn verify_as(
     run_id: String,
@@ -306,25 +359,64 @@ pub(crate) fn finish(mut run: Run<'_>, outcome: Result<(), Stop>) -> RunReport {
     if matches!(r.result, RunResult::Passed) {
         tracing::info!(target = %target.name, run_id = %r.run_id, result = r.result.as_str(), "verification finished");
     } else {
-        // A failed run says why in its own log line: each failing check with its reason.
-        let failing: Vec<String> = r
-            .validators
-            .iter()
-            .filter(|v| v.status == "failed" || v.status == "error")
-            .map(|v| format!("{} {}: {}", v.name, v.status, short(&v.detail, 300)))
-            .collect();
-        let reason = match (&r.error, failing.is_empty(), &r.content) {
-            (Some(e), _, _) => format!("{}: {}", e.stage, short(&e.message, 500)),
-            (None, false, _) => failing.join("; "),
-            (None, true, Some(c)) if r.result == RunResult::Inconclusive => format!(
-                "content {}% proven, {} of {} tables and {} rows undecided (max_undecided {}%)",
-                c.proven_percent, c.tables_undecided, c.tables, c.rows_undecided, c.max_undecided_percent
-            ),
-            (None, true, _) => r.degraded.clone().unwrap_or_default(),
-        };
+        // A failed run says why in its own log line: each failing check, a missed
+        // objective, what stopped it.
+        let reason = failure_reason(r);
         tracing::warn!(target = %target.name, run_id = %r.run_id, result = r.result.as_str(), reason = %reason, "verification finished");
     }
     run.report
+}
+
+/// Why a run did not pass, in one line for its log: what stopped it, each check that
+/// failed or errored, each objective missed (RTO, RPO: with the figures), too much
+/// undecided content, a degraded run. Never empty.
+pub(crate) fn failure_reason(r: &RunReport) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    if let Some(e) = &r.error {
+        parts.push(format!("{}: {}", e.stage, short(&e.message, 500)));
+    }
+    parts.extend(
+        r.validators
+            .iter()
+            .filter(|v| v.status == "failed" || v.status == "error")
+            .map(|v| format!("{} {}: {}", v.name, v.status, short(&v.detail, 300))),
+    );
+    let human = |s: f64| drcheck_config::format_duration(std::time::Duration::from_secs_f64(s.max(0.0).round()));
+    if r.rto.met == Some(false) {
+        parts.push(format!(
+            "RTO missed: the restore took {} (rto {})",
+            r.rto.measured_seconds.map(human).unwrap_or_else(|| "longer than allowed".into()),
+            human(r.rto.target_seconds)
+        ));
+    }
+    if r.rpo.met == Some(false) {
+        let lost = r.rpo.recoverable_point_age_seconds.or(r.rpo.backup_age_seconds);
+        parts.push(format!(
+            "RPO missed: a restore now would lose {}{} (rpo {})",
+            lost.map(human).unwrap_or_else(|| "more than allowed".into()),
+            r.rpo
+                .recoverable_point
+                .as_ref()
+                .map(|p| format!(", the newest recoverable point being {p}"))
+                .unwrap_or_default(),
+            human(r.rpo.target_seconds)
+        ));
+    }
+    if r.result == RunResult::Inconclusive
+        && let Some(c) = &r.content
+    {
+        parts.push(format!(
+            "content {}% proven, {} of {} tables and {} rows undecided (max_undecided {}%)",
+            c.proven_percent, c.tables_undecided, c.tables, c.rows_undecided, c.max_undecided_percent
+        ));
+    }
+    if let Some(d) = &r.degraded {
+        parts.push(format!("degraded: {d}"));
+    }
+    if parts.is_empty() {
+        parts.push(format!("the run ended {} without a recorded reason", r.result.as_str()));
+    }
+    parts.join("; ")
 }
 
 /// The three stages, each handing the next what it returned.
@@ -339,4 +431,40 @@ pub(crate) async fn steps(
     let selected = select::select_stage(config, run, backup_key, history, progress).await?;
     let ready = restore::restore_stage(config, run, &selected, progress).await?;
     validate::validate_stage(config, run, &selected, ready, history, cancel, progress).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn target() -> TargetConfig {
+        drcheck_config::parse(
+            "[storage.s]\nkind = \"filesystem\"\npath = \"/tmp\"\n[[target]]\nname = \"t\"\nstorage = \"s\"\nprefix = \"p/\"\nrto = \"15m\"\nrpo = \"1d\"\n",
+            std::path::Path::new("c.toml"),
+        )
+        .unwrap()
+        .targets[0]
+            .clone()
+    }
+
+    /// Issue 48: an RPO miss logged `reason=` empty. Every way a run fails says why.
+    #[test]
+    fn every_failure_and_miss_has_a_reason() {
+        let mut r = died_report(&target(), "x");
+        r.error = None;
+        r.result = RunResult::Failed;
+        r.rpo.met = Some(false);
+        r.rpo.recoverable_point_age_seconds = Some(2.0 * 86400.0 + 3600.0);
+        r.rpo.recoverable_point = Some("2026-12-05T03:00:00.000Z".into());
+        let why = failure_reason(&r);
+        assert!(why.starts_with("RPO missed: a restore now would lose 2days 1h"), "{why}");
+        assert!(why.contains("2026-12-05T03:00:00.000Z") && why.contains("(rpo 1day)"), "{why}");
+        r.rpo.met = Some(true);
+        r.rto.met = Some(false);
+        r.rto.measured_seconds = Some(1260.0);
+        let why = failure_reason(&r);
+        assert!(why.starts_with("RTO missed: the restore took 21m (rto 15m)"), "{why}");
+        r.rto.met = Some(true);
+        assert_eq!(failure_reason(&r), "the run ended failed without a recorded reason");
+    }
 }
