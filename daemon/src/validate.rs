@@ -326,7 +326,7 @@ pub(crate) async fn run(
                 (e.since, e.provenance.filter(|_| is_main), e.journal)
             }
             Primary::Unavailable(why) => (
-                drcheck_validators::asof::Since::Unknown { why: why.clone() },
+                drcheck_validators::asof::Since::Unknown { why: why.clone(), commit_ts: None },
                 None,
                 drcheck_validators::asof::Journal::default(),
             ),

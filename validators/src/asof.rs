@@ -153,6 +153,9 @@ pub enum Since {
     },
     Unknown {
         why: String,
+        /// Whether the primary tracks commit timestamps (`None`: it could not be asked):
+        /// what the advice to prove the difference may and may not recommend.
+        commit_ts: Option<bool>,
     },
 }
 
@@ -322,21 +325,45 @@ impl Since {
                 "changes since the copy's point told by {} — rows written since are counted as changed",
                 horizon.describe()
             ),
-            Since::Unknown { why } => format!("changes since the copy's point cannot be told ({why})"),
+            Since::Unknown { why, .. } => format!("changes since the copy's point cannot be told ({why})"),
         }
     }
 
-    /// What would decide a difference this comparison could not.
-    pub fn how_to_prove(&self) -> &'static str {
+    /// What would decide a difference this comparison could not — from the facts: never
+    /// a setting the primary already has, or a sample drcheck already took.
+    pub fn how_to_prove(&self) -> String {
+        const SAMPLE: &str = "let drcheck sample the primary before the backup is taken (every run records its \
+            transaction horizon, `drcheck daemon` every journal_interval: backups taken after a sample are judged by it)";
         match self {
-            Since::Unknown { .. } => {
-                "let drcheck sample the primary before the backup is taken (every run records its transaction \
-                 horizon, `drcheck daemon` every journal_interval: backups taken after a sample are judged by it), \
-                 or set track_commit_timestamp = on on the primary, or give the table an as_of column"
+            Since::Unknown { commit_ts, .. } => {
+                let mut ways = vec![SAMPLE.to_string()];
+                match commit_ts {
+                    Some(true) => ways.push(
+                        "have the backup say when its data is from (the primary tracks commit timestamps, but \
+                         nothing dates this backup: for a plain dump, `pg_dump -v` writes its start time into its \
+                         header; custom and directory dumps always carry it)"
+                            .into(),
+                    ),
+                    Some(false) => ways.push("set track_commit_timestamp = on on the primary".into()),
+                    None => ways.push(
+                        "set track_commit_timestamp = on on the primary if it is off (it could not be asked)".into(),
+                    ),
+                }
+                ways.push("give the table an as_of column".into());
+                ways.join(", or ")
             }
-            _ => {
-                "let drcheck sample the primary before the backup is taken (rows without a commit time are then \
-                 judged by the journal of its transaction horizon)"
+            Since::CommitTime { journal: None, .. } | Since::Xid { floor: None, .. } => format!(
+                "{SAMPLE}: rows without a commit time or beyond the copy's commit log are then judged by the journal"
+            ),
+            Since::CommitTime { journal: Some(h), .. }
+            | Since::Journal { horizon: h }
+            | Since::Xid { floor: Some(h), .. } => {
+                format!(
+                    "sample the primary closer to the backup's point: drcheck's newest sample before it is from {} \
+                     ({} before it) — lower [daemon] journal_interval, or run drcheck just before the backup",
+                    h.at,
+                    humantime::format_duration(Duration::from_secs(h.before_point.as_secs()))
+                )
             }
         }
     }
@@ -588,7 +615,10 @@ pub async fn establish(point: &CopyPoint, restored: &PgPool, primary: &PrimaryDb
         Ok(s) => s,
         Err(e) => {
             return Established {
-                since: Since::Unknown { why: format!("the primary's transaction state cannot be read: {}", e.said()) },
+                since: Since::Unknown {
+                    why: format!("the primary's transaction state cannot be read: {}", e.said()),
+                    commit_ts: None,
+                },
                 provenance: None,
                 journal: Journal::default(),
                 now: None,
@@ -669,12 +699,47 @@ pub async fn establish(point: &CopyPoint, restored: &PgPool, primary: &PrimaryDb
         ),
         None => "no time to look the primary's horizon up at".into(),
     });
-    Established { since: Since::Unknown { why: why.join("; ") }, provenance, journal, now: Some(now) }
+    Established {
+        since: Since::Unknown { why: why.join("; "), commit_ts: Some(commit_ts) },
+        provenance,
+        journal,
+        now: Some(now),
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 48: advice from facts — never "turn on track_commit_timestamp" when it is
+    /// on (a plain dump without a time: `pg_dump -v`), never "let drcheck sample the
+    /// primary" when it did (closer to the point, then).
+    #[test]
+    fn the_advice_never_recommends_what_is_already_so() {
+        let on = Since::Unknown { why: "nothing records when the backup's data is from".into(), commit_ts: Some(true) };
+        let advice = on.how_to_prove();
+        assert!(!advice.contains("set track_commit_timestamp"), "{advice}");
+        assert!(advice.contains("pg_dump -v"), "{advice}");
+        let off = Since::Unknown { why: "the primary does not track commit timestamps".into(), commit_ts: Some(false) };
+        let advice = off.how_to_prove();
+        assert!(advice.contains("set track_commit_timestamp = on") && !advice.contains("pg_dump -v"), "{advice}");
+        let h = Horizon {
+            xmin: 700,
+            at: "2026-12-07T01:00:00Z".into(),
+            before_point: Duration::from_secs(7200),
+            source: "a run".into(),
+        };
+        for sampled in [
+            Since::Journal { horizon: h.clone() },
+            Since::CommitTime { cut: "2026-12-07T03:00:00Z".into(), journal: Some(h.clone()) },
+        ] {
+            let advice = sampled.how_to_prove();
+            assert!(!advice.contains("before the backup is taken"), "it was: {advice}");
+            assert!(advice.contains("2026-12-07T01:00:00Z") && advice.contains("2h before it"), "{advice}");
+        }
+        let unsampled = Since::CommitTime { cut: "2026-12-07T03:00:00Z".into(), journal: None };
+        assert!(unsampled.how_to_prove().starts_with("let drcheck sample the primary before the backup"));
+    }
 
     fn horizon(x: u64) -> Horizon {
         Horizon {
@@ -693,7 +758,7 @@ mod tests {
         assert!(sql.contains("int8 >= 3 and"), "frozen ids are never new: {sql}");
         assert!(sql.contains("- $5::pg_catalog.int8)") && sql.contains("any($6::pg_catalog.int8[])"), "{sql}");
         assert_eq!(binds, vec![Bind::Int(100), Bind::Int((5i64 << 32) + 100), Bind::Ints(vec![98, 99])]);
-        assert!(Since::Unknown { why: "x".into() }.changed("r", 1).is_none());
+        assert!(Since::Unknown { why: "x".into(), commit_ts: None }.changed("r", 1).is_none());
         let (sql, binds) =
             Since::CommitTime { cut: "2026-12-01T00:00:00Z".into(), journal: None }.changed("r", 2).unwrap();
         assert!(sql.contains("pg_xact_commit_timestamp(r.xmin) >= $2::pg_catalog.timestamptz"), "{sql}");

@@ -349,7 +349,7 @@ async fn inclusion(
     let named = match since {
         Some(s) => name_rows(primary, t, plan, s, &missing).await.map_err(|e| e.said())?,
         None => {
-            let never = Since::Unknown { why: String::new() };
+            let never = Since::Unknown { why: String::new(), commit_ts: None };
             name_rows(primary, t, plan, &never, &missing).await.map_err(|e| e.said())?
         }
     };

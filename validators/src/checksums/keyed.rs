@@ -302,7 +302,7 @@ mod tests {
     fn queries_quote_bind_and_cut() {
         let t = TableName { schema: "Sales".into(), name: "Inv\"oices".into() };
         let cut = Cut::test("\"at\"", "2026-11-30T00:00:00Z", None).less(std::time::Duration::from_secs(300));
-        let since = Since::Unknown { why: "a dump".into() };
+        let since = Since::Unknown { why: "a dump".into(), commit_ts: Some(false) };
         let whole = super::super::plan::Row::whole();
         let plan = Keyed { t: &t, key: "id", hash: Hash::Record, row: &whole, since: &since, cut: Some(&cut) };
         let (filter, binds) = plan.filter();
@@ -329,7 +329,7 @@ mod tests {
         let (filter, binds) = plan.filter();
         assert_eq!(filter, r#""id" >= $1::pg_catalog.int8 and "id" < $2::pg_catalog.int8"#);
         assert!(binds.is_empty());
-        let unknown = Since::Unknown { why: "a dump".into() };
+        let unknown = Since::Unknown { why: "a dump".into(), commit_ts: Some(false) };
         let plan = Keyed { t: &t, key: "id", hash: Hash::Text, row: &whole, since: &unknown, cut: None };
         assert!(!plan.decidable(), "nothing tells a difference from a change since T");
     }
