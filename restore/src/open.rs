@@ -9,9 +9,9 @@ use crate::transfer::fetch::FetchOptions;
 use drcheck_config::{SourceConfig, StorageConfig, TargetConfig};
 
 /// The source of `target`'s backups in `storage` (described as `described`, the store's
-/// own description); `fetch` is how archived WAL objects are downloaded. Backup tools
-/// speak S3 only: on a filesystem store every target's source is its objects (the
-/// configuration refuses a tool there).
+/// own description); `fetch` is how archived WAL objects are downloaded. pgBackRest
+/// reads S3 and directory (`posix`) repositories; barman-cloud S3 only (the
+/// configuration refuses it elsewhere).
 pub fn open_source(
     target: &TargetConfig,
     storage: &StorageConfig,
@@ -24,12 +24,31 @@ pub fn open_source(
             wal: target.wal_prefix.as_ref().map(|prefix| WalArchive { prefix: prefix.clone(), fetch }),
         })
     };
+    if let (StorageConfig::Filesystem { path }, SourceConfig::Pgbackrest { stanza, repo_path, cipher_pass }) =
+        (storage, &target.source)
+    {
+        // A posix repository: the storage's directory (and `repo_path` inside it).
+        let rel = repo_path.trim_matches('/');
+        return Box::new(Repo {
+            stanza: stanza.clone(),
+            repo_path: repo_path.clone(),
+            posix: Some(if rel.is_empty() { path.clone() } else { path.join(rel) }),
+            bucket: String::new(),
+            endpoint: None,
+            region: String::new(),
+            path_style: false,
+            ca_file: None,
+            verify_tls: true,
+            cipher_pass: cipher_pass.as_ref().map(|p| p.expose().to_string()),
+        });
+    }
     let StorageConfig::S3(s3) = storage else { return objects() };
     match &target.source {
         SourceConfig::Objects => objects(),
         SourceConfig::Pgbackrest { stanza, repo_path, cipher_pass } => Box::new(Repo {
             stanza: stanza.clone(),
             repo_path: repo_path.clone(),
+            posix: None,
             bucket: s3.bucket.clone(),
             endpoint: s3.endpoint.clone(),
             region: s3.region.clone(),

@@ -287,6 +287,95 @@ rpo = "26h"
     }
 }
 
+/// A primary archiving into a pgBackRest **posix** repository (a directory, as on an NFS
+/// mount or a volume): owned by postgres, mode 0750 as pgBackRest makes it.
+pub struct PgbrPosix {
+    pub root: TempRoot,
+    pub repo: PathBuf,
+    pub stanza: String,
+    pub conf: PathBuf,
+    pub primary: PgPrimary,
+    pub scratch: PathBuf,
+}
+
+impl PgbrPosix {
+    pub fn start() -> PgbrPosix {
+        let root = TempRoot::new();
+        let repo = root.pg_dir("pgbr-repo");
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&repo, std::fs::Permissions::from_mode(0o750)).unwrap();
+        let work = root.pg_dir("pgbackrest");
+        let stanza = "main".to_string();
+        let conf = root.path().join("pgbackrest.conf");
+        let global = format!(
+            "[global]\nrepo1-type=posix\nrepo1-path={}\nrepo1-retention-full=9\nlog-path={w}\nlock-path={w}\n\
+             spool-path={w}\nlog-level-console=warn\nlog-level-file=off\nstart-fast=y\ncompress-type=gz\n",
+            repo.display(),
+            w = work.display()
+        );
+        std::fs::write(&conf, &global).unwrap();
+        std::fs::set_permissions(&conf, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let archive = format!("pgbackrest --config={} --stanza={stanza} archive-push %p", conf.display());
+        let primary = PgPrimary::start_with(
+            &root,
+            &[
+                ("archive_mode", "on"),
+                ("archive_command", &archive),
+                ("wal_level", "replica"),
+                ("archive_timeout", "0"),
+            ],
+        );
+        std::fs::write(
+            &conf,
+            format!(
+                "{global}\n[{stanza}]\npg1-path={}\npg1-socket-path={}\npg1-port={}\npg1-user=postgres\n",
+                primary.data.display(),
+                primary.sock.display(),
+                primary.port
+            ),
+        )
+        .unwrap();
+        let scratch = root.path().join("scratch");
+        std::fs::create_dir_all(&scratch).unwrap();
+        crate::make_world_enterable(&scratch);
+        let me = PgbrPosix { root, repo, stanza, conf, primary, scratch };
+        me.pgbackrest(&["stanza-create"]);
+        me
+    }
+
+    /// Runs `pgbackrest ARGS` as the postgres user with the scene's config; returns stdout.
+    pub fn pgbackrest(&self, args: &[&str]) -> String {
+        let mut cmd = Command::new("pgbackrest");
+        as_pg(&mut cmd)
+            .arg(format!("--config={}", self.conf.display()))
+            .arg(format!("--stanza={}", self.stanza))
+            .args(args)
+            .current_dir(self.root.path());
+        stdout_of(cmd, &format!("pgbackrest {args:?}"))
+    }
+
+    pub fn archive_now(&self) -> String {
+        archive_now(&self.primary)
+    }
+
+    /// A drcheck config for target `orders` reading this repository (a filesystem storage).
+    pub fn config(&self, extra: &str) -> PathBuf {
+        let text = format!(
+            "[state]\nurl = \"sqlite://{root}/history.db\"\n[sandbox]\nscratch_dir = \"{scratch}\"\n\
+             [storage.repo]\nkind = \"filesystem\"\npath = \"{repo}\"\n\
+             [[target]]\nname = \"orders\"\nsource = \"pgbackrest\"\nstorage = \"repo\"\nstanza = \"{stanza}\"\n\
+             rto = \"10m\"\nrpo = \"26h\"\n{extra}\n",
+            root = self.root.path().display(),
+            scratch = self.scratch.display(),
+            repo = self.repo.display(),
+            stanza = self.stanza,
+        );
+        let path = self.root.path().join(format!("{}.toml", unique("drcheck")));
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+}
+
 /// A primary archiving its WAL with barman-cloud into moto (plain HTTP), with backups
 /// taken by `barman-cloud-backup` — the layout CloudNativePG writes.
 pub struct BarmanScene {

@@ -2,7 +2,7 @@
 //! a TLS terminator: pgBackRest 2.45 speaks only HTTPS to S3), restored by delegation to
 //! the tool's own CLI, with WAL replayed and the recoverable point measured.
 
-use drcheck_e2e::repos::PgbrScene;
+use drcheck_e2e::repos::{PgbrPosix, PgbrScene};
 use drcheck_e2e::{drcheck, only_run, stderr, stdout, validator};
 use std::time::Duration;
 
@@ -116,6 +116,62 @@ fn the_latest_pgbackrest_backup_restores_replays_its_wal_and_measures_the_recove
     // Without an integrity_schedule, pgbackrest verify runs with every verification: its cost is reported.
     assert!(repo["measurements"]["tool_seconds"].as_f64().is_some_and(|s| s > 0.0), "{repo}");
     assert_eq!(drcheck_e2e::sample(&prom, "drcheck_repository_check_success", "target=\"orders\""), Some(1.0));
+}
+
+/// Issue 48: a pgBackRest **posix** repository (the commonest setup: a directory on an
+/// NFS mount or a volume, owned by postgres, 0750) read by delegation — `backups list`
+/// from its catalog, the latest backup restored with its WAL replayed, the repository
+/// checked — with the contained pgbackrest reading it through the repository's group,
+/// read-only and without any network; one readable by its owner only is refused saying
+/// what to change.
+#[test]
+fn a_posix_pgbackrest_repository_is_listed_restored_and_checked() {
+    let scene = PgbrPosix::start();
+    let p = &scene.primary;
+    p.psql("postgres", "create database app");
+    p.psql("postgres", "create role verifier login password 'vpw-123'; grant pg_read_all_data to verifier");
+    p.psql(
+        "app",
+        "create table events (id bigserial primary key, note text);
+         insert into events (note) select 'full ' || g from generate_series(1, 2000) g;",
+    );
+    scene.pgbackrest(&["backup", "--type=full"]);
+    p.psql("app", "insert into events (note) select 'incr ' || g from generate_series(1, 500) g");
+    scene.pgbackrest(&["backup", "--type=incr"]);
+    p.psql("app", "insert into events (note) select 'after ' || g from generate_series(1, 77) g");
+    scene.archive_now();
+    // As pgBackRest keeps it: nothing of it readable by others.
+    use std::os::unix::fs::MetadataExt;
+    let info = scene.repo.join("backup/main/backup.info");
+    let mode = std::fs::metadata(&info).unwrap().mode();
+    assert_eq!(mode & 0o007, 0, "{} is mode {mode:o}", info.display());
+    let primary = format!("primary = \"postgres://verifier:vpw-123@127.0.0.1:{}/app\"\n", p.port);
+    let c = scene.config(&primary).display().to_string();
+    let (out, _) = drcheck(&["--config", &c, "backups", "list", "--json"], &[], LIMIT);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let listed: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let kinds: Vec<&str> =
+        listed["targets"][0]["backups"].as_array().unwrap().iter().map(|b| b["type"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["incr", "full"], "{listed}");
+    let (out, _) = drcheck(&["--config", &c, "verify", "--json"], &[], LIMIT);
+    let run = only_run(&out);
+    assert_eq!(run["result"], "passed", "{run}\n{}", stderr(&out));
+    assert_eq!(run["backup"]["source"], "pgbackrest");
+    assert_eq!(run["backup"]["kind"], "incr");
+    for v in ["checksums", "row_counts", "repository"] {
+        assert_eq!(validator(&run, v)["status"], "passed", "{v}: {run}");
+    }
+    // Replayed past the backups: the 77 rows written after them are in the copy.
+    let sums = validator(&run, "checksums")["detail"].as_str().unwrap().to_string();
+    assert!(sums.contains("2577 rows hash the same"), "{sums}");
+    // Owner-only: refused, saying what to change (nothing read, nothing restored).
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&scene.repo, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let (out, _) = drcheck(&["--config", &c, "backups", "list"], &[], LIMIT);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(3), "{err}");
+    assert!(err.contains("readable by its owner only") && err.contains("chmod -R g+rX"), "{err}");
+    std::fs::set_permissions(&scene.repo, std::fs::Permissions::from_mode(0o750)).unwrap();
 }
 
 /// `aws s3` against moto's plain port (the bucket pgBackRest writes through TLS).

@@ -599,11 +599,19 @@ fn validate_source(
         }
     }
     if kind != "objects" {
-        if !matches!(storage, StorageConfig::S3(_)) {
+        // pgBackRest reads a posix repository (a filesystem storage: its path is the
+        // repository) as well as S3; barman-cloud reads object stores only.
+        let fits = matches!(storage, StorageConfig::S3(_))
+            || (kind == "pgbackrest" && matches!(storage, StorageConfig::Filesystem { .. }));
+        if !fits {
             return Err(cx.err(
                 &key("storage"),
                 Some(t.storage.span()),
-                format!("source = {kind:?} needs an s3 storage"),
+                if kind == "pgbackrest" {
+                    format!("source = {kind:?} needs an s3 or a filesystem storage (a posix repository)")
+                } else {
+                    format!("source = {kind:?} needs an s3 storage")
+                },
             ));
         }
         for (k, present) in [("wal_prefix", t.wal_prefix.is_some()), ("format", t.format.is_some())] {
@@ -621,7 +629,11 @@ fn validate_source(
     Ok(match kind {
         "pgbackrest" => SourceConfig::Pgbackrest {
             stanza: required("stanza", &t.stanza)?,
-            repo_path: cx.opt_string(&key("repo_path"), &t.repo_path)?.unwrap_or_else(|| "/var/lib/pgbackrest".into()),
+            // On S3 the repository's prefix in the bucket; in a filesystem storage its
+            // directory inside the storage's path (default: the path itself).
+            repo_path: cx.opt_string(&key("repo_path"), &t.repo_path)?.unwrap_or_else(|| {
+                if matches!(storage, StorageConfig::Filesystem { .. }) { "/" } else { "/var/lib/pgbackrest" }.into()
+            }),
             cipher_pass: cx.opt_string(&key("cipher_pass"), &t.cipher_pass)?.filter(|p| !p.is_empty()).map(Secret::new),
         },
         "barman-cloud" => SourceConfig::BarmanCloud { server_name: required("server_name", &t.server_name)? },

@@ -173,6 +173,9 @@ pub struct Policy {
     pub execute: Vec<PathBuf>,
     /// Drop to this user and group first (when drcheck is root).
     pub user: Option<(u32, u32)>,
+    /// Supplementary groups kept with `user` (a backup tool reading its repository
+    /// through the repository's group); never group 0.
+    pub groups: Vec<u32>,
     /// The Landlock ABI the helper must enforce; `None` runs without Landlock (only
     /// when the configuration allows it).
     pub require_abi: Option<u8>,
@@ -248,6 +251,9 @@ pub fn command(program: &Path, policy: &Policy) -> std::process::Command {
     if let Some((uid, gid)) = policy.user {
         cmd.arg("--user").arg(format!("{uid}:{gid}"));
     }
+    for g in &policy.groups {
+        cmd.arg("--group").arg(g.to_string());
+    }
     for port in &policy.connect_tcp {
         cmd.arg("--connect").arg(port.to_string());
     }
@@ -312,6 +318,13 @@ pub fn helper_main(args: &[OsString]) -> Option<std::convert::Infallible> {
                 let parsed = v.split_once(':').and_then(|(u, g)| Some((u.parse().ok()?, g.parse().ok()?)));
                 policy.user = Some(parsed.unwrap_or_else(|| fail(format!("bad --user {v}"))));
             }
+            b"--group" => {
+                let v = value.to_string_lossy();
+                match v.parse::<u32>() {
+                    Ok(g) if g != 0 => policy.groups.push(g),
+                    _ => fail(format!("bad --group {v} (never group 0)")),
+                }
+            }
             b"--connect" => {
                 let v = value.to_string_lossy();
                 policy.connect_tcp.push(v.parse().unwrap_or_else(|_| fail(format!("bad --connect {v}"))));
@@ -340,7 +353,7 @@ pub fn helper_main(args: &[OsString]) -> Option<std::convert::Infallible> {
             .unwrap_or_else(|e| fail(format!("cannot enter private namespaces: {e}")));
     }
     if let Some((uid, gid)) = policy.user {
-        drop_privileges(uid, gid).unwrap_or_else(|e| fail(format!("cannot drop to uid {uid}: {e}")));
+        drop_privileges(uid, gid, &policy.groups).unwrap_or_else(|e| fail(format!("cannot drop to uid {uid}: {e}")));
     }
     if let Some(bytes) = policy.memory {
         use nix::sys::resource::{Resource, setrlimit};
@@ -399,10 +412,12 @@ fn probe_namespaces() -> Option<bool> {
     Some(out.success())
 }
 
-fn drop_privileges(uid: u32, gid: u32) -> Result<(), nix::Error> {
+fn drop_privileges(uid: u32, gid: u32, more: &[u32]) -> Result<(), nix::Error> {
     use nix::unistd::{Gid, Uid, setgid, setgroups, setuid};
     if Uid::effective().is_root() {
-        setgroups(&[Gid::from_raw(gid)])?;
+        let mut groups = vec![Gid::from_raw(gid)];
+        groups.extend(more.iter().filter(|g| **g != 0).map(|g| Gid::from_raw(*g)));
+        setgroups(&groups)?;
         setgid(Gid::from_raw(gid))?;
         setuid(Uid::from_raw(uid))?;
     }

@@ -137,6 +137,7 @@ impl Host {
             read_only: contain::system_read_paths(&self.bindir),
             execute: exec,
             user: self.owner.map(|(u, g)| (u.as_raw(), g.as_raw())),
+            groups: Vec::new(),
             require_abi: self.containment.landlock,
             connect_tcp: Vec::new(),
             syscalls: if self.containment.seccomp { Syscalls::Server } else { Syscalls::Unfiltered },

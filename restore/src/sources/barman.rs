@@ -86,7 +86,7 @@ impl Catalog {
             .filter(|p| p.exists())
             .collect();
         let python = std::fs::canonicalize(PYTHON).unwrap_or_else(|_| PathBuf::from(PYTHON));
-        Ok(Tool { program, exec: vec![PathBuf::from(PYTHON), python], read, port, env })
+        Ok(Tool { program, exec: vec![PathBuf::from(PYTHON), python], read, port: Some(port), group: None, env })
     }
 
     async fn run(&self, sandbox: &impl Contained, script: &str, args: &[String]) -> Result<Output, RestoreError> {

@@ -34,9 +34,45 @@ pub(crate) struct Tool<'a> {
     pub exec: Vec<PathBuf>,
     /// More it may read (a CA file, an interpreter's libraries).
     pub read: Vec<PathBuf>,
-    /// The store's TCP port.
-    pub port: u16,
+    /// The store's TCP port; `None`: no network at all (a repository on this machine).
+    pub port: Option<u16>,
+    /// A group the tool reads its repository through (drcheck as root drops the tool
+    /// to the sandbox user with this one supplementary group; Landlock still lets it
+    /// read only the repository).
+    pub group: Option<u32>,
     pub env: Vec<(String, String)>,
+}
+
+/// The group a tool reads the repository at `dir` through, when drcheck is root and
+/// the sandbox user could not read it otherwise: the directory's group (pgBackRest
+/// writes its repository group-readable). Never root's group; `None` when the
+/// repository is readable to anyone or drcheck is not root (the tool then runs as
+/// drcheck's own user, who must be able to read it).
+pub(crate) fn reading_group(dir: &Path) -> Result<Option<u32>, String> {
+    use std::os::unix::fs::MetadataExt as _;
+    let m = std::fs::metadata(dir).map_err(|e| format!("the repository {}: {e}", dir.display()))?;
+    if !m.is_dir() {
+        return Err(format!("the repository {} is not a directory", dir.display()));
+    }
+    if !nix::unistd::Uid::effective().is_root() || m.mode() & 0o005 == 0o005 {
+        return Ok(None);
+    }
+    if m.mode() & 0o050 != 0o050 {
+        return Err(format!(
+            "the repository {} (mode {:o}) is readable by its owner only: the contained pgbackrest reads it through \
+             its group — chmod -R g+rX it (pgBackRest's default repository mode is 0750)",
+            dir.display(),
+            m.mode() & 0o777
+        ));
+    }
+    if m.gid() == 0 {
+        return Err(format!(
+            "the repository {} belongs to group root: the contained pgbackrest never reads through root's group — \
+             give it a group of its own (chgrp -R pgbackrest …)",
+            dir.display()
+        ));
+    }
+    Ok(Some(m.gid()))
 }
 
 /// What a tool printed and how it exited.
@@ -109,7 +145,10 @@ pub(crate) async fn run_to(
     let mut exec = vec![tool.program.to_path_buf()];
     exec.extend(tool.exec.iter().cloned());
     let mut policy = host.policy(&exec);
-    policy.connect_tcp.push(tool.port);
+    policy.connect_tcp.extend(tool.port);
+    if let (Some(g), Some(_)) = (tool.group, policy.user) {
+        policy.groups.push(g);
+    }
     if policy.syscalls != contain::Syscalls::Unfiltered {
         policy.syscalls = contain::Syscalls::Tool;
     }

@@ -25,11 +25,15 @@ use std::time::{Duration, SystemTime};
 /// The `pgbackrest` binary.
 const PGBACKREST: &str = "/usr/bin/pgbackrest";
 
-/// A pgBackRest repository on S3-compatible storage.
+/// A pgBackRest repository: on S3-compatible storage, or a directory of this machine
+/// (`posix`: an NFS mount, a volume) when `posix` is set.
 #[derive(Clone)]
 pub(crate) struct Repo {
     pub stanza: String,
     pub repo_path: String,
+    /// A `posix` repository: its directory (`repo1-path`). The tool reads it (and only
+    /// it, read-only) and gets no network at all.
+    pub posix: Option<PathBuf>,
     pub bucket: String,
     /// `https://host:port`; `None` is AWS's regional endpoint.
     pub endpoint: Option<String>,
@@ -42,7 +46,10 @@ pub(crate) struct Repo {
 
 impl std::fmt::Debug for Repo {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "pgbackrest stanza {} in s3://{}{}", self.stanza, self.bucket, self.repo_path)
+        match &self.posix {
+            Some(dir) => write!(f, "pgbackrest stanza {} in {} (posix)", self.stanza, dir.display()),
+            None => write!(f, "pgbackrest stanza {} in s3://{}{}", self.stanza, self.bucket, self.repo_path),
+        }
     }
 }
 
@@ -77,6 +84,32 @@ impl Repo {
     /// The tool's environment: the repository, its credentials (from drcheck's own
     /// environment), and work paths inside the run's directory.
     fn env(&self, work: &Path) -> Result<Vec<(String, String)>, String> {
+        let common = |env: &mut Vec<(String, String)>| {
+            for (k, v) in [
+                ("PGBACKREST_LOG_PATH", work.display().to_string()),
+                ("PGBACKREST_LOCK_PATH", work.display().to_string()),
+                ("PGBACKREST_SPOOL_PATH", work.display().to_string()),
+                ("PGBACKREST_LOG_LEVEL_CONSOLE", "warn".into()),
+                ("PGBACKREST_LOG_LEVEL_STDERR", "error".into()),
+                ("PGBACKREST_LOG_LEVEL_FILE", "off".into()),
+                ("PGBACKREST_IO_TIMEOUT", "30".into()),
+            ] {
+                env.push((k.into(), v));
+            }
+        };
+        if let Some(dir) = &self.posix {
+            let mut env: Vec<(String, String)> = vec![
+                ("PGBACKREST_STANZA".into(), self.stanza.clone()),
+                ("PGBACKREST_REPO1_TYPE".into(), "posix".into()),
+                ("PGBACKREST_REPO1_PATH".into(), dir.display().to_string()),
+            ];
+            common(&mut env);
+            if let Some(pass) = &self.cipher_pass {
+                env.push(("PGBACKREST_REPO1_CIPHER_TYPE".into(), "aes-256-cbc".into()));
+                env.push(("PGBACKREST_REPO1_CIPHER_PASS".into(), pass.clone()));
+            }
+            return Ok(env);
+        }
         let (host, port) = self.host_port()?;
         let mut env: Vec<(String, String)> = vec![
             ("PGBACKREST_STANZA".into(), self.stanza.clone()),
@@ -88,14 +121,8 @@ impl Repo {
             ("PGBACKREST_REPO1_S3_REGION".into(), self.region.clone()),
             ("PGBACKREST_REPO1_S3_URI_STYLE".into(), if self.path_style { "path" } else { "host" }.into()),
             ("PGBACKREST_REPO1_STORAGE_VERIFY_TLS".into(), if self.verify_tls { "y" } else { "n" }.into()),
-            ("PGBACKREST_LOG_PATH".into(), work.display().to_string()),
-            ("PGBACKREST_LOCK_PATH".into(), work.display().to_string()),
-            ("PGBACKREST_SPOOL_PATH".into(), work.display().to_string()),
-            ("PGBACKREST_LOG_LEVEL_CONSOLE".into(), "warn".into()),
-            ("PGBACKREST_LOG_LEVEL_STDERR".into(), "error".into()),
-            ("PGBACKREST_LOG_LEVEL_FILE".into(), "off".into()),
-            ("PGBACKREST_IO_TIMEOUT".into(), "30".into()),
         ];
+        common(&mut env);
         if let Some(ca) = &self.ca_file {
             env.push(("PGBACKREST_REPO1_STORAGE_CA_FILE".into(), ca.display().to_string()));
         }
@@ -131,13 +158,19 @@ impl Repo {
         stdout_file: Option<&Path>,
     ) -> Result<Output, RestoreError> {
         let unsupported = |m| RestoreError::Unsupported { stage: Stage::Fetch, message: m };
-        let (_, port) = self.host_port().map_err(unsupported)?;
         let work = delegate::work_dir(&sandbox.host())?;
+        // A posix repository: read there, no network; the repository's group lets the
+        // sandbox user read what pgBackRest wrote group-readable (drcheck as root).
+        let (port, read, group) = match &self.posix {
+            Some(dir) => (None, vec![dir.clone()], Some(delegate::reading_group(dir).map_err(unsupported)?)),
+            None => (Some(self.host_port().map_err(unsupported)?.1), self.ca_file.iter().cloned().collect(), None),
+        };
         let tool = Tool {
             program: Path::new(PGBACKREST),
             exec: vec![],
-            read: self.ca_file.iter().cloned().collect(),
+            read,
             port,
+            group: group.flatten(),
             env: self.env(&work).map_err(unsupported)?,
         };
         let mut all = vec!["--config=/dev/null".to_string()];
