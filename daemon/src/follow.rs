@@ -141,6 +141,14 @@ fn lock_dir(config: &Config, target: &str) -> Result<nix::fcntl::Flock<std::fs::
 fn options(config: &Config, target: &str) -> Result<SandboxOptions, String> {
     let mut opts = crate::ids::sandbox_options(config, format!("follow-{target}"));
     opts.keep_at = Some(follow_dir(config, target)?);
+    // A backup tool seeding the follower or fetching its next segment: bounded as a
+    // run's restore is.
+    if let Some(t) = config.target(target) {
+        opts.tool_limit = Some(drcheck_restore::ToolLimit {
+            within: t.rto.mul_f64(t.abort_factor),
+            whose: "the restore's deadline: rto × abort_factor".into(),
+        });
+    }
     Ok(opts)
 }
 

@@ -20,8 +20,25 @@ pub(crate) fn sandbox_options(config: &Config, run_id: String) -> SandboxOptions
         user: config.sandbox.user.clone(),
         memory_limit: Some(config.sandbox.memory_limit),
         keep_at: None,
+        tool_limit: None,
     }
 }
+
+/// The longest one call of a backup tool may take while a run selects its backup
+/// (listing the catalog, reading the archive's reach): the restore's own deadline
+/// (`rto × abort_factor`), at most [`SELECT_TOOL_LIMIT`].
+pub(crate) fn select_tool_limit(target: &drcheck_config::TargetConfig) -> drcheck_restore::ToolLimit {
+    drcheck_restore::ToolLimit {
+        within: target.rto.mul_f64(target.abort_factor).min(SELECT_TOOL_LIMIT),
+        whose: format!(
+            "the select phase's limit: rto × abort_factor, at most {}",
+            drcheck_config::format_duration(SELECT_TOOL_LIMIT)
+        ),
+    }
+}
+
+/// The select phase's share of a run's ten minutes beyond restore and validation.
+pub(crate) const SELECT_TOOL_LIMIT: std::time::Duration = std::time::Duration::from_secs(300);
 
 /// A sandbox directory (no server) for a backup tool reading its repository: listing
 /// the catalog, reading the archive's reach, checking integrity.
@@ -31,11 +48,21 @@ pub(crate) fn sandbox_options(config: &Config, run_id: String) -> SandboxOptions
 /// must never need the same name (it would find the last one still being removed).
 pub(crate) fn catalog_sandbox(
     config: &Config,
+    target: &drcheck_config::TargetConfig,
     store: &str,
     run_id: &str,
     purpose: Purpose,
 ) -> Result<drcheck_restore::Sandbox, StoreError> {
-    drcheck_restore::Sandbox::create(&sandbox_options(config, purpose.sandbox_name(run_id))).map_err(|e| StoreError {
+    // Every call of the tool there ends by its phase's limit.
+    let tool_limit = Some(match purpose {
+        Purpose::Catalog | Purpose::Reach => select_tool_limit(target),
+        Purpose::Integrity => drcheck_restore::ToolLimit {
+            within: target.validators.phase_timeout,
+            whose: "the validate phase's limit: validators.phase_timeout".into(),
+        },
+    });
+    let opts = SandboxOptions { tool_limit, ..sandbox_options(config, purpose.sandbox_name(run_id)) };
+    drcheck_restore::Sandbox::create(&opts).map_err(|e| StoreError {
         store: store.to_string(),
         message: e.to_string(),
         unreachable: false,

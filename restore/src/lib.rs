@@ -47,7 +47,7 @@ pub use server::leftovers::{
 pub use server::pgbin::{Binaries, PgBin};
 pub use server::reach::Reach;
 pub use server::recovery::{Horizon, WalReplay};
-pub use server::sandbox::{Sandbox, SandboxOptions, containment_name, finish_teardowns, reap_leftovers};
+pub use server::sandbox::{Sandbox, SandboxOptions, ToolLimit, containment_name, finish_teardowns, reap_leftovers};
 pub use source::{Archive, ArchivedFile, Catalog, Recover, Repository, Source};
 pub use sources::chain::{Label as ChainLabel, links as chain_links, read_label};
 pub use sources::physical::{GAP_GRACE, wal_objects};

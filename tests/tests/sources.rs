@@ -174,6 +174,47 @@ fn a_posix_pgbackrest_repository_is_listed_restored_and_checked() {
     std::fs::set_permissions(&scene.repo, std::fs::Permissions::from_mode(0o750)).unwrap();
 }
 
+/// Issue 48: a delegated tool call has a deadline — the phase's — that ends it and names
+/// it. A store endpoint that accepts connections and never answers (a proxy holding
+/// them) made `pgbackrest info` hang; now the select phase ends it at `rto ×
+/// abort_factor` (at most 5m), exit 3, saying which tool and whose limit.
+#[test]
+fn a_hung_delegated_tool_is_ended_at_the_phase_deadline_and_named() {
+    let root = drcheck_e2e::TempRoot::new();
+    let hold = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = hold.local_addr().unwrap().port();
+    // Accepts, keeps every connection open, answers nothing.
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for c in hold.incoming() {
+            held.push(c);
+        }
+    });
+    let scratch = root.path().join("scratch");
+    std::fs::create_dir_all(&scratch).unwrap();
+    drcheck_e2e::make_world_enterable(&scratch);
+    let config = root.path().join("drcheck.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[state]\nurl = \"sqlite://{r}/history.db\"\n[sandbox]\nscratch_dir = \"{s}\"\n\
+             [storage.repo]\nkind = \"s3\"\nbucket = \"b\"\nendpoint = \"https://127.0.0.1:{port}\"\npath_style = true\n\
+             [[target]]\nname = \"orders\"\nsource = \"pgbackrest\"\nstorage = \"repo\"\nstanza = \"main\"\n\
+             rto = \"4s\"\nabort_factor = 1.0\nrpo = \"26h\"\n",
+            r = root.path().display(),
+            s = scratch.display(),
+        ),
+    )
+    .unwrap();
+    let c = config.display().to_string();
+    let (out, took) = drcheck(&["--config", &c, "backups", "list"], &[], LIMIT);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(3), "{err}");
+    assert!(err.contains("pgbackrest info did not finish within 4s"), "{err}");
+    assert!(err.contains("the select phase's limit"), "{err}");
+    assert!(took < Duration::from_secs(20), "ended at its deadline, not pgBackRest's own timeout: {took:?}");
+}
+
 /// `aws s3` against moto's plain port (the bucket pgBackRest writes through TLS).
 fn aws(scene: &PgbrScene, args: &[&str]) {
     scene.s3.aws(args);

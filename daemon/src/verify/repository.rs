@@ -53,7 +53,7 @@ pub(crate) async fn check_repository(
         }
         _ => None,
     };
-    let result = match catalog_sandbox(config, &catalog.repository.describe(), run_id, Purpose::Integrity) {
+    let result = match catalog_sandbox(config, target, &catalog.repository.describe(), run_id, Purpose::Integrity) {
         Ok(sandbox) => {
             let r = catalog.repository.integrity(&sandbox.host(), store, &catalog.restorable, reuse.as_deref()).await;
             sandbox.teardown();

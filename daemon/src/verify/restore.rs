@@ -48,10 +48,15 @@ pub(super) async fn restore_stage(
         store: store.clone(),
         backup,
         fetch: fetch_options(config, target),
-        sandbox: match delta_copy(config, target) {
+        sandbox: SandboxOptions {
             // The previous restore's copy, kept between runs: the next one goes onto it.
-            Some(dir) => SandboxOptions { keep_at: Some(dir), ..sandbox_options(config, run.sandbox_name()) },
-            None => sandbox_options(config, run.sandbox_name()),
+            keep_at: delta_copy(config, target),
+            // A tool call hung past the restore's own deadline is ended, named.
+            tool_limit: Some(drcheck_restore::ToolLimit {
+                within: deadline,
+                whose: "the restore's deadline: rto × abort_factor".into(),
+            }),
+            ..sandbox_options(config, run.sandbox_name())
         },
         bins: crate::verify::binaries(config),
         format: target.format,

@@ -66,7 +66,7 @@ pub(super) async fn select_stage(
         // A fixed point proves T; the RPO is still the archive's: how far it reaches now.
         RecoveryTarget::Time(_) | RecoveryTarget::Lsn(_) if has_archive(target) => {
             progress.phase(&target.name, "reading the archive's reach");
-            match archive_reach(config, &store, source.as_ref(), catalog.as_ref(), &run.report.run_id).await {
+            match archive_reach(config, target, &store, source.as_ref(), catalog.as_ref(), &run.report.run_id).await {
                 Ok(Some(reach)) => run.m.archive_reach = Some(reach.at),
                 Ok(None) => {}
                 Err(stop) => {
@@ -277,7 +277,7 @@ pub(crate) async fn read_source(
     if !source.reads_with_a_tool() {
         return Ok((source, None));
     }
-    let host = catalog_sandbox(config, &source.describe(), run_id, Purpose::Catalog)?;
+    let host = catalog_sandbox(config, target, &source.describe(), run_id, Purpose::Catalog)?;
     let catalog = source.catalog(&host, store).await;
     host.teardown();
     let catalog = catalog?;
@@ -429,14 +429,15 @@ pub(crate) fn has_archive(target: &TargetConfig) -> bool {
 /// WAL itself (every source's archive answers the same question), in a sandbox of its own.
 pub(crate) async fn archive_reach(
     config: &Config,
+    target: &TargetConfig,
     store: &Arc<dyn BackupStore>,
     source: &dyn Source,
     catalog: Option<&Catalog>,
     run_id: &str,
 ) -> Result<Option<drcheck_restore::Reach>, Stop> {
     let described = catalog.map(|c| c.described.clone()).unwrap_or_else(|| source.describe());
-    let sandbox =
-        catalog_sandbox(config, &described, run_id, Purpose::Reach).map_err(|e| store_stop(Stage::Select, e))?;
+    let sandbox = catalog_sandbox(config, target, &described, run_id, Purpose::Reach)
+        .map_err(|e| store_stop(Stage::Select, e))?;
     let bins = crate::verify::binaries(config);
     let reach = match source.archive(catalog) {
         Some(a) => a.reach(&sandbox, store, &bins).await,
@@ -483,7 +484,7 @@ pub(crate) async fn draw_point(
             format!("no restorable base backup in {described} to draw a point in time after"),
         ));
     };
-    let Some(reach) = archive_reach(config, store, source, catalog, run_id).await? else {
+    let Some(reach) = archive_reach(config, target, store, source, catalog, run_id).await? else {
         return Err(Stop::incomplete(
             "select",
             format!(

@@ -56,6 +56,17 @@ pub struct SandboxOptions {
     /// A sandbox that outlives drcheck (a follower's): its directory, kept when the
     /// sandbox is dropped — only the server is stopped — until [`Sandbox::discard`].
     pub keep_at: Option<PathBuf>,
+    /// The longest one delegated tool call (pgbackrest, barman-cloud) may take, and
+    /// whose limit that is (`the select phase's …`): past it the call is ended and named.
+    pub tool_limit: Option<ToolLimit>,
+}
+
+/// How long a delegated tool call may take, and why that long (said when it is ended).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolLimit {
+    pub within: std::time::Duration,
+    /// Whose limit: `the select phase's (rto × abort_factor, at most 5m)`.
+    pub whose: String,
 }
 
 /// The containment a sandbox would run under (`restore.containment`), known before one
@@ -81,6 +92,8 @@ pub struct Sandbox {
     restored: bool,
     /// `RLIMIT_AS` of each server process.
     memory_limit: Option<u64>,
+    /// The longest one delegated tool call may take in this sandbox.
+    tool_limit: Option<ToolLimit>,
     /// Its directory outlives it (`SandboxOptions::keep_at`).
     keep: bool,
     /// A hot standby: ready when it accepts connections, still in recovery.
@@ -96,6 +109,7 @@ pub struct Host {
     bindir: PathBuf,
     owner: Option<(Uid, Gid)>,
     containment: Level,
+    tool_limit: Option<ToolLimit>,
 }
 
 /// Anything a contained process can run beside: a [`Sandbox`], or its [`Host`].
@@ -118,6 +132,11 @@ impl Contained for Host {
 impl Host {
     pub fn root(&self) -> &Path {
         &self.root
+    }
+
+    /// How long one delegated tool call may take here.
+    pub(crate) fn tool_limit(&self) -> Option<&ToolLimit> {
+        self.tool_limit.as_ref()
     }
 
     /// Where the restored data directory is (or will be).
@@ -260,6 +279,7 @@ impl Sandbox {
             memory_limit: opts.memory_limit,
             keep: opts.keep_at.is_some(),
             standby: false,
+            tool_limit: opts.tool_limit.clone(),
         };
         let socket_dir = tempfile::Builder::new()
             .prefix("drcheck-")
@@ -326,6 +346,7 @@ impl Sandbox {
             bindir: self.bin.as_ref().map(|b| b.dir.clone()).unwrap_or_default(),
             owner: self.owner,
             containment: self.containment,
+            tool_limit: self.tool_limit.clone(),
         }
     }
 

@@ -163,6 +163,8 @@ pub(crate) async fn run_to(
         .envs(tool.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
         .args(args)
         .stdin(std::process::Stdio::null())
+        // A group of its own: past its limit the tool and every process it started end.
+        .process_group(0)
         .kill_on_drop(true);
     // `output()` would capture stdout whatever is set: spawn, and wait for the rest.
     let stdout = match stdout_file {
@@ -190,7 +192,29 @@ pub(crate) async fn run_to(
             None => Ok(Vec::new()),
         }
     };
-    let (stdout, stderr, status) = tokio::join!(read_out, read_err, child.wait());
+    let pid = child.id();
+    let all = async { tokio::join!(read_out, read_err, child.wait()) };
+    let (stdout, stderr, status) = match host.tool_limit() {
+        None => all.await,
+        Some(limit) => match tokio::time::timeout(limit.within, all).await {
+            Ok(done) => done,
+            Err(_) => {
+                if let Some(pid) = pid.and_then(|p| i32::try_from(p).ok()) {
+                    let _ =
+                        nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
+                }
+                let _ = child.kill().await;
+                let name = tool.program.file_name().unwrap_or_default().to_string_lossy().into_owned();
+                let what = args.iter().find(|a| !a.starts_with("--")).cloned().unwrap_or_default();
+                return Err(infra(format!(
+                    "{name} {what} did not finish within {} ({}): ended — is the store reachable (a proxy or \
+                     firewall holding the connection open)?",
+                    drcheck_config::format_duration(limit.within),
+                    limit.whose
+                )));
+            }
+        },
+    };
     let running = |e: std::io::Error| infra(format!("running {}: {e}", tool.program.display()));
     let (status, stderr) = (status.map_err(running)?, stderr.map_err(running)?);
     let stdout = stdout.map_err(running)?.map_err(|n| {
