@@ -194,6 +194,31 @@ fn a_base_backup_still_uploading_is_not_chosen() {
     assert_eq!(out.status.code(), Some(3), "{run}\n{}", stderr(&out));
     let msg = run["error"]["message"].as_str().unwrap_or_default();
     assert!(msg.contains("may still be uploading") && msg.contains("--backup phys/b2/"), "{msg}");
+
+    // Issue 48: a one-file backup (`-Ft -X fetch --no-manifest`: backup_label and its WAL
+    // inside) uploaded a moment ago is whole by its own contents — verified at once; the
+    // same tar cut short (still being written: no end marker) still waits.
+    let one = lab.root.pg_dir("bb").join("one");
+    primary.tool(
+        "pg_basebackup",
+        &["-D", &one.display().to_string(), "-Ft", "-X", "fetch", "--no-manifest", "--checkpoint=fast"],
+    );
+    let tar = std::fs::read(one.join("base.tar")).unwrap();
+    lab.put("phys/b3/base.tar", &tar);
+    lab.put("phys/b4/base.tar", &tar[..tar.len() - 8192]);
+    let config = lab.config("", "prefix = \"phys/b3/\"");
+    let c = config.display().to_string();
+    let (out, _) = drcheck(&["-v", "--config", &c, "verify", "--target", "t", "--json"], &[], Duration::from_secs(180));
+    let run = drcheck_e2e::only_run(&out);
+    assert_eq!(out.status.code(), Some(0), "{run}\n{}", stderr(&out));
+    assert_eq!(run["backup"]["key"], "phys/b3/", "{run}");
+    assert!(stderr(&out).contains("taken as complete by its contents"), "{}", stderr(&out));
+    let config = lab.config("", "prefix = \"phys/b4/\"");
+    let c = config.display().to_string();
+    let (out, _) = drcheck(&["--config", &c, "verify", "--target", "t", "--json"], &[], Duration::from_secs(180));
+    let run = drcheck_e2e::only_run(&out);
+    assert_eq!(out.status.code(), Some(3), "{run}\n{}", stderr(&out));
+    assert!(run["error"]["message"].as_str().unwrap_or_default().contains("may still be uploading"), "{run}");
 }
 
 /// A never-analyzed table without a key (its `reltuples` is −1) of 60,000 rows, with

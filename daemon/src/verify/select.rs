@@ -261,7 +261,22 @@ pub(crate) async fn list_backups(config: &Config, target: &TargetConfig) -> Resu
         return Ok((catalog.described, backups));
     }
     let all = store.list(&target.prefix).await?;
-    Ok((store.describe(), backups_newest_first(&all)))
+    Ok((store.describe(), settled_newest_first(store.as_ref(), &all).await))
+}
+
+/// The store's backups newest first ([`backups_newest_first`]), with the one-file base
+/// backups still within the upload grace that their own contents show whole.
+pub(crate) async fn settled_newest_first(
+    store: &dyn BackupStore,
+    all: &[drcheck_restore::BackupObject],
+) -> Vec<Backup> {
+    let mut backups = backups_newest_first(all);
+    let whole = drcheck_restore::whole_by_contents(store, all, SystemTime::now()).await;
+    if !whole.is_empty() {
+        backups.extend(whole.into_iter().map(|(b, _)| b));
+        backups.sort_by(|a, b| b.last_modified.cmp(&a.last_modified).then_with(|| b.key.cmp(&a.key)));
+    }
+    backups
 }
 
 /// The target's source ([`drcheck_restore::open_source`]) and, when it is a backup
@@ -599,7 +614,7 @@ pub(crate) async fn select(
                 )
             });
     }
-    let restorable = backups_newest_first(&all);
+    let restorable = settled_newest_first(store, &all).await;
     pick(&restorable, target.select, proven).cloned().map(|b| (b, Some(restorable.clone()))).ok_or_else(|| {
         if let Some(why) = only_uploading(&all, SystemTime::now()) {
             return Stop::incomplete(
@@ -634,7 +649,8 @@ pub(crate) fn only_uploading(all: &[drcheck_restore::BackupObject], now: SystemT
     let (key, age) = waiting.iter().min_by_key(|(_, age)| *age)?;
     Some(format!(
         "the only backup{} may still be uploading: {} (last written {}s ago; a base backup without backup_manifest \
-         or pg_wal.tar is taken as whole {} after its last write) — verify again then, or name it now with --backup {key}",
+         or pg_wal.tar is taken as whole {} after its last write, or at once when its uncompressed base.tar shows it whole: \
+         backup_label, its WAL inside, the tar's end) — verify again then, or name it now with --backup {key}",
         if waiting.len() == 1 { "" } else { "s" },
         waiting.iter().map(|(k, _)| crate::out::shown(k)).collect::<Vec<_>>().join(", "),
         age.as_secs(),
