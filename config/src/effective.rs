@@ -94,7 +94,7 @@ pub fn render(text: &str, path: &Path, config: &Config) -> Result<String, Config
                 }
             }
             if let Some(Value::Table(d)) = t.get_mut("decrypt") {
-                for k in ["age_identity", "age_passphrase", "gpg_passphrase", "gpg_secret_key"] {
+                for k in ["age_identity", "age_passphrase", "gpg_passphrase", "gpg_secret_key", "signed_by"] {
                     hide(d, k, Hide::Whole);
                 }
             }

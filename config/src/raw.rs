@@ -190,6 +190,7 @@ pub struct RawDecrypt {
     pub age_passphrase: Option<Spanned<String>>,
     pub gpg_passphrase: Option<Spanned<String>>,
     pub gpg_secret_key: Option<Spanned<String>>,
+    pub signed_by: Option<Spanned<String>>,
 }
 
 /// `[target.kubernetes]`: how `drcheck deploy kubernetes` sizes and places the job.

@@ -474,6 +474,12 @@ pub struct DecryptConfig {
     /// path of a file holding one, armoured or binary) for public-key encrypted backups.
     #[serde(serialize_with = "ser_opt_secret", skip_serializing_if = "Option::is_none")]
     pub gpg_secret_key: Option<Secret>,
+    /// OpenPGP: the public key (armoured `-----BEGIN PGP PUBLIC KEY BLOCK-----`, or the
+    /// path of a file holding one) whose signature a signed backup must carry: a
+    /// signed-only message (`gpg -s`, `--clearsign`) is unwrapped only after it verifies,
+    /// and an encrypted one must be signed by it too.
+    #[serde(serialize_with = "ser_opt_secret", skip_serializing_if = "Option::is_none")]
+    pub signed_by: Option<Secret>,
 }
 
 impl DecryptConfig {
@@ -482,6 +488,7 @@ impl DecryptConfig {
             && self.age_passphrase.is_none()
             && self.gpg_passphrase.is_none()
             && self.gpg_secret_key.is_none()
+            && self.signed_by.is_none()
     }
 }
 

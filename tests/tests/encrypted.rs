@@ -335,6 +335,16 @@ fn missing_wrong_keys_and_altered_bytes_get_the_verdict_they_deserve() {
     // armoured (it asked for a passphrase that was set).
     ops.gpg(&format!("--passphrase '{GPG_PASS}' -s -o {} {raw}", p("signed.dump.gpg")));
     ops.gpg(&format!("--passphrase '{GPG_PASS}' -a -s -o {} {raw}", p("signed.dump.asc")));
+    // Issue 48: signed by another key, and a signed message altered after signing.
+    keys._homes[1].gpg(&format!("--passphrase '{GPG_PASS}' -s -o {} {raw}", p("other-signed.dump.gpg")));
+    let mut b = std::fs::read(dir.join("signed.dump.gpg")).unwrap();
+    let mid = b.len() / 2;
+    b[mid] ^= 0x01;
+    std::fs::write(dir.join("altered-signed.dump.gpg"), b).unwrap();
+    let signer = ops.gpg("--armor --export ops@example.com");
+    for f in ["other-signed.dump.gpg", "altered-signed.dump.gpg"] {
+        scene.s3.upload(&dir.join(f), &scene.bucket, &format!("orders/{f}"));
+    }
     for f in [
         "a.dump.age",
         "a.dump.gpg",
@@ -382,14 +392,34 @@ fn missing_wrong_keys_and_altered_bytes_get_the_verdict_they_deserve() {
     assert!(msg.contains("decrypt.gpg_passphrase") && msg.contains("does not open"), "{msg}");
     outputs += &all;
 
-    // Signed only: said so, with what to do (drcheck's limit: exit 3), keys or not.
+    // Signed only (issue 48): without decrypt.signed_by, the key to set (exit 2); with
+    // it, unwrapped by gpg once the signature verifies — binary and armoured — and
+    // restored (exit 0); signed by another key, or altered after signing: the backup's
+    // (exit 1).
     for f in ["signed.dump.gpg", "signed.dump.asc"] {
-        let (code, run, all) = verify(&scene, &with_keys, &format!("orders/{f}"), &right);
-        let msg = run["error"]["message"].as_str().unwrap_or_default().to_string();
-        assert_eq!(code, 3, "{f}: {run}\n{all}");
-        assert!(msg.contains("signed, not encrypted") && msg.contains("--detach-sign"), "{f}: {msg}");
+        let msg = config_error(&scene, &with_keys, &format!("orders/{f}"), &right);
+        assert!(msg.contains("signed, not encrypted") && msg.contains("decrypt.signed_by"), "{f}: {msg}");
+        outputs += &msg;
+    }
+    let mut spec = scene.spec();
+    spec.extra_target = format!("{DECRYPT}signed_by = \"${{GPG_SIGNED_BY}}\"\n");
+    let with_signer = scene.config(&spec);
+    let mut signed_env = right.clone();
+    signed_env.push(("GPG_SIGNED_BY", signer.clone()));
+    for f in ["signed.dump.gpg", "signed.dump.asc"] {
+        let (code, run, all) = verify(&scene, &with_signer, &format!("orders/{f}"), &signed_env);
+        assert_eq!(code, 0, "{f}: {run}\n{all}");
+        let by = run["restore"]["decrypted_by"].as_str().unwrap_or_default();
+        assert!(by.contains("signature of key") && by.contains(&keys.gpg_fpr), "{f}: {run}");
         outputs += &all;
     }
+    let (code, run, all) = verify(&scene, &with_signer, "orders/other-signed.dump.gpg", &signed_env);
+    assert_eq!((code, run["result"].as_str()), (1, Some("failed")), "{run}\n{all}");
+    let msg = run["error"]["message"].as_str().unwrap_or_default();
+    assert!(msg.contains("signature does not hold") && msg.contains("not decrypt.signed_by"), "{msg}");
+    let (code, run, all) = verify(&scene, &with_signer, "orders/altered-signed.dump.gpg", &signed_env);
+    assert_eq!((code, run["result"].as_str()), (1, Some("failed")), "{run}\n{all}");
+    outputs += &all;
 
     // One flipped byte: the backup's fault.
     for f in ["flipped-a.dump.age", "flipped-a.dump.gpg"] {

@@ -274,6 +274,7 @@ fn validate_decrypt(cx: &Ctx<'_>, i: usize, t: &RawTarget) -> Result<DecryptConf
         age_passphrase: secret("age_passphrase", &d.age_passphrase)?,
         gpg_passphrase: secret("gpg_passphrase", &d.gpg_passphrase)?,
         gpg_secret_key: secret("gpg_secret_key", &d.gpg_secret_key)?,
+        signed_by: secret("signed_by", &d.signed_by)?,
     })
 }
 

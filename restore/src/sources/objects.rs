@@ -91,10 +91,6 @@ pub(crate) async fn restore(
         BackupFormat::Tar if format::first_tar_member(&head).as_deref() == Some("toc.dat") => Kind::DumpTar,
         BackupFormat::Tar => Kind::TarArchive,
         BackupFormat::PlainSql => Kind::Plain,
-        _ if crate::transfer::envelope::is_openpgp_signed_only(&head) => {
-            job.events.send(RestoreEvent::Format("openpgp-signed".into()));
-            return Err(RestoreError::unsupported(Stage::Fetch, crate::transfer::envelope::SIGNED_ONLY));
-        }
         other => {
             let what = if compressed { format!("{other}{suffix}") } else { other.to_string() };
             job.events.send(RestoreEvent::Format(what.clone()));

@@ -134,7 +134,17 @@ pub(crate) async fn open(
     sandbox: &Sandbox,
     events: &Events,
 ) -> Result<BackupReader, RestoreError> {
-    let encryption = if format == BackupFormat::Age { "age" } else { "openpgp" };
+    let binary = if trim_ascii_start(&head).starts_with(b"-----BEGIN PGP MESSAGE-----") {
+        dearmor_openpgp(&head)
+    } else {
+        head.clone()
+    };
+    let signed_only = format != BackupFormat::Age && session_keys(&binary).is_none() && is_openpgp_signed_only(&head);
+    let encryption = match format {
+        BackupFormat::Age => "age",
+        _ if signed_only => "openpgp-signed",
+        _ => "openpgp",
+    };
     events.send(RestoreEvent::Decryption(Decryption { encryption: encryption.into(), decrypted_by: None }));
     let (reader, by) = match format {
         BackupFormat::Age => open_age(head, rest, keys).await?,
@@ -424,12 +434,13 @@ async fn open_openpgp(
     let needs = session_keys(&binary).unwrap_or_default();
     let key_ids = needs.key_ids.join(", ");
     let to_keys = if needs.key_ids.len() == 1 { format!("key {key_ids}") } else { format!("keys {key_ids}") };
-    if session_keys(&binary).is_none() && is_openpgp_signed_only(&head) {
-        return Err(RestoreError::unsupported(Stage::Fetch, SIGNED_ONLY));
+    let signed_only = session_keys(&binary).is_none() && is_openpgp_signed_only(&head);
+    if signed_only && keys.signed_by.is_none() {
+        return Err(config_error(SIGNED_ONLY.into()));
     }
     let can_pass = needs.passphrase && keys.gpg_passphrase.is_some();
     let can_key = !needs.key_ids.is_empty() && keys.gpg_secret_key.is_some();
-    if !can_pass && !can_key {
+    if !signed_only && !can_pass && !can_key {
         let message = match (needs.passphrase, needs.key_ids.is_empty()) {
             (true, true) => "the backup is encrypted with OpenPGP to a passphrase (gpg -c); set decrypt.gpg_passphrase for this target (e.g. \"${GPG_PASSPHRASE}\") to verify it".to_string(),
             (false, false) => format!(
@@ -498,8 +509,45 @@ async fn open_openpgp(
         }
     }
 
+    // Whose signature it must carry: the public key of decrypt.signed_by, imported here.
+    let signers = match &keys.signed_by {
+        None => None,
+        Some(signer) => {
+            let inline = signer.expose().contains("-----BEGIN PGP PUBLIC KEY BLOCK-----");
+            let key = if inline {
+                signer.expose().as_bytes().to_vec()
+            } else {
+                let path = Path::new(signer.expose().trim());
+                std::fs::read(path)
+                    .map_err(|e| config_error(format!("decrypt.signed_by: cannot read {}: {e}", path.display())))?
+            };
+            let mut import = gpg_command(sandbox, &gpg, &home.path);
+            import.args(["--batch", "--no-tty", "--no-autostart", "--status-fd", "1", "--import"]);
+            let (status, stderr, _) = gpg_run(import, &key, "importing decrypt.signed_by").await?;
+            if !status.lines().any(|l| l.starts_with("[GNUPG:] IMPORT_OK")) {
+                return Err(config_error(format!(
+                    "decrypt.signed_by holds no OpenPGP public key gpg can import ({})",
+                    gpg_words(&stderr)
+                )));
+            }
+            let mut list = gpg_command(sandbox, &gpg, &home.path);
+            list.args(["--batch", "--no-tty", "--no-autostart", "--with-colons", "--list-keys"]);
+            let (listing, _, _) = gpg_run(list, b"", "listing decrypt.signed_by").await?;
+            let fprs: Vec<String> = listing
+                .lines()
+                .filter_map(|l| l.strip_prefix("fpr:"))
+                .filter_map(|l| l.split(':').nth(8).map(str::to_ascii_uppercase))
+                .filter(|f| !f.is_empty())
+                .collect();
+            if fprs.is_empty() {
+                return Err(config_error("decrypt.signed_by: gpg lists no key it imported".into()));
+            }
+            Some(fprs)
+        }
+    };
+
     let mut cmd = gpg_command(sandbox, &gpg, &home.path);
-    cmd.args(["--batch", "--no-tty", "--pinentry-mode", "loopback", "--status-fd", "2"]);
+    cmd.args(["--batch", "--no-tty", "--pinentry-mode", "loopback", "--status-fd", "2", "--trust-model", "always"]);
     if !can_key {
         cmd.arg("--no-autostart");
     }
@@ -566,11 +614,15 @@ async fn open_openpgp(
             }
         })
     };
-    let by = match (&primary_fpr, can_key) {
-        (Some(fpr), true) => format!("OpenPGP secret key {fpr} (decrypt.gpg_secret_key)"),
+    let by = match (&primary_fpr, can_key, &signers) {
+        (_, _, Some(f)) if signed_only => {
+            format!("OpenPGP signature of key {} (decrypt.signed_by), not encrypted", f[0])
+        }
+        (Some(fpr), true, _) => format!("OpenPGP secret key {fpr} (decrypt.gpg_secret_key)"),
         _ => "OpenPGP passphrase (decrypt.gpg_passphrase)".to_string(),
     };
-    let verdict = GpgVerdict { needs_keys: key_ids.clone(), held: held.join(", "), passphrase: can_pass };
+    let verdict =
+        GpgVerdict { needs_keys: key_ids.clone(), held: held.join(", "), passphrase: can_pass, signed_only, signers };
     let mut reader = GpgReader {
         stdout,
         finish: Some(Box::pin(finish_gpg(child, writer, status_task, status_text, store_failure, verdict.clone()))),
@@ -634,6 +686,38 @@ struct GpgVerdict {
     needs_keys: String,
     held: String,
     passphrase: bool,
+    /// Signed, not encrypted: its signature is the verdict.
+    signed_only: bool,
+    /// The fingerprints (primary and subkeys) of decrypt.signed_by: a signature by one
+    /// of them is required.
+    signers: Option<Vec<String>>,
+}
+
+/// Whether gpg's `status` lines say the data is signed, validly, by one of `signers`:
+/// `Ok`, or why not (for a report).
+fn signature_verdict(status: &[&str], signers: &[String]) -> Result<String, String> {
+    let first = |k: &str| status.iter().find(|l| l.split(' ').next() == Some(k)).map(|l| l.to_string());
+    if let Some(bad) = first("BADSIG") {
+        return Err(format!("its OpenPGP signature is bad — the data was altered after it was signed ({bad})"));
+    }
+    if let Some(valid) = first("VALIDSIG") {
+        let f: Vec<&str> = valid.split(' ').collect();
+        let (signing, primary) = (f.get(1).copied().unwrap_or_default(), f.last().copied().unwrap_or_default());
+        if first("GOODSIG").is_some()
+            && signers.iter().any(|s| s.eq_ignore_ascii_case(signing) || s.eq_ignore_ascii_case(primary))
+        {
+            return Ok(primary.to_string());
+        }
+        return Err(format!("it is signed by key {primary}, not by decrypt.signed_by ({})", signers.join(", ")));
+    }
+    if let Some(err) = first("ERRSIG") {
+        let id = err.split(' ').nth(1).unwrap_or_default();
+        return Err(format!(
+            "it is signed by key {id}, which is not decrypt.signed_by ({}) — or its signature cannot be checked",
+            signers.join(", ")
+        ));
+    }
+    Err(format!("it carries no OpenPGP signature; decrypt.signed_by ({}) must have signed it", signers.join(", ")))
 }
 
 /// Why gpg did not deliver the whole plaintext.
@@ -643,12 +727,14 @@ enum GpgFailure {
     WrongKey(String),
     /// The ciphertext failed its integrity check, or ended early.
     Corrupt(String),
+    /// Not signed (validly) by the key decrypt.signed_by holds.
+    BadSignature(String),
 }
 
 impl std::fmt::Display for GpgFailure {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            GpgFailure::WrongKey(m) | GpgFailure::Corrupt(m) => f.write_str(m),
+            GpgFailure::WrongKey(m) | GpgFailure::Corrupt(m) | GpgFailure::BadSignature(m) => f.write_str(m),
         }
     }
 }
@@ -660,6 +746,9 @@ impl GpgFailure {
         match self {
             GpgFailure::WrongKey(m) => wrong_key(m.clone()),
             GpgFailure::Corrupt(m) => RestoreError::bad(Stage::Fetch, format!("the backup is corrupt: {m}")),
+            GpgFailure::BadSignature(m) => {
+                RestoreError::bad(Stage::Fetch, format!("the backup's signature does not hold: {m}"))
+            }
         }
     }
 }
@@ -684,10 +773,29 @@ async fn finish_gpg(
     let text = status_text.lock().unwrap().clone();
     let status: Vec<&str> = text.lines().filter_map(|l| l.strip_prefix("[GNUPG:] ")).collect();
     let has = |k: &str| status.iter().any(|l| l.split(' ').next() == Some(k));
-    if exit.success() && has("DECRYPTION_OKAY") && !has("BADMDC") && !has("DECRYPTION_FAILED") {
-        return Ok(());
-    }
     let words = gpg_words(&text);
+    let signed = |signers: &Option<Vec<String>>| match signers {
+        None => Ok(()),
+        Some(s) => signature_verdict(&status, s).map(|_| ()),
+    };
+    if verdict.signed_only {
+        // Its signature is the verdict; its end (a cut-off message) gpg reports too.
+        return match signed(&verdict.signers) {
+            Ok(()) if exit.success() && has("PLAINTEXT") => Ok(()),
+            Ok(()) => Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                GpgFailure::Corrupt(format!(
+                    "gpg could not read the signed message (exit {}): {words}",
+                    exit.code().unwrap_or(-1)
+                )),
+            )),
+            Err(why) => Err(io::Error::new(io::ErrorKind::InvalidData, GpgFailure::BadSignature(why))),
+        };
+    }
+    if exit.success() && has("DECRYPTION_OKAY") && !has("BADMDC") && !has("DECRYPTION_FAILED") {
+        return signed(&verdict.signers)
+            .map_err(|why| io::Error::new(io::ErrorKind::InvalidData, GpgFailure::BadSignature(why)));
+    }
     // No plaintext at all and no secret key, or a passphrase refused: the key held is
     // not the one; anything else that fails is the ciphertext's.
     let refused = status.iter().any(|l| l.contains("BAD_PASSPHRASE"));
@@ -758,6 +866,27 @@ use std::os::unix::fs::DirBuilderExt;
 mod tests {
     use super::*;
     use crate::transfer::envelope::{SessionKeys, is_age};
+
+    #[test]
+    fn a_signature_holds_only_from_the_configured_key() {
+        let signers = vec!["A274372DB99329A7EA4F9A5A0BC6C72C1262F9B5".to_string()];
+        let good = [
+            "NEWSIG",
+            "GOODSIG 0BC6C72C1262F9B5 Ops <ops@example.com>",
+            "VALIDSIG A274372DB99329A7EA4F9A5A0BC6C72C1262F9B5 2026-12-07 1796000000 0 4 0 22 10 00 A274372DB99329A7EA4F9A5A0BC6C72C1262F9B5",
+        ];
+        assert_eq!(signature_verdict(&good, &signers).unwrap(), signers[0]);
+        let other = [
+            "GOODSIG 1111111111111111 Other",
+            "VALIDSIG 9999999999999999999999999999999999999999 2026-12-07 1 0 4 0 22 10 00 9999999999999999999999999999999999999999",
+        ];
+        assert!(signature_verdict(&other, &signers).unwrap_err().contains("not by decrypt.signed_by"));
+        let bad = ["BADSIG 0BC6C72C1262F9B5 Ops"];
+        assert!(signature_verdict(&bad, &signers).unwrap_err().contains("altered after it was signed"));
+        let unknown = ["ERRSIG 1111111111111111 22 10 00 1796000000 9"];
+        assert!(signature_verdict(&unknown, &signers).unwrap_err().contains("signed by key 1111111111111111"));
+        assert!(signature_verdict(&[], &signers).unwrap_err().contains("carries no OpenPGP signature"));
+    }
 
     #[test]
     fn session_key_packets_name_what_a_message_needs() {

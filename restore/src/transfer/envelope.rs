@@ -47,10 +47,10 @@ pub(crate) fn is_openpgp_signed_only(head: &[u8]) -> bool {
     }
 }
 
-/// What drcheck says of a signed-only OpenPGP backup.
+/// What drcheck says of a signed-only OpenPGP backup when no signer's key is set.
 pub(crate) const SIGNED_ONLY: &str = "the backup is an OpenPGP message that is signed, not encrypted (gpg -s or --clearsign): \
-    drcheck does not check OpenPGP signatures nor unwrap signed messages — keep the signature beside the backup \
-    (gpg --detach-sign: BACKUP.sig, which drcheck skips as a sidecar) or encrypt the backup as well";
+    set decrypt.signed_by for this target to the signer's public key (armoured, or its file) — drcheck unwraps it \
+    only after its signature verifies against that key";
 
 pub(crate) fn trim_ascii_start(b: &[u8]) -> &[u8] {
     let n = b.iter().take_while(|c| c.is_ascii_whitespace()).count();

@@ -114,7 +114,9 @@ pub(crate) fn detect(head: &[u8]) -> BackupFormat {
         BackupFormat::Tar
     } else if crate::transfer::envelope::is_age(head) {
         BackupFormat::Age
-    } else if crate::transfer::envelope::is_openpgp(head) {
+    } else if crate::transfer::envelope::is_openpgp(head) || crate::transfer::envelope::is_openpgp_signed_only(head) {
+        // Encrypted, or signed only (`gpg -s`, `--clearsign`: its armour starts with
+        // dashes a SQL comment would too): an OpenPGP layer either way.
         BackupFormat::OpenPgp
     } else if looks_like_sql(head) {
         BackupFormat::PlainSql
