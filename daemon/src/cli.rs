@@ -152,6 +152,13 @@ fn harden_process() {
     drcheck_restore::contain::install_helper(exe);
 }
 
+/// The command the manual pages are made of: without clap's `help` subcommand, which
+/// has no page of its own (`drcheck help X` shows what `drcheck-X(1)` says), so no page
+/// refers to a `drcheck-help(1)` that does not exist.
+fn man_command() -> clap::Command {
+    <Cli as clap::CommandFactory>::command().disable_help_subcommand(true)
+}
+
 pub(crate) async fn run(cli: Cli) -> Result<Exit, CliError> {
     match &cli.command {
         Command::Completions { shell } => {
@@ -162,8 +169,10 @@ pub(crate) async fn run(cli: Cli) -> Result<Exit, CliError> {
             return Ok(Exit::Passed);
         }
         Command::Man { dir: Some(dir) } => {
-            let cmd = <Cli as clap::CommandFactory>::command();
-            clap_mangen::generate_to(cmd, dir).map_err(|e| {
+            std::fs::create_dir_all(dir).map_err(|e| {
+                CliError::incomplete(anyhow::anyhow!("creating {} for the manual pages: {e}", dir.display()))
+            })?;
+            clap_mangen::generate_to(man_command(), dir).map_err(|e| {
                 CliError::incomplete(anyhow::anyhow!("writing the manual pages into {}: {e}", dir.display()))
             })?;
             let pages = std::fs::read_dir(dir).map(|d| d.filter_map(Result::ok).count()).unwrap_or(0);
@@ -172,7 +181,7 @@ pub(crate) async fn run(cli: Cli) -> Result<Exit, CliError> {
         }
         Command::Man { dir: None } => {
             let mut out = Vec::new();
-            clap_mangen::Man::new(<Cli as clap::CommandFactory>::command())
+            clap_mangen::Man::new(man_command())
                 .render(&mut out)
                 .map_err(|e| CliError::incomplete(anyhow::anyhow!("rendering the manual page: {e}")))?;
             crate::out!("{}", String::from_utf8_lossy(&out));
@@ -323,5 +332,39 @@ mod help_tests {
         let mut missing = Vec::new();
         walk(&Cli::command(), "drcheck", &mut missing);
         assert!(missing.is_empty(), "no help line: {missing:#?}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 48: every page a manual page refers to (`drcheck-X(1)`) is generated, the
+    /// top page printed by `drcheck man` included.
+    #[test]
+    fn every_manual_page_referred_to_exists() {
+        let dir = tempfile::tempdir().unwrap();
+        clap_mangen::generate_to(man_command(), dir.path()).unwrap();
+        let mut top = Vec::new();
+        clap_mangen::Man::new(man_command()).render(&mut top).unwrap();
+        let mut texts = vec![String::from_utf8(top).unwrap()];
+        for e in std::fs::read_dir(dir.path()).unwrap() {
+            texts.push(std::fs::read_to_string(e.unwrap().path()).unwrap());
+        }
+        let mut referred = std::collections::BTreeSet::new();
+        for t in &texts {
+            let t = t.replace("\\-", "-");
+            for (i, _) in t.match_indices("(1)") {
+                let start = t[..i].rfind(|c: char| !(c.is_ascii_alphanumeric() || c == '-')).map_or(0, |s| s + 1);
+                let name = &t[start..i];
+                if name.starts_with("drcheck") {
+                    referred.insert(name.to_string());
+                }
+            }
+        }
+        assert!(referred.len() > 20 && referred.contains("drcheck-verify"), "{referred:?}");
+        for name in &referred {
+            assert!(dir.path().join(format!("{name}.1")).is_file(), "{name}(1) is referred to but not generated");
+        }
     }
 }

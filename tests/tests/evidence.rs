@@ -7,7 +7,7 @@
 
 use base64::Engine as _;
 use drcheck_e2e::scenario::Scene;
-use drcheck_e2e::{Daemon, Throttle, drcheck, free_port, http_request, stderr, stdout};
+use drcheck_e2e::{Daemon, Throttle, drcheck, free_port, http_get, http_request, stderr, stdout};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
@@ -424,6 +424,14 @@ fn the_status_page_renders_each_targets_verdict_in_chromium_and_asks_for_the_tok
     let config = three_targets(&scene, &slow.endpoint(), &listen);
     assert_eq!(verify(&config, "orders", &scene), Some(0));
     assert_eq!(verify(&config, "ledger", &scene), Some(1));
+    // Issue 48: archive failed once with a very long reason (a check's unbroken output),
+    // then passed: its row shows the pass and that last failure.
+    let long = three_targets(
+        &scene,
+        &slow.endpoint(),
+        &format!("[[target.check]]\nname = \"long\"\nsql = \"select repeat('ab', 1500)\"\nexpect = \"x\"\n{listen}"),
+    );
+    assert_eq!(verify(&long, "archive", &scene), Some(1));
     assert_eq!(verify(&config, "archive", &scene), Some(0));
     // Issue 34: the same table in the terminal, from the history store (no daemon).
     let c = config.display().to_string();
@@ -448,6 +456,45 @@ fn the_status_page_renders_each_targets_verdict_in_chromium_and_asks_for_the_tok
     assert!(dom.contains("2 of 3 targets passed"), "{dom}");
     assert!(dom.contains("http-equiv=\"refresh\""), "refreshes itself");
     assert!(!dom.contains("<script"), "no JavaScript");
+    // Issue 48: laid out by Chromium at 1280 px, every verdict badge is one unbroken box,
+    // the last-failure cells are bounded, and nothing overflows the window. (The page has
+    // no script: a copy of it measures itself.)
+    let html = http_get(port, "/");
+    let probe = r#"<script>addEventListener('load',()=>{const r=[];
+document.querySelectorAll('.verdict').forEach(e=>r.push('badge '+e.textContent+' '+e.getClientRects().length+' '+Math.round(e.getBoundingClientRect().height)));
+document.querySelectorAll('td.why').forEach(e=>{const b=e.getBoundingClientRect();r.push('why '+Math.round(b.width)+' '+Math.round(b.height))});
+r.push('scroll '+document.documentElement.scrollWidth);
+const p=document.createElement('pre');p.id='layout';p.textContent=r.join('\n');document.body.appendChild(p)});</script>"#;
+    let measured = scene.root.path().join("status-measured.html");
+    std::fs::write(&measured, html.replacen("</head>", &format!("{probe}</head>"), 1)).unwrap();
+    let out = Command::new(chromium())
+        .args(["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run"])
+        .arg(format!("--user-data-dir={}", profile.display()))
+        .args(["--window-size=1280,900", "--virtual-time-budget=2000", "--dump-dom"])
+        .arg(format!("file://{}", measured.display()))
+        .output()
+        .unwrap();
+    let laid = String::from_utf8_lossy(&out.stdout).into_owned();
+    let layout = laid
+        .split("<pre id=\"layout\">")
+        .nth(1)
+        .and_then(|r| r.split("</pre>").next())
+        .unwrap_or_else(|| panic!("{laid}"));
+    let mut badges = 0;
+    for line in layout.lines() {
+        let f: Vec<&str> = line.split(' ').collect();
+        match f[0] {
+            "badge" => {
+                badges += 1;
+                assert_eq!(f[2], "1", "a verdict badge broke over lines: {layout}");
+                assert!(f[3].parse::<u32>().unwrap() < 40, "a badge taller than one line: {layout}");
+            }
+            "why" => assert!(f[1].parse::<u32>().unwrap() <= 500 && f[2].parse::<u32>().unwrap() <= 260, "{layout}"),
+            "scroll" => assert!(f[1].parse::<u32>().unwrap() <= 1280, "the page overflows 1280 px: {layout}"),
+            _ => {}
+        }
+    }
+    assert!(badges >= 3, "{layout}");
     let page = chromium_dom(&format!("http://127.0.0.1:{port}/targets/ledger"), &profile);
     assert!(page.contains("class=\"rto-trend\"") && page.contains("data-result=\"failed\""), "{page}");
     // A phone-sized screenshot and a desktop one (kept under docs/ when asked).

@@ -58,12 +58,24 @@ fn page(title: &str, body: &str) -> String {
 
 const CSS: &str = "body{font-family:system-ui,sans-serif;margin:1rem;color:#111;background:#fff}\
 table{border-collapse:collapse;width:100%}th,td{border-bottom:1px solid #ccc;padding:.4rem;text-align:left;vertical-align:top;overflow-wrap:anywhere}\
-.verdict{font-weight:700;padding:.1rem .4rem;border-radius:.2rem}.passed{background:#cfc}.failed,.error{background:#fcc}.inconclusive{background:#fe9}\
+.verdict{font-weight:700;padding:.1rem .4rem;border-radius:.2rem;white-space:nowrap;display:inline-block}.passed{background:#cfc}.failed,.error{background:#fcc}.inconclusive{background:#fe9}\
 .aborted{background:#fec}.never{background:#eee}.bar{position:relative;background:#eee;height:.8rem;width:10rem;max-width:40vw}\
 .bar span{position:absolute;left:0;top:0;bottom:0;background:#555}.bar.over span{background:#c00}\
 .bar i{position:absolute;top:-.15rem;bottom:-.15rem;width:2px;background:#000}.why{font-size:.85rem;color:#333;max-width:30rem}\
 @media (max-width:40rem){thead{display:none}tr{display:block;border-bottom:2px solid #999;padding:.4rem 0}\
 td{display:block;border:0;padding:.15rem 0;max-width:none}td[data-label]::before{content:attr(data-label) \": \";font-weight:600}}";
+
+/// The most of a failure's reason a status page's cell shows; the whole of it is the
+/// cell's tooltip and on the target's page.
+const WHY_SHOWN: usize = 240;
+
+/// The last failure's cell: its reasons, cut to [`WHY_SHOWN`] characters (the whole as
+/// the tooltip), and how long ago.
+fn last_failure(reasons: &[String], at: &str) -> String {
+    let all = reasons.join(" | ");
+    let shown = crate::verify::stop::short(&all, WHY_SHOWN);
+    format!("<span title=\"{}\">{}</span> ({})", esc(&all), esc(&shown), age(at))
+}
 
 /// A bar of `measured` against `target` (the mark at the target; red past it).
 fn bar(measured: Option<f64>, target: f64) -> String {
@@ -160,7 +172,7 @@ pub(super) async fn index(State(s): State<Arc<Shared>>, headers: HeaderMap) -> R
             .unwrap_or_else(|| "—".into());
         let why = failures
             .get(&t.name)
-            .map(|r| format!("{} ({})", esc(&RunEvidence::from_report(r).reasons.join(" | ")), age(&r.started_at)))
+            .map(|r| last_failure(&RunEvidence::from_report(r).reasons, &r.started_at))
             .unwrap_or_default();
         let _ = writeln!(
             b,
@@ -270,4 +282,20 @@ pub(super) async fn target(State(s): State<Arc<Shared>>, Path(name): Path<String
     }
     let _ = writeln!(b, "</tbody></table>");
     Html(page(&format!("drcheck: {name}"), &b)).into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 48: the last-failure cell is bounded whatever the reason's length (the
+    /// whole reason stays as its tooltip).
+    #[test]
+    fn a_long_failure_reason_is_cut_in_its_cell() {
+        let long = vec!["checksums failed: ".to_string() + &"public.items: id=1 differs; ".repeat(200)];
+        let cell = last_failure(&long, "2026-12-07T00:00:00Z");
+        let shown = cell.split('>').nth(1).unwrap().split('<').next().unwrap();
+        assert!(shown.chars().count() <= WHY_SHOWN + 1, "{}", shown.len());
+        assert!(cell.contains("title=\"checksums failed: public.items") && cell.len() > 5000);
+    }
 }
