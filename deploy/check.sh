@@ -22,7 +22,7 @@ drcheck=${DRCHECK_BIN:-}
 if [ -z "$drcheck" ]; then (cd .. && cargo build -q --bin drcheck); drcheck=$(cd .. && pwd)/target/debug/drcheck; fi
 mkdir -p "$tmp/backups"
 {
-  printf '[state]\nurl = "postgres://drcheck@history.example:5432/drcheck"\n[sandbox]\nscratch_dir = "/var/tmp/drcheck"\nstate_dir = "/var/lib/drcheck"\n[metrics]\nlisten = "0.0.0.0:9187"\n[storage.fs]\nkind = "filesystem"\npath = "%s/backups"\n' "$tmp"
+  printf '[state]\nurl = "postgres://drcheck@history.example:5432/drcheck"\n[sandbox]\nscratch_dir = "/var/tmp/drcheck"\nstate_dir = "/var/lib/drcheck"\n[metrics]\nlisten = "0.0.0.0:9187"\n[storage.fs]\nkind = "filesystem"\npath = "%s/backups"\nkubernetes_claim = "backups"\n' "$tmp"
   for i in $(seq -w 1 300); do
     printf '[[target]]\nname = "db-%s"\nstorage = "fs"\nprefix = "db-%s/"\nrto = "1h"\nrpo = "26h"\nschedule = "H 3 * * *"\n' "$i" "$i"
     case $i in

@@ -113,6 +113,10 @@ pub struct RawStorage {
     pub require_lock: Option<Spanned<String>>,
     pub retain_until_at_least: Option<Spanned<String>>,
     pub probe_write: Option<bool>,
+    /// A filesystem storage in `drcheck deploy kubernetes`'s pods: the
+    /// PersistentVolumeClaim that holds it, and a group that may read it.
+    pub kubernetes_claim: Option<Spanned<String>>,
+    pub kubernetes_read_group: Option<Spanned<i64>>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -271,7 +271,16 @@ impl HeartbeatConfig {
 #[serde(tag = "kind", rename_all = "lowercase")]
 pub enum StorageConfig {
     S3(S3Storage),
-    Filesystem { path: PathBuf },
+    Filesystem {
+        path: PathBuf,
+        /// `drcheck deploy kubernetes`: the PersistentVolumeClaim mounted read-only at
+        /// `path` in the pods (a posix pgBackRest repository on a volume, an NFS share).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        kubernetes_claim: Option<String>,
+        /// …and a group of the pods that may read it (the repository's).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        kubernetes_read_group: Option<u32>,
+    },
 }
 
 #[derive(Debug, Clone, Serialize)]

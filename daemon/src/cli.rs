@@ -259,7 +259,8 @@ pub(crate) async fn run(cli: Cli) -> Result<Exit, CliError> {
             config_map,
             scratch_size,
         }) => {
-            let o = commands::deploy::Options { image, secret, secret_per_target, config_map, scratch_size };
+            let stores = commands::deploy::store_mounts(&config);
+            let o = commands::deploy::Options { image, secret, secret_per_target, config_map, scratch_size, stores };
             commands::deploy::run(&config, target.as_deref(), output_dir.as_deref(), &o).await
         }
         Command::Drill(cmd) => commands::drill::run(Some(&path), cmd).await,

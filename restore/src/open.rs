@@ -24,7 +24,7 @@ pub fn open_source(
             wal: target.wal_prefix.as_ref().map(|prefix| WalArchive { prefix: prefix.clone(), fetch }),
         })
     };
-    if let (StorageConfig::Filesystem { path }, SourceConfig::Pgbackrest { stanza, repo_path, cipher_pass }) =
+    if let (StorageConfig::Filesystem { path, .. }, SourceConfig::Pgbackrest { stanza, repo_path, cipher_pass }) =
         (storage, &target.source)
     {
         // A posix repository: the storage's directory (and `repo_path` inside it).

@@ -971,6 +971,10 @@ pub fn pod_ready(text: &str) -> String {
         if !skipping {
             out.push_str(line);
             out.push('\n');
+            // A directory store reaches the pod from a claim (issue 48).
+            if line.trim() == "kind = \"filesystem\"" && !text.contains("kubernetes_claim") {
+                out.push_str("kubernetes_claim = \"backups\"\n");
+            }
         }
     }
     format!("{pod}{out}")

@@ -19,6 +19,8 @@ pub(super) fn validate_storage(cx: &Ctx<'_>, name: &str, s: &RawStorage) -> Resu
     match s.kind.get_ref().as_str() {
         "s3" => {
             reject("path", s.path.is_some(), "s3")?;
+            reject("kubernetes_claim", s.kubernetes_claim.is_some(), "s3")?;
+            reject("kubernetes_read_group", s.kubernetes_read_group.is_some(), "s3")?;
             let bucket = s
                 .bucket
                 .as_ref()
@@ -134,7 +136,45 @@ pub(super) fn validate_storage(cx: &Ctx<'_>, name: &str, s: &RawStorage) -> Resu
             let path = s.path.as_ref().ok_or_else(|| {
                 cx.err(&key("path"), Some(s.kind.span()), "missing: kind = \"filesystem\" needs a path")
             })?;
-            Ok(StorageConfig::Filesystem { path: PathBuf::from(cx.string(&key("path"), path)?) })
+            let kubernetes_claim = match &s.kubernetes_claim {
+                None => None,
+                Some(c) => {
+                    let v = cx.string(&key("kubernetes_claim"), c)?;
+                    let ok = !v.is_empty()
+                        && v.len() <= 253
+                        && v.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.')
+                        && v.starts_with(|c: char| c.is_ascii_alphanumeric())
+                        && v.ends_with(|c: char| c.is_ascii_alphanumeric());
+                    if !ok {
+                        return Err(cx.err(
+                            &key("kubernetes_claim"),
+                            Some(c.span()),
+                            format!(
+                                "{v:?} is not a PersistentVolumeClaim name (lowercase letters, digits, '-' and '.')"
+                            ),
+                        ));
+                    }
+                    Some(v)
+                }
+            };
+            let kubernetes_read_group = match &s.kubernetes_read_group {
+                None => None,
+                Some(g) => match u32::try_from(*g.get_ref()) {
+                    Ok(n) if n > 0 => Some(n),
+                    _ => {
+                        return Err(cx.err(
+                            &key("kubernetes_read_group"),
+                            Some(g.span()),
+                            format!("expected a group id above 0, got {}", g.get_ref()),
+                        ));
+                    }
+                },
+            };
+            Ok(StorageConfig::Filesystem {
+                path: PathBuf::from(cx.string(&key("path"), path)?),
+                kubernetes_claim,
+                kubernetes_read_group,
+            })
         }
         other => {
             Err(cx.err(&key("kind"), Some(s.kind.span()), format!("expected \"s3\" or \"filesystem\", got {other:?}")))

@@ -58,6 +58,36 @@ pub(crate) struct Options {
     pub secret_per_target: bool,
     pub config_map: String,
     pub scratch_size: String,
+    /// Filesystem storages by name: mounted in the pods from their claims.
+    pub stores: std::collections::BTreeMap<String, StoreMount>,
+}
+
+/// A filesystem storage in the pods: its PersistentVolumeClaim, mounted read-only at the
+/// storage's path, and the group that may read it.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct StoreMount {
+    pub claim: String,
+    pub path: std::path::PathBuf,
+    pub group: Option<u32>,
+}
+
+/// The filesystem storages of `config` that name a claim.
+pub(crate) fn store_mounts(config: &Config) -> std::collections::BTreeMap<String, StoreMount> {
+    config
+        .storage
+        .iter()
+        .filter_map(|(name, s)| match s {
+            drcheck_config::StorageConfig::Filesystem {
+                path,
+                kubernetes_claim: Some(claim),
+                kubernetes_read_group,
+            } => Some((
+                name.clone(),
+                StoreMount { claim: claim.clone(), path: path.clone(), group: *kubernetes_read_group },
+            )),
+            _ => None,
+        })
+        .collect()
 }
 
 /// Scratch derived from a backup of `bytes`: expanded on restore, plus a quarter of
@@ -200,6 +230,18 @@ pub(crate) fn cronjob(t: &TargetConfig, o: &Options, scratch: &str) -> Result<se
         }
     });
     let pod = &mut job["spec"]["jobTemplate"]["spec"]["template"]["spec"];
+    // A directory store (a posix repository): its volume, read-only, where the config says.
+    if let Some(m) = o.stores.get(&t.storage) {
+        if let Some(v) = pod["volumes"].as_array_mut() {
+            v.push(json!({"name": "store", "persistentVolumeClaim": {"claimName": m.claim, "readOnly": true}}));
+        }
+        if let Some(v) = pod["containers"][0]["volumeMounts"].as_array_mut() {
+            v.push(json!({"name": "store", "mountPath": m.path, "readOnly": true}));
+        }
+        if let Some(g) = m.group {
+            pod["securityContext"]["supplementalGroups"] = json!([g]);
+        }
+    }
     if !k.node_selector.is_empty() {
         pod["nodeSelector"] = json!(k.node_selector);
     }
@@ -347,6 +389,16 @@ pub(crate) fn pod_problems(config: &Config, targets: &[&TargetConfig]) -> (Vec<S
         }
     }
     for t in targets {
+        if let Some(StorageConfig::Filesystem { path, kubernetes_claim: None, .. }) = config.storage.get(&t.storage) {
+            refused.push(format!(
+                "storage.{} is a directory of this machine ({}): the pod has no such directory — set \
+                 storage.{}.kubernetes_claim to the PersistentVolumeClaim that holds it (mounted read-only there; \
+                 kubernetes_read_group for a group that may read it)",
+                t.storage,
+                path.display(),
+                t.storage
+            ));
+        }
         for (key, value) in [("age_identity", &t.decrypt.age_identity), ("gpg_secret_key", &t.decrypt.gpg_secret_key)] {
             let Some(v) = value else { continue };
             let v = v.expose();
@@ -543,6 +595,61 @@ mod tests {
         }
     }
 
+    /// Issue 48: a posix repository (a filesystem storage) reaches the pods through its
+    /// claim, read-only at its path, with the group that may read it; without a claim
+    /// deploy refuses, naming the key.
+    #[test]
+    fn a_directory_store_is_mounted_from_its_claim_or_refused() {
+        let text = |claim: &str| {
+            format!(
+                "[state]\nurl = \"postgres://h/db\"\n[storage.nfs]\nkind = \"filesystem\"\npath = \"/mnt/pgbackrest\"\n{claim}\
+                 [[target]]\nname = \"billing\"\nsource = \"pgbackrest\"\nstorage = \"nfs\"\nstanza = \"billing\"\nrto = \"1h\"\nrpo = \"1d\"\n"
+            )
+        };
+        let bare = drcheck_config::parse(&text(""), std::path::Path::new("c.toml")).unwrap();
+        let targets: Vec<&TargetConfig> = bare.targets.iter().collect();
+        let (refused, _) = pod_problems(&bare, &targets);
+        assert!(refused.iter().any(|r| r.contains("storage.nfs.kubernetes_claim")), "{refused:?}");
+        let claimed = drcheck_config::parse(
+            &text("kubernetes_claim = \"pgbackrest-repo\"\nkubernetes_read_group = 998\n"),
+            std::path::Path::new("c.toml"),
+        )
+        .unwrap();
+        let targets: Vec<&TargetConfig> = claimed.targets.iter().collect();
+        assert!(pod_problems(&claimed, &targets).0.is_empty());
+        let o = Options {
+            image: "r/drcheck:1".into(),
+            secret: "drcheck".into(),
+            secret_per_target: false,
+            config_map: "drcheck".into(),
+            scratch_size: "10Gi".into(),
+            stores: store_mounts(&claimed),
+        };
+        let job = cronjob(&claimed.targets[0], &o, "10Gi").unwrap();
+        let pod = &job["spec"]["jobTemplate"]["spec"]["template"]["spec"];
+        assert!(
+            pod["volumes"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|v| v["persistentVolumeClaim"] == json!({"claimName": "pgbackrest-repo", "readOnly": true})),
+            "{pod}"
+        );
+        assert!(
+            pod["containers"][0]["volumeMounts"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|m| m["mountPath"] == "/mnt/pgbackrest" && m["readOnly"] == true),
+            "{pod}"
+        );
+        assert_eq!(pod["securityContext"]["supplementalGroups"], json!([998]));
+        let e = drcheck_config::parse(&text("kubernetes_claim = \"Not_A_Claim\"\n"), std::path::Path::new("c.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("kubernetes_claim") && e.contains("PersistentVolumeClaim"), "{e}");
+    }
+
     #[test]
     fn the_canary_runs_as_a_cronjob_of_its_own() {
         let text = "[storage.s]\nkind = \"filesystem\"\npath = \"/tmp\"\n[[target]]\nname = \"orders\"\nstorage = \"s\"\nprefix = \"p/\"\nrto = \"1h\"\nrpo = \"1d\"\nschedule = \"0 3 * * *\"\n";
@@ -553,6 +660,7 @@ mod tests {
             secret_per_target: false,
             config_map: "drcheck-config".into(),
             scratch_size: String::new(),
+            stores: store_mounts(&config),
         };
         let weekly = drcheck_config::Schedule::parse("canary", "0 4 * * 0").unwrap();
         let job = canary_cronjob(&config.targets[0], &o, "10Gi", &weekly).unwrap();

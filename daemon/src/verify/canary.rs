@@ -374,7 +374,10 @@ pub(crate) fn reap_dead_canaries(scratch_dir: &Path) -> Vec<PathBuf> {
 fn canary_config(config: &Config, target: &TargetConfig, dir: &Path) -> (Config, TargetConfig) {
     let mut c = config.clone();
     let name = "drcheck-canary".to_string();
-    c.storage.insert(name.clone(), StorageConfig::Filesystem { path: dir.to_path_buf() });
+    c.storage.insert(
+        name.clone(),
+        StorageConfig::Filesystem { path: dir.to_path_buf(), kubernetes_claim: None, kubernetes_read_group: None },
+    );
     let mut t = target.clone();
     t.storage = name;
     t.pin = false;

@@ -153,7 +153,7 @@ pub struct WriteProbe {
 pub async fn open_store(name: &str, config: &StorageConfig) -> std::sync::Arc<dyn BackupStore> {
     match config {
         StorageConfig::S3(s3) => std::sync::Arc::new(S3Store::new(name, s3).await),
-        StorageConfig::Filesystem { path } => std::sync::Arc::new(FsStore::new(path.clone())),
+        StorageConfig::Filesystem { path, .. } => std::sync::Arc::new(FsStore::new(path.clone())),
     }
 }
 
