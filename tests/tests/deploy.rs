@@ -182,9 +182,7 @@ fn generated_cronjobs_fit_kubernetes_and_never_collide() {
     let config = dir.path().join("c.toml");
     let long = format!("orders-{}", "x".repeat(53));
     let text = |names: &[&str]| {
-        let mut t = drcheck_e2e::pod_ready(
-            "[storage.b]\nkind = \"filesystem\"\npath = \"/nonexistent\"\n",
-        );
+        let mut t = drcheck_e2e::pod_ready("[storage.b]\nkind = \"filesystem\"\npath = \"/nonexistent\"\n");
         for n in names {
             t.push_str(&format!("[[target]]\nname = \"{n}\"\nstorage = \"b\"\nrto = \"30m\"\nrpo = \"1d\"\n"));
         }
@@ -290,9 +288,7 @@ fn a_follower_needs_its_volume_and_a_reachable_metrics_port() {
     let config = dir.path().join("c.toml");
     let target = "[[target]]\nname = \"orders\"\nstorage = \"b\"\nrto = \"30m\"\nrpo = \"1d\"\nformat = \"physical\"\n\
                   wal_prefix = \"wal/\"\n[target.follow]\n";
-    let base = drcheck_e2e::pod_ready(
-        "[storage.b]\nkind = \"filesystem\"\npath = \"/nonexistent\"\n",
-    );
+    let base = drcheck_e2e::pod_ready("[storage.b]\nkind = \"filesystem\"\npath = \"/nonexistent\"\n");
     std::fs::write(&config, format!("{base}{target}")).unwrap();
     let c = config.display().to_string();
     let args = ["--config", &c, "deploy", "kubernetes", "--image", "drcheck:test", "--scratch-size", "10Gi"];
