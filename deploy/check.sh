@@ -67,7 +67,7 @@ assert "mountPath: /var/lib/drcheck" in follower and "kind: Service" in follower
 print(f"deploy: 300-target fleet: valid, spread over {len(minutes)} minutes of 03:00, stable")
 PY
 # With `[daemon] canary`, each target's file also holds its canary's CronJob: valid too.
-head -n 10 "$tmp/fleet.toml" | sed 's/^\[metrics\]$/[daemon]\ncanary = "0 4 * * 0"\n[metrics]/' >"$tmp/canary.toml"
+sed "/^\[\[target\]\]/,\$d" "$tmp/fleet.toml" | sed 's/^\[metrics\]$/[daemon]\ncanary = "0 4 * * 0"\n[metrics]/' >"$tmp/canary.toml"
 printf '[[target]]\nname = "db-x"\nstorage = "fs"\nprefix = "db-x/"\nrto = "1h"\nrpo = "26h"\nschedule = "H 3 * * *"\n' >>"$tmp/canary.toml"
 "$drcheck" --config "$tmp/canary.toml" deploy kubernetes --all --output-dir "$tmp/canary" --image registry.example.com/drcheck:0.1.0 2>/dev/null
 kubectl kustomize "$tmp/canary" >"$tmp/canary.yaml"
