@@ -51,7 +51,7 @@ pub use server::sandbox::{Sandbox, SandboxOptions, ToolLimit, containment_name, 
 pub use source::{Archive, ArchivedFile, Catalog, Recover, Repository, Source};
 pub use sources::chain::{Label as ChainLabel, links as chain_links, read_label};
 pub use sources::physical::{GAP_GRACE, wal_objects};
-pub use store::settled::{one_tar_complete, whole_by_contents};
+pub use sources::settled::{one_tar_complete, whole_by_contents};
 pub use store::{
     Backup, BackupObject, BackupStore, CatalogEntry, MemStore, ObjectLock, Protection, UPLOAD_GRACE, WriteProbe,
     backups_newest_first, group_backups, open_store, select_latest,

@@ -13,6 +13,7 @@ pub(crate) enum ArchiveCommand {
     /// the `archive` finding name it instead of failing. Points after it stay unrecoverable
     /// from backups before it — said, never hidden.
     AcknowledgeGap {
+        /// The target whose archive lost them.
         #[arg(long)]
         target: String,
         /// The first segment lost (24 hex digits).

@@ -12,3 +12,4 @@ pub(crate) mod objects;
 pub(crate) mod pgbackrest;
 pub(crate) mod physical;
 pub(crate) mod plain;
+pub(crate) mod settled;

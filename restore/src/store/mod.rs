@@ -9,7 +9,6 @@ mod mem;
 pub(crate) mod pool;
 pub mod retry;
 mod s3;
-pub(crate) mod settled;
 
 pub(crate) use fs::FsStore;
 pub use mem::MemStore;

@@ -1,7 +1,7 @@
 //! A one-file base backup judged complete by its own contents (issue 48).
 //!
 //! A base-backup directory without `backup_manifest` or `pg_wal.tar` written within
-//! [`super::UPLOAD_GRACE`] may still be uploading, so it waits the grace out — unless its
+//! [`crate::store::UPLOAD_GRACE`] may still be uploading, so it waits the grace out — unless its
 //! `base.tar` itself shows it is whole: `backup_label` first (the start of the backup),
 //! the WAL the backup needs inside it (`pg_basebackup -X fetch` ends the tar with
 //! `pg_wal/<segment>` and its `archive_status/<segment>.done`, at or past the label's
@@ -10,7 +10,7 @@
 //! and judges all of it as ever. A compressed or encrypted tar's end cannot be read
 //! without reading all of it: those wait out the grace.
 
-use super::{Backup, BackupObject, BackupStore};
+use crate::store::{Backup, BackupObject, BackupStore};
 use std::time::SystemTime;
 
 /// How much of the head and of the tail is read.
@@ -86,9 +86,9 @@ pub async fn whole_by_contents(
     now: SystemTime,
 ) -> Vec<(Backup, String)> {
     let settled: std::collections::HashSet<String> =
-        super::group_backups_at(all, now).into_iter().map(|b| b.key).collect();
+        crate::store::group_backups_at(all, now).into_iter().map(|b| b.key).collect();
     let mut out = Vec::new();
-    for b in super::group_backups(all).into_iter().filter(|b| b.is_physical() && !settled.contains(&b.key)) {
+    for b in crate::store::group_backups(all).into_iter().filter(|b| b.is_physical() && !settled.contains(&b.key)) {
         let Some(tar) = b.parts.iter().find(|p| p.key.rsplit('/').next() == Some("base.tar")) else { continue };
         if tar.size < 3 * BLOCK as u64 {
             continue;
