@@ -5,8 +5,9 @@
 //! not see them. A backup that brings its own amcheck is used only if every member is
 //! amcheck's C code (the `catalog` check).
 
-use crate::Said;
-use crate::{Context, Finding, RestoredAccess, Status, Validator};
+use crate::context::{Context, RestoredAccess, Validator};
+use crate::finding::Said;
+use crate::finding::{Finding, Status};
 use async_trait::async_trait;
 use drcheck_config::quote_ident;
 

@@ -32,8 +32,8 @@
 //! failure; what cannot be decided is *undecided* — never a pass (the run's share of it
 //! is bounded by `[target] max_undecided`).
 
+use crate::finding::{Finding, Said, Status, TableName};
 use crate::primary::PrimaryDb;
-use crate::{Finding, Said, Status, TableName};
 use serde::{Deserialize, Serialize};
 use sqlx::PgPool;
 use std::collections::BTreeMap;

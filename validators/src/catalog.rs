@@ -1,7 +1,7 @@
 //! Catalog queries shared by validators. System schemas and objects that belong to
 //! extensions are left out everywhere.
 
-use crate::TableName;
+use crate::finding::TableName;
 use sqlx::PgPool;
 
 /// User tables (plain and partitioned parents; partitions are covered by their parent).

@@ -2,8 +2,9 @@
 //! either expects a value (the first column of the first row, as text) or must give
 //! the same result on the primary (run there read-only, like every primary query).
 
-use crate::Said;
-use crate::{Context, Finding, Status, Validator};
+use crate::context::{Context, Validator};
+use crate::finding::Said;
+use crate::finding::{Finding, Status};
 use async_trait::async_trait;
 use sqlx::PgPool;
 

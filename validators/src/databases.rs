@@ -2,7 +2,7 @@
 //! run on every one of them, and their findings are merged into one finding per
 //! validator, so coverage is the cluster's, not one database's.
 
-use crate::{COVERED, Finding, Status, some_of};
+use crate::finding::{COVERED, Finding, Status, some_of};
 
 /// Validators whose configuration names tables of one database (`as_of` columns, custom
 /// SQL): they run on the target's own database only.
@@ -15,8 +15,8 @@ const SUMMED: &[&str] = &[
     "inconclusive",
     "rows_changed_since",
     "rows_deleted_since",
-    crate::UNDECIDED_ROWS,
-    crate::UNDECIDED_TABLES,
+    crate::finding::UNDECIDED_ROWS,
+    crate::finding::UNDECIDED_TABLES,
 ];
 
 /// Whether validator (or finding) `name` runs on every database of a cluster.

@@ -13,7 +13,7 @@
 //! dropped column by its own identity, a constraint as `name on table`). The copy's own
 //! log is never read: a backup does not get to say what happened after it.
 
-use crate::TableName;
+use crate::finding::TableName;
 use crate::primary::PrimaryDb;
 use sqlx::PgPool;
 use std::time::{Duration, SystemTime};

@@ -3,8 +3,9 @@
 //! now would lose (`data_lag_seconds`); data much older than the backup's own time
 //! (beyond the RPO) means the backup was taken from a stale source.
 
-use crate::Said;
-use crate::{Context, Finding, Status, TableName, Validator};
+use crate::context::{Context, Validator};
+use crate::finding::Said;
+use crate::finding::{Finding, Status, TableName};
 use async_trait::async_trait;
 use drcheck_config::quote_ident;
 use std::time::UNIX_EPOCH;
@@ -76,7 +77,7 @@ impl Validator for Freshness {
                     )];
                 }
             }
-            if let crate::Primary::Available(p) = &cx.primary {
+            if let crate::context::Primary::Available(p) = &cx.primary {
                 match p.timed(q().fetch_one(&p.pool)).await {
                     Ok(v) => primary_newest = newer(primary_newest, v),
                     Err(e) => {
@@ -116,7 +117,7 @@ impl Validator for Freshness {
                 "; the primary has {lag:.0}s of newer data (the data-loss window of a restore now)"
             ));
             f = f.with("data_lag_seconds", (lag * 1000.0).round() / 1000.0);
-        } else if let crate::Primary::Unavailable(why) = &cx.primary {
+        } else if let crate::context::Primary::Unavailable(why) = &cx.primary {
             detail.push_str(&format!("; data lag unknown: primary unavailable: {why}"));
         }
         if behind_backup.is_some_and(|b| b > cx.rpo.as_secs_f64()) {

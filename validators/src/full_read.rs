@@ -8,8 +8,9 @@
 //! server may write `/dev/null` (its Landlock rules grant it); drcheck connects to the
 //! sandbox as its superuser, which COPY to a file requires.
 
-use crate::Said;
-use crate::{Context, Finding, Status, TableName, Validator};
+use crate::context::{Context, Validator};
+use crate::finding::Said;
+use crate::finding::{Finding, Status, TableName};
 use async_trait::async_trait;
 
 pub struct FullRead;
@@ -90,7 +91,7 @@ impl Validator for FullRead {
         vec![Finding::new(
             name,
             Status::Failed,
-            format!("reading the data failed in {count} of {n} tables: {}", crate::some_of(&failures, NAMED)),
+            format!("reading the data failed in {count} of {n} tables: {}", crate::finding::some_of(&failures, NAMED)),
         )]
     }
 }

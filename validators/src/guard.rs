@@ -28,9 +28,9 @@
 //! Validator queries call built-ins schema-qualified with exact argument types, so an
 //! overload in another schema cannot win resolution even without the pinned path.
 
-use crate::Said;
+use crate::finding::Said;
+use crate::finding::{Finding, Status, some_of};
 use crate::primary::canonical_session;
-use crate::{Finding, Status, some_of};
 use drcheck_config::quote_ident;
 use sqlx::PgPool;
 use sqlx::postgres::PgConnectOptions;

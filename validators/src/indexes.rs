@@ -1,8 +1,9 @@
 //! `indexes`: no index of the restored copy is invalid or unready, and every
 //! constraint is validated.
 
-use crate::Said;
-use crate::{Context, Finding, Status, Validator, some_of};
+use crate::context::{Context, Validator};
+use crate::finding::Said;
+use crate::finding::{Finding, Status, some_of};
 use async_trait::async_trait;
 
 pub struct Indexes;

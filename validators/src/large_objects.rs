@@ -22,11 +22,12 @@
 //! resolve. A sparse object (written with holes) is stored page by page differently
 //! after a restore and would differ — a documented limit.
 
-use crate::Said;
 use crate::asof::{self, Bind};
 use crate::checksums::plan::{Range, plan};
+use crate::context::{Context, Validator};
+use crate::finding::Said;
+use crate::finding::{Finding, Status, some_of};
 use crate::primary::PrimaryDb;
-use crate::{Context, Finding, Status, Validator, some_of};
 use async_trait::async_trait;
 use drcheck_config::quote_ident;
 use sqlx::PgPool;
@@ -236,11 +237,11 @@ async fn dangling(cx: &Context) -> Result<(usize, Vec<String>, Vec<String>), Str
     let mut checked = 0;
     let (mut found, mut notes) = (Vec::new(), Vec::new());
     let primary = match &cx.primary {
-        crate::Primary::Available(p) => Some(p),
-        crate::Primary::Unavailable(_) => None,
+        crate::context::Primary::Available(p) => Some(p),
+        crate::context::Primary::Unavailable(_) => None,
     };
     for (schema, table, column, is_lo) in columns {
-        let t = crate::TableName { schema: schema.clone(), name: table.clone() };
+        let t = crate::finding::TableName { schema: schema.clone(), name: table.clone() };
         if cx.excluded(&t) || !cx.in_scope(&t) {
             continue;
         }
@@ -394,7 +395,7 @@ impl Validator for LargeObjects {
             Finding::new(
                 name,
                 Status::Failed,
-                format!("{}{}", failures.join("; "), crate::also_could_not("check", &errors)),
+                format!("{}{}", failures.join("; "), crate::finding::also_could_not("check", &errors)),
             )
         } else if !errors.is_empty() {
             Finding::new(name, Status::Error, errors.join("; "))
@@ -406,7 +407,7 @@ impl Validator for LargeObjects {
                 .covered("reference_columns", columns)
         };
         let undecided = u64::from(!c.unknown.is_empty());
-        vec![finding.with(crate::UNDECIDED_TABLES, undecided as f64).inconclusive(inconclusive)]
+        vec![finding.with(crate::finding::UNDECIDED_TABLES, undecided as f64).inconclusive(inconclusive)]
     }
 }
 

@@ -18,8 +18,9 @@
 //! Values are read as numbers (epoch seconds) through `pg_catalog` functions only: the
 //! copy's own functions or operators cannot change what is compared.
 
-use crate::Said;
-use crate::{Context, Finding, Status, TableName, Validator};
+use crate::context::{Context, Validator};
+use crate::finding::Said;
+use crate::finding::{Finding, Status, TableName};
 use async_trait::async_trait;
 use drcheck_config::quote_ident;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -122,8 +123,8 @@ impl Validator for PointInTime {
             )];
         }
         let primary = match &cx.primary {
-            crate::Primary::Available(p) => Some(p),
-            crate::Primary::Unavailable(_) => None,
+            crate::context::Primary::Available(p) => Some(p),
+            crate::context::Primary::Unavailable(_) => None,
         };
         let copy = match read_beats(&cx.restored, &table, None, None).await {
             Ok(b) => b,

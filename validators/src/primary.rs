@@ -3,7 +3,7 @@
 //! as large as the allowed concurrency; every query is counted and timed, so a run can
 //! say how hard it leaned on the primary.
 
-use crate::Said;
+use crate::finding::Said;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{Connection, PgPool, postgres::PgConnection};
 use std::str::FromStr;

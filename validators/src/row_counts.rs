@@ -14,9 +14,10 @@
 //!   other tables must be within a relative tolerance, and a difference beyond it cannot
 //!   be told from the primary's own changes since: inconclusive, with what would prove it.
 
-use crate::Said;
 use crate::asof::{self, Bind};
-use crate::{Context, Finding, Status, TableName, Validator, some_of};
+use crate::context::{Context, Validator};
+use crate::finding::Said;
+use crate::finding::{Finding, Status, TableName, some_of};
 use async_trait::async_trait;
 use futures::stream::{self, StreamExt};
 
@@ -164,7 +165,7 @@ async fn count(cx: &Context, primary: &crate::primary::PrimaryDb, t: &TableName)
         .persistent(false);
     let (p, p_changed, p_settled) = match primary.timed(q.fetch_one(&primary.pool)).await {
         Ok(v) => v,
-        Err(e) => return Err(crate::primary_error(primary, t, &e).await),
+        Err(e) => return Err(crate::context::primary_error(primary, t, &e).await),
     };
     let copy_sql = format!("select pg_catalog.count(*) from {table} drcheck_row{where_}");
     let copy_binds = if how == How::Cut { binds } else { vec![] };
@@ -327,7 +328,7 @@ impl Validator for RowCounts {
                     mismatches.len(),
                     results.len(),
                     some_of(&mismatches, 20),
-                    crate::also_could_not("count", &errors)
+                    crate::finding::also_could_not("count", &errors)
                 ),
             )
         } else if !errors.is_empty() {
@@ -339,7 +340,7 @@ impl Validator for RowCounts {
         vec![
             finding
                 .with("rows_changed_since", changed_total as f64)
-                .with(crate::UNDECIDED_TABLES, inconclusive.len() as f64)
+                .with(crate::finding::UNDECIDED_TABLES, inconclusive.len() as f64)
                 .inconclusive(inconclusive),
         ]
     }

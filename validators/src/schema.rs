@@ -9,8 +9,9 @@
 //! (the heartbeat, the DDL log) are never "missing" from a copy made before them. Without
 //! a DDL log a difference is a failure that says how to install one.
 
-use crate::Said;
-use crate::{Context, Finding, Status, Validator, some_of};
+use crate::context::{Context, Validator};
+use crate::finding::Said;
+use crate::finding::{Finding, Status, some_of};
 use async_trait::async_trait;
 use sqlx::PgPool;
 use std::collections::{BTreeMap, BTreeSet};
@@ -428,7 +429,7 @@ impl Validator for Schema {
                 )
                 .covered("objects", r.len() as u64)
                 .covered("tables", tables as u64)
-                .with(crate::UNDECIDED_TABLES, undecided.len() as f64)
+                .with(crate::finding::UNDECIDED_TABLES, undecided.len() as f64)
                 .inconclusive(undecided),
             ];
         }

@@ -1,8 +1,9 @@
 //! `sequences`: every sequence that feeds a column (serial, identity) is at or past the
 //! largest value in that column — otherwise the first insert after a restore collides.
 
-use crate::Said;
-use crate::{Context, Finding, Status, TableName, Validator, some_of};
+use crate::context::{Context, Validator};
+use crate::finding::Said;
+use crate::finding::{Finding, Status, TableName, some_of};
 use async_trait::async_trait;
 use drcheck_config::quote_ident;
 

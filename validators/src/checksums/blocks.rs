@@ -19,10 +19,11 @@
 
 use super::Tally;
 use super::plan::{BlockPlan, Hash};
-use crate::Said;
 use crate::asof::{self, Bind, Since};
+use crate::context::Context;
+use crate::finding::Said;
+use crate::finding::TableName;
 use crate::primary::PrimaryDb;
-use crate::{Context, TableName};
 use drcheck_config::quote_ident;
 use sqlx::PgPool;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -400,7 +401,7 @@ impl Hash {
     pub(crate) fn blocks<'a>(
         self,
         row: &'a super::plan::Row,
-        cut: Option<&'a crate::Cut>,
+        cut: Option<&'a crate::context::Cut>,
         chunk_rows: u64,
         slice: Option<u32>,
     ) -> BlockPlan<'a> {

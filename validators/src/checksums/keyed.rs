@@ -20,10 +20,11 @@
 
 use super::Tally;
 use super::plan::{Hash, Range};
-use crate::Said;
 use crate::asof::{self, Bind, Since};
+use crate::context::{Context, Cut};
+use crate::finding::Said;
+use crate::finding::TableName;
 use crate::primary::PrimaryDb;
-use crate::{Context, Cut, TableName};
 use drcheck_config::quote_ident;
 use futures::stream::{self, StreamExt};
 use std::collections::HashMap;

@@ -23,8 +23,10 @@ mod blocks;
 mod keyed;
 pub(crate) mod plan;
 
-use crate::Said;
-use crate::{Context, Finding, Status, TableName, Validator, catalog, some_of};
+use crate::catalog;
+use crate::context::{Context, Validator};
+use crate::finding::Said;
+use crate::finding::{Finding, Status, TableName, some_of};
 use async_trait::async_trait;
 use drcheck_config::quote_ident;
 use futures::stream::{self, StreamExt};
@@ -154,7 +156,7 @@ async fn compare_table(cx: &Context, primary: &crate::primary::PrimaryDb, t: &Ta
         Err(e) if hash == Hash::Record && e.contains("hash function for type") => {
             compare_with(cx, primary, t, Hash::Text).await
         }
-        Err(e) if e.contains("row-level security") => Err(crate::explain_primary_error(primary, t, &e).await),
+        Err(e) if e.contains("row-level security") => Err(crate::context::explain_primary_error(primary, t, &e).await),
         other => other,
     }
 }
@@ -267,7 +269,7 @@ impl Validator for Checksums {
                     differs.len(),
                     outcomes.len(),
                     some_of(&differs, 20),
-                    crate::also_could_not("hash", &failed)
+                    crate::finding::also_could_not("hash", &failed)
                 ),
             )
         } else if !failed.is_empty() {
@@ -285,8 +287,8 @@ impl Validator for Checksums {
             .with("rows_compared", rows as f64)
             .with("rows_changed_since", changed as f64)
             .with("rows_deleted_since", deleted as f64)
-            .with(crate::UNDECIDED_ROWS, undecided_rows as f64)
-            .with(crate::UNDECIDED_TABLES, inconclusive.len() as f64)
+            .with(crate::finding::UNDECIDED_ROWS, undecided_rows as f64)
+            .with(crate::finding::UNDECIDED_TABLES, inconclusive.len() as f64)
             .inconclusive(inconclusive);
         finding.per_table = per_table.into_boxed_slice();
         vec![finding]

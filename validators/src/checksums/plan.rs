@@ -1,7 +1,7 @@
 //! How a table is hashed: the row hash both sides compute, the key ranges a keyed table
 //! is cut into, and the slice of a keyless table kept when sampling.
 
-use crate::TableName;
+use crate::finding::TableName;
 
 /// One query's worth of a table: keys in `[lo, hi)`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -121,7 +121,7 @@ pub(crate) struct BlockPlan<'a> {
     /// The row both sides hash.
     pub row: &'a Row,
     /// Where nothing tells changes since T: the `as_of` cut-off, less the grace band.
-    pub cut: Option<&'a crate::Cut>,
+    pub cut: Option<&'a crate::context::Cut>,
     pub chunk_rows: u64,
     /// Rows per 1024 kept (sampling), if sampled.
     pub slice: Option<u32>,
