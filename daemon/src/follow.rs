@@ -9,7 +9,8 @@
 //! is older than the RPO (`DrcheckArchiveBehind`).
 
 use crate::alerts;
-use crate::service::Shared;
+use crate::history::History;
+use crate::metrics::Metrics;
 use drcheck_config::{Config, RecoveryTarget, TargetConfig};
 use drcheck_restore::{
     BackupStore, Catalog, FollowStep, Follower, RestoreJob, SandboxOptions, Source, WalReplay, open_store,
@@ -21,6 +22,17 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 use tokio_util::sync::CancellationToken;
+
+/// What a follower needs of the daemon it runs in: its config (reloads included), the
+/// history store, the metrics, its name in leases and the followers' shared state. The
+/// daemon's `Shared` provides it; the follower never reaches further up.
+pub(crate) trait FollowHost: Send + Sync + 'static {
+    fn config(&self) -> Arc<Config>;
+    fn history(&self) -> &History;
+    fn metrics(&self) -> &Metrics;
+    fn holder(&self) -> &str;
+    fn followers(&self) -> &Followers;
+}
 
 /// The `reason` label of `drcheck_follow_not_replayable` for a gap the operator
 /// acknowledged lost: `DrcheckArchiveNotReplayable` leaves it out.
@@ -75,7 +87,7 @@ struct Running {
 impl Followers {
     /// Starts a follower for every target of `config` that follows and has none; stops
     /// (and discards) those whose target no longer follows.
-    pub(crate) fn reconcile(&self, shared: &Arc<Shared>, config: &Config) {
+    pub(crate) fn reconcile<H: FollowHost>(&self, shared: &Arc<H>, config: &Config) {
         let mut running = self.running.lock().unwrap();
         let wanted: Vec<&TargetConfig> = config.targets.iter().filter(|t| t.follow.is_some()).collect();
         let gone: Vec<String> =
@@ -85,7 +97,7 @@ impl Followers {
                 r.removed.store(true, std::sync::atomic::Ordering::SeqCst);
                 r.stop.cancel();
                 self.views.lock().unwrap().remove(&name);
-                shared.metrics.follow.forget(&name);
+                shared.metrics().follow.forget(&name);
             }
         }
         for t in wanted {
@@ -153,8 +165,8 @@ fn options(config: &Config, target: &str) -> Result<SandboxOptions, String> {
 }
 
 /// One target's follower, until `stop`.
-async fn follow(
-    shared: Arc<Shared>,
+async fn follow<H: FollowHost>(
+    shared: Arc<H>,
     name: String,
     slot: Slot,
     stop: CancellationToken,
@@ -184,8 +196,8 @@ async fn follow(
             match lock_dir(&config, &name) {
                 Ok(l) => dir_lock = Some(l),
                 Err(e) => {
-                    shared.metrics.follow.up.with_label_values(&[&name]).set(0);
-                    set_view(&shared, &name, |v| {
+                    shared.metrics().follow.up.with_label_values(&[&name]).set(0);
+                    set_view(shared.as_ref(), &name, |v| {
                         v.state = "standing by".into();
                         v.problem = Some(e.clone());
                     });
@@ -205,15 +217,15 @@ async fn follow(
         // enough to seed.
         let lease = format!("follow:{name}");
         let ttl = (f.interval * 3 + Duration::from_secs(60)).max(crate::verify::run_budget(&t));
-        match shared.history.lease_for(&lease, &shared.holder, ttl).await {
+        match shared.history().lease_for(&lease, shared.holder(), ttl).await {
             Ok(crate::history::Leased::Held) => {
-                let holder = shared.history.lease_holder(&lease).await.ok().flatten().unwrap_or_default();
+                let holder = shared.history().lease_holder(&lease).await.ok().flatten().unwrap_or_default();
                 if !held_elsewhere {
                     tracing::warn!(target = %name, holder = %holder, "another drcheck follows this target: waiting for its lease");
                     held_elsewhere = true;
                 }
-                shared.metrics.follow.up.with_label_values(&[&name]).set(0);
-                set_view(&shared, &name, |v| {
+                shared.metrics().follow.up.with_label_values(&[&name]).set(0);
+                set_view(shared.as_ref(), &name, |v| {
                     v.state = "standing by".into();
                     v.problem = Some(format!("{holder} follows this target"));
                 });
@@ -256,7 +268,7 @@ async fn follow(
             }
         }
         if follower.is_none() {
-            set_view(&shared, &name, |v| v.state = "starting".into());
+            set_view(shared.as_ref(), &name, |v| v.state = "starting".into());
             // A panic in here is drcheck's bug: logged, the follower down, tried again
             // next interval — never the end of following, nor of the daemon.
             let catalog = source_read.as_ref().and_then(|r| r.catalog.as_ref());
@@ -267,9 +279,9 @@ async fn follow(
             match opened {
                 Ok(fl) => {
                     if let Some(at) = humantime::parse_rfc3339(&fl.state().seeded_at).ok().and_then(unix) {
-                        shared.metrics.follow.seeded.with_label_values(&[&name]).set(at);
+                        shared.metrics().follow.seeded.with_label_values(&[&name]).set(at);
                     }
-                    set_view(&shared, &name, |v| {
+                    set_view(shared.as_ref(), &name, |v| {
                         v.seeded_from = Some(fl.state().backup.clone());
                         v.seeded_at = Some(fl.state().seeded_at.clone());
                     });
@@ -277,8 +289,8 @@ async fn follow(
                 }
                 Err(e) => {
                     tracing::warn!(target = %name, "the follower cannot start: {e}");
-                    shared.metrics.follow.up.with_label_values(&[&name]).set(0);
-                    set_view(&shared, &name, |v| {
+                    shared.metrics().follow.up.with_label_values(&[&name]).set(0);
+                    set_view(shared.as_ref(), &name, |v| {
                         v.state = "down".into();
                         v.problem = Some(e.clone());
                     });
@@ -294,16 +306,16 @@ async fn follow(
                 ),
                 ..Default::default()
             };
-            report(&shared, &config, &t, fl, &step, None, &mut problem_before).await;
+            report(shared.as_ref(), &config, &t, fl, &step, None, &mut problem_before).await;
         } else if let (Some(fl), Some(archive)) = (follower.as_mut(), archive) {
             match AssertUnwindSafe(fl.step(archive, &store, f.interval * 2)).catch_unwind().await {
                 Ok(step) => {
                     let behind = primary_behind(&t, step.replayed_lsn, &mut primary_conn).await;
-                    report(&shared, &config, &t, fl, &step, behind, &mut problem_before).await;
+                    report(shared.as_ref(), &config, &t, fl, &step, behind, &mut problem_before).await;
                 }
                 Err(_) => {
                     tracing::error!(target = %name, "drcheck failed while following (a bug): the follower is restarted");
-                    shared.metrics.follow.up.with_label_values(&[&name]).set(0);
+                    shared.metrics().follow.up.with_label_values(&[&name]).set(0);
                     *follower = None;
                 }
             }
@@ -315,7 +327,7 @@ async fn follow(
         }
     }
     let follower = slot.lock().await.take();
-    let _ = shared.history.release_lease(&format!("follow:{name}"), &shared.holder).await;
+    let _ = shared.history().release_lease(&format!("follow:{name}"), shared.holder()).await;
     if let Some(fl) = follower {
         if removed.load(std::sync::atomic::Ordering::SeqCst) {
             tracing::info!(target = %name, "the target no longer follows: its copy is removed");
@@ -402,7 +414,7 @@ async fn seed(
     let job = RestoreJob {
         store: store.clone(),
         backup: &backup,
-        fetch: crate::verify::fetch_options(config, t),
+        fetch: crate::ids::fetch_options(config, t),
         sandbox: opts,
         bins: crate::verify::binaries(config),
         format: t.format,
@@ -471,14 +483,14 @@ fn unix(t: SystemTime) -> Option<f64> {
     t.duration_since(SystemTime::UNIX_EPOCH).ok().map(|d| d.as_secs_f64())
 }
 
-fn set_view(shared: &Shared, name: &str, f: impl FnOnce(&mut FollowView)) {
-    let mut views = shared.followers.views.lock().unwrap();
+fn set_view<H: FollowHost>(shared: &H, name: &str, f: impl FnOnce(&mut FollowView)) {
+    let mut views = shared.followers().views.lock().unwrap();
     f(views.entry(name.to_string()).or_default());
 }
 
 /// A step into the metrics, the status page and the alerts.
-async fn report(
-    shared: &Shared,
+async fn report<H: FollowHost>(
+    shared: &H,
     config: &Config,
     t: &TargetConfig,
     fl: &Follower,
@@ -486,7 +498,7 @@ async fn report(
     behind: Option<f64>,
     problem_before: &mut Option<(String, String)>,
 ) {
-    let m = &shared.metrics.follow;
+    let m = &shared.metrics().follow;
     let name = t.name.as_str();
     m.segments_replayed_total.with_label_values(&[name]).inc_by(step.replayed_segments);
     m.fetched_bytes_total.with_label_values(&[name]).inc_by(step.fetched_bytes);
@@ -503,7 +515,7 @@ async fn report(
     }
     let up = step.problem.is_none() && step.unreachable.is_none() && fl.sandbox().has_server();
     m.up.with_label_values(&[name]).set(i64::from(up));
-    let history = &shared.history;
+    let history = &shared.history();
     // A gap the operator acknowledged lost (issue 48): named, never paged.
     let acknowledged = match &step.problem {
         Some(p) if p.reason == "gap" => history

@@ -94,3 +94,19 @@ impl Purpose {
         format!("{run_id}-{purpose}")
     }
 }
+
+/// How a target's backups are downloaded.
+pub(crate) fn fetch_options(
+    config: &drcheck_config::Config,
+    target: &drcheck_config::TargetConfig,
+) -> drcheck_restore::FetchOptions {
+    match &config.storage[&target.storage] {
+        drcheck_config::StorageConfig::S3(s3) => drcheck_restore::FetchOptions {
+            part_size: s3.part_size,
+            concurrency: s3.concurrency,
+            window: s3.part_size.max(drcheck_restore::FETCH_WINDOW),
+            backoff: drcheck_restore::retry::Backoff::within(s3.retry_window),
+        },
+        drcheck_config::StorageConfig::Filesystem { .. } => drcheck_restore::FetchOptions::default(),
+    }
+}

@@ -15,9 +15,12 @@
 #![warn(unreachable_pub)]
 
 mod alerts;
-mod cli;
+mod canary;
+mod canary_report;
+pub mod cli;
 mod commands;
 mod disk;
+mod dispatch;
 mod evidence;
 mod exit;
 mod follow;
@@ -30,10 +33,9 @@ mod metrics;
 mod out;
 mod pristine;
 mod progress;
+mod reaper;
 mod run_report;
 mod service;
 mod shutdown;
 mod validate;
 mod verify;
-
-pub use cli::main;

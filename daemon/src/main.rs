@@ -6,7 +6,7 @@ fn main() -> std::process::ExitCode {
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
     drcheck_restore::contain::helper_main(&args);
     tune_allocator();
-    drcheck::main()
+    drcheck::cli::main()
 }
 
 /// glibc's allocator raises its mmap threshold each time a large buffer is freed, and

@@ -81,7 +81,7 @@ pub(crate) struct CanaryMetrics {
 
 impl CanaryMetrics {
     /// A finished canary's series.
-    pub(crate) fn observe(&self, r: &crate::verify::canary::CanaryReport) {
+    pub(crate) fn observe(&self, r: &crate::canary_report::CanaryReport) {
         let t = r.target.as_str();
         for d in &r.defects {
             match d.outcome.as_str() {

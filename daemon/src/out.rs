@@ -86,6 +86,14 @@ macro_rules! outln {
     ($($arg:tt)*) => { $crate::out::write(&format!("{}\n", format_args!($($arg)*))) };
 }
 
+/// `text` cut to `max` characters, for one log line.
+pub(crate) fn short(text: &str, max: usize) -> String {
+    match text.char_indices().nth(max) {
+        Some((at, _)) => format!("{}…", &text[..at]),
+        None => text.to_string(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

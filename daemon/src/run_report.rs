@@ -539,6 +539,40 @@ pub(crate) fn render_human(r: &RunReport) -> String {
     s
 }
 
+/// The record of a run that died without recording itself (SIGKILL, the OOM killer),
+/// made by the run that took over its lease: `aborted`, saying who it was. Its start is
+/// unknown; the record is dated when it was found.
+pub(crate) fn died_report(target: &drcheck_config::TargetConfig, holder: &str) -> RunReport {
+    let now = timestamp(SystemTime::now());
+    RunReport {
+        run_id: crate::ids::new_run_id(),
+        target: target.name.clone(),
+        result: RunResult::Aborted,
+        started_at: now.clone(),
+        finished_at: now,
+        backup: None,
+        phases: Vec::new(),
+        rto: Rto { target_seconds: secs(target.rto), measured_seconds: None, met: None },
+        rpo: Rpo { target_seconds: secs(target.rpo), ..Default::default() },
+        validators: Vec::new(),
+        restore: None,
+        primary_queries: None,
+        error: Some(RunError {
+            stage: "unknown".into(),
+            message: format!(
+                "{holder} died without recording its run (its process is gone; found when the next run took its lease)"
+            ),
+        }),
+        degraded: None,
+        coverage: None,
+        usage_error: None,
+        mode: "restore".into(),
+        follow: None,
+        canary: None,
+        content: None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -3,8 +3,7 @@
 //! dedup key, retried with backoff and jitter behind a circuit breaker per sink, and
 //! moved to dead letters after `max_attempts`.
 
-pub(crate) mod dispatch;
-mod sinks;
+pub(crate) mod sinks;
 
 use crate::run_report::{RunReport, RunResult};
 use serde::{Deserialize, Serialize};

@@ -47,7 +47,7 @@ pub(super) fn signature(secret: &str, body: &[u8]) -> String {
 
 /// Why a delivery failed, and whether trying again can help.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) enum SinkError {
+pub(crate) enum SinkError {
     /// Timeouts, refused connections, 5xx, 408 and 429: the next attempt may work.
     Transient(String),
     /// Any other 4xx (a wrong URL, a rejected payload, bad credentials): it will not.
@@ -55,7 +55,7 @@ pub(super) enum SinkError {
 }
 
 impl SinkError {
-    pub(super) fn message(&self) -> &str {
+    pub(crate) fn message(&self) -> &str {
         match self {
             SinkError::Transient(m) | SinkError::Permanent(m) => m,
         }
@@ -71,7 +71,7 @@ impl SinkError {
     }
 }
 
-pub(super) async fn deliver(client: &reqwest::Client, sink: &AlertConfig, a: &Alert) -> Result<(), SinkError> {
+pub(crate) async fn deliver(client: &reqwest::Client, sink: &AlertConfig, a: &Alert) -> Result<(), SinkError> {
     let url = match sink.kind {
         AlertKind::Alertmanager => format!("{}/api/v2/alerts", sink.url.expose().trim_end_matches('/')),
         _ => sink.url.expose().to_string(),

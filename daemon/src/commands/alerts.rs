@@ -1,6 +1,6 @@
 //! `drcheck alerts list|deliver|dead-letter`: look into, flush and clear the alert outbox.
 
-use crate::alerts::dispatch::Dispatcher;
+use crate::dispatch::Dispatcher;
 use crate::exit::{CliError, Exit};
 use crate::history::History;
 use clap::Subcommand;

@@ -67,7 +67,7 @@ pub(crate) fn rows(
     config: &Config,
     latest: &HashMap<String, RunReport>,
     failures: &HashMap<String, RunReport>,
-    canaries: &HashMap<String, crate::verify::canary::CanaryReport>,
+    canaries: &HashMap<String, crate::canary_report::CanaryReport>,
     now: chrono::DateTime<chrono::Utc>,
 ) -> Vec<Row> {
     config

@@ -1,6 +1,6 @@
 //! `drcheck verify`: verify one target or all, record each run, print the report.
 
-use crate::alerts::dispatch::Dispatcher;
+use crate::dispatch::Dispatcher;
 use crate::exit::{CliError, Exit};
 use crate::history::History;
 use crate::metrics::Metrics;

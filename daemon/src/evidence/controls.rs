@@ -110,7 +110,7 @@ pub(crate) fn compute(
     name: &str,
     targets: &[TargetFacts],
     drills: &[DrillEvidence],
-    canaries: &[crate::verify::canary::CanaryReport],
+    canaries: &[crate::canary_report::CanaryReport],
 ) -> Measure {
     let runs = || targets.iter().flat_map(|t| t.target.runs.iter().map(move |r| (t, r)));
     match name {
@@ -347,7 +347,7 @@ pub(crate) fn section(
     frameworks: &[String],
     targets: &[TargetFacts],
     drills: &[DrillEvidence],
-    canaries: &[crate::verify::canary::CanaryReport],
+    canaries: &[crate::canary_report::CanaryReport],
 ) -> Vec<ControlsEvidence> {
     frameworks
         .iter()
@@ -441,7 +441,7 @@ mod tests {
 
     #[test]
     fn canaries_caught_reads_each_canary_in_the_window() {
-        use crate::verify::canary::{CanaryReport, DefectOutcome, SinkOutcome};
+        use crate::canary_report::{CanaryReport, DefectOutcome, SinkOutcome};
         let canary = |id: &str, outcome: &str, accepted: bool| CanaryReport {
             canary_id: id.into(),
             target: "orders".into(),

@@ -2,7 +2,7 @@
 //! is never a verification, a proof or coverage of its target.
 
 use super::History;
-use crate::verify::canary::CanaryReport;
+use crate::canary_report::CanaryReport;
 use anyhow::Context as _;
 
 impl History {

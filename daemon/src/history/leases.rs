@@ -63,7 +63,7 @@ impl History {
 
     /// [`Self::acquire_lease`], saying whether the lease was taken over from a holder whose
     /// process is gone — a run that died without recording itself, which the taker then
-    /// records as `aborted` ([`crate::verify::died_report`]).
+    /// records as `aborted` ([`crate::run_report::died_report`]).
     pub(crate) async fn lease_for(&self, target: &str, holder: &str, ttl: Duration) -> anyhow::Result<Leased> {
         let now = SystemTime::now();
         let r = sqlx::query(

@@ -130,7 +130,7 @@ impl History {
         .await?;
         let mut out = Vec::new();
         for (run_id, holder, started_at) in rows {
-            let mut r = crate::verify::died_report(target, &holder);
+            let mut r = crate::run_report::died_report(target, &holder);
             r.run_id = run_id;
             r.started_at = started_at;
             if let Some(e) = r.error.as_mut() {

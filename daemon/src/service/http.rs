@@ -11,6 +11,7 @@
 //! `/api` tree, so a new route cannot forget it) and the status pages ask for it
 //! (`status.rs`); only `/metrics`, `/healthz` and `/readyz` stay open. Without a token, `GET /api/v1/runs` is open and triggering is off.
 
+use super::auth::bearer_matches;
 use super::{Shared, run_target};
 use axum::Json;
 use axum::extract::{Path, Query, State};
@@ -50,12 +51,6 @@ async fn require_token(
         return unauthorized();
     }
     next.run(request).await
-}
-
-pub(super) fn bearer_matches(headers: &HeaderMap, token: &str) -> bool {
-    let given =
-        headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "));
-    given.is_some_and(|g| same(g.as_bytes(), token.as_bytes()))
 }
 
 fn unauthorized() -> Response {
@@ -115,11 +110,6 @@ async fn run_by_id(State(s): State<Arc<Shared>>, Path(id): Path<String>) -> Resp
         },
         Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, format!("{e:#}\n")).into_response(),
     }
-}
-
-/// Constant-time comparison, so the token cannot be guessed byte by byte.
-pub(super) fn same(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 async fn trigger(State(s): State<Arc<Shared>>, Path(name): Path<String>, headers: HeaderMap) -> Response {

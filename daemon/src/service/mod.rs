@@ -6,12 +6,13 @@
 //! their sandboxes are torn down and they are recorded as `aborted` — and returns.
 //! SIGHUP reloads the config, keeping the old one if the new one is invalid.
 
+mod auth;
 mod http;
 pub(crate) mod schedule;
 mod serve;
 mod status;
 
-use crate::alerts::dispatch::Dispatcher;
+use crate::dispatch::Dispatcher;
 use crate::follow;
 use crate::history::History;
 use crate::metrics::Metrics;
@@ -52,6 +53,24 @@ pub(crate) struct Shared {
     pub triggered: std::sync::Mutex<std::collections::HashMap<String, String>>,
     /// The targets' followers (`[target.follow]`).
     pub followers: crate::follow::Followers,
+}
+
+impl crate::follow::FollowHost for Shared {
+    fn config(&self) -> Arc<Config> {
+        Shared::config(self)
+    }
+    fn history(&self) -> &History {
+        &self.history
+    }
+    fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+    fn holder(&self) -> &str {
+        &self.holder
+    }
+    fn followers(&self) -> &crate::follow::Followers {
+        &self.followers
+    }
 }
 
 impl Shared {
@@ -146,7 +165,7 @@ pub(crate) async fn run_target(shared: Arc<Shared>, target: String, run_id: Stri
     let _ = shared.history.release_lease(&target, &shared.holder).await;
     // What another drcheck (a CronJob's, killed) left meanwhile: not kept until this
     // target's next run.
-    verify::reap_orphans(&config.sandbox.scratch_dir).await;
+    crate::reaper::reap_orphans(&config.sandbox.scratch_dir).await;
     if let Err(e) = shared.history.prune(config.state.keep_runs).await {
         tracing::warn!("pruning history: {e:#}");
     }
@@ -199,15 +218,8 @@ async fn canary_all(shared: Arc<Shared>) {
             _ = shared.stopping.cancelled() => return,
             p = shared.restores.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => return },
         };
-        let mut report = verify::canary::run_canary(&config, t, &shared.history, &shared.runs_cancel).await;
-        crate::commands::canary::finish(
-            &config,
-            &shared.history,
-            Some(&shared.metrics),
-            &mut report,
-            &shared.runs_cancel,
-        )
-        .await;
+        let mut report = crate::canary::run_canary(&config, t, &shared.history, &shared.runs_cancel).await;
+        crate::canary::finish(&config, &shared.history, Some(&shared.metrics), &mut report, &shared.runs_cancel).await;
     }
 }
 
@@ -278,7 +290,7 @@ pub(crate) async fn run(
     });
     let config = shared.config();
     // Sandboxes and canaries a drcheck killed outright left: gone before anything runs.
-    verify::reap_orphans(&config.sandbox.scratch_dir).await;
+    crate::reaper::reap_orphans(&config.sandbox.scratch_dir).await;
     shared.metrics.init(&config);
     shared.metrics.config_loaded(true);
     shared.metrics.seed_from_history(&config, &shared.history).await;

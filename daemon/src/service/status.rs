@@ -27,14 +27,14 @@ const RECENT: u32 = 50;
 
 /// Whether the request carries the token (when one is configured).
 pub(super) fn allowed(headers: &HeaderMap, token: &str) -> bool {
-    if super::http::bearer_matches(headers, token) {
+    if super::auth::bearer_matches(headers, token) {
         return true;
     }
     let Some(v) = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()) else { return false };
     let Some(basic) = v.strip_prefix("Basic ") else { return false };
     let Ok(decoded) = base64::engine::general_purpose::STANDARD.decode(basic.trim()) else { return false };
     let password = decoded.splitn(2, |b| *b == b':').nth(1).unwrap_or_default();
-    super::http::same(password, token.as_bytes())
+    super::auth::same(password, token.as_bytes())
 }
 
 fn ask_for_token() -> Response {
@@ -73,7 +73,7 @@ const WHY_SHOWN: usize = 240;
 /// the tooltip), and how long ago.
 fn last_failure(reasons: &[String], at: &str) -> String {
     let all = reasons.join(" | ");
-    let shown = crate::verify::stop::short(&all, WHY_SHOWN);
+    let shown = crate::out::short(&all, WHY_SHOWN);
     format!("<span title=\"{}\">{}</span> ({})", esc(&all), esc(&shown), age(at))
 }
 

@@ -11,19 +11,18 @@
 //! ([`repository`]).
 
 mod budget;
-pub(crate) mod canary;
 mod follower;
 pub(crate) mod immutable;
 mod repository;
-mod restore;
-mod select;
+pub(crate) mod restore;
+pub(crate) mod select;
 pub(crate) mod stop;
 mod validate;
 
 pub(crate) use budget::{check_disk_in, config_warnings, lease_ttl, run_budget};
 pub(crate) use follower::verify_on_follower;
 pub(crate) use repository::integrity_only;
-pub(crate) use restore::{database_of, download, fetch_options};
+pub(crate) use restore::{database_of, download};
 pub(crate) use select::{coverage_now, list_backups, read_source};
 
 use crate::history::History;
@@ -126,40 +125,6 @@ pub(crate) async fn verify(
     verify_as(new_run_id(), config, target, backup_key, history, cancel, progress).await
 }
 
-/// The record of a run that died without recording itself (SIGKILL, the OOM killer),
-/// made by the run that took over its lease: `aborted`, saying who it was. Its start is
-/// unknown; the record is dated when it was found.
-pub(crate) fn died_report(target: &TargetConfig, holder: &str) -> RunReport {
-    let now = timestamp(SystemTime::now());
-    RunReport {
-        run_id: new_run_id(),
-        target: target.name.clone(),
-        result: RunResult::Aborted,
-        started_at: now.clone(),
-        finished_at: now,
-        backup: None,
-        phases: Vec::new(),
-        rto: Rto { target_seconds: secs(target.rto), measured_seconds: None, met: None },
-        rpo: Rpo { target_seconds: secs(target.rpo), ..Default::default() },
-        validators: Vec::new(),
-        restore: None,
-        primary_queries: None,
-        error: Some(RunError {
-            stage: "unknown".into(),
-            message: format!(
-                "{holder} died without recording its run (its process is gone; found when the next run took its lease)"
-            ),
-        }),
-        degraded: None,
-        coverage: None,
-        usage_error: None,
-        mode: "restore".into(),
-        follow: None,
-        canary: None,
-        content: None,
-    }
-}
-
 /// A run that holds its target's lease begins: its row is written (so that, killed
 /// outright, it is recorded `aborted` under this id by the next run), and the runs of
 /// the target that died without recording themselves are recorded `aborted` now, under
@@ -184,33 +149,13 @@ pub(crate) async fn run_begins(
     }
     if let Some(previous) = took_over
         && found.is_empty()
-        && let Err(e) = history.record(&died_report(target, previous)).await
+        && let Err(e) = history.record(&crate::run_report::died_report(target, previous)).await
     {
         tracing::warn!(target = %target.name, "cannot record the run that died: {e:#}");
     }
     if let Err(e) = history.run_started(run_id, &target.name, holder).await {
         tracing::warn!(target = %target.name, run_id, "cannot record the run's start: {e:#}");
     }
-}
-
-/// Removes what drcheck processes that are gone left in `scratch_dir` (killed outright:
-/// SIGKILL, the OOM killer): their sandboxes — servers and tools stopped, directories
-/// removed — and their canaries' directories. The daemon calls it when it starts and
-/// after each run, so an orphaned server never outlives its run by more than that;
-/// every restore calls it too.
-pub(crate) async fn reap_orphans(scratch_dir: &std::path::Path) -> Vec<std::path::PathBuf> {
-    let dir = scratch_dir.to_path_buf();
-    let reaped = tokio::task::spawn_blocking(move || {
-        let mut all = drcheck_restore::reap_leftovers(&dir);
-        all.extend(canary::reap_dead_canaries(&dir));
-        all
-    })
-    .await
-    .unwrap_or_default();
-    for d in &reaped {
-        tracing::warn!(dir = %d.display(), "removed a sandbox left by a drcheck process that is gone (its server and tools stopped)");
-    }
-    reaped
 }
 
 /// [`verify`] with a run id chosen by the caller (the trigger API answers with it).
@@ -450,7 +395,7 @@ mod tests {
     /// Issue 48: an RPO miss logged `reason=` empty. Every way a run fails says why.
     #[test]
     fn every_failure_and_miss_has_a_reason() {
-        let mut r = died_report(&target(), "x");
+        let mut r = crate::run_report::died_report(&target(), "x");
         r.error = None;
         r.result = RunResult::Failed;
         r.rpo.met = Some(false);

@@ -4,11 +4,10 @@ use super::Run;
 use super::budget::{CLUSTER_ALLOWANCE, check_disk};
 use super::select::{Selected, recovery_target_info};
 use super::stop::{Stop, restored_unreachable};
-use crate::ids::{new_run_id, sandbox_options};
+use crate::ids::{fetch_options, new_run_id, sandbox_options};
 use crate::progress::Progress;
 use crate::run_report::{RestoreInfo, secs};
-use drcheck_config::{Config, RecoveryTarget, StorageConfig, TargetConfig};
-use drcheck_restore::FetchOptions;
+use drcheck_config::{Config, RecoveryTarget, TargetConfig};
 use drcheck_restore::RestoreJob;
 use drcheck_restore::reap_leftovers;
 use drcheck_restore::{Backup, RestoreError, open_store};
@@ -17,7 +16,7 @@ use sqlx::postgres::PgPoolOptions;
 use std::time::{Duration, Instant};
 
 /// The restored database, answering: what the validators work on.
-pub(super) struct Ready {
+pub(crate) struct Ready {
     pub sandbox: drcheck_restore::Sandbox,
     pub database: String,
     pub physical: bool,
@@ -27,7 +26,7 @@ pub(super) struct Ready {
 /// The second stage, on the RTO clock: room checked, the chosen backup fetched and
 /// restored into a sandbox (what the restore tells as it goes recorded), and the
 /// restored database asked to answer.
-pub(super) async fn restore_stage(
+pub(crate) async fn restore_stage(
     config: &Config,
     run: &mut Run<'_>,
     selected: &Selected,
@@ -282,19 +281,6 @@ impl Heard {
             E::Decryption(d) => self.decryption = Some(d),
             E::Sha256 { key, hex } => self.sha256.push((key, hex)),
         }
-    }
-}
-
-/// How a target's backups are downloaded.
-pub(crate) fn fetch_options(config: &Config, target: &TargetConfig) -> FetchOptions {
-    match &config.storage[&target.storage] {
-        StorageConfig::S3(s3) => FetchOptions {
-            part_size: s3.part_size,
-            concurrency: s3.concurrency,
-            window: s3.part_size.max(drcheck_restore::FETCH_WINDOW),
-            backoff: drcheck_restore::retry::Backoff::within(s3.retry_window),
-        },
-        StorageConfig::Filesystem { .. } => FetchOptions::default(),
     }
 }
 

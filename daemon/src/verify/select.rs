@@ -2,9 +2,9 @@
 //! the point in time it replays to, and how much of the window is proven.
 
 use super::Run;
-use super::restore::fetch_options;
 use super::stop::{Stop, store_stop};
 use crate::history::{History, Proven};
+use crate::ids::fetch_options;
 use crate::ids::{Purpose, catalog_sandbox, new_run_id};
 use crate::progress::Progress;
 use crate::run_report::{BackupInfo, Coverage, secs, timestamp};
@@ -17,7 +17,7 @@ use std::time::{Duration, SystemTime};
 
 /// What selection chose: the backup, where it comes from, and the target as the run
 /// replays it (a drawn point in time made a fixed one).
-pub(super) struct Selected {
+pub(crate) struct Selected {
     pub store: Arc<dyn BackupStore>,
     /// A backup tool's catalog (its backups and the repository that restores them);
     /// `None` for a store's objects.
@@ -35,7 +35,7 @@ pub(super) struct Selected {
 /// The first stage: the target's source read, a point in time drawn when asked for, the
 /// backup chosen (the latest, a random or the least proven one, or `backup_key`), the
 /// coverage counted and the report's backup filled in.
-pub(super) async fn select_stage(
+pub(crate) async fn select_stage(
     config: &Config,
     run: &mut Run<'_>,
     backup_key: Option<&str>,

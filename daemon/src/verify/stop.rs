@@ -82,13 +82,7 @@ pub(crate) fn store_stop(stage: Stage, e: StoreError) -> Stop {
 /// be able to fill the history or an alert with it.
 pub(crate) const MAX_ERROR_CHARS: usize = 2000;
 
-/// `text` cut to `max` characters, for one log line.
-pub(crate) fn short(text: &str, max: usize) -> String {
-    match text.char_indices().nth(max) {
-        Some((at, _)) => format!("{}…", &text[..at]),
-        None => text.to_string(),
-    }
-}
+pub(crate) use crate::out::short;
 
 /// `message` cut to [`MAX_ERROR_CHARS`] characters (head and tail kept: the tool's
 /// name leads, its last words are usually the reason), saying how much was left out.

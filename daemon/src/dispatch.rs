@@ -3,8 +3,7 @@
 //! whose circuit breaker is open is skipped without spending an attempt; after the
 //! sink's `max_attempts` the alert moves to the dead letters and a metric counts it.
 
-use super::Alert;
-use super::sinks;
+use crate::alerts::{Alert, sinks};
 use crate::history::{History, OutboxRow};
 use crate::metrics::Metrics;
 use drcheck_config::{AlertConfig, AlertKind};
