@@ -3,8 +3,9 @@
 //! means the same. Secrets stay what the file says: a `${VAR}` reference is printed as
 //! the reference (it reveals nothing); a secret written literally is printed `***`.
 
-use crate::validated::{Config, StorageConfig};
-use crate::{ConfigError, format_duration};
+use crate::duration::format_duration;
+use crate::error::ConfigError;
+use crate::model::{Config, StorageConfig};
 use std::path::Path;
 use toml::Value;
 
@@ -107,17 +108,17 @@ pub fn render(text: &str, path: &Path, config: &Config) -> Result<String, Config
             default(t, "prove_within", s(&format_duration(tc.prove_within)));
             default(t, "max_undecided", s(&format!("{}%", tc.max_undecided * 100.0)));
             default(t, "pin", Value::Boolean(tc.pin));
-            if !t.contains_key("recovery_target") && tc.recovery_target == crate::RecoveryTarget::Latest {
+            if !t.contains_key("recovery_target") && tc.recovery_target == crate::model::RecoveryTarget::Latest {
                 t.insert("recovery_target".into(), s("latest"));
             }
-            if !t.contains_key("select") && tc.select == crate::Selection::Latest {
+            if !t.contains_key("select") && tc.select == crate::model::Selection::Latest {
                 t.insert("select".into(), s("latest"));
             }
-            let objects = tc.source == crate::SourceConfig::Objects;
-            if objects && !t.contains_key("format") && tc.format == crate::FormatSetting::Auto {
+            let objects = tc.source == crate::model::SourceConfig::Objects;
+            if objects && !t.contains_key("format") && tc.format == crate::model::FormatSetting::Auto {
                 t.insert("format".into(), s("auto"));
             }
-            if !t.contains_key("comparisons") && tc.comparisons == crate::Comparisons::Required {
+            if !t.contains_key("comparisons") && tc.comparisons == crate::model::Comparisons::Required {
                 t.insert("comparisons".into(), s("required"));
             }
             let mut v = match t.remove("validators") {
@@ -154,9 +155,9 @@ fn hide(t: &mut toml::Table, key: &str, how: Hide) {
         Hide::Whole if reference => return,
         Hide::Whole => "***".to_string(),
         Hide::Password if !has_literal_password(v) => return,
-        Hide::Password => crate::redact_url(v),
+        Hide::Password => crate::secret::redact_url(v),
         Hide::Userinfo if !v.contains('@') || v.contains("${") && !has_literal_password(v) => return,
-        Hide::Userinfo => crate::redact_userinfo(v),
+        Hide::Userinfo => crate::secret::redact_userinfo(v),
     };
 }
 

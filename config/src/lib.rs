@@ -11,7 +11,10 @@ pub mod controls;
 mod duration;
 mod effective;
 mod error;
+mod ident;
 mod interpolate;
+mod layers;
+mod model;
 mod raw;
 pub mod schedule;
 mod secret;
@@ -19,15 +22,16 @@ mod validated;
 
 pub use duration::{format_duration, parse_duration};
 pub use error::ConfigError;
+pub use ident::quote_ident;
 pub use interpolate::{interpolate, interpolate_with};
-pub use schedule::Schedule;
-pub use secret::{Secret, redact_url, redact_userinfo};
-pub use validated::{
+pub use model::{
     ALL_VALIDATORS, AlertConfig, AlertKind, ApiConfig, Comparisons, Config, CustomCheck, DEFAULT_STATE_URL,
     DaemonConfig, DecryptConfig, EvidenceConfig, FollowConfig, FormatSetting, HeartbeatConfig, KubernetesConfig,
     LockMode, MetricsConfig, Profile, RecoveryTarget, S3Storage, SandboxConfig, Selection, SourceConfig, StateConfig,
     StorageConfig, TargetConfig, Toleration, ValidatorsConfig, is_quantity,
 };
+pub use schedule::Schedule;
+pub use secret::{Secret, redact_url, redact_userinfo};
 
 use std::path::Path;
 
@@ -83,19 +87,4 @@ pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
     let raw: raw::RawConfig = toml::from_str(text)
         .map_err(|e| ConfigError::Parse { path: path.to_path_buf(), message: e.to_string().trim_end().to_string() })?;
     validated::validate(raw, text, path, &|name| std::env::var(name).ok(), true)
-}
-
-/// Quotes an SQL identifier (a name from config or the catalog) the way PostgreSQL's
-/// `quote_ident` would, but always: nothing is interpolated into SQL unquoted.
-pub fn quote_ident(name: &str) -> String {
-    format!("\"{}\"", name.replace('"', "\"\""))
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn quote_ident_doubles_embedded_quotes() {
-        assert_eq!(super::quote_ident("a\"b"), "\"a\"\"b\"");
-        assert_eq!(super::quote_ident("Orders"), "\"Orders\"");
-    }
 }

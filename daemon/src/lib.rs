@@ -28,6 +28,7 @@ mod heartbeat;
 mod history;
 mod ids;
 mod journal;
+mod layers;
 mod measure;
 mod metrics;
 mod out;

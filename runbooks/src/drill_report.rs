@@ -3,7 +3,7 @@
 //! budget, the action items for the debrief, and every step's detail and output.
 
 use crate::journal::{DrillResult, Journal, Phase, StepRecord};
-use crate::steps::Status;
+use crate::outcome::Status;
 use std::fmt::Write;
 
 /// A step that used more than this share of its timeout is listed as slow.

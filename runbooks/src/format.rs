@@ -1,6 +1,6 @@
 //! The runbook file as users write it: YAML mapped onto these types with every key
 //! known (`deny_unknown_fields`), so a typo is an error with its line, not silence.
-//! [`crate::plan`] turns this raw form into a checked [`crate::Runbook`].
+//! `plan` turns this raw form into a checked `Runbook`.
 
 use serde::Deserialize;
 use serde_saphyr::Spanned;

@@ -2,7 +2,7 @@
 //! Written as JSON (`--json`, and next to the report); the HTML report is drawn from it.
 
 use crate::format::OnFailure;
-use crate::steps::{Confirmation, Status};
+use crate::outcome::{Confirmation, Status};
 use serde::Serialize;
 use std::collections::BTreeMap;
 

@@ -9,11 +9,14 @@
 //! This crate knows nothing of S3, sandboxes or the scheduler: a `verify` step calls
 //! the [`steps::Verifier`] trait, which the `drcheck` binary implements.
 
+pub mod clock;
 pub mod drill_report;
 pub mod dry_run;
 pub mod format;
 pub mod journal;
+mod layers;
 pub mod live;
+pub mod outcome;
 pub mod plan;
 pub mod runner;
 pub mod scope;

@@ -1,7 +1,7 @@
 //! Live output on stderr while a drill runs: each step as it starts and ends, with its
 //! duration and the RTO clock, and the output of shell steps as it arrives.
 
-use crate::steps::{Outcome, Status};
+use crate::outcome::{Outcome, Status};
 use std::io::{IsTerminal, Write};
 use std::sync::Arc;
 use std::time::Duration;

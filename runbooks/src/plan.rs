@@ -310,7 +310,7 @@ impl Checker<'_> {
         };
         for r in regexes.into_iter().flatten() {
             if !r.contains("${")
-                && let Err(e) = crate::steps::output_regex(r)
+                && let Err(e) = output_regex(r)
             {
                 self.err(step.line, format!("step {:?}: not a valid regular expression: {e}", step.name));
             }
@@ -566,6 +566,11 @@ fn resolve_variable(
 
 fn valid_name(name: &str) -> bool {
     !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+/// Output patterns are line-oriented, like grep: `^` and `$` match at every line.
+pub fn output_regex(pattern: &str) -> Result<regex::Regex, regex::Error> {
+    regex::RegexBuilder::new(pattern).multi_line(true).build()
 }
 
 #[cfg(test)]

@@ -371,6 +371,4 @@ fn rpo_measure(rb: &Runbook, steps: &[StepRecord]) -> RpoMeasure {
     RpoMeasure { objective_seconds: objective, backup_age_seconds: age, met: objective.zip(age).map(|(o, a)| a <= o) }
 }
 
-pub fn timestamp(t: SystemTime) -> String {
-    chrono::DateTime::<chrono::Utc>::from(t).to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
-}
+pub use crate::clock::timestamp;

@@ -23,6 +23,7 @@ pub mod databases;
 pub mod ddl;
 pub mod finding;
 pub mod guard;
+mod layers;
 pub mod primary;
 mod registry;
 pub use checksums::record_hash_sql;

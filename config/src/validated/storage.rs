@@ -1,8 +1,11 @@
 //! `[storage.NAME]`: S3 or a filesystem directory, each with only its own keys.
 
 use super::ctx::{Ctx, parse_size};
-use super::*;
+use crate::error::ConfigError;
+use crate::model::*;
 use crate::raw::RawStorage;
+use std::path::PathBuf;
+use std::time::Duration;
 
 /// `retry_window` when none is set: a nightly run survives two minutes of its store being down.
 pub const DEFAULT_RETRY_WINDOW: Duration = Duration::from_secs(120);

@@ -1,8 +1,14 @@
 //! `[[target]]` and its `[target.validators]`, `[target.as_of]`, `[[target.check]]`.
 
 use super::ctx::{Ctx, parse_percent, parse_size};
-use super::*;
+use crate::error::ConfigError;
+use crate::model::*;
 use crate::raw::RawTarget;
+use crate::schedule::Schedule;
+use crate::secret::Secret;
+use std::collections::BTreeMap;
+use std::time::Duration;
+use toml::Spanned;
 
 pub(super) fn validate_target(
     cx: &Ctx<'_>,
@@ -70,7 +76,7 @@ pub(super) fn validate_target(
             lsn if lsn.strip_prefix("lsn:").is_some_and(is_lsn) => RecoveryTarget::Lsn(lsn[4..].to_string()),
             ts if humantime::parse_rfc3339_weak(ts).is_ok() => RecoveryTarget::Time(ts.to_string()),
             "random" => RecoveryTarget::Random(None),
-            other => match other.strip_prefix("random:").map(crate::parse_duration) {
+            other => match other.strip_prefix("random:").map(crate::duration::parse_duration) {
                 Some(Ok(d)) if !d.is_zero() => RecoveryTarget::Random(Some(d)),
                 _ => {
                     return Err(cx.err(
@@ -118,7 +124,7 @@ pub(super) fn validate_target(
             "latest" => Selection::Latest,
             "least-proven" => Selection::LeastProven,
             "random" => Selection::Random(Duration::from_secs(7 * 86400)),
-            other => match other.strip_prefix("random:").map(crate::parse_duration) {
+            other => match other.strip_prefix("random:").map(crate::duration::parse_duration) {
                 Some(Ok(d)) if !d.is_zero() => Selection::Random(d),
                 _ => {
                     return Err(cx.err(
@@ -345,7 +351,7 @@ fn validate_follow(
             return Err(cx.err(
                 &key(name),
                 Some(v.span()),
-                format!("must be at least {}, got {:?}", crate::format_duration(min), v.get_ref()),
+                format!("must be at least {}, got {:?}", crate::duration::format_duration(min), v.get_ref()),
             ));
         }
         Ok(d)
@@ -518,8 +524,8 @@ fn validate_validators(
                     Some(s.span()),
                     format!(
                         "{} is shorter than validators.timeout ({}): the phase holds every validator",
-                        crate::format_duration(d),
-                        crate::format_duration(timeout)
+                        crate::duration::format_duration(d),
+                        crate::duration::format_duration(timeout)
                     ),
                 ));
             }

@@ -33,8 +33,8 @@ pub async fn run(h: &RawHttp, ctx: &StepCtx<'_>) -> Result<Outcome, Outcome> {
         Raced::Done(Err(e)) => {
             return Err(Outcome::failed(format!("{method} {shown}: {}", ctx.scrub(&e.without_url().to_string()))));
         }
-        Raced::TimedOut => return Err(Outcome::timed_out(ctx)),
-        Raced::Cancelled => return Err(Outcome::aborted()),
+        Raced::TimedOut => return Err(super::timed_out(ctx)),
+        Raced::Cancelled => return Err(super::aborted()),
     };
     let ok_status = match h.expect_status {
         Some(s) => status.as_u16() == s,

@@ -47,8 +47,8 @@ pub async fn run(m: &RawManual, ctx: &StepCtx<'_>) -> Result<Outcome, Outcome> {
             Err(o)
         }
         Raced::Done(None) => Err(Outcome::failed("the terminal closed before the step was confirmed")),
-        Raced::TimedOut => Err(Outcome::timed_out(ctx)),
-        Raced::Cancelled => Err(Outcome::aborted()),
+        Raced::TimedOut => Err(super::timed_out(ctx)),
+        Raced::Cancelled => Err(super::aborted()),
     }
 }
 
@@ -76,5 +76,5 @@ fn operator() -> String {
 }
 
 fn now() -> String {
-    crate::runner::timestamp(std::time::SystemTime::now())
+    crate::clock::timestamp(std::time::SystemTime::now())
 }

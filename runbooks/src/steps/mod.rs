@@ -13,94 +13,27 @@ mod sql;
 mod verify;
 mod wait;
 
-pub use shell::output_regex;
+pub use crate::plan::output_regex;
 pub use verify::{Verifier, VerifyOutcome};
 
 use crate::live::Live;
 use crate::plan::Action;
 use crate::scope::Scope;
 use drcheck_config::Config;
-use serde::Serialize;
 use std::future::Future;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Status {
-    Passed,
-    Failed,
-    TimedOut,
-    /// Stopped by the kill switch (SIGINT/SIGTERM).
-    Aborted,
-    /// Never started.
-    Skipped,
+pub use crate::outcome::{Confirmation, Outcome, Status};
+
+/// A step that ran out of its time.
+pub(super) fn timed_out(ctx: &StepCtx<'_>) -> Outcome {
+    Outcome::new(Status::TimedOut, format!("timed out after {}", fmt_duration(ctx.timeout)))
 }
 
-impl Status {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Status::Passed => "passed",
-            Status::Failed => "failed",
-            Status::TimedOut => "timed_out",
-            Status::Aborted => "aborted",
-            Status::Skipped => "skipped",
-        }
-    }
-}
-
-/// Who confirmed a manual step, and when.
-#[derive(Debug, Clone, Serialize)]
-pub struct Confirmation {
-    pub by: String,
-    pub at: String,
-    /// `terminal` or `--yes`.
-    pub how: String,
-}
-
-#[derive(Debug, Clone)]
-pub struct Outcome {
-    pub status: Status,
-    /// Why, in a line: `exit 0`, `returned "5000"`, `HTTP 503, expected 200`.
-    pub detail: String,
-    /// The last lines of output (secrets scrubbed).
-    pub output: String,
-    /// What `capture` stores.
-    pub value: Option<String>,
-    pub confirmation: Option<Confirmation>,
-    /// A `verify` step's full report.
-    pub verification: Option<serde_json::Value>,
-    pub backup_age_seconds: Option<f64>,
-}
-
-impl Outcome {
-    pub fn new(status: Status, detail: impl Into<String>) -> Self {
-        Outcome {
-            status,
-            detail: detail.into(),
-            output: String::new(),
-            value: None,
-            confirmation: None,
-            verification: None,
-            backup_age_seconds: None,
-        }
-    }
-
-    pub fn passed(detail: impl Into<String>) -> Self {
-        Self::new(Status::Passed, detail)
-    }
-
-    pub fn failed(detail: impl Into<String>) -> Self {
-        Self::new(Status::Failed, detail)
-    }
-
-    fn timed_out(ctx: &StepCtx<'_>) -> Self {
-        Self::new(Status::TimedOut, format!("timed out after {}", fmt_duration(ctx.timeout)))
-    }
-
-    fn aborted() -> Self {
-        Self::new(Status::Aborted, "stopped by the kill switch")
-    }
+/// A step the kill switch stopped.
+pub(super) fn aborted() -> Outcome {
+    Outcome::new(Status::Aborted, "stopped by the kill switch")
 }
 
 /// What every step can reach.
@@ -114,7 +47,7 @@ pub struct Env<'a> {
     pub shell_env: Vec<(String, String)>,
     /// Called with the journal so far after every step (result `running`): the caller
     /// writes it atomically, so a drill killed outright leaves a readable record.
-    pub checkpoint: Option<&'a (dyn Fn(&crate::Journal) + Send + Sync)>,
+    pub checkpoint: Option<&'a (dyn Fn(&crate::journal::Journal) + Send + Sync)>,
 }
 
 pub struct StepCtx<'a> {

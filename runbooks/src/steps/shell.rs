@@ -3,6 +3,7 @@
 
 use super::{Outcome, Status, StepCtx};
 use crate::format::RawShell;
+use crate::plan::output_regex;
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::{Pid, Uid, User};
 use std::process::Stdio;
@@ -125,8 +126,8 @@ fn judge(
     must_not: Option<&regex::Regex>,
 ) -> Outcome {
     match interrupted {
-        Some(Status::TimedOut) => return Outcome::timed_out(ctx),
-        Some(_) => return Outcome::aborted(),
+        Some(Status::TimedOut) => return super::timed_out(ctx),
+        Some(_) => return super::aborted(),
         None => {}
     }
     let expected = s.expect_exit.unwrap_or(0);
@@ -157,11 +158,6 @@ fn judge(
         o.value = Some(c.stdout.trim().to_string());
     }
     o
-}
-
-/// Output patterns are line-oriented, like grep: `^` and `$` match at every line.
-pub fn output_regex(pattern: &str) -> Result<regex::Regex, regex::Error> {
-    regex::RegexBuilder::new(pattern).multi_line(true).build()
 }
 
 /// SIGTERM to the group, SIGKILL after the grace period.

@@ -43,15 +43,15 @@ pub async fn run(s: &RawSql, ctx: &StepCtx<'_>) -> Result<Outcome, Outcome> {
             return Err(Outcome::failed(format!("cannot connect to {shown}: {}", ctx.scrub(&e.to_string()))));
         }
         Raced::Done(Err(_)) => return Err(Outcome::failed(format!("cannot connect to {shown}: timed out"))),
-        Raced::TimedOut => return Err(Outcome::timed_out(ctx)),
-        Raced::Cancelled => return Err(Outcome::aborted()),
+        Raced::TimedOut => return Err(super::timed_out(ctx)),
+        Raced::Cancelled => return Err(super::aborted()),
     };
     let result = race(ctx, sqlx::raw_sql(sqlx::AssertSqlSafe(query)).fetch_all(&mut conn)).await;
     let rows = match result {
         Raced::Done(Ok(rows)) => rows,
         Raced::Done(Err(e)) => return Err(Outcome::failed(format!("query failed: {}", ctx.scrub(&e.to_string())))),
-        Raced::TimedOut => return Err(Outcome::timed_out(ctx)),
-        Raced::Cancelled => return Err(Outcome::aborted()),
+        Raced::TimedOut => return Err(super::timed_out(ctx)),
+        Raced::Cancelled => return Err(super::aborted()),
     };
     let _ = conn.close().await;
     let value = rows.first().map(|row| {

@@ -42,8 +42,8 @@ pub async fn run(v: &RawVerify, ctx: &StepCtx<'_>) -> Result<Outcome, Outcome> {
             token.cancel();
             let _ = run.await;
             return Err(match stopped {
-                Raced::TimedOut => Outcome::timed_out(ctx),
-                _ => Outcome::aborted(),
+                Raced::TimedOut => super::timed_out(ctx),
+                _ => super::aborted(),
             });
         }
     };

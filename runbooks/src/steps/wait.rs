@@ -7,8 +7,8 @@ pub async fn run(w: &Wait, ctx: &StepCtx<'_>) -> Result<Outcome, Outcome> {
     match w {
         Wait::Pause(d) => match race(ctx, tokio::time::sleep(*d)).await {
             Raced::Done(()) => Ok(Outcome::passed(format!("waited {}", drcheck_config::format_duration(*d)))),
-            Raced::TimedOut => Err(Outcome::timed_out(ctx)),
-            Raced::Cancelled => Err(Outcome::aborted()),
+            Raced::TimedOut => Err(super::timed_out(ctx)),
+            Raced::Cancelled => Err(super::aborted()),
         },
         Wait::Until { probe, every } => {
             let started = tokio::time::Instant::now();
@@ -27,9 +27,9 @@ pub async fn run(w: &Wait, ctx: &StepCtx<'_>) -> Result<Outcome, Outcome> {
                         o.value = last.value;
                         return Ok(o);
                     }
-                    Status::Aborted => return Err(Outcome::aborted()),
+                    Status::Aborted => return Err(super::aborted()),
                     Status::TimedOut => {
-                        let mut o = Outcome::timed_out(ctx);
+                        let mut o = super::timed_out(ctx);
                         o.detail = format!("{} ({attempts} attempt(s); the last was cut short)", o.detail);
                         return Err(o);
                     }
@@ -38,12 +38,12 @@ pub async fn run(w: &Wait, ctx: &StepCtx<'_>) -> Result<Outcome, Outcome> {
                 match race(ctx, tokio::time::sleep(*every)).await {
                     Raced::Done(()) => {}
                     Raced::TimedOut => {
-                        let mut o = Outcome::timed_out(ctx);
+                        let mut o = super::timed_out(ctx);
                         o.detail = format!("{} ({attempts} attempt(s); last: {})", o.detail, last.detail);
                         o.output = last.output;
                         return Err(o);
                     }
-                    Raced::Cancelled => return Err(Outcome::aborted()),
+                    Raced::Cancelled => return Err(super::aborted()),
                 }
             }
         }
