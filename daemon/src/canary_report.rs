@@ -26,6 +26,88 @@ pub(crate) fn owners(defect: &str) -> &'static [&'static str] {
     }
 }
 
+/// A canary's verdict (see [`CanaryReport::result`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum CanaryResult {
+    Caught,
+    Missed,
+    Error,
+    Inconclusive,
+    Skipped,
+}
+
+/// One defect's outcome (see [`DefectOutcome::outcome`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum DefectVerdict {
+    Detected,
+    Undetected,
+    Inconclusive,
+    Error,
+    Skipped,
+}
+
+impl CanaryResult {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            CanaryResult::Caught => "caught",
+            CanaryResult::Missed => "missed",
+            CanaryResult::Error => "error",
+            CanaryResult::Inconclusive => "inconclusive",
+            CanaryResult::Skipped => "skipped",
+        }
+    }
+}
+
+impl DefectVerdict {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            DefectVerdict::Detected => "detected",
+            DefectVerdict::Undetected => "undetected",
+            DefectVerdict::Inconclusive => "inconclusive",
+            DefectVerdict::Error => "error",
+            DefectVerdict::Skipped => "skipped",
+        }
+    }
+}
+
+impl std::str::FromStr for CanaryResult {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        use CanaryResult::*;
+        [Caught, Missed, Error, Inconclusive, Skipped]
+            .into_iter()
+            .find(|v| v.as_str() == s)
+            .ok_or_else(|| format!("not a canary result: {s:?}"))
+    }
+}
+
+impl std::str::FromStr for DefectVerdict {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        use DefectVerdict::*;
+        [Detected, Undetected, Inconclusive, Error, Skipped]
+            .into_iter()
+            .find(|v| v.as_str() == s)
+            .ok_or_else(|| format!("not a defect's outcome: {s:?}"))
+    }
+}
+
+impl std::fmt::Display for CanaryResult {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::fmt::Display for DefectVerdict {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// One canary of one target.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) struct CanaryReport {
@@ -39,7 +121,7 @@ pub(crate) struct CanaryReport {
     /// missed, but one could not be judged or the canary stopped early), `inconclusive`
     /// (one was seen but could not be told from a change on the primary), `skipped` (no
     /// defect could be made for this target, said in `skipped`).
-    pub result: String,
+    pub result: CanaryResult,
     pub defects: Vec<DefectOutcome>,
     /// Each sink: whether it accepted the canary alert.
     #[serde(default)]
@@ -62,7 +144,7 @@ pub(crate) struct DefectOutcome {
     /// `detected`, `undetected`, `inconclusive` (its owner saw it but could not tell it
     /// from a change on the primary), `error` (the run could not judge it) or `skipped`
     /// (it could not be made).
-    pub outcome: String,
+    pub outcome: DefectVerdict,
     /// Where the defect is.
     pub made: String,
     /// Which owning checks named it.
@@ -89,7 +171,7 @@ impl CanaryReport {
             backup: None,
             started_at: timestamp(SystemTime::now()),
             finished_at: String::new(),
-            result: "skipped".into(),
+            result: CanaryResult::Skipped,
             defects: Vec::new(),
             alerts: Vec::new(),
             error: None,
@@ -100,19 +182,18 @@ impl CanaryReport {
 
     /// The verdict from the defects' outcomes.
     pub(crate) fn conclude(&mut self) {
-        let has = |o: &str| self.defects.iter().any(|d| d.outcome == o);
-        self.result = if has("undetected") {
-            "missed"
-        } else if has("error") || self.error.is_some() {
-            "error"
-        } else if has("inconclusive") {
-            "inconclusive"
-        } else if has("detected") {
-            "caught"
+        let has = |o: DefectVerdict| self.defects.iter().any(|d| d.outcome == o);
+        self.result = if has(DefectVerdict::Undetected) {
+            CanaryResult::Missed
+        } else if has(DefectVerdict::Error) || self.error.is_some() {
+            CanaryResult::Error
+        } else if has(DefectVerdict::Inconclusive) {
+            CanaryResult::Inconclusive
+        } else if has(DefectVerdict::Detected) {
+            CanaryResult::Caught
         } else {
-            "skipped"
-        }
-        .into();
+            CanaryResult::Skipped
+        };
         self.finished_at = timestamp(SystemTime::now());
     }
 
@@ -121,8 +202,8 @@ impl CanaryReport {
         let parts: Vec<String> = self
             .defects
             .iter()
-            .map(|d| match d.outcome.as_str() {
-                "detected" => format!("{} by {}", d.defect, d.named_by.join(", ")),
+            .map(|d| match d.outcome {
+                DefectVerdict::Detected => format!("{} by {}", d.defect, d.named_by.join(", ")),
                 other => format!("{} {other}", d.defect),
             })
             .collect();
@@ -143,8 +224,8 @@ impl CanaryReport {
         let parts: Vec<String> = self
             .defects
             .iter()
-            .map(|d| match d.outcome.as_str() {
-                "detected" => format!("{} caught by {}", d.defect, d.named_by.join(", ")),
+            .map(|d| match d.outcome {
+                DefectVerdict::Detected => format!("{} caught by {}", d.defect, d.named_by.join(", ")),
                 other => format!("{} {other}: {}", d.defect, crate::out::short(&d.detail, 300)),
             })
             .collect();

@@ -386,7 +386,7 @@ async fn seed(
             .restorable
             .iter()
             .rev()
-            .find(|b| b.catalog.as_ref().is_some_and(|e| e.status == "ok"))
+            .find(|b| b.catalog.as_ref().is_some_and(|e| e.status.is_ok()))
             .cloned()
             .ok_or_else(|| format!("no backup {} marks good to seed the follower from", c.described))?,
         None if !matches!(t.source, drcheck_config::SourceConfig::Objects) => {

@@ -2,8 +2,10 @@
 //! ages, bounded labels) plus the daemon's own. One-shot runs push them to a
 //! Pushgateway and/or write a node_exporter textfile; the daemon serves `/metrics`.
 
+use crate::canary_report::CanaryResult;
 use crate::run_report::{RunReport, RunResult};
 use drcheck_config::TargetConfig;
+use drcheck_validators::Status;
 use prometheus::{Encoder, GaugeVec, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder};
 use std::path::Path;
 use std::time::UNIX_EPOCH;
@@ -97,7 +99,7 @@ impl CanaryMetrics {
         for s in &r.alerts {
             self.alert_accepted.with_label_values(&[t, &s.sink]).set(i64::from(s.accepted));
         }
-        if r.result == "caught"
+        if r.result == CanaryResult::Caught
             && r.alerts.iter().all(|s| s.accepted)
             && let Ok(at) = humantime::parse_rfc3339_weak(&r.finished_at)
         {
@@ -657,12 +659,12 @@ impl Metrics {
         for v in &r.validators {
             // Skipped is neither: an alert on success == 0 must not fire for a check that
             // had nothing to do (issue 34).
-            if v.status == "skipped" {
+            if v.status == Status::Skipped {
                 let _ = self.validator_success.remove_label_values(&[t, &v.name]);
             } else {
-                self.validator_success.with_label_values(&[t, &v.name]).set((v.status == "passed") as i64);
+                self.validator_success.with_label_values(&[t, &v.name]).set((v.status == Status::Passed) as i64);
             }
-            self.validator_skipped.with_label_values(&[t, &v.name]).set((v.status == "skipped") as i64);
+            self.validator_skipped.with_label_values(&[t, &v.name]).set((v.status == Status::Skipped) as i64);
             self.validator_inconclusive.with_label_values(&[t, &v.name]).set(v.inconclusive.len() as i64);
             if v.name == "immutability" {
                 match v.measurements.get("locked") {
@@ -686,7 +688,7 @@ impl Metrics {
             if v.name == "repository"
                 && let Ok(at) = humantime::parse_rfc3339_weak(&r.finished_at)
             {
-                self.repository_check_success.with_label_values(&[t]).set((v.status == "passed") as i64);
+                self.repository_check_success.with_label_values(&[t]).set((v.status == Status::Passed) as i64);
                 let at = at.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs_f64();
                 self.repository_check_timestamp.with_label_values(&[t]).set(at);
             }

@@ -94,6 +94,19 @@ pub(crate) fn short(text: &str, max: usize) -> String {
     }
 }
 
+/// A duration for people: `42.0 s`, `12.5 min`, `3.2 h`, `4.0 d`.
+pub(crate) fn human(secs: f64) -> String {
+    if secs < 120.0 {
+        format!("{secs:.1} s")
+    } else if secs < 7200.0 {
+        format!("{:.1} min", secs / 60.0)
+    } else if secs < 172_800.0 {
+        format!("{:.1} h", secs / 3600.0)
+    } else {
+        format!("{:.1} d", secs / 86400.0)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

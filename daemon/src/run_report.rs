@@ -20,6 +20,24 @@ pub(crate) enum RunResult {
     Inconclusive,
 }
 
+impl std::str::FromStr for RunResult {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        use RunResult::*;
+        [Passed, Failed, Error, Aborted, Inconclusive]
+            .into_iter()
+            .find(|v| v.as_str() == s)
+            .ok_or_else(|| format!("not a run's result: {s:?}"))
+    }
+}
+
+impl std::fmt::Display for RunResult {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 impl RunResult {
     pub(crate) fn as_str(self) -> &'static str {
         match self {
@@ -197,7 +215,7 @@ pub(crate) struct RunError {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) struct ValidatorReport {
     pub name: String,
-    pub status: String,
+    pub status: Status,
     pub detail: String,
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub measurements: std::collections::BTreeMap<String, f64>,
@@ -214,7 +232,7 @@ impl From<&Finding> for ValidatorReport {
     fn from(f: &Finding) -> Self {
         Self {
             name: f.name.clone(),
-            status: f.status.as_str().to_string(),
+            status: f.status,
             detail: f.detail.clone(),
             measurements: f.measurements.clone(),
             inconclusive: f.inconclusive.clone(),
@@ -295,8 +313,10 @@ impl Content {
         let m = |v: &ValidatorReport, k: &str| v.measurements.get(k).copied().unwrap_or(0.0).max(0.0) as u64;
         let compared: Vec<&ValidatorReport> = validators
             .iter()
-            .filter(|v| COMPARISONS.contains(&v.name.as_str()) && v.status != "error")
-            .filter(|v| v.status != "skipped" || v.measurements.contains_key(drcheck_validators::UNDECIDED_TABLES))
+            .filter(|v| COMPARISONS.contains(&v.name.as_str()) && v.status != Status::Error)
+            .filter(|v| {
+                v.status != Status::Skipped || v.measurements.contains_key(drcheck_validators::UNDECIDED_TABLES)
+            })
             .collect();
         let sums = compared.iter().find(|v| v.name == "checksums");
         let counts = compared.iter().find(|v| v.name == "row_counts");
@@ -384,11 +404,11 @@ pub(crate) struct RecoveryTargetInfo {
 
 impl RunReport {
     pub(crate) fn validator_failed(&self) -> bool {
-        self.validators.iter().any(|v| v.status == Status::Failed.as_str())
+        self.validators.iter().any(|v| v.status == Status::Failed)
     }
 
     pub(crate) fn validator_errored(&self) -> bool {
-        self.validators.iter().any(|v| v.status == Status::Error.as_str())
+        self.validators.iter().any(|v| v.status == Status::Error)
     }
 }
 
@@ -580,7 +600,7 @@ mod tests {
     fn finding(name: &str, status: &str, m: &[(&str, f64)]) -> ValidatorReport {
         ValidatorReport {
             name: name.into(),
-            status: status.into(),
+            status: status.parse().unwrap(),
             detail: String::new(),
             measurements: m.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
             inconclusive: vec![],
@@ -666,7 +686,7 @@ mod tests {
             },
             validators: vec![ValidatorReport {
                 name: "schema".into(),
-                status: "skipped".into(),
+                status: Status::Skipped,
                 detail: "primary unavailable".into(),
                 measurements: Default::default(),
                 inconclusive: vec![],

@@ -53,8 +53,8 @@ pub use sources::chain::{Label as ChainLabel, links as chain_links, read_label};
 pub use sources::physical::{GAP_GRACE, wal_objects};
 pub use sources::settled::{one_tar_complete, whole_by_contents};
 pub use store::{
-    Backup, BackupObject, BackupStore, CatalogEntry, MemStore, ObjectLock, Protection, UPLOAD_GRACE, WriteProbe,
-    backups_newest_first, group_backups, open_store, select_latest,
+    Backup, BackupObject, BackupStore, CatalogEntry, CatalogStatus, MemStore, ObjectLock, Protection, UPLOAD_GRACE,
+    WriteProbe, backups_newest_first, group_backups, open_store, select_latest,
 };
 pub use transfer::fetch::{FetchOptions, WINDOW as FETCH_WINDOW, parallel as fetch_parallel};
 pub use transfer::peel::{Peel, peel};

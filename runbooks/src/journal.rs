@@ -6,7 +6,7 @@ use crate::outcome::{Confirmation, Status};
 use serde::Serialize;
 use std::collections::BTreeMap;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum DrillResult {
     /// The method ran to its end, the hypothesis held and the objectives were met.
@@ -19,6 +19,24 @@ pub enum DrillResult {
     /// Still going: the journal is rewritten after every step with this result, so a
     /// drill killed outright (SIGKILL, a crash) leaves its steps so far on record.
     Running,
+}
+
+impl std::str::FromStr for DrillResult {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        use DrillResult::*;
+        [Completed, Failed, Aborted, Running]
+            .into_iter()
+            .find(|v| v.as_str() == s)
+            .ok_or_else(|| format!("not a drill's result: {s:?}"))
+    }
+}
+
+impl std::fmt::Display for DrillResult {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 impl DrillResult {

@@ -6,13 +6,30 @@ use drcheck_config::quote_ident;
 use serde::Serialize;
 use std::collections::BTreeMap;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Status {
     Passed,
     Failed,
     Skipped,
     Error,
+}
+
+impl std::str::FromStr for Status {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        [Status::Passed, Status::Failed, Status::Skipped, Status::Error]
+            .into_iter()
+            .find(|v| v.as_str() == s)
+            .ok_or_else(|| format!("not a status: {s:?} (expected passed, failed, skipped or error)"))
+    }
+}
+
+impl std::fmt::Display for Status {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 impl Status {

@@ -6,6 +6,7 @@
 pub(crate) mod sinks;
 
 use crate::run_report::{RunReport, RunResult};
+use drcheck_validators::Status;
 use serde::{Deserialize, Serialize};
 
 pub(crate) const FAILED: &str = "DrcheckVerificationFailed";
@@ -21,14 +22,36 @@ pub(crate) const ARCHIVE_NOT_REPLAYABLE: &str = "DrcheckArchiveNotReplayable";
 /// What a follower can replay is older than the RPO.
 pub(crate) const ARCHIVE_BEHIND: &str = "DrcheckArchiveBehind";
 
+/// An alert's state (`firing`, `resolved` in the JSON and the outbox).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum AlertState {
+    Firing,
+    Resolved,
+}
+
+impl AlertState {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            AlertState::Firing => "firing",
+            AlertState::Resolved => "resolved",
+        }
+    }
+}
+
+impl std::fmt::Display for AlertState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// One alert in one state, as queued for every sink.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub(crate) struct Alert {
     pub alertname: String,
     pub target: String,
     pub severity: String,
-    /// `firing` or `resolved`.
-    pub state: String,
+    pub state: AlertState,
     pub summary: String,
     pub description: String,
     pub run_id: Option<String>,
@@ -60,7 +83,7 @@ pub(crate) fn firing(r: &RunReport) -> Vec<(&'static str, &'static str, String)>
                 let bad: Vec<String> = r
                     .validators
                     .iter()
-                    .filter(|v| v.status == "failed" || v.status == "error")
+                    .filter(|v| v.status == Status::Failed || v.status == Status::Error)
                     .map(|v| format!("{}: {}", v.name, v.detail))
                     .collect();
                 (!bad.is_empty()).then(|| bad.join("; "))
@@ -117,7 +140,7 @@ pub(crate) fn severity_of(alertname: &str) -> &'static str {
 pub(crate) const RUN_ALERTS: [&str; 4] = [FAILED, RTO_MISSED, RPO_MISSED, CONTENT_UNPROVEN];
 
 /// The dedup key of an alert in a state within an episode.
-pub(crate) fn dedup_key(target: &str, alertname: &str, episode: &str, state: &str) -> String {
+pub(crate) fn dedup_key(target: &str, alertname: &str, episode: &str, state: AlertState) -> String {
     use sha2::{Digest, Sha256};
     hex::encode(Sha256::digest(format!("{target}\n{alertname}\n{episode}\n{state}")))[..32].to_string()
 }

@@ -31,7 +31,7 @@ fn body(sink: &AlertConfig, a: &Alert) -> serde_json::Value {
         }
         AlertKind::Webhook => serde_json::to_value(a).unwrap_or_default(),
         AlertKind::Slack => {
-            let icon = if a.state == "resolved" { "✅" } else { "🚨" };
+            let icon = if a.state == crate::alerts::AlertState::Resolved { "✅" } else { "🚨" };
             let canary = if a.canary { "[canary] " } else { "" };
             serde_json::json!({"text": format!("{icon} {canary}{} [{}] {}: {}", a.alertname, a.state, a.target, a.summary)})
         }

@@ -4,6 +4,7 @@
 
 use crate::alerts::Alert;
 use crate::canary_report::{ALERT_PATH_BROKEN, CANARY_ALERT, CANARY_UNDETECTED, CanaryReport, SinkOutcome};
+use crate::canary_report::{CanaryResult, DefectVerdict};
 use crate::dispatch::Dispatcher;
 use crate::history::History;
 use crate::metrics::Metrics;
@@ -22,7 +23,7 @@ pub(crate) async fn finish(
     cancel: &CancellationToken,
 ) {
     let sinks: Vec<String> = config.alerts.iter().map(|a| a.name.clone()).collect();
-    if !sinks.is_empty() && report.result != "skipped" {
+    if !sinks.is_empty() && report.result != CanaryResult::Skipped {
         report.alerts = deliver_canary_alert(config, history, metrics, report, &sinks, cancel).await;
     }
     if let Err(e) = history.record_canary(report).await {
@@ -35,7 +36,7 @@ pub(crate) async fn finish(
     let missed: Vec<String> = report
         .defects
         .iter()
-        .filter(|d| d.outcome == "undetected")
+        .filter(|d| d.outcome == DefectVerdict::Undetected)
         .map(|d| format!("{} ({}): {}", d.defect, d.made, d.detail))
         .collect();
     let raised = if !missed.is_empty() {
@@ -46,7 +47,7 @@ pub(crate) async fn finish(
             missed.join("; ")
         );
         history.raise(&target, CANARY_UNDETECTED, &why, &sinks).await
-    } else if report.result == "caught" {
+    } else if report.result == CanaryResult::Caught {
         history
             .resolve(&target, CANARY_UNDETECTED, &format!("canary {} caught every defect", report.canary_id), &sinks)
             .await
@@ -99,7 +100,7 @@ async fn deliver_canary_alert(
         alertname: CANARY_ALERT.into(),
         target: report.target.clone(),
         severity: "info".into(),
-        state: "firing".into(),
+        state: crate::alerts::AlertState::Firing,
         summary: format!("canary for {}: {}", report.target, report.result),
         description: report.summary(),
         run_id: Some(report.canary_id.clone()),
@@ -109,7 +110,12 @@ async fn deliver_canary_alert(
             std::time::SystemTime::now() + config.daemon.canary_alert_within + Duration::from_secs(3600),
         )),
         starts_at: now,
-        dedup_key: crate::alerts::dedup_key(&report.target, CANARY_ALERT, &report.canary_id, "firing"),
+        dedup_key: crate::alerts::dedup_key(
+            &report.target,
+            CANARY_ALERT,
+            &report.canary_id,
+            crate::alerts::AlertState::Firing,
+        ),
         canary: true,
     };
     if let Err(e) = history.enqueue_canary_alert(&alert, sinks).await {

@@ -19,7 +19,7 @@
 mod finish;
 pub(crate) use finish::finish;
 
-use crate::canary_report::{CanaryReport, DefectOutcome, owners};
+use crate::canary_report::{CanaryReport, DefectOutcome, DefectVerdict, owners};
 use crate::history::History;
 use crate::ids::new_run_id;
 use crate::progress::Progress;
@@ -29,6 +29,7 @@ use drcheck_config::{
     Config, FormatSetting, RecoveryTarget, Secret, Selection, SourceConfig, StorageConfig, TargetConfig,
 };
 use drcheck_restore::{Backup, BackupObject, BackupStore, open_store};
+use drcheck_validators::Status;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -255,9 +256,9 @@ async fn push_verified(
     cancel: &CancellationToken,
     report: &mut CanaryReport,
 ) {
-    let outcome = |outcome: &str, made: String, detail: String| DefectOutcome {
+    let outcome = |outcome: DefectVerdict, made: String, detail: String| DefectOutcome {
         defect: defect.into(),
-        outcome: outcome.into(),
+        outcome,
         made,
         named_by: Vec::new(),
         detail,
@@ -267,12 +268,12 @@ async fn push_verified(
         Ok(Some(m)) => m,
         Ok(None) => return,
         Err(why) => {
-            report.defects.push(outcome("skipped", String::new(), why));
+            report.defects.push(outcome(DefectVerdict::Skipped, String::new(), why));
             return;
         }
     };
     if cancel.is_cancelled() {
-        report.defects.push(outcome("error", made, "interrupted".into()));
+        report.defects.push(outcome(DefectVerdict::Error, made, "interrupted".into()));
         return;
     }
     let (c, t) = canary_config(config, target, dir);
@@ -294,7 +295,7 @@ pub(crate) fn judge(defect: &str, made: String, run: RunReport) -> DefectOutcome
     let mut named_by: Vec<String> = run
         .validators
         .iter()
-        .filter(|v| v.status == "failed" && owners.contains(&v.name.as_str()))
+        .filter(|v| v.status == Status::Failed && owners.contains(&v.name.as_str()))
         .map(|v| v.name.clone())
         .collect();
     let mut detail: Vec<String> = run
@@ -310,7 +311,7 @@ pub(crate) fn judge(defect: &str, made: String, run: RunReport) -> DefectOutcome
         detail.push(format!("{}: {}", e.stage, crate::out::short(&e.message, 400)));
     }
     let outcome = if run.result == RunResult::Failed && !named_by.is_empty() {
-        "detected"
+        DefectVerdict::Detected
     } else if matches!(run.result, RunResult::Error | RunResult::Aborted) {
         detail.push(match &run.error {
             Some(e) => {
@@ -318,7 +319,7 @@ pub(crate) fn judge(defect: &str, made: String, run: RunReport) -> DefectOutcome
             }
             None => format!("the run ended {}", run.result.as_str()),
         });
-        "error"
+        DefectVerdict::Error
     } else if let Some(seen) = seen_but_not_told(defect, &made, &run) {
         // The owner saw the changed table differ but could not tell it from a change on
         // the primary since the copy's point (a dump, no commit times, no `as_of`): a
@@ -328,7 +329,7 @@ pub(crate) fn judge(defect: &str, made: String, run: RunReport) -> DefectOutcome
             seen.0,
             crate::out::short(&seen.1, 400)
         ));
-        "inconclusive"
+        DefectVerdict::Inconclusive
     } else {
         let said: Vec<String> = run
             .validators
@@ -342,16 +343,9 @@ pub(crate) fn judge(defect: &str, made: String, run: RunReport) -> DefectOutcome
             owners.join(", "),
             if said.is_empty() { " — none of them ran".to_string() } else { format!(" ({})", said.join(", ")) }
         ));
-        "undetected"
+        DefectVerdict::Undetected
     };
-    DefectOutcome {
-        defect: defect.into(),
-        outcome: outcome.into(),
-        made,
-        named_by,
-        detail: detail.join("; "),
-        run: Some(run),
-    }
+    DefectOutcome { defect: defect.into(), outcome, made, named_by, detail: detail.join("; "), run: Some(run) }
 }
 
 /// A changed row's table named in an owning check's `inconclusive` list: (the check,
@@ -735,6 +729,7 @@ async fn change_one_row(pool: &sqlx::PgPool, budget: Option<u64>) -> Result<Opti
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::canary_report::CanaryResult;
     use crate::run_report::{RunError, ValidatorReport};
 
     const CONFIG: &str = "[storage.s]\nkind = \"filesystem\"\npath = \"/tmp\"\n[[target]]\nname = \"t\"\nstorage = \"s\"\nprefix = \"p/\"\nrto = \"1h\"\nrpo = \"1d\"\n";
@@ -750,7 +745,7 @@ mod tests {
             .iter()
             .map(|(n, s)| ValidatorReport {
                 name: (*n).into(),
-                status: (*s).into(),
+                status: s.parse().unwrap(),
                 detail: format!("{n} said {s}"),
                 measurements: Default::default(),
                 inconclusive: Vec::new(),
@@ -767,35 +762,35 @@ mod tests {
             "x".into(),
             run(RunResult::Failed, &[("row_counts", "passed"), ("checksums", "failed")], None),
         );
-        assert_eq!((d.outcome.as_str(), d.named_by.clone()), ("detected", vec!["checksums".to_string()]));
+        assert_eq!((d.outcome, d.named_by.clone()), (DefectVerdict::Detected, vec!["checksums".to_string()]));
         // Failed for another reason (an old backup misses its RPO): not caught.
         let d = judge(
             "changed_row",
             "x".into(),
             run(RunResult::Failed, &[("checksums", "passed"), ("freshness", "failed")], None),
         );
-        assert_eq!(d.outcome, "undetected");
+        assert_eq!(d.outcome, DefectVerdict::Undetected);
         assert!(d.detail.contains("checksums passed"), "{}", d.detail);
         // The owner did not run at all (disabled): not caught, said so.
         let d = judge("changed_row", "x".into(), run(RunResult::Passed, &[("row_counts", "passed")], None));
-        assert_eq!(d.outcome, "undetected");
+        assert_eq!(d.outcome, DefectVerdict::Undetected);
         assert!(d.detail.contains("none of them ran"), "{}", d.detail);
         // Seen, but not told from a change on the primary (a dump without commit times).
         let mut r = run(RunResult::Passed, &[("checksums", "passed")], None);
         r.validators[0].inconclusive =
             vec!["public.tiny: 1 rows differ — to prove it, set track_commit_timestamp".into()];
         let d = judge("changed_row", "public.tiny: column v of the row at ctid (0,1) changed".into(), r.clone());
-        assert_eq!(d.outcome, "inconclusive", "{d:?}");
+        assert_eq!(d.outcome, DefectVerdict::Inconclusive, "{d:?}");
         assert!(d.detail.contains("checksums saw it"), "{}", d.detail);
         // …another table's inconclusive (live changes elsewhere) is no excuse.
         let d = judge("changed_row", "public.items: column note of the row at ctid (0,1) changed".into(), r);
-        assert_eq!(d.outcome, "undetected");
+        assert_eq!(d.outcome, DefectVerdict::Undetected);
         // The restore refused the copy as the backup's fault.
         let d = judge("flipped_page", "x".into(), run(RunResult::Failed, &[], Some(("restore", "invalid page"))));
-        assert_eq!((d.outcome.as_str(), d.named_by.clone()), ("detected", vec!["restore".to_string()]));
+        assert_eq!((d.outcome, d.named_by.clone()), (DefectVerdict::Detected, vec!["restore".to_string()]));
         // The world's fault: no verdict.
         let d = judge("missing_segment", "x".into(), run(RunResult::Error, &[], Some(("fetch", "store unreachable"))));
-        assert_eq!(d.outcome, "error");
+        assert_eq!(d.outcome, DefectVerdict::Error);
     }
 
     #[test]
@@ -822,30 +817,30 @@ mod tests {
     fn one_missed_defect_makes_the_canary_missed() {
         let mut r = CanaryReport::new("t");
         r.conclude();
-        assert_eq!(r.result, "skipped");
-        let d = |o: &str| DefectOutcome {
+        assert_eq!(r.result, CanaryResult::Skipped);
+        let d = |o: DefectVerdict| DefectOutcome {
             defect: "d".into(),
-            outcome: o.into(),
+            outcome: o,
             made: String::new(),
             named_by: vec![],
             detail: String::new(),
             run: None,
         };
-        r.defects = vec![d("detected"), d("error")];
+        r.defects = vec![d(DefectVerdict::Detected), d(DefectVerdict::Error)];
         r.conclude();
-        assert_eq!(r.result, "error");
-        r.defects = vec![d("detected"), d("undetected"), d("error")];
+        assert_eq!(r.result, CanaryResult::Error);
+        r.defects = vec![d(DefectVerdict::Detected), d(DefectVerdict::Undetected), d(DefectVerdict::Error)];
         r.conclude();
-        assert_eq!(r.result, "missed");
-        r.defects = vec![d("detected"), d("inconclusive")];
+        assert_eq!(r.result, CanaryResult::Missed);
+        r.defects = vec![d(DefectVerdict::Detected), d(DefectVerdict::Inconclusive)];
         r.conclude();
-        assert_eq!(r.result, "inconclusive");
-        r.defects = vec![d("detected"), d("skipped")];
+        assert_eq!(r.result, CanaryResult::Inconclusive);
+        r.defects = vec![d(DefectVerdict::Detected), d(DefectVerdict::Skipped)];
         r.conclude();
-        assert_eq!(r.result, "caught");
+        assert_eq!(r.result, CanaryResult::Caught);
         // Stopped by the world after one defect: not "caught" — the rest were never tried.
         r.error = Some("the store went away".into());
         r.conclude();
-        assert_eq!(r.result, "error");
+        assert_eq!(r.result, CanaryResult::Error);
     }
 }

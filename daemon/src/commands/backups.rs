@@ -173,7 +173,7 @@ pub(crate) async fn list(config: &Config, target: Option<&str>, json: bool) -> R
                         v["source"] = c.tool.into();
                         v["type"] = c.kind.clone().into();
                         v["started_at"] = timestamp(c.started).into();
-                        v["status"] = c.status.clone().into();
+                        v["status"] = c.status.as_str().into();
                         v["wal_start"] = c.wal_start.clone().into();
                         v["wal_stop"] = c.wal_stop.clone().into();
                     }
@@ -200,7 +200,7 @@ pub(crate) async fn list(config: &Config, target: Option<&str>, json: bool) -> R
             if let Some(p) = &protection {
                 crate::outln!("  protection: {p}");
             }
-            let latest = backups.iter().position(|b| b.catalog.as_ref().is_none_or(|c| c.status == "ok"));
+            let latest = backups.iter().position(|b| b.catalog.as_ref().is_none_or(|c| c.status.is_ok()));
             for (i, b) in backups.iter().enumerate() {
                 let age = SystemTime::now().duration_since(b.last_modified).unwrap_or_default();
                 let marker = if Some(i) == latest { "latest" } else { "" };
@@ -218,8 +218,8 @@ pub(crate) async fn list(config: &Config, target: Option<&str>, json: bool) -> R
                 let status = b
                     .catalog
                     .as_ref()
-                    .filter(|c| c.status != "ok")
-                    .map(|c| format!("  [{}]", crate::out::shown(&c.status)))
+                    .filter(|c| !c.status.is_ok())
+                    .map(|c| format!("  [{}]", crate::out::shown(c.status.as_str())))
                     .unwrap_or_default();
                 let last_proven = match (&proven, proven_at(&b.key)) {
                     (None, _) => String::new(),
@@ -336,7 +336,7 @@ async fn protection_and_pins(
         _ => None,
     };
     let restorable: Vec<drcheck_restore::Backup> =
-        backups.iter().filter(|b| b.catalog.as_ref().is_none_or(|c| c.status == "ok")).cloned().collect();
+        backups.iter().filter(|b| b.catalog.as_ref().is_none_or(|c| c.status.is_ok())).cloned().collect();
     match crate::verify::immutable::stored_objects(t, &store, &wanted).await {
         Ok(objects) => (protection, {
             let additions = crate::verify::immutable::counts_additions(t);

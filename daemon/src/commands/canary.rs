@@ -5,6 +5,7 @@
 //! canary alert (`DrcheckAlertPathBroken`). The daemon runs it on `[daemon] canary`.
 
 use crate::canary_report::CanaryReport;
+use crate::canary_report::CanaryResult;
 use crate::exit::{CliError, Exit};
 use crate::history::History;
 use crate::metrics::Metrics;
@@ -64,16 +65,16 @@ pub(crate) async fn run(config: &Config, args: CanaryArgs) -> Result<Exit, CliEr
 /// judge (an error, inconclusive, a sink that did not take its alert) or none could make
 /// a defect at all, else 0.
 pub(crate) fn exit_of(reports: &[CanaryReport]) -> Exit {
-    if reports.iter().any(|r| r.result == "missed") {
+    if reports.iter().any(|r| r.result == CanaryResult::Missed) {
         return Exit::Failed;
     }
     // A canary that could make no defect proved nothing: when none could, exit 3.
-    if !reports.is_empty() && reports.iter().all(|r| r.result == "skipped") {
+    if !reports.is_empty() && reports.iter().all(|r| r.result == CanaryResult::Skipped) {
         return Exit::Incomplete;
     }
     let troubled = reports
         .iter()
-        .filter(|r| r.result != "skipped")
+        .filter(|r| r.result != CanaryResult::Skipped)
         .any(|r| matches!(r.result.as_str(), "error" | "inconclusive") || r.alerts.iter().any(|s| !s.accepted));
     if troubled { Exit::Incomplete } else { Exit::Passed }
 }
@@ -84,7 +85,7 @@ pub(crate) fn render(r: &CanaryReport) -> String {
         "canary {} of {}: {}\n  backup: {}\n",
         r.canary_id,
         r.target,
-        r.result.to_uppercase(),
+        r.result.as_str().to_uppercase(),
         r.backup.as_deref().unwrap_or("-")
     );
     if let Some(e) = r.error.as_ref().or(r.skipped.as_ref()) {
@@ -116,7 +117,7 @@ mod tests {
             "result": result, "defects": []
         }))
         .unwrap();
-        r.result = result.into();
+        r.result = result.parse().unwrap();
         r
     }
 

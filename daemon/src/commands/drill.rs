@@ -13,6 +13,7 @@ use clap::{Args, Subcommand};
 use drcheck_config::Config;
 use drcheck_runbooks::live::Live;
 use drcheck_runbooks::{DrillResult, Env, Journal, KillSwitch, Runbook, VerifyOutcome};
+use drcheck_validators::Status;
 use std::path::{Path, PathBuf};
 use tokio_util::sync::CancellationToken;
 
@@ -371,7 +372,7 @@ impl drcheck_runbooks::Verifier for PipelineVerifier {
             tracing::warn!(target, "cannot record the drill's verification: {e:#}");
         }
         let failed: Vec<&str> =
-            report.validators.iter().filter(|v| v.status == "failed").map(|v| v.name.as_str()).collect();
+            report.validators.iter().filter(|v| v.status == Status::Failed).map(|v| v.name.as_str()).collect();
         let mut summary = format!("verification {}", report.result.as_str());
         if let Some(b) = &report.backup {
             summary.push_str(&format!(" of {} ({} bytes)", b.key, b.size_bytes));

@@ -4,6 +4,7 @@ use crate::exit::{CliError, Exit};
 use crate::history::History;
 use clap::Args;
 use drcheck_config::Config;
+use drcheck_validators::Status;
 
 #[derive(Debug, Args)]
 pub(crate) struct HistoryArgs {
@@ -94,7 +95,7 @@ fn render(runs: &[crate::run_report::RunReport]) -> String {
         ));
         // Each check that failed or errored, with its reason (issue 34: only run-level
         // errors were shown, and the reason of a failed run was in its JSON alone).
-        for v in r.validators.iter().filter(|v| v.status == "failed" || v.status == "error") {
+        for v in r.validators.iter().filter(|v| v.status == Status::Failed || v.status == Status::Error) {
             text.push_str(&format!("    {} {}: {}\n", crate::out::shown(&v.name), v.status, short(&v.detail)));
         }
     }

@@ -8,17 +8,19 @@
 //! verified).
 
 use crate::evidence::RunEvidence;
-use crate::evidence::render::human;
 use crate::exit::{CliError, Exit};
 use crate::history::History;
-use crate::run_report::RunReport;
+use crate::out::human;
+use crate::run_report::{RunReport, RunResult};
 use drcheck_config::Config;
 use std::collections::HashMap;
 
 #[derive(Debug, Clone, serde::Serialize)]
 pub(crate) struct Row {
     pub target: String,
-    pub verdict: String,
+    /// The last run's result; `never` (no run yet) in the JSON.
+    #[serde(serialize_with = "ser_verdict")]
+    pub verdict: Option<RunResult>,
     pub started_at: Option<String>,
     pub rto_measured_seconds: Option<f64>,
     pub rto_target_seconds: f64,
@@ -51,12 +53,21 @@ pub(crate) async fn run(config: &Config, json: bool) -> Result<Exit, CliError> {
     Ok(exit_of(&rows))
 }
 
+fn ser_verdict<S: serde::Serializer>(v: &Option<RunResult>, ser: S) -> Result<S::Ok, S::Error> {
+    ser.serialize_str(verdict_text(*v))
+}
+
+fn verdict_text(v: Option<RunResult>) -> &'static str {
+    v.map_or("never", RunResult::as_str)
+}
+
 fn exit_of(rows: &[Row]) -> Exit {
-    if rows.iter().any(|r| r.verdict == "failed") {
+    let is = |r: &Row, v: RunResult| r.verdict == Some(v);
+    if rows.iter().any(|r| is(r, RunResult::Failed)) {
         Exit::Failed
-    } else if rows.iter().all(|r| r.verdict == "passed") {
+    } else if rows.iter().all(|r| is(r, RunResult::Passed)) {
         Exit::Passed
-    } else if rows.iter().all(|r| r.verdict == "passed" || r.verdict == "inconclusive") {
+    } else if rows.iter().all(|r| is(r, RunResult::Passed) || is(r, RunResult::Inconclusive)) {
         Exit::Inconclusive
     } else {
         Exit::Incomplete
@@ -77,7 +88,7 @@ pub(crate) fn rows(
             let run = latest.get(&t.name);
             Row {
                 target: t.name.clone(),
-                verdict: run.map(|r| r.result.as_str().to_string()).unwrap_or_else(|| "never".into()),
+                verdict: run.map(|r| r.result),
                 started_at: run.map(|r| r.started_at.clone()),
                 rto_measured_seconds: run.and_then(|r| r.rto.measured_seconds),
                 rto_target_seconds: t.rto.as_secs_f64(),
@@ -120,14 +131,14 @@ pub(crate) fn render(rows: &[Row], now: std::time::SystemTime) -> String {
     if rows.is_empty() {
         return "no targets in the config\n".into();
     }
-    let passed = rows.iter().filter(|r| r.verdict == "passed").count();
+    let passed = rows.iter().filter(|r| r.verdict == Some(RunResult::Passed)).count();
     let mut out = format!("{passed} of {} targets passed their last verification\n", rows.len());
     let cells: Vec<[String; 8]> = rows
         .iter()
         .map(|r| {
             [
                 crate::out::shown(&r.target),
-                r.verdict.clone(),
+                verdict_text(r.verdict).to_string(),
                 r.started_at.as_deref().map(|s| ago(s, now)).unwrap_or_else(|| "never run".into()),
                 against(r.rto_measured_seconds, r.rto_target_seconds),
                 against(r.point_age_seconds, r.rpo_target_seconds),
@@ -177,7 +188,7 @@ mod tests {
     fn row(target: &str, verdict: &str) -> Row {
         Row {
             target: target.into(),
-            verdict: verdict.into(),
+            verdict: verdict.parse().ok(),
             started_at: Some("2026-12-01T03:00:00.000Z".into()),
             rto_measured_seconds: Some(5.0),
             rto_target_seconds: 1800.0,
@@ -208,7 +219,7 @@ mod tests {
         assert_eq!(lines[4], "    last failure: [restore] pg_restore failed: end of file (2026-12-01T03:00:00Z)");
         assert_eq!(exit_of(&rows), Exit::Failed);
         assert_eq!(exit_of(&rows[..1]), Exit::Passed);
-        let never = Row { verdict: "never".into(), ..row("new", "never") };
+        let never = Row { verdict: None, ..row("new", "never") };
         assert_eq!(exit_of(&[rows[0].clone(), never]), Exit::Incomplete);
     }
 }

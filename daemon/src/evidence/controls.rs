@@ -5,7 +5,11 @@
 //! evidence, so signed with it: an edited verdict or wording fails `report verify`.
 
 use super::{DrillEvidence, TargetEvidence};
+use crate::canary_report::{CanaryResult, DefectVerdict};
+use crate::run_report::RunResult;
 use drcheck_config::controls::Mapping;
+use drcheck_runbooks::journal::DrillResult;
+use drcheck_validators::Status;
 use serde::{Deserialize, Serialize};
 
 /// At most this many proving runs are listed per measure (the rest counted).
@@ -25,14 +29,14 @@ pub(crate) struct ControlEvidence {
     pub asks: String,
     /// `met` (every measure met), `missed` (one missed) or `not measured` (none missed,
     /// one could not be measured).
-    pub verdict: String,
+    pub verdict: Verdict,
     pub measures: Vec<Measure>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub(crate) struct Measure {
     pub name: String,
-    pub verdict: String,
+    pub verdict: Verdict,
     /// The figure, in one line.
     pub figure: String,
     /// The runs (and drills) that prove it, by id.
@@ -88,21 +92,44 @@ pub(crate) fn facts(target: &TargetEvidence, schedule_interval_seconds: f64) -> 
     }
 }
 
-const MET: &str = "met";
-const MISSED: &str = "missed";
-const UNMEASURED: &str = "not measured";
+/// A control's (or a measure's) verdict over the window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) enum Verdict {
+    #[serde(rename = "met")]
+    Met,
+    #[serde(rename = "missed")]
+    Missed,
+    #[serde(rename = "not measured")]
+    NotMeasured,
+}
 
-fn measure(name: &str, verdict: &str, figure: String, mut proof: Vec<String>, misses: Vec<String>) -> Measure {
+impl Verdict {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Verdict::Met => "met",
+            Verdict::Missed => "missed",
+            Verdict::NotMeasured => "not measured",
+        }
+    }
+}
+
+impl std::fmt::Display for Verdict {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+fn measure(name: &str, verdict: Verdict, figure: String, mut proof: Vec<String>, misses: Vec<String>) -> Measure {
     if proof.len() > PROOF {
         let more = proof.len() - PROOF;
         proof.truncate(PROOF);
         proof.push(format!("and {more} more"));
     }
-    Measure { name: name.into(), verdict: verdict.into(), figure, proof, misses }
+    Measure { name: name.into(), verdict, figure, proof, misses }
 }
 
-fn verdict(ok: bool) -> &'static str {
-    if ok { MET } else { MISSED }
+fn verdict(ok: bool) -> Verdict {
+    if ok { Verdict::Met } else { Verdict::Missed }
 }
 
 /// The measure `name` over the window's targets and drills.
@@ -124,13 +151,13 @@ pub(crate) fn compute(
                     misses.push(format!(
                         "{}: {} without a pass (its schedule allows {})",
                         t.name,
-                        super::render::human(gap),
-                        super::render::human(t.allowed_gap_seconds)
+                        crate::out::human(gap),
+                        crate::out::human(t.allowed_gap_seconds)
                     ));
                 }
             }
             let proof: Vec<String> =
-                runs().filter(|(_, r)| r.result == "passed").map(|(_, r)| r.run_id.clone()).collect();
+                runs().filter(|(_, r)| r.result == RunResult::Passed).map(|(_, r)| r.run_id.clone()).collect();
             let figure = format!(
                 "{} of {} targets verified within their schedule ({} passing runs)",
                 targets.len() - misses.len().min(targets.len()),
@@ -153,14 +180,14 @@ pub(crate) fn compute(
                                 t.name,
                                 c.proven,
                                 c.restorable,
-                                super::render::human(c.prove_within_seconds)
+                                crate::out::human(c.prove_within_seconds)
                             ));
                         }
                     }
                     None => misses.push(format!("{}: no run in the window recorded its coverage", t.name)),
                 }
             }
-            let proof = runs().filter(|(_, r)| r.result == "passed").map(|(_, r)| r.run_id.clone()).collect();
+            let proof = runs().filter(|(_, r)| r.result == RunResult::Passed).map(|(_, r)| r.run_id.clone()).collect();
             let figure = format!("{proven} of {restorable} restorable backups proven within prove_within");
             measure(name, verdict(misses.is_empty() && !targets.is_empty()), figure, proof, misses)
         }
@@ -176,7 +203,7 @@ pub(crate) fn compute(
                 .map(|(t, r)| format!("{}: run {} restored without containment recorded", t.name, r.run_id))
                 .collect();
             if restores.is_empty() {
-                return measure(name, UNMEASURED, "no restore in the window".into(), vec![], vec![]);
+                return measure(name, Verdict::NotMeasured, "no restore in the window".into(), vec![], vec![]);
             }
             let figure = format!(
                 "{} of {} restores contained ({})",
@@ -197,15 +224,19 @@ pub(crate) fn compute(
                     .target
                     .runs
                     .iter()
-                    .filter(|r| r.result == "passed")
-                    .filter(|r| r.validators.iter().any(|v| CHECKS.contains(&v.name.as_str()) && v.status == "passed"))
+                    .filter(|r| r.result == RunResult::Passed)
+                    .filter(|r| {
+                        r.validators.iter().any(|v| CHECKS.contains(&v.name.as_str()) && v.status == Status::Passed)
+                    })
                     .collect();
                 if passing.is_empty() {
                     misses.push(format!("{}: no passing run whose integrity checks passed", t.name));
                 }
                 for r in passing {
                     proof.push(r.run_id.clone());
-                    for v in r.validators.iter().filter(|v| CHECKS.contains(&v.name.as_str()) && v.status == "passed") {
+                    for v in
+                        r.validators.iter().filter(|v| CHECKS.contains(&v.name.as_str()) && v.status == Status::Passed)
+                    {
                         if !names.contains(&v.name.as_str()) {
                             names.push(CHECKS.iter().find(|c| **c == v.name).copied().unwrap_or(""));
                         }
@@ -224,7 +255,13 @@ pub(crate) fn compute(
         "restore_within_rto" => {
             let measured: Vec<_> = runs().filter(|(_, r)| r.rto_met.is_some()).collect();
             if measured.is_empty() {
-                return measure(name, UNMEASURED, "no restore time measured in the window".into(), vec![], vec![]);
+                return measure(
+                    name,
+                    Verdict::NotMeasured,
+                    "no restore time measured in the window".into(),
+                    vec![],
+                    vec![],
+                );
             }
             let misses: Vec<String> = measured
                 .iter()
@@ -234,8 +271,8 @@ pub(crate) fn compute(
                         "{}: run {} restored in {}, RTO {}",
                         t.name,
                         r.run_id,
-                        r.rto_measured_seconds.map(super::render::human).unwrap_or_default(),
-                        super::render::human(r.rto_target_seconds)
+                        r.rto_measured_seconds.map(crate::out::human).unwrap_or_default(),
+                        crate::out::human(r.rto_target_seconds)
                     )
                 })
                 .collect();
@@ -244,7 +281,7 @@ pub(crate) fn compute(
                 "{} of {} measured restores within their RTO (the longest {})",
                 measured.len() - misses.len(),
                 measured.len(),
-                super::render::human(worst)
+                crate::out::human(worst)
             );
             let proof =
                 measured.iter().filter(|(_, r)| r.rto_met == Some(true)).map(|(_, r)| r.run_id.clone()).collect();
@@ -252,10 +289,10 @@ pub(crate) fn compute(
         }
         "drills_run" => {
             let completed: Vec<String> =
-                drills.iter().filter(|d| d.result == "completed").map(|d| d.drill_id.clone()).collect();
+                drills.iter().filter(|d| d.result == DrillResult::Completed).map(|d| d.drill_id.clone()).collect();
             let misses: Vec<String> = drills
                 .iter()
-                .filter(|d| d.result != "completed")
+                .filter(|d| d.result != DrillResult::Completed)
                 .map(|d| format!("drill {} ({}): {}", d.drill_id, d.runbook, d.result))
                 .collect();
             let figure = format!("{} drills in the window, {} completed", drills.len(), completed.len());
@@ -266,7 +303,7 @@ pub(crate) fn compute(
         "canaries_caught" => {
             let caught: Vec<String> = canaries
                 .iter()
-                .filter(|c| c.result == "caught" && c.alerts.iter().all(|s| s.accepted))
+                .filter(|c| c.result == CanaryResult::Caught && c.alerts.iter().all(|s| s.accepted))
                 .map(|c| c.canary_id.clone())
                 .collect();
             let mut misses = Vec::new();
@@ -295,9 +332,11 @@ pub(crate) fn compute(
             let skipped: Vec<String> =
                 canaries.iter().filter_map(|c| Some(format!("{}: {}", c.target, c.skipped.as_ref()?))).collect();
             let defects: usize =
-                canaries.iter().map(|c| c.defects.iter().filter(|d| d.outcome != "skipped").count()).sum();
-            let detected: usize =
-                canaries.iter().map(|c| c.defects.iter().filter(|d| d.outcome == "detected").count()).sum();
+                canaries.iter().map(|c| c.defects.iter().filter(|d| d.outcome != DefectVerdict::Skipped).count()).sum();
+            let detected: usize = canaries
+                .iter()
+                .map(|c| c.defects.iter().filter(|d| d.outcome == DefectVerdict::Detected).count())
+                .sum();
             let mut figure = format!(
                 "{} canaries in the window: {detected} of {defects} defects made were caught; {} canaries caught every defect and reached every alert sink",
                 canaries.len(),
@@ -316,15 +355,15 @@ pub(crate) fn compute(
                 match newest("immutability")
                     .and_then(|r| r.validators.iter().find(|v| v.name == "immutability").map(|v| (r, v)))
                 {
-                    Some((r, v)) if v.status == "passed" => proof.push(r.run_id.clone()),
-                    Some((r, v)) if v.status == "skipped" => misses
+                    Some((r, v)) if v.status == Status::Passed => proof.push(r.run_id.clone()),
+                    Some((r, v)) if v.status == Status::Skipped => misses
                         .push(format!("{}: no lock required of its backups (run {}: {})", t.name, r.run_id, v.detail)),
                     Some((r, v)) => misses.push(format!("{}: run {}: {}", t.name, r.run_id, v.detail)),
                     None => misses.push(format!("{}: no run in the window checked its backups' protection", t.name)),
                 }
                 if let Some((r, v)) =
                     newest("pinned").and_then(|r| r.validators.iter().find(|v| v.name == "pinned").map(|v| (r, v)))
-                    && v.status == "failed"
+                    && v.status == Status::Failed
                 {
                     misses.push(format!("{}: run {}: {}", t.name, r.run_id, v.detail));
                 }
@@ -337,7 +376,9 @@ pub(crate) fn compute(
             );
             measure(name, verdict(misses.is_empty() && !targets.is_empty()), figure, proof, misses)
         }
-        other => measure(other, UNMEASURED, format!("{other} is not a measure drcheck knows"), vec![], vec![]),
+        other => {
+            measure(other, Verdict::NotMeasured, format!("{other} is not a measure drcheck knows"), vec![], vec![])
+        }
     }
 }
 
@@ -359,14 +400,14 @@ pub(crate) fn section(
                 .map(|c| {
                     let measures: Vec<Measure> =
                         c.evidence.iter().map(|m| compute(m, targets, drills, canaries)).collect();
-                    let verdict = if measures.iter().any(|m| m.verdict == MISSED) {
-                        MISSED
-                    } else if measures.iter().all(|m| m.verdict == MET) {
-                        MET
+                    let verdict = if measures.iter().any(|m| m.verdict == Verdict::Missed) {
+                        Verdict::Missed
+                    } else if measures.iter().all(|m| m.verdict == Verdict::Met) {
+                        Verdict::Met
                     } else {
-                        UNMEASURED
+                        Verdict::NotMeasured
                     };
-                    ControlEvidence { id: c.id.clone(), asks: c.asks.clone(), verdict: verdict.into(), measures }
+                    ControlEvidence { id: c.id.clone(), asks: c.asks.clone(), verdict, measures }
                 })
                 .collect();
             Some(ControlsEvidence { framework: name.clone(), title: f.title.clone(), controls })
@@ -384,7 +425,7 @@ mod tests {
             run_id: id.into(),
             started_at: "2026-11-02T00:00:00Z".into(),
             finished_at: "2026-11-02T00:01:00Z".into(),
-            result: result.into(),
+            result: result.parse().unwrap(),
             backup_key: None,
             backup_created_at: None,
             rto_target_seconds: 60.0,
@@ -397,7 +438,7 @@ mod tests {
                 .iter()
                 .map(|(n, s)| ValidatorEvidence {
                     name: n.to_string(),
-                    status: s.to_string(),
+                    status: s.parse().unwrap(),
                     detail: format!("{n} {s}"),
                     covered: Default::default(),
                     inconclusive: vec![],
@@ -413,7 +454,7 @@ mod tests {
     }
 
     fn target(name: &str, runs: Vec<RunEvidence>, gap: f64) -> TargetFacts {
-        let passed = runs.iter().filter(|r| r.result == "passed").count() as u32;
+        let passed = runs.iter().filter(|r| r.result == RunResult::Passed).count() as u32;
         let t = TargetEvidence {
             name: name.into(),
             rto_target_seconds: Some(60.0),
@@ -448,10 +489,10 @@ mod tests {
             backup: Some("dumps/o.dump".into()),
             started_at: "2026-12-01T04:00:00Z".into(),
             finished_at: "2026-12-01T04:01:00Z".into(),
-            result: if outcome == "detected" { "caught" } else { "missed" }.into(),
+            result: if outcome == "detected" { CanaryResult::Caught } else { CanaryResult::Missed },
             defects: vec![DefectOutcome {
                 defect: "changed_row".into(),
-                outcome: outcome.into(),
+                outcome: outcome.parse().unwrap(),
                 made: "public.items: column note of the row at ctid (0,1) changed".into(),
                 named_by: vec![],
                 detail: "none of the checks that own this defect (checksums, restore) failed".into(),
@@ -463,14 +504,14 @@ mod tests {
             notes: vec![],
         };
         let m = compute("canaries_caught", &[], &[], &[canary("c1", "detected", true)]);
-        assert_eq!((m.verdict.as_str(), m.proof.clone()), ("met", vec!["c1".to_string()]), "{m:?}");
+        assert_eq!((m.verdict, m.proof.clone()), (Verdict::Met, vec!["c1".to_string()]), "{m:?}");
         assert!(m.figure.starts_with("1 canaries in the window: 1 of 1 defects made were caught"), "{m:?}");
         let m =
             compute("canaries_caught", &[], &[], &[canary("c1", "detected", true), canary("c2", "undetected", true)]);
-        assert_eq!(m.verdict, "missed");
+        assert_eq!(m.verdict, Verdict::Missed);
         assert!(m.misses[0].starts_with("orders: canary c2: changed_row undetected"), "{m:?}");
         let m = compute("canaries_caught", &[], &[], &[canary("c3", "detected", false)]);
-        assert_eq!(m.verdict, "missed", "caught, but the page did not arrive");
+        assert_eq!(m.verdict, Verdict::Missed, "caught, but the page did not arrive");
         assert!(m.misses[0].contains("alert sink pager did not accept"), "{m:?}");
     }
 
@@ -484,27 +525,31 @@ mod tests {
         let late = target("ledger", vec![run("r2", "failed", Some(false), &[("checksums", "failed")])], 5.0 * 86_400.0);
         let both = [good.clone(), late];
         let m = compute("verified_on_schedule", &both, &[], &[]);
-        assert_eq!(m.verdict, "missed");
+        assert_eq!(m.verdict, Verdict::Missed);
         assert!(m.misses[0].starts_with("ledger: no passing verification"), "{m:?}");
         assert_eq!(m.proof, vec!["r1".to_string()]);
         let m = compute("restore_within_rto", &both, &[], &[]);
-        assert_eq!(m.verdict, "missed");
+        assert_eq!(m.verdict, Verdict::Missed);
         assert!(m.misses[0].contains("run r2 restored in 90.0 s, RTO 60.0 s"), "{m:?}");
         let m = compute("restores_isolated", &both, &[], &[]);
-        assert_eq!(m.verdict, "met", "{m:?}");
+        assert_eq!(m.verdict, Verdict::Met, "{m:?}");
         assert!(m.figure.contains("landlock-abi7+uid+seccomp+ns"));
         // A target alone that holds: met; no drill: missed; canaries: not measured.
         let only = [good];
-        assert_eq!(compute("integrity_checked", &only, &[], &[]).verdict, "met");
-        assert_eq!(compute("backups_immutable", &only, &[], &[]).verdict, "met");
-        assert_eq!(compute("drills_run", &only, &[], &[]).verdict, "missed");
-        assert_eq!(compute("canaries_caught", &only, &[], &[]).verdict, "missed", "no canary ran");
-        assert_eq!(compute("backups_proven", &only, &[], &[]).verdict, "missed", "no coverage recorded is a miss");
+        assert_eq!(compute("integrity_checked", &only, &[], &[]).verdict, Verdict::Met);
+        assert_eq!(compute("backups_immutable", &only, &[], &[]).verdict, Verdict::Met);
+        assert_eq!(compute("drills_run", &only, &[], &[]).verdict, Verdict::Missed);
+        assert_eq!(compute("canaries_caught", &only, &[], &[]).verdict, Verdict::Missed, "no canary ran");
+        assert_eq!(
+            compute("backups_proven", &only, &[], &[]).verdict,
+            Verdict::Missed,
+            "no coverage recorded is a miss"
+        );
         // A control's verdict: any miss → missed.
         let mapping = drcheck_config::controls::parse(drcheck_config::controls::DEFAULT, "built-in").unwrap();
         let s = section(&mapping, &["soc2".to_string()], &only, &[], &[]);
         assert_eq!(s[0].controls[0].id, "A1.3");
-        assert_eq!(s[0].controls[0].verdict, "missed", "no drill ran");
+        assert_eq!(s[0].controls[0].verdict, Verdict::Missed, "no drill ran");
         assert!(section(&mapping, &["nope".to_string()], &only, &[], &[]).is_empty());
     }
 }

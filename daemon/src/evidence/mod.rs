@@ -19,6 +19,8 @@ pub(crate) fn canonical_json<T: serde::Serialize>(v: &T) -> Vec<u8> {
 }
 
 use crate::run_report::{RunReport, RunResult};
+use drcheck_runbooks::journal::DrillResult;
+use drcheck_validators::Status;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -82,7 +84,7 @@ pub(crate) struct PointInTime {
     pub target: String,
     pub recovered_to: String,
     pub run_id: String,
-    pub result: String,
+    pub result: RunResult,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -114,7 +116,7 @@ pub(crate) struct RunEvidence {
     pub run_id: String,
     pub started_at: String,
     pub finished_at: String,
-    pub result: String,
+    pub result: RunResult,
     pub backup_key: Option<String>,
     pub backup_created_at: Option<String>,
     pub rto_target_seconds: f64,
@@ -147,7 +149,7 @@ pub(crate) struct RunEvidence {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub(crate) struct ValidatorEvidence {
     pub name: String,
-    pub status: String,
+    pub status: Status,
     pub detail: String,
     /// `covered_*` measurements without the prefix: what the check covered.
     pub covered: BTreeMap<String, f64>,
@@ -163,7 +165,7 @@ pub(crate) struct DrillEvidence {
     pub runbook: String,
     pub title: String,
     pub started_at: String,
-    pub result: String,
+    pub result: DrillResult,
     pub duration_seconds: f64,
     pub rto_objective_seconds: Option<f64>,
     pub rto_measured_seconds: Option<f64>,
@@ -180,7 +182,7 @@ impl RunEvidence {
         if let Some(e) = &r.error {
             reasons.push(format!("[{}] {}", e.stage, e.message));
         }
-        for v in r.validators.iter().filter(|v| v.status == "failed" || v.status == "error") {
+        for v in r.validators.iter().filter(|v| v.status == Status::Failed || v.status == Status::Error) {
             reasons.push(format!("{} {}: {}", v.name, v.status, v.detail));
         }
         if r.rto.met == Some(false) {
@@ -207,7 +209,7 @@ impl RunEvidence {
             run_id: r.run_id.clone(),
             started_at: r.started_at.clone(),
             finished_at: r.finished_at.clone(),
-            result: r.result.as_str().to_string(),
+            result: r.result,
             backup_key: r.backup.as_ref().map(|b| b.key.clone()),
             backup_created_at: r.backup.as_ref().and_then(|b| b.created_at.clone()),
             rto_target_seconds: r.rto.target_seconds,
@@ -221,7 +223,7 @@ impl RunEvidence {
                 .iter()
                 .map(|v| ValidatorEvidence {
                     name: v.name.clone(),
-                    status: v.status.clone(),
+                    status: v.status,
                     detail: v.detail.clone(),
                     covered: v
                         .measurements
@@ -252,12 +254,12 @@ pub(crate) fn epoch(t: &str) -> Option<f64> {
 
 /// The summary of `runs` (oldest first) over the window `[from, to)` (epoch seconds).
 pub(crate) fn summarise(runs: &[RunEvidence], from: f64, to: f64) -> Summary {
-    let count = |r: RunResult| runs.iter().filter(|x| x.result == r.as_str()).count() as u32;
+    let count = |r: RunResult| runs.iter().filter(|x| x.result == r).count() as u32;
     let passed = count(RunResult::Passed);
     let first = runs.iter().filter_map(|r| epoch(&r.started_at)).reduce(f64::min);
     let mut last_pass = first.unwrap_or(from).clamp(from, to);
     let mut longest: f64 = 0.0;
-    for r in runs.iter().filter(|r| r.result == RunResult::Passed.as_str()) {
+    for r in runs.iter().filter(|r| r.result == RunResult::Passed) {
         let at = epoch(&r.finished_at).unwrap_or(last_pass).clamp(from, to);
         longest = longest.max(at - last_pass);
         last_pass = at;
@@ -288,7 +290,7 @@ pub(crate) fn target_evidence(name: &str, mut runs: Vec<RunEvidence>, from: f64,
                 target: r.recovery_target.clone().unwrap_or_else(|| "latest".into()),
                 recovered_to: r.recovered_to.clone()?,
                 run_id: r.run_id.clone(),
-                result: r.result.clone(),
+                result: r.result,
             })
         })
         .collect();
@@ -322,7 +324,7 @@ pub(crate) fn drill_from_journal(journal: &serde_json::Value, file: &str) -> Opt
         runbook: s(&journal["runbook"]["name"])?,
         title: s(&journal["runbook"]["title"]).unwrap_or_default(),
         started_at: s(&journal["started_at"])?,
-        result: s(&journal["result"])?,
+        result: serde_json::from_value(journal["result"].clone()).ok()?,
         duration_seconds: journal["duration_seconds"].as_f64().unwrap_or(0.0),
         rto_objective_seconds: journal["rto"]["objective_seconds"].as_f64(),
         rto_measured_seconds: journal["rto"]["measured_seconds"].as_f64(),
@@ -344,7 +346,7 @@ mod tests {
             run_id: id.into(),
             started_at: started.into(),
             finished_at: finished.into(),
-            result: result.into(),
+            result: result.parse().unwrap(),
             backup_key: None,
             backup_created_at: None,
             rto_target_seconds: 60.0,
@@ -396,7 +398,7 @@ mod tests {
         let to = epoch("2026-11-11T00:00:00Z").unwrap();
         let finding = |name: &str, status: &str| ValidatorEvidence {
             name: name.into(),
-            status: status.into(),
+            status: status.parse().unwrap(),
             detail: format!("{name} {status}"),
             covered: BTreeMap::new(),
             inconclusive: vec![],

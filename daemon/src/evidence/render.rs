@@ -5,6 +5,8 @@
 #[cfg(test)]
 use super::sign::{Embedded, trailer};
 use super::{DrillEvidence, Evidence, RunEvidence, TargetEvidence, epoch};
+use crate::run_report::RunResult;
+use drcheck_runbooks::journal::DrillResult;
 use std::fmt::Write as _;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -99,18 +101,7 @@ pub(crate) fn esc(s: &str) -> String {
     out
 }
 
-/// A duration for people: `42.0 s`, `12.5 min`, `3.2 h`, `4.0 d`.
-pub(crate) fn human(secs: f64) -> String {
-    if secs < 120.0 {
-        format!("{secs:.1} s")
-    } else if secs < 7200.0 {
-        format!("{:.1} min", secs / 60.0)
-    } else if secs < 172_800.0 {
-        format!("{:.1} h", secs / 3600.0)
-    } else {
-        format!("{:.1} d", secs / 86400.0)
-    }
-}
+pub(crate) use crate::out::human;
 
 fn opt(v: Option<f64>) -> String {
     v.map(human).unwrap_or_else(|| "—".into())
@@ -141,7 +132,7 @@ fn window(t: &TargetEvidence) -> Option<String> {
     let passed: Vec<String> = c
         .points_in_time
         .iter()
-        .filter(|p| p.result == "passed")
+        .filter(|p| p.result == RunResult::Passed)
         .map(|p| format!("{} → {}", p.target, p.recovered_to))
         .collect();
     if !passed.is_empty() {
@@ -252,7 +243,7 @@ fn html_section(e: &Evidence, t: &TargetEvidence) -> String {
             let _ = writeln!(h, "<p class=\"coverage\">Recovery window: {}.</p>", esc(&w));
         }
         for (what, f) in store_findings(t) {
-            let _ = writeln!(h, "<p class=\"store\">{what}: {} — {}</p>", esc(&f.status), esc(&f.detail));
+            let _ = writeln!(h, "<p class=\"store\">{what}: {} — {}</p>", f.status.as_str(), esc(&f.detail));
         }
         for a in &t.acknowledgements {
             let _ = writeln!(h, "<p class=\"acknowledged\">Acknowledged: {}</p>", esc(&acknowledgement(a)));
@@ -280,7 +271,7 @@ fn html_section(e: &Evidence, t: &TargetEvidence) -> String {
                 esc(&coverage(r)),
                 esc(&r.reasons.join(" | ")),
                 id = esc(&r.run_id),
-                res = esc(&r.result)
+                res = r.result.as_str()
             );
         }
         let _ = writeln!(h, "</tbody></table></section>");
@@ -306,7 +297,7 @@ fn html_tail(e: &Evidence) -> String {
                     esc(&c.id),
                     esc(&c.id),
                     esc(&c.asks),
-                    v = esc(&c.verdict)
+                    v = c.verdict.as_str()
                 );
                 for m in &c.measures {
                     let proof: Vec<String> = m
@@ -321,9 +312,9 @@ fn html_tail(e: &Evidence) -> String {
                         h,
                         "<li data-measure=\"{}\" data-verdict=\"{}\">{} — {}: {}{}{}</li>",
                         esc(&m.name),
-                        esc(&m.verdict),
+                        m.verdict.as_str(),
                         esc(&m.name),
-                        esc(&m.verdict),
+                        m.verdict.as_str(),
                         esc(&m.figure),
                         if proof.is_empty() { String::new() } else { format!("; proof: {}", proof.join(" ")) },
                         if m.misses.is_empty() {
@@ -373,7 +364,7 @@ fn drill_row_html(d: &DrillEvidence) -> String {
         met(d.rto_met),
         esc(&d.reasons.join(" | ")),
         id = esc(&d.drill_id),
-        res = esc(&d.result)
+        res = d.result.as_str()
     )
 }
 
@@ -454,7 +445,7 @@ pub(crate) fn rto_chart(t: &TargetEvidence, window_from: &str, window_to: &str) 
     for r in &t.runs {
         let Some(at) = epoch(&r.started_at) else { continue };
         let px = x(at);
-        let label = format!("{} {} {}", esc(&r.started_at), esc(&r.result), opt(r.rto_measured_seconds));
+        let label = format!("{} {} {}", esc(&r.started_at), r.result.as_str(), opt(r.rto_measured_seconds));
         match (r.rto_measured_seconds, r.result.as_str()) {
             (Some(m), "passed") => {
                 let _ = writeln!(
@@ -468,7 +459,7 @@ pub(crate) fn rto_chart(t: &TargetEvidence, window_from: &str, window_to: &str) 
                 let _ = writeln!(
                     s,
                     "<path class=\"point {}\" d=\"M{:.1} {:.1}L{:.1} {:.1}M{:.1} {:.1}L{:.1} {:.1}\" stroke=\"#000\" stroke-width=\"2\"><title>{label}</title></path>",
-                    esc(&r.result),
+                    r.result.as_str(),
                     px - 4.0,
                     py - 4.0,
                     px + 4.0,
@@ -483,7 +474,7 @@ pub(crate) fn rto_chart(t: &TargetEvidence, window_from: &str, window_to: &str) 
                 let _ = writeln!(
                     s,
                     "<rect class=\"point {}\" x=\"{:.1}\" y=\"{:.1}\" width=\"7\" height=\"7\" fill=\"#fff\" stroke=\"#000\"><title>{label}</title></rect>",
-                    esc(&r.result),
+                    r.result.as_str(),
                     px - 3.5,
                     hgt - bottom - 3.5
                 );
@@ -562,7 +553,7 @@ fn markdown_section(t: &TargetEvidence) -> String {
             let _ = writeln!(m, "Recovery window: {w}.\n");
         }
         for (what, f) in store_findings(t) {
-            let _ = writeln!(m, "{what}: {} — {}\n", cell(&f.status), cell(&f.detail));
+            let _ = writeln!(m, "{what}: {} — {}\n", cell(f.status.as_str()), cell(&f.detail));
         }
         for a in &t.acknowledgements {
             let _ = writeln!(m, "Acknowledged: {}\n", cell(&acknowledgement(a)));
@@ -681,11 +672,11 @@ fn junit_head(e: &Evidence) -> String {
     let runs: u32 =
         e.targets.iter().map(|t| t.summary.runs).sum::<u32>() + e.drills.len() as u32 + controls.clone().count() as u32;
     let failures: u32 = e.targets.iter().map(|t| t.summary.failed).sum::<u32>()
-        + e.drills.iter().filter(|d| d.result == "failed").count() as u32
-        + controls.filter(|c| c.verdict == "missed").count() as u32;
+        + e.drills.iter().filter(|d| d.result == DrillResult::Failed).count() as u32
+        + controls.filter(|c| c.verdict == super::controls::Verdict::Missed).count() as u32;
     let errors: u32 =
         e.targets.iter().map(|t| t.summary.error + t.summary.aborted + t.summary.inconclusive).sum::<u32>()
-            + e.drills.iter().filter(|d| d.result == "aborted").count() as u32;
+            + e.drills.iter().filter(|d| d.result == DrillResult::Aborted).count() as u32;
     let _ = writeln!(j, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>");
     let _ = writeln!(
         j,
@@ -729,7 +720,7 @@ fn junit_section(e: &Evidence, t: &TargetEvidence) -> String {
                     coverage(r)
                 ))
             );
-            let verdict = junit_verdict(&r.result, "passed", &r.reasons);
+            let verdict = junit_verdict(r.result.as_str(), "passed", &r.reasons);
             let _ = writeln!(j, "{head}{verdict}{out}</testcase>");
         }
         let _ = writeln!(j, "</testsuite>");
@@ -740,8 +731,8 @@ fn junit_section(e: &Evidence, t: &TargetEvidence) -> String {
 fn junit_tail(e: &Evidence) -> String {
     let mut j = String::new();
     for f in &e.controls {
-        let missed = f.controls.iter().filter(|c| c.verdict == "missed").count();
-        let unmeasured = f.controls.iter().filter(|c| c.verdict == "not measured").count();
+        let missed = f.controls.iter().filter(|c| c.verdict == super::controls::Verdict::Missed).count();
+        let unmeasured = f.controls.iter().filter(|c| c.verdict == super::controls::Verdict::NotMeasured).count();
         let _ = writeln!(
             j,
             "<testsuite name=\"controls: {}\" tests=\"{}\" failures=\"{missed}\" errors=\"0\" skipped=\"{unmeasured}\" timestamp=\"{}\">",
@@ -770,8 +761,8 @@ fn junit_tail(e: &Evidence) -> String {
         let _ = writeln!(j, "</testsuite>");
     }
     if !e.drills.is_empty() {
-        let failed = e.drills.iter().filter(|d| d.result == "failed").count();
-        let aborted = e.drills.iter().filter(|d| d.result == "aborted").count();
+        let failed = e.drills.iter().filter(|d| d.result == DrillResult::Failed).count();
+        let aborted = e.drills.iter().filter(|d| d.result == DrillResult::Aborted).count();
         let _ = writeln!(
             j,
             "<testsuite name=\"DR drills\" tests=\"{}\" failures=\"{failed}\" errors=\"{aborted}\" skipped=\"0\" timestamp=\"{}\">",
@@ -779,7 +770,7 @@ fn junit_tail(e: &Evidence) -> String {
             xml(&e.from)
         );
         for d in &e.drills {
-            let verdict = junit_verdict(&d.result, "completed", &d.reasons);
+            let verdict = junit_verdict(d.result.as_str(), "completed", &d.reasons);
             let _ = writeln!(
                 j,
                 "<testcase classname=\"drcheck.drill.{}\" name=\"{}\" time=\"{:.3}\">{verdict}</testcase>",

@@ -293,7 +293,7 @@ pub(crate) mod tests_support {
             run_id: id.into(),
             started_at: format!("2026-11-0{}T03:00:00.000Z", id.len()),
             finished_at: "2026-11-01T03:01:00.000Z".into(),
-            result: result.into(),
+            result: result.parse().unwrap(),
             backup_key: Some("orders/2026-11-01.dump".into()),
             backup_created_at: None,
             rto_target_seconds: 600.0,
@@ -343,7 +343,7 @@ pub(crate) mod tests_support {
                 runbook: "failover".into(),
                 title: "Fail over".into(),
                 started_at: "2026-11-02T10:00:00.000Z".into(),
-                result: "completed".into(),
+                result: "completed".parse().unwrap(),
                 duration_seconds: 120.0,
                 rto_objective_seconds: Some(900.0),
                 rto_measured_seconds: Some(300.0),
@@ -376,7 +376,7 @@ mod tests {
         assert_eq!(verify(&signed, &k.verifying_key()), Vec::<String>::new());
 
         let mut changed = signed.clone();
-        changed.evidence.targets[0].runs[1].result = "passed".into();
+        changed.evidence.targets[0].runs[1].result = "passed".parse().unwrap();
         let p = verify(&changed, &k.verifying_key());
         assert_eq!(p.len(), 1, "{p:?}");
         assert!(p[0].starts_with("run bb of orders") && p[0].ends_with("changed"), "{p:?}");

@@ -546,7 +546,7 @@ mod property_tests {
             run_id: format!("run-{i}"),
             started_at: format!("2026-11-01T{:02}:{:02}:00.000Z", (i / 60) % 24, i % 60),
             finished_at: format!("2026-11-01T{:02}:{:02}:30.000Z", (i / 60) % 24, i % 60),
-            result: if passed { "passed" } else { "failed" }.into(),
+            result: if passed { "passed" } else { "failed" }.parse().unwrap(),
             backup_key: Some(format!("orders/{i}.dump")),
             backup_created_at: None,
             rto_target_seconds: 600.0,
@@ -557,7 +557,7 @@ mod property_tests {
             rpo_met: Some(true),
             validators: vec![ValidatorEvidence {
                 name: "checksums".into(),
-                status: if passed { "passed" } else { "failed" }.into(),
+                status: if passed { "passed" } else { "failed" }.parse().unwrap(),
                 detail: format!("{covered} rows"),
                 covered: [("rows".to_string(), covered)].into(),
                 inconclusive: if i.is_multiple_of(3) {

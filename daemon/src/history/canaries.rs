@@ -14,7 +14,7 @@ impl History {
         )
         .bind(&r.canary_id)
         .bind(&r.target)
-        .bind(&r.result)
+        .bind(r.result.as_str())
         .bind(&r.started_at)
         .bind(&r.finished_at)
         .bind(serde_json::to_string(r)?)
@@ -108,10 +108,11 @@ impl History {
         sink: &str,
     ) -> anyhow::Result<String> {
         let mut resolved = alert.clone();
-        resolved.state = "resolved".into();
+        resolved.state = crate::alerts::AlertState::Resolved;
         resolved.ends_at = Some(super::ts(std::time::SystemTime::now()));
         let episode = alert.run_id.clone().unwrap_or_default();
-        resolved.dedup_key = crate::alerts::dedup_key(&alert.target, &alert.alertname, &episode, "resolved");
+        resolved.dedup_key =
+            crate::alerts::dedup_key(&alert.target, &alert.alertname, &episode, crate::alerts::AlertState::Resolved);
         let mut tx = self.pool.begin().await?;
         super::outbox::enqueue(&mut tx, &resolved, &[sink.to_string()], Some(&alert.dedup_key)).await?;
         tx.commit().await?;

@@ -3,6 +3,7 @@
 
 use super::History;
 use super::{CLAIM_TTL, ts};
+use crate::alerts::AlertState;
 use crate::alerts::{self, Alert};
 use crate::run_report::RunReport;
 use sqlx::AnyConnection;
@@ -68,7 +69,7 @@ pub(super) async fn enqueue(
         .bind(&now)
         .execute(&mut *tx)
         .await?;
-        if let Some(key) = firing_key.filter(|_| a.state == "resolved") {
+        if let Some(key) = firing_key.filter(|_| a.state == AlertState::Resolved) {
             let seen: i64 = sqlx::query_scalar(
                 "select (select count(*) from alerts_delivered where sink = $1 and dedup_key = $2)
                       + (select count(*) from alert_outbox where sink = $1 and dedup_key = $2)",
@@ -90,7 +91,7 @@ pub(super) async fn enqueue(
         .bind(sink)
         .bind(&a.target)
         .bind(&a.alertname)
-        .bind(&a.state)
+        .bind(a.state.as_str())
         .bind(&a.dedup_key)
         .bind(&a.run_id)
         .bind(&payload)
@@ -128,7 +129,7 @@ pub(super) async fn enqueue_run_alerts(tx: &mut AnyConnection, r: &RunReport, si
                 .await?;
         let fires = now_firing.iter().find(|(n, _, _)| *n == name);
         let (state, episode, since, severity, description) = match (fires, prev) {
-            (Some((_, sev, desc)), Some((episode, since))) => ("firing", episode, since, *sev, desc.clone()),
+            (Some((_, sev, desc)), Some((episode, since))) => (AlertState::Firing, episode, since, *sev, desc.clone()),
             (Some((_, sev, desc)), None) => {
                 sqlx::query("insert into alert_state (target, alertname, episode, since) values ($1, $2, $3, $4)")
                     .bind(&r.target)
@@ -137,7 +138,7 @@ pub(super) async fn enqueue_run_alerts(tx: &mut AnyConnection, r: &RunReport, si
                     .bind(&r.started_at)
                     .execute(&mut *tx)
                     .await?;
-                ("firing", r.run_id.clone(), r.started_at.clone(), *sev, desc.clone())
+                (AlertState::Firing, r.run_id.clone(), r.started_at.clone(), *sev, desc.clone())
             }
             // The stale alert resolves only with a passing run.
             (None, Some(_)) if name == alerts::STALE && r.result != crate::run_report::RunResult::Passed => continue,
@@ -147,7 +148,13 @@ pub(super) async fn enqueue_run_alerts(tx: &mut AnyConnection, r: &RunReport, si
                     .bind(name)
                     .execute(&mut *tx)
                     .await?;
-                ("resolved", episode, since, alerts::severity_of(name), format!("{name} resolved by run {}", r.run_id))
+                (
+                    AlertState::Resolved,
+                    episode,
+                    since,
+                    alerts::severity_of(name),
+                    format!("{name} resolved by run {}", r.run_id),
+                )
             }
             (None, None) => continue,
         };
@@ -155,19 +162,19 @@ pub(super) async fn enqueue_run_alerts(tx: &mut AnyConnection, r: &RunReport, si
             alertname: name.to_string(),
             target: r.target.clone(),
             severity: severity.to_string(),
-            state: state.to_string(),
+            state,
             summary: format!("{name} for {}", r.target),
             description,
             run_id: Some(r.run_id.clone()),
             starts_at: since,
-            ends_at: (state == "resolved").then(|| r.finished_at.clone()),
+            ends_at: (state == AlertState::Resolved).then(|| r.finished_at.clone()),
             dedup_key: alerts::dedup_key(&r.target, name, &episode, state),
             canary: false,
         };
-        if state == "firing" {
+        if state == AlertState::Firing {
             remember_firing(tx, &alert).await?;
         }
-        let firing_key = alerts::dedup_key(&r.target, name, &episode, "firing");
+        let firing_key = alerts::dedup_key(&r.target, name, &episode, AlertState::Firing);
         enqueue(tx, &alert, sinks, Some(&firing_key)).await?;
     }
     Ok(())
@@ -362,13 +369,13 @@ impl History {
             alertname: alertname.into(),
             target: target.into(),
             severity: alerts::severity_of(alertname).into(),
-            state: "firing".into(),
+            state: AlertState::Firing,
             summary: format!("{alertname} for {target}"),
             description: description.into(),
             run_id: None,
             starts_at: now.clone(),
             ends_at: None,
-            dedup_key: alerts::dedup_key(target, alertname, &episode, "firing"),
+            dedup_key: alerts::dedup_key(target, alertname, &episode, AlertState::Firing),
             canary: false,
         };
         remember_firing(&mut tx, &alert).await?;
@@ -402,16 +409,16 @@ impl History {
             alertname: alertname.into(),
             target: target.into(),
             severity: alerts::severity_of(alertname).into(),
-            state: "resolved".into(),
+            state: AlertState::Resolved,
             summary: format!("{alertname} for {target}"),
             description: description.into(),
             run_id: None,
             starts_at: since,
             ends_at: Some(ts(SystemTime::now())),
-            dedup_key: alerts::dedup_key(target, alertname, &episode, "resolved"),
+            dedup_key: alerts::dedup_key(target, alertname, &episode, AlertState::Resolved),
             canary: false,
         };
-        let firing_key = alerts::dedup_key(target, alertname, &episode, "firing");
+        let firing_key = alerts::dedup_key(target, alertname, &episode, AlertState::Firing);
         enqueue(&mut tx, &alert, sinks, Some(&firing_key)).await?;
         tx.commit().await?;
         Ok(true)

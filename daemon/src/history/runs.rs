@@ -163,7 +163,7 @@ impl History {
             sqlx::query("insert into run_validators (run_id, name, status, detail) values ($1, $2, $3, $4)")
                 .bind(&r.run_id)
                 .bind(&v.name)
-                .bind(&v.status)
+                .bind(v.status.as_str())
                 .bind(&v.detail)
                 .execute(&mut *tx)
                 .await?;

@@ -127,8 +127,11 @@ pub(super) async fn index(State(s): State<Arc<Shared>>, headers: HeaderMap) -> R
     let failures = s.history.last_failure_per_target().await.unwrap_or_default();
     let mut b = String::new();
     let _ = writeln!(b, "<h1>drcheck: can we restore?</h1>");
-    let passing =
-        config.targets.iter().filter(|t| latest.get(&t.name).is_some_and(|r| r.result.as_str() == "passed")).count();
+    let passing = config
+        .targets
+        .iter()
+        .filter(|t| latest.get(&t.name).is_some_and(|r| r.result == crate::run_report::RunResult::Passed))
+        .count();
     let _ = writeln!(
         b,
         "<p id=\"overview\">{passing} of {} passed their last verification · {}</p>",
@@ -195,7 +198,7 @@ pub(super) async fn index(State(s): State<Arc<Shared>>, headers: HeaderMap) -> R
                 b,
                 "<tr class=\"canary\" id=\"canary-{n}\" data-result=\"{result}\"><td data-label=\"target\">{n}</td><td data-label=\"result\">{result}</td><td data-label=\"when\">{when}</td><td data-label=\"backup\">{backup}</td><td data-label=\"defects\" class=\"why\">{outcomes}</td></tr>",
                 n = esc(&t.name),
-                result = esc(&c.result),
+                result = c.result,
                 when = age(&c.finished_at),
                 backup = esc(c.backup.as_deref().unwrap_or("—")),
                 outcomes = esc(&c.outcomes()),
@@ -277,7 +280,7 @@ pub(super) async fn target(State(s): State<Arc<Shared>>, Path(name): Path<String
             bar(r.rpo_age_seconds, r.rpo_target_seconds),
             esc(&r.reasons.join(" | ")),
             id = esc(&r.run_id),
-            res = esc(&r.result)
+            res = r.result.as_str()
         );
     }
     let _ = writeln!(b, "</tbody></table>");

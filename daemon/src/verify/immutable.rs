@@ -12,6 +12,7 @@ use crate::history::Proven;
 use crate::run_report::{PinnedPart, ValidatorReport, timestamp};
 use drcheck_config::{LockMode, SourceConfig, StorageConfig, TargetConfig, format_duration};
 use drcheck_restore::{Backup, BackupObject, BackupStore, ObjectLock, StoreError};
+use drcheck_validators::{Finding, Status, enforce_coverage};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -100,7 +101,7 @@ pub(crate) async fn immutability(
     let StorageConfig::S3(s3) = storage else {
         return (
             finding(
-                "skipped",
+                Status::Skipped,
                 "a filesystem store has no versioning or object lock: nothing keeps a backup there from being \
                  replaced or deleted"
                     .into(),
@@ -111,12 +112,12 @@ pub(crate) async fn immutability(
     };
     let required = s3.require_lock;
     let unknown = |e: StoreError| {
-        let status = if required.is_some() { "error" } else { "skipped" };
+        let status = if required.is_some() { Status::Error } else { Status::Skipped };
         finding(status, format!("cannot read how the store protects the backup: {e}"), BTreeMap::new())
     };
     let protection = match store.protection().await {
         Ok(Some(p)) => p,
-        Ok(None) => return (finding("skipped", "the store keeps no locks".into(), BTreeMap::new()), vec![]),
+        Ok(None) => return (finding(Status::Skipped, "the store keeps no locks".into(), BTreeMap::new()), vec![]),
         Err(e) => return (unknown(e), objects.iter().map(plain).collect()),
     };
     let mut locks: Vec<(&BackupObject, ObjectLock)> = Vec::new();
@@ -157,15 +158,15 @@ pub(crate) async fn immutability(
     }
     let report = match required {
         None => finding(
-            "skipped",
+            Status::Skipped,
             format!("a note, nothing required (set [storage.{}] require_lock to require it): {facts}", target.storage),
             m,
         ),
         Some(_) if judged.problems.is_empty() && n > 0 => {
-            finding("passed", format!("{} required and held: {facts}", judged.requirement), m)
+            finding(Status::Passed, format!("{} required and held: {facts}", judged.requirement), m)
         }
         Some(_) if n == 0 => finding(
-            "failed",
+            Status::Failed,
             format!("{} required, but the backup has no objects to lock: {facts}", judged.requirement),
             m,
         ),
@@ -173,7 +174,7 @@ pub(crate) async fn immutability(
             let named: Vec<&str> = judged.problems.iter().take(NAMED).map(String::as_str).collect();
             let more = judged.problems.len().saturating_sub(NAMED);
             finding(
-                "failed",
+                Status::Failed,
                 format!(
                     "{} required: {}{}; {facts}",
                     judged.requirement,
@@ -187,15 +188,15 @@ pub(crate) async fn immutability(
     (report, pinned)
 }
 
-fn finding(status: &str, detail: String, measurements: BTreeMap<String, f64>) -> ValidatorReport {
-    ValidatorReport {
-        name: "immutability".into(),
-        status: status.into(),
-        detail,
-        measurements,
-        inconclusive: Vec::new(),
-        refused_by_primary: false,
+/// A store check's finding, through the same coverage rule as every validator's: a pass
+/// says what it covered (`covered_objects`, the objects asked).
+fn finding(status: Status, detail: String, measurements: BTreeMap<String, f64>) -> ValidatorReport {
+    let mut f = Finding::new("immutability", status, detail);
+    if let Some(n) = measurements.get("objects").copied() {
+        f = f.covered("objects", n as u64);
     }
+    f.measurements.extend(measurements);
+    ValidatorReport::from(&enforce_coverage(f))
 }
 
 /// What the locks say against what is required.
@@ -360,14 +361,7 @@ pub(crate) fn pin_changes(
 
 /// The `pinned` finding of a run that compared nothing, and why.
 pub(crate) fn pinned_skipped(why: &str) -> ValidatorReport {
-    ValidatorReport {
-        name: "pinned".into(),
-        status: "skipped".into(),
-        detail: why.to_string(),
-        measurements: BTreeMap::new(),
-        inconclusive: Vec::new(),
-        refused_by_primary: false,
-    }
+    ValidatorReport::from(&enforce_coverage(Finding::new("pinned", Status::Skipped, why)))
 }
 
 /// The `pinned` finding from [`pin_changes`].
@@ -376,9 +370,9 @@ pub(crate) fn pinned_finding(compared: usize, changes: &[PinChange]) -> Validato
     m.insert("pinned".into(), compared as f64);
     m.insert("changed".into(), changes.len() as f64);
     let (status, detail) = if compared == 0 {
-        ("skipped", "no proven backup is pinned yet (a passing run pins the backup it proved)".to_string())
+        (Status::Skipped, "no proven backup is pinned yet (a passing run pins the backup it proved)".to_string())
     } else if changes.is_empty() {
-        ("passed", format!("{compared} proven backups are as they were proven (each object's size and ETag)"))
+        (Status::Passed, format!("{compared} proven backups are as they were proven (each object's size and ETag)"))
     } else {
         let named: Vec<String> = changes
             .iter()
@@ -389,7 +383,7 @@ pub(crate) fn pinned_finding(compared: usize, changes: &[PinChange]) -> Validato
             })
             .collect();
         (
-            "failed",
+            Status::Failed,
             format!(
                 "{} of {compared} proven backups changed since they were proven — {}",
                 changes.len(),
@@ -397,14 +391,9 @@ pub(crate) fn pinned_finding(compared: usize, changes: &[PinChange]) -> Validato
             ),
         )
     };
-    ValidatorReport {
-        name: "pinned".into(),
-        status: status.into(),
-        detail,
-        measurements: m,
-        inconclusive: Vec::new(),
-        refused_by_primary: false,
-    }
+    let mut f = Finding::new("pinned", status, detail).covered("backups", compared as u64);
+    f.measurements.extend(m);
+    ValidatorReport::from(&enforce_coverage(f))
 }
 
 #[cfg(test)]
@@ -499,9 +488,9 @@ mod tests {
         assert_eq!(changes.len(), 1);
         assert!(changes[0].vanished && changes[0].backup == "d/c.dump", "{changes:?}");
         let f = pinned_finding(3, &changes);
-        assert_eq!(f.status, "failed");
+        assert_eq!(f.status, Status::Failed);
         assert!(f.detail.contains("d/c.dump") && f.detail.contains("older backups are still there"), "{}", f.detail);
-        assert_eq!(pinned_finding(0, &[]).status, "skipped", "nothing pinned is not a pass");
+        assert_eq!(pinned_finding(0, &[]).status, Status::Skipped, "nothing pinned is not a pass");
     }
 
     #[test]

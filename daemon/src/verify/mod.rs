@@ -31,6 +31,7 @@ use crate::measure::Measurements;
 use crate::progress::Progress;
 use crate::run_report::{Phase, Rpo, Rto, RunError, RunReport, RunResult, secs, timestamp};
 use drcheck_config::{Config, TargetConfig};
+use drcheck_validators::Status;
 use std::time::{Duration, SystemTime};
 use stop::{Stop, cap_message, short};
 use tokio_util::sync::CancellationToken;
@@ -323,7 +324,7 @@ pub(crate) fn failure_reason(r: &RunReport) -> String {
     parts.extend(
         r.validators
             .iter()
-            .filter(|v| v.status == "failed" || v.status == "error")
+            .filter(|v| v.status == Status::Failed || v.status == Status::Error)
             .map(|v| format!("{} {}: {}", v.name, v.status, short(&v.detail, 300))),
     );
     let human = |s: f64| drcheck_config::format_duration(std::time::Duration::from_secs_f64(s.max(0.0).round()));

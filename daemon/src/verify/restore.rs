@@ -433,10 +433,10 @@ mod tests {
             at: "2026-12-07T00:00:00.000Z".into(),
         };
         let f = archive_finding(&check(Some("000000010000000000000011")), std::slice::from_ref(&ack));
-        assert_eq!(f.status, "skipped", "{f:?}");
+        assert_eq!(f.status, drcheck_validators::Status::Skipped, "{f:?}");
         assert!(f.detail.contains("acknowledged lost") && f.detail.contains("archiver's disk died"), "{}", f.detail);
         let f = archive_finding(&check(Some("000000010000000000000012")), std::slice::from_ref(&ack));
-        assert_eq!(f.status, "failed", "a gap outside the acknowledged range: {f:?}");
-        assert_eq!(archive_finding(&check(None), &[ack]).status, "passed");
+        assert_eq!(f.status, drcheck_validators::Status::Failed, "a gap outside the acknowledged range: {f:?}");
+        assert_eq!(archive_finding(&check(None), &[ack]).status, drcheck_validators::Status::Passed);
     }
 }

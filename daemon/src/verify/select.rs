@@ -86,7 +86,7 @@ pub(crate) async fn select_stage(
             run.report.rpo.recovery_window_start = c
                 .restorable
                 .iter()
-                .find(|b| b.catalog.as_ref().is_some_and(|c| c.status == "ok"))
+                .find(|b| b.catalog.as_ref().is_some_and(|c| c.status.is_ok()))
                 .map(|b| timestamp(b.last_modified));
             (backup, restorable)
         }
@@ -317,7 +317,7 @@ pub(crate) fn select_from_catalog(
             )
         });
     }
-    let usable: Vec<&Backup> = all.iter().filter(|b| b.catalog.as_ref().is_some_and(|c| c.status == "ok")).collect();
+    let usable: Vec<&Backup> = all.iter().filter(|b| b.catalog.as_ref().is_some_and(|c| c.status.is_ok())).collect();
     let skipped = all.len() - usable.len();
     if skipped > 0 {
         tracing::warn!(skipped, "backups the catalog marks in error were skipped");
@@ -362,7 +362,7 @@ pub(crate) async fn coverage_now(
 ) -> Result<Coverage, String> {
     let (_, listed) = list_backups(config, target).await.map_err(|e| e.to_string())?;
     let restorable: Vec<Backup> =
-        listed.into_iter().filter(|b| b.catalog.as_ref().is_none_or(|c| c.status == "ok")).collect();
+        listed.into_iter().filter(|b| b.catalog.as_ref().is_none_or(|c| c.status.is_ok())).collect();
     let proven = history.proven(&target.name).await.ok_or("the history store cannot be read")?;
     Ok(coverage(&restorable, &proven, target.prove_within, "", SystemTime::now()).0)
 }
@@ -480,7 +480,7 @@ pub(crate) async fn draw_point(
         Some(c) => c
             .restorable
             .iter()
-            .filter(|b| b.catalog.as_ref().is_some_and(|c| c.status == "ok"))
+            .filter(|b| b.catalog.as_ref().is_some_and(|c| c.status.is_ok()))
             .map(|b| b.last_modified + STOP_CLOCK)
             .collect(),
         None => {
@@ -728,7 +728,11 @@ mod select_tests {
                 tool: "pgbackrest",
                 kind: "full".into(),
                 started: at,
-                status: status.into(),
+                status: if status == "ok" {
+                    drcheck_restore::CatalogStatus::Ok
+                } else {
+                    drcheck_restore::CatalogStatus::Unusable(status.into())
+                },
                 wal_start: None,
                 wal_stop: None,
                 tablespaces: vec![],

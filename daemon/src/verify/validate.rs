@@ -10,6 +10,7 @@ use crate::history::History;
 use crate::progress::Progress;
 use crate::run_report::ValidatorReport;
 use drcheck_config::{Comparisons, Config};
+use drcheck_validators::Status;
 use std::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -127,8 +128,8 @@ pub(super) async fn validate_stage(
 /// SQLSTATE 42501 — a missing grant — while they ran), made `skipped` saying so; their names.
 pub(crate) fn refused_by_the_primary(validators: &mut [ValidatorReport]) -> Vec<String> {
     let mut names = Vec::new();
-    for v in validators.iter_mut().filter(|v| v.status == "error" && v.refused_by_primary) {
-        v.status = "skipped".into();
+    for v in validators.iter_mut().filter(|v| v.status == Status::Error && v.refused_by_primary) {
+        v.status = Status::Skipped;
         v.detail = format!("skipped (comparisons = \"best-effort\"): the primary refused drcheck's role: {}", v.detail);
         names.push(v.name.clone());
     }

@@ -337,7 +337,7 @@ impl Repository for Catalog {
     ) -> Result<Integrity, RestoreError> {
         let mut integrity = Integrity::default();
         if let Some(newest) = backups.last()
-            && let Some(c) = newest.catalog.as_ref().filter(|c| c.status != "ok")
+            && let Some(c) = newest.catalog.as_ref().filter(|c| !c.status.is_ok())
         {
             integrity.notes.push(format!("the newest backup {} is {}: not restorable", newest.key, c.status));
         }
@@ -426,7 +426,11 @@ fn parse_list(json: &[u8]) -> Result<Vec<Backup>, String> {
                     tool: "barman-cloud",
                     kind: "full".into(),
                     started: time(&b["begin_time"]),
-                    status: if status == "DONE" { "ok".into() } else { status.to_ascii_lowercase() },
+                    status: if status == "DONE" {
+                        crate::store::CatalogStatus::Ok
+                    } else {
+                        crate::store::CatalogStatus::Unusable(status.to_ascii_lowercase())
+                    },
                     wal_start: b["begin_wal"].as_str().map(str::to_string),
                     wal_stop: b["end_wal"].as_str().map(str::to_string),
                     tablespaces: tablespace_names(&b["tablespaces"]),
@@ -490,8 +494,8 @@ mod tests {
              "begin_time": "Mon Nov 30 17:00:00 2026", "end_time": null}]}"#;
         let b = parse_list(json.as_bytes()).unwrap();
         assert_eq!(b.len(), 2);
-        assert_eq!(b[0].catalog.as_ref().unwrap().status, "ok");
-        assert_eq!(b[1].catalog.as_ref().unwrap().status, "failed");
+        assert_eq!(b[0].catalog.as_ref().unwrap().status, crate::store::CatalogStatus::Ok);
+        assert_eq!(b[1].catalog.as_ref().unwrap().status, crate::store::CatalogStatus::Unusable("failed".into()));
         assert_eq!(b[0].last_modified, humantime::parse_rfc3339("2026-11-30T16:50:24Z").unwrap());
         assert!(parse_list(b"{}").is_err());
         let with = serde_json::json!([["tbs1", 16385, "/srv/tbs1"], {"name": "tbs2", "oid": 16386}]);

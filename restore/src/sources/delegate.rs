@@ -412,7 +412,7 @@ where
 /// recovered from the backups before it.
 pub(crate) fn continuity(backups: &[crate::store::Backup], archived: &Archived, integrity: &mut Integrity) {
     let usable: Vec<_> =
-        backups.iter().filter_map(|b| b.catalog.as_ref().filter(|c| c.status == "ok").map(|c| (b, c))).collect();
+        backups.iter().filter_map(|b| b.catalog.as_ref().filter(|c| c.status.is_ok()).map(|c| (b, c))).collect();
     integrity.backups += usable.len() as u64;
     let Some(newest) = archived.segments.iter().next_back() else {
         if !usable.is_empty() {
@@ -520,7 +520,7 @@ mod tests {
                 tool: "pgbackrest",
                 kind: "full".into(),
                 started: std::time::SystemTime::UNIX_EPOCH,
-                status: "ok".into(),
+                status: crate::store::CatalogStatus::Ok,
                 wal_start: Some(start.into()),
                 wal_stop: Some(stop.into()),
                 tablespaces: vec![],

@@ -656,7 +656,11 @@ fn parse_info(json: &[u8], stanza: &str) -> Result<Catalog, String> {
                 tool: "pgbackrest",
                 kind: b["type"].as_str().unwrap_or("unknown").to_string(),
                 started: time(&b["timestamp"]["start"]),
-                status: if b["error"].as_bool() == Some(true) { "error".into() } else { "ok".into() },
+                status: if b["error"].as_bool() == Some(true) {
+                    crate::store::CatalogStatus::Unusable("error".into())
+                } else {
+                    crate::store::CatalogStatus::Ok
+                },
                 wal_start: text(&b["archive"]["start"]),
                 wal_stop: text(&b["archive"]["stop"]),
                 tablespaces: vec![],

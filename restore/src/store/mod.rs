@@ -180,13 +180,40 @@ pub struct CatalogEntry {
     /// `full`, `diff` or `incr`.
     pub kind: String,
     pub started: SystemTime,
-    /// `ok`, or why the tool marks it unusable.
-    pub status: String,
+    /// Whether the tool calls it usable, and why not.
+    pub status: CatalogStatus,
     /// The first and last WAL file the backup needs to become consistent.
     pub wal_start: Option<String>,
     pub wal_stop: Option<String>,
     /// barman-cloud: the backup's tablespaces, by name (restored inside the run's directory).
     pub tablespaces: Vec<String>,
+}
+
+/// What a backup tool's catalog says of a backup: usable, or not and why (the tool's
+/// own word: pgBackRest's `error`, barman-cloud's status other than `DONE`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CatalogStatus {
+    Ok,
+    Unusable(String),
+}
+
+impl CatalogStatus {
+    pub fn is_ok(&self) -> bool {
+        *self == CatalogStatus::Ok
+    }
+
+    pub fn as_str(&self) -> &str {
+        match self {
+            CatalogStatus::Ok => "ok",
+            CatalogStatus::Unusable(why) => why,
+        }
+    }
+}
+
+impl std::fmt::Display for CatalogStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 impl Protection {
