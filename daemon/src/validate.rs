@@ -555,25 +555,24 @@ async fn primary_for(
                 .ok()
                 .map(|u| u.path().trim_start_matches('/').to_string())
                 .unwrap_or_else(|| db.to_string());
-            let hint = primary_hint(&why);
+            let hint = primary_hint(why.refusal);
             tracing::warn!(target = %target.name, database = %on_primary, reason = %why, "primary unreachable: comparisons skipped{hint}");
             Primary::Unavailable(format!("cannot connect to {} (database {on_primary:?}): {why}{hint}", url.redacted()))
         }
     }
 }
 
-/// What to do about a failed connection to the primary, when the error says.
-fn primary_hint(why: &str) -> &'static str {
-    if why.contains("password authentication failed") || why.contains("no password") {
-        " — check the user and password in the target's primary URL (and the ${VAR} it reads)"
-    } else if why.contains("does not exist") && why.contains("database") {
-        " — the URL names a database the primary does not have"
-    } else if why.contains("Connection refused") || why.contains("no answer within") {
-        " — is the primary's host and port right, and does it accept connections from here?"
-    } else if why.contains("pg_hba.conf") {
-        " — the primary's pg_hba.conf does not admit drcheck's host/user"
-    } else {
-        ""
+/// What to do about a failed connection to the primary, from why it failed.
+fn primary_hint(why: drcheck_validators::primary::Refusal) -> &'static str {
+    use drcheck_validators::primary::Refusal;
+    match why {
+        Refusal::BadPassword => " — check the user and password in the target's primary URL (and the ${VAR} it reads)",
+        Refusal::NoDatabase => " — the URL names a database the primary does not have",
+        Refusal::ConnectionRefused | Refusal::NoAnswer => {
+            " — is the primary's host and port right, and does it accept connections from here?"
+        }
+        Refusal::NotAdmitted => " — the primary's pg_hba.conf (or the role) does not admit drcheck's host/user",
+        Refusal::Other => "",
     }
 }
 

@@ -5,7 +5,9 @@
 
 use crate::asof;
 use crate::catalog;
-use crate::finding::{Finding, Said, Status, TableName, human_bytes, in_scope, some_of};
+use crate::finding::{
+    Failure, Finding, INSUFFICIENT_PRIVILEGE, Said, Status, TableName, human_bytes, in_scope, some_of,
+};
 use crate::primary::PrimaryDb;
 use async_trait::async_trait;
 use drcheck_config::{ValidatorsConfig, quote_ident};
@@ -266,14 +268,34 @@ impl Context {
 /// What a failed query on the primary says, with the policy to blame when row-level
 /// security refused it (drcheck's sessions set `row_security = off`, so a read that a
 /// policy would filter raises instead of silently returning fewer rows).
-pub(crate) async fn primary_error(primary: &PrimaryDb, t: &TableName, e: &sqlx::Error) -> String {
-    explain_primary_error(primary, t, &e.said()).await
+pub(crate) async fn primary_error(primary: &PrimaryDb, t: &TableName, e: sqlx::Error) -> String {
+    explain_primary_error(primary, t, &Failure::from(e)).await
 }
 
-/// [`primary_error`] of an error's text.
-pub(crate) async fn explain_primary_error(primary: &PrimaryDb, t: &TableName, message: &str) -> String {
-    if !message.contains("row-level security") {
-        return message.to_string();
+/// [`primary_error`] of a [`Failure`]: an insufficient privilege (SQLSTATE 42501) on a
+/// table whose row-level security is on, for a role that does not bypass it, is that
+/// security — decided from the primary's catalog, never from the error's words.
+pub(crate) async fn explain_primary_error(primary: &PrimaryDb, t: &TableName, e: &Failure) -> String {
+    if !e.is(INSUFFICIENT_PRIVILEGE) {
+        return e.text.clone();
+    }
+    let filtered: Option<bool> = primary
+        .timed(
+            sqlx::query_scalar(
+                "select c.relrowsecurity and not (select r.rolbypassrls from pg_catalog.pg_roles r
+                                                   where r.rolname operator(pg_catalog.=) current_user)
+                   from pg_catalog.pg_class c join pg_catalog.pg_namespace n on n.oid operator(pg_catalog.=) c.relnamespace
+                  where n.nspname operator(pg_catalog.=) $1 and c.relname operator(pg_catalog.=) $2",
+            )
+            .bind(&t.schema)
+            .bind(&t.name)
+            .fetch_optional(&primary.pool),
+        )
+        .await
+        .ok()
+        .flatten();
+    if filtered != Some(true) {
+        return e.text.clone();
     }
     let policies: Vec<String> = primary
         .timed(

@@ -71,15 +71,21 @@ pub struct Finding {
 }
 
 impl Finding {
-    pub fn new(name: &str, status: Status, detail: impl Into<String>) -> Self {
-        let mut detail = detail.into();
-        // The error a new install meets first on the primary: say what to grant.
-        if status == Status::Error && detail.contains("permission denied for") && !detail.contains("GRANT") {
-            detail.push_str(
+    /// The error a new install meets first on the primary, said with what to grant: for
+    /// a check that erred while the primary refused drcheck's role (SQLSTATE 42501,
+    /// counted by the primary's sessions — [`Finding::refused_by_primary`]).
+    pub fn advise_grant(mut self) -> Self {
+        if self.status == Status::Error && self.refused_by_primary {
+            self.detail.push_str(
                 " — drcheck's role on the primary may not read this: GRANT pg_read_all_data TO that role \
                  (PostgreSQL 14+), or SELECT on the tables it checks",
             );
         }
+        self
+    }
+
+    pub fn new(name: &str, status: Status, detail: impl Into<String>) -> Self {
+        let detail = detail.into();
         Self {
             name: name.to_string(),
             status,
@@ -157,6 +163,55 @@ impl Said for sqlx::Error {
             }
         }
         text
+    }
+}
+
+/// An error as drcheck says it ([`Said`]), with the database's SQLSTATE when a database
+/// raised it: what a branch decides on — never the words.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Failure {
+    pub sqlstate: Option<String>,
+    pub text: String,
+}
+
+/// SQLSTATE 42501, insufficient_privilege: a grant is missing, or row-level security
+/// would filter the read (drcheck's sessions set `row_security = off`).
+pub const INSUFFICIENT_PRIVILEGE: &str = "42501";
+/// SQLSTATE 42883, undefined_function: e.g. no hash function for a column's type.
+pub const UNDEFINED_FUNCTION: &str = "42883";
+
+impl Failure {
+    /// Whether the database raised it with `sqlstate`.
+    pub fn is(&self, sqlstate: &str) -> bool {
+        self.sqlstate.as_deref() == Some(sqlstate)
+    }
+}
+
+impl From<sqlx::Error> for Failure {
+    fn from(e: sqlx::Error) -> Self {
+        let sqlstate = match &e {
+            sqlx::Error::Database(db) => db.code().map(|c| c.into_owned()),
+            _ => None,
+        };
+        Failure { sqlstate, text: e.said() }
+    }
+}
+
+impl From<String> for Failure {
+    fn from(text: String) -> Self {
+        Failure { sqlstate: None, text }
+    }
+}
+
+impl From<&str> for Failure {
+    fn from(text: &str) -> Self {
+        Failure { sqlstate: None, text: text.to_string() }
+    }
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.text)
     }
 }
 
@@ -258,10 +313,16 @@ mod coverage_tests {
     /// Issue 26: a missing grant on the primary says what to grant.
     #[test]
     fn a_missing_grant_names_the_grant() {
-        let f = Finding::new("row_counts", Status::Error, "could not count: permission denied for table orders");
-        assert!(f.detail.contains("GRANT pg_read_all_data"), "{}", f.detail);
-        let f = Finding::new("row_counts", Status::Failed, "permission denied for table orders");
-        assert!(!f.detail.contains("GRANT"), "only errors: {}", f.detail);
+        let refused = |status| {
+            let mut f = Finding::new("row_counts", status, "could not count: permission denied for table orders");
+            f.refused_by_primary = true;
+            f.advise_grant()
+        };
+        assert!(refused(Status::Error).detail.contains("GRANT pg_read_all_data"));
+        assert!(!refused(Status::Failed).detail.contains("GRANT"), "only errors");
+        // Decided by the primary's refusal, not the words: the same words without one.
+        let f = Finding::new("row_counts", Status::Error, "permission denied for table orders").advise_grant();
+        assert!(!f.detail.contains("GRANT"), "{}", f.detail);
     }
 
     #[test]

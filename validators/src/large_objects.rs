@@ -26,7 +26,7 @@ use crate::asof::{self, Bind};
 use crate::checksums::plan::{Range, plan};
 use crate::context::{Context, Validator};
 use crate::finding::Said;
-use crate::finding::{Finding, Status, some_of};
+use crate::finding::{Failure, Finding, INSUFFICIENT_PRIVILEGE, Status, some_of};
 use crate::primary::PrimaryDb;
 use async_trait::async_trait;
 use drcheck_config::quote_ident;
@@ -134,7 +134,7 @@ struct Compared {
     sampled: bool,
 }
 
-async fn compare(cx: &Context, primary: &PrimaryDb) -> Result<Compared, String> {
+async fn compare(cx: &Context, primary: &PrimaryDb) -> Result<Compared, Failure> {
     let bounds =
         "select pg_catalog.min(oid::pg_catalog.int8), pg_catalog.max(oid::pg_catalog.int8), pg_catalog.count(*)
                     from pg_catalog.pg_largeobject_metadata";
@@ -145,7 +145,7 @@ async fn compare(cx: &Context, primary: &PrimaryDb) -> Result<Compared, String> 
         sqlx::query_as::<_, (Option<i64>, Option<i64>, i64)>(bounds).fetch_one(&cx.restored),
         primary.timed(sqlx::query_scalar::<_, f64>(pages).fetch_one(&primary.pool)),
     );
-    let (pb, cb) = (pb.map_err(|e| e.said())?, cb.map_err(|e| e.said())?);
+    let (pb, cb) = (pb.map_err(Failure::from)?, cb.map_err(Failure::from)?);
     let mut out = Compared::default();
     // The OID ranges are the primary's alone: objects the copy holds beyond them are
     // counted (not on the primary now) and never open ranges of their own.
@@ -161,7 +161,7 @@ async fn compare(cx: &Context, primary: &PrimaryDb) -> Result<Compared, String> 
     .bind(hi)
     .fetch_one(&cx.restored)
     .await
-    .map_err(|e| e.said())?;
+    .map_err(Failure::from)?;
     out.unlinked += outside.max(0) as u64;
     // Ranges of about `checksum_chunk_rows` pages, by the objects' average size.
     let objects = pb.2.max(cb.2).max(1) as f64;
@@ -177,7 +177,7 @@ async fn compare(cx: &Context, primary: &PrimaryDb) -> Result<Compared, String> 
             objects_in(&primary.pool, Some(primary), &cx.since, range),
             objects_in(&cx.restored, None, &cx.since, range)
         );
-        let (p, c) = (p.map_err(|e| e.said())?, c.map_err(|e| e.said())?);
+        let (p, c) = (p.map_err(Failure::from)?, c.map_err(Failure::from)?);
         for (oid, (pages, h, changed)) in &p {
             match (c.get(oid), changed) {
                 (None, true) => out.created += 1,
@@ -208,9 +208,10 @@ async fn compare(cx: &Context, primary: &PrimaryDb) -> Result<Compared, String> 
                 .fetch_all(&primary.pool),
             )
             .await
-            .map_err(|e| e.said())?;
+            .map_err(Failure::from)?;
         let ids: Vec<i64> = xmins.iter().map(|(_, x)| *x).collect::<BTreeSet<_>>().into_iter().collect();
-        let committed = asof::committed_at_point(&cx.since, &cx.restored, primary, &ids).await.map_err(|e| e.said())?;
+        let committed =
+            asof::committed_at_point(&cx.since, &cx.restored, primary, &ids).await.map_err(Failure::from)?;
         for (oid, x) in xmins {
             match committed.get(&x).copied().flatten() {
                 Some(true) => out.lost.push(oid),
@@ -333,7 +334,7 @@ impl Validator for LargeObjects {
             ),
             Ok(primary) => match compare(cx, primary).await {
                 Ok(c) => compared = c,
-                Err(e) if e.contains("permission denied") => errors.push(format!(
+                Err(e) if e.is(INSUFFICIENT_PRIVILEGE) => errors.push(format!(
                     "the primary refuses to show large objects' data to drcheck's role ({e}): grant it pg_read_all_data"
                 )),
                 Err(e) => errors.push(format!("comparing large objects: {e}")),

@@ -105,9 +105,58 @@ impl PrimaryDb {
 }
 
 /// Connects to the primary. The error never contains the URL or its password.
-pub async fn connect(url: &str, limits: &PrimaryLimits) -> Result<PrimaryDb, String> {
-    let opts =
-        PgConnectOptions::from_str(url).map_err(|_| "the primary URL is not a valid postgres:// URL".to_string())?;
+/// Why the primary refused a connection, from what the connection itself says (its
+/// SQLSTATE, the socket's error kind), never the message's words.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// Nothing answered within the connect timeout.
+    NoAnswer,
+    /// The host refused the TCP connection (nothing listens there).
+    ConnectionRefused,
+    /// SQLSTATE 28P01: the password is wrong (or none was given).
+    BadPassword,
+    /// SQLSTATE 28000: pg_hba.conf, or the role, does not admit the connection.
+    NotAdmitted,
+    /// SQLSTATE 3D000: the database does not exist.
+    NoDatabase,
+    /// Anything else: said in its own words.
+    Other,
+}
+
+/// A failed connection to the primary: why ([`Refusal`]) and in its own words (the URL's
+/// password scrubbed).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ConnectError {
+    pub refusal: Refusal,
+    pub text: String,
+}
+
+impl std::fmt::Display for ConnectError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+impl std::error::Error for ConnectError {}
+
+fn refusal_of(e: &sqlx::Error) -> Refusal {
+    match e {
+        sqlx::Error::Database(db) => match db.code().as_deref() {
+            Some("28P01") => Refusal::BadPassword,
+            Some("28000") => Refusal::NotAdmitted,
+            Some("3D000") => Refusal::NoDatabase,
+            _ => Refusal::Other,
+        },
+        sqlx::Error::Io(io) if io.kind() == std::io::ErrorKind::ConnectionRefused => Refusal::ConnectionRefused,
+        _ => Refusal::Other,
+    }
+}
+
+pub async fn connect(url: &str, limits: &PrimaryLimits) -> Result<PrimaryDb, ConnectError> {
+    let opts = PgConnectOptions::from_str(url).map_err(|_| ConnectError {
+        refusal: Refusal::Other,
+        text: "the primary URL is not a valid postgres:// URL".to_string(),
+    })?;
     let timeout_ms = limits.statement_timeout.as_millis().to_string();
     let opts = canonical_session(opts.application_name("drcheck")).options([
         ("default_transaction_read_only", "on"),
@@ -119,10 +168,15 @@ pub async fn connect(url: &str, limits: &PrimaryLimits) -> Result<PrimaryDb, Str
     // the primary's own time zone (the pool's sessions are pinned to UTC).
     let mut probe = tokio::time::timeout(limits.connect_timeout, PgConnection::connect_with(&opts))
         .await
-        .map_err(|_| format!("no answer within {:?}", limits.connect_timeout))?
-        .map_err(|e| scrub(&e.said(), url))?;
-    let time_zone: String =
-        sqlx::query_scalar(PRIMARY_TIME_ZONE).fetch_one(&mut probe).await.map_err(|e| scrub(&e.said(), url))?;
+        .map_err(|_| ConnectError {
+            refusal: Refusal::NoAnswer,
+            text: format!("no answer within {:?}", limits.connect_timeout),
+        })?
+        .map_err(|e| ConnectError { refusal: refusal_of(&e), text: scrub(&e.said(), url) })?;
+    let time_zone: String = sqlx::query_scalar(PRIMARY_TIME_ZONE)
+        .fetch_one(&mut probe)
+        .await
+        .map_err(|e| ConnectError { refusal: refusal_of(&e), text: scrub(&e.said(), url) })?;
     let _ = probe.close().await;
     let pool = PgPoolOptions::new()
         .max_connections(limits.max_concurrency.max(1))

@@ -84,7 +84,8 @@ async fn run_group(
             .into_iter()
             .map(|mut f| {
                 f.refused_by_primary = was_refused && f.status == Status::Error;
-                enforce_coverage(f).with("seconds", (started.elapsed().as_secs_f64() * 1000.0).round() / 1000.0)
+                enforce_coverage(f.advise_grant())
+                    .with("seconds", (started.elapsed().as_secs_f64() * 1000.0).round() / 1000.0)
             })
             .collect();
         for f in &findings {

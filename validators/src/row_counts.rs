@@ -165,7 +165,7 @@ async fn count(cx: &Context, primary: &crate::primary::PrimaryDb, t: &TableName)
         .persistent(false);
     let (p, p_changed, p_settled) = match primary.timed(q.fetch_one(&primary.pool)).await {
         Ok(v) => v,
-        Err(e) => return Err(crate::context::primary_error(primary, t, &e).await),
+        Err(e) => return Err(crate::context::primary_error(primary, t, e).await),
     };
     let copy_sql = format!("select pg_catalog.count(*) from {table} drcheck_row{where_}");
     let copy_binds = if how == How::Cut { binds } else { vec![] };

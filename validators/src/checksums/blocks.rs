@@ -21,7 +21,7 @@ use super::Tally;
 use super::plan::{BlockPlan, Hash};
 use crate::asof::{self, Bind, Since};
 use crate::context::Context;
-use crate::finding::Said;
+use crate::finding::Failure;
 use crate::finding::TableName;
 use crate::primary::PrimaryDb;
 use drcheck_config::quote_ident;
@@ -284,7 +284,7 @@ async fn inclusion(
     since: Option<&Since>,
     (p, r): (Totals, Totals),
     tally: &mut Tally,
-) -> Result<(), String> {
+) -> Result<(), Failure> {
     let mask = mask_for(p.count.max(r.count));
     // The copy holds the rows the primary wrote between the journal's sample and T as
     // the primary holds them now: left out of the copy's buckets, they do not make them
@@ -292,7 +292,7 @@ async fn inclusion(
     // exact counts).
     let except = match since {
         Some(s) if (1..=MAX_NEW_HASHES).contains(&p.changed) => {
-            new_hashes(primary, t, plan, s).await.map_err(|e| e.said())?
+            new_hashes(primary, t, plan, s).await.map_err(Failure::from)?
         }
         _ => Vec::new(),
     };
@@ -300,7 +300,7 @@ async fn inclusion(
         buckets(&primary.pool, Some(primary), t, plan, since, mask, &[]),
         buckets(&cx.restored, None, t, plan, None, mask, &except)
     );
-    let (pb, rb) = (pb.map_err(|e| e.said())?, rb.map_err(|e| e.said())?);
+    let (pb, rb) = (pb.map_err(Failure::from)?, rb.map_err(Failure::from)?);
     let differing: Vec<i64> = pb
         .keys()
         .chain(rb.keys())
@@ -314,10 +314,10 @@ async fn inclusion(
     let cost: i64 = chosen.iter().map(|b| pb[b].0 + rb.get(b).map_or(0, |c| c.0)).sum();
     let limit = cx.settings.checksum_drill_rows;
     if cost as u64 > limit {
-        return Err(format!(
+        return Err(Failure::from(format!(
             "deciding which of its rows the copy holds would read {cost} rows, more than checksum_drill_rows \
              ({limit}) — raise [target.validators] checksum_drill_rows (a limit of drcheck's, never a pass)"
-        ));
+        )));
     }
     let (ph, rh) = if chosen.is_empty() {
         (HashMap::new(), HashMap::new())
@@ -326,7 +326,7 @@ async fn inclusion(
             hashes_in(&primary.pool, Some(primary), t, plan, since, mask, &chosen),
             hashes_in(&cx.restored, None, t, plan, None, mask, &chosen)
         );
-        (ph.map_err(|e| e.said())?, rh.map_err(|e| e.said())?)
+        (ph.map_err(Failure::from)?, rh.map_err(Failure::from)?)
     };
     let mut missing: Vec<i64> = Vec::new();
     let mut lacking = 0i64;
@@ -348,10 +348,10 @@ async fn inclusion(
     }
     missing.sort_unstable();
     let named = match since {
-        Some(s) => name_rows(primary, t, plan, s, &missing).await.map_err(|e| e.said())?,
+        Some(s) => name_rows(primary, t, plan, s, &missing).await.map_err(Failure::from)?,
         None => {
             let never = Since::Unknown { why: String::new(), commit_ts: None };
-            name_rows(primary, t, plan, &never, &missing).await.map_err(|e| e.said())?
+            name_rows(primary, t, plan, &never, &missing).await.map_err(Failure::from)?
         }
     };
     let shown = if named.is_empty() { String::new() } else { format!(": {}", named.join("; ")) };
@@ -370,13 +370,13 @@ pub(crate) async fn compare(
     plan: &BlockPlan<'_>,
     since: &Since,
     tally: &mut Tally,
-) -> Result<(), String> {
+) -> Result<(), Failure> {
     let known = since.known();
     let (p, r) = tokio::join!(
         totals(&primary.pool, Some(primary), t, plan, known.then_some(since)),
         totals(&cx.restored, None, t, plan, None)
     );
-    let (p, r) = (p.map_err(|e| e.said())?, r.map_err(|e| e.said())?);
+    let (p, r) = (p.map_err(Failure::from)?, r.map_err(Failure::from)?);
     tally.changed += p.changed;
     if (p.count, p.sum) == (r.count, r.sum) {
         tally.compared += p.count;

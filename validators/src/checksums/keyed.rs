@@ -22,7 +22,7 @@ use super::Tally;
 use super::plan::{Hash, Range};
 use crate::asof::{self, Bind, Since};
 use crate::context::{Context, Cut};
-use crate::finding::Said;
+use crate::finding::Failure;
 use crate::finding::TableName;
 use crate::primary::PrimaryDb;
 use drcheck_config::quote_ident;
@@ -226,7 +226,7 @@ pub(crate) async fn compare(
     plan: &Keyed<'_>,
     ranges: Vec<Range>,
     tally: &mut Tally,
-) -> Result<(), String> {
+) -> Result<(), Failure> {
     let drilled_rows = AtomicU64::new(0);
     let limit = cx.settings.checksum_drill_rows;
     let known = plan.since.known();
@@ -236,20 +236,20 @@ pub(crate) async fn compare(
             async move {
                 let mut part = Tally::default();
                 let (old, old_sum, changed, keys) = if known {
-                    primary_totals(primary, plan, range).await.map_err(|e| e.said())?
+                    primary_totals(primary, plan, range).await.map_err(Failure::from)?
                 } else {
-                    let (n, sum, _, _) = primary_totals(primary, plan, range).await.map_err(|e| e.said())?;
+                    let (n, sum, _, _) = primary_totals(primary, plan, range).await.map_err(Failure::from)?;
                     (n, sum, 0, Some(Vec::new()))
                 };
                 // Too many rows changed to name: decided row by row.
                 let (n, sum) = match &keys {
-                    Some(keys) => copy_totals(cx, plan, range, keys).await.map_err(|e| e.said())?,
+                    Some(keys) => copy_totals(cx, plan, range, keys).await.map_err(Failure::from)?,
                     None => (-1, 0),
                 };
                 if keys.is_some() && (n, sum) == (old, old_sum) {
                     part.compared += old;
                     part.changed += changed;
-                    return Ok::<_, String>(part);
+                    return Ok::<_, Failure>(part);
                 }
                 let (lo, hi) = bounds(range);
                 let at = format!(" for {} in [{lo}, {hi})", plan.key);
@@ -262,13 +262,13 @@ pub(crate) async fn compare(
                 let cost = (old + changed).max(0) as u64 + n.max(old).max(0) as u64;
                 let before = drilled_rows.fetch_add(cost, Ordering::Relaxed);
                 if before + cost > limit {
-                    return Err(format!(
+                    return Err(Failure::from(format!(
                         "deciding its differing key ranges row by row would read more than checksum_drill_rows \
                          ({limit}) rows — raise [target.validators] checksum_drill_rows (a limit of drcheck's, never \
                          a pass)"
-                    ));
+                    )));
                 }
-                let d = drill(cx, primary, plan, range).await.map_err(|e| e.said())?;
+                let d = drill(cx, primary, plan, range).await.map_err(Failure::from)?;
                 part.compared += d.compared;
                 part.changed += d.changed;
                 part.deleted += d.extra;

@@ -25,7 +25,7 @@ pub(crate) mod plan;
 
 use crate::catalog;
 use crate::context::{Context, Validator};
-use crate::finding::Said;
+use crate::finding::{Failure, INSUFFICIENT_PRIVILEGE, UNDEFINED_FUNCTION};
 use crate::finding::{Finding, Status, TableName, some_of};
 use async_trait::async_trait;
 use drcheck_config::quote_ident;
@@ -83,11 +83,11 @@ async fn compare_with(
     primary: &crate::primary::PrimaryDb,
     t: &TableName,
     hash: Hash,
-) -> Result<Tally, String> {
-    let cut = cx.settled_cut(t).await.map_err(|e| e.said())?;
-    let key = primary.timed(catalog::integer_key(&primary.pool, t)).await.map_err(|e| e.said())?;
+) -> Result<Tally, Failure> {
+    let cut = cx.settled_cut(t).await.map_err(Failure::from)?;
+    let key = primary.timed(catalog::integer_key(&primary.pool, t)).await.map_err(Failure::from)?;
     let estimated = primary.timed(catalog::estimated_rows(&primary.pool, t)).await.unwrap_or(0.0);
-    let (row, left_out) = plan::common_row(primary, &cx.restored, t).await.map_err(|e| e.said())?;
+    let (row, left_out) = plan::common_row(primary, &cx.restored, t).await.map_err(Failure::from)?;
     let mut tally = Tally { estimated, left_out, ..Tally::default() };
     let Some(k) = key else {
         // Both sides lay rows out differently: a table without an integer key is compared
@@ -110,13 +110,13 @@ async fn compare_with(
         return Ok(tally);
     };
     if tally.left_out.contains(&k) {
-        return Err(format!("its key column {k} is not the same on both sides"));
+        return Err(format!("its key column {k} is not the same on both sides").into());
     }
     // The key range is the primary's alone: rows the copy holds beyond it are counted
     // (not on the primary now) and can never open ranges of their own.
     let sql = format!("select min({0})::bigint, max({0})::bigint from {1}", quote_ident(&k), t.quoted());
     let q = sqlx::query_as::<_, (Option<i64>, Option<i64>)>(sqlx::AssertSqlSafe(sql));
-    let p = primary.timed(q.fetch_one(&primary.pool)).await.map_err(|e| e.said())?;
+    let p = primary.timed(q.fetch_one(&primary.pool)).await.map_err(Failure::from)?;
     let keyed = keyed::Keyed { t, key: &k, hash, row: &row, since: &cx.since, cut: cut.as_ref() };
     let ((ranges, sampled), (lo, hi)) = match p {
         // A rotation takes its slice of every range; otherwise large tables are sampled.
@@ -129,7 +129,7 @@ async fn compare_with(
         ),
         _ => ((vec![], false), (0, 0)),
     };
-    tally.deleted += keyed::copy_outside(cx, &keyed, lo, hi).await.map_err(|e| e.said())?;
+    tally.deleted += keyed::copy_outside(cx, &keyed, lo, hi).await.map_err(Failure::from)?;
     tally.sampled = sampled;
     let ranges = match &cx.rotation {
         Some(r) if !ranges.is_empty() => {
@@ -149,14 +149,14 @@ async fn compare_with(
     Ok(tally)
 }
 
-async fn compare_table(cx: &Context, primary: &crate::primary::PrimaryDb, t: &TableName) -> Result<Tally, String> {
-    let hash = plan::hash_for(primary, t).await.map_err(|e| e.said())?;
+async fn compare_table(cx: &Context, primary: &crate::primary::PrimaryDb, t: &TableName) -> Result<Tally, Failure> {
+    let hash = plan::hash_for(primary, t).await.map_err(Failure::from)?;
     match compare_with(cx, primary, t, hash).await {
         // A type the catalog check let through without a usable hash: by text, then.
-        Err(e) if hash == Hash::Record && e.contains("hash function for type") => {
-            compare_with(cx, primary, t, Hash::Text).await
+        Err(e) if hash == Hash::Record && e.is(UNDEFINED_FUNCTION) => compare_with(cx, primary, t, Hash::Text).await,
+        Err(e) if e.is(INSUFFICIENT_PRIVILEGE) => {
+            Err(crate::context::explain_primary_error(primary, t, &e).await.into())
         }
-        Err(e) if e.contains("row-level security") => Err(crate::context::explain_primary_error(primary, t, &e).await),
         other => other,
     }
 }
@@ -173,7 +173,7 @@ impl Validator for Checksums {
             Ok(v) => v,
             Err(finding) => return vec![finding],
         };
-        let mut outcomes: Vec<(TableName, Result<Tally, String>)> = stream::iter(common)
+        let mut outcomes: Vec<(TableName, Result<Tally, Failure>)> = stream::iter(common)
             .map(|t| async move {
                 let o = compare_table(cx, primary, &t).await;
                 (t, o)
