@@ -97,7 +97,7 @@ impl Followers {
                 r.removed.store(true, std::sync::atomic::Ordering::SeqCst);
                 r.stop.cancel();
                 self.views.lock().unwrap().remove(&name);
-                shared.metrics().follow.forget(&name);
+                shared.metrics().follow.forget("target", &name);
             }
         }
         for t in wanted {

@@ -2,83 +2,217 @@
 //! ages, bounded labels) plus the daemon's own. One-shot runs push them to a
 //! Pushgateway and/or write a node_exporter textfile; the daemon serves `/metrics`.
 
-use crate::canary_report::CanaryResult;
+use crate::canary_report::{CanaryResult, DefectVerdict};
 use crate::run_report::{RunReport, RunResult};
 use drcheck_config::TargetConfig;
 use drcheck_validators::Status;
-use prometheus::{Encoder, GaugeVec, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder};
+use prometheus::{Encoder, Gauge, GaugeVec, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder};
 use std::path::Path;
 use std::time::UNIX_EPOCH;
 
+/// One metric as declared: name, help and labels (its kind is its field's type).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(not(test), allow(dead_code))]
+pub(crate) struct Declared {
+    pub name: &'static str,
+    pub help: &'static str,
+    pub labels: &'static [&'static str],
+}
+
+/// A metric kind: made and registered from its declaration, and rid of the series of a
+/// removed target or sink.
+trait Make: Sized {
+    fn make(r: &Registry, name: &str, help: &str, labels: &[&str]) -> Self;
+    fn forget_label(&self, label: &str, value: &str);
+}
+
+macro_rules! vec_kind {
+    ($t:ty) => {
+        impl Make for $t {
+            fn make(r: &Registry, name: &str, help: &str, labels: &[&str]) -> Self {
+                let v = <$t>::new(Opts::new(name, help), labels).expect("valid metric");
+                r.register(Box::new(v.clone())).expect("unique metric");
+                v
+            }
+            fn forget_label(&self, label: &str, value: &str) {
+                forget(self, label, value);
+            }
+        }
+    };
+}
+vec_kind!(GaugeVec);
+vec_kind!(IntGaugeVec);
+vec_kind!(IntCounterVec);
+
+macro_rules! single_kind {
+    ($t:ty) => {
+        impl Make for $t {
+            fn make(r: &Registry, name: &str, help: &str, labels: &[&str]) -> Self {
+                assert!(labels.is_empty(), "{name}: a single series has no labels");
+                let v = <$t>::new(name, help).expect("valid metric");
+                r.register(Box::new(v.clone())).expect("unique metric");
+                v
+            }
+            fn forget_label(&self, _: &str, _: &str) {}
+        }
+    };
+}
+single_kind!(IntGauge);
+single_kind!(Gauge);
+
+/// Declares a group of metrics once — each a field, its kind, name, help and labels —
+/// from which the group's registration, its `DECLARED` table (the documentation test
+/// reads it) and the cleanup of a removed target's or sink's series follow.
+macro_rules! metrics {
+    (
+        $(#[doc = $sd:literal])*
+        $vis:vis struct $S:ident {
+            $( $(#[doc = $fd:literal])* $f:ident : $K:ident = $name:literal, $help:literal, [$($l:literal),*]; )*
+        }
+    ) => {
+        $(#[doc = $sd])*
+        #[derive(Clone)]
+        $vis struct $S {
+            $( $(#[doc = $fd])* pub $f: $K, )*
+        }
+
+        impl $S {
+            #[cfg_attr(not(test), allow(dead_code))]
+            pub(crate) const DECLARED: &'static [Declared] =
+                &[$( Declared { name: $name, help: $help, labels: &[$($l),*] }, )*];
+
+            fn register(r: &Registry) -> Self {
+                $S { $( $f: <$K as Make>::make(r, $name, $help, &[$($l),*]), )* }
+            }
+
+            /// Every series whose `label` is `value` (a removed target or sink).
+            #[allow(dead_code)]
+            pub(crate) fn forget(&self, label: &str, value: &str) {
+                $( self.$f.forget_label(label, value); )*
+            }
+        }
+    };
+}
+
+metrics! {
+    /// The runs', the store's, the alerts' and the daemon's own series.
+    pub(crate) struct Core {
+        runs_total: IntCounterVec = "drcheck_verification_runs_total", "Verification runs by result.", ["target", "result"];
+        last_run_success: IntGaugeVec = "drcheck_last_run_success", "1 if the last run passed, else 0.", ["target"];
+        last_run_inconclusive: IntGaugeVec = "drcheck_last_run_inconclusive", "1 if the last run was inconclusive (more of the content undecided than max_undecided), else 0.", ["target"];
+        content_proven: GaugeVec = "drcheck_content_proven_ratio", "The share of the content the last run's comparisons decided (proven, or changed on the primary since the copy's point), 0 to 1.", ["target"];
+        last_success_timestamp: GaugeVec = "drcheck_last_success_timestamp_seconds", "When the last passing run finished (Unix time).", ["target"];
+        restore_duration: GaugeVec = "drcheck_restore_duration_seconds", "The last measured RTO: fetch start to a restored database that accepts connections.", ["target"];
+        phase_duration: GaugeVec = "drcheck_phase_duration_seconds", "Duration of each phase of the last run.", ["target", "phase"];
+        rto_target: GaugeVec = "drcheck_rto_target_seconds", "The RTO objective.", ["target"];
+        rpo_target: GaugeVec = "drcheck_rpo_target_seconds", "The RPO objective.", ["target"];
+        backup_timestamp: GaugeVec = "drcheck_backup_timestamp_seconds", "When the newest verified backup's data is from (Unix time: its consistency time); never moves back.", ["target"];
+        backup_size: GaugeVec = "drcheck_backup_size_bytes", "Size of the last verified backup.", ["target"];
+        validator_inconclusive: IntGaugeVec = "drcheck_validator_inconclusive", "What the last run's validator could not prove (cannot be told from changes on the primary since the copy's point): how many items.", ["target", "validator"];
+        validator_success: IntGaugeVec = "drcheck_validator_success", "1 if the validator passed in the last run; 0 if it failed or errored; absent if it was skipped (see drcheck_validator_skipped).", ["target", "validator"];
+        validator_skipped: IntGaugeVec = "drcheck_validator_skipped", "1 if the validator was skipped in the last run (nothing to check, not configured, or not run after another failure): neither a pass nor a failure.", ["target", "validator"];
+        data_lag: GaugeVec = "drcheck_data_lag_seconds", "How much newer the primary's data was than the backup's newest row.", ["target"];
+        recoverable_point: GaugeVec = "drcheck_recoverable_point_timestamp_seconds", "The newest recoverable point (Unix time) at the last run's listing: the WAL archive's newest replayable commit, else the newest backup's consistency time; never moves back.", ["target"];
+        rpo_measured: GaugeVec = "drcheck_rpo_measured_timestamp_seconds", "When the recoverable point was last read (Unix time: the run's listing time); DrcheckRPOMissed compares the two.", ["target"];
+        recovery_window_start: GaugeVec = "drcheck_recovery_window_start_timestamp_seconds", "When the oldest restorable backup in the tool's catalog finished (Unix time).", ["target"];
+        backups_restorable: IntGaugeVec = "drcheck_backups_restorable", "Restorable backups of the target in its store or catalog, as its last run listed them.", ["target"];
+        backups_proven: IntGaugeVec = "drcheck_backups_proven", "Of the restorable backups, those that passed a verification within prove_within.", ["target"];
+        backups_unproven: IntGaugeVec = "drcheck_backups_unproven", "Restorable backups with no passing verification within prove_within.", ["target"];
+        proves_window: IntGaugeVec = "drcheck_proves_retention", "1 when the target sets out to prove every restorable backup in turn (select = \"least-proven\"), else 0: DrcheckBackupsUnproven holds it to that.", ["target"];
+        points_in_time_proven_total: IntCounterVec = "drcheck_points_in_time_proven_total", "Passing runs whose WAL replay reached the recovery target asked for (a point of the recovery window proven).", ["target"];
+        backup_locked: IntGaugeVec = "drcheck_backup_locked", "1 if every object of the last verified backup is under an Object Lock retention now, else 0.", ["target"];
+        backup_lock_remaining: GaugeVec = "drcheck_backup_lock_remaining_seconds", "How long the last verified backup's earliest-ending object lock still holds (seconds).", ["target"];
+        backups_changed_since_proven: IntGaugeVec = "drcheck_backups_changed_since_proven", "Proven backups whose stored objects changed, or that vanished before retention, since they were proven.", ["target"];
+        repository_check_success: IntGaugeVec = "drcheck_repository_check_success", "1 if the last check of the backup tool's repository (no restore) passed, else 0.", ["target"];
+        repository_check_timestamp: GaugeVec = "drcheck_repository_check_timestamp_seconds", "When the backup tool's repository was last checked (Unix time).", ["target"];
+        restore_profile: IntGaugeVec = "drcheck_restore_profile_info", "The sandbox profile that measured the last RTO (1 for the profile in use).", ["target", "profile"];
+        scheduled_runs_total: IntCounterVec = "drcheck_scheduled_runs_total", "Runs started by the daemon's schedule.", ["target"];
+        breaker_open: IntGaugeVec = "drcheck_circuit_breaker_open", "1 while a dependency's circuit breaker is open.", ["dependency"];
+        alerts_sent_total: IntCounterVec = "drcheck_alerts_sent_total", "Alerts delivered, by sink.", ["sink"];
+        alerts_dead_lettered_total: IntCounterVec = "drcheck_alerts_dead_lettered_total", "Alerts given up on after max_attempts, by sink.", ["sink"];
+        build_info: IntGaugeVec = "drcheck_build_info", "drcheck's version; always 1.", ["version"];
+        runs_in_flight: IntGauge = "drcheck_runs_in_flight", "Verifications running now.", [];
+        alert_outbox_depth: IntGauge = "drcheck_alert_outbox_depth", "Alerts written but not yet delivered.", [];
+        /// 1 while the config the daemon runs is the file's (started, or reloaded on
+        /// SIGHUP); 0 after a reload failed and the old config was kept.
+        config_reload_success: IntGauge = "drcheck_config_last_reload_successful", "1 if the config file was last loaded successfully (at start or on SIGHUP), 0 if the last reload failed.", [];
+        /// When the running config was last loaded (Unix time).
+        config_reload_timestamp: Gauge = "drcheck_config_last_reload_success_timestamp_seconds", "When the running config was loaded (Unix time).", [];
+    }
+}
+
+metrics! {
+    /// The heartbeat writer's own health (the daemon writes each target's heartbeat).
+    pub(crate) struct HeartbeatMetrics {
+        /// The last heartbeat written (Unix time).
+        last_write: GaugeVec = "drcheck_heartbeat_last_write_timestamp_seconds", "When the daemon last wrote the target's heartbeat row on its primary (Unix time).", ["target"];
+        /// How often it is to be written.
+        interval: GaugeVec = "drcheck_heartbeat_interval_seconds", "How often the target's heartbeat is to be written ([target.heartbeat] interval).", ["target"];
+        /// Writes that failed.
+        failures_total: IntCounterVec = "drcheck_heartbeat_write_failures_total", "Heartbeat writes that failed (the daemon's log says why, secrets masked).", ["target"];
+    }
+}
+
+metrics! {
+    /// The followers' (`[target.follow]`): where replay is and what stops it.
+    pub(crate) struct FollowMetrics {
+        /// 1 while the follower runs and replays what the archive holds.
+        up: IntGaugeVec = "drcheck_follow_up", "1 while the target's follower runs and replays its WAL archive.", ["target"];
+        /// The last commit the follower replayed (Unix time, from the WAL).
+        replayed_commit: GaugeVec = "drcheck_follow_replayed_commit_timestamp_seconds", "The last commit the follower replayed from the WAL archive (Unix time, read from the WAL).", ["target"];
+        /// The primary's current WAL position less the follower's replayed one.
+        behind_bytes: GaugeVec = "drcheck_follow_behind_bytes", "The primary's current WAL position less the follower's replayed position.", ["target"];
+        segments_replayed_total: IntCounterVec = "drcheck_follow_segments_replayed_total", "WAL segments the follower replayed.", ["target"];
+        fetched_bytes_total: IntCounterVec = "drcheck_follow_fetched_bytes_total", "Bytes of archived WAL the follower fetched from the store.", ["target"];
+        /// 1 for the segment that cannot be replayed (one series per target while it lasts).
+        not_replayable: IntGaugeVec = "drcheck_follow_not_replayable", "1 while the named WAL segment cannot be replayed (reason: gap, unreadable, corrupt, stuck, crashed).", ["target", "segment", "reason"];
+        /// How often the follower checks its archive.
+        interval: GaugeVec = "drcheck_follow_interval_seconds", "How often the follower lists its archive ([target.follow] interval).", ["target"];
+        /// When the follower's copy was seeded from a base backup (Unix time).
+        seeded: GaugeVec = "drcheck_follow_seeded_timestamp_seconds", "When the follower's copy was seeded from a base backup (Unix time).", ["target"];
+    }
+}
+
+metrics! {
+    /// The canaries' (`drcheck canary`): whether each defect was caught and each sink took
+    /// the canary alert.
+    pub(crate) struct CanaryMetrics {
+        /// When a canary of the target last had every defect it made caught and every sink
+        /// accept its alert (Unix time).
+        last_success: GaugeVec = "drcheck_canary_last_success_timestamp_seconds", "When the target's canary last had every defect it made caught and every alert sink accept its canary alert (Unix time).", ["target"];
+        /// 1 if the target's last canary caught the defect, 0 if it passed the pipeline.
+        detected: IntGaugeVec = "drcheck_canary_detected", "1 if the target's last canary caught this defect (its owning check failed the defective copy), 0 if the copy passed.", ["target", "defect"];
+        /// 1 if the sink accepted the target's last canary alert, 0 if not.
+        alert_accepted: IntGaugeVec = "drcheck_canary_alert_accepted", "1 if the alert sink accepted the target's last canary alert, 0 if it did not within daemon.canary_alert_within.", ["target", "sink"];
+    }
+}
+
+metrics! {
+    /// A drill's (`drcheck drill run`), written to the textfile or the Pushgateway.
+    pub(crate) struct DrillMetrics {
+        runs: IntCounterVec = "drcheck_drill_runs_total", "DR drills run, by runbook and result.", ["runbook", "result"];
+        duration: GaugeVec = "drcheck_drill_duration_seconds", "How long the last drill took, start to end.", ["runbook"];
+        rto_met: IntGaugeVec = "drcheck_drill_rto_met", "1 if the last drill's recovery finished within objectives.rto, else 0.", ["runbook"];
+        rto_seconds: GaugeVec = "drcheck_drill_rto_seconds", "The last drill's measured recovery time (first recovery step's start to the last one's end).", ["runbook"];
+    }
+}
+
+/// Every series drcheck exports, by group; the core group's fields read as the
+/// whole's (`metrics.runs_in_flight`).
 pub(crate) struct Metrics {
     registry: Registry,
-    runs_total: IntCounterVec,
-    last_run_success: IntGaugeVec,
-    last_run_inconclusive: IntGaugeVec,
-    content_proven: GaugeVec,
-    last_success_timestamp: GaugeVec,
-    restore_duration: GaugeVec,
-    phase_duration: GaugeVec,
-    rto_target: GaugeVec,
-    rpo_target: GaugeVec,
-    backup_timestamp: GaugeVec,
-    backup_size: GaugeVec,
-    validator_success: IntGaugeVec,
-    validator_inconclusive: IntGaugeVec,
-    validator_skipped: IntGaugeVec,
-    data_lag: GaugeVec,
-    recoverable_point: GaugeVec,
-    rpo_measured: GaugeVec,
-    recovery_window_start: GaugeVec,
-    repository_check_success: IntGaugeVec,
-    repository_check_timestamp: GaugeVec,
-    backup_locked: IntGaugeVec,
-    backup_lock_remaining: GaugeVec,
-    backups_changed_since_proven: IntGaugeVec,
-    restore_profile: IntGaugeVec,
-    backups_restorable: IntGaugeVec,
-    backups_proven: IntGaugeVec,
-    backups_unproven: IntGaugeVec,
-    proves_window: IntGaugeVec,
-    points_in_time_proven_total: IntCounterVec,
-    pub scheduled_runs_total: IntCounterVec,
-    pub runs_in_flight: IntGauge,
-    pub breaker_open: IntGaugeVec,
-    pub alerts_sent_total: IntCounterVec,
-    pub alerts_dead_lettered_total: IntCounterVec,
-    pub alert_outbox_depth: IntGauge,
+    core: Core,
     pub heartbeat: HeartbeatMetrics,
     pub follow: FollowMetrics,
     pub canary: CanaryMetrics,
-    /// 1 while the config the daemon runs is the file's (started, or reloaded on
-    /// SIGHUP); 0 after a reload failed and the old config was kept.
-    pub config_reload_success: IntGauge,
-    /// When the running config was last loaded (Unix time).
-    pub config_reload_timestamp: prometheus::Gauge,
 }
 
-/// The heartbeat writer's own health (the daemon writes each target's heartbeat).
-#[derive(Clone)]
-pub(crate) struct HeartbeatMetrics {
-    /// The last heartbeat written (Unix time).
-    pub last_write: GaugeVec,
-    /// How often it is to be written.
-    pub interval: GaugeVec,
-    /// Writes that failed.
-    pub failures_total: IntCounterVec,
-}
+impl std::ops::Deref for Metrics {
+    type Target = Core;
 
-/// The canaries' (`drcheck canary`): whether each defect was caught and each sink took
-/// the canary alert.
-#[derive(Clone)]
-pub(crate) struct CanaryMetrics {
-    /// When a canary of the target last had every defect it made caught and every sink
-    /// accept its alert (Unix time).
-    pub last_success: GaugeVec,
-    /// 1 if the target's last canary caught the defect, 0 if it passed the pipeline.
-    pub detected: IntGaugeVec,
-    /// 1 if the sink accepted the target's last canary alert, 0 if not.
-    pub alert_accepted: IntGaugeVec,
+    fn deref(&self) -> &Core {
+        &self.core
+    }
 }
 
 impl CanaryMetrics {
@@ -86,14 +220,14 @@ impl CanaryMetrics {
     pub(crate) fn observe(&self, r: &crate::canary_report::CanaryReport) {
         let t = r.target.as_str();
         for d in &r.defects {
-            match d.outcome.as_str() {
-                "detected" => self.detected.with_label_values(&[t, &d.defect]).set(1),
-                "undetected" => self.detected.with_label_values(&[t, &d.defect]).set(0),
+            match d.outcome {
+                DefectVerdict::Detected => self.detected.with_label_values(&[t, &d.defect]).set(1),
+                DefectVerdict::Undetected => self.detected.with_label_values(&[t, &d.defect]).set(0),
                 // Seen but not provable: neither caught nor a verifier gone blind.
-                "inconclusive" => {
+                DefectVerdict::Inconclusive => {
                     let _ = self.detected.remove_label_values(&[t, &d.defect]);
                 }
-                _ => {}
+                DefectVerdict::Error | DefectVerdict::Skipped => {}
             }
         }
         for s in &r.alerts {
@@ -108,110 +242,6 @@ impl CanaryMetrics {
                 .set(at.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs_f64());
         }
     }
-
-    fn forget(&self, target: &str) {
-        forget(&self.last_success, "target", target);
-        forget(&self.detected, "target", target);
-        forget(&self.alert_accepted, "target", target);
-    }
-}
-
-/// The followers' (`[target.follow]`): where replay is and what stops it.
-#[derive(Clone)]
-pub(crate) struct FollowMetrics {
-    /// 1 while the follower runs and replays what the archive holds.
-    pub up: IntGaugeVec,
-    /// The last commit the follower replayed (Unix time, from the WAL).
-    pub replayed_commit: GaugeVec,
-    /// The primary's current WAL position less the follower's replayed one.
-    pub behind_bytes: GaugeVec,
-    pub segments_replayed_total: IntCounterVec,
-    pub fetched_bytes_total: IntCounterVec,
-    /// 1 for the segment that cannot be replayed (one series per target while it lasts).
-    pub not_replayable: IntGaugeVec,
-    /// How often the follower checks its archive.
-    pub interval: GaugeVec,
-    /// When the follower's copy was seeded from a base backup (Unix time).
-    pub seeded: GaugeVec,
-}
-
-impl FollowMetrics {
-    fn new(r: &Registry) -> Self {
-        FollowMetrics {
-            up: int_gauge(
-                r,
-                "drcheck_follow_up",
-                "1 while the target's follower runs and replays its WAL archive.",
-                &["target"],
-            ),
-            replayed_commit: gauge(
-                r,
-                "drcheck_follow_replayed_commit_timestamp_seconds",
-                "The last commit the follower replayed from the WAL archive (Unix time, read from the WAL).",
-                &["target"],
-            ),
-            behind_bytes: gauge(
-                r,
-                "drcheck_follow_behind_bytes",
-                "The primary's current WAL position less the follower's replayed position.",
-                &["target"],
-            ),
-            segments_replayed_total: counter(
-                r,
-                "drcheck_follow_segments_replayed_total",
-                "WAL segments the follower replayed.",
-                &["target"],
-            ),
-            fetched_bytes_total: counter(
-                r,
-                "drcheck_follow_fetched_bytes_total",
-                "Bytes of archived WAL the follower fetched from the store.",
-                &["target"],
-            ),
-            not_replayable: int_gauge(
-                r,
-                "drcheck_follow_not_replayable",
-                "1 while the named WAL segment cannot be replayed (reason: gap, unreadable, corrupt, stuck, crashed).",
-                &["target", "segment", "reason"],
-            ),
-            interval: gauge(
-                r,
-                "drcheck_follow_interval_seconds",
-                "How often the follower lists its archive ([target.follow] interval).",
-                &["target"],
-            ),
-            seeded: gauge(
-                r,
-                "drcheck_follow_seeded_timestamp_seconds",
-                "When the follower's copy was seeded from a base backup (Unix time).",
-                &["target"],
-            ),
-        }
-    }
-
-    /// Every series of `target`, gone.
-    pub(crate) fn forget(&self, target: &str) {
-        forget(&self.up, "target", target);
-        forget(&self.replayed_commit, "target", target);
-        forget(&self.behind_bytes, "target", target);
-        forget(&self.segments_replayed_total, "target", target);
-        forget(&self.fetched_bytes_total, "target", target);
-        forget(&self.not_replayable, "target", target);
-        forget(&self.interval, "target", target);
-        forget(&self.seeded, "target", target);
-    }
-}
-
-fn gauge(r: &Registry, name: &str, help: &str, labels: &[&str]) -> GaugeVec {
-    let g = GaugeVec::new(Opts::new(name, help), labels).expect("valid metric");
-    r.register(Box::new(g.clone())).expect("unique metric");
-    g
-}
-
-fn int_gauge(r: &Registry, name: &str, help: &str, labels: &[&str]) -> IntGaugeVec {
-    let g = IntGaugeVec::new(Opts::new(name, help), labels).expect("valid metric");
-    r.register(Box::new(g.clone())).expect("unique metric");
-    g
 }
 
 /// Removes every series of `v` whose `label` is `value`.
@@ -228,12 +258,6 @@ fn forget<P: prometheus::core::MetricVecBuilder>(v: &prometheus::core::MetricVec
     }
 }
 
-fn counter(r: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
-    let c = IntCounterVec::new(Opts::new(name, help), labels).expect("valid metric");
-    r.register(Box::new(c.clone())).expect("unique metric");
-    c
-}
-
 impl Default for Metrics {
     fn default() -> Self {
         Self::new()
@@ -243,249 +267,13 @@ impl Default for Metrics {
 impl Metrics {
     pub(crate) fn new() -> Self {
         let r = Registry::new();
-        let build = int_gauge(&r, "drcheck_build_info", "drcheck's version; always 1.", &["version"]);
-        build.with_label_values(&[env!("CARGO_PKG_VERSION")]).set(1);
-        let runs_in_flight = IntGauge::new("drcheck_runs_in_flight", "Verifications running now.").unwrap();
-        r.register(Box::new(runs_in_flight.clone())).unwrap();
-        let alert_outbox_depth =
-            IntGauge::new("drcheck_alert_outbox_depth", "Alerts written but not yet delivered.").unwrap();
-        r.register(Box::new(alert_outbox_depth.clone())).unwrap();
-        let config_reload_success = IntGauge::new(
-            "drcheck_config_last_reload_successful",
-            "1 if the config file was last loaded successfully (at start or on SIGHUP), 0 if the last reload failed.",
-        )
-        .unwrap();
-        r.register(Box::new(config_reload_success.clone())).unwrap();
-        let config_reload_timestamp = prometheus::Gauge::new(
-            "drcheck_config_last_reload_success_timestamp_seconds",
-            "When the running config was loaded (Unix time).",
-        )
-        .unwrap();
-        r.register(Box::new(config_reload_timestamp.clone())).unwrap();
+        let core = Core::register(&r);
+        core.build_info.with_label_values(&[env!("CARGO_PKG_VERSION")]).set(1);
         Metrics {
-            config_reload_success,
-            config_reload_timestamp,
-            runs_total: counter(
-                &r,
-                "drcheck_verification_runs_total",
-                "Verification runs by result.",
-                &["target", "result"],
-            ),
-            last_run_success: int_gauge(
-                &r,
-                "drcheck_last_run_success",
-                "1 if the last run passed, else 0.",
-                &["target"],
-            ),
-            last_run_inconclusive: int_gauge(
-                &r,
-                "drcheck_last_run_inconclusive",
-                "1 if the last run was inconclusive (more of the content undecided than max_undecided), else 0.",
-                &["target"],
-            ),
-            content_proven: gauge(
-                &r,
-                "drcheck_content_proven_ratio",
-                "The share of the content the last run's comparisons decided (proven, or changed on the primary since the copy's point), 0 to 1.",
-                &["target"],
-            ),
-            last_success_timestamp: gauge(
-                &r,
-                "drcheck_last_success_timestamp_seconds",
-                "When the last passing run finished (Unix time).",
-                &["target"],
-            ),
-            restore_duration: gauge(
-                &r,
-                "drcheck_restore_duration_seconds",
-                "The last measured RTO: fetch start to a restored database that accepts connections.",
-                &["target"],
-            ),
-            phase_duration: gauge(
-                &r,
-                "drcheck_phase_duration_seconds",
-                "Duration of each phase of the last run.",
-                &["target", "phase"],
-            ),
-            rto_target: gauge(&r, "drcheck_rto_target_seconds", "The RTO objective.", &["target"]),
-            rpo_target: gauge(&r, "drcheck_rpo_target_seconds", "The RPO objective.", &["target"]),
-            backup_timestamp: gauge(
-                &r,
-                "drcheck_backup_timestamp_seconds",
-                "When the newest verified backup's data is from (Unix time: its consistency time); never moves back.",
-                &["target"],
-            ),
-            backup_size: gauge(&r, "drcheck_backup_size_bytes", "Size of the last verified backup.", &["target"]),
-            validator_inconclusive: int_gauge(
-                &r,
-                "drcheck_validator_inconclusive",
-                "What the last run's validator could not prove (cannot be told from changes on the primary since the copy's point): how many items.",
-                &["target", "validator"],
-            ),
-            validator_success: int_gauge(
-                &r,
-                "drcheck_validator_success",
-                "1 if the validator passed in the last run; 0 if it failed or errored; absent if it was skipped (see drcheck_validator_skipped).",
-                &["target", "validator"],
-            ),
-            validator_skipped: int_gauge(
-                &r,
-                "drcheck_validator_skipped",
-                "1 if the validator was skipped in the last run (nothing to check, not configured, or not run after another failure): neither a pass nor a failure.",
-                &["target", "validator"],
-            ),
-            data_lag: gauge(
-                &r,
-                "drcheck_data_lag_seconds",
-                "How much newer the primary's data was than the backup's newest row.",
-                &["target"],
-            ),
-            recoverable_point: gauge(
-                &r,
-                "drcheck_recoverable_point_timestamp_seconds",
-                "The newest recoverable point (Unix time) at the last run's listing: the WAL archive's newest replayable commit, else the newest backup's consistency time; never moves back.",
-                &["target"],
-            ),
-            rpo_measured: gauge(
-                &r,
-                "drcheck_rpo_measured_timestamp_seconds",
-                "When the recoverable point was last read (Unix time: the run's listing time); DrcheckRPOMissed compares the two.",
-                &["target"],
-            ),
-            recovery_window_start: gauge(
-                &r,
-                "drcheck_recovery_window_start_timestamp_seconds",
-                "When the oldest restorable backup in the tool's catalog finished (Unix time).",
-                &["target"],
-            ),
-            backups_restorable: int_gauge(
-                &r,
-                "drcheck_backups_restorable",
-                "Restorable backups of the target in its store or catalog, as its last run listed them.",
-                &["target"],
-            ),
-            backups_proven: int_gauge(
-                &r,
-                "drcheck_backups_proven",
-                "Of the restorable backups, those that passed a verification within prove_within.",
-                &["target"],
-            ),
-            backups_unproven: int_gauge(
-                &r,
-                "drcheck_backups_unproven",
-                "Restorable backups with no passing verification within prove_within.",
-                &["target"],
-            ),
-            proves_window: int_gauge(
-                &r,
-                "drcheck_proves_retention",
-                "1 when the target sets out to prove every restorable backup in turn (select = \"least-proven\"), else 0: DrcheckBackupsUnproven holds it to that.",
-                &["target"],
-            ),
-            points_in_time_proven_total: counter(
-                &r,
-                "drcheck_points_in_time_proven_total",
-                "Passing runs whose WAL replay reached the recovery target asked for (a point of the recovery window proven).",
-                &["target"],
-            ),
-            backup_locked: int_gauge(
-                &r,
-                "drcheck_backup_locked",
-                "1 if every object of the last verified backup is under an Object Lock retention now, else 0.",
-                &["target"],
-            ),
-            backup_lock_remaining: gauge(
-                &r,
-                "drcheck_backup_lock_remaining_seconds",
-                "How long the last verified backup's earliest-ending object lock still holds (seconds).",
-                &["target"],
-            ),
-            backups_changed_since_proven: int_gauge(
-                &r,
-                "drcheck_backups_changed_since_proven",
-                "Proven backups whose stored objects changed, or that vanished before retention, since they were proven.",
-                &["target"],
-            ),
-            repository_check_success: int_gauge(
-                &r,
-                "drcheck_repository_check_success",
-                "1 if the last check of the backup tool's repository (no restore) passed, else 0.",
-                &["target"],
-            ),
-            repository_check_timestamp: gauge(
-                &r,
-                "drcheck_repository_check_timestamp_seconds",
-                "When the backup tool's repository was last checked (Unix time).",
-                &["target"],
-            ),
-            restore_profile: int_gauge(
-                &r,
-                "drcheck_restore_profile_info",
-                "The sandbox profile that measured the last RTO (1 for the profile in use).",
-                &["target", "profile"],
-            ),
-            scheduled_runs_total: counter(
-                &r,
-                "drcheck_scheduled_runs_total",
-                "Runs started by the daemon's schedule.",
-                &["target"],
-            ),
-            runs_in_flight,
-            breaker_open: int_gauge(
-                &r,
-                "drcheck_circuit_breaker_open",
-                "1 while a dependency's circuit breaker is open.",
-                &["dependency"],
-            ),
-            alerts_sent_total: counter(&r, "drcheck_alerts_sent_total", "Alerts delivered, by sink.", &["sink"]),
-            alerts_dead_lettered_total: counter(
-                &r,
-                "drcheck_alerts_dead_lettered_total",
-                "Alerts given up on after max_attempts, by sink.",
-                &["sink"],
-            ),
-            alert_outbox_depth,
-            follow: FollowMetrics::new(&r),
-            canary: CanaryMetrics {
-                last_success: gauge(
-                    &r,
-                    "drcheck_canary_last_success_timestamp_seconds",
-                    "When the target's canary last had every defect it made caught and every alert sink accept its canary alert (Unix time).",
-                    &["target"],
-                ),
-                detected: int_gauge(
-                    &r,
-                    "drcheck_canary_detected",
-                    "1 if the target's last canary caught this defect (its owning check failed the defective copy), 0 if the copy passed.",
-                    &["target", "defect"],
-                ),
-                alert_accepted: int_gauge(
-                    &r,
-                    "drcheck_canary_alert_accepted",
-                    "1 if the alert sink accepted the target's last canary alert, 0 if it did not within daemon.canary_alert_within.",
-                    &["target", "sink"],
-                ),
-            },
-            heartbeat: HeartbeatMetrics {
-                last_write: gauge(
-                    &r,
-                    "drcheck_heartbeat_last_write_timestamp_seconds",
-                    "When the daemon last wrote the target's heartbeat row on its primary (Unix time).",
-                    &["target"],
-                ),
-                interval: gauge(
-                    &r,
-                    "drcheck_heartbeat_interval_seconds",
-                    "How often the target's heartbeat is to be written ([target.heartbeat] interval).",
-                    &["target"],
-                ),
-                failures_total: counter(
-                    &r,
-                    "drcheck_heartbeat_write_failures_total",
-                    "Heartbeat writes that failed (the daemon's log says why, secrets masked).",
-                    &["target"],
-                ),
-            },
+            core,
+            heartbeat: HeartbeatMetrics::register(&r),
+            follow: FollowMetrics::register(&r),
+            canary: CanaryMetrics::register(&r),
             registry: r,
         }
     }
@@ -526,47 +314,31 @@ impl Metrics {
     /// a removed target's last success must not age into a stale alert.
     pub(crate) fn forget_removed(&self, old: &drcheck_config::Config, new: &drcheck_config::Config) {
         for t in old.targets.iter().filter(|t| new.target(&t.name).is_none()) {
-            let v = t.name.as_str();
-            forget(&self.runs_total, "target", v);
-            forget(&self.last_run_success, "target", v);
-            forget(&self.last_run_inconclusive, "target", v);
-            forget(&self.content_proven, "target", v);
-            forget(&self.last_success_timestamp, "target", v);
-            forget(&self.restore_duration, "target", v);
-            forget(&self.phase_duration, "target", v);
-            forget(&self.rto_target, "target", v);
-            forget(&self.rpo_target, "target", v);
-            forget(&self.backup_timestamp, "target", v);
-            forget(&self.backup_size, "target", v);
-            forget(&self.validator_success, "target", v);
-            forget(&self.validator_inconclusive, "target", v);
-            forget(&self.validator_skipped, "target", v);
-            forget(&self.data_lag, "target", v);
-            forget(&self.recoverable_point, "target", v);
-            forget(&self.rpo_measured, "target", v);
-            forget(&self.recovery_window_start, "target", v);
-            forget(&self.repository_check_success, "target", v);
-            forget(&self.repository_check_timestamp, "target", v);
-            forget(&self.backup_locked, "target", v);
-            forget(&self.backup_lock_remaining, "target", v);
-            forget(&self.backups_changed_since_proven, "target", v);
-            forget(&self.restore_profile, "target", v);
-            forget(&self.backups_restorable, "target", v);
-            forget(&self.backups_proven, "target", v);
-            forget(&self.backups_unproven, "target", v);
-            forget(&self.proves_window, "target", v);
-            forget(&self.points_in_time_proven_total, "target", v);
-            forget(&self.scheduled_runs_total, "target", v);
-            forget(&self.heartbeat.last_write, "target", v);
-            forget(&self.heartbeat.interval, "target", v);
-            forget(&self.heartbeat.failures_total, "target", v);
-            self.follow.forget(v);
-            self.canary.forget(v);
+            self.forget_series("target", &t.name);
         }
         for sink in old.alerts.iter().filter(|a| new.alerts.iter().all(|n| n.name != a.name)) {
-            forget(&self.alerts_sent_total, "sink", &sink.name);
-            forget(&self.alerts_dead_lettered_total, "sink", &sink.name);
+            self.forget_series("sink", &sink.name);
         }
+    }
+
+    /// Every series, of every group, whose `label` is `value`.
+    fn forget_series(&self, label: &str, value: &str) {
+        self.core.forget(label, value);
+        self.heartbeat.forget(label, value);
+        self.follow.forget(label, value);
+        self.canary.forget(label, value);
+    }
+
+    /// Every metric drcheck declares: the registry's and the drills' (written by
+    /// `drcheck drill run`).
+    #[cfg(test)]
+    pub(crate) fn declared() -> impl Iterator<Item = &'static Declared> {
+        Core::DECLARED
+            .iter()
+            .chain(HeartbeatMetrics::DECLARED)
+            .chain(FollowMetrics::DECLARED)
+            .chain(CanaryMetrics::DECLARED)
+            .chain(DrillMetrics::DECLARED)
     }
 
     /// Restores the last success of a target (from the history store, at start-up), so
@@ -836,21 +608,7 @@ pub(crate) fn write_textfile(path: &Path, body: &str) -> anyhow::Result<()> {
 /// history store (this drill included), else this drill alone is counted.
 pub(crate) fn drill_exposition(j: &drcheck_runbooks::Journal, totals: Option<&[(String, i64)]>) -> String {
     let r = Registry::new();
-    let runs = counter(&r, "drcheck_drill_runs_total", "DR drills run, by runbook and result.", &["runbook", "result"]);
-    let duration =
-        gauge(&r, "drcheck_drill_duration_seconds", "How long the last drill took, start to end.", &["runbook"]);
-    let rto_met = int_gauge(
-        &r,
-        "drcheck_drill_rto_met",
-        "1 if the last drill's recovery finished within objectives.rto, else 0.",
-        &["runbook"],
-    );
-    let rto_seconds = gauge(
-        &r,
-        "drcheck_drill_rto_seconds",
-        "The last drill's measured recovery time (first recovery step's start to the last one's end).",
-        &["runbook"],
-    );
+    let DrillMetrics { runs, duration, rto_met, rto_seconds } = DrillMetrics::register(&r);
     let name = j.runbook.name.as_str();
     for result in ["completed", "failed", "aborted"] {
         runs.with_label_values(&[name, result]);
@@ -871,4 +629,49 @@ pub(crate) fn drill_exposition(j: &drcheck_runbooks::Journal, totals: Option<&[(
         rto_seconds.with_label_values(&[name]).set(m);
     }
     encode(&r.gather())
+}
+
+#[cfg(test)]
+mod declared_tests {
+    use super::*;
+    use std::collections::BTreeSet;
+
+    fn repo(path: &str) -> String {
+        let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(path);
+        std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+    }
+
+    /// The `drcheck_*` names in `text` (a rules file, a dashboard, the README).
+    fn names_in(text: &str) -> BTreeSet<String> {
+        let mut out = BTreeSet::new();
+        let mut rest = text;
+        while let Some(i) = rest.find("drcheck_") {
+            let tail = &rest[i..];
+            let end =
+                tail.find(|c: char| !(c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')).unwrap_or(tail.len());
+            out.insert(tail[..end].trim_end_matches('_').to_string());
+            rest = &tail[end..];
+        }
+        out
+    }
+
+    /// Issue 49: each metric is declared once (registered from its declaration, by the
+    /// `metrics!` macro); every one the shipped rules and the dashboard read is declared,
+    /// and every declared one is documented in the README.
+    #[test]
+    fn every_metric_is_declared_once_used_where_declared_and_documented() {
+        let declared: BTreeSet<&str> = Metrics::declared().map(|d| d.name).collect();
+        assert_eq!(declared.len(), Metrics::declared().count(), "a metric declared twice");
+        for (file, text) in [
+            ("deploy/prometheus/rules.yml", repo("deploy/prometheus/rules.yml")),
+            ("deploy/grafana/drcheck.json", repo("deploy/grafana/drcheck.json")),
+        ] {
+            let used = names_in(&text);
+            let unknown: Vec<&String> = used.iter().filter(|n| !declared.contains(n.as_str())).collect();
+            assert!(unknown.is_empty(), "{file} reads metrics nothing declares: {unknown:?}");
+        }
+        let readme = names_in(&repo("README.md"));
+        let undocumented: Vec<&&str> = declared.iter().filter(|n| !readme.contains(**n)).collect();
+        assert!(undocumented.is_empty(), "declared but not in the README: {undocumented:?}");
+    }
 }
