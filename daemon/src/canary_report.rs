@@ -15,15 +15,16 @@ pub(crate) const CANARY_UNDETECTED: &str = "DrcheckCanaryUndetected";
 /// A sink did not accept the canary alert.
 pub(crate) const ALERT_PATH_BROKEN: &str = "DrcheckAlertPathBroken";
 
-/// The defects, and the validators that own each (the restore itself, too: a copy
-/// refused as the backup's fault is caught).
-pub(crate) fn owners(defect: &str) -> &'static [&'static str] {
-    match defect {
-        "flipped_page" => &["checksums", "full_read", "amcheck", "restore"],
-        "missing_segment" => &["archive", "restore"],
-        "changed_row" => &["checksums", "restore"],
-        _ => &[],
+/// The checks that own `defect`: the validators that say they catch it (the registry's
+/// `catches`), the binary's own `archive` finding for a segment left out, and the
+/// restore itself (a copy refused as the backup's fault is caught).
+pub(crate) fn owners(defect: &str) -> Vec<&'static str> {
+    let mut owners = drcheck_validators::names_where(|c| c.catches.contains(&defect));
+    if defect == "missing_segment" {
+        owners.push("archive");
     }
+    owners.push("restore");
+    owners
 }
 
 /// A canary's verdict (see [`CanaryReport::result`]).

@@ -311,9 +311,11 @@ impl Content {
     /// undecided tables any other comparison reports. `None` when none compared.
     pub(crate) fn of(validators: &[ValidatorReport], max_undecided: f64) -> Option<Content> {
         let m = |v: &ValidatorReport, k: &str| v.measurements.get(k).copied().unwrap_or(0.0).max(0.0) as u64;
+        // The comparisons whose undecided parts count against `max_undecided`.
+        let weighed = drcheck_validators::names_where(|c| c.weighs_undecided);
         let compared: Vec<&ValidatorReport> = validators
             .iter()
-            .filter(|v| COMPARISONS.contains(&v.name.as_str()) && v.status != Status::Error)
+            .filter(|v| weighed.contains(&v.name.as_str()) && v.status != Status::Error)
             .filter(|v| {
                 v.status != Status::Skipped || v.measurements.contains_key(drcheck_validators::UNDECIDED_TABLES)
             })
@@ -345,9 +347,6 @@ impl Content {
         100.0 - self.proven_percent > self.max_undecided_percent + 1e-9
     }
 }
-
-/// The comparisons whose undecided parts count against `max_undecided`.
-const COMPARISONS: &[&str] = &["checksums", "row_counts", "large_objects", "schema"];
 
 fn restore_mode() -> String {
     "restore".into()

@@ -39,7 +39,7 @@ pub use follow::{
     read_state as read_follow_state,
 };
 pub use job::{disk_usage, run};
-pub use open::open_source;
+pub use open::{open_source, tool_files_root};
 pub use request::{ArchiveCheck, Consistency, Delegated, RestoreJob, Restored};
 pub use server::leftovers::{
     Owner, ensure_cache_dir, ensure_cache_dir_at, ensure_follow_dir, machine_id, process_running,

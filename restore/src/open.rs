@@ -67,3 +67,18 @@ pub fn open_source(
         }),
     }
 }
+
+/// Where a backup tool keeps a backup's files in the store, the one place that knows
+/// each tool's layout: pgBackRest's `<repo>/backup/<stanza>/<label>/`, barman-cloud's
+/// `<prefix>/<server>/base/<id>/`; `None` for a store's own backups.
+pub fn tool_files_root(target: &TargetConfig) -> Option<String> {
+    match &target.source {
+        SourceConfig::Pgbackrest { stanza, repo_path, .. } => {
+            Some(crate::sources::pgbackrest::files_root(stanza, repo_path))
+        }
+        SourceConfig::BarmanCloud { server_name } => {
+            Some(crate::sources::barman::files_root(&target.prefix, server_name))
+        }
+        SourceConfig::Objects => None,
+    }
+}

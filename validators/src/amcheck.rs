@@ -91,6 +91,15 @@ pub(crate) fn tail(bytes: &[u8], max: usize) -> String {
 
 #[async_trait]
 impl Validator for Amcheck {
+    fn needs_restore(&self) -> bool {
+        true
+    }
+    fn catches(&self) -> &'static [&'static str] {
+        &["flipped_page"]
+    }
+    fn reads_everything(&self) -> bool {
+        true
+    }
     fn name(&self) -> &'static str {
         "amcheck"
     }

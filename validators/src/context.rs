@@ -377,6 +377,26 @@ pub trait Validator: Send + Sync {
     fn self_check(&self) -> bool {
         false
     }
+    /// Needs a restore of its own: it writes to the copy (an extension created, indexes
+    /// rebuilt), so it never runs on a follower.
+    fn needs_restore(&self) -> bool {
+        false
+    }
+    /// The canary's defects (`drcheck canary`) this check owns: a defective copy it
+    /// passes is a miss.
+    fn catches(&self) -> &'static [&'static str] {
+        &[]
+    }
+    /// Reads every page or row of the copy: what the evidence's `integrity_checked`
+    /// measure counts.
+    fn reads_everything(&self) -> bool {
+        false
+    }
+    /// Compares with the primary as of the copy's point: what it leaves undecided counts
+    /// against `max_undecided`.
+    fn weighs_undecided(&self) -> bool {
+        false
+    }
     async fn validate(&self, cx: &Context) -> Vec<Finding>;
 }
 

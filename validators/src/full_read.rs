@@ -20,6 +20,12 @@ const NAMED: usize = 5;
 
 #[async_trait]
 impl Validator for FullRead {
+    fn catches(&self) -> &'static [&'static str] {
+        &["flipped_page"]
+    }
+    fn reads_everything(&self) -> bool {
+        true
+    }
     fn name(&self) -> &'static str {
         "full_read"
     }

@@ -10,6 +10,9 @@ pub struct Indexes;
 
 #[async_trait]
 impl Validator for Indexes {
+    fn needs_restore(&self) -> bool {
+        true
+    }
     fn name(&self) -> &'static str {
         "indexes"
     }

@@ -303,6 +303,9 @@ async fn dangling(cx: &Context) -> Result<(usize, Vec<String>, Vec<String>), Str
 
 #[async_trait]
 impl Validator for LargeObjects {
+    fn weighs_undecided(&self) -> bool {
+        true
+    }
     fn name(&self) -> &'static str {
         "large_objects"
     }

@@ -42,4 +42,4 @@ pub use finding::{
     COVERED, Finding, MAX_DETAIL, MAX_INCONCLUSIVE, Said, Status, TableName, UNDECIDED_ROWS, UNDECIDED_TABLES, bounded,
     enforce_coverage, human_bytes, in_scope, some_of,
 };
-pub use registry::{run_all, selected};
+pub use registry::{Capabilities, capabilities, names_where, run_all, selected};

@@ -27,6 +27,38 @@ fn all() -> Vec<Box<dyn Validator>> {
     ]
 }
 
+/// What one validator needs and serves, as the binary reads it (the follower, the
+/// canary, the evidence's measures, the content's weighing) instead of lists of names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Capabilities {
+    pub name: &'static str,
+    pub self_check: bool,
+    pub needs_restore: bool,
+    pub catches: &'static [&'static str],
+    pub reads_everything: bool,
+    pub weighs_undecided: bool,
+}
+
+/// Every validator's capabilities, in running order.
+pub fn capabilities() -> Vec<Capabilities> {
+    all()
+        .iter()
+        .map(|v| Capabilities {
+            name: v.name(),
+            self_check: v.self_check(),
+            needs_restore: v.needs_restore(),
+            catches: v.catches(),
+            reads_everything: v.reads_everything(),
+            weighs_undecided: v.weighs_undecided(),
+        })
+        .collect()
+}
+
+/// The names of the validators `which` holds for, in running order.
+pub fn names_where(which: impl Fn(&Capabilities) -> bool) -> Vec<&'static str> {
+    capabilities().into_iter().filter(|c| which(c)).map(|c| c.name).collect()
+}
+
 /// The validators `enabled` names, in their running order.
 pub fn selected(enabled: &[String]) -> Vec<Box<dyn Validator>> {
     all().into_iter().filter(|v| enabled.iter().any(|e| e == v.name())).collect()
@@ -94,4 +126,24 @@ async fn run_group(
         out.push((i, findings));
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The one list: the config's vocabulary of validators is the registry's, plus the
+    /// checks of the store and the tool's repository the binary makes itself.
+    #[test]
+    fn the_configs_validators_are_the_registrys() {
+        const BINARY_OWN: [&str; 1] = ["repository"];
+        let mut registry: Vec<&str> = capabilities().iter().map(|c| c.name).collect();
+        registry.extend(BINARY_OWN);
+        let mut config: Vec<&str> = drcheck_config::ALL_VALIDATORS.to_vec();
+        registry.sort_unstable();
+        config.sort_unstable();
+        assert_eq!(registry, config, "drcheck_config::ALL_VALIDATORS and the registry differ");
+        assert!(names_where(|c| c.needs_restore).contains(&"amcheck"));
+        assert_eq!(names_where(|c| c.catches.contains(&"changed_row")), ["checksums"]);
+    }
 }

@@ -237,6 +237,9 @@ fn judge(c: &Counted, tolerance: f64, counters_at: Option<&str>) -> Verdict {
 
 #[async_trait]
 impl Validator for RowCounts {
+    fn weighs_undecided(&self) -> bool {
+        true
+    }
     fn name(&self) -> &'static str {
         "row_counts"
     }

@@ -308,6 +308,9 @@ pub(crate) fn kind_and_name(key: &str) -> (&str, &str) {
 
 #[async_trait]
 impl Validator for Schema {
+    fn weighs_undecided(&self) -> bool {
+        true
+    }
     fn name(&self) -> &'static str {
         "schema"
     }

@@ -58,7 +58,9 @@ pub(crate) struct TargetFacts {
 /// measures read (a report over a fleet keeps every run's few fields, not their details),
 /// and its schedule's allowance.
 pub(crate) fn facts(target: &TargetEvidence, schedule_interval_seconds: f64) -> TargetFacts {
-    const READ: [&str; 5] = ["amcheck", "checksums", "full_read", "immutability", "pinned"];
+    // The checks the measures read: those that read everything, and the store's.
+    let mut read = drcheck_validators::names_where(|c| c.reads_everything);
+    read.extend(["immutability", "pinned"]);
     let runs = target
         .runs
         .iter()
@@ -66,7 +68,7 @@ pub(crate) fn facts(target: &TargetEvidence, schedule_interval_seconds: f64) -> 
             validators: r
                 .validators
                 .iter()
-                .filter(|v| READ.contains(&v.name.as_str()))
+                .filter(|v| read.contains(&v.name.as_str()))
                 .map(|v| super::ValidatorEvidence {
                     // Only the store's findings' words are quoted in a miss.
                     detail: if v.name == "immutability" || v.name == "pinned" {
@@ -215,7 +217,7 @@ pub(crate) fn compute(
             measure(name, verdict(misses.is_empty()), figure, proof, misses)
         }
         "integrity_checked" => {
-            const CHECKS: [&str; 3] = ["amcheck", "checksums", "full_read"];
+            let checks = drcheck_validators::names_where(|c| c.reads_everything);
             let mut misses = Vec::new();
             let mut proof = Vec::new();
             let mut names: Vec<&str> = Vec::new();
@@ -226,7 +228,7 @@ pub(crate) fn compute(
                     .iter()
                     .filter(|r| r.result == RunResult::Passed)
                     .filter(|r| {
-                        r.validators.iter().any(|v| CHECKS.contains(&v.name.as_str()) && v.status == Status::Passed)
+                        r.validators.iter().any(|v| checks.contains(&v.name.as_str()) && v.status == Status::Passed)
                     })
                     .collect();
                 if passing.is_empty() {
@@ -235,10 +237,10 @@ pub(crate) fn compute(
                 for r in passing {
                     proof.push(r.run_id.clone());
                     for v in
-                        r.validators.iter().filter(|v| CHECKS.contains(&v.name.as_str()) && v.status == Status::Passed)
+                        r.validators.iter().filter(|v| checks.contains(&v.name.as_str()) && v.status == Status::Passed)
                     {
                         if !names.contains(&v.name.as_str()) {
-                            names.push(CHECKS.iter().find(|c| **c == v.name).copied().unwrap_or(""));
+                            names.push(checks.iter().find(|c| **c == v.name).copied().unwrap_or(""));
                         }
                     }
                 }

@@ -12,9 +12,13 @@ use drcheck_restore::Follower;
 use std::time::{Instant, SystemTime};
 use tokio_util::sync::CancellationToken;
 
-/// The validators a follower cannot run: they write to the copy (amcheck creates its
-/// extension) or are the repository's own.
-pub(crate) const NEEDS_A_RESTORE: [&str; 3] = ["amcheck", "indexes", "repository"];
+/// The checks a follower cannot run: the validators that need a restore of their own
+/// (they write to the copy), and the tool repository's check.
+pub(crate) fn needs_a_restore() -> Vec<&'static str> {
+    let mut names = drcheck_validators::names_where(|c| c.needs_restore);
+    names.push("repository");
+    names
+}
 
 /// Verifies `target` on its follower, paused for the validation and resumed after,
 /// whatever happens.
@@ -79,7 +83,8 @@ async fn on_follower(
         system_identifier: h.system_identifier.clone(),
     });
     let mut only_reads = target.clone();
-    only_reads.validators.enabled.retain(|v| !NEEDS_A_RESTORE.contains(&v.as_str()));
+    let needs_a_restore = needs_a_restore();
+    only_reads.validators.enabled.retain(|v| !needs_a_restore.contains(&v.as_str()));
     let database =
         target.primary.as_ref().and_then(|p| super::database_of(p.expose())).unwrap_or_else(|| "postgres".into());
     let t = Instant::now();

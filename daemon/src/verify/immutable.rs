@@ -10,7 +10,7 @@
 
 use crate::history::Proven;
 use crate::run_report::{PinnedPart, ValidatorReport, timestamp};
-use drcheck_config::{LockMode, SourceConfig, StorageConfig, TargetConfig, format_duration};
+use drcheck_config::{LockMode, StorageConfig, TargetConfig, format_duration};
 use drcheck_restore::{Backup, BackupObject, BackupStore, ObjectLock, StoreError};
 use drcheck_validators::{Finding, Status, enforce_coverage};
 use std::collections::{BTreeMap, HashMap};
@@ -30,30 +30,10 @@ pub(crate) fn in_days(d: Duration) -> String {
     }
 }
 
-/// Where a backup tool keeps a backup's files in the store: pgBackRest's
-/// `<repo>/backup/<stanza>/<label>/`, barman-cloud's `<prefix>/<server>/base/<id>/`.
-fn tool_root(target: &TargetConfig) -> Option<String> {
-    match &target.source {
-        SourceConfig::Pgbackrest { stanza, repo_path, .. } => {
-            let repo = repo_path.trim_matches('/');
-            Some(if repo.is_empty() { format!("backup/{stanza}/") } else { format!("{repo}/backup/{stanza}/") })
-        }
-        SourceConfig::BarmanCloud { server_name } => {
-            let prefix = target.prefix.trim_matches('/');
-            Some(if prefix.is_empty() {
-                format!("{server_name}/base/")
-            } else {
-                format!("{prefix}/{server_name}/base/")
-            })
-        }
-        SourceConfig::Objects => None,
-    }
-}
-
 /// Whether a file added to a proven backup counts as a change: for a store's own
 /// backups; a backup tool adds files to a backup's directory itself.
 pub(crate) fn counts_additions(target: &TargetConfig) -> bool {
-    tool_root(target).is_none()
+    drcheck_restore::tool_files_root(target).is_none()
 }
 
 /// The objects each backup is stored as, by backup key: a store's backups carry their
@@ -64,7 +44,7 @@ pub(crate) async fn stored_objects(
     backups: &[&Backup],
 ) -> Result<HashMap<String, Vec<BackupObject>>, StoreError> {
     let mut out: HashMap<String, Vec<BackupObject>> = HashMap::new();
-    let Some(root) = tool_root(target) else {
+    let Some(root) = drcheck_restore::tool_files_root(target) else {
         for b in backups {
             out.insert(b.key.clone(), b.parts.clone());
         }

@@ -460,6 +460,13 @@ fn parse_ctime(s: &str) -> Option<SystemTime> {
     humantime::parse_rfc3339_weak(&format!("{year}-{m:02}-{:02}T{time}Z", day.parse::<u32>().ok()?)).ok()
 }
 
+/// Where barman-cloud keeps a server's base backups' files (`<prefix>/<server>/base/`,
+/// each backup a directory there named by its id).
+pub(crate) fn files_root(prefix: &str, server_name: &str) -> String {
+    let prefix = prefix.trim_matches('/');
+    if prefix.is_empty() { format!("{server_name}/base/") } else { format!("{prefix}/{server_name}/base/") }
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

@@ -53,6 +53,13 @@ impl std::fmt::Debug for Repo {
     }
 }
 
+/// Where the repository keeps a stanza's backups' files (`<repo>/backup/<stanza>/`,
+/// each backup a directory there named by its label).
+pub(crate) fn files_root(stanza: &str, repo_path: &str) -> String {
+    let repo = repo_path.trim_matches('/');
+    if repo.is_empty() { format!("backup/{stanza}/") } else { format!("{repo}/backup/{stanza}/") }
+}
+
 /// What `pgbackrest info` says about a stanza.
 #[derive(Debug, Clone)]
 pub(crate) struct Catalog {

@@ -163,6 +163,15 @@ async fn compare_table(cx: &Context, primary: &crate::primary::PrimaryDb, t: &Ta
 
 #[async_trait]
 impl Validator for Checksums {
+    fn catches(&self) -> &'static [&'static str] {
+        &["flipped_page", "changed_row"]
+    }
+    fn reads_everything(&self) -> bool {
+        true
+    }
+    fn weighs_undecided(&self) -> bool {
+        true
+    }
     fn name(&self) -> &'static str {
         "checksums"
     }
