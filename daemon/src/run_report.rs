@@ -287,6 +287,19 @@ pub(crate) struct RunReport {
     /// comparison with the primary ran.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub content: Option<Content>,
+    /// A full listing's backups (and those gone before retention, named by `pinned`):
+    /// the record stage keeps the proofs of these and forgets the rest — the select
+    /// stage reads the history store, never writes it. Not part of the report.
+    #[serde(skip)]
+    pub still_listed: Option<Vec<String>>,
+    /// The tables this run's `checksums` looked at, and whether each was decided in
+    /// full: kept by the record stage (`table_proofs`). Not part of the report.
+    #[serde(skip)]
+    pub tables_decided: Option<Box<[(String, bool)]>>,
+    /// `primary_read_budget`: the slice (`slices`, `slice`) this run compared through,
+    /// kept by the record stage. Not part of the report.
+    #[serde(skip)]
+    pub slice_compared: Option<(u32, u32)>,
 }
 
 /// What a run's comparisons decided: proven (matched), or a change on the primary since
@@ -589,6 +602,9 @@ pub(crate) fn died_report(target: &drcheck_config::TargetConfig, holder: &str) -
         follow: None,
         canary: None,
         content: None,
+        still_listed: None,
+        tables_decided: None,
+        slice_compared: None,
     }
 }
 
@@ -701,6 +717,9 @@ mod tests {
             follow: None,
             canary: None,
             content: None,
+            still_listed: None,
+            tables_decided: None,
+            slice_compared: None,
         }
     }
 

@@ -145,39 +145,41 @@ pub(crate) async fn journal_for(
 /// The finding that names tables no run decided in full within `prove_within`.
 pub(crate) const UNPROVEN_TABLES: &str = "unproven_tables";
 
-/// Records which tables `checksums` decided in full this run, and returns the
-/// `unproven_tables` finding (failed) when some table of the target was not decided —
-/// compared and proven, or found changed since the copy's point — by any run within
-/// `prove_within`.
+/// Which tables `checksums` decided in full this run (for the record stage to keep), and
+/// the `unproven_tables` finding (failed) when some table of the target was not decided
+/// — compared and proven, or found changed since the copy's point — by any run within
+/// `prove_within`, this one included. Reads the history store, never writes it.
 pub(crate) async fn tables_decided(
     target: &TargetConfig,
     findings: &[Finding],
     history: &crate::history::History,
-) -> Option<Finding> {
-    let sums = findings.iter().find(|f| f.name == "checksums" && f.status != Status::Error)?;
-    let now = SystemTime::now();
-    if let Err(e) = history.record_tables(&target.name, &sums.per_table, now).await {
-        tracing::warn!(target = %target.name, "cannot record the tables compared: {e:#}");
-        return None;
-    }
-    let not = match history.tables_not_proven(&target.name, target.prove_within, now).await {
+) -> (Option<Box<[(String, bool)]>>, Option<Finding>) {
+    let Some(sums) = findings.iter().find(|f| f.name == "checksums" && f.status != Status::Error) else {
+        return (None, None);
+    };
+    let per_table = sums.per_table.clone();
+    let not = match history.tables_not_proven(&target.name, target.prove_within, SystemTime::now()).await {
         Ok(n) => n,
         Err(e) => {
             tracing::warn!(target = %target.name, "cannot read the tables proven: {e:#}");
-            return None;
+            return (Some(per_table), None);
         }
     };
+    // This run's record (kept by the record stage) decides its own tables now.
+    let decided_now: std::collections::BTreeSet<&str> =
+        per_table.iter().filter(|(_, d)| *d).map(|(t, _)| t.as_str()).collect();
     // Only tables this run still saw: a table dropped since is no longer owed a proof.
-    let seen: std::collections::BTreeSet<&str> = sums.per_table.iter().map(|(t, _)| t.as_str()).collect();
+    let seen: std::collections::BTreeSet<&str> = per_table.iter().map(|(t, _)| t.as_str()).collect();
     let due: Vec<String> = not
         .into_iter()
+        .filter(|(t, _)| !decided_now.contains(t.as_str()))
         .filter(|(t, _)| seen.contains(t.as_str()) || target.primary_read_budget.is_some())
         .map(|(t, last)| match last {
             Some(at) => format!("{t} (last decided {at})"),
             None => format!("{t} (never decided)"),
         })
         .collect();
-    (!due.is_empty()).then(|| {
+    let finding = (!due.is_empty()).then(|| {
         Finding::new(
             UNPROVEN_TABLES,
             Status::Failed,
@@ -190,24 +192,19 @@ pub(crate) async fn tables_decided(
                 drcheck_validators::some_of(&due, 20)
             ),
         )
-    })
+    });
+    (Some(per_table), finding)
 }
 
-/// Records this run's slice as compared when its checksums passed.
-pub(crate) async fn rotated(
-    target: &TargetConfig,
-    rotation: Option<&drcheck_validators::Rotation>,
-    findings: &[Finding],
-    history: &crate::history::History,
-) {
-    let Some(r) = rotation else { return };
+/// This run's slice (`slices`, `slice`) when its checksums got through it: the record
+/// stage keeps it as compared.
+pub(crate) fn rotated(rotation: Option<&drcheck_validators::Rotation>, findings: &[Finding]) -> Option<(u32, u32)> {
+    let r = rotation?;
     let passed = findings
         .iter()
         .filter(|f| f.name == "checksums" && !matches!(f.status, Status::Failed | Status::Error))
         .any(|f| f.measurements.get(drcheck_validators::checksums::SLICE_DONE) == Some(&1.0));
-    if passed && let Err(e) = history.slice_compared(&target.name, r.slices, r.slice, SystemTime::now()).await {
-        tracing::warn!(target = %target.name, "cannot record the slice compared: {e:#}");
-    }
+    passed.then_some((r.slices, r.slice))
 }
 
 /// Runs the target's validators on `main` (the restored database the target names) and,
@@ -603,6 +600,35 @@ fn access(sandbox: &Sandbox, db: &str) -> RestoredAccess {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
+    /// Issue 49: deciding which tables are owed a proof reads the history store and
+    /// writes nothing; the run's own decisions count (the record stage keeps them).
+    #[tokio::test]
+    async fn unproven_tables_count_this_runs_decisions_without_writing_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}", dir.path().join("h.db").display());
+        let h = crate::history::History::open(&drcheck_config::Secret::new(url)).await.unwrap();
+        let config = drcheck_config::parse(
+            "[storage.s]\nkind = \"filesystem\"\npath = \"/tmp\"\n[[target]]\nname = \"orders\"\nstorage = \"s\"\nprefix = \"p/\"\nrto = \"1h\"\nrpo = \"1d\"\nprove_within = \"30d\"\n",
+            std::path::Path::new("c.toml"),
+        )
+        .unwrap();
+        let t = &config.targets[0];
+        let day = std::time::Duration::from_secs(86_400);
+        let long_ago = SystemTime::now() - day * 40;
+        h.record_tables("orders", &[("public.a".into(), false), ("public.b".into(), false)], long_ago).await.unwrap();
+        let mut sums = Finding::new("checksums", Status::Passed, "x");
+        sums.per_table = vec![("public.a".to_string(), true), ("public.b".to_string(), false)].into_boxed_slice();
+        let (decided, unproven) = tables_decided(t, &[sums], &h).await;
+        let unproven = unproven.expect("public.b is owed a proof");
+        assert!(unproven.detail.contains("public.b") && !unproven.detail.contains("public.a"), "{}", unproven.detail);
+        assert_eq!(decided.unwrap().len(), 2);
+        // Nothing was written: public.a is still undecided in the store.
+        let not = h.tables_not_proven("orders", t.prove_within, SystemTime::now()).await.unwrap();
+        assert!(not.iter().any(|(n, _)| n == "public.a"), "{not:?}");
+    }
+
     #[test]
     fn the_database_of_a_url_is_swapped() {
         assert_eq!(

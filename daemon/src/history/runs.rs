@@ -102,6 +102,28 @@ impl History {
     /// Records a run and, in the same transaction, the alerts it raises or resolves
     /// for each of `sinks` — so a crash can never keep one without the other.
     pub(crate) async fn record_with_alerts(&self, r: &RunReport, sinks: &[String]) -> anyhow::Result<()> {
+        // A full listing's backups: the proofs of the others go (a proof is kept while its
+        // backup is in the store).
+        if let Some(listed) = &r.still_listed {
+            match self.keep_proofs_of(&r.target, listed).await {
+                Ok(0) => {}
+                Ok(n) => {
+                    tracing::info!(target = %r.target, forgotten = n, "proofs of backups no longer in the store forgotten")
+                }
+                Err(e) => tracing::warn!(target = %r.target, "cannot forget the proofs of removed backups: {e:#}"),
+            }
+        }
+        // What the run decided of the target's tables, and the slice it compared.
+        if let Some(tables) = &r.tables_decided
+            && let Err(e) = self.record_tables(&r.target, tables, std::time::SystemTime::now()).await
+        {
+            tracing::warn!(target = %r.target, "cannot record the tables compared: {e:#}");
+        }
+        if let Some((slices, slice)) = r.slice_compared
+            && let Err(e) = self.slice_compared(&r.target, slices, slice, std::time::SystemTime::now()).await
+        {
+            tracing::warn!(target = %r.target, "cannot record the slice compared: {e:#}");
+        }
         let json = serde_json::to_string(r)?;
         let mut tx = self.pool.begin().await?;
         // Its start is done with; an `aborted` record another run made of it while it was

@@ -240,7 +240,7 @@ pub(crate) async fn select_stage(
     if let (true, Some(listed)) = (full_listing, &restorable) {
         let mut keys: Vec<String> = listed.iter().map(|b| b.key.clone()).collect();
         keys.extend(vanished);
-        forget_removed_proofs(history, target, &keys).await;
+        run.report.still_listed = Some(keys);
     }
     let gaps = match history.acks(&target.name, crate::history::WAL_GAP).await {
         Ok(g) => g,
@@ -365,18 +365,6 @@ pub(crate) async fn coverage_now(
         listed.into_iter().filter(|b| b.catalog.as_ref().is_none_or(|c| c.status.is_ok())).collect();
     let proven = history.proven(&target.name).await.ok_or("the history store cannot be read")?;
     Ok(coverage(&restorable, &proven, target.prove_within, "", SystemTime::now()).0)
-}
-
-/// Forgets the proofs of backups a full listing (`listed`: every restorable key) no
-/// longer finds: a proof is kept while its backup is in the store.
-pub(crate) async fn forget_removed_proofs(history: &History, target: &TargetConfig, listed: &[String]) {
-    match history.keep_proofs_of(&target.name, listed).await {
-        Ok(0) => {}
-        Ok(n) => {
-            tracing::info!(target = %target.name, forgotten = n, "proofs of backups no longer in the store forgotten")
-        }
-        Err(e) => tracing::warn!(target = %target.name, "cannot forget the proofs of removed backups: {e:#}"),
-    }
 }
 
 /// The backup `select` takes from the restorable ones (newest first): the newest; a

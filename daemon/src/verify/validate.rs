@@ -51,8 +51,9 @@ pub(super) async fn validate_stage(
         Ok(v) => v,
         Err(e) => return Err(restored_unreachable(&sandbox, "validate", e).await),
     };
-    crate::validate::rotated(target, rotation.as_ref(), &validated.findings, history).await;
-    let unproven = crate::validate::tables_decided(target, &validated.findings, history).await;
+    run.report.slice_compared = crate::validate::rotated(rotation.as_ref(), &validated.findings);
+    let (decided, unproven) = crate::validate::tables_decided(target, &validated.findings, history).await;
+    run.report.tables_decided = decided;
     validated.findings.extend(unproven);
     run.report.validators = validated.findings.iter().map(ValidatorReport::from).collect();
     run.report.content = crate::run_report::Content::of(&run.report.validators, target.max_undecided);
