@@ -437,17 +437,6 @@ fn human_secs(s: f64) -> String {
     if s < 60.0 { format!("{s:.1}s") } else { drcheck_config::format_duration(Duration::from_secs_f64(s)) }
 }
 
-fn human_bytes(n: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = n as f64;
-    let mut u = 0;
-    while v >= 1024.0 && u < UNITS.len() - 1 {
-        v /= 1024.0;
-        u += 1;
-    }
-    if u == 0 { format!("{n} B") } else { format!("{v:.1} {}", UNITS[u]) }
-}
-
 fn verdict(met: Option<bool>) -> &'static str {
     match met {
         Some(true) => "met",
@@ -476,7 +465,7 @@ pub(crate) fn render_human(r: &RunReport) -> String {
             s,
             "  backup      {} ({}, {}, {})",
             crate::out::shown(&b.key),
-            human_bytes(b.size_bytes),
+            drcheck_validators::human_bytes(b.size_bytes),
             b.format.as_deref().unwrap_or("format unknown"),
             match (&b.created_at, &b.created_at_source) {
                 (Some(at), Some(from)) => format!("data as of {at} from its {from}"),
@@ -500,11 +489,18 @@ pub(crate) fn render_human(r: &RunReport) -> String {
         let _ = writeln!(s, "  sandbox     {server}{} profile, {} job(s){recovered}{contained}", ri.profile, ri.jobs);
         if let (Some(w), Some(bps)) = (ri.bytes_written, ri.write_bps) {
             let disk = match (ri.disk_write_bps, ri.disk_fraction) {
-                (Some(d), Some(f)) => format!(", {:.0}% of the disk's {}/s", f * 100.0, human_bytes(d as u64)),
+                (Some(d), Some(f)) => {
+                    format!(", {:.0}% of the disk's {}/s", f * 100.0, drcheck_validators::human_bytes(d as u64))
+                }
                 _ => String::new(),
             };
             let by = ri.limited_by.as_deref().map(|l| format!(" — limited by {l}")).unwrap_or_default();
-            let _ = writeln!(s, "  writes      {} at {}/s{disk}{by}", human_bytes(w), human_bytes(bps as u64));
+            let _ = writeln!(
+                s,
+                "  writes      {} at {}/s{disk}{by}",
+                drcheck_validators::human_bytes(w),
+                drcheck_validators::human_bytes(bps as u64)
+            );
         }
         if let Some(m) = &ri.manifest {
             let _ = writeln!(s, "  manifest    {}", crate::out::shown_lines(m, "              "));
@@ -575,36 +571,48 @@ pub(crate) fn render_human(r: &RunReport) -> String {
 /// made by the run that took over its lease: `aborted`, saying who it was. Its start is
 /// unknown; the record is dated when it was found.
 pub(crate) fn died_report(target: &drcheck_config::TargetConfig, holder: &str) -> RunReport {
-    let now = timestamp(SystemTime::now());
-    RunReport {
-        run_id: crate::ids::new_run_id(),
-        target: target.name.clone(),
-        result: RunResult::Aborted,
-        started_at: now.clone(),
-        finished_at: now,
-        backup: None,
-        phases: Vec::new(),
-        rto: Rto { target_seconds: secs(target.rto), measured_seconds: None, met: None },
-        rpo: Rpo { target_seconds: secs(target.rpo), ..Default::default() },
-        validators: Vec::new(),
-        restore: None,
-        primary_queries: None,
-        error: Some(RunError {
-            stage: "unknown".into(),
-            message: format!(
-                "{holder} died without recording its run (its process is gone; found when the next run took its lease)"
-            ),
-        }),
-        degraded: None,
-        coverage: None,
-        usage_error: None,
-        mode: "restore".into(),
-        follow: None,
-        canary: None,
-        content: None,
-        still_listed: None,
-        tables_decided: None,
-        slice_compared: None,
+    let mut r = RunReport::begun(crate::ids::new_run_id(), target, SystemTime::now());
+    r.result = RunResult::Aborted;
+    r.finished_at = r.started_at.clone();
+    r.error = Some(RunError {
+        stage: "unknown".into(),
+        message: format!(
+            "{holder} died without recording its run (its process is gone; found when the next run took its lease)"
+        ),
+    });
+    r
+}
+
+impl RunReport {
+    /// The report of a run of `target` begun `at`: passed until something says
+    /// otherwise, its objectives set, nothing measured yet — the one place a report is
+    /// made whole.
+    pub(crate) fn begun(run_id: String, target: &drcheck_config::TargetConfig, at: SystemTime) -> RunReport {
+        RunReport {
+            run_id,
+            target: target.name.clone(),
+            result: RunResult::Passed,
+            started_at: timestamp(at),
+            finished_at: String::new(),
+            backup: None,
+            phases: Vec::new(),
+            rto: Rto { target_seconds: secs(target.rto), measured_seconds: None, met: None },
+            rpo: Rpo { target_seconds: secs(target.rpo), ..Default::default() },
+            validators: Vec::new(),
+            restore: None,
+            primary_queries: None,
+            error: None,
+            degraded: None,
+            coverage: None,
+            usage_error: None,
+            mode: "restore".into(),
+            follow: None,
+            canary: None,
+            content: None,
+            still_listed: None,
+            tables_decided: None,
+            slice_compared: None,
+        }
     }
 }
 

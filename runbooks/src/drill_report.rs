@@ -105,8 +105,9 @@ pub fn secs(s: f64) -> String {
     }
 }
 
+/// Text made safe in HTML text and in attribute values of either quote.
 fn esc(s: &str) -> String {
-    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
+    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;").replace('\'', "&#39;")
 }
 
 fn color(s: Status) -> &'static str {
@@ -515,6 +516,14 @@ pre{{background:#f5f5f5;padding:8px;overflow-x:auto;font-size:12px;max-height:32
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_markup_character_is_escaped_single_quotes_too() {
+        assert_eq!(
+            esc("<a href='x' title=\"y\">&</a>"),
+            "&lt;a href=&#39;x&#39; title=&quot;y&quot;&gt;&amp;&lt;/a&gt;"
+        );
+    }
 
     #[test]
     fn durations_read_like_people_write_them() {

@@ -166,7 +166,7 @@ impl History {
 }
 
 fn ts(t: SystemTime) -> String {
-    humantime::format_rfc3339_millis(t).to_string()
+    crate::run_report::timestamp(t)
 }
 
 #[cfg(test)]

@@ -29,7 +29,7 @@ use crate::history::History;
 use crate::ids::new_run_id;
 use crate::measure::Measurements;
 use crate::progress::Progress;
-use crate::run_report::{Phase, Rpo, Rto, RunError, RunReport, RunResult, secs, timestamp};
+use crate::run_report::{Phase, RunError, RunReport, RunResult, secs, timestamp};
 use drcheck_config::{Config, TargetConfig};
 use drcheck_validators::Status;
 use std::time::{Duration, SystemTime};
@@ -219,41 +219,7 @@ pub(crate) fn new_run(run_id: String, target: &TargetConfig) -> Run<'_> {
     let started = SystemTime::now();
     Run {
         target,
-        report: RunReport {
-            run_id,
-            target: target.name.clone(),
-            result: RunResult::Passed,
-            started_at: timestamp(started),
-            finished_at: String::new(),
-            backup: None,
-            phases: Vec::new(),
-            rto: Rto { target_seconds: secs(target.rto), measured_seconds: None, met: None },
-            rpo: Rpo {
-                target_seconds: secs(target.rpo),
-                backup_age_seconds: None,
-                met: None,
-                data_lag_seconds: None,
-                recoverable_point_age_seconds: None,
-                recoverable_point: None,
-                measured_at: None,
-                proven_point: None,
-                recovery_window_start: None,
-            },
-            validators: Vec::new(),
-            restore: None,
-            primary_queries: None,
-            error: None,
-            degraded: None,
-            coverage: None,
-            usage_error: None,
-            mode: "restore".into(),
-            follow: None,
-            canary: None,
-            content: None,
-            still_listed: None,
-            tables_decided: None,
-            slice_compared: None,
-        },
+        report: RunReport::begun(run_id, target, started),
         m: Measurements::default(),
         attempt: 1,
         chosen_proven: false,
