@@ -98,7 +98,7 @@ pub struct Follower {
     dir: PathBuf,
     spool: PathBuf,
     state: FollowState,
-    bins: crate::Binaries,
+    bins: crate::server::pgbin::Binaries,
     /// The replay position last read, and when it last moved.
     progress: Option<(u64, Instant)>,
     /// Bytes of the server's log already read for complaints.
@@ -137,7 +137,11 @@ pub fn read_state(dir: &Path) -> Option<FollowState> {
 impl Follower {
     /// A follower from a restore just seeded as a standby (`restored.sandbox` kept at
     /// `dir`): what it fetched while seeding is its start.
-    pub fn seeded(restored: crate::Restored, backup: &str, bins: crate::Binaries) -> Result<Follower, RestoreError> {
+    pub fn seeded(
+        restored: crate::request::Restored,
+        backup: &str,
+        bins: crate::server::pgbin::Binaries,
+    ) -> Result<Follower, RestoreError> {
         let sandbox = restored.sandbox;
         let dir = sandbox.root().to_path_buf();
         let spool = recovery::spool_dir(&sandbox)?;
@@ -152,7 +156,10 @@ impl Follower {
 
     /// The follower kept in `opts.keep_at`, its server started again where replay
     /// stopped; `None` when none was seeded there.
-    pub async fn resume(opts: &SandboxOptions, bins: crate::Binaries) -> Result<Option<Follower>, RestoreError> {
+    pub async fn resume(
+        opts: &SandboxOptions,
+        bins: crate::server::pgbin::Binaries,
+    ) -> Result<Option<Follower>, RestoreError> {
         let Some(dir) = opts.keep_at.clone() else { return Ok(None) };
         let Some(state) = read_state(&dir) else { return Ok(None) };
         if !dir.join("data").join("PG_VERSION").is_file() {
@@ -165,7 +172,13 @@ impl Follower {
         Ok(Some(follower))
     }
 
-    fn around(sandbox: Sandbox, dir: PathBuf, spool: PathBuf, state: FollowState, bins: crate::Binaries) -> Self {
+    fn around(
+        sandbox: Sandbox,
+        dir: PathBuf,
+        spool: PathBuf,
+        state: FollowState,
+        bins: crate::server::pgbin::Binaries,
+    ) -> Self {
         let log_offset = std::fs::metadata(dir.join("postgres.log")).map(|m| m.len()).unwrap_or(0);
         Follower {
             sandbox,

@@ -19,7 +19,7 @@ pub struct RestoreJob<'a> {
     pub backup: &'a Backup,
     pub fetch: FetchOptions,
     pub sandbox: SandboxOptions,
-    pub bins: crate::Binaries,
+    pub bins: crate::server::pgbin::Binaries,
     pub format: FormatSetting,
     pub jobs: u32,
     /// A `pg_dumpall --globals-only` script in the store, applied before the restore.

@@ -65,7 +65,7 @@ pub trait Archive: Send + Sync {
         &self,
         host: &Sandbox,
         store: &Arc<dyn BackupStore>,
-        bins: &crate::Binaries,
+        bins: &crate::server::pgbin::Binaries,
     ) -> Result<Option<Reach>, RestoreError>;
 
     /// Every archived WAL file — segments and timeline histories — with what identifies
@@ -119,7 +119,7 @@ pub trait Repository: Archive {
         &self,
         sandbox: &mut Sandbox,
         store: &Arc<dyn BackupStore>,
-        bins: &crate::Binaries,
+        bins: &crate::server::pgbin::Binaries,
         backup: &Backup,
         how: Recover<'_>,
     ) -> Result<ToolRestored, RestoreError>;

@@ -1,6 +1,7 @@
 //! The daemon's HTTP surface: the status pages `/` and `/targets/{name}` (`status.rs`),
 //! `/metrics`, `/healthz`, `/readyz`, `GET /api/v1/runs`, `GET /api/v1/runs/{id}` (the
-//! recorded report; 202 with `status: running` for a triggered run not recorded yet;
+//! recorded report; 202 with `status: running` for a started run not recorded yet
+//! (`queued` while a triggered one waits to start);
 //! 404 otherwise), `POST /api/v1/targets/{name}/verify` (bearer token; 401 without it,
 //! 404 for an unknown target, 409 while that target runs, 202 with the run id otherwise),
 //! `POST /api/v1/targets/{name}/backups/forget` (`{"key", "reason", "by"}`) and

@@ -36,7 +36,7 @@ const SEGMENTS_TRIED: usize = 4;
 /// holds a commit or abort. `None` when none of the newest [`SEGMENTS_TRIED`] does.
 pub(crate) async fn newest<F, Fut>(
     sandbox: &Sandbox,
-    bins: &crate::Binaries,
+    bins: &crate::server::pgbin::Binaries,
     segments: impl IntoIterator<Item = String>,
     fetch: F,
 ) -> Result<Option<Reach>, RestoreError>
@@ -87,7 +87,7 @@ fn major_of_wal(head: &[u8]) -> Option<u32> {
 /// contained (the file is the backup's bytes) with `TZ=UTC`.
 async fn newest_in_file(
     sandbox: &Sandbox,
-    bins: &crate::Binaries,
+    bins: &crate::server::pgbin::Binaries,
     file: &Path,
 ) -> Result<Option<SystemTime>, RestoreError> {
     let infra = |m: String| RestoreError::infra(Stage::Select, m);

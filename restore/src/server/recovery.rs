@@ -53,7 +53,7 @@ const FAILED: &str = ".failed";
 /// the files after it are not fetched.
 pub(crate) async fn start_while_fetching<F, Fut>(
     sandbox: &mut Sandbox,
-    bins: &crate::Binaries,
+    bins: &crate::server::pgbin::Binaries,
     replay: Replay<'_>,
     names: Vec<String>,
     at_once: usize,
@@ -142,7 +142,7 @@ pub(crate) fn read_major(dir: &Path) -> Result<u32, RestoreError> {
 /// commit's time, when the WAL had one.
 pub(crate) async fn start_restored(
     sandbox: &mut Sandbox,
-    bins: &crate::Binaries,
+    bins: &crate::server::pgbin::Binaries,
     replay: Option<Replay<'_>>,
 ) -> Result<Recovered, RestoreError> {
     let infra = |m: String| RestoreError::infra(Stage::Restore, m);

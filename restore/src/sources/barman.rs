@@ -214,7 +214,7 @@ impl Archive for Catalog {
         &self,
         sandbox: &Sandbox,
         store: &Arc<dyn BackupStore>,
-        bins: &crate::Binaries,
+        bins: &crate::server::pgbin::Binaries,
     ) -> Result<Option<crate::server::reach::Reach>, RestoreError> {
         let archived = self.archived(store).await?;
         crate::server::reach::newest(sandbox, bins, archived.segments, |name, path| async move {
@@ -261,7 +261,7 @@ impl Repository for Catalog {
         &self,
         sandbox: &mut Sandbox,
         store: &Arc<dyn BackupStore>,
-        bins: &crate::Binaries,
+        bins: &crate::server::pgbin::Binaries,
         backup: &Backup,
         how: crate::source::Recover<'_>,
     ) -> Result<ToolRestored, RestoreError> {

@@ -381,7 +381,7 @@ pub(crate) fn plan_segments(start: &str, stop: &str, last: &str, archived: &Arch
 /// ([`recovery::start_while_fetching`]). Returns the recovered point.
 pub(crate) async fn replay_plan<F, Fut>(
     sandbox: &mut Sandbox,
-    bins: &crate::Binaries,
+    bins: &crate::server::pgbin::Binaries,
     target: &RecoveryTarget,
     archived: &Archived,
     plan: &Plan,

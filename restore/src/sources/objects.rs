@@ -318,7 +318,7 @@ impl Archive for WalArchive {
         &self,
         sandbox: &Sandbox,
         store: &std::sync::Arc<dyn crate::store::BackupStore>,
-        bins: &crate::Binaries,
+        bins: &crate::server::pgbin::Binaries,
     ) -> Result<Option<crate::server::reach::Reach>, RestoreError> {
         let listed = crate::sources::physical::wal_objects(store.list(&self.prefix).await?);
         let by_name: std::collections::BTreeMap<String, crate::store::BackupObject> =

@@ -216,7 +216,7 @@ impl Repo {
     pub(crate) async fn restore(
         &self,
         sandbox: &mut Sandbox,
-        bins: &crate::Binaries,
+        bins: &crate::server::pgbin::Binaries,
         backup: &Backup,
         catalog: &Catalog,
         how: crate::source::Recover<'_>,
@@ -331,7 +331,7 @@ impl Repo {
         &self,
         sandbox: &Sandbox,
         catalog: &Catalog,
-        bins: &crate::Binaries,
+        bins: &crate::server::pgbin::Binaries,
     ) -> Result<Option<crate::server::reach::Reach>, RestoreError> {
         // `archive-get` needs the cluster's pg_control, which exists only after a
         // restore: `repo-get` reads the file itself (decrypted, still compressed).
@@ -467,7 +467,7 @@ impl Archive for Stanza {
         &self,
         sandbox: &Sandbox,
         _store: &std::sync::Arc<dyn crate::store::BackupStore>,
-        bins: &crate::Binaries,
+        bins: &crate::server::pgbin::Binaries,
     ) -> Result<Option<crate::server::reach::Reach>, RestoreError> {
         self.repo.reach(sandbox, &self.catalog, bins).await
     }
@@ -505,7 +505,7 @@ impl Repository for Stanza {
         &self,
         sandbox: &mut Sandbox,
         _store: &std::sync::Arc<dyn crate::store::BackupStore>,
-        bins: &crate::Binaries,
+        bins: &crate::server::pgbin::Binaries,
         backup: &Backup,
         how: crate::source::Recover<'_>,
     ) -> Result<ToolRestored, RestoreError> {

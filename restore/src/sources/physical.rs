@@ -185,7 +185,7 @@ async fn remap_tablespaces(
 /// Checks the unpacked files against the backup's manifest with `pg_verifybackup`.
 async fn verify_backup(
     sandbox: &Sandbox,
-    bins: &crate::Binaries,
+    bins: &crate::server::pgbin::Binaries,
     data: &Path,
     manifest: &str,
 ) -> Result<String, RestoreError> {
@@ -195,7 +195,7 @@ async fn verify_backup(
 /// [`verify_backup`] with the manifest written to `name` in the sandbox's directory.
 async fn verify_backup_as(
     sandbox: &Sandbox,
-    bins: &crate::Binaries,
+    bins: &crate::server::pgbin::Binaries,
     data: &Path,
     manifest: &str,
     name: &str,
@@ -330,7 +330,7 @@ async fn restore_chain(job: &RestoreJob<'_>, sandbox: Sandbox, started: Instant)
 /// `pg_combinebackup -o DATA LINK…` of the chain's major, contained.
 async fn combine(
     sandbox: &Sandbox,
-    bins: &crate::Binaries,
+    bins: &crate::server::pgbin::Binaries,
     dirs: &[std::path::PathBuf],
     data: &Path,
 ) -> Result<(), RestoreError> {
