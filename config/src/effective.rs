@@ -106,6 +106,7 @@ pub fn render(text: &str, path: &Path, config: &Config) -> Result<String, Config
                 default(t, "jitter", s(&format_duration(tc.jitter)));
             }
             default(t, "prove_within", s(&format_duration(tc.prove_within)));
+            default(t, "rto_warn_ahead", s(&format_duration(tc.rto_warn_ahead)));
             default(t, "max_undecided", s(&format!("{}%", tc.max_undecided * 100.0)));
             default(t, "pin", Value::Boolean(tc.pin));
             if !t.contains_key("recovery_target") && tc.recovery_target == crate::model::RecoveryTarget::Latest {

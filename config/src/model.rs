@@ -404,6 +404,9 @@ pub struct TargetConfig {
     /// 30 days): what `least-proven` works through and what coverage counts as proven.
     #[serde(serialize_with = "ser_duration")]
     pub prove_within: Duration,
+    /// Warn (`DrcheckRTOForecastBreach`) this long before the RTO forecast's breach (default 30 days).
+    #[serde(serialize_with = "ser_duration")]
+    pub rto_warn_ahead: Duration,
     /// Daemon mode: when to check the backup tool's repository without a restore.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub integrity_schedule: Option<Schedule>,

@@ -151,6 +151,8 @@ pub struct RawTarget {
     pub select: Option<Spanned<String>>,
     /// How recently each restorable backup must have been proven (`least-proven`, coverage).
     pub prove_within: Option<Spanned<String>>,
+    /// Warn this long before the RTO forecast says a restore will take longer than the RTO.
+    pub rto_warn_ahead: Option<Spanned<String>>,
     pub integrity_schedule: Option<Spanned<String>>,
     pub comparisons: Option<Spanned<String>>,
     /// What a deliberately partial dump holds (`pg_dump -n`/`-t`): schemas or tables.

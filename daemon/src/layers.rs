@@ -3,7 +3,7 @@
 //!
 //! | room | what it is |
 //! |------|------------|
-//! | `exit`, `ids`, `out`, `progress`, `measure` | exit codes; names, ids and options; the terminal; measurements |
+//! | `exit`, `ids`, `out`, `progress`, `measure`, `forecast` | exit codes; names, ids and options; the terminal; measurements; the RTO forecast |
 //! | `shutdown`, `run_report`, `pristine` | signals; a run's report (the JSON contract); the pristine catalog |
 //! | `canary_report`, `alerts`, `disk` | what a canary found; alerts and their sinks; the scratch disk |
 //! | `history` | the history store |
@@ -21,7 +21,7 @@ use drcheck_layering::{Rooms, read_sources, violations};
 use std::path::Path;
 
 const ROOMS: Rooms<'static> = &[
-    &["exit", "ids", "out", "progress", "measure"],
+    &["exit", "ids", "out", "progress", "measure", "forecast"],
     &["shutdown", "run_report", "pristine"],
     &["canary_report", "alerts", "disk"],
     &["history"],

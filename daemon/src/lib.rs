@@ -24,6 +24,7 @@ mod dispatch;
 mod evidence;
 mod exit;
 mod follow;
+mod forecast;
 mod heartbeat;
 mod history;
 mod ids;

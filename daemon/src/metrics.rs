@@ -106,6 +106,8 @@ metrics! {
         phase_duration: GaugeVec = "drcheck_phase_duration_seconds", "Duration of each phase of the last run.", ["target", "phase"];
         rto_target: GaugeVec = "drcheck_rto_target_seconds", "The RTO objective.", ["target"];
         rpo_target: GaugeVec = "drcheck_rpo_target_seconds", "The RPO objective.", ["target"];
+        rto_forecast_breach: GaugeVec = "drcheck_rto_forecast_breach_timestamp_seconds", "When a restore will take longer than the RTO at the current trend (Unix time; the run's time when it already does): from the target's measured restores and its backups' growth. Absent without a breach in sight or with too few runs to say.", ["target"];
+        rto_warn_ahead: GaugeVec = "drcheck_rto_warn_ahead_seconds", "How long before the forecast breach to warn (target.rto_warn_ahead): DrcheckRTOForecastBreach compares the two.", ["target"];
         backup_timestamp: GaugeVec = "drcheck_backup_timestamp_seconds", "When the newest verified backup's data is from (Unix time: its consistency time); never moves back.", ["target"];
         backup_size: GaugeVec = "drcheck_backup_size_bytes", "Size of the last verified backup.", ["target"];
         validator_inconclusive: IntGaugeVec = "drcheck_validator_inconclusive", "What the last run's validator could not prove (cannot be told from changes on the primary since the copy's point): how many items.", ["target", "validator"];
@@ -288,6 +290,7 @@ impl Metrics {
         for t in &config.targets {
             self.rto_target.with_label_values(&[&t.name]).set(t.rto.as_secs_f64());
             self.rpo_target.with_label_values(&[&t.name]).set(t.rpo.as_secs_f64());
+            self.rto_warn_ahead.with_label_values(&[&t.name]).set(t.rto_warn_ahead.as_secs_f64());
             self.proves_window
                 .with_label_values(&[&t.name])
                 .set(i64::from(t.select == drcheck_config::Selection::LeastProven));
@@ -419,6 +422,20 @@ impl Metrics {
             self.phase_duration.with_label_values(&[t, &p.name]).set(p.seconds);
         }
         self.rto_target.with_label_values(&[t]).set(target.rto.as_secs_f64());
+        self.rto_warn_ahead.with_label_values(&[t]).set(target.rto_warn_ahead.as_secs_f64());
+        // The forecast of the last run that made one; a run that could not (the history
+        // unreadable) leaves the last one standing.
+        if let Some(f) = &r.rto.forecast {
+            match f.breach_at.as_deref().map(humantime::parse_rfc3339_weak) {
+                Some(Ok(at)) => self
+                    .rto_forecast_breach
+                    .with_label_values(&[t])
+                    .set(at.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs_f64()),
+                _ => {
+                    let _ = self.rto_forecast_breach.remove_label_values(&[t]);
+                }
+            }
+        }
         self.rpo_target.with_label_values(&[t]).set(target.rpo.as_secs_f64());
         if let Some(b) = &r.backup {
             // Freshness only moves forward: proving an older backup (least-proven, a

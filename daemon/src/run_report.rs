@@ -109,6 +109,10 @@ pub(crate) struct Rto {
     /// Fetch start → restored database accepts connections; `null` if never reached.
     pub measured_seconds: Option<f64>,
     pub met: Option<bool>,
+    /// When the restore will take longer than the RTO at the current trend (issue 50):
+    /// from this and earlier runs' measured restores and the backups' growth.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forecast: Option<crate::forecast::RtoForecast>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -415,6 +419,24 @@ pub(crate) struct RecoveryTargetInfo {
 }
 
 impl RunReport {
+    /// This run's measured restore as a forecast sample (none without a measured RTO,
+    /// a backup size or the backup's data time).
+    pub(crate) fn rto_sample(&self) -> Option<crate::forecast::Sample> {
+        let b = self.backup.as_ref()?;
+        let at = humantime::parse_rfc3339_weak(b.created_at.as_deref()?).ok()?;
+        let rto = self.rto.measured_seconds?;
+        let phase = |n: &str| self.phases.iter().filter(|p| p.name == n).map(|p| p.seconds).reduce(|a, b| a + b);
+        Some(crate::forecast::Sample {
+            backup: b.key.clone(),
+            data_at: at.duration_since(std::time::UNIX_EPOCH).ok()?.as_secs_f64(),
+            size_bytes: b.size_bytes as f64,
+            rto_seconds: rto,
+            fixed_seconds: phase("sandbox").unwrap_or(0.0).min(rto),
+            fetch_seconds: phase("fetch"),
+            restore_seconds: phase("restore"),
+        })
+    }
+
     pub(crate) fn validator_failed(&self) -> bool {
         self.validators.iter().any(|v| v.status == Status::Failed)
     }
@@ -513,6 +535,9 @@ pub(crate) fn render_human(r: &RunReport) -> String {
         human_secs(r.rto.target_seconds),
         verdict(r.rto.met)
     );
+    if let Some(f) = &r.rto.forecast {
+        let _ = writeln!(s, "  forecast    {}", crate::out::shown_lines(&f.detail, "              "));
+    }
     let age = match r.rpo.recoverable_point_age_seconds {
         Some(p) => format!("recoverable point {} old", human_secs(p)),
         None => "the newest recoverable point is unknown".to_string(),
@@ -596,7 +621,7 @@ impl RunReport {
             finished_at: String::new(),
             backup: None,
             phases: Vec::new(),
-            rto: Rto { target_seconds: secs(target.rto), measured_seconds: None, met: None },
+            rto: Rto { target_seconds: secs(target.rto), measured_seconds: None, met: None, forecast: None },
             rpo: Rpo { target_seconds: secs(target.rpo), ..Default::default() },
             validators: Vec::new(),
             restore: None,
@@ -695,7 +720,7 @@ mod tests {
                 pinned: vec![],
             }),
             phases: vec![Phase { name: "fetch".into(), seconds: 1.25 }],
-            rto: Rto { target_seconds: 1800.0, measured_seconds: Some(8.0), met: Some(true) },
+            rto: Rto { target_seconds: 1800.0, measured_seconds: Some(8.0), met: Some(true), forecast: None },
             rpo: Rpo {
                 target_seconds: 3600.0,
                 backup_age_seconds: Some(7200.0),
@@ -771,7 +796,7 @@ mod tests {
         assert!(null.len() >= 8 && absent.len() >= 12, "{null:?} {absent:?}");
         // Nothing measured: a backup and a restore that learnt nothing, no error.
         let mut r = sample();
-        r.rto = Rto { target_seconds: 1.0, measured_seconds: None, met: None };
+        r.rto = Rto { target_seconds: 1.0, measured_seconds: None, met: None, forecast: None };
         r.rpo.backup_age_seconds = None;
         r.rpo.recoverable_point_age_seconds = None;
         r.rpo.met = None;

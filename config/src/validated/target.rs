@@ -142,6 +142,10 @@ pub(super) fn validate_target(
         None => Duration::from_secs(30 * 86400),
         Some(p) => cx.duration(&key("prove_within"), p)?,
     };
+    let rto_warn_ahead = match &t.rto_warn_ahead {
+        None => Duration::from_secs(30 * 86400),
+        Some(p) => cx.duration(&key("rto_warn_ahead"), p)?,
+    };
     let integrity_schedule = match &t.integrity_schedule {
         None => None,
         Some(s) if source == SourceConfig::Objects => {
@@ -227,6 +231,7 @@ pub(super) fn validate_target(
         source,
         select,
         prove_within,
+        rto_warn_ahead,
         schedule,
         jitter,
         stale_after,

@@ -35,6 +35,9 @@ pub(crate) struct Row {
     /// The last canary (`drcheck canary`): its result, what caught each defect, when.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub canary: Option<String>,
+    /// The last run's RTO forecast (issue 50).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rto_forecast: Option<crate::forecast::RtoForecast>,
 }
 
 pub(crate) async fn run(config: &Config, json: bool) -> Result<Exit, CliError> {
@@ -105,6 +108,7 @@ pub(crate) fn rows(
                     .get(&t.name)
                     .map(|r| format!("{} ({})", RunEvidence::from_report(r).reasons.join(" | "), r.started_at)),
                 canary: canaries.get(&t.name).map(|c| format!("{} ({})", c.outcomes(), c.finished_at)),
+                rto_forecast: run.and_then(|r| r.rto.forecast.clone()),
             }
         })
         .collect()
@@ -173,6 +177,14 @@ pub(crate) fn render(rows: &[Row], now: std::time::SystemTime) -> String {
             let more = if cut.len() < one.len() { "…" } else { "" };
             out.push_str(&format!("    last failure: {}{more}\n", crate::out::shown(&cut)));
         }
+        // The RTO forecast when it has something to say: a breach ahead, or over already.
+        if let Some(f) = r
+            .rto_forecast
+            .as_ref()
+            .filter(|f| matches!(f.outlook, crate::forecast::Outlook::Breach | crate::forecast::Outlook::Missed))
+        {
+            out.push_str(&format!("    rto forecast: {}\n", crate::out::shown(&f.detail)));
+        }
         if let Some(c) = &r.canary {
             let cut: String = c.chars().take(160).collect();
             out.push_str(&format!("    canary: {}\n", crate::out::shown(&cut)));
@@ -199,6 +211,7 @@ mod tests {
             last_failure: None,
             canary: None,
             content_proven: None,
+            rto_forecast: None,
         }
     }
 
@@ -221,5 +234,28 @@ mod tests {
         assert_eq!(exit_of(&rows[..1]), Exit::Passed);
         let never = Row { verdict: None, ..row("new", "never") };
         assert_eq!(exit_of(&[rows[0].clone(), never]), Exit::Incomplete);
+    }
+
+    /// Issue 50: a forecast breach is said under its target; too few runs say nothing.
+    #[test]
+    fn a_forecast_breach_is_said_under_its_target() {
+        let forecast = |outlook: &str, detail: &str| {
+            serde_json::from_value(serde_json::json!({"outlook": outlook, "runs": 8, "backups": 8,
+                "span_days": 7.0, "confidence": "high", "detail": detail, "breach_at": "2026-12-12T00:00:00Z"}))
+            .unwrap()
+        };
+        let mut growing = row("orders", "passed");
+        growing.rto_forecast =
+            Some(forecast("breach", "at the current trend the restore takes longer than the RTO 30m on 2026-12-12"));
+        let mut young = row("ledger", "passed");
+        young.rto_forecast = Some(forecast("insufficient", "no forecast yet: it needs 5 measured restores"));
+        let text = render(&[growing, young], humantime::parse_rfc3339("2026-12-07T04:00:00Z").unwrap());
+        assert!(
+            text.contains(
+                "\n    rto forecast: at the current trend the restore takes longer than the RTO 30m on 2026-12-12\n"
+            ),
+            "{text}"
+        );
+        assert!(!text.contains("no forecast yet"), "{text}");
     }
 }

@@ -274,6 +274,41 @@ impl History {
             .collect()
     }
 
+    /// `target`'s newest measured restores (a measured RTO, a backup with a size and a
+    /// data time), newest first, for the RTO forecast: at most `limit`.
+    pub(crate) async fn rto_samples(&self, target: &str, limit: u32) -> anyhow::Result<Vec<crate::forecast::Sample>> {
+        type Row = (String, String, i64, f64, Option<f64>, Option<f64>, Option<f64>);
+        let rows: Vec<Row> = sqlx::query_as(
+            "select r.backup_key, r.backup_created_at, r.backup_size_bytes, r.rto_measured_seconds,
+                    (select sum(p.seconds) from run_phases p where p.run_id = r.run_id and p.name = 'sandbox'),
+                    (select sum(p.seconds) from run_phases p where p.run_id = r.run_id and p.name = 'fetch'),
+                    (select sum(p.seconds) from run_phases p where p.run_id = r.run_id and p.name = 'restore')
+               from runs r
+              where r.target = $1 and r.rto_measured_seconds is not null and r.backup_key is not null
+                and r.backup_created_at is not null and r.backup_size_bytes is not null and r.result <> 'aborted'
+              order by r.started_at desc, r.run_id desc limit $2",
+        )
+        .bind(target)
+        .bind(limit as i64)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows
+            .into_iter()
+            .filter_map(|(backup, at, size, rto, sandbox, fetch, restore)| {
+                let at = humantime::parse_rfc3339_weak(&at).ok()?;
+                Some(crate::forecast::Sample {
+                    backup,
+                    data_at: at.duration_since(std::time::UNIX_EPOCH).ok()?.as_secs_f64(),
+                    size_bytes: size as f64,
+                    rto_seconds: rto,
+                    fixed_seconds: sandbox.unwrap_or(0.0).min(rto),
+                    fetch_seconds: fetch,
+                    restore_seconds: restore,
+                })
+            })
+            .collect())
+    }
+
     /// The run recorded under `run_id`, if any.
     pub(crate) async fn run(&self, run_id: &str) -> anyhow::Result<Option<RunReport>> {
         let row: Option<(String,)> = sqlx::query_as("select report_json from runs where run_id = $1")

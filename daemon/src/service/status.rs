@@ -150,7 +150,7 @@ pub(super) async fn index(State(s): State<Arc<Shared>>, headers: HeaderMap) -> R
                 let age_s = r.rpo.recoverable_point_age_seconds.or(r.rpo.backup_age_seconds);
                 (
                     age(&r.started_at),
-                    bar(r.rto.measured_seconds, r.rto.target_seconds),
+                    bar(r.rto.measured_seconds, r.rto.target_seconds) + &forecast_cell(r.rto.forecast.as_ref()),
                     bar(age_s, r.rpo.target_seconds),
                 )
             }
@@ -266,6 +266,15 @@ pub(super) async fn target(State(s): State<Arc<Shared>>, Path(name): Path<String
         next_run(&s, &name)
     );
     b.push_str(&rto_chart(&te, &from, &now));
+    // The newest forecast (issue 50): when the restore will outgrow the RTO.
+    if let Some(f) = runs.iter().find_map(|r| r.rto.forecast.as_ref()) {
+        let _ = writeln!(
+            b,
+            "<p id=\"rto-forecast\" data-outlook=\"{}\">RTO forecast: {}</p>",
+            f.outlook.as_str(),
+            esc(&f.detail)
+        );
+    }
     let _ = writeln!(
         b,
         "<table id=\"runs\"><thead><tr><th>started</th><th>verdict</th><th>backup</th><th>RTO measured / target</th><th>RPO age / target</th><th>why not passed</th></tr></thead><tbody>"
@@ -285,6 +294,20 @@ pub(super) async fn target(State(s): State<Arc<Shared>>, Path(name): Path<String
     }
     let _ = writeln!(b, "</tbody></table>");
     Html(page(&format!("drcheck: {name}"), &b)).into_response()
+}
+
+/// Under the RTO bar: the forecast's date when it sees a breach, its whole sentence as
+/// the tooltip; nothing for too few runs.
+fn forecast_cell(f: Option<&crate::forecast::RtoForecast>) -> String {
+    use crate::forecast::Outlook;
+    let Some(f) = f else { return String::new() };
+    let shown = match (f.outlook, f.breach_at.as_deref()) {
+        (Outlook::Breach, Some(at)) => format!("forecast: over the RTO from {}", at.get(..10).unwrap_or(at)),
+        (Outlook::Missed, _) => "forecast: over the RTO at the trend now".to_string(),
+        (Outlook::Clear, _) => "forecast: no breach in sight".to_string(),
+        _ => return String::new(),
+    };
+    format!("<br><small class=\"forecast {}\" title=\"{}\">{}</small>", f.outlook.as_str(), esc(&f.detail), esc(&shown))
 }
 
 #[cfg(test)]

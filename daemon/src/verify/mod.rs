@@ -211,7 +211,29 @@ pub(crate) async fn verify_as(
         tracing::warn!(target = %target.name, "the primary's horizon was not sampled in time: no sample of this run");
     }
     progress.finish();
-    finish(run, outcome)
+    let mut report = finish(run, outcome);
+    if report.result != RunResult::Aborted {
+        report.rto.forecast = rto_forecast(history, target, &report).await;
+    }
+    report
+}
+
+/// How many of a target's newest measured restores the forecast reads.
+const FORECAST_RUNS: u32 = 200;
+
+/// The RTO forecast from the target's recorded restores and this run's (issue 50); none
+/// when the history cannot be read (said in the log: the run's verdict stands).
+async fn rto_forecast(history: &History, target: &TargetConfig, r: &RunReport) -> Option<crate::forecast::RtoForecast> {
+    let mut samples = match history.rto_samples(&target.name, FORECAST_RUNS).await {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!(target = %target.name, "no RTO forecast: cannot read the measured restores: {e:#}");
+            return None;
+        }
+    };
+    samples.extend(r.rto_sample());
+    let now = SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_secs_f64();
+    Some(crate::forecast::forecast(&samples, target.rto.as_secs_f64(), now))
 }
 
 /// A run of `target`, passed until something says otherwise.
@@ -381,5 +403,118 @@ mod tests {
         assert!(why.starts_with("RTO missed: the restore took 21m (rto 15m)"), "{why}");
         r.rto.met = Some(true);
         assert_eq!(failure_reason(&r), "the run ended failed without a recorded reason");
+    }
+}
+
+/// Issue 50's "done when": a database growing 5 % a day, restored at 80 % of its RTO.
+/// Runs recorded in a real history store → the forecast a run makes → its metric →
+/// the shipped alert rule under promtool: a breach within a week, and the warning fires.
+/// A database that does not grow: no metric, no warning.
+#[cfg(test)]
+mod forecast_tests {
+    use super::*;
+    use crate::forecast::Outlook;
+
+    const DAY: u64 = 86_400;
+
+    fn target() -> TargetConfig {
+        drcheck_config::parse(
+            "[storage.s]\nkind = \"filesystem\"\npath = \"/tmp\"\n[[target]]\nname = \"t\"\nstorage = \"s\"\nprefix = \"p/\"\nrto = \"15m\"\nrpo = \"1d\"\n",
+            std::path::Path::new("c.toml"),
+        )
+        .unwrap()
+        .targets[0]
+            .clone()
+    }
+
+    /// A passed run of a backup `age` days old, `growth` a day behind today's 8 GB, whose
+    /// restore takes `fraction` of the RTO at today's size.
+    fn run(i: u32, age: u64, growth: f64, fraction: f64, now: SystemTime) -> RunReport {
+        let size = 8e9 / (1.0 + growth).powf(age as f64);
+        let moving = (900.0 * fraction - 4.0) * size / 8e9;
+        // The backup two hours before its run; today's run an hour ago.
+        let at = timestamp(now - Duration::from_secs(age * DAY + 7200));
+        serde_json::from_value(serde_json::json!({
+            "run_id": format!("r{i}"), "target": "t", "result": "passed",
+            "started_at": timestamp(now - Duration::from_secs(age * DAY + 3600)),
+            "finished_at": timestamp(now - Duration::from_secs(age * DAY + 3000)),
+            "backup": {"key": format!("t/{age}.dump"), "size_bytes": size as u64, "created_at": at},
+            "phases": [{"name": "sandbox", "seconds": 4.0}, {"name": "fetch", "seconds": moving * 0.2},
+                       {"name": "restore", "seconds": moving * 0.8}],
+            "validators": [],
+            "rto": {"target_seconds": 900.0, "measured_seconds": 4.0 + moving, "met": true},
+            "rpo": {"target_seconds": 86400.0, "backup_age_seconds": null, "met": null}
+        }))
+        .unwrap()
+    }
+
+    async fn forecast_after_a_week(growth: f64) -> (crate::forecast::RtoForecast, String) {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}", dir.path().join("h.db").display());
+        let h = History::open(&drcheck_config::Secret::new(url)).await.unwrap();
+        let t = target();
+        let now = SystemTime::now();
+        for (i, age) in (1..=7).rev().enumerate() {
+            h.record(&run(i as u32, age, growth, 0.8, now)).await.unwrap();
+        }
+        let mut today = run(99, 0, growth, 0.8, now);
+        let f = rto_forecast(&h, &t, &today).await.unwrap();
+        today.rto.forecast = Some(f.clone());
+        let m = crate::metrics::Metrics::new();
+        m.observe(&today, &t);
+        (f, m.render())
+    }
+
+    fn gauge(exposition: &str, name: &str) -> Option<f64> {
+        exposition.lines().find_map(|l| l.strip_prefix(&format!("{name}{{target=\"t\"}} "))?.parse().ok())
+    }
+
+    #[tokio::test]
+    async fn a_database_growing_5_percent_a_day_at_80_percent_of_its_rto_breaches_within_a_week_and_warns() {
+        let (f, exposition) = forecast_after_a_week(0.05).await;
+        assert_eq!(f.outlook, Outlook::Breach, "{f:?}");
+        assert_eq!((f.runs, f.backups), (8, 8));
+        let now = SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64();
+        let breach = gauge(&exposition, "drcheck_rto_forecast_breach_timestamp_seconds").expect(&exposition);
+        let days = (breach - now) / DAY as f64;
+        assert!((3.0..7.0).contains(&days), "a breach in {days} days: {f:?}");
+        let ahead = gauge(&exposition, "drcheck_rto_warn_ahead_seconds").unwrap();
+        assert_eq!(ahead, 30.0 * DAY as f64);
+        // The shipped rule, on those values (promtool's clock starts at 0: the breach is
+        // given as seconds from now), fires at once — and not for a breach 60 days out.
+        let rules = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/prometheus/rules.yml");
+        let test = format!(
+            "rule_files:\n  - {}\nevaluation_interval: 1m\ntests:\n  - interval: 1h\n    input_series:\n\
+             \x20     - series: 'drcheck_rto_forecast_breach_timestamp_seconds{{job=\"drcheck\",target=\"t\"}}'\n        values: '{}x10'\n\
+             \x20     - series: 'drcheck_rto_warn_ahead_seconds{{job=\"drcheck\",target=\"t\"}}'\n        values: '{ahead}x10'\n\
+             \x20     - series: 'drcheck_rto_forecast_breach_timestamp_seconds{{job=\"drcheck\",target=\"later\"}}'\n        values: '{}x10'\n\
+             \x20     - series: 'drcheck_rto_warn_ahead_seconds{{job=\"drcheck\",target=\"later\"}}'\n        values: '{ahead}x10'\n\
+             \x20   alert_rule_test:\n      - eval_time: 1h\n        alertname: DrcheckRTOForecastBreach\n        exp_alerts:\n\
+             \x20         - exp_labels: {{severity: warning, job: drcheck, target: t}}\n\
+             \x20           exp_annotations:\n\
+             \x20             summary: \"Restoring t will take longer than its RTO within its warning horizon\"\n\
+             \x20             description: \"At the current trend the restore of t exceeds its RTO in {}: `drcheck status` says why (growth, throughput, the limiting phase).\"\n",
+            rules.display(),
+            (breach - now).round(),
+            60 * DAY,
+            // What the rule's `{{ $value | humanizeDuration }}` says an hour in.
+            {
+                let v = (breach - now).round() as u64 - 3600;
+                format!("{}d {}h {}m {}s", v / DAY, v % DAY / 3600, v % 3600 / 60, v % 60)
+            }
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("forecast_test.yml");
+        std::fs::write(&file, &test).unwrap();
+        let out = std::process::Command::new("promtool").args(["test", "rules"]).arg(&file).output().unwrap();
+        let said = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert!(out.status.success(), "{test}\n{said}");
+    }
+
+    #[tokio::test]
+    async fn a_database_that_does_not_grow_has_no_breach_and_no_warning() {
+        let (f, exposition) = forecast_after_a_week(0.0).await;
+        assert_eq!(f.outlook, Outlook::Clear, "{f:?}");
+        assert_eq!(gauge(&exposition, "drcheck_rto_forecast_breach_timestamp_seconds"), None, "{exposition}");
     }
 }
