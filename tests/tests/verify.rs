@@ -60,6 +60,11 @@ fn a_good_backup_passes_is_recorded_and_listed() {
     assert_eq!(run["rto"]["met"], true);
     assert!(run["rto"]["measured_seconds"].as_f64().unwrap() > 0.0);
     assert_eq!(run["rto"]["target_seconds"], 600.0);
+    // One restore: no RTO forecast yet, and the report says what it needs (issue 50).
+    let forecast = &run["rto"]["forecast"];
+    assert_eq!(forecast["outlook"], "insufficient", "{run}");
+    assert_eq!(forecast["runs"], 1, "{run}");
+    assert!(forecast.get("breach_at").is_none(), "{run}");
     assert_eq!(run["rpo"]["met"], true);
     assert!(run["rpo"]["backup_age_seconds"].as_f64().unwrap() < 600.0);
     assert_all_validators_pass(&run);
