@@ -480,6 +480,70 @@ fn a_physical_backup_is_validated_on_every_database() {
     assert_eq!(validator(&run, "checksums")["status"], "passed", "orders itself is intact: {run}");
 }
 
+/// Issue 50: `large_objects` read every page of the primary's `pg_largeobject` on every
+/// run, in one statement, under a read budget too (its range size came from the
+/// catalog's `reltuples`, -1 until analyzed). Now it compares the rotation's slice of its
+/// OID ranges, dealt evenly: what the primary's statistics count it reading of
+/// `pg_largeobject` stays near its share — the large objects' size over the slices.
+#[test]
+fn large_objects_read_at_most_their_share_of_the_budget() {
+    let scene = Scene::start();
+    // 96 objects of 256 KiB of incompressible bytes: 24 MiB.
+    scene.primary.psql(
+        "orders",
+        "select lo_from_bytea(0, (select string_agg(decode(md5(g::text || random()::text || o::text), 'hex'), ''::bytea) \
+           from generate_series(1, 16384) g)) from generate_series(1, 96) o",
+    );
+    let dump = scene.root.path().join("lo.dump");
+    scene.primary.dump("orders", &dump, &[]);
+    scene.s3.upload(&dump, &scene.bucket, "orders/orders-lo.dump");
+    let size: u64 = scene.primary.psql("orders", "select pg_database_size(current_database())").parse().unwrap();
+    let lo_blocks: f64 =
+        scene.primary.psql("orders", "select pg_relation_size('pg_largeobject') / 8192").parse().unwrap();
+    let mut spec = scene.spec();
+    spec.extra_target = format!("primary_read_budget = \"{}\"\n", size / 4 + 1);
+    let config = scene.config(&spec).display().to_string();
+    let blocks = || -> f64 {
+        scene
+            .primary
+            .psql(
+                "orders",
+                "select heap_blks_read + heap_blks_hit from pg_statio_sys_tables where relname = 'pg_largeobject'",
+            )
+            .parse()
+            .unwrap()
+    };
+    // What this test's own reads (and the dump's) added is flushed as their sessions end.
+    std::thread::sleep(Duration::from_millis(1500));
+    let before = blocks();
+    let (out, _) = drcheck(&["--config", &config, "verify", "--json"], &scene.env(), LIMIT);
+    let run = only_run(&out);
+    assert_eq!(out.status.code(), Some(0), "{run:#}\n{}", stderr(&out));
+    // drcheck's connections are gone: their statistics are flushed as they exit.
+    std::thread::sleep(Duration::from_millis(1500));
+    let read = blocks() - before;
+    let lo = validator(&run, "large_objects");
+    assert_eq!(lo["status"], "passed", "{lo}");
+    let detail = lo["detail"].as_str().unwrap();
+    let slices: f64 = detail
+        .split("slice ")
+        .nth(1)
+        .and_then(|s| s.split(" of ").nth(1))
+        .and_then(|s| s.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("the rotation is said: {detail}"));
+    assert!(slices >= 4.0, "{detail}");
+    assert!(detail.contains("OID ranges compared this run"), "{detail}");
+    // Blocks of pg_largeobject the primary's statistics count it reading (before this
+    // fix: every block, once per range — 16,384 of 4,096 here).
+    let share = lo_blocks / slices;
+    eprintln!("large_objects read {read} of {lo_blocks} blocks of the primary's pg_largeobject (its share {share})");
+    assert!(read > 0.0, "it compared some: {detail}");
+    assert!(read <= share * 1.5, "read {read} of {lo_blocks} blocks, its share {share}: {detail}");
+    let said = lo["measurements"]["primary_read_bytes"].as_f64().unwrap();
+    assert!(said > 0.0 && said <= lo_blocks * 8192.0 / slices * 1.5, "{said}: {lo}");
+}
+
 /// Issue 36: `primary_read_budget` — when the primary's database is larger than the
 /// budget, each run compares one slice of every table's ranges, the slice never compared
 /// or compared longest ago; within as many runs as there are slices every table was

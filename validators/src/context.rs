@@ -128,6 +128,18 @@ impl Rotation {
         mix(name ^ index as u64) % self.slices as u64 == self.slice as u64
     }
 
+    /// Whether range `index` of `name` is this run's, the ranges dealt to the slices in
+    /// turn from a point the cycle's seed hides: every slice gets the same number of
+    /// ranges (give or take one), so a run reads its share and never more — for ranges
+    /// laid out by the primary alone (never by the backup), like large objects' OIDs.
+    pub fn takes_evenly(&self, name: &str, index: usize) -> bool {
+        if self.slices <= 1 || self.whole.as_deref() == Some(name) {
+            return true;
+        }
+        let offset = name.bytes().fold(mix(self.seed), |h, b| mix(h ^ u64::from(b)));
+        (offset.wrapping_add(index as u64)) % u64::from(self.slices) == u64::from(self.slice)
+    }
+
     /// The rotation said in a finding.
     pub fn describe(&self) -> String {
         format!(
@@ -485,5 +497,30 @@ mod rotation_tests {
         for slice in 0..8 {
             assert!(a.iter().filter(|s| **s == slice).count() >= 2, "spread over every slice: {a:?}");
         }
+    }
+
+    /// Issue 50: dealt evenly, every slice holds the same number of ranges (give or
+    /// take one) and each range falls in exactly one — which one follows the seed.
+    #[test]
+    fn dealt_evenly_each_slice_gets_its_share_and_the_seed_decides_which() {
+        let r = |slice: u32, seed: u64| Rotation {
+            slice,
+            slices: 5,
+            budget: 1,
+            oldest: None,
+            share_bytes: 1,
+            note: None,
+            seed,
+            whole: None,
+        };
+        let ranges = 23;
+        let mut counts = Vec::new();
+        for slice in 0..5 {
+            counts.push((0..ranges).filter(|&i| r(slice, 9).takes_evenly("lo", i)).count());
+        }
+        assert_eq!(counts.iter().sum::<usize>(), ranges, "{counts:?}");
+        assert!(counts.iter().all(|&n| n == 4 || n == 5), "{counts:?}");
+        let first = |seed| (0..5).find(|&s| r(s, seed).takes_evenly("lo", 0)).unwrap();
+        assert!((1..20).any(|seed| first(seed) != first(0)), "the seed moves the deal");
     }
 }

@@ -3,7 +3,9 @@
 //! and nothing in it refers to a large object it lacks.
 //!
 //! - **Against the primary**, in bounded ranges of OIDs (never one statement over
-//!   `pg_largeobject`; sampled in whole ranges above `checksum_sample_rows` pages): each
+//!   `pg_largeobject`, each range read through its index; sampled in whole ranges above
+//!   `checksum_sample_rows` pages; under `primary_read_budget` the rotation's slice of the
+//!   ranges, dealt evenly, so a run reads its share and says what it read): each
 //!   object's pages counted and hashed (`md5` of each page, with its number) on both
 //!   sides and compared object by object. An object the primary created, wrote or
 //!   unlinked since T is counted, not compared; an object the primary held unchanged at T
@@ -34,6 +36,12 @@ use sqlx::PgPool;
 use std::collections::{BTreeMap, BTreeSet};
 
 pub struct LargeObjects;
+
+/// A large object's page: `LOBLKSIZE`, PostgreSQL's default (BLCKSZ / 4).
+const LOBLKSIZE: f64 = 2048.0;
+
+/// The name the rotation deals large objects' OID ranges under.
+const LO_RANGES: &str = "pg_catalog.pg_largeobject";
 
 /// OIDs named one by one in a finding, at most.
 const NAMED: usize = 10;
@@ -103,11 +111,15 @@ async fn objects_in(
                                  pg_catalog.concat_ws(' ', p.pageno, pg_catalog.md5(p.data)), 0::pg_catalog.int8))::pg_catalog.text as h,
                              pg_catalog.bool_or({pchanged}) as changed
                         from pg_catalog.pg_largeobject p
-                       where p.loid::pg_catalog.int8 >= $1::pg_catalog.int8 and p.loid::pg_catalog.int8 < $2::pg_catalog.int8
+                       where p.loid operator(pg_catalog.>=) $1::pg_catalog.int8::pg_catalog.oid
+                         and p.loid operator(pg_catalog.<=) $2::pg_catalog.int8::pg_catalog.oid
                        group by p.loid) d on d.loid operator(pg_catalog.=) m.oid
-          where m.oid::pg_catalog.int8 >= $1::pg_catalog.int8 and m.oid::pg_catalog.int8 < $2::pg_catalog.int8"
+          where m.oid operator(pg_catalog.>=) $1::pg_catalog.int8::pg_catalog.oid
+            and m.oid operator(pg_catalog.<=) $2::pg_catalog.int8::pg_catalog.oid"
     );
-    let mut binds = vec![Bind::Int(lo), Bind::Int(hi)];
+    // Compared as OIDs, not as int8: a cast column uses no index, and every range's
+    // statement read the whole of pg_largeobject (issue 50). The range is [lo, hi).
+    let mut binds = vec![Bind::Int(lo), Bind::Int(hi - 1)];
     binds.extend(extra);
     let q = asof::bind_all(sqlx::query_as::<_, (i64, i64, String, bool)>(sqlx::AssertSqlSafe(sql)), &binds)
         .persistent(false);
@@ -132,14 +144,20 @@ struct Compared {
     /// Differences nothing tells from a change since T.
     unknown: Vec<i64>,
     sampled: bool,
+    /// Under a rotation: the OID ranges, and how many this run compared.
+    ranges: Option<(usize, usize)>,
+    /// The primary's pages this run read (what its reads of `pg_largeobject` cost).
+    primary_pages: u64,
 }
 
 async fn compare(cx: &Context, primary: &PrimaryDb) -> Result<Compared, Failure> {
     let bounds =
         "select pg_catalog.min(oid::pg_catalog.int8), pg_catalog.max(oid::pg_catalog.int8), pg_catalog.count(*)
                     from pg_catalog.pg_largeobject_metadata";
-    let pages = "select greatest(c.reltuples, 0)::pg_catalog.float8 from pg_catalog.pg_class c
-                  where c.oid = 'pg_catalog.pg_largeobject'::pg_catalog.regclass";
+    // Its size on disk, not `reltuples`: a catalog never analyzed says -1, which once
+    // made one range of every object — every page of the primary's in one statement.
+    let pages =
+        "select pg_catalog.pg_relation_size('pg_catalog.pg_largeobject'::pg_catalog.regclass)::pg_catalog.float8";
     let (pb, cb, est) = tokio::join!(
         primary.timed(sqlx::query_as::<_, (Option<i64>, Option<i64>, i64)>(bounds).fetch_one(&primary.pool)),
         sqlx::query_as::<_, (Option<i64>, Option<i64>, i64)>(bounds).fetch_one(&cx.restored),
@@ -163,12 +181,26 @@ async fn compare(cx: &Context, primary: &PrimaryDb) -> Result<Compared, Failure>
     .await
     .map_err(Failure::from)?;
     out.unlinked += outside.max(0) as u64;
-    // Ranges of about `checksum_chunk_rows` pages, by the objects' average size.
+    // Ranges of about `checksum_chunk_rows` pages, by the objects' average size (pages
+    // counted as LOBLKSIZE bytes of the relation: an overestimate, so ranges err small).
     let objects = pb.2.max(cb.2).max(1) as f64;
-    let per_object = (est.unwrap_or(0.0) / objects).max(1.0);
-    let chunk = (cx.settings.checksum_chunk_rows as f64 / per_object).max(1.0) as u64;
+    let per_object = (est.unwrap_or(0.0) / LOBLKSIZE / objects).max(1.0);
+    let mut chunk = (cx.settings.checksum_chunk_rows as f64 / per_object).max(1.0) as u64;
     let sample = (cx.settings.checksum_sample_rows as f64 / per_object).max(1.0) as u64;
-    let (ranges, sampled) = plan(lo, hi, objects, chunk, sample);
+    let (ranges, sampled) = match &cx.rotation {
+        // Under primary_read_budget: the rotation's slice of ranges small enough that the
+        // slice is its share (at least four ranges a slice), whatever their count.
+        Some(r) if r.slices > 1 => {
+            chunk = chunk.min((objects / (4.0 * f64::from(r.slices))).max(1.0) as u64);
+            let (all, _) = plan(lo, hi, objects, chunk, u64::MAX);
+            let n = all.len();
+            let mine: Vec<Range> =
+                all.into_iter().enumerate().filter(|(i, _)| r.takes_evenly(LO_RANGES, *i)).map(|(_, x)| x).collect();
+            out.ranges = Some((n, mine.len()));
+            (mine, false)
+        }
+        _ => plan(lo, hi, objects, chunk, sample),
+    };
     out.sampled = sampled;
     let known = cx.since.known();
     let mut suspects: Vec<i64> = Vec::new();
@@ -178,6 +210,7 @@ async fn compare(cx: &Context, primary: &PrimaryDb) -> Result<Compared, Failure>
             objects_in(&cx.restored, None, &cx.since, range)
         );
         let (p, c) = (p.map_err(Failure::from)?, c.map_err(Failure::from)?);
+        out.primary_pages += p.values().map(|(pages, _, _)| *pages as u64).sum::<u64>();
         for (oid, (pages, h, changed)) in &p {
             match (c.get(oid), changed) {
                 (None, true) => out.created += 1,
@@ -252,8 +285,38 @@ async fn dangling(cx: &Context) -> Result<(usize, Vec<String>, Vec<String>), Str
         // An `oid` column is a reference when its values name large objects — here or,
         // if none here, on the primary (a copy without its objects names none).
         let mut is_reference = is_lo || present > 0;
+        // Reading the column on the primary reads its table whole: under a read budget,
+        // only a table within one slice's share (issue 50).
+        let within_budget = match (&cx.rotation, primary) {
+            (Some(r), Some(p)) if !is_reference && values > 0 && r.slices > 1 => {
+                let size = p
+                    .timed(
+                        sqlx::query_scalar::<_, i64>(
+                            "select pg_catalog.pg_table_size(c.oid) from pg_catalog.pg_class c
+                               join pg_catalog.pg_namespace n on n.oid operator(pg_catalog.=) c.relnamespace
+                              where n.nspname operator(pg_catalog.=) $1 and c.relname operator(pg_catalog.=) $2",
+                        )
+                        .bind(&schema)
+                        .bind(&table)
+                        .fetch_optional(&p.pool),
+                    )
+                    .await
+                    .ok()
+                    .flatten()
+                    .unwrap_or(i64::MAX);
+                let fits = size.max(0) as u64 <= r.share_bytes;
+                if !fits {
+                    notes.push(format!(
+                        "{t}.{column}: not looked up on the primary (the table is larger than one slice of primary_read_budget)"
+                    ));
+                }
+                fits
+            }
+            _ => true,
+        };
         if !is_reference
             && values > 0
+            && within_budget
             && let Some(p) = primary
         {
             is_reference =
@@ -352,6 +415,13 @@ impl Validator for LargeObjects {
                 if c.sampled { " (sampled in whole OID ranges)" } else { "" }
             ));
         }
+        if let (Some((all, mine)), Some(r)) = (c.ranges, &cx.rotation) {
+            how.push(format!(
+                "{mine} of {all} OID ranges compared this run, {} of the primary's large objects read ({})",
+                crate::finding::human_bytes(c.primary_pages * LOBLKSIZE as u64),
+                r.describe()
+            ));
+        }
         if c.created + c.written + c.unlinked > 0 {
             how.push(format!(
                 "since the copy's point the primary created {}, wrote {} and unlinked {} (counted, not compared)",
@@ -410,6 +480,8 @@ impl Validator for LargeObjects {
                 .covered("large_object_pages", c.pages)
                 .covered("reference_columns", columns)
         };
+        // What it read of the primary's large objects: their pages' bytes (issue 50).
+        let finding = finding.with("primary_read_bytes", (c.primary_pages as f64) * LOBLKSIZE);
         let undecided = u64::from(!c.unknown.is_empty());
         vec![finding.with(crate::finding::UNDECIDED_TABLES, undecided as f64).inconclusive(inconclusive)]
     }
