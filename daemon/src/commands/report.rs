@@ -142,8 +142,7 @@ pub(crate) async fn make(config: &Config, args: MakeReportArgs) -> Result<Exit, 
     let load = |name: String| {
         let (history, from_s, to_s) = (&history, from_s.clone(), to_s.clone());
         async move {
-            let runs = history.between_for(&name, &from_s, &to_s).await?;
-            let runs = runs.iter().map(RunEvidence::from_report).collect();
+            let runs = history.each_between(&name, &from_s, &to_s, |r| RunEvidence::from_report(&r)).await?;
             let acknowledgements = history.acks_between(&name, &from_s, &to_s).await?;
             anyhow::Ok(evidence::TargetEvidence {
                 acknowledgements,

@@ -146,11 +146,17 @@ pub(crate) fn check_file(path: &Path, key: &VerifyingKey) -> anyhow::Result<Verd
             items.see(i);
         }
         match format {
+            // Drawn and compared in pieces: a target of 25,000 runs is never one string.
             Format::Json => {
-                let item = super::stream::indent(&serde_json::to_string_pretty(&t)?, 6);
-                doc.expect(&format!("{}{item}", if index > 0 { ",\n" } else { "\n" }), Some(&target_items));
+                doc.expect(if index > 0 { ",\n" } else { "\n" }, None);
+                let mut w = Expecting { doc: &mut doc, runs: &target_items, buf: Vec::new() };
+                serde_json::to_writer_pretty(super::stream::Indented::new(&mut w, 6), &t)?;
+                w.finish();
             }
-            _ => doc.expect(&render::section(format, &shell, &t), Some(&target_items)),
+            _ => render::section_to(format, &shell, &t, &mut |piece| {
+                doc.expect(piece, Some(&target_items));
+                Ok(())
+            })?,
         }
         index += 1;
         Ok(())
@@ -403,6 +409,40 @@ impl<'a> Items<'a> {
     }
 }
 
+/// Bytes written to it compared with the document in pieces of about 64 KiB, each
+/// ending a line.
+struct Expecting<'a, R: Read> {
+    doc: &'a mut Compare<R>,
+    runs: &'a [SealedItem],
+    buf: Vec<u8>,
+}
+
+impl<R: Read> Expecting<'_, R> {
+    fn finish(self) {
+        if !self.buf.is_empty() {
+            self.doc.expect_bytes(&self.buf, Some(self.runs));
+        }
+    }
+}
+
+impl<R: Read> Write for Expecting<'_, R> {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.buf.extend_from_slice(bytes);
+        if self.buf.len() >= 64 << 10
+            && let Some(end) = self.buf.iter().rposition(|b| *b == b'\n')
+        {
+            let rest = self.buf.split_off(end + 1);
+            self.doc.expect_bytes(&self.buf, Some(self.runs));
+            self.buf = rest;
+        }
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 /// The document drawn again, compared with the file piece by piece; the first
 /// difference is named (its line, and its run when the line holds one).
 struct Compare<R: Read> {
@@ -420,10 +460,14 @@ impl<R: Read> Compare<R> {
     }
 
     fn expect(&mut self, piece: &str, runs: Option<&[SealedItem]>) {
+        self.expect_bytes(piece.as_bytes(), runs)
+    }
+
+    fn expect_bytes(&mut self, want: &[u8], runs: Option<&[SealedItem]>) {
+        let piece = String::from_utf8_lossy(want);
         if self.difference.is_some() {
             return;
         }
-        let want = piece.as_bytes();
         let room = self.limit.map_or(want.len() as u64, |l| l.saturating_sub(self.read)).min(want.len() as u64);
         let mut got = vec![0u8; room as usize];
         let n = read_up_to(&mut self.file, &mut got).unwrap_or(0);
@@ -595,9 +639,12 @@ impl<'de> Visitor<'de> for TargetsSeed<'_, '_> {
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
         let TargetsSeed { frame, on_target, failure } = self;
-        while let Some(t) = seq.next_element::<TargetEvidence>()? {
+        while let Some(mut t) = seq.next_element::<TargetEvidence>()? {
             frame.runs += t.runs.len();
-            frame.heads.push(TargetEvidence { runs: vec![], ..t.clone() });
+            // The head without cloning the runs (a target's 25,000 runs twice over).
+            let runs = std::mem::take(&mut t.runs);
+            frame.heads.push(t.clone());
+            t.runs = runs;
             if let Err(e) = on_target(t) {
                 *failure.borrow_mut() = Some(e);
                 return Err(de::Error::custom("stopped"));

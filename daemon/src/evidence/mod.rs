@@ -152,11 +152,55 @@ pub(crate) struct ValidatorEvidence {
     pub status: Status,
     pub detail: String,
     /// `covered_*` measurements without the prefix: what the check covered.
-    pub covered: BTreeMap<String, f64>,
+    pub covered: Covered,
     /// What the check could not prove (cannot be told from a change on the primary since
     /// the copy's point), each with what would prove it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub inconclusive: Vec<String>,
+}
+
+/// What a check covered, by kind: a map in the document (keys sorted), a sorted list in
+/// memory — a map's node for each of 250,000 findings was most of what a report of one
+/// target's 25,000 runs held (issue 50).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct Covered(Vec<(Box<str>, f64)>);
+
+impl Covered {
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (&str, &f64)> {
+        self.0.iter().map(|(k, n)| (&**k, n))
+    }
+}
+
+impl<K: Into<Box<str>>> FromIterator<(K, f64)> for Covered {
+    fn from_iter<I: IntoIterator<Item = (K, f64)>>(items: I) -> Self {
+        let mut v: Vec<(Box<str>, f64)> = items.into_iter().map(|(k, n)| (k.into(), n)).collect();
+        v.sort_by(|a, b| a.0.cmp(&b.0));
+        // A map: the last of equal keys holds.
+        v.reverse();
+        v.dedup_by(|a, b| a.0 == b.0);
+        v.reverse();
+        v.shrink_to_fit();
+        Covered(v)
+    }
+}
+
+impl<K: Into<Box<str>>, const N: usize> From<[(K, f64); N]> for Covered {
+    fn from(items: [(K, f64); N]) -> Self {
+        items.into_iter().collect()
+    }
+}
+
+impl Serialize for Covered {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_map(self.0.iter().map(|(k, n)| (&**k, n)))
+    }
+}
+
+impl<'de> Deserialize<'de> for Covered {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let m = BTreeMap::<String, f64>::deserialize(d)?;
+        Ok(m.into_iter().collect())
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -400,7 +444,7 @@ mod tests {
             name: name.into(),
             status: status.parse().unwrap(),
             detail: format!("{name} {status}"),
-            covered: BTreeMap::new(),
+            covered: Covered::default(),
             inconclusive: vec![],
         };
         let mut a = run("a", "2026-11-02T00:00:00Z", "2026-11-02T00:01:00Z", "passed", Some(10.0));

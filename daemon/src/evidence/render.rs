@@ -54,13 +54,70 @@ pub(crate) fn head(format: Format, e: &Evidence) -> String {
 }
 
 /// One target's section (`e` gives the window).
+#[cfg(test)]
 pub(crate) fn section(format: Format, e: &Evidence, t: &TargetEvidence) -> String {
-    match format {
-        Format::Html => html_section(e, t),
-        Format::Markdown => markdown_section(t),
-        Format::Junit => junit_section(e, t),
-        Format::Json => String::new(),
+    let mut s = String::new();
+    let _ = section_to(format, e, t, &mut |piece| {
+        s.push_str(piece);
+        Ok(())
+    });
+    s
+}
+
+/// About how much of a section is drawn before it is handed on.
+const PIECE: usize = 64 << 10;
+
+/// A section drawn in pieces of about [`PIECE`] bytes, each ending a line, handed to
+/// `emit` as they are drawn: a target of 25,000 runs is never one string (issue 50).
+struct Pieces<'a> {
+    buf: String,
+    emit: &'a mut dyn FnMut(&str) -> std::io::Result<()>,
+    failed: Option<std::io::Error>,
+}
+
+impl Pieces<'_> {
+    fn hand_on(&mut self) {
+        if self.failed.is_none()
+            && let Err(e) = (self.emit)(&self.buf)
+        {
+            self.failed = Some(e);
+        }
+        self.buf.clear();
     }
+
+    fn finish(mut self) -> std::io::Result<()> {
+        if !self.buf.is_empty() {
+            self.hand_on();
+        }
+        self.failed.map_or(Ok(()), Err)
+    }
+}
+
+impl std::fmt::Write for Pieces<'_> {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        self.buf.push_str(s);
+        if self.buf.len() >= PIECE && self.buf.ends_with('\n') {
+            self.hand_on();
+        }
+        Ok(())
+    }
+}
+
+/// [`section`], handed to `emit` in pieces as it is drawn.
+pub(crate) fn section_to(
+    format: Format,
+    e: &Evidence,
+    t: &TargetEvidence,
+    emit: &mut dyn FnMut(&str) -> std::io::Result<()>,
+) -> std::io::Result<()> {
+    let mut p = Pieces { buf: String::with_capacity(PIECE + 4096), emit, failed: None };
+    match format {
+        Format::Html => html_section(e, t, &mut p),
+        Format::Markdown => markdown_section(t, &mut p),
+        Format::Junit => junit_section(e, t, &mut p),
+        Format::Json => {}
+    }
+    p.finish()
 }
 
 /// The body after the last target's section.
@@ -226,8 +283,7 @@ fn html_head(e: &Evidence) -> String {
     h
 }
 
-fn html_section(e: &Evidence, t: &TargetEvidence) -> String {
-    let mut h = String::new();
+fn html_section(e: &Evidence, t: &TargetEvidence, h: &mut Pieces<'_>) {
     {
         let _ = writeln!(h, "<section id=\"target-{}\">", esc(&t.name));
         let _ = writeln!(h, "<h2>{}</h2>", esc(&t.name));
@@ -248,7 +304,7 @@ fn html_section(e: &Evidence, t: &TargetEvidence) -> String {
         for a in &t.acknowledgements {
             let _ = writeln!(h, "<p class=\"acknowledged\">Acknowledged: {}</p>", esc(&acknowledgement(a)));
         }
-        h.push_str(&rto_chart(t, &e.from, &e.to));
+        let _ = h.write_str(&rto_chart(t, &e.from, &e.to));
         let _ = writeln!(
             h,
             "<table class=\"runs\"><thead><tr><th>started</th><th>run</th><th>verdict</th><th>backup</th><th>RTO measured / target</th><th>RPO age / target</th><th>validators (what they covered)</th><th>why not passed</th></tr></thead><tbody>"
@@ -276,7 +332,6 @@ fn html_section(e: &Evidence, t: &TargetEvidence) -> String {
         }
         let _ = writeln!(h, "</tbody></table></section>");
     }
-    h
 }
 
 fn html_tail(e: &Evidence) -> String {
@@ -537,8 +592,7 @@ fn markdown_head(e: &Evidence) -> String {
     m
 }
 
-fn markdown_section(t: &TargetEvidence) -> String {
-    let mut m = String::new();
+fn markdown_section(t: &TargetEvidence, m: &mut Pieces<'_>) {
     {
         let _ = writeln!(m, "\n## {}\n", cell(&t.name));
         let _ = writeln!(
@@ -582,7 +636,6 @@ fn markdown_section(t: &TargetEvidence) -> String {
             );
         }
     }
-    m
 }
 
 fn markdown_tail(e: &Evidence) -> String {
@@ -687,8 +740,7 @@ fn junit_head(e: &Evidence) -> String {
     j
 }
 
-fn junit_section(e: &Evidence, t: &TargetEvidence) -> String {
-    let mut j = String::new();
+fn junit_section(e: &Evidence, t: &TargetEvidence, j: &mut Pieces<'_>) {
     {
         let s = &t.summary;
         let time: f64 = t.runs.iter().filter_map(|r| r.rto_measured_seconds).sum();
@@ -725,7 +777,6 @@ fn junit_section(e: &Evidence, t: &TargetEvidence) -> String {
         }
         let _ = writeln!(j, "</testsuite>");
     }
-    j
 }
 
 fn junit_tail(e: &Evidence) -> String {

@@ -113,7 +113,7 @@ pub(crate) async fn write(
                 out.write_all(if i > 0 { b",\n" } else { b"\n" })?;
                 serde_json::to_writer_pretty(Indented::new(&mut *out, 6), &t)?;
             }
-            _ => out.write_all(render::section(format, &shell, &t).as_bytes())?,
+            _ => render::section_to(format, &shell, &t, &mut |piece| out.write_all(piece.as_bytes()))?,
         }
     }
     canon.write(format!("],\"to\":{}}}", json_str(&frame.to)).as_bytes())?;

@@ -330,20 +330,33 @@ impl History {
         row.map(|(json,)| serde_json::from_str(&json).context("a history row holds an unreadable report")).transpose()
     }
 
-    /// The runs of `target` that started in `[from, to)`, oldest first.
-    pub(crate) async fn between_for(&self, target: &str, from: &str, to: &str) -> anyhow::Result<Vec<RunReport>> {
-        let rows: Vec<(String,)> = sqlx::query_as(
+    /// The runs of `target` that started in `[from, to)`, oldest first, drawn one at a
+    /// time: each report is read, handed to
+    /// `each` and dropped — what stays is what `each` keeps (the evidence keeps a small
+    /// summary of each of a target's 25,000 runs, never their reports).
+    pub(crate) async fn each_between<T>(
+        &self,
+        target: &str,
+        from: &str,
+        to: &str,
+        mut each: impl FnMut(RunReport) -> T,
+    ) -> anyhow::Result<Vec<T>> {
+        use futures::TryStreamExt as _;
+        let mut rows = sqlx::query_as::<_, (String,)>(
             "select report_json from runs where target = $1 and started_at >= $2 and started_at < $3
               order by started_at, run_id",
         )
         .bind(target)
         .bind(from)
         .bind(to)
-        .fetch_all(&self.pool)
-        .await?;
-        rows.into_iter()
-            .map(|(json,)| serde_json::from_str(&json).context("a history row holds an unreadable report"))
-            .collect()
+        .fetch(&self.pool);
+        let mut out = Vec::new();
+        while let Some((json,)) = rows.try_next().await? {
+            let r: RunReport = serde_json::from_str(&json).context("a history row holds an unreadable report")?;
+            out.push(each(r));
+        }
+        out.shrink_to_fit();
+        Ok(out)
     }
 
     /// Each target's newest run.
