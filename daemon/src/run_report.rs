@@ -174,6 +174,10 @@ pub(crate) struct RestoreInfo {
     /// Base backups: the check against `backup_manifest`, or why it was not done.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub manifest: Option<String>,
+    /// A WAL replay: what set its pace (recovery waiting on the store, or replay itself)
+    /// and how far ahead the fetch ran (issue 50).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replay: Option<String>,
     /// From the fetch's start to the first byte handed to the restore (object sources).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub first_byte_seconds: Option<f64>,
@@ -526,6 +530,9 @@ pub(crate) fn render_human(r: &RunReport) -> String {
         }
         if let Some(m) = &ri.manifest {
             let _ = writeln!(s, "  manifest    {}", crate::out::shown_lines(m, "              "));
+        }
+        if let Some(p) = &ri.replay {
+            let _ = writeln!(s, "  replay      {}", crate::out::shown_lines(p, "              "));
         }
     }
     let rto = r.rto.measured_seconds.map(human_secs).unwrap_or_else(|| "—".into());

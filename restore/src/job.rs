@@ -151,6 +151,7 @@ async fn run_inner(job: &RestoreJob<'_>) -> Result<Restored, RestoreError> {
     let bytes_fetched = r.bytes_fetched;
     let (recovered_to, wal_files, wal_gap, fetched_in) = (r.recovered_to, r.wal_files, r.wal_gap, r.fetched_in);
     let horizon = r.horizon;
+    let pace = r.pace;
     let database = job.database_hint.clone().unwrap_or_else(|| "postgres".into());
     Ok(Restored {
         sandbox,
@@ -176,5 +177,6 @@ async fn run_inner(job: &RestoreJob<'_>) -> Result<Restored, RestoreError> {
         bytes_fetched,
         archive: None,
         combine: None,
+        replay: pace.map(|p| p.said()),
     })
 }

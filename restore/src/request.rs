@@ -97,6 +97,9 @@ pub struct Restored {
     /// An incremental backup's chain: how long `pg_combinebackup` took to make one data
     /// directory of its links (part of the restore).
     pub combine: Option<Duration>,
+    /// A streamed WAL replay: what set its pace — the store (recovery waited for files)
+    /// or replay itself — and how far ahead the fetch ran.
+    pub replay: Option<String>,
 }
 
 /// The WAL archive from a base backup's start on, as a restore to the latest point found it.

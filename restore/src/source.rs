@@ -158,6 +158,8 @@ pub struct ToolRestored {
     pub fetched_in: Duration,
     /// A delta restore: the bytes of the files it fetched (those that differed).
     pub bytes_fetched: Option<u64>,
+    /// How replay and the WAL's fetch kept pace.
+    pub(crate) pace: Option<crate::server::recovery::Pace>,
 }
 
 /// What a repository check found, without restoring anything.

@@ -185,6 +185,7 @@ pub(crate) async fn restore_stage(
         }
         info.containment = Some(restored.sandbox.containment_name());
         info.manifest = restored.manifest.clone();
+        info.replay = restored.replay.clone();
         info.first_byte_seconds = heard.first_byte.map(secs);
         info.privileges_skipped = restored.skipped_privileges;
         info.bytes_fetched = restored.bytes_fetched;

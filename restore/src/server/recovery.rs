@@ -43,11 +43,15 @@ pub(crate) struct Replay<'a> {
 const PLANNED: &str = ".planned";
 /// Written into the spool when a fetch failed: nothing more is waited for.
 const FAILED: &str = ".failed";
+/// The prefix of the mark recovery leaves for a file it asked for before it arrived.
+const WAITED: &str = ".waited-";
 
 /// Starts the restored server while `names` — archived WAL in replay order, timeline
 /// histories first — are fetched into `spool` by `fetch(name, temporary path)`,
 /// `at_once` at a time: recovery replays each file as soon as it is whole (renamed into
-/// place), so fetching and replay overlap instead of one waiting for the other. A failed
+/// place), so fetching and replay overlap instead of one waiting for the other. Each time
+/// recovery asked for a file before it arrived, the window doubles, up to `at_most`: the
+/// fetch runs as far ahead as the store's latency needs, measured, not guessed. A failed
 /// fetch fails the restore even when recovery then ended (it would have taken the missing
 /// file for the archive's end). Past a time or LSN target the server no longer asks:
 /// the files after it are not fetched.
@@ -57,34 +61,34 @@ pub(crate) async fn start_while_fetching<F, Fut>(
     replay: Replay<'_>,
     names: Vec<String>,
     at_once: usize,
+    at_most: usize,
     fetch: F,
 ) -> Result<Recovered, RestoreError>
 where
     F: Fn(String, PathBuf) -> Fut,
     Fut: std::future::Future<Output = Result<(), RestoreError>>,
 {
-    use futures::stream::{self, StreamExt, TryStreamExt};
     let Replay { spool, target, standby, .. } = replay;
     let planned = spool.join(PLANNED);
     write_new(&planned, &names.iter().map(|n| format!("{n}\n")).collect::<String>())?;
     let host = sandbox.host();
     host.give_to_server(&planned)?;
+    let pace = std::sync::Mutex::new(Pace { files: names.len(), waited: 0, window: at_once.max(1) });
     let fetching = async {
-        let done = stream::iter(names)
-            .map(|name| {
-                let part = spool.join(format!(".part-{name}"));
-                let fetched = fetch(name.clone(), part.clone());
-                let host = &host;
-                async move {
-                    fetched.await?;
-                    host.give_to_server(&part)?;
-                    std::fs::rename(&part, spool.join(&name))
-                        .map_err(|e| RestoreError::infra(Stage::Fetch, format!("spooling {name}: {e}")))
-                }
-            })
-            .buffered(at_once.max(1))
-            .try_collect::<Vec<()>>()
-            .await;
+        let one = |name: String| {
+            let part = spool.join(format!(".part-{name}"));
+            let fetched = fetch(name.clone(), part.clone());
+            let host = &host;
+            async move {
+                fetched.await?;
+                host.give_to_server(&part)?;
+                std::fs::rename(&part, spool.join(&name))
+                    .map_err(|e| RestoreError::infra(Stage::Fetch, format!("spooling {name}: {e}")))?;
+                Ok::<String, RestoreError>(name)
+            }
+        };
+        let waited = |name: &str| spool.join(format!("{WAITED}{name}")).exists();
+        let done = fetch_ahead(names, at_most, &pace, waited, one).await;
         if done.is_err() {
             let _ = write_new(&spool.join(FAILED), "");
         }
@@ -92,7 +96,7 @@ where
     };
     let starting = start_restored(sandbox, bins, Some(Replay { spool, target, streamed: true, standby }));
     tokio::pin!(fetching, starting);
-    tokio::select! {
+    let recovered: Result<Recovered, RestoreError> = tokio::select! {
         biased;
         fetched = &mut fetching => {
             let started = starting.await;
@@ -115,6 +119,46 @@ where
                 _ => {
                     fetching.await?;
                     Ok(recovered)
+                }
+            }
+        }
+    };
+    let pace = *pace.lock().unwrap_or_else(|e| e.into_inner());
+    recovered.map(|r| Recovered { pace: Some(pace), ..r })
+}
+
+/// Fetches `names` in order through `one`, `pace.window` at a time; each time a fetched
+/// file had been `waited` for (recovery asked before it arrived), the window doubles, up
+/// to `at_most`.
+async fn fetch_ahead<F, Fut>(
+    names: Vec<String>,
+    at_most: usize,
+    pace: &std::sync::Mutex<Pace>,
+    waited: impl Fn(&str) -> bool,
+    one: F,
+) -> Result<(), RestoreError>
+where
+    F: Fn(String) -> Fut,
+    Fut: std::future::Future<Output = Result<String, RestoreError>>,
+{
+    use futures::stream::{FuturesOrdered, StreamExt};
+    let mut queue = names.into_iter();
+    let mut in_flight = FuturesOrdered::new();
+    loop {
+        let mut p = *pace.lock().unwrap_or_else(|e| e.into_inner());
+        while in_flight.len() < p.window {
+            let Some(name) = queue.next() else { break };
+            in_flight.push_back(one(name));
+        }
+        match in_flight.next().await {
+            None => return Ok(()),
+            Some(Err(e)) => return Err(e),
+            Some(Ok(name)) => {
+                // Recovery asked for it before it was there: fetch further ahead.
+                if waited(&name) {
+                    p.waited += 1;
+                    p.window = (p.window * 2).min(at_most.max(p.window));
+                    *pace.lock().unwrap_or_else(|e| e.into_inner()) = p;
                 }
             }
         }
@@ -219,14 +263,22 @@ pub(crate) async fn start_restored(
         let command = if replay.streamed {
             // A planned file not there yet is waited for (until it is, or a fetch failed).
             sandbox.allow_server_exec(&["/usr/bin/grep", "/bin/grep", "/usr/bin/sleep", "/bin/sleep"]);
+            // A file asked for before it arrived leaves a mark: recovery waited on the
+            // store, and the fetch widens its window ([`start_while_fetching`]).
             format!(
-                "if grep -qxF '%f' '{spool}/{PLANNED}'; then until [ -e '{spool}/%f' ] || [ -e '{spool}/{FAILED}' ]; \
-                 do sleep 0.02; done; fi; {copy}"
+                "if grep -qxF '%f' '{spool}/{PLANNED}'; then [ -e '{spool}/%f' ] || : > '{spool}/{WAITED}%f'; \
+                 until [ -e '{spool}/%f' ] || [ -e '{spool}/{FAILED}' ]; do sleep 0.02; done; fi; {copy}"
             )
         } else {
             copy
         };
         settings.push(("restore_command".into(), command));
+        // Replay reads ahead in the WAL for the blocks it will touch (PostgreSQL 15+),
+        // with more I/O at once than the default 10: a sandbox on local disk.
+        if major >= 15 {
+            settings.push(("recovery_prefetch".into(), "try".into()));
+        }
+        settings.push(("maintenance_io_concurrency".into(), "32".into()));
         if replay.standby {
             // Queries see the replayed data; the primary's limits that a hot standby
             // must match are its own (pg_control says them).
@@ -324,6 +376,37 @@ pub(crate) struct Recovered {
     pub recovered_to: Option<String>,
     /// The transaction horizon of the copy's point.
     pub horizon: Option<Horizon>,
+    /// How replay and the WAL's fetch kept pace (streamed replays only).
+    pub pace: Option<Pace>,
+}
+
+/// How a streamed replay and the fetch ahead of it kept pace: which files recovery asked
+/// for before they had arrived (it waited on the store), and how wide the prefetch
+/// window grew for it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Pace {
+    pub files: usize,
+    /// Files recovery asked for before they were whole in the spool.
+    pub waited: usize,
+    /// The widest the window of files fetched at once grew.
+    pub window: usize,
+}
+
+impl Pace {
+    /// What limited replay, said for the report.
+    pub(crate) fn said(&self) -> String {
+        if self.waited == 0 {
+            format!(
+                "replay never waited for WAL ({} files, up to {} fetched at once): replay itself (CPU, disk) set the pace",
+                self.files, self.window
+            )
+        } else {
+            format!(
+                "replay waited for {} of {} WAL files (up to {} fetched at once): the store set the pace",
+                self.waited, self.files, self.window
+            )
+        }
+    }
 }
 
 /// The same segment as `seg` on the nearest later timeline among `segments` whose
@@ -509,12 +592,49 @@ async fn recovered(sandbox: &Sandbox) -> Recovered {
         (Some(next_xid), Some(system_identifier)) => Some(Horizon { next_xid, system_identifier }),
         _ => None,
     };
-    Recovered { recovered_to, horizon }
+    Recovered { recovered_to, horizon, pace: None }
 }
 
 #[cfg(test)]
 mod tests {
+    use super::{Pace, fetch_ahead};
     use drcheck_config::RecoveryTarget;
+
+    /// Issue 50: the window widens only while recovery waits on the store, up to its
+    /// ceiling; a replay that never waits keeps the window it started with.
+    #[tokio::test]
+    async fn the_prefetch_window_widens_while_recovery_waits_and_only_then() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let run = |waits: bool| async move {
+            let (now, most) = (AtomicUsize::new(0), AtomicUsize::new(0));
+            let pace = std::sync::Mutex::new(Pace { files: 40, waited: 0, window: 2 });
+            let names: Vec<String> = (0..40).map(|i| format!("{i:024X}")).collect();
+            let one = |name: String| {
+                let (now, most) = (&now, &most);
+                async move {
+                    let n = now.fetch_add(1, Ordering::SeqCst) + 1;
+                    most.fetch_max(n, Ordering::SeqCst);
+                    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+                    now.fetch_sub(1, Ordering::SeqCst);
+                    Ok(name)
+                }
+            };
+            fetch_ahead(names, 16, &pace, |_| waits, one).await.unwrap();
+            let p = *pace.lock().unwrap();
+            (p, most.load(Ordering::SeqCst))
+        };
+        let (p, most) = run(true).await;
+        assert_eq!((p.waited, p.window), (40, 16), "{p:?}");
+        assert_eq!(most, 16, "as many fetched at once as the window allows");
+        assert!(
+            p.said().starts_with("replay waited for 40 of 40 WAL files (up to 16 fetched at once)"),
+            "{}",
+            p.said()
+        );
+        let (p, most) = run(false).await;
+        assert_eq!((p.waited, p.window, most), (0, 2, 2), "{p:?}");
+        assert!(p.said().starts_with("replay never waited for WAL"), "{}", p.said());
+    }
 
     #[test]
     fn segments_follow_each_other() {

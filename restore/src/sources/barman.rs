@@ -321,6 +321,7 @@ impl Repository for Catalog {
             horizon: recovered.horizon,
             wal_files: plan.segments.len(),
             wal_gap: plan.gap,
+            pace: recovered.pace,
             fetched_in,
             bytes_fetched: None,
         })

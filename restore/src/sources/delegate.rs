@@ -379,6 +379,11 @@ pub(crate) fn plan_segments(start: &str, stop: &str, last: &str, archived: &Arch
 /// any segment — by `fetch(host, name, path)`, four at a time (each is one short-lived
 /// tool process), while the sandbox's server replays what has arrived
 /// ([`recovery::start_while_fetching`]). Returns the recovered point.
+/// The tool's WAL fetches (`archive-get`, `barman-cloud-wal-restore`: a process each)
+/// running at once to begin with, and at most — the window widens while recovery waits.
+const TOOL_WAL_AT_ONCE: usize = 4;
+const TOOL_WAL_AT_MOST: usize = 16;
+
 pub(crate) async fn replay_plan<F, Fut>(
     sandbox: &mut Sandbox,
     bins: &crate::server::pgbin::Binaries,
@@ -400,7 +405,8 @@ where
         bins,
         recovery::Replay { spool: &spool, target, streamed: true, standby },
         names,
-        4,
+        TOOL_WAL_AT_ONCE,
+        TOOL_WAL_AT_MOST,
         |name, part| fetch(host.clone(), name, part),
     )
     .await

@@ -146,6 +146,7 @@ pub(crate) async fn restore(
             bytes_fetched: None,
             archive: None,
             combine: None,
+            replay: None,
         })
     };
 

@@ -295,6 +295,7 @@ impl Repo {
             horizon: recovered.horizon,
             wal_files: n,
             wal_gap: plan.gap,
+            pace: recovered.pace,
             fetched_in,
             bytes_fetched,
         })

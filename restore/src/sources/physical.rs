@@ -427,6 +427,9 @@ pub(crate) async fn restore_unpacked(
                 recovery::Replay { spool: &spool, target: &wal.target, streamed: true, standby: wal.standby },
                 names,
                 WAL_FILES_AT_ONCE,
+                // Each file's download holds a share of one download's memory: the window
+                // stays what that bound was divided by.
+                WAL_FILES_AT_ONCE,
                 |name, part| {
                     let (store, obj) = (job.store.clone(), objects[&name].clone());
                     async move { fetch_wal_object(store, &obj, fetch, &part).await }
@@ -455,6 +458,7 @@ pub(crate) async fn restore_unpacked(
         bytes_fetched: None,
         archive: archive_check,
         combine: None,
+        replay: recovered.pace.map(|p| p.said()),
     })
 }
 
