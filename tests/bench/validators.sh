@@ -155,6 +155,16 @@ pq = run.get("primary_queries") or {}
 print(f"  queries sent to the primary: {pq.get('count')}, longest {pq.get('longest_seconds')} s")
 cs = next(v for v in run["validators"] if v["name"] == "checksums")["measurements"]["seconds"]
 print(f"  plain SELECT count(*) of every table: primary {count_p:.2f} s + restored copy {count_r:.2f} s = {count_s:.2f} s")
+# What checking the copy's pages costs per GiB of the database (issue 50): amcheck and
+# full_read, the two that read the whole copy.
+gib = db_size / 2**30
+for name in ("amcheck", "full_read"):
+    v = next((v for v in run["validators"] if v["name"] == name), None)
+    if v and v["status"] == "passed":
+        s = v["measurements"].get("seconds", 0)
+        print(f"  {name} cost: {s / gib:.2f} s per GiB of the database ({s:.2f} s over {gib:.2f} GiB)")
+    else:
+        print(f"  {name} cost: not measured ({v['status'] if v else 'not run'})")
 print()
 ratio = cs / count_s
 print(f"ratio checksums / count(*) on both sides: {ratio:.2f} (target <= 6) {'met' if ratio <= 6 else 'MISSED'}")
