@@ -45,6 +45,8 @@ const PLANNED: &str = ".planned";
 const FAILED: &str = ".failed";
 /// The prefix of the mark recovery leaves for a file it asked for before it arrived.
 const WAITED: &str = ".waited-";
+/// The prefix of the mark recovery leaves for every file it asks for: how far replay is.
+const ASKED: &str = ".asked-";
 
 /// Starts the restored server while `names` — archived WAL in replay order, timeline
 /// histories first — are fetched into `spool` by `fetch(name, temporary path)`,
@@ -88,7 +90,12 @@ where
             }
         };
         let waited = |name: &str| spool.join(format!("{WAITED}{name}")).exists();
-        let done = fetch_ahead(names, at_most, &pace, waited, one).await;
+        // Replay to a point stops somewhere in the archive: fetch only a window past where
+        // it is. To the latest point (or consistency) every file is needed: as fast as the
+        // window allows, from before the server even starts.
+        let to_a_point = !standby && !matches!(target, RecoveryTarget::Latest | RecoveryTarget::Immediate);
+        let asked = |name: &str| !to_a_point || spool.join(format!("{ASKED}{name}")).exists();
+        let done = fetch_ahead(names, at_most, &pace, waited, asked, one).await;
         if done.is_err() {
             let _ = write_new(&spool.join(FAILED), "");
         }
@@ -127,14 +134,17 @@ where
     recovered.map(|r| Recovered { pace: Some(pace), ..r })
 }
 
-/// Fetches `names` in order through `one`, `pace.window` at a time; each time a fetched
-/// file had been `waited` for (recovery asked before it arrived), the window doubles, up
-/// to `at_most`.
+/// Fetches `names` in order through `one`, never more than `pace.window` files ahead of
+/// the newest one recovery `asked` for — a bounded window into the spool: a replay to a
+/// point in time fetches (and decompresses, on the same cores as replay) at most a window
+/// past it, not the whole archive. Each time a fetched file had been `waited` for
+/// (recovery asked before it arrived), the window doubles, up to `at_most`.
 async fn fetch_ahead<F, Fut>(
     names: Vec<String>,
     at_most: usize,
     pace: &std::sync::Mutex<Pace>,
     waited: impl Fn(&str) -> bool,
+    asked: impl Fn(&str) -> bool,
     one: F,
 ) -> Result<(), RestoreError>
 where
@@ -142,16 +152,36 @@ where
     Fut: std::future::Future<Output = Result<String, RestoreError>>,
 {
     use futures::stream::{FuturesOrdered, StreamExt};
-    let mut queue = names.into_iter();
+    const LOOK_AGAIN: std::time::Duration = std::time::Duration::from_millis(20);
     let mut in_flight = FuturesOrdered::new();
+    // Files started, and one past the newest recovery asked for.
+    let (mut started, mut reached) = (0usize, 0usize);
     loop {
         let mut p = *pace.lock().unwrap_or_else(|e| e.into_inner());
-        while in_flight.len() < p.window {
-            let Some(name) = queue.next() else { break };
-            in_flight.push_back(one(name));
+        if let Some(newest) = (reached..started).rev().find(|&i| asked(&names[i])) {
+            reached = newest + 1;
         }
-        match in_flight.next().await {
-            None => return Ok(()),
+        // At most a window at once, and at most a window past what recovery asked for.
+        while started < names.len() && in_flight.len() < p.window && started < reached + p.window {
+            in_flight.push_back(one(names[started].clone()));
+            started += 1;
+        }
+        let more = started < names.len();
+        let next = match (in_flight.is_empty(), more) {
+            (true, false) => return Ok(()),
+            // Far enough ahead: until recovery asks for more.
+            (true, true) => {
+                tokio::time::sleep(LOOK_AGAIN).await;
+                continue;
+            }
+            (false, false) => in_flight.next().await,
+            (false, true) => tokio::select! {
+                next = in_flight.next() => next,
+                () = tokio::time::sleep(LOOK_AGAIN) => continue,
+            },
+        };
+        match next {
+            None => continue,
             Some(Err(e)) => return Err(e),
             Some(Ok(name)) => {
                 // Recovery asked for it before it was there: fetch further ahead.
@@ -266,7 +296,7 @@ pub(crate) async fn start_restored(
             // A file asked for before it arrived leaves a mark: recovery waited on the
             // store, and the fetch widens its window ([`start_while_fetching`]).
             format!(
-                "if grep -qxF '%f' '{spool}/{PLANNED}'; then [ -e '{spool}/%f' ] || : > '{spool}/{WAITED}%f'; \
+                "if grep -qxF '%f' '{spool}/{PLANNED}'; then : > '{spool}/{ASKED}%f'; [ -e '{spool}/%f' ] || : > '{spool}/{WAITED}%f'; \
                  until [ -e '{spool}/%f' ] || [ -e '{spool}/{FAILED}' ]; do sleep 0.02; done; fi; {copy}"
             )
         } else {
@@ -619,7 +649,7 @@ mod tests {
                     Ok(name)
                 }
             };
-            fetch_ahead(names, 16, &pace, |_| waits, one).await.unwrap();
+            fetch_ahead(names, 16, &pace, |_| waits, |_| true, one).await.unwrap();
             let p = *pace.lock().unwrap();
             (p, most.load(Ordering::SeqCst))
         };
@@ -634,6 +664,36 @@ mod tests {
         let (p, most) = run(false).await;
         assert_eq!((p.waited, p.window, most), (0, 2, 2), "{p:?}");
         assert!(p.said().starts_with("replay never waited for WAL"), "{}", p.said());
+    }
+
+    /// Issue 50: the fetch never runs more than the window past the newest file recovery
+    /// asked for — a replay stopped at a point in time leaves the rest of the archive
+    /// alone — and goes on as recovery asks for more.
+    #[tokio::test]
+    async fn the_fetch_stays_a_window_ahead_of_what_recovery_asked_for() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let fetched = AtomicUsize::new(0);
+        let asked_upto = AtomicUsize::new(5);
+        let pace = std::sync::Mutex::new(Pace { files: 40, waited: 0, window: 3 });
+        let names: Vec<String> = (0..40).map(|i| format!("{i:024X}")).collect();
+        let index = |name: &str| usize::from_str_radix(name, 16).unwrap();
+        let one = |name: String| {
+            let fetched = &fetched;
+            async move {
+                fetched.fetch_add(1, Ordering::SeqCst);
+                Ok(name)
+            }
+        };
+        let asked = |name: &str| index(name) < asked_upto.load(Ordering::SeqCst);
+        let fetching = fetch_ahead(names, 16, &pace, |_| false, asked, one);
+        tokio::pin!(fetching);
+        let stalled = tokio::time::timeout(std::time::Duration::from_millis(200), &mut fetching).await;
+        assert!(stalled.is_err(), "it waits for recovery to ask for more");
+        assert_eq!(fetched.load(Ordering::SeqCst), 8, "the 5 asked for and a window of 3 past them");
+        // Recovery asks for everything: the fetch runs to the end.
+        asked_upto.store(40, Ordering::SeqCst);
+        tokio::time::timeout(std::time::Duration::from_secs(5), &mut fetching).await.unwrap().unwrap();
+        assert_eq!(fetched.load(Ordering::SeqCst), 40);
     }
 
     #[test]
