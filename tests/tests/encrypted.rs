@@ -182,6 +182,13 @@ impl Watch {
                     if name.contains("target/") && name.contains("drcheck --config") {
                         continue; // drcheck itself: its environment is where the secrets come from.
                     }
+                    // drcheck itself or a child of it between fork and exec (its memory still
+                    // drcheck's, its command line not readable for that instant): what a
+                    // child is handed is its environment after exec, which this still sees.
+                    let exe = std::fs::read_link(p.path().join("exe")).unwrap_or_default();
+                    if name.is_empty() && exe.to_string_lossy().contains("target/") && exe.ends_with("drcheck") {
+                        continue;
+                    }
                     let environ = std::fs::read(p.path().join("environ")).unwrap_or_default();
                     let environ = String::from_utf8_lossy(&environ).replace('\0', " ");
                     for secret in &secrets {
