@@ -178,6 +178,10 @@ pub(crate) struct RestoreInfo {
     /// and how far ahead the fetch ran (issue 50).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replay: Option<String>,
+    /// A `delta_restore` target: whether this restore went onto the previous copy, and
+    /// the measurements that decided it (issue 50).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delta: Option<String>,
     /// From the fetch's start to the first byte handed to the restore (object sources).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub first_byte_seconds: Option<f64>,
@@ -530,6 +534,9 @@ pub(crate) fn render_human(r: &RunReport) -> String {
         }
         if let Some(m) = &ri.manifest {
             let _ = writeln!(s, "  manifest    {}", crate::out::shown_lines(m, "              "));
+        }
+        if let Some(d) = &ri.delta {
+            let _ = writeln!(s, "  delta       {}", crate::out::shown_lines(d, "              "));
         }
         if let Some(p) = &ri.replay {
             let _ = writeln!(s, "  replay      {}", crate::out::shown_lines(p, "              "));

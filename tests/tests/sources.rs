@@ -662,4 +662,22 @@ fn a_delta_restore_goes_onto_the_previous_copy_and_fetches_only_what_changed() {
     eprintln!("delta restore: fetched {fetched} bytes onto a {written}-byte copy");
     assert!(fetched > 0 && fetched * 4 < written, "fetched {fetched} of a {written}-byte copy: {second}");
     assert_eq!(validator(&second, "checksums")["status"], "passed", "{second}");
+    // Why it went onto the copy is said: a delta restore was not measured yet (issue 50).
+    let why = second["restore"]["delta"].as_str().unwrap_or_default();
+    assert!(why.starts_with("no delta restore measured yet"), "{second}");
+    // Both measured, the delta restore recorded as the slower (as on local disk): the next
+    // restore is a full one — over the kept copy, emptied first — and says why.
+    let id = second["run_id"].as_str().unwrap();
+    let db = scene.root.path().join("history.db");
+    let set = format!(
+        "update runs set report_json = json_set(report_json, '$.rto.measured_seconds', 3600) where run_id = '{id}'"
+    );
+    let out = std::process::Command::new("sqlite3").arg(&db).arg(&set).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let (out, third) = verify(&scene, &extra);
+    assert_eq!(third["result"], "passed", "{third}\n{}", stderr(&out));
+    let why = third["restore"]["delta"].as_str().unwrap_or_default();
+    assert!(why.starts_with("full: a full restore is faster here — the last delta restore took 1h"), "{third}");
+    assert!(third["restore"]["bytes_fetched"].is_null(), "a full restore: {third}");
+    assert_eq!(validator(&third, "checksums")["status"], "passed", "{third}");
 }

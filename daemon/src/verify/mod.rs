@@ -11,6 +11,7 @@
 //! ([`repository`]).
 
 mod budget;
+mod delta;
 mod follower;
 pub(crate) mod immutable;
 mod repository;

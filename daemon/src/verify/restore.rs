@@ -73,7 +73,7 @@ pub(crate) async fn restore_stage(
         max_write_bytes: expansion_ceiling.min(free_for_restore).max(1 << 20),
         expansion_ceiling,
         decrypt: &target.decrypt,
-        delta: target.delta_restore,
+        delta: selected.delta.as_ref().is_some_and(|c| c.delta),
         chain: selected.chain.clone(),
     };
     // Which containment the restore runs under is known before it starts, and reported
@@ -90,6 +90,7 @@ pub(crate) async fn restore_stage(
         recovery_target: None,
         target_reached: None,
         privileges_skipped: None,
+        delta: selected.delta.as_ref().map(|c| c.why.clone()),
         ..Default::default()
     });
     // What the restore tells as it goes: progress now, the rest into the report.

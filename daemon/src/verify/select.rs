@@ -30,6 +30,9 @@ pub(crate) struct Selected {
     pub chain: Vec<Backup>,
     /// WAL segments the operator acknowledged lost (`drcheck archive acknowledge-gap`).
     pub gaps: Vec<crate::history::Ack>,
+    /// A `delta_restore` target: whether this restore goes onto the previous copy, as
+    /// its restores measured ([`super::delta`]).
+    pub delta: Option<super::delta::Choice>,
 }
 
 /// The first stage: the target's source read, a point in time drawn when asked for, the
@@ -249,7 +252,18 @@ pub(crate) async fn select_stage(
             Vec::new()
         }
     };
-    Ok(Selected { store, catalog, backup, target: target.clone(), random, chain, gaps })
+    // Onto the previous copy or not: what the target's own restores measured.
+    let delta = match target.delta_restore {
+        false => None,
+        true => Some(match history.recent(Some(&target.name), 50).await {
+            Ok(recent) => super::delta::choose(&super::delta::past_of(&recent)),
+            Err(e) => super::delta::Choice {
+                delta: true,
+                why: format!("onto the previous copy (the history's past restores cannot be read: {e:#})"),
+            },
+        }),
+    };
+    Ok(Selected { store, catalog, backup, target: target.clone(), random, chain, gaps, delta })
 }
 
 /// Lists the backups of a target, newest first.

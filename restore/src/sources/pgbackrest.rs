@@ -227,7 +227,16 @@ impl Repo {
         let tablespaces = sandbox.root().join("tablespaces");
         // Onto the copy the last restore left (a kept sandbox): only the files that differ
         // are fetched. What the last run left beside the data goes first.
-        let delta = delta && data.join("PG_VERSION").is_file();
+        let kept = data.join("PG_VERSION").is_file();
+        let delta = delta && kept;
+        if kept && !delta {
+            // A full restore this time (the caller measured it faster): the kept copy goes
+            // first — pgBackRest restores only into an empty directory.
+            empty_dir(&data)?;
+            let _ = std::fs::remove_dir_all(&tablespaces);
+            let _ = std::fs::remove_dir_all(sandbox.root().join("wal-spool"));
+            tracing::info!(backup = %backup.key, "restoring in full over the previous copy");
+        }
         let mut extra: Vec<String> = Vec::new();
         let log = sandbox.root().join("pgbackrest-restore.log");
         if delta {
@@ -747,6 +756,20 @@ fn info_hint(said: &str, encrypted: bool) -> &'static str {
 }
 
 /// Processes for `pgbackrest restore`: the cores this process may use (1–16).
+/// Removes everything inside `dir`, never following a link, keeping `dir` itself (its
+/// owner and mode are the sandbox's).
+fn empty_dir(dir: &Path) -> Result<(), RestoreError> {
+    let fail = |e: std::io::Error| RestoreError::infra(Stage::Restore, format!("emptying {}: {e}", dir.display()));
+    for entry in std::fs::read_dir(dir).map_err(fail)? {
+        let path = entry.map_err(fail)?.path();
+        match std::fs::symlink_metadata(&path).map_err(fail)?.is_dir() {
+            true => std::fs::remove_dir_all(&path).map_err(fail)?,
+            false => std::fs::remove_file(&path).map_err(fail)?,
+        }
+    }
+    Ok(())
+}
+
 fn process_max() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, 16)
 }
