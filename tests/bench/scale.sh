@@ -269,6 +269,8 @@ pgconf() { # DELTA [PORT HISTORY STATE]
 [state]
 url = "sqlite://${3:-$pgwork/history.db}"
 [sandbox]
+# A pgBackRest incremental backup's size is its database's: room for one restore, not five.
+expansion_factor = 1.5
 scratch_dir = "$pgwork/scratch"
 state_dir = "${4:-$pgwork/state}"
 [storage.repo]
@@ -324,7 +326,7 @@ mkdir -p "$pgwork/state-far"; chmod 1777 "$pgwork/state-far"; rm -f "$pgwork/far
 pgconf true "$far_port" "$pgwork/far-history.db" "$pgwork/state-far" >"$pgwork/far-delta.toml"
 pgconf false "$far_port" "$pgwork/far-history.db" "$pgwork/state-far" >"$pgwork/far-full.toml"
 full_label=$(pgbr info --output=json | python3 -c 'import json,sys; print([b["label"] for b in json.load(sys.stdin)[0]["backup"] if b["type"] == "full"][-1])')
-"$drcheck" --config "$pgwork/far-delta.toml" verify --backup "$full_label" --json >/dev/null
+"$drcheck" --config "$pgwork/far-delta.toml" verify --target bench --backup "$full_label" --json >/dev/null
 read -r far_delta_s far_delta_bytes < <(restore_of "$pgwork/far-delta.toml")
 read -r far_full_s _ < <(restore_of "$pgwork/far-full.toml")
 python3 - "$far_delta_s" "$far_delta_bytes" "$far_full_s" "${BENCH_FAR_MIBPS:-25}" "${BENCH_FAR_LATENCY_MS:-20}" <<'PY'
