@@ -27,3 +27,17 @@ start_moto() { # LOG BUCKET
   s3 mb "s3://$2" >/dev/null
 }
 s3() { aws --endpoint-url "http://127.0.0.1:$s3_port" s3 "$@"; }
+# A private CA and a server certificate it signed for 127.0.0.1 in $1 (ca.pem, cert.pem,
+# key.pem), made once: a self-signed certificate that is its own CA is refused as a
+# server's by rustls (CaUsedAsEndEntity), though OpenSSL takes it — an operator's PKI
+# looks like this.
+make_tls() { # DIR
+  [ -s "$1/ca.pem" ] && [ -s "$1/cert.pem" ] && return
+  openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj /CN=drcheck-bench-ca \
+    -keyout "$1/ca.key" -out "$1/ca.pem" 2>/dev/null
+  openssl req -newkey rsa:2048 -nodes -subj /CN=127.0.0.1 -keyout "$1/key.pem" -out "$1/cert.csr" 2>/dev/null
+  printf 'subjectAltName=DNS:127.0.0.1,IP:127.0.0.1\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n' >"$1/cert.ext"
+  openssl x509 -req -days 3650 -in "$1/cert.csr" -CA "$1/ca.pem" -CAkey "$1/ca.key" -CAcreateserial \
+    -extfile "$1/cert.ext" -out "$1/cert.pem" 2>/dev/null
+  chmod 644 "$1/ca.pem" "$1/cert.pem"
+}

@@ -30,9 +30,7 @@ chmod 755 "${BENCH_DIR:-/var/tmp/drcheck-bench}" "$work"
 [ "$(id -u)" = 0 ] && chown postgres: "$work"
 
 start_moto "$work/moto.log" pgbr
-[ -s "$work/cert.pem" ] || openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj /CN=127.0.0.1 \
-  -addext "subjectAltName=DNS:127.0.0.1,IP:127.0.0.1" -keyout "$work/key.pem" -out "$work/cert.pem" 2>/dev/null
-chmod 644 "$work/cert.pem"
+make_tls "$work"
 tls_port=$(free_port)
 python3 tests/tools/tls_terminator.py "$tls_port" "$s3_port" "$work/cert.pem" "$work/key.pem" >/dev/null 2>&1 &
 pids+=($!)
@@ -51,7 +49,7 @@ repo1-s3-region=us-east-1
 repo1-s3-uri-style=path
 repo1-s3-key=bench
 repo1-s3-key-secret=bench
-repo1-storage-ca-file=$work/cert.pem
+repo1-storage-ca-file=$work/ca.pem
 repo1-path=/pgbackrest
 repo1-bundle=y
 repo1-retention-full=9
@@ -136,7 +134,7 @@ scratch_dir = "$work/scratch"
 kind = "s3"
 bucket = "pgbr"
 endpoint = "https://127.0.0.1:$tls_port"
-ca_file = "$work/cert.pem"
+ca_file = "$work/ca.pem"
 path_style = true
 [[target]]
 name = "bench"

@@ -46,9 +46,7 @@ chmod 1777 "$work/scratch" "$work/state"
 pgwork=$base/scale-pgbr
 mkdir -p "$pgwork"; chmod 755 "$pgwork"; [ "$(id -u)" = 0 ] && chown postgres: "$pgwork"
 start_moto "$pgwork/moto.log" pgbr
-[ -s "$pgwork/cert.pem" ] || openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj /CN=127.0.0.1 \
-  -addext "subjectAltName=DNS:127.0.0.1,IP:127.0.0.1" -keyout "$pgwork/key.pem" -out "$pgwork/cert.pem" 2>/dev/null
-chmod 644 "$pgwork/cert.pem"
+make_tls "$pgwork"
 tls_port=$(free_port)
 python3 tests/tools/tls_terminator.py "$tls_port" "$s3_port" "$pgwork/cert.pem" "$pgwork/key.pem" >/dev/null 2>&1 &
 pids+=($!)
@@ -65,7 +63,7 @@ repo1-s3-region=us-east-1
 repo1-s3-uri-style=path
 repo1-s3-key=bench
 repo1-s3-key-secret=bench
-repo1-storage-ca-file=$pgwork/cert.pem
+repo1-storage-ca-file=$pgwork/ca.pem
 repo1-path=/pgbackrest
 repo1-bundle=y
 repo1-retention-full=9
@@ -280,7 +278,7 @@ state_dir = "${4:-$pgwork/state}"
 kind = "s3"
 bucket = "pgbr"
 endpoint = "https://127.0.0.1:${2:-$tls_port}"
-ca_file = "$pgwork/cert.pem"
+ca_file = "$pgwork/ca.pem"
 path_style = true
 [[target]]
 name = "bench"
