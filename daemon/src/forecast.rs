@@ -119,10 +119,6 @@ fn median(v: &mut [f64]) -> Option<f64> {
     Some(if n % 2 == 1 { v[n / 2] } else { (v[n / 2 - 1] + v[n / 2]) / 2.0 })
 }
 
-fn human_secs(s: f64) -> String {
-    drcheck_config::format_duration(std::time::Duration::from_secs_f64(s.max(0.0).round()))
-}
-
 fn rfc3339(unix: f64) -> String {
     let t = std::time::UNIX_EPOCH + std::time::Duration::from_secs_f64(unix.max(0.0));
     humantime::format_rfc3339_seconds(t).to_string()
@@ -220,7 +216,7 @@ pub(crate) fn forecast(samples: &[Sample], rto_seconds: f64, now: f64) -> RtoFor
         (g.exp() - 1.0) * 100.0,
         backups.len(),
         span_days,
-        human_secs(predicted),
+        crate::out::whole(predicted),
         drcheck_validators::human_bytes(bps as u64),
         match f.confidence {
             Confidence::High => "high",
@@ -231,7 +227,7 @@ pub(crate) fn forecast(samples: &[Sample], rto_seconds: f64, now: f64) -> RtoFor
         runs.len(),
         noise
     );
-    let rto = human_secs(rto_seconds);
+    let rto = crate::out::whole(rto_seconds);
     if breach_size <= size_now {
         f.outlook = Outlook::Missed;
         f.breach_at = Some(rfc3339(now));
@@ -250,7 +246,7 @@ pub(crate) fn forecast(samples: &[Sample], rto_seconds: f64, now: f64) -> RtoFor
     f.detail = format!(
         "at the current trend the restore takes longer than the RTO {rto} on {} (in {}; {how})",
         &rfc3339(at)[..10],
-        human_secs(days * DAY)
+        crate::out::whole(days * DAY)
     );
     f
 }

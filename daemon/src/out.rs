@@ -94,6 +94,11 @@ pub(crate) fn short(text: &str, max: usize) -> String {
     }
 }
 
+/// A duration in whole seconds, the config's way: `1h 5m`, `40s`.
+pub(crate) fn whole(secs: f64) -> String {
+    drcheck_config::format_duration(std::time::Duration::from_secs_f64(secs.max(0.0).round()))
+}
+
 /// A duration for people: `42.0 s`, `12.5 min`, `3.2 h`, `4.0 d`.
 pub(crate) fn human(secs: f64) -> String {
     if secs < 120.0 {

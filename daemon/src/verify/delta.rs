@@ -41,7 +41,6 @@ pub(crate) fn past_of(recent: &[RunReport]) -> Vec<Past> {
 /// the faster of the last of each is used, and the other is measured again after
 /// [`REMEASURE_AFTER`] runs.
 pub(crate) fn choose(past: &[Past]) -> Choice {
-    let human = |s: f64| drcheck_config::format_duration(std::time::Duration::from_secs_f64(s.max(0.0).round()));
     let last_full = past.iter().position(|p| !p.delta);
     let last_delta = past.iter().position(|p| p.delta);
     match (last_full, last_delta) {
@@ -53,7 +52,11 @@ pub(crate) fn choose(past: &[Past]) -> Choice {
         }
         (Some(f), Some(d)) => {
             let (full, delta) = (past[f].seconds, past[d].seconds);
-            let figures = format!("the last delta restore took {}, the last full one {}", human(delta), human(full));
+            let figures = format!(
+                "the last delta restore took {}, the last full one {}",
+                crate::out::whole(delta),
+                crate::out::whole(full)
+            );
             if delta <= full {
                 if f >= REMEASURE_AFTER {
                     Choice { delta: false, why: format!("measuring a full restore again after {f} runs ({figures})") }

@@ -319,25 +319,24 @@ pub(crate) fn failure_reason(r: &RunReport) -> String {
             .filter(|v| v.status == Status::Failed || v.status == Status::Error)
             .map(|v| format!("{} {}: {}", v.name, v.status, short(&v.detail, 300))),
     );
-    let human = |s: f64| drcheck_config::format_duration(std::time::Duration::from_secs_f64(s.max(0.0).round()));
     if r.rto.met == Some(false) {
         parts.push(format!(
             "RTO missed: the restore took {} (rto {})",
-            r.rto.measured_seconds.map(human).unwrap_or_else(|| "longer than allowed".into()),
-            human(r.rto.target_seconds)
+            r.rto.measured_seconds.map(crate::out::whole).unwrap_or_else(|| "longer than allowed".into()),
+            crate::out::whole(r.rto.target_seconds)
         ));
     }
     if r.rpo.met == Some(false) {
         let lost = r.rpo.recoverable_point_age_seconds.or(r.rpo.backup_age_seconds);
         parts.push(format!(
             "RPO missed: a restore now would lose {}{} (rpo {})",
-            lost.map(human).unwrap_or_else(|| "more than allowed".into()),
+            lost.map(crate::out::whole).unwrap_or_else(|| "more than allowed".into()),
             r.rpo
                 .recoverable_point
                 .as_ref()
                 .map(|p| format!(", the newest recoverable point being {p}"))
                 .unwrap_or_default(),
-            human(r.rpo.target_seconds)
+            crate::out::whole(r.rpo.target_seconds)
         ));
     }
     if r.result == RunResult::Inconclusive
