@@ -37,8 +37,8 @@ command -v gpg-agent >/dev/null 2>&1 || need_apt+=(gpg-agent)
 command -v kubectl >/dev/null 2>&1 || need_apt+=(kubectl)
 # A real browser for the evidence report and status page tests (headless Chromium).
 command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
-# The benchmarks: sqlite3 (the hand-written export the report benchmark compares with)
-# and GNU time (peak RSS).
+# sqlite3: the hand-written export the report benchmark compares with, and the delta
+# e2e's edit of a recorded run; GNU time (the benchmarks' peak RSS).
 command -v sqlite3 >/dev/null 2>&1 || need_apt+=(sqlite3)
 [ -x /usr/bin/time ] || need_apt+=(time)
 # pg_cron, for the test that the heartbeat's printed pg_cron jobs are pg_cron's own.

@@ -506,7 +506,11 @@ mod forecast_tests {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("forecast_test.yml");
         std::fs::write(&file, &test).unwrap();
-        let out = std::process::Command::new("promtool").args(["test", "rules"]).arg(&file).output().unwrap();
+        let out = std::process::Command::new("promtool")
+            .args(["test", "rules"])
+            .arg(&file)
+            .output()
+            .expect("running promtool (scripts/setup.sh installs it)");
         let said = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
         assert!(out.status.success(), "{test}\n{said}");
     }
