@@ -6,7 +6,7 @@
 //! written and synced in 4 MiB blocks of incompressible bytes) and cached beside the
 //! pristine catalog fingerprints (`disk-write-<device>.json`).
 
-use drcheck_config::Config;
+use drcheck_config::SandboxConfig;
 use std::io::Write;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -26,11 +26,11 @@ struct Cached {
 
 /// The scratch disk's sequential write bandwidth (bytes per second): cached, or
 /// measured now; `None` when it cannot be (logged).
-pub(crate) async fn write_bps(config: &Config) -> Option<f64> {
+pub(crate) async fn write_bps(sandbox: &SandboxConfig) -> Option<f64> {
     use std::os::unix::fs::MetadataExt;
-    let scratch = config.sandbox.scratch_dir.clone();
+    let scratch = sandbox.scratch_dir.clone();
     let device = std::fs::metadata(&scratch).ok()?.dev();
-    let cache = crate::pristine::cache_dir(config).ok()?.join(format!("disk-write-{device:x}.json"));
+    let cache = crate::pristine::cache_dir(sandbox).ok()?.join(format!("disk-write-{device:x}.json"));
     if let Some(c) = std::fs::read(&cache).ok().and_then(|b| serde_json::from_slice::<Cached>(&b).ok()) {
         return Some(c.bytes_per_second);
     }

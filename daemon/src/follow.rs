@@ -151,7 +151,7 @@ fn lock_dir(config: &Config, target: &str) -> Result<nix::fcntl::Flock<std::fs::
 }
 
 fn options(config: &Config, target: &str) -> Result<SandboxOptions, String> {
-    let mut opts = crate::ids::sandbox_options(config, format!("follow-{target}"));
+    let mut opts = crate::ids::sandbox_options(&config.sandbox, format!("follow-{target}"));
     opts.keep_at = Some(follow_dir(config, target)?);
     // A backup tool seeding the follower or fetching its next segment: bounded as a
     // run's restore is.
@@ -262,7 +262,7 @@ async fn follow<H: FollowHost>(
         });
         if due_read {
             let run_id = crate::ids::new_run_id();
-            match crate::verify::read_source(&config, &t, &store, &run_id).await {
+            match crate::verify::read_source(crate::ids::Settings::of(&config, &t), &t, &store, &run_id).await {
                 Ok((source, catalog)) => source_read = Some(SourceRead { source, catalog, at: Instant::now() }),
                 Err(e) => tracing::warn!(target = %name, "cannot read the repository's catalog: {e}"),
             }
@@ -354,7 +354,7 @@ async fn open_or_seed(
     catalog: Option<&Catalog>,
 ) -> Result<Follower, String> {
     let opts = options(config, &t.name)?;
-    match Follower::resume(&opts, crate::verify::binaries(config)).await {
+    match Follower::resume(&opts, crate::verify::binaries(&config.sandbox)).await {
         Ok(Some(fl)) => {
             tracing::info!(target = %t.name, backup = %fl.state().backup, "follower resumed where replay stopped");
             return Ok(fl);
@@ -408,15 +408,15 @@ async fn seed(
     };
     let dir = opts.keep_at.clone().unwrap_or_default();
     let (ceiling, free) =
-        crate::verify::check_disk_in(dir.parent().unwrap_or(&dir), config, &backup).map_err(|s| s.message)?;
+        crate::verify::check_disk_in(dir.parent().unwrap_or(&dir), &config.sandbox, &backup).map_err(|s| s.message)?;
     let started = std::time::Instant::now();
     tracing::info!(target = %t.name, backup = %backup.key, "seeding the follower");
     let job = RestoreJob {
         store: store.clone(),
         backup: &backup,
-        fetch: crate::ids::fetch_options(config, t),
+        fetch: crate::ids::fetch_options(&config.storage[&t.storage]),
         sandbox: opts,
-        bins: crate::verify::binaries(config),
+        bins: crate::verify::binaries(&config.sandbox),
         format: t.format,
         jobs: t.restore_jobs,
         globals_key: None,
@@ -439,7 +439,8 @@ async fn seed(
     if !restored.physical {
         return Err(format!("{} is not a physical base backup: a follower replays WAL onto one", backup.key));
     }
-    let fl = Follower::seeded(restored, &backup.key, crate::verify::binaries(config)).map_err(|e| e.to_string())?;
+    let fl =
+        Follower::seeded(restored, &backup.key, crate::verify::binaries(&config.sandbox)).map_err(|e| e.to_string())?;
     tracing::info!(target = %t.name, backup = %backup.key, seconds = started.elapsed().as_secs_f64(), "follower seeded");
     Ok(fl)
 }

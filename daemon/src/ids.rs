@@ -2,8 +2,24 @@
 //! backup tool reading its repository) each part of a run gets. A leaf: it depends on
 //! the configuration and the restore crate only.
 
-use drcheck_config::Config;
+use drcheck_config::{Config, SandboxConfig, StorageConfig, TargetConfig};
 use drcheck_restore::{SandboxOptions, StoreError};
+
+/// What the work on one target needs of the configuration: the sandbox's settings and
+/// the target's store — never the whole `Config` (the other targets, the alerts, the
+/// daemon's listeners are none of a run's business).
+#[derive(Clone, Copy)]
+pub(crate) struct Settings<'a> {
+    pub sandbox: &'a SandboxConfig,
+    pub storage: &'a StorageConfig,
+}
+
+impl<'a> Settings<'a> {
+    /// The settings of `target`'s work (`config` validated it: its storage exists).
+    pub(crate) fn of(config: &'a Config, target: &TargetConfig) -> Self {
+        Settings { sandbox: &config.sandbox, storage: &config.storage[&target.storage] }
+    }
+}
 
 /// A fresh run id.
 pub(crate) fn new_run_id() -> String {
@@ -11,14 +27,14 @@ pub(crate) fn new_run_id() -> String {
 }
 
 /// How the sandbox of run `run_id` is made, from `[sandbox]`.
-pub(crate) fn sandbox_options(config: &Config, run_id: String) -> SandboxOptions {
+pub(crate) fn sandbox_options(sandbox: &SandboxConfig, run_id: String) -> SandboxOptions {
     SandboxOptions {
-        scratch_dir: config.sandbox.scratch_dir.clone(),
+        scratch_dir: sandbox.scratch_dir.clone(),
         run_id,
-        profile: config.sandbox.profile,
-        require_containment: config.sandbox.require_containment,
-        user: config.sandbox.user.clone(),
-        memory_limit: Some(config.sandbox.memory_limit),
+        profile: sandbox.profile,
+        require_containment: sandbox.require_containment,
+        user: sandbox.user.clone(),
+        memory_limit: Some(sandbox.memory_limit),
         keep_at: None,
         tool_limit: None,
     }
@@ -27,7 +43,7 @@ pub(crate) fn sandbox_options(config: &Config, run_id: String) -> SandboxOptions
 /// The longest one call of a backup tool may take while a run selects its backup
 /// (listing the catalog, reading the archive's reach): the restore's own deadline
 /// (`rto × abort_factor`), at most [`SELECT_TOOL_LIMIT`].
-pub(crate) fn select_tool_limit(target: &drcheck_config::TargetConfig) -> drcheck_restore::ToolLimit {
+pub(crate) fn select_tool_limit(target: &TargetConfig) -> drcheck_restore::ToolLimit {
     drcheck_restore::ToolLimit {
         within: target.rto.mul_f64(target.abort_factor).min(SELECT_TOOL_LIMIT),
         whose: format!(
@@ -47,8 +63,8 @@ pub(crate) const SELECT_TOOL_LIMIT: std::time::Duration = std::time::Duration::f
 /// thread of its own after the run is done with it, so the next one of the same run
 /// must never need the same name (it would find the last one still being removed).
 pub(crate) fn catalog_sandbox(
-    config: &Config,
-    target: &drcheck_config::TargetConfig,
+    settings: Settings<'_>,
+    target: &TargetConfig,
     store: &str,
     run_id: &str,
     purpose: Purpose,
@@ -61,7 +77,7 @@ pub(crate) fn catalog_sandbox(
             whose: "the validate phase's limit: validators.phase_timeout".into(),
         },
     });
-    let opts = SandboxOptions { tool_limit, ..sandbox_options(config, purpose.sandbox_name(run_id)) };
+    let opts = SandboxOptions { tool_limit, ..sandbox_options(settings.sandbox, purpose.sandbox_name(run_id)) };
     drcheck_restore::Sandbox::create(&opts).map_err(|e| StoreError {
         store: store.to_string(),
         message: e.to_string(),
@@ -96,17 +112,14 @@ impl Purpose {
 }
 
 /// How a target's backups are downloaded.
-pub(crate) fn fetch_options(
-    config: &drcheck_config::Config,
-    target: &drcheck_config::TargetConfig,
-) -> drcheck_restore::FetchOptions {
-    match &config.storage[&target.storage] {
-        drcheck_config::StorageConfig::S3(s3) => drcheck_restore::FetchOptions {
+pub(crate) fn fetch_options(storage: &StorageConfig) -> drcheck_restore::FetchOptions {
+    match storage {
+        StorageConfig::S3(s3) => drcheck_restore::FetchOptions {
             part_size: s3.part_size,
             concurrency: s3.concurrency,
             window: s3.part_size.max(drcheck_restore::FETCH_WINDOW),
             backoff: drcheck_restore::retry::Backoff::within(s3.retry_window),
         },
-        drcheck_config::StorageConfig::Filesystem { .. } => drcheck_restore::FetchOptions::default(),
+        StorageConfig::Filesystem { .. } => drcheck_restore::FetchOptions::default(),
     }
 }

@@ -8,7 +8,7 @@
 //! own, 0700), for several configurations sharing one — the test suite does.
 
 use crate::ids::sandbox_options;
-use drcheck_config::Config;
+use drcheck_config::SandboxConfig;
 use drcheck_restore::PgBin;
 use drcheck_validators::guard::{builtin_fingerprint, restored_session};
 use sha2::{Digest, Sha256};
@@ -21,15 +21,15 @@ static MAKING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// What drcheck keeps between runs: `scratch_dir/drcheck-<uid>-cache`, or
 /// `$DRCHECK_CACHE_DIR`.
-pub(crate) fn cache_dir(config: &Config) -> Result<std::path::PathBuf, String> {
+pub(crate) fn cache_dir(sandbox: &SandboxConfig) -> Result<std::path::PathBuf, String> {
     match std::env::var_os("DRCHECK_CACHE_DIR").filter(|d| !d.is_empty()) {
         Some(dir) => drcheck_restore::ensure_cache_dir_at(std::path::Path::new(&dir)),
-        None => drcheck_restore::ensure_cache_dir(&config.sandbox.scratch_dir),
+        None => drcheck_restore::ensure_cache_dir(&sandbox.scratch_dir),
     }
 }
 
 /// The pristine fingerprint for `bin`: from the cache, or made now.
-pub(crate) async fn reference(config: &Config, bin: &PgBin) -> Result<BTreeMap<String, String>, String> {
+pub(crate) async fn reference(sandbox: &SandboxConfig, bin: &PgBin) -> Result<BTreeMap<String, String>, String> {
     let version = server_version(bin).await?;
     // What is fingerprinted is part of the name: a drcheck that covers more makes a new one.
     let digest = hex::encode(Sha256::digest(format!(
@@ -37,7 +37,7 @@ pub(crate) async fn reference(config: &Config, bin: &PgBin) -> Result<BTreeMap<S
         bin.dir.display(),
         drcheck_validators::guard::FINGERPRINT_REVISION
     )));
-    let cache = cache_dir(config)?;
+    let cache = cache_dir(sandbox)?;
     let path = cache.join(format!("catalog-{}.json", &digest[..16]));
     if let Some(cached) = read_cached(&path) {
         return Ok(cached);
@@ -46,7 +46,7 @@ pub(crate) async fn reference(config: &Config, bin: &PgBin) -> Result<BTreeMap<S
     if let Some(cached) = read_cached(&path) {
         return Ok(cached);
     }
-    let fingerprint = make(config, bin).await?;
+    let fingerprint = make(sandbox, bin).await?;
     let text = serde_json::to_vec(&fingerprint).map_err(|e| e.to_string())?;
     write_private_atomically(&path, &text).map_err(|e| format!("caching {}: {e}", path.display()))?;
     tracing::info!(version = %version, file = %path.display(), "built-in catalog fingerprint made");
@@ -72,9 +72,10 @@ async fn server_version(bin: &PgBin) -> Result<String, String> {
 }
 
 /// A fresh cluster of `bin`, fingerprinted and torn down.
-async fn make(config: &Config, bin: &PgBin) -> Result<BTreeMap<String, String>, String> {
+async fn make(settings: &SandboxConfig, bin: &PgBin) -> Result<BTreeMap<String, String>, String> {
     let run_id = format!("pristine-{}", uuid::Uuid::new_v4());
-    let mut sandbox = drcheck_restore::Sandbox::create(&sandbox_options(config, run_id)).map_err(|e| e.to_string())?;
+    let mut sandbox =
+        drcheck_restore::Sandbox::create(&sandbox_options(settings, run_id)).map_err(|e| e.to_string())?;
     sandbox.init_and_start(bin.clone()).await.map_err(|e| format!("a pristine cluster did not start: {e}"))?;
     let pool = PgPoolOptions::new()
         .max_connections(1)

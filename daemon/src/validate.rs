@@ -210,7 +210,7 @@ pub(crate) fn rotated(rotation: Option<&drcheck_validators::Rotation>, findings:
 /// Runs the target's validators on `main` (the restored database the target names) and,
 /// for a physical backup, on every other database of the restored cluster.
 pub(crate) async fn run(
-    config: &drcheck_config::Config,
+    sandbox_settings: &drcheck_config::SandboxConfig,
     target: &TargetConfig,
     copy: Copy<'_>,
 ) -> Result<Validated, String> {
@@ -232,7 +232,7 @@ pub(crate) async fn run(
     // Which transactions had committed at the copy's point: cluster-wide, read once.
     let aborted = drcheck_validators::asof::Aborted::new();
     let settings = &target.validators;
-    let reference = crate::pristine::reference(config, sandbox.bin()).await;
+    let reference = crate::pristine::reference(sandbox_settings, sandbox.bin()).await;
     let mut names = vec![main.to_string()];
     let cluster = if physical { Some(cluster_databases(sandbox).await?) } else { None };
     if let Some(cluster) = &cluster {

@@ -21,10 +21,11 @@ pub(crate) use finish::finish;
 
 use crate::canary_report::{CanaryReport, DefectOutcome, DefectVerdict, owners};
 use crate::history::History;
+use crate::ids::Settings;
 use crate::ids::new_run_id;
 use crate::progress::Progress;
 use crate::run_report::{RunReport, RunResult};
-use crate::verify::{new_run, restore, select};
+use crate::verify::{restore, select};
 use drcheck_config::{
     Config, FormatSetting, RecoveryTarget, Secret, Selection, SourceConfig, StorageConfig, TargetConfig,
 };
@@ -417,7 +418,7 @@ async fn physical_defects(
     report: &mut CanaryReport,
 ) -> Result<(), String> {
     let fetched = scratch.join("fetched");
-    let fetch = crate::ids::fetch_options(config, target);
+    let fetch = crate::ids::fetch_options(&config.storage[&target.storage]);
     let name_of = |k: &str| k.rsplit('/').next().unwrap_or(k).to_string();
     for part in &backup.parts {
         copy_object(store, part, &fetched, fetch).await?;
@@ -587,14 +588,13 @@ async fn changed_row_dump(
 ) -> Result<Option<String>, String> {
     let progress = Progress::new(false);
     let t = TargetConfig { pin: false, select: Selection::Latest, ..target.clone() };
-    let mut run = new_run(new_run_id(), &t);
-    let selected = select::select_stage(config, &mut run, Some(&backup.key), own_history, &progress)
+    let (settings, run_id) = (Settings::of(config, &t), new_run_id());
+    let selected = select::select_stage(settings, &t, &run_id, Some(&backup.key), own_history, &progress)
         .await
-        .map_err(|s| format!("selecting {}: {}", backup.key, s.message))?;
-    let ready = restore::restore_stage(config, &mut run, &selected, &progress)
-        .await
-        .map_err(|s| format!("restoring {} to change a row: {}", backup.key, s.message))?;
-    let consistent = run.m.consistent.map(|c| c.at);
+        .map_err(|s| format!("selecting {}: {}", backup.key, s.stop.message))?;
+    let (restored, ready) = restore::restore_stage(settings, &selected, run_id, &progress).await;
+    let ready = ready.map_err(|s| format!("restoring {} to change a row: {}", backup.key, s.message))?;
+    let consistent = restored.m.consistent.map(|c| c.at);
     let pool = sqlx::postgres::PgPoolOptions::new()
         .max_connections(1)
         .connect_with(drcheck_validators::guard::restored_session(ready.sandbox.connect_options(&ready.database)))

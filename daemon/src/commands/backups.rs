@@ -1,6 +1,7 @@
 //! `drcheck backups list`: what is in a target's store, newest first.
 
 use crate::exit::{CliError, Exit};
+use crate::ids::Settings;
 use crate::run_report::timestamp;
 use crate::verify::list_backups;
 use clap::Subcommand;
@@ -141,7 +142,7 @@ pub(crate) async fn list(config: &Config, target: Option<&str>, json: bool) -> R
         let proven_at = |key: &str| proof(key).map(|p| timestamp(p.last_passed));
         // Whether unreachable or refusing (403, no such bucket), a store that cannot be
         // listed is a problem outside the backups: exit 3.
-        let (store, backups) = list_backups(config, t).await.map_err(|e| {
+        let (store, backups) = list_backups(Settings::of(config, t), t).await.map_err(|e| {
             CliError::incomplete(anyhow::Error::new(e).context(format!("listing backups of target {}", t.name)))
         })?;
         // Each pinned proof against what the store holds now, and the store's protection.
@@ -281,7 +282,8 @@ pub(crate) async fn fetch(
 ) -> Result<Exit, CliError> {
     let t = super::select_targets(config, Some(target))?[0];
     let started = std::time::Instant::now();
-    let (store, backups) = list_backups(config, t).await.map_err(|e| CliError::incomplete(anyhow::Error::new(e)))?;
+    let (store, backups) =
+        list_backups(Settings::of(config, t), t).await.map_err(|e| CliError::incomplete(anyhow::Error::new(e)))?;
     let backup = match key {
         Some(k) => backups.into_iter().find(|b| b.key == k),
         None => backups.into_iter().next(),
@@ -301,8 +303,9 @@ pub(crate) async fn fetch(
             backup.key
         )));
     }
-    let (bytes, layers) =
-        crate::verify::download(config, t, &backup, output, decode).await.map_err(CliError::incomplete)?;
+    let (bytes, layers) = crate::verify::download(Settings::of(config, t), t, &backup, output, decode)
+        .await
+        .map_err(CliError::incomplete)?;
     let secs = started.elapsed().as_secs_f64();
     let undone = if layers.is_empty() { String::new() } else { format!(" ({} undone)", layers.join(", ")) };
     crate::outln!(

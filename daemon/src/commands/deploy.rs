@@ -454,8 +454,11 @@ async fn scratch_sizes(config: &Config, targets: &[&TargetConfig], o: &Options) 
             if let Some(s) = &t.kubernetes.scratch {
                 return (s.clone(), "from [target.kubernetes] scratch".to_string());
             }
-            let listed =
-                tokio::time::timeout(std::time::Duration::from_secs(10), crate::verify::list_backups(config, t)).await;
+            let listed = tokio::time::timeout(
+                std::time::Duration::from_secs(10),
+                crate::verify::list_backups(crate::ids::Settings::of(config, t), t),
+            )
+            .await;
             match listed {
                 Ok(Ok((_, backups))) => match backups.first() {
                     Some(b) => (

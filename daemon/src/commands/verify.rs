@@ -191,7 +191,7 @@ async fn integrity(config: &Config, targets: &[&drcheck_config::TargetConfig], j
     // Where the tool's own verification is recorded (for the verify runs' schedule).
     let history = crate::history::History::open(&config.state.url).await.ok();
     for t in targets {
-        let f = verify::integrity_only(config, t, history.as_ref()).await;
+        let f = verify::integrity_only(crate::ids::Settings::of(config, t), t, history.as_ref()).await;
         results.push(match f.status {
             Status::Passed => RunResult::Passed,
             Status::Failed => RunResult::Failed,

@@ -179,7 +179,7 @@ pub(crate) async fn run_target(shared: Arc<Shared>, target: String, run_id: Stri
 async fn on_follower(shared: &Shared, config: &Config, t: &drcheck_config::TargetConfig) -> Option<follow::Slot> {
     t.follow.as_ref()?;
     let slot = shared.followers.slot(&t.name)?;
-    match verify::coverage_now(config, t, &shared.history).await {
+    match verify::coverage_now(crate::ids::Settings::of(config, t), t, &shared.history).await {
         Ok(c) if c.restorable > 0 && c.proven >= c.restorable => Some(slot),
         Ok(c) => {
             tracing::info!(target = %t.name, proven = c.proven, restorable = c.restorable, "a backup is due for its proof: a full restore, not the follower");
@@ -228,7 +228,7 @@ async fn canary_all(shared: Arc<Shared>) {
 async fn check_target(shared: Arc<Shared>, target: &str) {
     let config = shared.config();
     let Some(t) = config.target(target) else { return };
-    let finding = verify::integrity_only(&config, t, Some(&shared.history)).await;
+    let finding = verify::integrity_only(crate::ids::Settings::of(&config, t), t, Some(&shared.history)).await;
     shared.metrics.observe_integrity(target, &finding);
     match finding.status {
         drcheck_validators::Status::Passed => {
@@ -445,7 +445,7 @@ async fn coverage_refresh(shared: Arc<Shared>, targets: Vec<String>, stop: Cance
             let (config, shared) = (config.clone(), shared.clone());
             async move {
                 let Some(t) = config.target(&name) else { return };
-                match tokio::time::timeout(Duration::from_secs(120), verify::coverage_now(&config, t, &shared.history)).await {
+                match tokio::time::timeout(Duration::from_secs(120), verify::coverage_now(crate::ids::Settings::of(&config, t), t, &shared.history)).await {
                     Ok(Ok(c)) => {
                         shared.metrics.show_coverage(&name, &c);
                         // A reload may have removed the target meanwhile (it set the new

@@ -1,7 +1,7 @@
 //! What a run may spend: its time budget and lease, and the disk a restore needs.
 
 use super::stop::Stop;
-use drcheck_config::{Config, TargetConfig};
+use drcheck_config::{Config, SandboxConfig, TargetConfig};
 use drcheck_restore::Backup;
 use std::time::Duration;
 
@@ -56,12 +56,16 @@ pub(crate) const CLUSTER_ALLOWANCE: u64 = 1 << 30;
 /// the restore may write: the backup's size × `max_expansion` plus what any cluster
 /// needs (1 GiB: catalogs, WAL up to `max_wal_size`), at most the free space less a
 /// reserve (5 % of the file system, at most 1 GiB), so a bomb never fills the disk.
-pub(crate) fn check_disk(config: &Config, backup: &Backup) -> Result<(u64, u64), Stop> {
-    check_disk_in(&config.sandbox.scratch_dir, config, backup)
+pub(crate) fn check_disk(sandbox: &SandboxConfig, backup: &Backup) -> Result<(u64, u64), Stop> {
+    check_disk_in(&sandbox.scratch_dir, sandbox, backup)
 }
 
 /// [`check_disk`] in `dir` (a follower's copy lives in `state_dir`).
-pub(crate) fn check_disk_in(dir: &std::path::Path, config: &Config, backup: &Backup) -> Result<(u64, u64), Stop> {
+pub(crate) fn check_disk_in(
+    dir: &std::path::Path,
+    sandbox: &SandboxConfig,
+    backup: &Backup,
+) -> Result<(u64, u64), Stop> {
     // A configured scratch_dir that does not exist yet is made, as the private directory
     // inside it would be (issue 34: it was an error, "cannot check free space … ENOENT").
     if !dir.exists() {
@@ -74,9 +78,9 @@ pub(crate) fn check_disk_in(dir: &std::path::Path, config: &Config, backup: &Bac
     let free = stat.blocks_available() as u64 * stat.fragment_size() as u64;
     let total = stat.blocks() as u64 * stat.fragment_size() as u64;
     let reserve = (total / 20).min(1 << 30);
-    let ceiling = (backup.size as f64 * config.sandbox.max_expansion).min(u64::MAX as f64) as u64;
+    let ceiling = (backup.size as f64 * sandbox.max_expansion).min(u64::MAX as f64) as u64;
     let ceiling = ceiling.saturating_add(CLUSTER_ALLOWANCE);
-    let need = (backup.size as f64 * config.sandbox.expansion_factor) as u64;
+    let need = (backup.size as f64 * sandbox.expansion_factor) as u64;
     if free < need {
         return Err(Stop::incomplete(
             "sandbox",
@@ -84,7 +88,7 @@ pub(crate) fn check_disk_in(dir: &std::path::Path, config: &Config, backup: &Bac
                 "not enough space in {}: {free} bytes free, restoring a {}-byte backup needs about {need} (size × expansion_factor {})",
                 dir.display(),
                 backup.size,
-                config.sandbox.expansion_factor
+                sandbox.expansion_factor
             ),
         ));
     }

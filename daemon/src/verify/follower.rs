@@ -5,8 +5,9 @@
 //! database and role settings are overridden in every session instead.
 
 use super::stop::{Stop, restored_unreachable};
-use super::{Run, finish, new_run};
-use crate::run_report::{BackupInfo, FollowPoint, RunReport, ValidatorReport};
+use super::validate::Checked;
+use super::{Learned, judge};
+use crate::run_report::{BackupInfo, FollowPoint, Phase, RunReport, secs};
 use drcheck_config::{Config, TargetConfig};
 use drcheck_restore::Follower;
 use std::time::{Instant, SystemTime};
@@ -30,37 +31,43 @@ pub(crate) async fn verify_on_follower(
     history: &crate::history::History,
     cancel: &CancellationToken,
 ) -> RunReport {
-    let mut run = new_run(run_id, target);
-    run.report.mode = "follow".into();
-    tracing::info!(target = %target.name, run_id = %run.report.run_id, "verification on the follower started");
+    let mut begun = RunReport::begun(run_id, target, SystemTime::now());
+    begun.mode = "follow".into();
+    tracing::info!(target = %target.name, run_id = %begun.run_id, "verification on the follower started");
+    let mut learned = Learned::default();
     let outcome = tokio::select! {
-        r = on_follower(config, &mut run, follower, history) => r,
-        _ = cancel.cancelled() => Err(Stop::aborted("interrupted")),
+        r = on_follower(&config.sandbox, target, follower, history, &mut begun.follow, &mut learned) => r,
+        _ = cancel.cancelled() => Err(Stop::aborted("validate")),
     };
     if let Err(e) = follower.resume_replay().await {
         tracing::warn!(target = %target.name, "cannot resume the follower's replay: {e}");
     }
-    finish(run, outcome)
+    judge(begun, target, learned, outcome)
 }
 
+/// Pauses the follower's replay and validates its copy: the point it paused at into
+/// `point`, what it learned into `learned` (both outlive a cancelled run's future).
 async fn on_follower(
-    config: &Config,
-    run: &mut Run<'_>,
+    sandbox_settings: &drcheck_config::SandboxConfig,
+    target: &TargetConfig,
     follower: &mut Follower,
     history: &crate::history::History,
+    point: &mut Option<FollowPoint>,
+    learned: &mut Learned,
 ) -> Result<(), Stop> {
-    let target = run.target;
     let t = Instant::now();
     let paused = follower.pause().await.map_err(|e| Stop::incomplete("follow", e.to_string()))?;
-    run.phase("pause", t.elapsed());
+    let paused_for = Phase { name: "pause".into(), seconds: secs(t.elapsed()) };
     let state = follower.state().clone();
-    run.report.follow = Some(FollowPoint {
+    *point = Some(FollowPoint {
         lsn: paused.lsn.clone(),
         commit: paused.commit.clone(),
         seeded_from: state.backup.clone(),
         seeded_at: state.seeded_at.clone(),
     });
-    run.report.backup = Some(BackupInfo {
+    learned.checked = Some(Checked { phases: vec![paused_for], ..Default::default() });
+    let listed = &mut learned.listed;
+    listed.backup = Some(BackupInfo {
         key: state.backup.clone(),
         size_bytes: 0,
         created_at: None,
@@ -74,10 +81,10 @@ async fn on_follower(
     });
     // The follower replays to the archive's end: the commit it is paused at is what can
     // be recovered now, and what this run proves.
-    run.m.has_archive = true;
-    run.m.replays_to_end = true;
-    run.m.listed_at = Some(SystemTime::now());
-    run.m.recovered_to = paused.commit.as_deref().and_then(|c| humantime::parse_rfc3339_weak(c).ok());
+    listed.m.has_archive = true;
+    listed.m.replays_to_end = true;
+    listed.m.listed_at = Some(SystemTime::now());
+    listed.m.recovered_to = paused.commit.as_deref().and_then(|c| humantime::parse_rfc3339_weak(c).ok());
     let horizon = paused.horizon.as_ref().map(|h| drcheck_validators::asof::CopyHorizon {
         next_xid: h.next_xid,
         system_identifier: h.system_identifier.clone(),
@@ -88,7 +95,7 @@ async fn on_follower(
     let database =
         target.primary.as_ref().and_then(|p| super::database_of(p.expose())).unwrap_or_else(|| "postgres".into());
     let t = Instant::now();
-    let cutoff = run.m.as_of_cutoff();
+    let cutoff = listed.m.as_of_cutoff();
     let sandbox = follower.sandbox();
     let rotation = crate::validate::rotation(target, true, history).await;
     let journal = crate::validate::journal_for(target, cutoff, history).await;
@@ -102,33 +109,17 @@ async fn on_follower(
         rotation: rotation.clone(),
         journal,
     };
-    let mut validated = match crate::validate::run(config, &only_reads, copy).await {
+    let validated = match crate::validate::run(sandbox_settings, &only_reads, copy).await {
         Ok(v) => v,
         Err(e) => return Err(restored_unreachable(sandbox, "validate", e).await),
     };
-    run.report.slice_compared = crate::validate::rotated(rotation.as_ref(), &validated.findings);
-    let (decided, unproven) = crate::validate::tables_decided(target, &validated.findings, history).await;
-    run.report.tables_decided = decided;
-    validated.findings.extend(unproven);
-    run.report.validators = validated.findings.iter().map(ValidatorReport::from).collect();
-    run.report.content = crate::run_report::Content::of(&run.report.validators, target.max_undecided);
-    run.report.primary_queries = validated.primary_queries;
-    run.phase("validate", t.elapsed());
-    if let Some(why) = validated.primary_unavailable {
-        match target.comparisons {
-            _ if run.report.validator_failed() => {
-                run.report.degraded = Some(format!("comparisons with the primary could not run: {why}"));
-            }
-            drcheck_config::Comparisons::Required => {
-                return Err(Stop::incomplete(
-                    "validate",
-                    format!("the comparisons with the primary could not run: {why}"),
-                ));
-            }
-            drcheck_config::Comparisons::BestEffort => {
-                run.report.degraded = Some(format!("comparisons with the primary skipped (best-effort): {why}"));
-            }
-        }
+    let unavailable = validated.primary_unavailable.clone();
+    let paused = learned.checked.take().map(|c| c.phases).unwrap_or_default();
+    let checked = learned.checked.insert(Checked::of(target, validated, rotation.as_ref(), history).await);
+    checked.phases = paused;
+    checked.phases.push(Phase { name: "validate".into(), seconds: secs(t.elapsed()) });
+    match unavailable {
+        Some(why) => checked.primary_unavailable(target, &why),
+        None => Ok(()),
     }
-    Ok(())
 }

@@ -27,10 +27,10 @@ pub(crate) use restore::{database_of, download};
 pub(crate) use select::{coverage_now, list_backups, read_source};
 
 use crate::history::History;
-use crate::ids::new_run_id;
+use crate::ids::{Settings, new_run_id};
 use crate::measure::Measurements;
 use crate::progress::Progress;
-use crate::run_report::{Phase, RunError, RunReport, RunResult, secs, timestamp};
+use crate::run_report::{RunError, RunReport, RunResult, secs, timestamp};
 use drcheck_config::{Config, TargetConfig};
 use drcheck_validators::Status;
 use std::time::{Duration, SystemTime};
@@ -39,64 +39,32 @@ use tokio_util::sync::CancellationToken;
 
 /// The PostgreSQL binaries restores may use: `[sandbox.pg_bindirs]`, `[sandbox]
 /// pg_bindir`, then those installed in the common layouts.
-pub(crate) fn binaries(config: &Config) -> drcheck_restore::Binaries {
-    drcheck_restore::Binaries { per_major: config.sandbox.pg_bindirs.clone(), any: config.sandbox.pg_bindir.clone() }
+pub(crate) fn binaries(sandbox: &drcheck_config::SandboxConfig) -> drcheck_restore::Binaries {
+    drcheck_restore::Binaries { per_major: sandbox.pg_bindirs.clone(), any: sandbox.pg_bindir.clone() }
 }
 
 /// How long a finished run still waits for its sample of the primary's horizon.
 const SAMPLE_AFTER_RUN: Duration = Duration::from_secs(2);
 
-/// What one run accumulates as it goes.
-pub(crate) struct Run<'a> {
-    pub(crate) target: &'a TargetConfig,
-    pub(crate) report: RunReport,
-    /// The instants it observed; objectives are computed from them at the end.
-    pub(crate) m: Measurements,
-    /// Which attempt this is (1, or 2 after starting over): names the sandbox, since
-    /// the first attempt's may still be being removed.
-    pub(crate) attempt: u32,
-    /// The chosen backup already counts as proven in the report's coverage (a pass adds
-    /// it otherwise).
-    pub(crate) chosen_proven: bool,
-    /// The store's and the restore's findings (`pinned`, `immutability`, `archive`):
-    /// after the validators' in the report, whether or not the run got to validate.
-    pub(crate) store_findings: Vec<crate::run_report::ValidatorReport>,
+/// What the stages of one attempt learned, each its own value, and how far they got:
+/// what the verdict is judged from ([`judge`]).
+#[derive(Debug, Default)]
+pub(crate) struct Learned {
+    pub(crate) listed: select::Listed,
+    pub(crate) restored: Option<restore::Restored>,
+    pub(crate) checked: Option<validate::Checked>,
 }
 
-impl Run<'_> {
-    pub(crate) fn phase(&mut self, name: &str, d: Duration) {
-        self.report.phases.push(Phase { name: name.into(), seconds: secs(d) });
-    }
-
-    /// Forgets what an attempt measured, for another from a fresh listing.
-    pub(crate) fn start_over(&mut self) {
-        let r = &mut self.report;
-        r.backup = None;
-        r.phases.clear();
-        r.validators.clear();
-        r.restore = None;
-        r.primary_queries = None;
-        r.rpo.recovery_window_start = None;
-        r.coverage = None;
-        self.chosen_proven = false;
-        self.store_findings.clear();
-        self.m = Measurements::default();
-        self.attempt += 1;
-    }
-
-    /// The name of this attempt's sandbox.
-    pub(crate) fn sandbox_name(&self) -> String {
-        match self.attempt {
-            1 => self.report.run_id.clone(),
-            n => format!("{}-{n}", self.report.run_id),
-        }
+impl Learned {
+    /// The instants of the run: the restore's (which carries the listing's on), else the listing's.
+    fn measurements(&self) -> &Measurements {
+        self.restored.as_ref().map(|r| &r.m).unwrap_or(&self.listed.m)
     }
 }
 
 /// RTO and RPO from the run's measurement record (`measure.rs`), and the backup's time
 /// as the backup itself records it.
-pub(crate) fn objectives(run: &mut Run<'_>) {
-    let (m, target, r) = (&run.m, run.target, &mut run.report);
+pub(crate) fn objectives(m: &Measurements, target: &TargetConfig, r: &mut RunReport) {
     if let Some(rto) = m.rto() {
         r.rto.measured_seconds = Some(secs(rto));
         r.rto.met = Some(rto <= target.rto);
@@ -170,39 +138,36 @@ pub(crate) async fn verify_as(
     cancel: &CancellationToken,
     progress: &Progress,
 ) -> RunReport {
-    let mut run = new_run(run_id, target);
-    tracing::info!(target = %target.name, run_id = %run.report.run_id, "verification started");
+    let begun = RunReport::begun(run_id, target, SystemTime::now());
+    tracing::info!(target = %target.name, run_id = %begun.run_id, "verification started");
+    let settings = Settings::of(config, target);
     // Every run samples the primary for drcheck's journal (issue 46): what tells later
     // backups' changes since their point apart without commit timestamps. Beside the run,
     // never in its way.
     let sample = crate::journal::record_quietly(history, target);
     tokio::pin!(sample);
     let mut sampled = false;
-    let mut attempts = 0;
-    let attempts_loop = async {
+    let attempts = async {
+        let mut attempt = 1;
         loop {
-            attempts += 1;
-            let outcome = tokio::select! {
-                r = steps(config, &mut run, backup_key, history, cancel, progress) => r,
-                // Dropping `steps` drops the sandbox, which stops its server and removes its files.
-                _ = cancel.cancelled() => Err(Stop::aborted("interrupted")),
-            };
-            match outcome {
+            let ran =
+                Attempt { settings, target, run_id: &begun.run_id, attempt, backup_key, history, cancel, progress };
+            match steps(ran).await {
                 // The object changed under the download: once more from a fresh listing,
-                // which sees the new version whole.
-                Err(stop) if stop.changed && attempts == 1 => {
+                // which sees the new version whole (what the first attempt learned forgotten).
+                (_, Err(stop)) if stop.changed && attempt == 1 => {
                     tracing::warn!(target = %target.name, reason = %stop.message, "starting over from a fresh listing");
-                    run.start_over();
+                    attempt += 1;
                 }
                 other => break other,
             }
         }
     };
-    let outcome = {
-        tokio::pin!(attempts_loop);
+    let (learned, outcome) = {
+        tokio::pin!(attempts);
         loop {
             tokio::select! {
-                outcome = &mut attempts_loop => break outcome,
+                ended = &mut attempts => break ended,
                 () = &mut sample, if !sampled => sampled = true,
             }
         }
@@ -212,7 +177,7 @@ pub(crate) async fn verify_as(
         tracing::warn!(target = %target.name, "the primary's horizon was not sampled in time: no sample of this run");
     }
     progress.finish();
-    let mut report = finish(run, outcome);
+    let mut report = judge(begun, target, learned, outcome);
     if report.result != RunResult::Aborted {
         report.rto.forecast = rto_forecast(history, target, &report).await;
     }
@@ -237,72 +202,35 @@ async fn rto_forecast(history: &History, target: &TargetConfig, r: &RunReport) -
     Some(crate::forecast::forecast(&samples, target.rto.as_secs_f64(), now))
 }
 
-/// A run of `target`, passed until something says otherwise.
-pub(crate) fn new_run(run_id: String, target: &TargetConfig) -> Run<'_> {
-    let started = SystemTime::now();
-    Run {
-        target,
-        report: RunReport::begun(run_id, target, started),
-        m: Measurements::default(),
-        attempt: 1,
-        chosen_proven: false,
-        store_findings: Vec::new(),
+/// The verdict of a run from what its stages learned and how they ended: the report
+/// filled in, objectives computed, the result, the coverage a pass adds, the log line.
+pub(crate) fn judge(mut r: RunReport, target: &TargetConfig, learned: Learned, outcome: Result<(), Stop>) -> RunReport {
+    let m = learned.measurements().clone();
+    let Learned { listed, restored, checked } = learned;
+    r.backup = listed.backup;
+    r.coverage = listed.coverage;
+    r.rpo.recovery_window_start = listed.recovery_window_start;
+    r.still_listed = listed.still_listed;
+    let mut store_findings = listed.findings;
+    if let Some(restored) = restored {
+        r.phases.extend(restored.phases);
+        r.restore = restored.info;
+        r.backup = restored.backup;
+        store_findings.extend(restored.findings);
     }
-}
-
-/// The verdict of a run from how its stages ended: objectives computed, the result,
-/// the coverage a pass adds, the log line.
-pub(crate) fn finish(mut run: Run<'_>, outcome: Result<(), Stop>) -> RunReport {
-    let target = run.target;
-    objectives(&mut run);
-    let store_findings = std::mem::take(&mut run.store_findings);
-    let r = &mut run.report;
+    objectives(&m, target, &mut r);
+    if let Some(c) = checked {
+        r.phases.extend(c.phases);
+        r.validators = c.validators;
+        r.content = c.content;
+        r.rpo.data_lag_seconds = c.data_lag_seconds;
+        r.primary_queries = c.primary_queries;
+        r.degraded = c.degraded;
+        r.tables_decided = c.tables_decided;
+        r.slice_compared = c.slice_compared;
+    }
     r.validators.extend(store_findings);
-    r.result = match outcome {
-        Err(stop) => {
-            let result = stop.result;
-            if stop.usage {
-                r.usage_error = Some(stop.message.clone());
-            }
-            r.error = Some(RunError { stage: stop.stage, message: cap_message(&stop.message) });
-            result
-        }
-        Ok(()) if r.rpo.met == Some(false) || r.rto.met == Some(false) || r.validator_failed() => RunResult::Failed,
-        Ok(()) if r.validator_errored() => RunResult::Error,
-        // Held where it was decided, but too much could not be: never a pass.
-        Ok(()) if r.content.as_ref().is_some_and(|c| c.too_undecided()) => RunResult::Inconclusive,
-        Ok(()) => RunResult::Passed,
-    };
-    // A run that stopped after the RPO was measured still failed if the RPO was missed.
-    if r.result == RunResult::Error && r.rpo.met == Some(false) {
-        r.result = RunResult::Failed;
-    }
-    r.finished_at = timestamp(SystemTime::now());
-    // A pass proves the chosen backup: the coverage says so (and the evidence, which
-    // reads it), not only the count.
-    if r.result == RunResult::Passed
-        && let Some(c) = r.coverage.as_mut()
-    {
-        if !run.chosen_proven {
-            c.proven = (c.proven + 1).min(c.restorable);
-        }
-        let key = r.backup.as_ref().map(|b| b.key.as_str());
-        let point = r.restore.as_ref().is_some_and(|i| i.recovery_target.is_some());
-        if let Some(b) = c.backups.iter_mut().find(|b| Some(b.label.as_str()) == key) {
-            b.last_proven_at = Some(r.finished_at.clone());
-            b.points_proven += u64::from(point);
-        }
-    }
-    let r = &run.report;
-    if matches!(r.result, RunResult::Passed) {
-        tracing::info!(target = %target.name, run_id = %r.run_id, result = r.result.as_str(), "verification finished");
-    } else {
-        // A failed run says why in its own log line: each failing check, a missed
-        // objective, what stopped it.
-        let reason = failure_reason(r);
-        tracing::warn!(target = %target.name, run_id = %r.run_id, result = r.result.as_str(), reason = %reason, "verification finished");
-    }
-    run.report
+    conclude(r, target, listed.chosen_proven, outcome)
 }
 
 /// Why a run did not pass, in one line for its log: what stopped it, each check that
@@ -356,18 +284,131 @@ pub(crate) fn failure_reason(r: &RunReport) -> String {
     parts.join("; ")
 }
 
-/// The three stages, each handing the next what it returned.
-pub(crate) async fn steps(
-    config: &Config,
-    run: &mut Run<'_>,
-    backup_key: Option<&str>,
-    history: &History,
-    cancel: &CancellationToken,
-    progress: &Progress,
-) -> Result<(), Stop> {
-    let selected = select::select_stage(config, run, backup_key, history, progress).await?;
-    let ready = restore::restore_stage(config, run, &selected, progress).await?;
-    validate::validate_stage(config, run, &selected, ready, history, cancel, progress).await
+/// One attempt of one run: what its stages are given.
+#[derive(Clone, Copy)]
+pub(crate) struct Attempt<'a> {
+    pub settings: Settings<'a>,
+    pub target: &'a TargetConfig,
+    pub run_id: &'a str,
+    /// 1, or 2 after starting over: names the sandbox, since the first attempt's may
+    /// still be being removed.
+    pub attempt: u32,
+    pub backup_key: Option<&'a str>,
+    pub history: &'a History,
+    pub cancel: &'a CancellationToken,
+    pub progress: &'a Progress,
+}
+
+impl Attempt<'_> {
+    /// The name of this attempt's sandbox.
+    fn sandbox_name(&self) -> String {
+        match self.attempt {
+            1 => self.run_id.to_string(),
+            n => format!("{}-{n}", self.run_id),
+        }
+    }
+}
+
+/// The stages, each handed the previous one's value and returning its own: select →
+/// restore → validate; what each learned is kept for the verdict however the next
+/// ends. Cancelled (SIGTERM), the stage in flight is dropped — its sandbox with it —
+/// and the run is `aborted` in that stage.
+pub(crate) async fn steps(a: Attempt<'_>) -> (Learned, Result<(), Stop>) {
+    let mut learned = Learned::default();
+    let selected = match until_cancelled(
+        a.cancel,
+        "select",
+        select::select_stage(a.settings, a.target, a.run_id, a.backup_key, a.history, a.progress),
+    )
+    .await
+    {
+        Ok(Ok(s)) => s,
+        Ok(Err(stopped)) => {
+            learned.listed = stopped.learned;
+            return (learned, Err(stopped.stop));
+        }
+        Err(aborted) => return (learned, Err(aborted)),
+    };
+    learned.listed = selected.listed.clone();
+    let restoring = restore::restore_stage(a.settings, &selected, a.sandbox_name(), a.progress);
+    let ready = match until_cancelled(a.cancel, "restore", restoring).await {
+        Ok((restored, ready)) => {
+            learned.restored = Some(restored);
+            ready
+        }
+        Err(aborted) => Err(aborted),
+    };
+    let ready = match ready {
+        Ok(r) => r,
+        Err(stop) => return (learned, Err(stop)),
+    };
+    let cutoff = learned.measurements().as_of_cutoff();
+    let validating =
+        validate::validate_stage(a.settings, &selected, ready, cutoff, a.run_id, a.history, a.cancel, a.progress);
+    match until_cancelled(a.cancel, "validate", validating).await {
+        Ok((checked, outcome)) => {
+            learned.checked = Some(checked);
+            (learned, outcome)
+        }
+        Err(aborted) => (learned, Err(aborted)),
+    }
+}
+
+/// `stage` run to its end, or dropped when the run is cancelled (`Stop::aborted`).
+async fn until_cancelled<T>(cancel: &CancellationToken, stage: &str, f: impl Future<Output = T>) -> Result<T, Stop> {
+    tokio::select! {
+        done = f => Ok(done),
+        _ = cancel.cancelled() => Err(Stop::aborted(stage)),
+    }
+}
+
+/// The result of a run whose report holds all it learned: the stop's blame, else the
+/// findings' and objectives'; a pass adds the chosen backup to the coverage.
+fn conclude(mut r: RunReport, target: &TargetConfig, chosen_proven: bool, outcome: Result<(), Stop>) -> RunReport {
+    r.result = match outcome {
+        Err(stop) => {
+            let result = stop.result;
+            if stop.usage {
+                r.usage_error = Some(stop.message.clone());
+            }
+            r.error = Some(RunError { stage: stop.stage, message: cap_message(&stop.message) });
+            result
+        }
+        Ok(()) if r.rpo.met == Some(false) || r.rto.met == Some(false) || r.validator_failed() => RunResult::Failed,
+        Ok(()) if r.validator_errored() => RunResult::Error,
+        // Held where it was decided, but too much could not be: never a pass.
+        Ok(()) if r.content.as_ref().is_some_and(|c| c.too_undecided()) => RunResult::Inconclusive,
+        Ok(()) => RunResult::Passed,
+    };
+    // A run that stopped after the RPO was measured still failed if the RPO was missed.
+    if r.result == RunResult::Error && r.rpo.met == Some(false) {
+        r.result = RunResult::Failed;
+    }
+    r.finished_at = timestamp(SystemTime::now());
+    // A pass proves the chosen backup: the coverage says so (and the evidence, which
+    // reads it), not only the count.
+    if r.result == RunResult::Passed
+        && let Some(c) = r.coverage.as_mut()
+    {
+        if !chosen_proven {
+            c.proven = (c.proven + 1).min(c.restorable);
+        }
+        let key = r.backup.as_ref().map(|b| b.key.as_str());
+        let point = r.restore.as_ref().is_some_and(|i| i.recovery_target.is_some());
+        if let Some(b) = c.backups.iter_mut().find(|b| Some(b.label.as_str()) == key) {
+            b.last_proven_at = Some(r.finished_at.clone());
+            b.points_proven += u64::from(point);
+        }
+    }
+    if matches!(r.result, RunResult::Passed) {
+        tracing::info!(target = %target.name, run_id = %r.run_id, result = r.result.as_str(), "verification finished");
+    } else {
+        // A failed run says why in its own log line: each failing check, a missed
+        // objective, what stopped it.
+        let reason = failure_reason(&r);
+        tracing::warn!(target = %target.name, run_id = %r.run_id, result = r.result.as_str(), reason = %reason, "verification finished");
+    }
+    r
 }
 
 #[cfg(test)]
@@ -403,6 +444,115 @@ mod tests {
         assert!(why.starts_with("RTO missed: the restore took 21m (rto 15m)"), "{why}");
         r.rto.met = Some(true);
         assert_eq!(failure_reason(&r), "the run ended failed without a recorded reason");
+    }
+
+    fn finding(name: &str, status: Status) -> crate::run_report::ValidatorReport {
+        crate::run_report::ValidatorReport::from(&drcheck_validators::Finding::new(name, status, "d"))
+    }
+
+    /// What select learns of `key`, the newest of two restorable backups, neither proven.
+    fn listing(key: &str) -> select::Listed {
+        let now = SystemTime::now();
+        let mut l = select::Listed {
+            backup: Some(crate::run_report::BackupInfo {
+                key: key.into(),
+                size_bytes: 1,
+                created_at: None,
+                created_at_source: None,
+                uploaded_at: None,
+                format: None,
+                encryption: None,
+                kind: None,
+                source: None,
+                pinned: vec![],
+            }),
+            coverage: Some(crate::run_report::Coverage {
+                restorable: 2,
+                proven: 0,
+                prove_within_seconds: 86400.0,
+                backups: [key, "older"]
+                    .iter()
+                    .map(|k| crate::run_report::BackupProof {
+                        label: (*k).into(),
+                        stopped_at: timestamp(now),
+                        last_proven_at: None,
+                        points_proven: 0,
+                    })
+                    .collect(),
+            }),
+            findings: vec![finding("pinned", Status::Passed)],
+            ..Default::default()
+        };
+        l.m.listed_at = Some(now);
+        l.m.consistent = Some(crate::measure::Consistency { at: now - Duration::from_secs(60), source: "dump" });
+        l
+    }
+
+    /// The verdict is judged from the stages' values alone: each stage's findings in
+    /// order (the validators', then the store's), the objectives from the instants the
+    /// restore carried on, and a pass proves the chosen backup in the coverage.
+    #[test]
+    fn a_pass_is_judged_from_what_each_stage_returned() {
+        let t = target();
+        let listed = listing("t/new.dump");
+        let mut restored = restore::Restored {
+            backup: listed.backup.clone(),
+            m: listed.m.clone(),
+            findings: vec![finding("archive", Status::Passed)],
+            ..Default::default()
+        };
+        restored.m.fetch_started = Some(std::time::Instant::now());
+        restored.m.ready = Some(Duration::from_secs(30));
+        restored.phases.push(crate::run_report::Phase { name: "restore".into(), seconds: 30.0 });
+        let checked = validate::Checked { validators: vec![finding("schema", Status::Passed)], ..Default::default() };
+        let learned = Learned { listed, restored: Some(restored), checked: Some(checked) };
+        let r = judge(RunReport::begun("r".into(), &t, SystemTime::now()), &t, learned, Ok(()));
+        assert_eq!(r.result, RunResult::Passed, "{r:?}");
+        let names: Vec<&str> = r.validators.iter().map(|v| v.name.as_str()).collect();
+        assert_eq!(names, ["schema", "pinned", "archive"]);
+        assert_eq!((r.rto.measured_seconds, r.rto.met), (Some(30.0), Some(true)));
+        assert_eq!(r.rpo.backup_age_seconds, Some(60.0));
+        assert_eq!(r.backup.as_ref().and_then(|b| b.created_at_source.as_deref()), Some("dump"));
+        let c = r.coverage.as_ref().unwrap();
+        assert_eq!(c.proven, 1, "the pass proves the chosen backup");
+        assert!(c.backups[0].last_proven_at.is_some() && c.backups[1].last_proven_at.is_none(), "{c:?}");
+    }
+
+    /// A stage that stops hands on what it learned: a restore cancelled past its
+    /// deadline still measured the RTO (missed: failed), and a chain that could not be
+    /// followed still names the backup — and neither proves anything.
+    #[test]
+    fn a_stopped_stage_keeps_what_it_learned() {
+        let t = target();
+        let listed = listing("t/new.dump");
+        let mut restored =
+            restore::Restored { backup: listed.backup.clone(), m: listed.m.clone(), ..Default::default() };
+        restored.m.ready = Some(Duration::from_secs(31 * 60));
+        let learned = Learned { listed, restored: Some(restored), checked: None };
+        let stop = Stop::failed("restore", "cancelled: still restoring after 30m");
+        let r = judge(RunReport::begun("r".into(), &t, SystemTime::now()), &t, learned, Err(stop));
+        assert_eq!(r.result, RunResult::Failed);
+        assert_eq!(r.rto.met, Some(false), "the deadline's restore measured the RTO: {r:?}");
+        assert_eq!(r.error.as_ref().map(|e| e.stage.as_str()), Some("restore"));
+        assert_eq!(r.coverage.as_ref().unwrap().proven, 0);
+        let chain = Stop::failed("select", "a link of the chain is missing");
+        let learned = Learned { listed: listing("t/incr"), restored: None, checked: None };
+        let r = judge(RunReport::begun("r".into(), &t, SystemTime::now()), &t, learned, Err(chain));
+        assert_eq!(r.backup.as_ref().map(|b| b.key.as_str()), Some("t/incr"));
+        assert_eq!(r.rto.measured_seconds, None, "no restore, no RTO");
+        assert_eq!(r.validators.len(), 1, "the store's finding is kept: {:?}", r.validators);
+    }
+
+    /// Cancelled, the stage in flight is dropped and named: the run is `aborted` there.
+    #[tokio::test]
+    async fn a_cancelled_stage_is_dropped_and_named() {
+        let cancel = CancellationToken::new();
+        cancel.cancel();
+        let never = std::future::pending::<()>();
+        let stop = until_cancelled(&cancel, "restore", never).await.unwrap_err();
+        assert_eq!((stop.stage.as_str(), stop.result), ("restore", RunResult::Aborted));
+        let live = CancellationToken::new();
+        assert_eq!(until_cancelled(&live, "select", async { 7 }).await.ok(), Some(7));
     }
 }
 

@@ -2,23 +2,23 @@
 
 use super::select::read_source;
 use crate::history::History;
-use crate::ids::{Purpose, catalog_sandbox, new_run_id};
-use drcheck_config::{Config, TargetConfig};
+use crate::ids::{Purpose, Settings, catalog_sandbox, new_run_id};
+use drcheck_config::TargetConfig;
 use drcheck_restore::{BackupStore, Catalog, RestoreError, open_store};
 use std::sync::Arc;
 use std::time::{Instant, SystemTime};
 
 /// The `repository` validator on its own (`verify --integrity-only`, `integrity_schedule`).
 pub(crate) async fn integrity_only(
-    config: &Config,
+    settings: Settings<'_>,
     target: &TargetConfig,
     history: Option<&History>,
 ) -> drcheck_validators::Finding {
     use drcheck_validators::{Finding, Status};
-    let store = open_store(&target.storage, &config.storage[&target.storage]).await;
+    let store = open_store(&target.storage, settings.storage).await;
     let run_id = new_run_id();
-    match read_source(config, target, &store, &run_id).await {
-        Ok((_, Some(c))) => check_repository(config, target, &store, &run_id, &c, history, ToolCheck::Run).await,
+    match read_source(settings, target, &store, &run_id).await {
+        Ok((_, Some(c))) => check_repository(settings, target, &store, &run_id, &c, history, ToolCheck::Run).await,
         Ok((_, None)) => Finding::new(
             "repository",
             Status::Error,
@@ -34,7 +34,7 @@ pub(crate) async fn integrity_only(
 /// The `repository` validator: the tool's repository checked without a restore (the
 /// tool's own verification where it has one, read line by line; WAL continuity).
 pub(crate) async fn check_repository(
-    config: &Config,
+    settings: Settings<'_>,
     target: &TargetConfig,
     store: &Arc<dyn BackupStore>,
     run_id: &str,
@@ -53,7 +53,7 @@ pub(crate) async fn check_repository(
         }
         _ => None,
     };
-    let result = match catalog_sandbox(config, target, &catalog.repository.describe(), run_id, Purpose::Integrity) {
+    let result = match catalog_sandbox(settings, target, &catalog.repository.describe(), run_id, Purpose::Integrity) {
         Ok(sandbox) => {
             let r = catalog.repository.integrity(&sandbox.host(), store, &catalog.restorable, reuse.as_deref()).await;
             sandbox.teardown();
@@ -131,7 +131,7 @@ mod tool_check_tests {
     use crate::verify::select::{archive_stalled, only_uploading};
     use std::time::Duration;
 
-    fn config(target: &str) -> Result<Config, String> {
+    fn config(target: &str) -> Result<drcheck_config::Config, String> {
         let text = format!(
             "[storage.r]\nkind = \"filesystem\"\npath = \"/tmp\"\n[[target]]\nname = \"t\"\nstorage = \"r\"\nrpo = \"1d\"\n{target}"
         );

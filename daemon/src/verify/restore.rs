@@ -1,13 +1,13 @@
 //! The second stage: the chosen backup restored into a sandbox, timed against the RTO.
 
-use super::Run;
 use super::budget::{CLUSTER_ALLOWANCE, check_disk};
 use super::select::{Selected, recovery_target_info};
 use super::stop::{Stop, restored_unreachable};
-use crate::ids::{fetch_options, new_run_id, sandbox_options};
+use crate::ids::{Settings, fetch_options, new_run_id, sandbox_options};
+use crate::measure::Measurements;
 use crate::progress::Progress;
-use crate::run_report::{RestoreInfo, secs};
-use drcheck_config::{Config, RecoveryTarget, TargetConfig};
+use crate::run_report::{BackupInfo, Phase, RestoreInfo, ValidatorReport, secs};
+use drcheck_config::{RecoveryTarget, SandboxConfig, TargetConfig};
 use drcheck_restore::RestoreJob;
 use drcheck_restore::reap_leftovers;
 use drcheck_restore::{Backup, RestoreError, open_store};
@@ -23,18 +23,53 @@ pub(crate) struct Ready {
     pub horizon: Option<drcheck_restore::Horizon>,
 }
 
+/// What the restore learned, for the run's verdict whether or not it got the database
+/// to answer: its phases, how it ran, the backup as it read it, the instants it took.
+#[derive(Debug, Default)]
+pub(crate) struct Restored {
+    pub phases: Vec<Phase>,
+    pub info: Option<RestoreInfo>,
+    /// The listing's description with what reading the backup told: its format, its
+    /// encryption, each object's SHA-256 (into its pin).
+    pub backup: Option<BackupInfo>,
+    /// The listing's instants and the restore's own (the RTO clock, the consistency
+    /// point, the last replayed commit).
+    pub m: Measurements,
+    /// The restore's finding (`archive`).
+    pub findings: Vec<ValidatorReport>,
+}
+
+impl Restored {
+    fn phase(&mut self, name: &str, d: Duration) {
+        self.phases.push(Phase { name: name.into(), seconds: secs(d) });
+    }
+}
+
 /// The second stage, on the RTO clock: room checked, the chosen backup fetched and
-/// restored into a sandbox (what the restore tells as it goes recorded), and the
-/// restored database asked to answer.
+/// restored into the sandbox `sandbox_name` (what the restore tells as it goes
+/// recorded), and the restored database asked to answer.
 pub(crate) async fn restore_stage(
-    config: &Config,
-    run: &mut Run<'_>,
+    settings: Settings<'_>,
     selected: &Selected,
+    sandbox_name: String,
     progress: &Progress,
+) -> (Restored, Result<Ready, Stop>) {
+    let mut learned =
+        Restored { backup: selected.listed.backup.clone(), m: selected.listed.m.clone(), ..Default::default() };
+    let ready = restore_into(settings, selected, sandbox_name, progress, &mut learned).await;
+    (learned, ready)
+}
+
+async fn restore_into(
+    settings: Settings<'_>,
+    selected: &Selected,
+    sandbox_name: String,
+    progress: &Progress,
+    learned: &mut Restored,
 ) -> Result<Ready, Stop> {
     let (target, backup, store, random) = (&selected.target, &selected.backup, &selected.store, selected.random);
-    let (expansion_ceiling, free_for_restore) = check_disk(config, backup)?;
-    for dir in reap_leftovers(&config.sandbox.scratch_dir) {
+    let (expansion_ceiling, free_for_restore) = check_disk(settings.sandbox, backup)?;
+    for dir in reap_leftovers(&settings.sandbox.scratch_dir) {
         tracing::warn!(dir = %dir.display(), "removed a sandbox left by an earlier run");
     }
 
@@ -46,18 +81,18 @@ pub(crate) async fn restore_stage(
     let job = RestoreJob {
         store: store.clone(),
         backup,
-        fetch: fetch_options(config, target),
+        fetch: fetch_options(settings.storage),
         sandbox: SandboxOptions {
             // The previous restore's copy, kept between runs: the next one goes onto it.
-            keep_at: delta_copy(config, target),
+            keep_at: delta_copy(settings.sandbox, target),
             // A tool call hung past the restore's own deadline is ended, named.
             tool_limit: Some(drcheck_restore::ToolLimit {
                 within: deadline,
                 whose: "the restore's deadline: rto × abort_factor".into(),
             }),
-            ..sandbox_options(config, run.sandbox_name())
+            ..sandbox_options(settings.sandbox, sandbox_name)
         },
-        bins: crate::verify::binaries(config),
+        bins: crate::verify::binaries(settings.sandbox),
         format: target.format,
         jobs: target.restore_jobs,
         globals_key: target.globals_key.clone(),
@@ -78,8 +113,8 @@ pub(crate) async fn restore_stage(
     };
     // Which containment the restore runs under is known before it starts, and reported
     // even when the restore fails.
-    run.report.restore = Some(RestoreInfo {
-        profile: config.sandbox.profile.as_str().into(),
+    learned.info = Some(RestoreInfo {
+        profile: settings.sandbox.profile.as_str().into(),
         jobs: target.restore_jobs,
         server_major: None,
         recovered_to: None,
@@ -111,13 +146,13 @@ pub(crate) async fn restore_stage(
         heard.take(event, fetch_start, count.as_ref());
     }
     if let Some(d) = heard.sandbox_ready {
-        run.phase("sandbox", d);
+        learned.phase("sandbox", d);
     }
-    if let (Some(b), Some(f)) = (run.report.backup.as_mut(), heard.format.take()) {
+    if let (Some(b), Some(f)) = (learned.backup.as_mut(), heard.format.take()) {
         b.format = Some(f);
     }
     // What was hashed while restoring goes into the backup's pin.
-    if let Some(b) = run.report.backup.as_mut() {
+    if let Some(b) = learned.backup.as_mut() {
         for (key, hex) in heard.sha256.drain(..) {
             if let Some(p) = b.pinned.iter_mut().find(|p| p.key == key) {
                 p.sha256 = Some(hex);
@@ -125,16 +160,16 @@ pub(crate) async fn restore_stage(
         }
     }
     if let Some(d) = heard.decryption.take() {
-        if let Some(b) = run.report.backup.as_mut() {
+        if let Some(b) = learned.backup.as_mut() {
             b.encryption = Some(d.encryption);
         }
-        if let Some(r) = run.report.restore.as_mut() {
+        if let Some(r) = learned.info.as_mut() {
             r.decrypted_by = d.decrypted_by;
         }
     }
     let restored = match outcome {
         Ok(Err(e)) => {
-            if let Some(info) = run.report.restore.as_mut()
+            if let Some(info) = learned.info.as_mut()
                 && matches!(e, RestoreError::TargetNotReached { .. })
             {
                 info.recovery_target = Some(recovery_target_info(&target.recovery_target, random));
@@ -144,8 +179,8 @@ pub(crate) async fn restore_stage(
         }
         Ok(Ok(r)) => r,
         Err(_) => {
-            run.m.fetch_started = Some(fetch_start);
-            run.m.ready = Some(fetch_start.elapsed());
+            learned.m.fetch_started = Some(fetch_start);
+            learned.m.ready = Some(fetch_start.elapsed());
             return Err(Stop::failed(
                 "restore",
                 format!(
@@ -158,20 +193,20 @@ pub(crate) async fn restore_stage(
         }
     };
     let fetched = restored.fetch;
-    run.phase("fetch", restored.fetch);
-    run.phase("restore", restored.restore);
+    learned.phase("fetch", restored.fetch);
+    learned.phase("restore", restored.restore);
     if let Some(c) = restored.combine {
         // Part of the restore (inside its time): the chain made one data directory.
-        run.phase("combine", c);
+        learned.phase("combine", c);
     }
-    run.m.fetch_started = Some(fetch_start);
-    run.m.fetch_ended = Some(restored.fetch);
-    run.m.first_byte = heard.first_byte;
+    learned.m.fetch_started = Some(fetch_start);
+    learned.m.fetch_ended = Some(restored.fetch);
+    learned.m.first_byte = heard.first_byte;
     if let Some(c) = restored.consistent_at {
-        run.m.consistent = Some(c);
+        learned.m.consistent = Some(c);
     }
-    run.m.recovered_to = restored.recovered_to.as_deref().and_then(|t| humantime::parse_rfc3339_weak(t).ok());
-    if let Some(info) = run.report.restore.as_mut() {
+    learned.m.recovered_to = restored.recovered_to.as_deref().and_then(|t| humantime::parse_rfc3339_weak(t).ok());
+    if let Some(info) = learned.info.as_mut() {
         info.server_major = restored.sandbox.bin().major;
         info.recovered_to = restored.recovered_to.clone();
         // Replay was asked for a point: say which (physical restores with an archive).
@@ -192,7 +227,7 @@ pub(crate) async fn restore_stage(
         info.bytes_fetched = restored.bytes_fetched;
     }
     if let Some(check) = &restored.archive {
-        run.store_findings.push(archive_finding(check, &selected.gaps));
+        learned.findings.push(archive_finding(check, &selected.gaps));
     }
     progress.phase(&target.name, "checking the restored database");
     let physical = restored.physical;
@@ -215,12 +250,12 @@ pub(crate) async fn restore_stage(
         return Err(restored_unreachable(&sandbox, "restore", why).await);
     }
     let ready = fetch_start.elapsed();
-    run.m.ready = Some(ready);
+    learned.m.ready = Some(ready);
     pool.close().await;
     // How close the restore came to what the disk can write, and what limited it.
-    if let Some(info) = run.report.restore.as_mut() {
+    if let Some(info) = learned.info.as_mut() {
         let written = drcheck_restore::disk_usage(sandbox.root());
-        let disk = crate::disk::write_bps(config).await;
+        let disk = crate::disk::write_bps(settings.sandbox).await;
         // A base backup's file copy: its data directory less the WAL replay brought (and
         // the spool it came through), over the copy; a dump: all of it, over the restore.
         let (copy_bytes, copied) = if physical {
@@ -245,11 +280,11 @@ pub(crate) async fn restore_stage(
 
 /// Where a `delta_restore` target keeps the copy its next restore goes onto
 /// (`state_dir`), when it is one and the directory can be made.
-fn delta_copy(config: &Config, target: &TargetConfig) -> Option<std::path::PathBuf> {
+fn delta_copy(sandbox: &SandboxConfig, target: &TargetConfig) -> Option<std::path::PathBuf> {
     if !target.delta_restore {
         return None;
     }
-    match drcheck_restore::ensure_follow_dir(&config.sandbox.state_dir) {
+    match drcheck_restore::ensure_follow_dir(&sandbox.state_dir) {
         Ok(dir) => Some(dir.join(format!("{}.delta", target.name))),
         Err(e) => {
             tracing::warn!(target = %target.name, "no place to keep the copy for a delta restore ({e}): restoring in full");
@@ -292,7 +327,7 @@ impl Heard {
 /// lands is what pg_restore or psql reads. Returns the bytes written and the layers
 /// undone, outermost first.
 pub(crate) async fn download(
-    config: &Config,
+    settings: Settings<'_>,
     target: &TargetConfig,
     backup: &Backup,
     output: &std::path::Path,
@@ -300,17 +335,18 @@ pub(crate) async fn download(
 ) -> anyhow::Result<(u64, Vec<String>)> {
     use drcheck_restore::{Copy, copy_in_blocks, read_head, rejoin};
     use drcheck_restore::{Peel, peel};
-    let store = open_store(&target.storage, &config.storage[&target.storage]).await;
+    let store = open_store(&target.storage, settings.storage).await;
     let shown = store.describe();
     let Some(object) = backup.parts.first() else { anyhow::bail!("{} has no object to download", backup.key) };
-    let mut reader = drcheck_restore::fetch_parallel(store, object, fetch_options(config, target));
+    let mut reader = drcheck_restore::fetch_parallel(store, object, fetch_options(settings.storage));
     let mut sandbox = None;
     let mut layers = Vec::new();
     if decode {
-        let sb = drcheck_restore::Sandbox::create(&sandbox_options(config, format!("{}-decode", new_run_id())))
-            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        let sb =
+            drcheck_restore::Sandbox::create(&sandbox_options(settings.sandbox, format!("{}-decode", new_run_id())))
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
         let events = drcheck_restore::Events::none();
-        let ceiling = ((backup.size as f64 * config.sandbox.max_expansion).min(u64::MAX as f64) as u64)
+        let ceiling = ((backup.size as f64 * settings.sandbox.max_expansion).min(u64::MAX as f64) as u64)
             .saturating_add(CLUSTER_ALLOWANCE);
         let layers_of = Peel { decrypt: &target.decrypt, events: &events, expansion_ceiling: ceiling };
         let peeled = async {

@@ -1,14 +1,14 @@
 //! The first stage: where the target's backups come from, which one this run restores,
 //! the point in time it replays to, and how much of the window is proven.
 
-use super::Run;
-use super::stop::{Stop, store_stop};
+use super::stop::{Stop, Stopped, store_stop};
 use crate::history::{History, Proven};
 use crate::ids::fetch_options;
-use crate::ids::{Purpose, catalog_sandbox, new_run_id};
+use crate::ids::{Purpose, Settings, catalog_sandbox, new_run_id};
+use crate::measure::Measurements;
 use crate::progress::Progress;
-use crate::run_report::{BackupInfo, Coverage, secs, timestamp};
-use drcheck_config::{Config, RecoveryTarget, Selection, SourceConfig, TargetConfig};
+use crate::run_report::{BackupInfo, Coverage, ValidatorReport, secs, timestamp};
+use drcheck_config::{RecoveryTarget, Selection, SourceConfig, TargetConfig};
 use drcheck_restore::Consistency;
 use drcheck_restore::backups_newest_first;
 use drcheck_restore::{Backup, BackupStore, Catalog, Source, Stage, StoreError, open_source, open_store};
@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 /// What selection chose: the backup, where it comes from, and the target as the run
-/// replays it (a drawn point in time made a fixed one).
+/// replays it (a drawn point in time made a fixed one) — and what it learned ([`Listed`]).
 pub(crate) struct Selected {
     pub store: Arc<dyn BackupStore>,
     /// A backup tool's catalog (its backups and the repository that restores them);
@@ -33,23 +33,44 @@ pub(crate) struct Selected {
     /// A `delta_restore` target: whether this restore goes onto the previous copy, as
     /// its restores measured ([`super::delta`]).
     pub delta: Option<super::delta::Choice>,
+    pub listed: Listed,
+}
+
+/// What selection learned, for the run's verdict whether or not the run goes on: the
+/// backup as the store lists it, the window's coverage, the store's own findings, and
+/// the instants the objectives are computed from.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Listed {
+    pub backup: Option<BackupInfo>,
+    pub coverage: Option<Coverage>,
+    /// The chosen backup already counts as proven in `coverage` (a pass adds it otherwise).
+    pub chosen_proven: bool,
+    pub recovery_window_start: Option<String>,
+    /// After a full listing: the backups the store still holds (the others' proofs go
+    /// when the run is recorded — never before).
+    pub still_listed: Option<Vec<String>>,
+    /// The store's findings (`pinned`, `immutability`): after the validators' in the
+    /// report, whether or not the run got to validate.
+    pub findings: Vec<ValidatorReport>,
+    pub m: Measurements,
 }
 
 /// The first stage: the target's source read, a point in time drawn when asked for, the
 /// backup chosen (the latest, a random or the least proven one, or `backup_key`), the
-/// coverage counted and the report's backup filled in.
+/// coverage counted and the backup described.
 pub(crate) async fn select_stage(
-    config: &Config,
-    run: &mut Run<'_>,
+    settings: Settings<'_>,
+    target: &TargetConfig,
+    run_id: &str,
     backup_key: Option<&str>,
     history: &History,
     progress: &Progress,
-) -> Result<Selected, Stop> {
-    let target = run.target;
+) -> Result<Selected, Stopped<Listed>> {
+    let mut listed = Listed::default();
     progress.phase(&target.name, "selecting backup");
-    let store = open_store(&target.storage, &config.storage[&target.storage]).await;
+    let store = open_store(&target.storage, settings.storage).await;
     let (source, catalog) =
-        read_source(config, target, &store, &run.report.run_id).await.map_err(|e| store_stop(Stage::Select, e))?;
+        read_source(settings, target, &store, run_id).await.map_err(|e| store_stop(Stage::Select, e))?;
     // When each backup last passed: what `least-proven` works through and coverage counts.
     let proven = history.proven(&target.name).await;
     // A random point in time is drawn in the recovery window first; from then on the
@@ -59,18 +80,17 @@ pub(crate) async fn select_stage(
         RecoveryTarget::Random(window) => {
             progress.phase(&target.name, "reading the recovery window");
             let (at, reach) =
-                draw_point(config, target, &store, source.as_ref(), catalog.as_ref(), &run.report.run_id, *window)
-                    .await?;
+                draw_point(settings, target, &store, source.as_ref(), catalog.as_ref(), run_id, *window).await?;
             tracing::info!(target = %target.name, at = %timestamp(at), "random point in time drawn");
-            run.m.archive_reach = Some(reach);
+            listed.m.archive_reach = Some(reach);
             drawn_target = TargetConfig { recovery_target: RecoveryTarget::Time(timestamp(at)), ..target.clone() };
             Some(&drawn_target)
         }
         // A fixed point proves T; the RPO is still the archive's: how far it reaches now.
         RecoveryTarget::Time(_) | RecoveryTarget::Lsn(_) if has_archive(target) => {
             progress.phase(&target.name, "reading the archive's reach");
-            match archive_reach(config, target, &store, source.as_ref(), catalog.as_ref(), &run.report.run_id).await {
-                Ok(Some(reach)) => run.m.archive_reach = Some(reach.at),
+            match archive_reach(settings, target, &store, source.as_ref(), catalog.as_ref(), run_id).await {
+                Ok(Some(reach)) => listed.m.archive_reach = Some(reach.at),
                 Ok(None) => {}
                 Err(stop) => {
                     tracing::warn!(target = %target.name, reason = %stop.message, "cannot read how far the WAL archive reaches: the RPO is not measured");
@@ -86,7 +106,7 @@ pub(crate) async fn select_stage(
         Some(c) => {
             let (backup, restorable) =
                 select_from_catalog(&c.restorable, target, backup_key, &c.described, proven.as_ref())?;
-            run.report.rpo.recovery_window_start = c
+            listed.recovery_window_start = c
                 .restorable
                 .iter()
                 .find(|b| b.catalog.as_ref().is_some_and(|c| c.status.is_ok()))
@@ -98,7 +118,7 @@ pub(crate) async fn select_stage(
             // Base backups with an archive (`wal_prefix`): the window starts at the oldest
             // one's end (its last part's upload bounds it), as a tool's catalog says.
             if target.wal_prefix.is_some() {
-                run.report.rpo.recovery_window_start = restorable
+                listed.recovery_window_start = restorable
                     .iter()
                     .flatten()
                     .filter(|b| b.is_physical())
@@ -111,55 +131,58 @@ pub(crate) async fn select_stage(
     };
     let mut vanished: Vec<String> = Vec::new();
     // What the RPO judges: the archive's reach, else the newest backup's time.
-    run.m.has_archive = has_archive(target);
-    run.m.replays_to_end = matches!(target.recovery_target, RecoveryTarget::Latest);
+    let m = &mut listed.m;
+    m.has_archive = has_archive(target);
+    m.replays_to_end = matches!(target.recovery_target, RecoveryTarget::Latest);
     let newest = restorable.as_ref().and_then(|r| r.first());
-    run.m.chosen_is_newest = newest.is_some_and(|n| n.key == backup.key);
+    m.chosen_is_newest = newest.is_some_and(|n| n.key == backup.key);
     if let Some(n) = newest.filter(|n| n.key != backup.key) {
         match n.catalog {
-            Some(_) => run.m.newest_consistent = Some(n.last_modified),
-            None => run.m.newest_uploaded_at = Some(n.last_modified),
+            Some(_) => m.newest_consistent = Some(n.last_modified),
+            None => m.newest_uploaded_at = Some(n.last_modified),
         }
+    }
+    // Ages are taken now, when the store said what exists — never after the restore.
+    m.listed_at = Some(SystemTime::now());
+    match &backup.catalog {
+        // The tool's catalog says when the backup stopped.
+        Some(_) => m.consistent = Some(Consistency { at: backup.last_modified, source: "catalog (backup stop)" }),
+        // An object's upload time is not its data's: the restore reads that.
+        None => m.uploaded_at = Some(backup.last_modified),
     }
     if let (Some(proven), Some(restorable)) = (&proven, &restorable) {
         let (coverage, chosen_proven) =
             coverage(restorable, proven, target.prove_within, &backup.key, SystemTime::now());
-        run.report.coverage = Some(coverage);
-        run.chosen_proven = chosen_proven;
+        listed.coverage = Some(coverage);
+        listed.chosen_proven = chosen_proven;
     }
-    // Ages are taken now, when the store said what exists — never after the restore.
-    run.m.listed_at = Some(SystemTime::now());
-    match &backup.catalog {
-        // The tool's catalog says when the backup stopped.
-        Some(_) => {
-            run.m.consistent = Some(Consistency { at: backup.last_modified, source: "catalog (backup stop)" });
-        }
-        // An object's upload time is not its data's: the restore reads that.
-        None => run.m.uploaded_at = Some(backup.last_modified),
-    }
-    run.report.backup = Some(BackupInfo {
+    let mut described = BackupInfo {
         key: backup.key.clone(),
         size_bytes: backup.size,
         created_at: None,
         created_at_source: None,
-        uploaded_at: run.m.uploaded_at.map(timestamp),
+        uploaded_at: listed.m.uploaded_at.map(timestamp),
         format: None,
         encryption: None,
         kind: backup.catalog.as_ref().map(|c| c.kind.clone()),
         source: backup.catalog.as_ref().map(|c| c.tool.to_string()),
         pinned: vec![],
-    });
+    };
+    listed.backup = Some(described.clone());
     // A PostgreSQL 17+ incremental backup is restored with its whole chain, found from
     // what the backups' labels and manifests say (a missing link is the backup's failure).
     let chain = match (&catalog, backup.is_physical()) {
         (None, true) => {
-            let listed = match &restorable {
-                Some(all) => all.clone(),
-                None => drcheck_restore::backups_newest_first(
-                    &store.list(&target.prefix).await.map_err(|e| store_stop(Stage::Select, e))?,
-                ),
+            let linked = async {
+                let all = match &restorable {
+                    Some(all) => all.clone(),
+                    None => drcheck_restore::backups_newest_first(
+                        &store.list(&target.prefix).await.map_err(|e| store_stop(Stage::Select, e))?,
+                    ),
+                };
+                drcheck_restore::chain_links(store.as_ref(), &all, &backup).await.map_err(Stop::from)
             };
-            drcheck_restore::chain_links(store.as_ref(), &listed, &backup).await.map_err(Stop::from)?
+            linked.await.map_err(|stop| Stopped { stop, learned: listed.clone() })?
         }
         _ => Vec::new(),
     };
@@ -170,7 +193,7 @@ pub(crate) async fn select_stage(
     // What keeps backups from being quietly destroyed: the proven ones still as proven
     // (a full listing only), and the chosen one's protection in the store.
     let now = SystemTime::now();
-    let retain = match &config.storage[&target.storage] {
+    let retain = match settings.storage {
         drcheck_config::StorageConfig::S3(s3) => s3.retain_until_at_least,
         _ => None,
     };
@@ -178,8 +201,8 @@ pub(crate) async fn select_stage(
     let pins = target.pin;
     let mut wanted: Vec<&Backup> = vec![&backup];
     wanted.extend(chain.iter());
-    if let (Some(listed), Some(p), true) = (&restorable, &proven, full_listing && pins) {
-        wanted.extend(listed.iter().filter(|b| p.get(&b.key).is_some_and(|p| p.pin.is_some())));
+    if let (Some(all), Some(p), true) = (&restorable, &proven, full_listing && pins) {
+        wanted.extend(all.iter().filter(|b| p.get(&b.key).is_some_and(|p| p.pin.is_some())));
     }
     // Why pins are not compared this run, when they are not.
     let not_compared = match (&restorable, &proven) {
@@ -193,30 +216,29 @@ pub(crate) async fn select_stage(
     };
     match super::immutable::stored_objects(target, &store, &wanted).await {
         Ok(objects) => {
-            if let (Some(listed), Some(p), None) = (&restorable, &proven, not_compared) {
+            if let (Some(all), Some(p), None) = (&restorable, &proven, not_compared) {
                 let (compared, changes) = super::immutable::pin_changes(
                     p,
-                    listed,
+                    all,
                     &objects,
                     retain,
                     super::immutable::counts_additions(target),
                     now,
                 );
-                run.store_findings.push(super::immutable::pinned_finding(compared, &changes));
+                listed.findings.push(super::immutable::pinned_finding(compared, &changes));
                 vanished = changes.iter().filter(|c| c.vanished).map(|c| c.backup.clone()).collect();
             } else if let Some(why) = not_compared {
-                run.store_findings.push(super::immutable::pinned_skipped(why));
+                listed.findings.push(super::immutable::pinned_skipped(why));
             }
             let parts = objects.get(&backup.key).cloned().unwrap_or_default();
             let (finding, pinned) =
-                super::immutable::immutability(target, &config.storage[&target.storage], &store, &backup, &parts, now)
-                    .await;
-            run.store_findings.push(finding);
-            if let Some(b) = run.report.backup.as_mut().filter(|_| pins) {
-                b.pinned = pinned;
+                super::immutable::immutability(target, settings.storage, &store, &backup, &parts, now).await;
+            listed.findings.push(finding);
+            if pins {
+                described.pinned = pinned;
                 // An incremental backup is proven with its chain: every link's objects pinned.
                 for link in &chain {
-                    b.pinned.extend(objects.get(&link.key).cloned().unwrap_or_default().into_iter().map(|o| {
+                    described.pinned.extend(objects.get(&link.key).cloned().unwrap_or_default().into_iter().map(|o| {
                         crate::run_report::PinnedPart {
                             key: o.key,
                             size: o.size,
@@ -226,24 +248,25 @@ pub(crate) async fn select_stage(
                         }
                     }));
                 }
+                listed.backup = Some(described);
             }
         }
         Err(e) => {
             // The world's: both findings say they could not run.
             let why = format!("cannot list the backups' objects: {e}");
             tracing::warn!(target = %target.name, "{why}");
-            run.store_findings.push(super::immutable::pinned_skipped(&why));
+            listed.findings.push(super::immutable::pinned_skipped(&why));
             let mut f = super::immutable::pinned_skipped(&why);
             f.name = "immutability".into();
-            run.store_findings.push(f);
+            listed.findings.push(f);
         }
     }
     // A full listing says which backups left the store: their proofs go with them —
     // but for those gone before retention could have removed them (named above).
-    if let (true, Some(listed)) = (full_listing, &restorable) {
-        let mut keys: Vec<String> = listed.iter().map(|b| b.key.clone()).collect();
+    if let (true, Some(all)) = (full_listing, &restorable) {
+        let mut keys: Vec<String> = all.iter().map(|b| b.key.clone()).collect();
         keys.extend(vanished);
-        run.report.still_listed = Some(keys);
+        listed.still_listed = Some(keys);
     }
     let gaps = match history.acks(&target.name, crate::history::WAL_GAP).await {
         Ok(g) => g,
@@ -263,13 +286,16 @@ pub(crate) async fn select_stage(
             },
         }),
     };
-    Ok(Selected { store, catalog, backup, target: target.clone(), random, chain, gaps, delta })
+    Ok(Selected { store, catalog, backup, target: target.clone(), random, chain, gaps, delta, listed })
 }
 
 /// Lists the backups of a target, newest first.
-pub(crate) async fn list_backups(config: &Config, target: &TargetConfig) -> Result<(String, Vec<Backup>), StoreError> {
-    let store = open_store(&target.storage, &config.storage[&target.storage]).await;
-    if let (_, Some(catalog)) = read_source(config, target, &store, &new_run_id()).await? {
+pub(crate) async fn list_backups(
+    settings: Settings<'_>,
+    target: &TargetConfig,
+) -> Result<(String, Vec<Backup>), StoreError> {
+    let store = open_store(&target.storage, settings.storage).await;
+    if let (_, Some(catalog)) = read_source(settings, target, &store, &new_run_id()).await? {
         let mut backups = catalog.restorable;
         backups.reverse();
         return Ok((catalog.described, backups));
@@ -297,16 +323,16 @@ pub(crate) async fn settled_newest_first(
 /// tool's repository, its catalog — read by the tool itself in a sandbox directory of
 /// its own (contained, as for a restore).
 pub(crate) async fn read_source(
-    config: &Config,
+    settings: Settings<'_>,
     target: &TargetConfig,
     store: &Arc<dyn BackupStore>,
     run_id: &str,
 ) -> Result<(Box<dyn Source>, Option<Catalog>), StoreError> {
-    let source = open_source(target, &config.storage[&target.storage], store.describe(), fetch_options(config, target));
+    let source = open_source(target, settings.storage, store.describe(), fetch_options(settings.storage));
     if !source.reads_with_a_tool() {
         return Ok((source, None));
     }
-    let host = catalog_sandbox(config, target, &source.describe(), run_id, Purpose::Catalog)?;
+    let host = catalog_sandbox(settings, target, &source.describe(), run_id, Purpose::Catalog)?;
     let catalog = source.catalog(&host, store).await;
     host.teardown();
     let catalog = catalog?;
@@ -370,11 +396,11 @@ pub(crate) fn select_from_catalog(
 /// proof records — what the daemon exports for every target from its start, before any
 /// run of it.
 pub(crate) async fn coverage_now(
-    config: &Config,
+    settings: Settings<'_>,
     target: &TargetConfig,
     history: &History,
 ) -> Result<Coverage, String> {
-    let (_, listed) = list_backups(config, target).await.map_err(|e| e.to_string())?;
+    let (_, listed) = list_backups(settings, target).await.map_err(|e| e.to_string())?;
     let restorable: Vec<Backup> =
         listed.into_iter().filter(|b| b.catalog.as_ref().is_none_or(|c| c.status.is_ok())).collect();
     let proven = history.proven(&target.name).await.ok_or("the history store cannot be read")?;
@@ -445,7 +471,7 @@ pub(crate) fn has_archive(target: &TargetConfig) -> bool {
 /// How far the target's WAL archive replays: its newest transaction end, read from the
 /// WAL itself (every source's archive answers the same question), in a sandbox of its own.
 pub(crate) async fn archive_reach(
-    config: &Config,
+    settings: Settings<'_>,
     target: &TargetConfig,
     store: &Arc<dyn BackupStore>,
     source: &dyn Source,
@@ -453,9 +479,9 @@ pub(crate) async fn archive_reach(
     run_id: &str,
 ) -> Result<Option<drcheck_restore::Reach>, Stop> {
     let described = catalog.map(|c| c.described.clone()).unwrap_or_else(|| source.describe());
-    let sandbox = catalog_sandbox(config, target, &described, run_id, Purpose::Reach)
+    let sandbox = catalog_sandbox(settings, target, &described, run_id, Purpose::Reach)
         .map_err(|e| store_stop(Stage::Select, e))?;
-    let bins = crate::verify::binaries(config);
+    let bins = crate::verify::binaries(settings.sandbox);
     let reach = match source.archive(catalog) {
         Some(a) => a.reach(&sandbox, store, &bins).await,
         None => Ok(None),
@@ -470,7 +496,7 @@ pub(crate) async fn archive_reach(
 /// end the WAL archive holds (read from the WAL itself), that end excluded (replay must
 /// see a commit after the target to stop there). Returns the moment and the archive's end.
 pub(crate) async fn draw_point(
-    config: &Config,
+    settings: Settings<'_>,
     target: &TargetConfig,
     store: &Arc<dyn BackupStore>,
     source: &dyn Source,
@@ -501,7 +527,7 @@ pub(crate) async fn draw_point(
             format!("no restorable base backup in {described} to draw a point in time after"),
         ));
     };
-    let Some(reach) = archive_reach(config, target, store, source, catalog, run_id).await? else {
+    let Some(reach) = archive_reach(settings, target, store, source, catalog, run_id).await? else {
         return Err(Stop::incomplete(
             "select",
             format!(

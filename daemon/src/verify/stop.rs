@@ -16,6 +16,20 @@ pub(crate) struct Stop {
     pub(crate) changed: bool,
 }
 
+/// A stage that stopped early, with what it had learned by then: the report keeps it
+/// (a failed chain still names the backup; a restore past its deadline still measured it).
+pub(crate) struct Stopped<L> {
+    pub(crate) stop: Stop,
+    pub(crate) learned: L,
+}
+
+impl<L: Default> From<Stop> for Stopped<L> {
+    /// A stop before the stage learned anything.
+    fn from(stop: Stop) -> Self {
+        Stopped { stop, learned: L::default() }
+    }
+}
+
 /// The restored server stopped answering (`message`). Its processes crashing on what the
 /// backup holds (a catalog edited so that every backend crashes), with nothing of the
 /// host's to show, is the backup's; anything else cannot be told apart: the run's.
