@@ -44,29 +44,34 @@ pub type Mapping = BTreeMap<String, Framework>;
 
 /// Reads a mapping (`origin` names it in errors): every control asks something in one
 /// line and names only known measures.
-pub fn parse(text: &str, origin: &str) -> Result<Mapping, String> {
-    let mapping: Mapping = toml::from_str(text).map_err(|e| format!("{origin}: {}", e.message()))?;
+pub fn parse(text: &str, origin: &str) -> Result<Mapping, MappingError> {
+    let wrong = |why: String| MappingError { origin: origin.to_string(), why };
+    let mapping: Mapping = toml::from_str(text).map_err(|e| wrong(e.message().to_string()))?;
     for (name, f) in &mapping {
         if f.controls.is_empty() {
-            return Err(format!("{origin}: [{name}] has no controls"));
+            return Err(wrong(format!("[{name}] has no controls")));
         }
         for c in &f.controls {
             if c.asks.trim().is_empty() || c.asks.contains('\n') {
-                return Err(format!("{origin}: {name} {}: `asks` must be one line", c.id));
+                return Err(wrong(format!("{name} {}: `asks` must be one line", c.id)));
             }
             if let Some(m) = c.evidence.iter().find(|m| !MEASURES.contains(&m.as_str())) {
-                return Err(format!(
-                    "{origin}: {name} {}: unknown measure {m:?} (known: {})",
-                    c.id,
-                    MEASURES.join(", ")
-                ));
+                return Err(wrong(format!("{name} {}: unknown measure {m:?} (known: {})", c.id, MEASURES.join(", "))));
             }
             if c.evidence.is_empty() {
-                return Err(format!("{origin}: {name} {}: names no evidence", c.id));
+                return Err(wrong(format!("{name} {}: names no evidence", c.id)));
             }
         }
     }
     Ok(mapping)
+}
+
+/// What is wrong with a controls mapping, and which file (`origin`) it is in.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{origin}: {why}")]
+pub struct MappingError {
+    pub origin: String,
+    pub why: String,
 }
 
 #[cfg(test)]
@@ -83,8 +88,8 @@ mod tests {
             m.values().flat_map(|f| f.controls.iter().flat_map(|c| c.evidence.iter().map(String::as_str))).collect();
         assert_eq!(every.len(), MEASURES.len(), "every measure answers some control: {every:?}");
         let bad = DEFAULT.replacen("\"drills_run\"", "\"drils_run\"", 1);
-        let e = parse(&bad, "x.toml").unwrap_err();
+        let e = parse(&bad, "x.toml").unwrap_err().to_string();
         assert!(e.contains("unknown measure \"drils_run\""), "{e}");
-        assert!(parse("[x]\ntitle = \"X\"\ncontrols = []\n", "x.toml").unwrap_err().contains("no controls"));
+        assert!(parse("[x]\ntitle = \"X\"\ncontrols = []\n", "x.toml").unwrap_err().why.contains("no controls"));
     }
 }

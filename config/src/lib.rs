@@ -21,9 +21,9 @@ mod secret;
 mod validated;
 
 pub use duration::{format_duration, parse_duration};
-pub use error::ConfigError;
+pub use error::{ConfigError, UnknownWord, ValueError};
 pub use ident::quote_ident;
-pub use interpolate::{interpolate, interpolate_with};
+pub use interpolate::{InterpolateError, interpolate, interpolate_with};
 pub use model::{
     ALL_VALIDATORS, AlertConfig, AlertKind, ApiConfig, Comparisons, Config, CustomCheck, DEFAULT_STATE_URL,
     DaemonConfig, DecryptConfig, EvidenceConfig, FollowConfig, FormatSetting, HeartbeatConfig, KubernetesConfig,

@@ -15,6 +15,7 @@
 //! Times are UTC; [`Schedule::to_kubernetes`] is the five-field line a CronJob gets
 //! (with `timeZone: Etc/UTC`), numbers only, Sunday as 0.
 
+use crate::error::ValueError;
 use chrono::{DateTime, Datelike, Duration, NaiveDate, TimeZone, Timelike, Utc};
 
 /// A parsed schedule.
@@ -53,7 +54,7 @@ impl std::fmt::Display for Schedule {
 
 impl Schedule {
     /// Parses `s` for target `target` (whose name resolves `H`).
-    pub fn parse(target: &str, s: &str) -> Result<Schedule, String> {
+    pub fn parse(target: &str, s: &str) -> Result<Schedule, ValueError> {
         let resolved = spread(target, s)?;
         let t = resolved.trim();
         let expanded = match t.to_ascii_lowercase().as_str() {
@@ -63,8 +64,9 @@ impl Schedule {
             "@daily" | "@midnight" => "0 0 * * *".to_string(),
             "@hourly" => "0 * * * *".to_string(),
             other if other.starts_with('@') => {
-                return Err(format!(
-                    "{s:?}: unknown shorthand (expected @yearly, @monthly, @weekly, @daily or @hourly)"
+                return Err(ValueError::refused(
+                    s,
+                    "unknown shorthand (expected @yearly, @monthly, @weekly, @daily or @hourly)",
                 ));
             }
             _ => t.to_string(),
@@ -74,13 +76,14 @@ impl Schedule {
             5 => ("0", &fields[..]),
             6 => (fields[0], &fields[1..]),
             _ => {
-                return Err(format!(
-                    "expected a crontab line of 5 fields (\"0 3 * * *\") or 6 with seconds first, got {s:?}"
+                return Err(ValueError::expected(
+                    s,
+                    "a crontab line of 5 fields (\"0 3 * * *\") or 6 with seconds first",
                 ));
             }
         };
         let field = |name: &str, text: &str, lo: u32, hi: u32, names: &[&str]| {
-            parse_field(text, lo, hi, names).map_err(|e| format!("{s:?}: {name} field {text:?}: {e}"))
+            parse_field(text, lo, hi, names).map_err(|e| ValueError::refused(s, format!("{name} field {text:?}: {e}")))
         };
         let (seconds, _) = field("seconds", sec, 0, 59, &[])?;
         let (minutes, _) = field("minute", rest[0], 0, 59, &[])?;
@@ -103,9 +106,12 @@ impl Schedule {
             with_seconds: fields.len() == 6,
         };
         // Accepted, it would never fire and nothing would say so (issue 34: `0 0 31 2 *`).
-        let any_leap_cycle = Utc.with_ymd_and_hms(2024, 1, 1, 0, 0, 0).single().ok_or("a clock")?;
-        if schedule.next_after(any_leap_cycle).is_none() {
-            return Err(format!("{s:?} never fires: it names no day that exists (such as 31 February or 30 February)"));
+        let fires = Utc.with_ymd_and_hms(2024, 1, 1, 0, 0, 0).single().and_then(|leap| schedule.next_after(leap));
+        if fires.is_none() {
+            return Err(ValueError::refused(
+                s,
+                "never fires: it names no day that exists (such as 31 February or 30 February)",
+            ));
         }
         Ok(schedule)
     }
@@ -150,11 +156,11 @@ impl Schedule {
 
     /// The five-field line a Kubernetes CronJob evaluates to the same instants (in UTC):
     /// numbers only, Sunday as 0. A schedule with seconds has none.
-    pub fn to_kubernetes(&self) -> Result<String, String> {
+    pub fn to_kubernetes(&self) -> Result<String, ValueError> {
         if self.with_seconds && self.seconds != 1 {
-            return Err(format!(
-                "{:?} fires at seconds within a minute, which a Kubernetes CronJob cannot (whole minutes only)",
-                self.text
+            return Err(ValueError::refused(
+                &self.text,
+                "fires at seconds within a minute, which a Kubernetes CronJob cannot (whole minutes only)",
             ));
         }
         let days = if self.days_star { "*".to_string() } else { list(self.days as u64, 1, 31) };
@@ -198,16 +204,31 @@ fn list(bits: u64, lo: u32, hi: u32) -> String {
 }
 
 /// One field as a bit set over `lo..=hi`, and whether it is unrestricted (`*`).
-fn parse_field(text: &str, lo: u32, hi: u32, names: &[&str]) -> Result<(u64, bool), String> {
-    let value = |v: &str| -> Result<u32, String> {
+/// What is wrong with one field of a crontab line.
+#[derive(Debug, thiserror::Error)]
+enum FieldError {
+    #[error("{0:?} is not a number or a name")]
+    NotANumber(String),
+    #[error("{n} is outside {lo}-{hi}")]
+    Outside { n: u32, lo: u32, hi: u32 },
+    #[error("bad step {0:?}")]
+    BadStep(String),
+    #[error("the range {0:?} runs backwards")]
+    Backwards(String),
+    #[error("matches nothing")]
+    Nothing,
+}
+
+fn parse_field(text: &str, lo: u32, hi: u32, names: &[&str]) -> Result<(u64, bool), FieldError> {
+    let value = |v: &str| -> Result<u32, FieldError> {
         let lower = v.to_ascii_lowercase();
         if let Some(i) = names.iter().position(|n| *n == lower) {
             // Month names count from 1, day names from 0.
             return Ok(i as u32 + if lo == 1 { 1 } else { 0 });
         }
-        let n: u32 = v.parse().map_err(|_| format!("{v:?} is not a number or a name"))?;
+        let n: u32 = v.parse().map_err(|_| FieldError::NotANumber(v.into()))?;
         if n < lo || n > hi {
-            return Err(format!("{n} is outside {lo}-{hi}"));
+            return Err(FieldError::Outside { n, lo, hi });
         }
         Ok(n)
     };
@@ -216,7 +237,7 @@ fn parse_field(text: &str, lo: u32, hi: u32, names: &[&str]) -> Result<(u64, boo
     for item in text.split(',') {
         let (range, step) = match item.split_once('/') {
             Some((r, s)) => {
-                let step: u32 = s.parse().ok().filter(|s| *s > 0).ok_or_else(|| format!("bad step {s:?}"))?;
+                let step: u32 = s.parse().ok().filter(|s| *s > 0).ok_or_else(|| FieldError::BadStep(s.into()))?;
                 (r, Some(step))
             }
             None => (item, None),
@@ -229,7 +250,7 @@ fn parse_field(text: &str, lo: u32, hi: u32, names: &[&str]) -> Result<(u64, boo
         } else if let Some((a, b)) = range.split_once('-') {
             let (a, b) = (value(a)?, value(b)?);
             if a > b {
-                return Err(format!("the range {range:?} runs backwards"));
+                return Err(FieldError::Backwards(range.into()));
             }
             (a, b)
         } else {
@@ -245,14 +266,14 @@ fn parse_field(text: &str, lo: u32, hi: u32, names: &[&str]) -> Result<(u64, boo
         }
     }
     if bits == 0 {
-        return Err("matches nothing".into());
+        return Err(FieldError::Nothing);
     }
     Ok((bits, star))
 }
 
 /// `s` with `H` resolved from the target's name, in the minute and hour fields only (a
 /// token that merely contains the letter, such as `THU`, is left alone).
-pub fn spread(target: &str, s: &str) -> Result<String, String> {
+pub fn spread(target: &str, s: &str) -> Result<String, ValueError> {
     let t = s.trim();
     if t.starts_with('@') {
         return Ok(t.to_string());
@@ -273,7 +294,7 @@ pub fn spread(target: &str, s: &str) -> Result<String, String> {
         let (span, salt) = match i {
             _ if i == minute => (60, "minute"),
             _ if i == hour => (24, "hour"),
-            _ => return Err(format!("{s:?}: H is supported in the minute and hour fields only")),
+            _ => return Err(ValueError::refused(s, "H is supported in the minute and hour fields only")),
         };
         let h = name_hash(target, salt);
         let value = if *f == "H" {
@@ -283,17 +304,17 @@ pub fn spread(target: &str, s: &str) -> Result<String, String> {
                 .parse()
                 .ok()
                 .filter(|n| (1..=span).contains(n))
-                .ok_or_else(|| format!("{s:?}: bad step in {f:?}"))?;
+                .ok_or_else(|| ValueError::refused(s, format!("bad step in {f:?}")))?;
             format!("{}/{n}", h % n)
         } else if let Some(range) = f.strip_prefix("H(").and_then(|r| r.strip_suffix(')')) {
-            let (lo, hi) = range.split_once('-').ok_or_else(|| format!("{s:?}: expected H(lo-hi), got {f:?}"))?;
+            let (lo, hi) = range.split_once('-').ok_or_else(|| ValueError::refused(s, format!("expected H(lo-hi), got {f:?}")))?;
             let (lo, hi): (u64, u64) = match (lo.parse(), hi.parse()) {
                 (Ok(lo), Ok(hi)) if lo <= hi && hi < span => (lo, hi),
-                _ => return Err(format!("{s:?}: expected H(lo-hi) within 0-{}, got {f:?}", span - 1)),
+                _ => return Err(ValueError::refused(s, format!("expected H(lo-hi) within 0-{}, got {f:?}", span - 1))),
             };
             (lo + h % (hi - lo + 1)).to_string()
         } else {
-            return Err(format!("{s:?}: expected H, H/n or H(lo-hi), got {f:?}"));
+            return Err(ValueError::refused(s, format!("expected H, H/n or H(lo-hi), got {f:?}")));
         };
         out.push(value);
     }
@@ -374,7 +395,7 @@ mod tests {
             ("@reboot", "unknown shorthand"),
             ("0 3 H * *", "minute and hour fields only"),
         ] {
-            let e = Schedule::parse("t", bad).unwrap_err();
+            let e = Schedule::parse("t", bad).unwrap_err().to_string();
             assert!(e.contains(says), "{bad}: {e}");
         }
     }
@@ -389,7 +410,7 @@ mod tests {
     #[test]
     fn a_schedule_that_never_fires_is_refused() {
         for never in ["0 0 31 2 *", "0 0 30 2 *", "0 0 31 4,6,9,11 *"] {
-            let e = Schedule::parse("t", never).unwrap_err();
+            let e = Schedule::parse("t", never).unwrap_err().to_string();
             assert!(e.contains("never fires"), "{never}: {e}");
         }
         // 29 February fires, once in four years; the 31st fires where months have one.

@@ -74,26 +74,26 @@ impl DefectVerdict {
 }
 
 impl std::str::FromStr for CanaryResult {
-    type Err = String;
+    type Err = drcheck_config::UnknownWord;
 
-    fn from_str(s: &str) -> Result<Self, String> {
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
         use CanaryResult::*;
         [Caught, Missed, Error, Inconclusive, Skipped]
             .into_iter()
             .find(|v| v.as_str() == s)
-            .ok_or_else(|| format!("not a canary result: {s:?}"))
+            .ok_or_else(|| drcheck_config::UnknownWord { what: "a canary result", word: s.into() })
     }
 }
 
 impl std::str::FromStr for DefectVerdict {
-    type Err = String;
+    type Err = drcheck_config::UnknownWord;
 
-    fn from_str(s: &str) -> Result<Self, String> {
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
         use DefectVerdict::*;
         [Detected, Undetected, Inconclusive, Error, Skipped]
             .into_iter()
             .find(|v| v.as_str() == s)
-            .ok_or_else(|| format!("not a defect's outcome: {s:?}"))
+            .ok_or_else(|| drcheck_config::UnknownWord { what: "a defect's outcome", word: s.into() })
     }
 }
 

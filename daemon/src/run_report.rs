@@ -21,14 +21,14 @@ pub(crate) enum RunResult {
 }
 
 impl std::str::FromStr for RunResult {
-    type Err = String;
+    type Err = drcheck_config::UnknownWord;
 
-    fn from_str(s: &str) -> Result<Self, String> {
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
         use RunResult::*;
         [Passed, Failed, Error, Aborted, Inconclusive]
             .into_iter()
             .find(|v| v.as_str() == s)
-            .ok_or_else(|| format!("not a run's result: {s:?}"))
+            .ok_or_else(|| drcheck_config::UnknownWord { what: "a run's result", word: s.into() })
     }
 }
 

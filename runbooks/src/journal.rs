@@ -22,14 +22,14 @@ pub enum DrillResult {
 }
 
 impl std::str::FromStr for DrillResult {
-    type Err = String;
+    type Err = drcheck_config::UnknownWord;
 
-    fn from_str(s: &str) -> Result<Self, String> {
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
         use DrillResult::*;
         [Completed, Failed, Aborted, Running]
             .into_iter()
             .find(|v| v.as_str() == s)
-            .ok_or_else(|| format!("not a drill's result: {s:?}"))
+            .ok_or_else(|| drcheck_config::UnknownWord { what: "a drill's result", word: s.into() })
     }
 }
 

@@ -25,4 +25,4 @@ pub mod steps;
 pub use journal::{DrillResult, Journal};
 pub use plan::{CheckError, Runbook, load};
 pub use runner::{KillSwitch, run};
-pub use steps::{Env, Verifier, VerifyOutcome};
+pub use steps::{Env, Verifier, VerifyError, VerifyOutcome};

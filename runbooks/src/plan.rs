@@ -529,10 +529,10 @@ fn resolve_variable(
     raw: &BTreeMap<String, Spanned<String>>,
     fixed: &BTreeMap<&str, &str>,
     stack: &mut Vec<String>,
-) -> Result<String, String> {
+) -> Result<String, VariableError> {
     if stack.iter().any(|s| s == name) {
         stack.push(name.to_string());
-        return Err(format!("variables refer to each other in a cycle: {}", stack.join(" -> ")));
+        return Err(VariableError::Cycle(stack.clone()));
     }
     stack.push(name.to_string());
     let text = &raw[name].value;
@@ -560,8 +560,18 @@ fn resolve_variable(
     stack.pop();
     match (result, inner_error.into_inner()) {
         (_, Some(e)) => Err(e),
-        (r, None) => r,
+        (r, None) => Ok(r?),
     }
+}
+
+/// Why a runbook's variable has no value.
+#[derive(Debug, thiserror::Error)]
+enum VariableError {
+    /// The names that refer to each other, the first repeated last.
+    #[error("variables refer to each other in a cycle: {}", .0.join(" -> "))]
+    Cycle(Vec<String>),
+    #[error(transparent)]
+    Text(#[from] drcheck_config::InterpolateError),
 }
 
 fn valid_name(name: &str) -> bool {

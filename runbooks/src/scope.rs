@@ -6,6 +6,7 @@
 //! Names that look like secrets (`password`, `token`, …) are shown as `***` wherever a
 //! resolved text is displayed: the plan, the live output, the journal and the report.
 
+use drcheck_config::InterpolateError;
 use std::collections::BTreeMap;
 
 #[derive(Debug, Clone, Default)]
@@ -44,7 +45,7 @@ impl Scope {
     }
 
     /// `text` with every `${name}` replaced; the error names the variable.
-    pub fn resolve(&self, text: &str) -> Result<String, String> {
+    pub fn resolve(&self, text: &str) -> Result<String, InterpolateError> {
         drcheck_config::interpolate_with(text, &|n| self.get(n), &missing)
     }
 
@@ -52,7 +53,7 @@ impl Scope {
     /// variable (`${DRCHECK_VAR_name}`) that carries the value, so the shell expands
     /// values as data — a value such as `$(rm -rf ~)` or `'; reboot` is never run as
     /// shell code. Returns the command and the variables to set.
-    pub fn resolve_for_shell(&self, text: &str) -> Result<(String, Vec<(String, String)>), String> {
+    pub fn resolve_for_shell(&self, text: &str) -> Result<(String, Vec<(String, String)>), InterpolateError> {
         let found = std::cell::RefCell::new(Vec::new());
         let command = drcheck_config::interpolate_with(
             text,
@@ -182,7 +183,8 @@ mod tests {
         let s = scope();
         assert_eq!(s.resolve("p=${port} $$x $HOME").unwrap(), "p=5432 $x $HOME");
         let e = s.resolve("${nope_not_here}").unwrap_err();
-        assert!(e.contains("nope_not_here is not defined"), "{e}");
+        assert!(matches!(&e, InterpolateError::Unset { name, .. } if name == "nope_not_here"), "{e:?}");
+        assert!(e.to_string().contains("nope_not_here is not defined"), "{e}");
     }
 
     #[test]

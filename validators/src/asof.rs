@@ -32,7 +32,7 @@
 //! failure; what cannot be decided is *undecided* — never a pass (the run's share of it
 //! is bounded by `[target] max_undecided`).
 
-use crate::finding::{Finding, Said, Status, TableName};
+use crate::finding::{Failure, Finding, Said, Status, TableName};
 use crate::primary::PrimaryDb;
 use serde::{Deserialize, Serialize};
 use sqlx::PgPool;
@@ -432,12 +432,12 @@ pub async fn committed_at_point(
 
 /// What transaction ids below the horizon did not commit at the copy's point: read once
 /// per restored cluster (ids are cluster-wide) and shared by its databases.
-pub type Aborted = tokio::sync::OnceCell<Result<(u64, Arc<Vec<i64>>), String>>;
+pub type Aborted = tokio::sync::OnceCell<Result<(u64, Arc<Vec<i64>>), Failure>>;
 
 /// Reads, on the copy, the ids in `[next − XID_WINDOW, next)` that did not commit (32-bit
 /// values), and where the window starts — never below `floor` (ids the journal shows
 /// had ended before T: the copy's word on those is not taken).
-async fn aborted_below(restored: &PgPool, next: u64, floor: u64) -> Result<(u64, Arc<Vec<i64>>), String> {
+async fn aborted_below(restored: &PgPool, next: u64, floor: u64) -> Result<(u64, Arc<Vec<i64>>), Failure> {
     let from = next.saturating_sub(XID_WINDOW).max(3).max(floor);
     if from >= next {
         return Ok((from, Arc::new(Vec::new())));
@@ -452,7 +452,7 @@ async fn aborted_below(restored: &PgPool, next: u64, floor: u64) -> Result<(u64,
     .bind(MAX_ABORTED as i64)
     .fetch_all(restored)
     .await
-    .map_err(|e| format!("asking the copy which transactions had committed: {}", e.said()))?;
+    .map_err(|e| Failure::from(e).doing("asking the copy which transactions had committed"))?;
     // Cut short at the limit: the window then starts at the oldest id kept.
     let from = if ids.len() >= MAX_ABORTED { ids.last().map_or(from, |x| *x as u64) } else { from };
     Ok((from, Arc::new(ids.iter().map(|x| x.rem_euclid(XID_SPACE)).collect())))
@@ -638,7 +638,7 @@ pub async fn establish(point: &CopyPoint, restored: &PgPool, primary: &PrimaryDb
                     let since = Since::Xid { next: h.next_xid, aborted: ids.clone(), from: *from, floor };
                     return Established { since, provenance, journal, now: Some(now) };
                 }
-                Err(e) => why.push(e.clone()),
+                Err(e) => why.push(e.text.clone()),
             }
         }
         // The copy says it ran transactions this cluster never did: not this primary's

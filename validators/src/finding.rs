@@ -16,13 +16,13 @@ pub enum Status {
 }
 
 impl std::str::FromStr for Status {
-    type Err = String;
+    type Err = drcheck_config::UnknownWord;
 
-    fn from_str(s: &str) -> Result<Self, String> {
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
         [Status::Passed, Status::Failed, Status::Skipped, Status::Error]
             .into_iter()
             .find(|v| v.as_str() == s)
-            .ok_or_else(|| format!("not a status: {s:?} (expected passed, failed, skipped or error)"))
+            .ok_or_else(|| drcheck_config::UnknownWord { what: "a status", word: s.into() })
     }
 }
 
@@ -181,6 +181,11 @@ pub const INSUFFICIENT_PRIVILEGE: &str = "42501";
 pub const UNDEFINED_FUNCTION: &str = "42883";
 
 impl Failure {
+    /// The failure with what was being done said first; its SQLSTATE kept.
+    pub fn doing(self, what: impl std::fmt::Display) -> Failure {
+        Failure { text: format!("{what}: {}", self.text), ..self }
+    }
+
     /// Whether the database raised it with `sqlstate`.
     pub fn is(&self, sqlstate: &str) -> bool {
         self.sqlstate.as_deref() == Some(sqlstate)

@@ -103,13 +103,13 @@ impl Validator for FullRead {
 }
 
 /// The number of blocks of `t` in the copy.
-async fn blocks_of(cx: &Context, t: &TableName) -> Result<i64, String> {
+async fn blocks_of(cx: &Context, t: &TableName) -> Result<i64, crate::finding::Failure> {
     let sql = format!(
         "select (pg_catalog.pg_relation_size('{}'::pg_catalog.regclass) / \
                  pg_catalog.current_setting('block_size')::pg_catalog.int8)::pg_catalog.int8",
         t.quoted().replace('\'', "''")
     );
-    sqlx::query_scalar(sqlx::AssertSqlSafe(sql)).fetch_one(&cx.restored).await.map_err(|e| e.said())
+    Ok(sqlx::query_scalar(sqlx::AssertSqlSafe(sql)).fetch_one(&cx.restored).await?)
 }
 
 /// Blocks `[lo, hi)` of slice `slice` of `slices` of a table of `blocks` blocks; the last

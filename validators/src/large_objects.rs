@@ -263,11 +263,11 @@ fn oids(list: &[i64]) -> String {
 
 /// References on the copy to large objects it does not have: `(checked columns, dangling
 /// descriptions, notes of references that dangle on the primary too)`.
-async fn dangling(cx: &Context) -> Result<(usize, Vec<String>, Vec<String>), String> {
+async fn dangling(cx: &Context) -> Result<(usize, Vec<String>, Vec<String>), Failure> {
     let columns: Vec<(String, String, String, bool)> = sqlx::query_as(REFERENCE_COLUMNS)
         .fetch_all(&cx.restored)
         .await
-        .map_err(|e| format!("listing columns: {}", e.said()))?;
+        .map_err(|e| Failure::from(e).doing("listing columns"))?;
     let mut checked = 0;
     let (mut found, mut notes) = (Vec::new(), Vec::new());
     let primary = match &cx.primary {
@@ -281,7 +281,7 @@ async fn dangling(cx: &Context) -> Result<(usize, Vec<String>, Vec<String>), Str
         }
         let (values, present, missing) = references(&cx.restored, &schema, &table, &column)
             .await
-            .map_err(|e| format!("{t}.{column}: {}", e.said()))?;
+            .map_err(|e| Failure::from(e).doing(format_args!("{t}.{column}")))?;
         // An `oid` column is a reference when its values name large objects — here or,
         // if none here, on the primary (a copy without its objects names none).
         let mut is_reference = is_lo || present > 0;

@@ -16,6 +16,7 @@
 
 use crate::asof::{self, Bind};
 use crate::context::{Context, Validator};
+use crate::finding::Failure;
 use crate::finding::Said;
 use crate::finding::{Finding, Status, TableName, some_of};
 use async_trait::async_trait;
@@ -110,14 +111,14 @@ async fn inserted_since(
 }
 
 /// Counts of one table (see [`Counted`]).
-async fn count(cx: &Context, primary: &crate::primary::PrimaryDb, t: &TableName) -> Result<Counted, String> {
+async fn count(cx: &Context, primary: &crate::primary::PrimaryDb, t: &TableName) -> Result<Counted, Failure> {
     if let Some(r) = &cx.rotation {
         let sql = format!(
             "select pg_catalog.pg_total_relation_size('{}'::pg_catalog.regclass)::pg_catalog.int8",
             t.quoted().replace('\'', "''")
         );
         let q = sqlx::query_scalar::<_, i64>(sqlx::AssertSqlSafe(sql));
-        let size = primary.timed(q.fetch_one(&primary.pool)).await.map_err(|e| e.said())?;
+        let size = primary.timed(q.fetch_one(&primary.pool)).await?;
         if size as u64 > r.share_bytes {
             return Ok(Counted {
                 how: How::OverBudget,
@@ -131,7 +132,7 @@ async fn count(cx: &Context, primary: &crate::primary::PrimaryDb, t: &TableName)
     }
     let (how, filter, mut binds, changed) = match cx.since.changed("drcheck_row", 1) {
         Some((changed, binds)) => (How::AsOf, None, binds, Some(changed)),
-        None => match cx.settled_cut(t).await.map_err(|e| e.said())? {
+        None => match cx.settled_cut(t).await? {
             Some(cut) => (How::Cut, Some(cut.condition(1)), cut.binds().into_iter().map(Bind::Text).collect(), None),
             None => (How::Tolerance, None, vec![], None),
         },
@@ -165,7 +166,7 @@ async fn count(cx: &Context, primary: &crate::primary::PrimaryDb, t: &TableName)
         .persistent(false);
     let (p, p_changed, p_settled) = match primary.timed(q.fetch_one(&primary.pool)).await {
         Ok(v) => v,
-        Err(e) => return Err(crate::context::primary_error(primary, t, e).await),
+        Err(e) => return Err(crate::context::primary_error(primary, t, e).await.into()),
     };
     let copy_sql = format!("select pg_catalog.count(*) from {table} drcheck_row{where_}");
     let copy_binds = if how == How::Cut { binds } else { vec![] };
@@ -250,7 +251,7 @@ impl Validator for RowCounts {
             Ok(v) => v,
             Err(finding) => return vec![finding],
         };
-        let mut results: Vec<(TableName, Result<Counted, String>)> = stream::iter(common)
+        let mut results: Vec<(TableName, Result<Counted, Failure>)> = stream::iter(common)
             .map(|t| async move {
                 let r = count(cx, primary, &t).await;
                 (t, r)

@@ -3,7 +3,7 @@
 //! range, numbers with a floor, sizes, percentages), each error naming key and line.
 
 use crate::duration::parse_duration;
-use crate::error::ConfigError;
+use crate::error::{ConfigError, ValueError};
 use crate::interpolate::interpolate;
 use std::path::Path;
 use std::time::Duration;
@@ -28,13 +28,13 @@ impl Ctx<'_> {
         &self,
         key: &str,
         span: Option<std::ops::Range<usize>>,
-        message: impl Into<String>,
+        message: impl std::fmt::Display,
     ) -> ConfigError {
         ConfigError::Invalid {
             path: self.path.to_path_buf(),
             line: span.map(|s| self.line_of(s.start)),
             key: key.to_string(),
-            message: message.into(),
+            message: message.to_string(),
         }
     }
 
@@ -85,8 +85,8 @@ impl Ctx<'_> {
 }
 
 /// `"8MiB"` → 8388608. Units: B, KiB, MiB, GiB (and KB, MB, GB as powers of 1000).
-pub(super) fn parse_size(s: &str) -> Result<u64, String> {
-    let expected = || format!("expected a size like \"8MiB\", got {s:?}");
+pub(super) fn parse_size(s: &str) -> Result<u64, ValueError> {
+    let expected = || ValueError::expected(s, "a size like \"8MiB\"");
     let t = s.trim();
     let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
@@ -105,11 +105,11 @@ pub(super) fn parse_size(s: &str) -> Result<u64, String> {
 }
 
 /// `"0.1%"` → 0.001.
-pub(super) fn parse_percent(s: &str) -> Result<f64, String> {
-    let expected = || format!("expected a percentage like \"0.1%\", got {s:?}");
+pub(super) fn parse_percent(s: &str) -> Result<f64, ValueError> {
+    let expected = || ValueError::expected(s, "a percentage like \"0.1%\"");
     let n: f64 = s.trim().strip_suffix('%').ok_or_else(expected)?.trim().parse().map_err(|_| expected())?;
     if !(0.0..=100.0).contains(&n) {
-        return Err(format!("expected a percentage between 0% and 100%, got {s:?}"));
+        return Err(ValueError::expected(s, "a percentage between 0% and 100%"));
     }
     Ok(n / 100.0)
 }

@@ -492,7 +492,7 @@ fn h_spreads_a_fleet_over_the_hour_stably_by_name() {
     assert!((10..=19).contains(&m), "{ranged}");
     let step = crate::schedule::spread("orders", "H/15 * * * *").unwrap();
     assert!(step.split_whitespace().next().unwrap().ends_with("/15"), "{step}");
-    assert!(crate::schedule::spread("orders", "0 3 H * *").unwrap_err().contains("minute and hour"));
+    assert!(crate::schedule::spread("orders", "0 3 H * *").unwrap_err().to_string().contains("minute and hour"));
     assert!(crate::schedule::spread("orders", "H(50-70) 3 * * *").is_err());
     assert_eq!(crate::schedule::spread("orders", "5 3 * * *").unwrap(), "5 3 * * *");
     // The same minute as every earlier version picked for this name.

@@ -12,7 +12,7 @@ use anyhow::Context;
 use clap::{Args, Subcommand};
 use drcheck_config::Config;
 use drcheck_runbooks::live::Live;
-use drcheck_runbooks::{DrillResult, Env, Journal, KillSwitch, Runbook, VerifyOutcome};
+use drcheck_runbooks::{DrillResult, Env, Journal, KillSwitch, Runbook, VerifyError, VerifyOutcome};
 use drcheck_validators::Status;
 use std::path::{Path, PathBuf};
 use tokio_util::sync::CancellationToken;
@@ -351,8 +351,8 @@ impl drcheck_runbooks::Verifier for PipelineVerifier {
         target: &str,
         backup: Option<&str>,
         cancel: CancellationToken,
-    ) -> Result<VerifyOutcome, String> {
-        let t = self.config.target(target).ok_or_else(|| format!("no target {target:?} in the config"))?;
+    ) -> Result<VerifyOutcome, VerifyError> {
+        let t = self.config.target(target).ok_or_else(|| VerifyError::UnknownTarget(target.into()))?;
         // The target's lease, as a scheduled or one-shot verification takes it: a drill
         // and the daemon never restore the same target at once.
         let ttl = crate::verify::lease_ttl(t);
@@ -360,9 +360,9 @@ impl drcheck_runbooks::Verifier for PipelineVerifier {
             Ok(true) => {}
             Ok(false) => {
                 let who = self.history.lease_holder(target).await.ok().flatten().unwrap_or_default();
-                return Err(format!("{target} is being verified by another drcheck ({who}): not run"));
+                return Err(VerifyError::Busy { target: target.into(), holder: who });
             }
-            Err(e) => return Err(format!("cannot take the lease on {target}: {e:#}")),
+            Err(e) => return Err(VerifyError::Unavailable(format!("cannot take the lease on {target}: {e:#}"))),
         }
         let progress = Progress::new(false);
         let report = crate::verify::verify(&self.config, t, backup, &self.history, &cancel, &progress).await;
@@ -390,7 +390,7 @@ impl drcheck_runbooks::Verifier for PipelineVerifier {
             passed: report.result == RunResult::Passed,
             summary,
             backup_age_seconds: report.rpo.backup_age_seconds,
-            report: serde_json::to_value(&report).map_err(|e| e.to_string())?,
+            report: serde_json::to_value(&report).map_err(|e| VerifyError::Unavailable(e.to_string()))?,
         })
     }
 }

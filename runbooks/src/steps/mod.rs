@@ -14,7 +14,7 @@ mod verify;
 mod wait;
 
 pub use crate::plan::output_regex;
-pub use verify::{Verifier, VerifyOutcome};
+pub use verify::{Verifier, VerifyError, VerifyOutcome};
 
 use crate::live::Live;
 use crate::plan::Action;

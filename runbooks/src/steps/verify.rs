@@ -24,7 +24,20 @@ pub trait Verifier: Send + Sync {
         target: &str,
         backup: Option<&str>,
         cancel: CancellationToken,
-    ) -> Result<VerifyOutcome, String>;
+    ) -> Result<VerifyOutcome, VerifyError>;
+}
+
+/// Why a verification could not run (not why it failed: that is its outcome).
+#[derive(Debug, thiserror::Error)]
+pub enum VerifyError {
+    #[error("no target {0:?} in the config")]
+    UnknownTarget(String),
+    /// Another drcheck holds the target's lease.
+    #[error("{target} is being verified by another drcheck ({holder}): not run")]
+    Busy { target: String, holder: String },
+    /// What the verifier could not do, in its words (the lease store, the report).
+    #[error("{0}")]
+    Unavailable(String),
 }
 
 pub async fn run(v: &RawVerify, ctx: &StepCtx<'_>) -> Result<Outcome, Outcome> {
