@@ -26,7 +26,8 @@ pub fn interpolate_with(
             if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
                 return Err(InterpolateError::BadName(name.into()));
             }
-            let value = lookup(name).ok_or_else(|| InterpolateError::Unset { name: name.into(), said: missing(name) })?;
+            let value =
+                lookup(name).ok_or_else(|| InterpolateError::Unset { name: name.into(), said: missing(name) })?;
             out.push_str(&value);
             rest = &tail[end + 1..];
         } else {

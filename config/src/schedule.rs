@@ -307,7 +307,8 @@ pub fn spread(target: &str, s: &str) -> Result<String, ValueError> {
                 .ok_or_else(|| ValueError::refused(s, format!("bad step in {f:?}")))?;
             format!("{}/{n}", h % n)
         } else if let Some(range) = f.strip_prefix("H(").and_then(|r| r.strip_suffix(')')) {
-            let (lo, hi) = range.split_once('-').ok_or_else(|| ValueError::refused(s, format!("expected H(lo-hi), got {f:?}")))?;
+            let (lo, hi) =
+                range.split_once('-').ok_or_else(|| ValueError::refused(s, format!("expected H(lo-hi), got {f:?}")))?;
             let (lo, hi): (u64, u64) = match (lo.parse(), hi.parse()) {
                 (Ok(lo), Ok(hi)) if lo <= hi && hi < span => (lo, hi),
                 _ => return Err(ValueError::refused(s, format!("expected H(lo-hi) within 0-{}, got {f:?}", span - 1))),

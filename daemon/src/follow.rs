@@ -11,6 +11,7 @@
 use crate::alerts;
 use crate::history::History;
 use crate::metrics::Metrics;
+use anyhow::{Context, anyhow, bail};
 use drcheck_config::{Config, RecoveryTarget, TargetConfig};
 use drcheck_restore::{
     BackupStore, Catalog, FollowStep, Follower, RestoreJob, SandboxOptions, Source, WalReplay, open_store,
@@ -131,26 +132,35 @@ impl Followers {
 }
 
 /// Where the follower of `target` keeps its copy.
-pub(crate) fn follow_dir(config: &Config, target: &str) -> Result<PathBuf, String> {
+pub(crate) fn follow_dir(config: &Config, target: &str) -> Result<PathBuf, drcheck_restore::DirError> {
     Ok(drcheck_restore::ensure_follow_dir(&config.sandbox.state_dir)?.join(target))
 }
 
-/// The lock of a follower's directory (`TARGET.lock` beside it): taken without waiting.
-fn lock_dir(config: &Config, target: &str) -> Result<nix::fcntl::Flock<std::fs::File>, String> {
-    let dir = follow_dir(config, target)?;
-    let path = dir.with_extension("lock");
-    let file = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&path)
-        .map_err(|e| format!("cannot open {}: {e}", path.display()))?;
-    nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock).map_err(|_| {
-        format!("another drcheck process on this machine follows {target} in {}: standing by", dir.display())
-    })
+/// Why a follower's directory cannot be had.
+#[derive(Debug, thiserror::Error)]
+enum LockError {
+    #[error(transparent)]
+    Dir(#[from] drcheck_restore::DirError),
+    #[error("cannot open {}: {source}", path.display())]
+    Open { path: PathBuf, source: std::io::Error },
+    /// Another drcheck on this machine holds it: this one stands by.
+    #[error("another drcheck process on this machine follows {target} in {}: standing by", dir.display())]
+    HeldElsewhere { target: String, dir: PathBuf },
 }
 
-fn options(config: &Config, target: &str) -> Result<SandboxOptions, String> {
+/// The lock of a follower's directory (`TARGET.lock` beside it): taken without waiting.
+fn lock_dir(config: &Config, target: &str) -> Result<nix::fcntl::Flock<std::fs::File>, LockError> {
+    let dir = follow_dir(config, target)?;
+    let path = dir.with_extension("lock");
+    let file = match std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(&path) {
+        Ok(f) => f,
+        Err(source) => return Err(LockError::Open { path, source }),
+    };
+    nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock)
+        .map_err(|_| LockError::HeldElsewhere { target: target.into(), dir })
+}
+
+fn options(config: &Config, target: &str) -> anyhow::Result<SandboxOptions> {
     let mut opts = crate::ids::sandbox_options(&config.sandbox, format!("follow-{target}"));
     opts.keep_at = Some(follow_dir(config, target)?);
     // A backup tool seeding the follower or fetching its next segment: bounded as a
@@ -199,7 +209,7 @@ async fn follow<H: FollowHost>(
                     shared.metrics().follow.up.with_label_values(&[&name]).set(0);
                     set_view(shared.as_ref(), &name, |v| {
                         v.state = "standing by".into();
-                        v.problem = Some(e.clone());
+                        v.problem = Some(e.to_string());
                     });
                     if !held_elsewhere {
                         tracing::warn!(target = %name, "{e}");
@@ -272,10 +282,10 @@ async fn follow<H: FollowHost>(
             // A panic in here is drcheck's bug: logged, the follower down, tried again
             // next interval — never the end of following, nor of the daemon.
             let catalog = source_read.as_ref().and_then(|r| r.catalog.as_ref());
-            let opened = AssertUnwindSafe(open_or_seed(&config, &t, &store, catalog))
-                .catch_unwind()
-                .await
-                .unwrap_or_else(|_| Err("drcheck failed while starting the follower (a bug: see the log)".into()));
+            let opened =
+                AssertUnwindSafe(open_or_seed(&config, &t, &store, catalog)).catch_unwind().await.unwrap_or_else(
+                    |_| Err(anyhow::anyhow!("drcheck failed while starting the follower (a bug: see the log)")),
+                );
             match opened {
                 Ok(fl) => {
                     if let Some(at) = humantime::parse_rfc3339(&fl.state().seeded_at).ok().and_then(unix) {
@@ -288,11 +298,11 @@ async fn follow<H: FollowHost>(
                     *follower = Some(fl);
                 }
                 Err(e) => {
-                    tracing::warn!(target = %name, "the follower cannot start: {e}");
+                    tracing::warn!(target = %name, "the follower cannot start: {e:#}");
                     shared.metrics().follow.up.with_label_values(&[&name]).set(0);
                     set_view(shared.as_ref(), &name, |v| {
                         v.state = "down".into();
-                        v.problem = Some(e.clone());
+                        v.problem = Some(format!("{e:#}"));
                     });
                 }
             }
@@ -352,7 +362,7 @@ async fn open_or_seed(
     t: &TargetConfig,
     store: &Arc<dyn BackupStore>,
     catalog: Option<&Catalog>,
-) -> Result<Follower, String> {
+) -> anyhow::Result<Follower> {
     let opts = options(config, &t.name)?;
     match Follower::resume(&opts, crate::verify::binaries(&config.sandbox)).await {
         Ok(Some(fl)) => {
@@ -367,7 +377,7 @@ async fn open_or_seed(
     }
     let dir = opts.keep_at.clone().unwrap_or_default();
     if dir.exists() {
-        std::fs::remove_dir_all(&dir).map_err(|e| format!("cannot clear {}: {e}", dir.display()))?;
+        std::fs::remove_dir_all(&dir).with_context(|| format!("cannot clear {}", dir.display()))?;
     }
     seed(config, t, store, opts, catalog).await
 }
@@ -378,7 +388,7 @@ async fn seed(
     store: &Arc<dyn BackupStore>,
     opts: SandboxOptions,
     catalog: Option<&Catalog>,
-) -> Result<Follower, String> {
+) -> anyhow::Result<Follower> {
     let mut chain = Vec::new();
     let backup = match catalog {
         // The tool's newest backup it calls good.
@@ -388,27 +398,27 @@ async fn seed(
             .rev()
             .find(|b| b.catalog.as_ref().is_some_and(|e| e.status.is_ok()))
             .cloned()
-            .ok_or_else(|| format!("no backup {} marks good to seed the follower from", c.described))?,
+            .ok_or_else(|| anyhow!("no backup {} marks good to seed the follower from", c.described))?,
         None if !matches!(t.source, drcheck_config::SourceConfig::Objects) => {
-            return Err("the repository's catalog cannot be read (see the log): nothing to seed from".into());
+            bail!("the repository's catalog cannot be read (see the log): nothing to seed from");
         }
         None => {
-            let listed = store.list(&t.prefix).await.map_err(|e| format!("cannot list the backups: {e}"))?;
+            let listed = store.list(&t.prefix).await.context("cannot list the backups")?;
             let backups = drcheck_restore::backups_newest_first(&listed);
             let newest = backups.iter().find(|b| b.key.ends_with('/')).cloned().ok_or_else(|| {
-                format!(
+                anyhow!(
                     "no base backup under {:?} to seed the follower from (a follower starts from a physical base backup)",
                     t.prefix
                 )
             })?;
             // An incremental backup is seeded with its whole chain.
-            chain = drcheck_restore::chain_links(store.as_ref(), &backups, &newest).await.map_err(|e| e.to_string())?;
+            chain = drcheck_restore::chain_links(store.as_ref(), &backups, &newest).await?;
             newest
         }
     };
     let dir = opts.keep_at.clone().unwrap_or_default();
-    let (ceiling, free) =
-        crate::verify::check_disk_in(dir.parent().unwrap_or(&dir), &config.sandbox, &backup).map_err(|s| s.message)?;
+    let (ceiling, free) = crate::verify::check_disk_in(dir.parent().unwrap_or(&dir), &config.sandbox, &backup)
+        .map_err(|s| anyhow!(s.message))?;
     let started = std::time::Instant::now();
     tracing::info!(target = %t.name, backup = %backup.key, "seeding the follower");
     let job = RestoreJob {
@@ -435,12 +445,11 @@ async fn seed(
         decrypt: &t.decrypt,
         delta: false,
     };
-    let restored = drcheck_restore::run(&job).await.map_err(|e| format!("seeding from {}: {e}", backup.key))?;
+    let restored = drcheck_restore::run(&job).await.with_context(|| format!("seeding from {}", backup.key))?;
     if !restored.physical {
-        return Err(format!("{} is not a physical base backup: a follower replays WAL onto one", backup.key));
+        bail!("{} is not a physical base backup: a follower replays WAL onto one", backup.key);
     }
-    let fl =
-        Follower::seeded(restored, &backup.key, crate::verify::binaries(&config.sandbox)).map_err(|e| e.to_string())?;
+    let fl = Follower::seeded(restored, &backup.key, crate::verify::binaries(&config.sandbox))?;
     tracing::info!(target = %t.name, backup = %backup.key, seconds = started.elapsed().as_secs_f64(), "follower seeded");
     Ok(fl)
 }

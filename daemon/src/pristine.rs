@@ -8,6 +8,7 @@
 //! own, 0700), for several configurations sharing one — the test suite does.
 
 use crate::ids::sandbox_options;
+use anyhow::Context as _;
 use drcheck_config::SandboxConfig;
 use drcheck_restore::PgBin;
 use drcheck_validators::guard::{builtin_fingerprint, restored_session};
@@ -21,7 +22,7 @@ static MAKING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// What drcheck keeps between runs: `scratch_dir/drcheck-<uid>-cache`, or
 /// `$DRCHECK_CACHE_DIR`.
-pub(crate) fn cache_dir(sandbox: &SandboxConfig) -> Result<std::path::PathBuf, String> {
+pub(crate) fn cache_dir(sandbox: &SandboxConfig) -> Result<std::path::PathBuf, drcheck_restore::DirError> {
     match std::env::var_os("DRCHECK_CACHE_DIR").filter(|d| !d.is_empty()) {
         Some(dir) => drcheck_restore::ensure_cache_dir_at(std::path::Path::new(&dir)),
         None => drcheck_restore::ensure_cache_dir(&sandbox.scratch_dir),
@@ -29,7 +30,7 @@ pub(crate) fn cache_dir(sandbox: &SandboxConfig) -> Result<std::path::PathBuf, S
 }
 
 /// The pristine fingerprint for `bin`: from the cache, or made now.
-pub(crate) async fn reference(sandbox: &SandboxConfig, bin: &PgBin) -> Result<BTreeMap<String, String>, String> {
+pub(crate) async fn reference(sandbox: &SandboxConfig, bin: &PgBin) -> anyhow::Result<BTreeMap<String, String>> {
     let version = server_version(bin).await?;
     // What is fingerprinted is part of the name: a drcheck that covers more makes a new one.
     let digest = hex::encode(Sha256::digest(format!(
@@ -47,8 +48,8 @@ pub(crate) async fn reference(sandbox: &SandboxConfig, bin: &PgBin) -> Result<BT
         return Ok(cached);
     }
     let fingerprint = make(sandbox, bin).await?;
-    let text = serde_json::to_vec(&fingerprint).map_err(|e| e.to_string())?;
-    write_private_atomically(&path, &text).map_err(|e| format!("caching {}: {e}", path.display()))?;
+    let text = serde_json::to_vec(&fingerprint)?;
+    write_private_atomically(&path, &text).with_context(|| format!("caching {}", path.display()))?;
     tracing::info!(version = %version, file = %path.display(), "built-in catalog fingerprint made");
     Ok(fingerprint)
 }
@@ -61,29 +62,28 @@ fn read_cached(path: &std::path::Path) -> Option<BTreeMap<String, String>> {
 }
 
 /// `postgres --version` of `bin`.
-async fn server_version(bin: &PgBin) -> Result<String, String> {
+async fn server_version(bin: &PgBin) -> anyhow::Result<String> {
     let out = tokio::process::Command::new(bin.tool("postgres"))
         .arg("--version")
         .env_clear()
         .output()
         .await
-        .map_err(|e| format!("cannot run {} --version: {e}", bin.tool("postgres").display()))?;
+        .with_context(|| format!("cannot run {} --version", bin.tool("postgres").display()))?;
     Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
 }
 
 /// A fresh cluster of `bin`, fingerprinted and torn down.
-async fn make(settings: &SandboxConfig, bin: &PgBin) -> Result<BTreeMap<String, String>, String> {
+async fn make(settings: &SandboxConfig, bin: &PgBin) -> anyhow::Result<BTreeMap<String, String>> {
     let run_id = format!("pristine-{}", uuid::Uuid::new_v4());
-    let mut sandbox =
-        drcheck_restore::Sandbox::create(&sandbox_options(settings, run_id)).map_err(|e| e.to_string())?;
-    sandbox.init_and_start(bin.clone()).await.map_err(|e| format!("a pristine cluster did not start: {e}"))?;
+    let mut sandbox = drcheck_restore::Sandbox::create(&sandbox_options(settings, run_id))?;
+    sandbox.init_and_start(bin.clone()).await.context("a pristine cluster did not start")?;
     let pool = PgPoolOptions::new()
         .max_connections(1)
         .acquire_timeout(Duration::from_secs(30))
         .connect_with(restored_session(sandbox.connect_options("postgres")))
         .await
-        .map_err(|e| format!("connecting to a pristine cluster: {e}"))?;
-    let fingerprint = builtin_fingerprint(&pool).await.map_err(|e| format!("fingerprinting a pristine cluster: {e}"));
+        .context("connecting to a pristine cluster")?;
+    let fingerprint = builtin_fingerprint(&pool).await.context("fingerprinting a pristine cluster");
     pool.close().await;
     sandbox.teardown();
     fingerprint

@@ -11,6 +11,7 @@
 //! target's own database: the primary URL's, or the restored dump.
 
 use crate::run_report::PrimaryQueries;
+use anyhow::Context as _;
 use drcheck_config::TargetConfig;
 use drcheck_restore::Sandbox;
 use drcheck_validators::guard::{self, restored_session};
@@ -213,7 +214,7 @@ pub(crate) async fn run(
     sandbox_settings: &drcheck_config::SandboxConfig,
     target: &TargetConfig,
     copy: Copy<'_>,
-) -> Result<Validated, String> {
+) -> anyhow::Result<Validated> {
     let Copy { sandbox, database: main, physical, at: backup_time, horizon, on_follower, rotation, journal } = copy;
     let point = drcheck_validators::asof::CopyPoint {
         at: backup_time,
@@ -271,7 +272,7 @@ pub(crate) async fn run(
                 .connect_with(session)
                 .await
                 .map(|pool| (neutralized, pool))
-                .map_err(|e| format!("the restored database {db:?} does not accept connections: {e}")),
+                .with_context(|| format!("the restored database {db:?} does not accept connections")),
             Err(e) => Err(e),
         };
         let (neutralized, pool) = match opened {
@@ -279,7 +280,7 @@ pub(crate) async fn run(
             // Another database of the cluster that the server lists but will not open is
             // the backup's (named in `databases`); the target's own is the run's error.
             Err(e) if !is_main => {
-                refused.push((db.clone(), e));
+                refused.push((db.clone(), format!("{e:#}")));
                 continue;
             }
             Err(e) => return Err(e),
@@ -289,7 +290,7 @@ pub(crate) async fn run(
             None => match reference.as_ref() {
                 Ok(reference) => guard::check_catalog(&pool, reference).await,
                 Err(why) => {
-                    Finding::new(guard::CATALOG, Status::Error, format!("no pristine catalog to compare with: {why}"))
+                    Finding::new(guard::CATALOG, Status::Error, format!("no pristine catalog to compare with: {why:#}"))
                 }
             },
         }
@@ -401,13 +402,13 @@ fn catalog_at(findings: &[Finding]) -> usize {
 /// validator connects. The catalog state that would defeat the reset (a rule or trigger
 /// on a system catalog, …: [`guard::structure`]) is refused first: `Some` is then the
 /// `catalog` finding, failed or in error.
-async fn neutralize_database(sandbox: &Sandbox, db: &str) -> Result<Option<Finding>, String> {
+async fn neutralize_database(sandbox: &Sandbox, db: &str) -> anyhow::Result<Option<Finding>> {
     let pool = PgPoolOptions::new()
         .max_connections(1)
         .acquire_timeout(Duration::from_secs(30))
         .connect_with(restored_session(sandbox.connect_options(db)))
         .await
-        .map_err(|e| format!("the restored database {db:?} does not accept connections: {e}"))?;
+        .with_context(|| format!("the restored database {db:?} does not accept connections"))?;
     let finding = match guard::structure(&pool).await {
         Err(e) => Some(Finding::new(guard::CATALOG, Status::Error, format!("cannot read the restored catalog: {e}"))),
         Ok(found) if !found.is_empty() => Some(guard::structure_finding(&found)),
@@ -435,14 +436,14 @@ async fn neutralize_database(sandbox: &Sandbox, db: &str) -> Result<Option<Findi
 async fn follower_session(
     sandbox: &Sandbox,
     db: &str,
-) -> Result<(Option<Finding>, sqlx::postgres::PgConnectOptions), String> {
+) -> anyhow::Result<(Option<Finding>, sqlx::postgres::PgConnectOptions)> {
     let session = restored_session(sandbox.connect_options(db));
     let pool = PgPoolOptions::new()
         .max_connections(1)
         .acquire_timeout(Duration::from_secs(30))
         .connect_with(session.clone())
         .await
-        .map_err(|e| format!("the follower's database {db:?} does not accept connections: {e}"))?;
+        .with_context(|| format!("the follower's database {db:?} does not accept connections"))?;
     let found = match guard::structure(&pool).await {
         Err(e) => Some(Finding::new(guard::CATALOG, Status::Error, format!("cannot read the follower's catalog: {e}"))),
         Ok(found) if !found.is_empty() => Some(guard::structure_finding(&found)),
@@ -457,7 +458,7 @@ async fn follower_session(
     .fetch_all(&pool)
     .await;
     pool.close().await;
-    let overrides = overrides.map_err(|e| format!("reading the follower's database and role settings: {e}"))?;
+    let overrides = overrides.context("reading the follower's database and role settings")?;
     let pinned: Vec<&str> = guard::RESTORED_SETTINGS.iter().map(|(k, _)| *k).collect();
     let extra: Vec<(String, String)> =
         overrides.into_iter().filter(|(k, _)| !pinned.contains(&k.as_str()) && k != "search_path").collect();
@@ -472,22 +473,22 @@ async fn follower_session(
 /// Every database a restored cluster holds but its templates, whether it takes
 /// connections or not, and the OID the copy would give next (what was made before its
 /// point has a smaller one).
-async fn cluster_databases(sandbox: &Sandbox) -> Result<databases::Cluster, String> {
+async fn cluster_databases(sandbox: &Sandbox) -> anyhow::Result<databases::Cluster> {
     use sqlx::Connection;
     let mut conn = sqlx::postgres::PgConnection::connect_with(&restored_session(sandbox.connect_options("postgres")))
         .await
-        .map_err(|e| format!("the restored cluster does not accept connections: {e}"))?;
+        .context("the restored cluster does not accept connections")?;
     let dbs: Vec<(String, bool)> = sqlx::query_as(
         "select datname::text, datallowconn and datconnlimit <> -2 from pg_catalog.pg_database
           where not datistemplate order by 1",
     )
     .fetch_all(&mut conn)
     .await
-    .map_err(|e| format!("listing the restored cluster's databases: {e}"))?;
+    .context("listing the restored cluster's databases")?;
     let next_oid: Option<i64> = sqlx::query_scalar("select next_oid::int8 from pg_catalog.pg_control_checkpoint()")
         .fetch_optional(&mut conn)
         .await
-        .map_err(|e| format!("reading the restored cluster's control data: {e}"))?;
+        .context("reading the restored cluster's control data")?;
     let _ = conn.close().await;
     Ok(databases::Cluster {
         databases: dbs.into_iter().map(|(name, connectable)| databases::ClusterDb { name, connectable }).collect(),

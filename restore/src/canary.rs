@@ -168,7 +168,7 @@ pub fn flip_row_byte<W: Write>(spool: &mut std::fs::File, out: W) -> io::Result<
 /// `backup_manifest` as a backup of the changed file would have it: the file's checksum
 /// left out (as `pg_basebackup --manifest-checksums=none` writes it; its size is the
 /// same) and the manifest's own SHA-256 computed again.
-pub fn manifest_without_checksum(manifest: &str, path: &str) -> Result<String, String> {
+pub fn manifest_without_checksum(manifest: &str, path: &str) -> Result<String, crate::Malformed> {
     let needle = format!("\"Path\": \"{path}\",");
     let mut found = false;
     let mut out = String::with_capacity(manifest.len());
@@ -189,7 +189,7 @@ pub fn manifest_without_checksum(manifest: &str, path: &str) -> Result<String, S
         }
     }
     if !found {
-        return Err(format!("backup_manifest lists no {path}"));
+        return Err(format!("backup_manifest lists no {path}").into());
     }
     let at = out.rfind("\"Manifest-Checksum\": \"").ok_or("backup_manifest has no Manifest-Checksum")?;
     use sha2::Digest as _;
@@ -285,18 +285,18 @@ pub fn start_segment_of(input: &Path, gzip: bool) -> io::Result<Option<String>> 
 /// Dates a pg_dump custom-format archive's header `at` (UTC, as drcheck reads it): a
 /// dump made again from a restored copy is as of the copy's point, not of when it was
 /// written. Only the header's `struct tm` fields change.
-pub fn set_dump_time(b: &mut [u8], at: std::time::SystemTime) -> Result<(), String> {
+pub fn set_dump_time(b: &mut [u8], at: std::time::SystemTime) -> Result<(), crate::Malformed> {
     use chrono::{Datelike as _, Timelike as _};
     if !b.starts_with(b"PGDMP") || b.len() < 11 {
         return Err("not a pg_dump custom archive (no PGDMP magic)".into());
     }
     let (vmaj, vmin, int_size) = (b[5], b[6], b[8] as usize);
     if vmaj != 1 || vmin < 10 || !(4..=8).contains(&int_size) {
-        return Err(format!("unsupported archive version {vmaj}.{vmin}"));
+        return Err(format!("unsupported archive version {vmaj}.{vmin}").into());
     }
     // After the magic and six version bytes: the compression (one byte from 1.15, an int before).
     let mut pos = 11 + if vmin >= 15 { 1 } else { 1 + int_size };
-    let secs = at.duration_since(std::time::UNIX_EPOCH).map_err(|e| e.to_string())?.as_secs() as i64;
+    let secs = at.duration_since(std::time::UNIX_EPOCH).map_err(|_| "a time before 1970")?.as_secs() as i64;
     let t = chrono::DateTime::from_timestamp(secs, 0).ok_or("time out of range")?;
     let fields = [
         t.second() as i64,
@@ -462,6 +462,6 @@ mod tests {
         use sha2::Digest as _;
         let at = out.find("\"Manifest-Checksum\"").unwrap();
         assert!(out.contains(&hex::encode(sha2::Sha256::digest(&out.as_bytes()[..at]))));
-        assert!(manifest_without_checksum(&manifest, "base/1/99").unwrap_err().contains("lists no base/1/99"));
+        assert!(manifest_without_checksum(&manifest, "base/1/99").unwrap_err().0.contains("lists no base/1/99"));
     }
 }

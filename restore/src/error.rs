@@ -28,6 +28,25 @@ impl fmt::Display for Stage {
     }
 }
 
+/// What a file or a tool's answer holds that is not what drcheck reads — said in one
+/// place per format or tool, for the caller to blame (a backup's file: the backup; a
+/// tool's answer: the world) and to place (which key, which tool).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct Malformed(pub String);
+
+impl From<String> for Malformed {
+    fn from(s: String) -> Self {
+        Malformed(s)
+    }
+}
+
+impl From<&str> for Malformed {
+    fn from(s: &str) -> Self {
+        Malformed(s.to_string())
+    }
+}
+
 /// Who a failure is for — decided where the failure happens, from what the failing
 /// party says in its own terms (a signal, an exit code its tool documents, a SQLSTATE,
 /// the file system's free space), never from words in a message afterwards.

@@ -32,7 +32,7 @@ mod transfer;
 pub use server::contain;
 pub use store::{breaker, retry};
 
-pub use error::{Blame, RestoreError, Stage, StoreError, with_reason};
+pub use error::{Blame, Malformed, RestoreError, Stage, StoreError, with_reason};
 pub use events::{Decryption, Events, RestoreEvent};
 pub use follow::{
     FollowState, Follower, NotReplayable, Paused, Step as FollowStep, format_lsn, parse_lsn,
@@ -42,7 +42,7 @@ pub use job::{disk_usage, run};
 pub use open::{open_source, tool_files_root};
 pub use request::{ArchiveCheck, Consistency, Delegated, RestoreJob, Restored};
 pub use server::leftovers::{
-    Owner, ensure_cache_dir, ensure_cache_dir_at, ensure_follow_dir, machine_id, process_running,
+    DirError, Owner, ensure_cache_dir, ensure_cache_dir_at, ensure_follow_dir, machine_id, process_running,
 };
 pub use server::pgbin::{Binaries, PgBin};
 pub use server::reach::Reach;

@@ -26,6 +26,7 @@ use crate::ids::new_run_id;
 use crate::progress::Progress;
 use crate::run_report::{RunReport, RunResult};
 use crate::verify::{restore, select};
+use anyhow::{Context as _, anyhow};
 use drcheck_config::{
     Config, FormatSetting, RecoveryTarget, Secret, Selection, SourceConfig, StorageConfig, TargetConfig,
 };
@@ -63,9 +64,9 @@ enum Halt {
     Fail(String),
 }
 
-impl From<String> for Halt {
-    fn from(s: String) -> Self {
-        Halt::Fail(s)
+impl From<anyhow::Error> for Halt {
+    fn from(e: anyhow::Error) -> Self {
+        Halt::Fail(format!("{e:#}"))
     }
 }
 
@@ -84,8 +85,7 @@ async fn canary_steps(
         )));
     }
     // The newest backup a verification proved that the store still holds.
-    let proofs =
-        history.proofs(&target.name).await.map_err(|e| format!("cannot read which backups were proven: {e:#}"))?;
+    let proofs = history.proofs(&target.name).await.context("cannot read which backups were proven")?;
     if proofs.is_empty() {
         return Err(Halt::Skip(
             "no backup of this target was proven yet: the canary copies the newest proven backup".into(),
@@ -100,7 +100,7 @@ async fn canary_steps(
         .collect();
     proven.sort_by(|a, b| b.cmp(a));
     let store = open_store(&target.storage, &config.storage[&target.storage]).await;
-    let listed = store.list(&target.prefix).await.map_err(|e| e.to_string())?;
+    let listed = store.list(&target.prefix).await.context("cannot list the backups")?;
     let mut there = drcheck_restore::group_backups(&listed);
     let (backup, gone) = newest_still_there(&proven, &mut there);
     if !gone.is_empty() {
@@ -126,27 +126,27 @@ async fn canary_steps(
     let scratch = tempfile::Builder::new()
         .prefix(&format!("{CANARY_DIR}{}-", report.canary_id))
         .tempdir_in(&config.sandbox.scratch_dir)
-        .map_err(|e| format!("cannot make the canary's directory in {}: {e}", config.sandbox.scratch_dir.display()))?;
+        .with_context(|| format!("cannot make the canary's directory in {}", config.sandbox.scratch_dir.display()))?;
     // Held while the canary lives: a directory whose lock can be taken is a dead one's.
     let _alive = std::fs::File::create(scratch.path().join(LOCK))
-        .map_err(|e| e.to_string())
+        .map_err(anyhow::Error::from)
         .and_then(|f| {
-            nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockExclusiveNonblock).map_err(|(_, e)| e.to_string())
+            nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockExclusiveNonblock).map_err(|(_, e)| e.into())
         })
-        .map_err(|e| format!("cannot lock the canary's directory: {e}"))?;
+        .context("cannot lock the canary's directory")?;
     // The canary's runs keep their own history: never the target's runs or proofs.
     let mut own_history =
         History::open(&Secret::new(format!("sqlite://{}", scratch.path().join("history.db").display())))
             .await
-            .map_err(|e| format!("the canary's own history store: {e:#}"))?;
+            .context("the canary's own history store")?;
     // Its runs judge what changed on the primary since the backup's point as the
     // target's would: by drcheck's journal of the primary, copied in.
     history
         .copy_journal(&target.name, &own_history)
         .await
-        .map_err(|e| format!("copying drcheck's journal of the primary into the canary's history: {e:#}"))?;
+        .context("copying drcheck's journal of the primary into the canary's history")?;
     let fetched = scratch.path().join("fetched");
-    std::fs::create_dir(&fetched).map_err(|e| e.to_string())?;
+    std::fs::create_dir(&fetched).with_context(|| fetched.display().to_string())?;
 
     if backup.is_physical() {
         physical_defects(config, target, &store, &backup, scratch.path(), &own_history, cancel, report).await?;
@@ -251,7 +251,7 @@ async fn push_verified(
     target: &TargetConfig,
     key: &str,
     defect: &str,
-    made: Result<Option<String>, String>,
+    made: anyhow::Result<Option<String>>,
     dir: &Path,
     own_history: &History,
     cancel: &CancellationToken,
@@ -269,7 +269,7 @@ async fn push_verified(
         Ok(Some(m)) => m,
         Ok(None) => return,
         Err(why) => {
-            report.defects.push(outcome(DefectVerdict::Skipped, String::new(), why));
+            report.defects.push(outcome(DefectVerdict::Skipped, String::new(), format!("{why:#}")));
             return;
         }
     };
@@ -368,22 +368,22 @@ async fn copy_object(
     obj: &BackupObject,
     dir: &Path,
     fetch: drcheck_restore::FetchOptions,
-) -> Result<PathBuf, String> {
+) -> anyhow::Result<PathBuf> {
     let path = dir.join(&obj.key);
     if let Some(parent) = path.parent() {
-        std::fs::create_dir_all(parent).map_err(|e| format!("{}: {e}", parent.display()))?;
+        std::fs::create_dir_all(parent).with_context(|| parent.display().to_string())?;
     }
     let mut reader = drcheck_restore::fetch_parallel(store.clone(), obj, fetch);
-    let mut file = tokio::fs::File::create(&path).await.map_err(|e| format!("{}: {e}", path.display()))?;
-    tokio::io::copy(&mut reader, &mut file).await.map_err(|e| format!("copying {}: {e}", obj.key))?;
-    file.sync_all().await.map_err(|e| e.to_string())?;
+    let mut file = tokio::fs::File::create(&path).await.with_context(|| path.display().to_string())?;
+    tokio::io::copy(&mut reader, &mut file).await.with_context(|| format!("copying {}", obj.key))?;
+    file.sync_all().await?;
     let file = file.into_std().await;
-    file.set_modified(obj.last_modified).map_err(|e| e.to_string())?;
+    file.set_modified(obj.last_modified)?;
     Ok(path)
 }
 
 /// `from/<rel>` linked at `to/<rel>` for every file under `from` but those `skip` says.
-fn link_tree(from: &Path, to: &Path, skip: &dyn Fn(&str) -> bool) -> Result<(), String> {
+fn link_tree(from: &Path, to: &Path, skip: &dyn Fn(&str) -> bool) -> anyhow::Result<()> {
     fn walk(root: &Path, dir: &Path, to: &Path, skip: &dyn Fn(&str) -> bool) -> std::io::Result<()> {
         for e in std::fs::read_dir(dir)? {
             let e = e?;
@@ -401,8 +401,8 @@ fn link_tree(from: &Path, to: &Path, skip: &dyn Fn(&str) -> bool) -> Result<(), 
         }
         Ok(())
     }
-    std::fs::create_dir_all(to).map_err(|e| e.to_string())?;
-    walk(from, from, to, skip).map_err(|e| format!("linking the canary's copy: {e}"))
+    std::fs::create_dir_all(to)?;
+    walk(from, from, to, skip).context("linking the canary's copy")
 }
 
 /// The base backup's defects: `flipped_page`, and `missing_segment` with an archive.
@@ -416,7 +416,7 @@ async fn physical_defects(
     own_history: &History,
     cancel: &CancellationToken,
     report: &mut CanaryReport,
-) -> Result<(), String> {
+) -> anyhow::Result<()> {
     let fetched = scratch.join("fetched");
     let fetch = crate::ids::fetch_options(&config.storage[&target.storage]);
     let name_of = |k: &str| k.rsplit('/').next().unwrap_or(k).to_string();
@@ -425,7 +425,7 @@ async fn physical_defects(
     }
     let base = backup.parts.iter().find(|p| name_of(&p.key).starts_with("base.tar"));
     let manifest = backup.parts.iter().find(|p| name_of(&p.key) == "backup_manifest");
-    let base = base.ok_or_else(|| format!("{}: no base.tar", backup.key))?;
+    let base = base.ok_or_else(|| anyhow!("{}: no base.tar", backup.key))?;
     let base_name = name_of(&base.key);
     let gzip = match base_name.as_str() {
         "base.tar" => Some(false),
@@ -437,23 +437,23 @@ async fn physical_defects(
     // The archive from the backup's start on, copied once; the segment to leave out chosen.
     // Which segment to leave out (its key, and what was made), or why none can be; a
     // failure to read the store or the backup stops the canary (the world's, not a skip).
-    let mut drop: Result<(String, String), String> = Err(String::new());
+    let mut drop: anyhow::Result<(String, String)> = Err(anyhow!("no WAL archive"));
     if let Some(wal_prefix) = &target.wal_prefix {
         drop = async {
             let Some(gz) = gzip else {
-                return Ok(Err(format!("{base_name}: the canary reads plain and gzip base backups only")));
+                return Ok(Err(anyhow!("{base_name}: the canary reads plain and gzip base backups only")));
             };
             let path = base_path.clone();
             let start = tokio::task::spawn_blocking(move || drcheck_restore::canary::start_segment_of(&path, gz))
                 .await
-                .map_err(|e| e.to_string())?
-                .map_err(|e| format!("reading {}: {e}", base.key))?
-                .ok_or_else(|| format!("{}: no backup_label", base.key))?;
-            let listed = store.list(wal_prefix).await.map_err(|e| e.to_string())?;
+                ?
+                .with_context(|| format!("reading {}", base.key))?
+                .ok_or_else(|| anyhow!("{}: no backup_label", base.key))?;
+            let listed = store.list(wal_prefix).await?;
             // The backup's own WAL ends where its archived `.backup` file says it stopped.
             let mut stop = start.clone();
             for o in listed.iter().filter(|o| name_of(&o.key).ends_with(".backup") && name_of(&o.key).starts_with(&start)) {
-                let text = store.read_range(&o.key, 0, o.size.min(64 * 1024)).await.map_err(|e| e.to_string())?;
+                let text = store.read_range(&o.key, 0, o.size.min(64 * 1024)).await?;
                 if let Some(s) = String::from_utf8_lossy(&text)
                     .lines()
                     .find_map(|l| l.strip_prefix("STOP WAL LOCATION: "))
@@ -472,13 +472,13 @@ async fn physical_defects(
                     _ => None,
                 };
                 let Some(gz) = gz else {
-                    return Ok(Err(format!("{}: the canary reads plain and gzip tars only", carried.key)));
+                    return Ok(Err(anyhow!("{}: the canary reads plain and gzip tars only", carried.key)));
                 };
                 let path = fetched.join(&carried.key);
                 let names = tokio::task::spawn_blocking(move || drcheck_restore::canary::tar_members(&path, gz, 100_000))
                     .await
-                    .map_err(|e| e.to_string())?
-                    .map_err(|e| format!("reading {}: {e}", carried.key))?;
+                    ?
+                    .with_context(|| format!("reading {}", carried.key))?;
                 for n in names {
                     let n = n.rsplit('/').next().unwrap_or(&n).to_ascii_uppercase();
                     if n.len() == 24 && n.chars().all(|c| c.is_ascii_hexdigit()) {
@@ -494,7 +494,7 @@ async fn physical_defects(
                 copy_object(store, o, &fetched, fetch).await?;
             }
             let newest = segments.last().map(|s| s.1.clone()).unwrap_or_default();
-            Ok::<_, String>(
+            Ok::<_, anyhow::Error>(
                 segments
                     .iter()
                     .enumerate()
@@ -503,7 +503,7 @@ async fn physical_defects(
                         (o.key.clone(), format!("archived segment {n} ({}) left out; the archive goes on to {newest}", o.key))
                     })
                     .ok_or_else(|| {
-                        format!("the archive holds no segment after the backup's own WAL (up to {stop}) with another after it to leave out")
+                        anyhow!("the archive holds no segment after the backup's own WAL (up to {stop}) with another after it to leave out")
                     }),
             )
         }
@@ -512,8 +512,8 @@ async fn physical_defects(
 
     // flipped_page
     let dir = scratch.join("flipped_page");
-    let made: Result<Option<String>, String> = match gzip {
-        None => Err(format!(
+    let made: anyhow::Result<Option<String>> = match gzip {
+        None => Err(anyhow!(
             "{base_name}: the canary rewrites plain and gzip base backups only (not compressed otherwise or encrypted)"
         )),
         Some(gz) => {
@@ -524,25 +524,23 @@ async fn physical_defects(
             // Its directory: nothing else of the backup may be beside it (a one-file
             // backup, `-X fetch`, no manifest) for the links to have made it.
             if let Some(parent) = output.parent() {
-                std::fs::create_dir_all(parent).map_err(|e| format!("{}: {e}", parent.display()))?;
+                std::fs::create_dir_all(parent).with_context(|| parent.display().to_string())?;
             }
             // What a restore of it may write (the backup is hostile input here too).
             let max = (base.size as f64 * config.sandbox.max_expansion) as u64 + (1 << 30);
             let flipped = tokio::task::spawn_blocking(move || {
                 drcheck_restore::canary::flip_base_tar(&input, &output, gz, &work, max)
             })
-            .await
-            .map_err(|e| e.to_string())?
-            .map_err(|e| format!("rewriting {}: {e}", base.key))?;
+            .await?
+            .with_context(|| format!("rewriting {}", base.key))?;
             match flipped {
-                None => Err(format!("{}: no user table with a row to change", base.key)),
+                None => Err(anyhow!("{}: no user table with a row to change", base.key)),
                 Some(f) => {
                     set_mtime(&dir.join(&base.key), base.last_modified)?;
                     if let Some(m) = manifest {
-                        let text =
-                            std::fs::read_to_string(fetched.join(&m.key)).map_err(|e| format!("{}: {e}", m.key))?;
+                        let text = std::fs::read_to_string(fetched.join(&m.key)).with_context(|| m.key.to_string())?;
                         let edited = drcheck_restore::canary::manifest_without_checksum(&text, &f.path)?;
-                        std::fs::write(dir.join(&m.key), edited).map_err(|e| e.to_string())?;
+                        std::fs::write(dir.join(&m.key), edited)?;
                         set_mtime(&dir.join(&m.key), m.last_modified)?;
                     }
                     Ok(Some(format!(
@@ -567,12 +565,12 @@ async fn physical_defects(
     Ok(())
 }
 
-fn set_mtime(path: &Path, at: SystemTime) -> Result<(), String> {
+fn set_mtime(path: &Path, at: SystemTime) -> anyhow::Result<()> {
     std::fs::File::options()
         .write(true)
         .open(path)
         .and_then(|f| f.set_modified(at))
-        .map_err(|e| format!("{}: {e}", path.display()))
+        .with_context(|| path.display().to_string())
 }
 
 /// The dump with one row changed: restored into a sandbox like any run's, the row
@@ -585,63 +583,63 @@ async fn changed_row_dump(
     backup: &Backup,
     own_history: &History,
     dir: &Path,
-) -> Result<Option<String>, String> {
+) -> anyhow::Result<Option<String>> {
     let progress = Progress::new(false);
     let t = TargetConfig { pin: false, select: Selection::Latest, ..target.clone() };
     let (settings, run_id) = (Settings::of(config, &t), new_run_id());
     let selected = select::select_stage(settings, &t, &run_id, Some(&backup.key), own_history, &progress)
         .await
-        .map_err(|s| format!("selecting {}: {}", backup.key, s.stop.message))?;
+        .map_err(|s| anyhow!("selecting {}: {}", backup.key, s.stop.message))?;
     let (restored, ready) = restore::restore_stage(settings, &selected, run_id, &progress).await;
-    let ready = ready.map_err(|s| format!("restoring {} to change a row: {}", backup.key, s.message))?;
+    let ready = ready.map_err(|s| anyhow!("restoring {} to change a row: {}", backup.key, s.message))?;
     let consistent = restored.m.consistent.map(|c| c.at);
     let pool = sqlx::postgres::PgPoolOptions::new()
         .max_connections(1)
         .connect_with(drcheck_validators::guard::restored_session(ready.sandbox.connect_options(&ready.database)))
         .await
-        .map_err(|e| format!("connecting to the restored copy: {e}"))?;
+        .context("connecting to the restored copy")?;
     let changed = change_one_row(&pool, target.primary_read_budget).await?;
     pool.close().await;
     let Some(made) = changed else {
         return Err(match target.primary_read_budget {
-            Some(b) => format!(
+            Some(b) => anyhow!(
                 "the dump holds no table with a row to change that is at most primary_read_budget ({}): no run \
                  compares such a table whole, so a changed row could not be judged",
                 drcheck_validators::human_bytes(b)
             ),
-            None => "the dump holds no table with a row to change".into(),
+            None => anyhow!("the dump holds no table with a row to change"),
         });
     };
     let path = dir.join(&backup.key);
     if let Some(parent) = path.parent() {
-        std::fs::create_dir_all(parent).map_err(|e| e.to_string())?;
+        std::fs::create_dir_all(parent)?;
     }
     // pg_dump writes inside the sandbox (where its confinement lets it), as its user.
     let inside = ready.sandbox.root().join("canary.dump");
-    std::fs::File::create(&inside).map_err(|e| format!("{}: {e}", inside.display()))?;
-    ready.sandbox.give_to_server(&inside).map_err(|e| e.to_string())?;
-    let mut cmd = ready.sandbox.client_command("pg_dump", &ready.database).map_err(|e| e.to_string())?;
+    std::fs::File::create(&inside).with_context(|| inside.display().to_string())?;
+    ready.sandbox.give_to_server(&inside)?;
+    let mut cmd = ready.sandbox.client_command("pg_dump", &ready.database)?;
     cmd.arg("-Fc").arg("-f").arg(&inside);
     cmd.stdin(std::process::Stdio::null()).stdout(std::process::Stdio::null()).stderr(std::process::Stdio::piped());
-    let out = cmd.output().await.map_err(|e| format!("cannot run pg_dump: {e}"))?;
+    let out = cmd.output().await.context("cannot run pg_dump")?;
     if !out.status.success() {
-        return Err(format!(
+        return Err(anyhow!(
             "pg_dump of the changed copy failed ({}): {}",
             out.status,
             String::from_utf8_lossy(&out.stderr)
         ));
     }
-    std::fs::copy(&inside, &path).map_err(|e| format!("copying the changed dump: {e}"))?;
+    std::fs::copy(&inside, &path).context("copying the changed dump")?;
     drop(ready);
     if let Some(at) = consistent {
         use std::io::{Read as _, Seek as _, Write as _};
-        let mut f = std::fs::File::options().read(true).write(true).open(&path).map_err(|e| e.to_string())?;
+        let mut f = std::fs::File::options().read(true).write(true).open(&path)?;
         let mut head = vec![0u8; 4096];
-        let n = f.read(&mut head).map_err(|e| e.to_string())?;
+        let n = f.read(&mut head)?;
         head.truncate(n);
         drcheck_restore::canary::set_dump_time(&mut head, at)
-            .map_err(|e| format!("the changed dump ({n} bytes): {e}"))?;
-        f.rewind().and_then(|_| f.write_all(&head)).map_err(|e| e.to_string())?;
+            .with_context(|| format!("the changed dump ({n} bytes)"))?;
+        f.rewind().and_then(|_| f.write_all(&head))?;
     }
     set_mtime(&path, backup.last_modified)?;
     Ok(Some(made))
@@ -655,7 +653,7 @@ async fn changed_row_dump(
 /// code could undo the change and make the canary page for nothing.
 /// Under a read budget only a table no larger than it (the canary's run compares it
 /// whole).
-async fn change_one_row(pool: &sqlx::PgPool, budget: Option<u64>) -> Result<Option<String>, String> {
+async fn change_one_row(pool: &sqlx::PgPool, budget: Option<u64>) -> anyhow::Result<Option<String>> {
     let candidates: Vec<(String, String, String, String)> = sqlx::query_as(
         "select n.nspname::pg_catalog.text, c.relname::pg_catalog.text, a.attname::pg_catalog.text,
                 t.typname::pg_catalog.text
@@ -686,7 +684,7 @@ async fn change_one_row(pool: &sqlx::PgPool, budget: Option<u64>) -> Result<Opti
     .bind(budget.map_or(i64::MAX, |b| i64::try_from(b).unwrap_or(i64::MAX)))
     .fetch_all(pool)
     .await
-    .map_err(|e| format!("reading the copy's tables: {e}"))?;
+    .context("reading the copy's tables")?;
     for (schema, table, column, ty) in candidates {
         let q = |s: &str| drcheck_config::quote_ident(s);
         let (rel, col) = (format!("{}.{}", q(&schema), q(&table)), q(&column));
@@ -707,15 +705,12 @@ async fn change_one_row(pool: &sqlx::PgPool, budget: Option<u64>) -> Result<Opti
               where ctid operator(pg_catalog.=) (select ctid from {rel} where {filter} order by ctid limit 1)
              returning ctid::pg_catalog.text"
         );
-        let mut tx = pool.begin().await.map_err(|e| e.to_string())?;
+        let mut tx = pool.begin().await?;
         // The copy's triggers, rules and constraints' actions stay out of it.
-        sqlx::query("set local session_replication_role = replica")
-            .execute(&mut *tx)
-            .await
-            .map_err(|e| e.to_string())?;
+        sqlx::query("set local session_replication_role = replica").execute(&mut *tx).await?;
         match sqlx::query_scalar::<_, String>(sqlx::AssertSqlSafe(sql)).fetch_optional(&mut *tx).await {
             Ok(Some(ctid)) => {
-                tx.commit().await.map_err(|e| e.to_string())?;
+                tx.commit().await?;
                 return Ok(Some(format!("{schema}.{table}: column {column} of the row at ctid {ctid} changed")));
             }
             Ok(None) => {}

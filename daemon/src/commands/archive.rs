@@ -38,7 +38,7 @@ pub(crate) async fn acknowledge_gap(
     by: Option<&str>,
 ) -> Result<Exit, CliError> {
     let t = super::select_targets(config, Some(target))?[0];
-    crate::history::gap_bounds(from, to).map_err(|e| CliError::usage(anyhow::anyhow!(e)))?;
+    crate::history::gap_bounds(from, to).map_err(CliError::usage)?;
     if reason.trim().is_empty() {
         return Err(CliError::usage(anyhow::anyhow!("--reason must say why the segments are lost")));
     }

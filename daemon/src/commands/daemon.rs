@@ -7,7 +7,7 @@ use tokio::signal::unix::{SignalKind, signal};
 use tokio_util::sync::CancellationToken;
 
 pub(crate) async fn run(config: Config, only: Vec<String>) -> Result<Exit, CliError> {
-    let config = crate::service::only_targets(config, &only).map_err(|e| CliError::usage(anyhow::anyhow!(e)))?;
+    let config = crate::service::only_targets(config, &only).map_err(CliError::usage)?;
     let shutdown = CancellationToken::new();
     let (reload_tx, reload_rx) = tokio::sync::mpsc::channel(1);
     let (mut term, mut int, mut hup) =

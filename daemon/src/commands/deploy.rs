@@ -141,11 +141,19 @@ pub(crate) fn collisions<'a>(targets: &[&'a TargetConfig]) -> Vec<(&'a str, &'a 
     out
 }
 
+/// A schedule a Kubernetes CronJob cannot keep, and whose it is.
+#[derive(Debug, thiserror::Error)]
+#[error("{whose}: {why}")]
+pub(crate) struct NotForKubernetes {
+    whose: String,
+    why: drcheck_config::ValueError,
+}
+
 /// The CronJob of `t`, with `scratch` (a quantity) for its scratch volume.
-pub(crate) fn cronjob(t: &TargetConfig, o: &Options, scratch: &str) -> Result<serde_json::Value, String> {
+pub(crate) fn cronjob(t: &TargetConfig, o: &Options, scratch: &str) -> Result<serde_json::Value, NotForKubernetes> {
     // The daemon's schedule type says the same instants in Kubernetes' terms (UTC).
     let schedule = match &t.schedule {
-        Some(s) => s.to_kubernetes().map_err(|e| format!("target {}: {e}", t.name))?,
+        Some(s) => s.to_kubernetes().map_err(|why| NotForKubernetes { whose: format!("target {}", t.name), why })?,
         None => "0 3 * * *".to_string(),
     };
     let k = &t.kubernetes;
@@ -246,7 +254,7 @@ pub(crate) fn cronjob(t: &TargetConfig, o: &Options, scratch: &str) -> Result<se
         pod["nodeSelector"] = json!(k.node_selector);
     }
     if !k.tolerations.is_empty() {
-        pod["tolerations"] = serde_json::to_value(&k.tolerations).map_err(|e| e.to_string())?;
+        pod["tolerations"] = json!(k.tolerations);
     }
     Ok(job)
 }
@@ -259,12 +267,13 @@ pub(crate) fn canary_cronjob(
     o: &Options,
     scratch: &str,
     schedule: &drcheck_config::Schedule,
-) -> Result<serde_json::Value, String> {
+) -> Result<serde_json::Value, NotForKubernetes> {
     let mut job = cronjob(t, o, scratch)?;
     let name = k8s_name(&format!("canary-{}", t.name));
     job["metadata"]["name"] = json!(name);
     job["metadata"]["labels"]["drcheck.io/canary"] = json!("true");
-    job["spec"]["schedule"] = json!(schedule.to_kubernetes().map_err(|e| format!("daemon.canary: {e}"))?);
+    job["spec"]["schedule"] =
+        json!(schedule.to_kubernetes().map_err(|why| NotForKubernetes { whose: "daemon.canary".into(), why })?);
     let template = &mut job["spec"]["jobTemplate"]["spec"]["template"];
     template["metadata"]["labels"]["drcheck.io/canary"] = json!("true");
     template["spec"]["containers"][0]["args"] = json!(["canary", "--target", t.name]);
@@ -285,7 +294,7 @@ pub(crate) fn statefulset(
     o: &Options,
     scratch: &str,
     port: u16,
-) -> Result<serde_json::Value, String> {
+) -> Result<serde_json::Value, NotForKubernetes> {
     let job = cronjob(t, o, scratch)?;
     let mut template = job["spec"]["jobTemplate"]["spec"]["template"].clone();
     let pod = &mut template["spec"];
@@ -525,7 +534,7 @@ pub(crate) async fn run(
     let port = config.metrics.listen.parse::<std::net::SocketAddr>().map(|a| a.port()).unwrap_or(9187);
     for (t, (size, why)) in targets.iter().zip(&scratch) {
         if t.follow.is_some() {
-            let set = statefulset(t, o, size, port).map_err(|e| CliError::usage(anyhow::anyhow!(e)))?;
+            let set = statefulset(t, o, size, port).map_err(CliError::usage)?;
             crate::errln!(
                 "deploy: {}: follows its archive: a StatefulSet runs its daemon (follower and schedule) instead of a CronJob",
                 t.name
@@ -541,10 +550,10 @@ pub(crate) async fn run(
             ));
             continue;
         }
-        let job = cronjob(t, o, size).map_err(|e| CliError::usage(anyhow::anyhow!(e)))?;
+        let job = cronjob(t, o, size).map_err(CliError::usage)?;
         let mut doc = format!("# {}: scratch {size}, {why}\n{}", t.name, yaml(&job)?);
         if let Some(schedule) = &config.daemon.canary {
-            let canary = canary_cronjob(t, o, size, schedule).map_err(|e| CliError::usage(anyhow::anyhow!(e)))?;
+            let canary = canary_cronjob(t, o, size, schedule).map_err(CliError::usage)?;
             doc.push_str(&format!("---\n# {}: the canary ([daemon] canary)\n{}", t.name, yaml(&canary)?));
         }
         docs.push((file_name(t), doc));

@@ -68,7 +68,7 @@ pub(crate) fn check_file(path: &Path, key: &VerifyingKey) -> anyhow::Result<Verd
         let format = render::detect(&head_text);
         match extract_trailer(path)? {
             Ok((content, body_len, sha, problems)) => (format, content, Some(body_len), Some(sha), problems),
-            Err(p) => return Ok(Verdict { problems: vec![p], what: String::new() }),
+            Err(p) => return Ok(Verdict { problems: vec![p.to_string()], what: String::new() }),
         }
     };
     // Pass 1: the frame.
@@ -243,13 +243,24 @@ fn read_up_to(r: &mut impl Read, buf: &mut [u8]) -> std::io::Result<usize> {
     Ok(filled)
 }
 
+/// Why a rendered report carries no evidence to check.
+#[derive(Debug, thiserror::Error)]
+enum NoEvidence {
+    #[error("no drcheck evidence in this file (expected a `{TRAILER_START}` comment)")]
+    NoTrailer,
+    #[error("the evidence comment is not base64: {0}")]
+    NotBase64(String),
+    #[error("the evidence comment is not closed")]
+    Unclosed,
+}
+
 /// Finds the trailer of an HTML, Markdown or JUnit report, decodes its base64 into a
 /// temporary file (the canonical content), and checks it is written as drcheck writes
 /// it: lines of 76 characters, and nothing after it but whitespace. Returns the
 /// content, the length of the visible body, and what was wrong with the trailer — or
 /// why there is no evidence at all.
 #[allow(clippy::type_complexity)]
-fn extract_trailer(path: &Path) -> anyhow::Result<Result<(std::fs::File, u64, [u8; 32], Vec<String>), String>> {
+fn extract_trailer(path: &Path) -> anyhow::Result<Result<(std::fs::File, u64, [u8; 32], Vec<String>), NoEvidence>> {
     let marker = format!("\n{TRAILER_START}\n");
     let mut r = BufReader::new(std::fs::File::open(path)?);
     // The first line that is the marker: the body ends just before it.
@@ -260,7 +271,7 @@ fn extract_trailer(path: &Path) -> anyhow::Result<Result<(std::fs::File, u64, [u
         line.clear();
         let n = r.read_until(b'\n', &mut line)?;
         if n == 0 {
-            return Ok(Err(format!("no drcheck evidence in this file (expected a `{TRAILER_START}` comment)")));
+            return Ok(Err(NoEvidence::NoTrailer));
         }
         if prev_newline && line == marker.as_bytes()[1..] && offset > 0 {
             break offset;
@@ -290,14 +301,14 @@ fn extract_trailer(path: &Path) -> anyhow::Result<Result<(std::fs::File, u64, [u
             }
             short_line_seen |= text.len() < 76;
             if let Err(e) = decoder.push(text) {
-                return Ok(Err(format!("the evidence comment is not base64: {e}")));
+                return Ok(Err(NoEvidence::NotBase64(e.to_string())));
             }
         }
         if !closed {
-            return Ok(Err("the evidence comment is not closed".into()));
+            return Ok(Err(NoEvidence::Unclosed));
         }
         if let Err(e) = decoder.finish() {
-            return Ok(Err(format!("the evidence comment is not base64: {e}")));
+            return Ok(Err(NoEvidence::NotBase64(e.to_string())));
         }
     }
     // After the trailer: whitespace only.

@@ -137,21 +137,28 @@ pub(crate) fn who_here() -> String {
         .unwrap_or_else(|| format!("uid {}", nix::unistd::Uid::current()))
 }
 
+/// What is wrong with a WAL gap's bounds.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum GapError {
+    #[error("{0:?} is not a WAL segment name (24 upper-case hex digits, e.g. 000000010000000000000042)")]
+    NotASegment(String),
+    #[error("{0} and {1} are of different timelines")]
+    Timelines(String, String),
+    #[error("{0} comes after {1}")]
+    Backwards(String, String),
+}
+
 /// Checks a WAL gap's bounds: two segment names of one timeline, in order.
-pub(crate) fn gap_bounds(from: &str, to: &str) -> Result<(), String> {
+pub(crate) fn gap_bounds(from: &str, to: &str) -> Result<(), GapError> {
     let is_segment = |s: &str| s.len() == 24 && s.chars().all(|c| c.is_ascii_hexdigit() && !c.is_ascii_lowercase());
-    for s in [from, to] {
-        if !is_segment(s) {
-            return Err(format!(
-                "{s:?} is not a WAL segment name (24 upper-case hex digits, e.g. 000000010000000000000042)"
-            ));
-        }
+    if let Some(s) = [from, to].into_iter().find(|s| !is_segment(s)) {
+        return Err(GapError::NotASegment(s.into()));
     }
     if from[..8] != to[..8] {
-        return Err(format!("{from} and {to} are of different timelines"));
+        return Err(GapError::Timelines(from.into(), to.into()));
     }
     if from > to {
-        return Err(format!("{from} comes after {to}"));
+        return Err(GapError::Backwards(from.into(), to.into()));
     }
     Ok(())
 }
@@ -182,8 +189,15 @@ mod tests {
         assert!(!gap.covers_segment("000000010000000000000013"));
         assert!(!gap.covers_segment("000000020000000000000011"), "another timeline");
         assert!(gap_bounds("000000010000000000000010", "000000010000000000000012").is_ok());
-        assert!(gap_bounds("000000010000000000000012", "000000010000000000000010").unwrap_err().contains("after"));
-        assert!(gap_bounds("x", "000000010000000000000010").unwrap_err().contains("not a WAL segment"));
+        assert!(matches!(
+            gap_bounds("000000010000000000000012", "000000010000000000000010"),
+            Err(GapError::Backwards(..))
+        ));
+        assert_eq!(gap_bounds("x", "000000010000000000000010"), Err(GapError::NotASegment("x".into())));
+        assert!(matches!(
+            gap_bounds("000000010000000000000010", "000000020000000000000012"),
+            Err(GapError::Timelines(..))
+        ));
     }
 
     /// A proven backup deleted on purpose: its proof goes, the decision stays — who, when,

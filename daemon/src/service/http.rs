@@ -135,7 +135,7 @@ async fn trigger(State(s): State<Arc<Shared>>, Path(name): Path<String>, headers
         if let Err(e) = run_target(sh.clone(), t.clone(), rid.clone()).await {
             tracing::warn!(target = %t, run_id = %rid, reason = %e, "triggered run did not start");
             // The id the API gave out keeps its answer: skipped, and why.
-            if let Err(err) = sh.history.run_skipped(&rid, &t, &sh.holder, &e).await {
+            if let Err(err) = sh.history.run_skipped(&rid, &t, &sh.holder, &e.to_string()).await {
                 tracing::warn!(target = %t, run_id = %rid, "cannot record the skipped run: {err:#}");
             }
         }

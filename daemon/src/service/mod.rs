@@ -96,36 +96,46 @@ impl Shared {
     }
 }
 
+/// Why a run of a target did not start (it is then not a run, and not recorded as one).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum NotRun {
+    #[error("no target {0:?}")]
+    UnknownTarget(String),
+    /// Queued behind the bulkhead when shutdown began.
+    #[error("shutting down: the queued run was dropped, not started")]
+    ShuttingDown,
+    /// Another instance holds the target's lease (who, when it can say).
+    #[error("another instance is verifying this target{}", .0.as_ref().map(|w| format!(" ({w} holds its lease)")).unwrap_or_default())]
+    Busy(Option<String>),
+    #[error("lease: {0:#}")]
+    Lease(anyhow::Error),
+}
+
 /// Runs one verification of `target` under the bulkhead and the lease, records it
-/// (with its alerts) and updates the metrics. Returns the report, or why it did not run.
-pub(crate) async fn run_target(shared: Arc<Shared>, target: String, run_id: String) -> Result<(), String> {
+/// (with its alerts) and updates the metrics; or says why it did not run.
+pub(crate) async fn run_target(shared: Arc<Shared>, target: String, run_id: String) -> Result<(), NotRun> {
     let config = shared.config();
-    let Some(t) = config.target(&target).cloned() else { return Err(format!("no target {target:?}")) };
+    let Some(t) = config.target(&target).cloned() else { return Err(NotRun::UnknownTarget(target)) };
     // Queued behind the bulkhead when shutdown begins: dropped, not started (and so
     // not recorded as an aborted run).
-    let dropped = || "shutting down: the queued run was dropped, not started".to_string();
     let _permit = tokio::select! {
         biased;
-        _ = shared.stopping.cancelled() => return Err(dropped()),
-        p = shared.restores.clone().acquire_owned() => p.map_err(|_| dropped())?,
+        _ = shared.stopping.cancelled() => return Err(NotRun::ShuttingDown),
+        p = shared.restores.clone().acquire_owned() => p.map_err(|_| NotRun::ShuttingDown)?,
     };
     if shared.stopping.is_cancelled() {
-        return Err(dropped());
+        return Err(NotRun::ShuttingDown);
     }
     let ttl = crate::verify::lease_ttl(&t);
     let took_over = match shared.history.lease_for(&target, &shared.holder, ttl).await {
         Ok(crate::history::Leased::Taken) => None,
         Ok(crate::history::Leased::TookOver(previous)) => Some(previous),
         Ok(crate::history::Leased::Held) => {
-            let who = shared.history.lease_holder(&target).await.ok().flatten();
-            let why = match who {
-                Some(w) => format!("another instance is verifying this target ({w} holds its lease)"),
-                None => "another instance is verifying this target".to_string(),
-            };
+            let why = NotRun::Busy(shared.history.lease_holder(&target).await.ok().flatten());
             tracing::warn!(target = %target, run_id = %run_id, reason = %why, "run skipped");
             return Err(why);
         }
-        Err(e) => return Err(format!("lease: {e:#}")),
+        Err(e) => return Err(NotRun::Lease(e)),
     };
     verify::run_begins(&shared.history, &t, &run_id, &shared.holder, took_over.as_deref()).await;
     shared.metrics.runs_in_flight.inc();
@@ -186,7 +196,7 @@ async fn on_follower(shared: &Shared, config: &Config, t: &drcheck_config::Targe
             None
         }
         Err(e) => {
-            tracing::warn!(target = %t.name, "cannot tell which backups are proven ({e}): a full restore");
+            tracing::warn!(target = %t.name, "cannot tell which backups are proven ({e:#}): a full restore");
             None
         }
     }
@@ -252,16 +262,24 @@ fn one_line(text: &str) -> String {
 
 /// `config` with only the targets named in `only` (all when it is empty); a name the
 /// config does not have is an error naming it.
-pub(crate) fn only_targets(mut config: Config, only: &[String]) -> Result<Config, String> {
+pub(crate) fn only_targets(mut config: Config, only: &[String]) -> Result<Config, NoSuchTarget> {
     if only.is_empty() {
         return Ok(config);
     }
     if let Some(missing) = only.iter().find(|n| config.target(n).is_none()) {
-        let known: Vec<&str> = config.targets.iter().map(|t| t.name.as_str()).collect();
-        return Err(format!("--target {missing:?}: the config has no such target (it has: {})", known.join(", ")));
+        let known = config.targets.iter().map(|t| t.name.clone()).collect();
+        return Err(NoSuchTarget { name: missing.clone(), known });
     }
     config.targets.retain(|t| only.contains(&t.name));
     Ok(config)
+}
+
+/// A `--target` the config does not have.
+#[derive(Debug, thiserror::Error)]
+#[error("--target {name:?}: the config has no such target (it has: {})", .known.join(", "))]
+pub(crate) struct NoSuchTarget {
+    pub name: String,
+    pub known: Vec<String>,
 }
 
 /// Runs the daemon until `shutdown` fires. `reload` fires on SIGHUP.
@@ -381,7 +399,7 @@ pub(crate) async fn run(
                 let before = sched.await.unwrap_or_default();
                 let path = shared.config_path.clone();
                 let old = shared.config();
-                match drcheck_config::load(&path).map_err(|e| e.to_string()).and_then(|c| only_targets(c, &only)) {
+                match drcheck_config::load(&path).map_err(anyhow::Error::from).and_then(|c| Ok(only_targets(c, &only)?)) {
                     Ok(new) => {
                         tracing::info!(path = %path.display(), targets = new.targets.len(), "config reloaded");
                         shared.metrics.config_loaded(true);

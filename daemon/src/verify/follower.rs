@@ -111,7 +111,7 @@ async fn on_follower(
     };
     let validated = match crate::validate::run(sandbox_settings, &only_reads, copy).await {
         Ok(v) => v,
-        Err(e) => return Err(restored_unreachable(sandbox, "validate", e).await),
+        Err(e) => return Err(restored_unreachable(sandbox, "validate", format!("{e:#}")).await),
     };
     let unavailable = validated.primary_unavailable.clone();
     let paused = learned.checked.take().map(|c| c.phases).unwrap_or_default();

@@ -399,11 +399,12 @@ pub(crate) async fn coverage_now(
     settings: Settings<'_>,
     target: &TargetConfig,
     history: &History,
-) -> Result<Coverage, String> {
-    let (_, listed) = list_backups(settings, target).await.map_err(|e| e.to_string())?;
+) -> anyhow::Result<Coverage> {
+    let (_, listed) = list_backups(settings, target).await?;
     let restorable: Vec<Backup> =
         listed.into_iter().filter(|b| b.catalog.as_ref().is_none_or(|c| c.status.is_ok())).collect();
-    let proven = history.proven(&target.name).await.ok_or("the history store cannot be read")?;
+    let proven =
+        history.proven(&target.name).await.ok_or_else(|| anyhow::anyhow!("the history store cannot be read"))?;
     Ok(coverage(&restorable, &proven, target.prove_within, "", SystemTime::now()).0)
 }
 

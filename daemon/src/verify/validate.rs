@@ -133,7 +133,7 @@ pub(super) async fn validate_stage(
     };
     let validated = match crate::validate::run(settings.sandbox, target, copy).await {
         Ok(v) => v,
-        Err(e) => return (Checked::default(), Err(restored_unreachable(&sandbox, "validate", e).await)),
+        Err(e) => return (Checked::default(), Err(restored_unreachable(&sandbox, "validate", format!("{e:#}")).await)),
     };
     let unavailable = validated.primary_unavailable.clone();
     let mut checked = Checked::of(target, validated, rotation.as_ref(), history).await;

@@ -27,6 +27,33 @@ const OWNER_SUFFIX: &str = ".owner";
 const SOCKET_PREFIX: &str = "/tmp/drcheck-";
 
 /// `scratch_dir/drcheck-<uid>`, drcheck's private directory in the scratch directory.
+/// Why one of drcheck's own directories or files cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum DirError {
+    /// A step on `path` failed (`doing`: "create", "write", "restrict", "inspect").
+    #[error("cannot {doing} {}: {source}", path.display())]
+    Io {
+        doing: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// A link, another user's, or writable by others.
+    #[error(
+        "{} is not drcheck's own private directory (a link, another user's, or writable by others): \
+         refusing to use it; remove it or choose another sandbox.scratch_dir",
+        path.display()
+    )]
+    NotPrivate { path: PathBuf },
+}
+
+impl DirError {
+    fn io(doing: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> DirError {
+        let path = path.to_path_buf();
+        move |source| DirError::Io { doing, path, source }
+    }
+}
+
 pub(crate) fn private_dir(scratch_dir: &Path) -> PathBuf {
     scratch_dir.join(format!("drcheck-{}", Uid::effective().as_raw()))
 }
@@ -37,7 +64,7 @@ pub(crate) fn private_dir(scratch_dir: &Path) -> PathBuf {
 /// nor touches it, and is not stopped by it: it makes a directory of its own with an
 /// unguessable name (`drcheck-<uid>.<random>`, kept for the rest of the process), and
 /// says so.
-pub(crate) fn ensure_private_dir(scratch_dir: &Path) -> Result<PathBuf, String> {
+pub(crate) fn ensure_private_dir(scratch_dir: &Path) -> Result<PathBuf, DirError> {
     let canonical = private_dir(scratch_dir);
     match ensure_own_dir(scratch_dir, &canonical, 0o711) {
         Ok(dir) => Ok(dir),
@@ -51,10 +78,10 @@ pub(crate) fn ensure_private_dir(scratch_dir: &Path) -> Result<PathBuf, String> 
             use rand::Rng;
             let name = format!("drcheck-{}.{:016x}", Uid::effective().as_raw(), rand::rng().random::<u64>());
             let dir = scratch_dir.join(name);
-            std::fs::DirBuilder::new()
-                .mode(0o711)
-                .create(&dir)
-                .map_err(|e| format!("{why}; and cannot create {}: {e}", dir.display()))?;
+            if let Err(e) = std::fs::DirBuilder::new().mode(0o711).create(&dir) {
+                tracing::warn!(squatted = %canonical.display(), "{why}");
+                return Err(DirError::io("create", &dir)(e));
+            }
             let dir = ensure_own_dir(scratch_dir, &dir, 0o711)?;
             tracing::warn!(squatted = %canonical.display(), using = %dir.display(), "{why}");
             fallbacks.insert(scratch_dir.to_path_buf(), dir.clone());
@@ -87,53 +114,44 @@ fn own_private_dirs(scratch_dir: &Path) -> Vec<PathBuf> {
 
 /// `scratch_dir/drcheck-<uid>-cache` (0700): what drcheck keeps between runs (the
 /// pristine catalog fingerprints), apart from the sandboxes.
-pub fn ensure_cache_dir(scratch_dir: &Path) -> Result<PathBuf, String> {
+pub fn ensure_cache_dir(scratch_dir: &Path) -> Result<PathBuf, DirError> {
     let dir = scratch_dir.join(format!("drcheck-{}-cache", Uid::effective().as_raw()));
     ensure_own_dir(scratch_dir, &dir, 0o700)
 }
 
 /// `dir` (0700, made if missing, its parent must exist) as the cache directory instead:
 /// `DRCHECK_CACHE_DIR`. Held to the same rule — drcheck's own, private, not a link.
-pub fn ensure_cache_dir_at(dir: &Path) -> Result<PathBuf, String> {
+pub fn ensure_cache_dir_at(dir: &Path) -> Result<PathBuf, DirError> {
     let parent = dir.parent().unwrap_or(Path::new("/"));
     ensure_own_dir(parent, dir, 0o700)
 }
 
 /// `state_dir/drcheck-follow-<uid>` (0711: the sandbox user passes through to its own
 /// follower directory): where followers keep their copies between runs.
-pub fn ensure_follow_dir(state_dir: &Path) -> Result<PathBuf, String> {
+pub fn ensure_follow_dir(state_dir: &Path) -> Result<PathBuf, DirError> {
     let dir = state_dir.join(format!("drcheck-follow-{}", Uid::effective().as_raw()));
     ensure_own_dir(state_dir, &dir, 0o711)
 }
 
-fn ensure_own_dir(scratch_dir: &Path, dir: &Path, mode: u32) -> Result<PathBuf, String> {
+fn ensure_own_dir(scratch_dir: &Path, dir: &Path, mode: u32) -> Result<PathBuf, DirError> {
     match std::fs::DirBuilder::new().mode(mode).create(dir) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-        Err(e) => {
-            std::fs::create_dir_all(scratch_dir)
-                .map_err(|e2| format!("cannot create sandbox.scratch_dir {}: {e2} ({e})", scratch_dir.display()))?;
-            std::fs::DirBuilder::new()
-                .mode(mode)
-                .create(dir)
-                .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        Err(_) => {
+            std::fs::create_dir_all(scratch_dir).map_err(DirError::io("create sandbox.scratch_dir", scratch_dir))?;
+            std::fs::DirBuilder::new().mode(mode).create(dir).map_err(DirError::io("create", dir))?;
         }
     }
     check_private(dir)?;
     // The mode was masked by the umask on creation; set it exactly.
-    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode))
-        .map_err(|e| format!("cannot restrict {}: {e}", dir.display()))?;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode)).map_err(DirError::io("restrict", dir))?;
     Ok(dir.to_path_buf())
 }
 
-pub(crate) fn check_private(dir: &Path) -> Result<(), String> {
-    let m = std::fs::symlink_metadata(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+pub(crate) fn check_private(dir: &Path) -> Result<(), DirError> {
+    let m = std::fs::symlink_metadata(dir).map_err(DirError::io("inspect", dir))?;
     if !m.is_dir() || m.uid() != Uid::effective().as_raw() || m.mode() & 0o022 != 0 {
-        return Err(format!(
-            "{} is not drcheck's own private directory (a link, another user's, or writable by others): \
-             refusing to use it; remove it or choose another sandbox.scratch_dir",
-            dir.display()
-        ));
+        return Err(DirError::NotPrivate { path: dir.to_path_buf() });
     }
     Ok(())
 }
@@ -184,7 +202,7 @@ pub(crate) fn keys_dir(root: &Path) -> PathBuf {
 }
 
 /// Writes `root`'s owner record (replacing it atomically).
-pub(crate) fn write_owner(root: &Path, owner: &Owner) -> Result<(), String> {
+pub(crate) fn write_owner(root: &Path, owner: &Owner) -> Result<(), DirError> {
     let path = owner_file(root);
     let tmp = path.with_extension("owner.tmp");
     let _ = std::fs::remove_file(&tmp);
@@ -195,20 +213,20 @@ pub(crate) fn write_owner(root: &Path, owner: &Owner) -> Result<(), String> {
         owner.socket_dir.as_ref().map(|p| p.display().to_string()).unwrap_or_default()
     );
     create_private(&tmp, text.as_bytes())?;
-    std::fs::rename(&tmp, &path).map_err(|e| format!("cannot write {}: {e}", path.display()))
+    std::fs::rename(&tmp, &path).map_err(DirError::io("write", &path))
 }
 
 /// Creates `path` with mode 0600 and `content`. It must not exist: a link planted there
 /// is never followed (`O_NOFOLLOW | O_EXCL`).
-pub(crate) fn create_private(path: &Path, content: &[u8]) -> Result<(), String> {
+pub(crate) fn create_private(path: &Path, content: &[u8]) -> Result<(), DirError> {
     let mut f = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
         .mode(0o600)
         .custom_flags(nix::libc::O_NOFOLLOW)
         .open(path)
-        .map_err(|e| format!("cannot create {}: {e}", path.display()))?;
-    f.write_all(content).map_err(|e| format!("cannot write {}: {e}", path.display()))
+        .map_err(DirError::io("create", path))?;
+    f.write_all(content).map_err(DirError::io("write", path))
 }
 
 /// Whether process `pid`, started at `start` (clock ticks after boot), still runs. A
@@ -353,7 +371,7 @@ mod cache_dir_tests {
         let open = base.path().join("open");
         std::fs::create_dir(&open).unwrap();
         std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
-        assert!(ensure_cache_dir_at(&open).unwrap_err().contains("not drcheck's own private directory"));
+        assert!(matches!(ensure_cache_dir_at(&open), Err(DirError::NotPrivate { .. })));
         let link = base.path().join("link");
         std::os::unix::fs::symlink(&dir, &link).unwrap();
         assert!(ensure_cache_dir_at(&link).is_err());

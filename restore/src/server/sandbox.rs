@@ -196,8 +196,8 @@ impl Host {
     }
 }
 
-fn infra(message: impl Into<String>) -> RestoreError {
-    RestoreError::infra(Stage::Sandbox, message)
+fn infra(message: impl std::fmt::Display) -> RestoreError {
+    RestoreError::infra(Stage::Sandbox, message.to_string())
 }
 
 /// Server settings of a profile, passed as `-c name=value`.
