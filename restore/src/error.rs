@@ -225,8 +225,8 @@ impl RestoreError {
         matches!(self, RestoreError::BadBackup { .. } | RestoreError::TargetNotReached { .. })
     }
 
-    pub(crate) fn infra(stage: Stage, message: impl Into<String>) -> Self {
-        RestoreError::Infrastructure { stage, message: message.into() }
+    pub(crate) fn infra(stage: Stage, message: impl fmt::Display) -> Self {
+        RestoreError::Infrastructure { stage, message: message.to_string() }
     }
 
     pub(crate) fn unsupported(stage: Stage, message: impl Into<String>) -> Self {

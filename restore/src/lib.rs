@@ -44,7 +44,7 @@ pub use request::{ArchiveCheck, Consistency, Delegated, RestoreJob, Restored};
 pub use server::leftovers::{
     DirError, Owner, ensure_cache_dir, ensure_cache_dir_at, ensure_follow_dir, machine_id, process_running,
 };
-pub use server::pgbin::{Binaries, PgBin};
+pub use server::pgbin::{Binaries, BinariesError, PgBin};
 pub use server::reach::Reach;
 pub use server::recovery::{Horizon, WalReplay};
 pub use server::sandbox::{Sandbox, SandboxOptions, ToolLimit, containment_name, finish_teardowns, reap_leftovers};

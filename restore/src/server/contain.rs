@@ -365,7 +365,7 @@ pub fn helper_main(args: &[OsString]) -> Option<std::convert::Infallible> {
         match landlock_restrict(&policy, Some(want)) {
             Ok(Some(_)) => {}
             Ok(None) => fail("the kernel offers no Landlock".into()),
-            Err(e) => fail(e),
+            Err(e) => fail(e.to_string()),
         }
     }
     if policy.syscalls != Syscalls::Unfiltered {
@@ -429,7 +429,37 @@ fn drop_privileges(uid: u32, gid: u32, more: &[u32]) -> Result<(), nix::Error> {
 
 /// Confines the current process (and its future children) by `policy`. With
 /// `require`, fails unless that ABI's rules were all enforced.
-fn landlock_restrict(policy: &Policy, require: Option<u8>) -> Result<Option<u8>, String> {
+/// Why a layer of containment could not be put on.
+#[derive(Debug, thiserror::Error)]
+enum LayerError {
+    #[error("landlock: {0}")]
+    Landlock(#[from] landlock::RulesetError),
+    /// The kernel offers an older Landlock ABI than required (0: none).
+    #[error("Landlock ABI {want} required, the kernel offers {}", if *offered == 0 { "none".to_string() } else { offered.to_string() })]
+    Abi { want: u8, offered: u8 },
+    /// A step of entering the namespaces or of remounting.
+    #[error("{step}: {source}")]
+    Namespace { step: String, source: std::io::Error },
+    #[error("{0}")]
+    SeccompBuild(#[from] seccompiler::BackendError),
+    #[error("{0}")]
+    SeccompApply(#[from] seccompiler::Error),
+    #[error("no_new_privs: {0}")]
+    NoNewPrivs(nix::Error),
+}
+
+impl LayerError {
+    fn step(step: impl Into<String>) -> impl FnOnce(nix::Error) -> LayerError {
+        let step = step.into();
+        move |e| LayerError::Namespace { step, source: e.into() }
+    }
+
+    fn write(step: &'static str) -> impl FnOnce(std::io::Error) -> LayerError {
+        move |source| LayerError::Namespace { step: step.into(), source }
+    }
+}
+
+fn landlock_restrict(policy: &Policy, require: Option<u8>) -> Result<Option<u8>, LayerError> {
     use landlock::{
         ABI, Access, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, LandlockStatus, PathBeneath, PathFd,
         Ruleset, RulesetAttr, RulesetCreatedAttr, RulesetStatus, Scope,
@@ -441,16 +471,11 @@ fn landlock_restrict(policy: &Policy, require: Option<u8>) -> Result<Option<u8>,
         None => ABI::from(i32::from(MAX_ABI)),
     };
     let level = if require.is_some() { CompatLevel::HardRequirement } else { CompatLevel::BestEffort };
-    let err = |e: landlock::RulesetError| format!("landlock: {e}");
-    let ruleset = Ruleset::default().set_compatibility(level).handle_access(AccessFs::from_all(abi)).map_err(err)?;
-    let ruleset = if AccessNet::from_all(abi).is_empty() {
-        ruleset
-    } else {
-        ruleset.handle_access(AccessNet::from_all(abi)).map_err(err)?
-    };
+    let ruleset = Ruleset::default().set_compatibility(level).handle_access(AccessFs::from_all(abi))?;
     let ruleset =
-        if Scope::from_all(abi).is_empty() { ruleset } else { ruleset.scope(Scope::from_all(abi)).map_err(err)? };
-    let ruleset = ruleset.create().map_err(err)?;
+        if AccessNet::from_all(abi).is_empty() { ruleset } else { ruleset.handle_access(AccessNet::from_all(abi))? };
+    let ruleset = if Scope::from_all(abi).is_empty() { ruleset } else { ruleset.scope(Scope::from_all(abi))? };
+    let ruleset = ruleset.create()?;
 
     let read: BitFlags<AccessFs> = AccessFs::ReadFile | AccessFs::ReadDir;
     // Everything inside the run's own directories but executing what was written there
@@ -480,27 +505,27 @@ fn landlock_restrict(policy: &Policy, require: Option<u8>) -> Result<Option<u8>,
     // No /dev/shm: it is shared with every process of the host (another cluster's
     // segments included). Servers keep dynamic shared memory in their data directory
     // (`dynamic_shared_memory_type = mmap`).
-    let mut ruleset = ruleset.add_rules(rules.into_iter().map(Ok::<_, landlock::RulesetError>)).map_err(err)?;
+    let mut ruleset = ruleset.add_rules(rules.into_iter().map(Ok::<_, landlock::RulesetError>))?;
     if !AccessNet::from_all(abi).is_empty() {
         for port in &policy.connect_tcp {
-            ruleset = ruleset.add_rule(landlock::NetPort::new(*port, AccessNet::ConnectTcp)).map_err(err)?;
+            ruleset = ruleset.add_rule(landlock::NetPort::new(*port, AccessNet::ConnectTcp))?;
         }
     }
-    let status = ruleset.restrict_self().map_err(err)?;
+    let status = ruleset.restrict_self()?;
     let effective = match status.landlock {
         LandlockStatus::Available { effective_abi, .. } => (effective_abi as u8).min(MAX_ABI),
         _ => 0,
     };
     if status.ruleset == RulesetStatus::NotEnforced || effective == 0 {
         return match require {
-            Some(want) => Err(format!("Landlock ABI {want} required, the kernel offers none")),
+            Some(want) => Err(LayerError::Abi { want, offered: 0 }),
             None => Ok(None),
         };
     }
     if let Some(want) = require
         && effective < want
     {
-        return Err(format!("Landlock ABI {want} required, the kernel offers {effective}"));
+        return Err(LayerError::Abi { want, offered: effective });
     }
     Ok(Some(effective))
 }
@@ -513,7 +538,7 @@ pub const MAX_ABI: u8 = 7;
 /// there can be executed, `mmap`ed executable (a shared library a backup drops) or
 /// carry set-ID bits. As root the namespaces are entered directly; otherwise through a
 /// user namespace that maps only this process's own uid and gid.
-fn enter_namespaces(no_network: bool, writable: &[PathBuf]) -> Result<(), String> {
+fn enter_namespaces(no_network: bool, writable: &[PathBuf]) -> Result<(), LayerError> {
     use nix::mount::{MsFlags, mount};
     use nix::sched::{CloneFlags, unshare};
     use nix::unistd::{Gid, Uid};
@@ -523,25 +548,25 @@ fn enter_namespaces(no_network: bool, writable: &[PathBuf]) -> Result<(), String
     }
     let (uid, gid) = (Uid::current(), Gid::current());
     if uid.is_root() {
-        unshare(flags).map_err(|e| format!("unshare: {e}"))?;
+        unshare(flags).map_err(LayerError::step("unshare"))?;
     } else {
-        unshare(flags | CloneFlags::CLONE_NEWUSER).map_err(|e| format!("unshare (user namespace): {e}"))?;
-        std::fs::write("/proc/self/setgroups", "deny").map_err(|e| format!("setgroups: {e}"))?;
-        std::fs::write("/proc/self/uid_map", format!("{uid} {uid} 1")).map_err(|e| format!("uid_map: {e}"))?;
-        std::fs::write("/proc/self/gid_map", format!("{gid} {gid} 1")).map_err(|e| format!("gid_map: {e}"))?;
+        unshare(flags | CloneFlags::CLONE_NEWUSER).map_err(LayerError::step("unshare (user namespace)"))?;
+        std::fs::write("/proc/self/setgroups", "deny").map_err(LayerError::write("setgroups"))?;
+        std::fs::write("/proc/self/uid_map", format!("{uid} {uid} 1")).map_err(LayerError::write("uid_map"))?;
+        std::fs::write("/proc/self/gid_map", format!("{gid} {gid} 1")).map_err(LayerError::write("gid_map"))?;
     }
     // Nothing mounted here may propagate back to the host.
     mount(None::<&str>, "/", None::<&str>, MsFlags::MS_REC | MsFlags::MS_PRIVATE, None::<&str>)
-        .map_err(|e| format!("making mounts private: {e}"))?;
+        .map_err(LayerError::step("making mounts private"))?;
     for dir in writable {
         // Keep the flags the mount already has (a user namespace may not clear them).
         let kept = nix::sys::statvfs::statvfs(dir).map(|v| mount_flags(v.flags())).unwrap_or(MsFlags::empty());
         mount(Some(dir), dir, None::<&str>, MsFlags::MS_BIND | MsFlags::MS_REC, None::<&str>)
-            .map_err(|e| format!("bind-mounting {}: {e}", dir.display()))?;
+            .map_err(LayerError::step(format!("bind-mounting {}", dir.display())))?;
         let restricted =
             MsFlags::MS_BIND | MsFlags::MS_REMOUNT | MsFlags::MS_NOEXEC | MsFlags::MS_NOSUID | MsFlags::MS_NODEV | kept;
         mount(None::<&str>, dir, None::<&str>, restricted, None::<&str>)
-            .map_err(|e| format!("remounting {} noexec: {e}", dir.display()))?;
+            .map_err(LayerError::step(format!("remounting {} noexec", dir.display())))?;
     }
     Ok(())
 }
@@ -564,14 +589,14 @@ fn mount_flags(f: nix::sys::statvfs::FsFlags) -> nix::mount::MsFlags {
 
 /// Installs the seccomp filter for `kind` on this process (and so on what it executes).
 /// Denied calls fail with `EPERM`, as a permission would.
-fn install_seccomp(kind: Syscalls) -> Result<(), String> {
+fn install_seccomp(kind: Syscalls) -> Result<(), LayerError> {
     use seccompiler::{
         BpfProgram, SeccompAction, SeccompCmpArgLen as Len, SeccompCmpOp as Op, SeccompCondition as Cond,
         SeccompFilter, SeccompRule,
     };
     use std::collections::BTreeMap;
-    let cond = |arg: u8, len: Len, op: Op, value: u64| Cond::new(arg, len, op, value).map_err(|e| e.to_string());
-    let rule = |conds: Vec<Cond>| SeccompRule::new(conds).map_err(|e| e.to_string());
+    let cond = |arg: u8, len: Len, op: Op, value: u64| Cond::new(arg, len, op, value);
+    let rule = |conds: Vec<Cond>| SeccompRule::new(conds);
     let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
     // Everything contained: no tracing, no reading or writing another process's
     // memory, no io_uring (its operations bypass seccomp).
@@ -616,11 +641,10 @@ fn install_seccomp(kind: Syscalls) -> Result<(), String> {
             rules.insert(libc::SYS_sendto, vec![rule(vec![cond(4, Len::Qword, Op::Ne, 0)?])?]);
         }
     }
-    let arch = std::env::consts::ARCH.try_into().map_err(|e: seccompiler::BackendError| e.to_string())?;
-    let filter = SeccompFilter::new(rules, SeccompAction::Allow, SeccompAction::Errno(libc::EPERM as u32), arch)
-        .map_err(|e| e.to_string())?;
-    let program: BpfProgram = filter.try_into().map_err(|e: seccompiler::BackendError| e.to_string())?;
+    let arch: seccompiler::TargetArch = std::env::consts::ARCH.try_into()?;
+    let filter = SeccompFilter::new(rules, SeccompAction::Allow, SeccompAction::Errno(libc::EPERM as u32), arch)?;
+    let program: BpfProgram = filter.try_into()?;
     // Landlock has already set no_new_privs when it ran; without it, set it here.
-    nix::sys::prctl::set_no_new_privs().map_err(|e| format!("no_new_privs: {e}"))?;
-    seccompiler::apply_filter(&program).map_err(|e| e.to_string())
+    nix::sys::prctl::set_no_new_privs().map_err(LayerError::NoNewPrivs)?;
+    Ok(seccompiler::apply_filter(&program)?)
 }

@@ -68,6 +68,29 @@ fn has_server(dir: &Path) -> bool {
     dir.join("initdb").is_file() && dir.join("postgres").is_file()
 }
 
+/// Why no binaries fit a backup.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BinariesError {
+    /// A configured directory without a server (`setting` names it).
+    #[error("{setting} = {} has no initdb and postgres binaries", dir.display())]
+    NoServer { setting: String, dir: PathBuf },
+    /// A directory configured for one major holding another (or none readable).
+    #[error("sandbox.pg_bindirs.{major} = {} holds {} (its postgres --version)", dir.display(), found.map_or("no readable version".to_string(), |m| format!("PostgreSQL {m}")))]
+    WrongMajor { major: u32, dir: PathBuf, found: Option<u32> },
+    #[error(
+        "no PostgreSQL server binaries found under {DEBIAN_ROOT}/*/bin or {RPM_PREFIX}*/bin; install postgresql-15 (or newer) or set sandbox.pg_bindirs"
+    )]
+    NoneInstalled,
+    /// None of `major` (or, not `exact`, newer) among the majors `found`.
+    #[error(
+        "the backup was written by PostgreSQL {major}; restoring it needs {} binaries, found {found:?} \
+         (configured in [sandbox.pg_bindirs] or installed under {DEBIAN_ROOT}/N/bin, {RPM_PREFIX}N/bin): \
+         install postgresql-{major} or set [sandbox.pg_bindirs] {major} = \"…/bin\"",
+        if *exact { format!("PostgreSQL {major}") } else { format!("PostgreSQL {major} or newer") }
+    )]
+    Missing { major: u32, exact: bool, found: Vec<u32> },
+}
+
 impl Binaries {
     /// Only what is installed in the common layouts.
     pub fn discovered() -> Binaries {
@@ -76,29 +99,23 @@ impl Binaries {
 
     /// The configured directories, checked: each holds a server of the major it is
     /// configured for.
-    fn configured(&self) -> Result<Vec<PgBin>, String> {
+    fn configured(&self) -> Result<Vec<PgBin>, BinariesError> {
         let mut out = Vec::new();
         for (major, dir) in &self.per_major {
             if !has_server(dir) {
-                return Err(format!(
-                    "sandbox.pg_bindirs.{major} = {} has no initdb and postgres binaries",
-                    dir.display()
-                ));
+                return Err(BinariesError::NoServer {
+                    setting: format!("sandbox.pg_bindirs.{major}"),
+                    dir: dir.clone(),
+                });
             }
             match major_in(dir) {
                 Some(m) if m == *major => out.push(PgBin { dir: dir.clone(), major: Some(m) }),
-                found => {
-                    return Err(format!(
-                        "sandbox.pg_bindirs.{major} = {} holds {} (its postgres --version)",
-                        dir.display(),
-                        found.map_or("no readable version".to_string(), |m| format!("PostgreSQL {m}"))
-                    ));
-                }
+                found => return Err(BinariesError::WrongMajor { major: *major, dir: dir.clone(), found }),
             }
         }
         if let Some(dir) = &self.any {
             if !has_server(dir) {
-                return Err(format!("sandbox.pg_bindir {} has no initdb and postgres binaries", dir.display()));
+                return Err(BinariesError::NoServer { setting: "sandbox.pg_bindir".into(), dir: dir.clone() });
             }
             out.push(PgBin { dir: dir.clone(), major: major_in(dir) });
         }
@@ -106,7 +123,7 @@ impl Binaries {
     }
 
     /// Every usable directory, the configured ones first.
-    fn all(&self) -> Result<Vec<PgBin>, String> {
+    fn all(&self) -> Result<Vec<PgBin>, BinariesError> {
         let mut all = self.configured()?;
         for b in installed() {
             if !all.iter().any(|a| a.major == b.major) {
@@ -117,24 +134,19 @@ impl Binaries {
     }
 
     /// The newest binaries there are (for a backup whose major nothing says).
-    pub fn newest(&self) -> Result<PgBin, String> {
+    pub fn newest(&self) -> Result<PgBin, BinariesError> {
         let all = self.all()?;
         // A configured directory of unknown major is what the operator asked for.
         if let Some(b) = all.iter().find(|b| b.major.is_none()) {
             return Ok(b.clone());
         }
-        all.into_iter().max_by_key(|b| b.major).ok_or_else(|| {
-            format!(
-                "no PostgreSQL server binaries found under {DEBIAN_ROOT}/*/bin or {RPM_PREFIX}*/bin; install \
-                 postgresql-15 (or newer) or set sandbox.pg_bindirs"
-            )
-        })
+        all.into_iter().max_by_key(|b| b.major).ok_or(BinariesError::NoneInstalled)
     }
 
     /// The binaries for a backup written by PostgreSQL `major`: that major itself
     /// (`exact`: physical backups, and every tool run on one), or else the oldest major
     /// that is not older (a logical dump restores into a newer server).
-    pub fn for_major(&self, major: Option<u32>, exact: bool) -> Result<PgBin, String> {
+    pub fn for_major(&self, major: Option<u32>, exact: bool) -> Result<PgBin, BinariesError> {
         let Some(major) = major else { return self.newest() };
         let all = self.all()?;
         let mut found: Vec<u32> = all.iter().filter_map(|b| b.major).collect();
@@ -152,14 +164,7 @@ impl Binaries {
                 .min_by_key(|b| b.major)
                 .or_else(|| all.into_iter().filter(fitting).min_by_key(|b| b.major))
         };
-        pick.ok_or_else(|| {
-            let need = if exact { format!("PostgreSQL {major}") } else { format!("PostgreSQL {major} or newer") };
-            format!(
-                "the backup was written by PostgreSQL {major}; restoring it needs {need} binaries, found {found:?} \
-                 (configured in [sandbox.pg_bindirs] or installed under {DEBIAN_ROOT}/N/bin, {RPM_PREFIX}N/bin): \
-                 install postgresql-{major} or set [sandbox.pg_bindirs] {major} = \"…/bin\""
-            )
-        })
+        pick.ok_or(BinariesError::Missing { major, exact, found })
     }
 }
 
@@ -225,12 +230,14 @@ mod tests {
         assert_eq!(major_in(&bin), Some(16));
         let wrong = Binaries { per_major: BTreeMap::from([(18, bin.clone())]), any: None };
         let e = wrong.for_major(Some(18), true).unwrap_err();
+        assert_eq!(e, BinariesError::WrongMajor { major: 18, dir: bin.clone(), found: Some(16) });
+        let e = e.to_string();
         assert!(e.contains("sandbox.pg_bindirs.18") && e.contains("holds PostgreSQL 16"), "{e}");
         let right = Binaries { per_major: BTreeMap::from([(16, bin.clone())]), any: None };
         assert_eq!(right.for_major(Some(16), true).unwrap().dir, bin);
         // A dump of 14 restores into the oldest configured major that is not older.
         assert_eq!(right.for_major(Some(14), false).unwrap().dir, bin);
-        let e = right.for_major(Some(99), true).unwrap_err();
+        let e = right.for_major(Some(99), true).unwrap_err().to_string();
         assert!(e.contains("PostgreSQL 99") && e.contains("[sandbox.pg_bindirs] 99"), "{e}");
         // The legacy single directory: its own major, read from it.
         let any = Binaries { per_major: BTreeMap::new(), any: Some(bin.clone()) };

@@ -100,7 +100,7 @@ async fn newest_in_file(
             format!("archived WAL {}: not a WAL segment of a known PostgreSQL version", file.display()),
         ));
     };
-    let bin = bins.for_major(Some(major), true).map_err(infra)?;
+    let bin = bins.for_major(Some(major), true).map_err(|e| infra(e.to_string()))?;
     let tool = bin.tool("pg_waldump");
     if !tool.is_file() {
         return Err(infra(format!("{} not found: the archive's newest commit cannot be read", tool.display())));

@@ -48,29 +48,30 @@ pub(crate) struct Tool<'a> {
 /// writes its repository group-readable). Never root's group; `None` when the
 /// repository is readable to anyone or drcheck is not root (the tool then runs as
 /// drcheck's own user, who must be able to read it).
-pub(crate) fn reading_group(dir: &Path) -> Result<Option<u32>, String> {
+pub(crate) fn reading_group(dir: &Path) -> Result<Option<u32>, RestoreError> {
     use std::os::unix::fs::MetadataExt as _;
-    let m = std::fs::metadata(dir).map_err(|e| format!("the repository {}: {e}", dir.display()))?;
+    let unsupported = |message| RestoreError::Unsupported { stage: Stage::Fetch, message };
+    let m = std::fs::metadata(dir).map_err(|e| unsupported(format!("the repository {}: {e}", dir.display())))?;
     if !m.is_dir() {
-        return Err(format!("the repository {} is not a directory", dir.display()));
+        return Err(unsupported(format!("the repository {} is not a directory", dir.display())));
     }
     if !nix::unistd::Uid::effective().is_root() || m.mode() & 0o005 == 0o005 {
         return Ok(None);
     }
     if m.mode() & 0o050 != 0o050 {
-        return Err(format!(
+        return Err(unsupported(format!(
             "the repository {} (mode {:o}) is readable by its owner only: the contained pgbackrest reads it through \
              its group — chmod -R g+rX it (pgBackRest's default repository mode is 0750)",
             dir.display(),
             m.mode() & 0o777
-        ));
+        )));
     }
     if m.gid() == 0 {
-        return Err(format!(
+        return Err(unsupported(format!(
             "the repository {} belongs to group root: the contained pgbackrest never reads through root's group — \
              give it a group of its own (chgrp -R pgbackrest …)",
             dir.display()
-        ));
+        )));
     }
     Ok(Some(m.gid()))
 }
@@ -344,7 +345,12 @@ pub(crate) struct Plan {
 
 /// The WAL files to fetch: `start..=stop` must all be there (else `Err(missing)`);
 /// after `stop`, as far as the archive is continuous up to `last`.
-pub(crate) fn plan_segments(start: &str, stop: &str, last: &str, archived: &Archived) -> Result<Plan, String> {
+/// A WAL file a backup needs to become consistent that the archive does not hold.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub(crate) struct MissingSegment(pub String);
+
+pub(crate) fn plan_segments(start: &str, stop: &str, last: &str, archived: &Archived) -> Result<Plan, MissingSegment> {
     let mut segments = Vec::new();
     let mut seg = start.to_string();
     let last = if last < stop { stop } else { last };
@@ -360,7 +366,7 @@ pub(crate) fn plan_segments(start: &str, stop: &str, last: &str, archived: &Arch
         }
         if !archived.segments.contains(&seg) {
             if seg.as_str() <= stop {
-                return Err(seg);
+                return Err(MissingSegment(seg));
             }
             return Ok(Plan { segments, gap: Some(seg) });
         }
@@ -510,7 +516,7 @@ mod tests {
         assert_eq!(p.segments.len(), 2);
         assert_eq!(p.gap.as_deref(), Some("000000010000000000000005"));
         let err = plan_segments("000000010000000000000003", "000000010000000000000005", "000000010000000000000006", &a);
-        assert_eq!(err.err().as_deref(), Some("000000010000000000000005"));
+        assert_eq!(err.err().map(|m| m.0).as_deref(), Some("000000010000000000000005"));
     }
 
     #[test]

@@ -76,21 +76,23 @@ impl Repo {
     }
 
     /// Host and port of the endpoint: pgBackRest 2.45 speaks only HTTPS to S3.
-    fn host_port(&self) -> Result<(String, u16), String> {
+    fn host_port(&self) -> Result<(String, u16), RestoreError> {
+        let unsupported = |message| RestoreError::Unsupported { stage: Stage::Fetch, message };
         let Some(url) = &self.endpoint else { return Ok((format!("s3.{}.amazonaws.com", self.region), 443)) };
         if !url.starts_with("https://") {
-            return Err(format!(
+            return Err(unsupported(format!(
                 "pgBackRest 2.45 reaches S3 only over https; the storage endpoint is {}",
                 drcheck_config::redact_userinfo(url)
-            ));
+            )));
         }
-        delegate::endpoint_host_port(url)
-            .ok_or_else(|| format!("bad host or port in endpoint {}", drcheck_config::redact_userinfo(url)))
+        delegate::endpoint_host_port(url).ok_or_else(|| {
+            unsupported(format!("bad host or port in endpoint {}", drcheck_config::redact_userinfo(url)))
+        })
     }
 
     /// The tool's environment: the repository, its credentials (from drcheck's own
     /// environment), and work paths inside the run's directory.
-    fn env(&self, work: &Path) -> Result<Vec<(String, String)>, String> {
+    fn env(&self, work: &Path) -> Result<Vec<(String, String)>, RestoreError> {
         let common = |env: &mut Vec<(String, String)>| {
             for (k, v) in [
                 ("PGBACKREST_LOG_PATH", work.display().to_string()),
@@ -164,13 +166,12 @@ impl Repo {
         args: &[String],
         stdout_file: Option<&Path>,
     ) -> Result<Output, RestoreError> {
-        let unsupported = |m| RestoreError::Unsupported { stage: Stage::Fetch, message: m };
         let work = delegate::work_dir(&sandbox.host())?;
         // A posix repository: read there, no network; the repository's group lets the
         // sandbox user read what pgBackRest wrote group-readable (drcheck as root).
         let (port, read, group) = match &self.posix {
-            Some(dir) => (None, vec![dir.clone()], Some(delegate::reading_group(dir).map_err(unsupported)?)),
-            None => (Some(self.host_port().map_err(unsupported)?.1), self.ca_file.iter().cloned().collect(), None),
+            Some(dir) => (None, vec![dir.clone()], Some(delegate::reading_group(dir)?)),
+            None => (Some(self.host_port()?.1), self.ca_file.iter().cloned().collect(), None),
         };
         let tool = Tool {
             program: Path::new(PGBACKREST),
@@ -178,7 +179,7 @@ impl Repo {
             read,
             port,
             group: group.flatten(),
-            env: self.env(&work).map_err(unsupported)?,
+            env: self.env(&work)?,
         };
         let mut all = vec!["--config=/dev/null".to_string()];
         all.extend(args.iter().cloned());
@@ -204,7 +205,7 @@ impl Repo {
         }
         parse_info(&out.stdout, &self.stanza).map_err(|m| StoreError {
             store: self.describe(),
-            message: m,
+            message: m.0,
             unreachable: false,
             changed: false,
         })
@@ -418,7 +419,7 @@ impl Repo {
 /// `repo-ls --output=json` of the archive `id`, each WAL file with its path in the
 /// repository as its version (a segment's name carries its SHA-1: a replaced segment
 /// has another name).
-fn parse_archive_files(json: &[u8], dir: &str) -> Result<Vec<crate::source::ArchivedFile>, String> {
+fn parse_archive_files(json: &[u8], dir: &str) -> Result<Vec<crate::source::ArchivedFile>, crate::Malformed> {
     let v: serde_json::Value =
         serde_json::from_slice(json).map_err(|e| format!("pgbackrest repo-ls printed no JSON: {e}"))?;
     let map = v.as_object().ok_or("pgbackrest repo-ls: expected a JSON object")?;
@@ -588,7 +589,7 @@ fn classify(sandbox: &impl Contained, what: &str, out: &Output) -> RestoreError 
 
 /// `repo-ls --output=json` of an archive: `0000000100000000/000000010000000000000003-<sha1>.gz`
 /// entries give the segment names; `00000002.history` the timeline histories.
-fn parse_repo_ls(json: &[u8]) -> Result<Archived, String> {
+fn parse_repo_ls(json: &[u8]) -> Result<Archived, crate::Malformed> {
     let v: serde_json::Value =
         serde_json::from_slice(json).map_err(|e| format!("pgbackrest repo-ls printed no JSON: {e}"))?;
     let map = v.as_object().ok_or("pgbackrest repo-ls: expected a JSON object")?;
@@ -630,7 +631,7 @@ fn read_verify(text: &str, integrity: &mut Integrity) {
 
 /// `pgbackrest info --output=json` for `stanza` → the catalog. A stanza pgBackRest
 /// reports in error (missing, no valid backups is fine) is an error, whatever its exit code.
-fn parse_info(json: &[u8], stanza: &str) -> Result<Catalog, String> {
+fn parse_info(json: &[u8], stanza: &str) -> Result<Catalog, crate::Malformed> {
     let v = lenient_json(json).map_err(|e| format!("pgbackrest info printed no JSON: {e}"))?;
     let s = v
         .as_array()
@@ -650,11 +651,13 @@ fn parse_info(json: &[u8], stanza: &str) -> Result<Catalog, String> {
             .collect();
         let status = s["status"]["message"].as_str().unwrap_or("broken");
         if said.is_empty() {
-            return Err(format!("pgbackrest reports stanza {stanza:?} as {status} (status {code})"));
+            return Err(crate::Malformed::from(format!(
+                "pgbackrest reports stanza {stanza:?} as {status} (status {code})"
+            )));
         }
         let said = said.join(" / ");
         let encrypted = s["cipher"].as_str().is_some_and(|c| c != "none");
-        return Err(format!("pgBackRest: {said}{}", info_hint(&said, encrypted)));
+        return Err(crate::Malformed::from(format!("pgBackRest: {said}{}", info_hint(&said, encrypted))));
     }
     let time = |t: &serde_json::Value| SystemTime::UNIX_EPOCH + Duration::from_secs(t.as_u64().unwrap_or(0));
     let text = |t: &serde_json::Value| t.as_str().map(str::to_string);
@@ -819,7 +822,7 @@ P00 DETAIL: sync path '/d'";
         assert_eq!(c.archive_id.as_deref(), Some("15-1"));
         assert!(parse_info(INFO.as_bytes(), "other").is_err());
         let broken = INFO.replace(r#""code":0,"message":"ok""#, r#""code":99,"message":"other""#);
-        assert!(parse_info(broken.as_bytes(), "main").unwrap_err().contains("status 99"));
+        assert!(parse_info(broken.as_bytes(), "main").unwrap_err().0.contains("status 99"));
         assert!(parse_info(b"not json", "main").is_err());
     }
 
@@ -834,7 +837,7 @@ P00 DETAIL: sync path '/d'";
         raw.extend_from_slice(b"\xdf\x9a\x1cJ\x00");
         raw.extend_from_slice(br#"\nHINT: backup.info cannot be opened and is required to perform a backup.\nHINT: has a stanza-create been performed?"}}],"status":{"code":99,"lock":{"backup":{"held":false}},"message":"other"}}]"#);
         assert!(serde_json::from_slice::<serde_json::Value>(&raw).is_err(), "not JSON as printed");
-        let e = parse_info(&raw, "main").unwrap_err();
+        let e = parse_info(&raw, "main").unwrap_err().0;
         assert!(
             e.starts_with("pgBackRest: [FormatError] unable to load info file '/r/backup/main/backup.info'"),
             "{e}"
@@ -847,7 +850,7 @@ P00 DETAIL: sync path '/d'";
             r#""code":0,"message":"ok""#,
             r#""code":99,"message":"other"},"repo":[{"key":1,"status":{"code":99,"message":"[HostConnectError] unable to get address for 'nowhere': [-2] Name or service not known"}}],"x":{"#,
         );
-        let e = parse_info(down.as_bytes(), "main").unwrap_err();
+        let e = parse_info(down.as_bytes(), "main").unwrap_err().0;
         assert!(e.contains("[HostConnectError] unable to get address for 'nowhere'") && e.contains("endpoint"), "{e}");
     }
 

@@ -623,7 +623,7 @@ pub(crate) fn archive_check(
     let plan = crate::sources::delegate::plan_segments(start, start, &newest, &archived);
     let (files, gap) = match plan {
         Ok(p) => (p.segments.len(), p.gap),
-        Err(missing) => (0, Some(missing)),
+        Err(missing) => (0, Some(missing.0)),
     };
     let in_flight = gap.as_ref().is_some_and(|g| {
         let later: Vec<&BackupObject> =

@@ -43,11 +43,11 @@ fn headers(bytes: &[u8]) -> Vec<(usize, String)> {
 /// Whether a `base.tar` whose first bytes are `head` and last bytes `tail` (the tail
 /// starting at a 512-byte boundary) is a whole one-file base backup: `Ok` says why,
 /// `Err` what is missing.
-pub fn one_tar_complete(head: &[u8], tail: &[u8]) -> Result<String, String> {
+pub fn one_tar_complete(head: &[u8], tail: &[u8]) -> Result<String, crate::Malformed> {
     let first = headers(&head[..head.len() - head.len() % BLOCK]);
-    let Some((_, name)) = first.first() else { return Err("its head is not a tar header".into()) };
+    let Some((_, name)) = first.first() else { return Err(crate::Malformed::from("its head is not a tar header")) };
     if name != "backup_label" {
-        return Err(format!("its first member is {name:?}, not backup_label"));
+        return Err(crate::Malformed::from(format!("its first member is {name:?}, not backup_label")));
     }
     let size = tar::Header::from_byte_slice(&head[..BLOCK]).size().map_err(|e| e.to_string())? as usize;
     let label = head.get(BLOCK..BLOCK + size).ok_or("its backup_label runs past what was read")?;
@@ -57,7 +57,9 @@ pub fn one_tar_complete(head: &[u8], tail: &[u8]) -> Result<String, String> {
     // The end marker: at least two zero blocks after the last member.
     let zero_end = tail.rchunks_exact(BLOCK).take_while(|b| b.iter().all(|x| *x == 0)).count();
     if zero_end < 2 {
-        return Err("it does not end with a tar's end-of-archive marker (it may still be written)".into());
+        return Err(crate::Malformed::from(
+            "it does not end with a tar's end-of-archive marker (it may still be written)",
+        ));
     }
     let wal: Option<String> = headers(tail)
         .into_iter()
@@ -73,8 +75,12 @@ pub fn one_tar_complete(head: &[u8], tail: &[u8]) -> Result<String, String> {
         Some(w) if w[..8] == start[..8] && w >= start => Ok(format!(
             "its base.tar is whole: backup_label (from {start}), its WAL inside up to {w}, the tar's end marker"
         )),
-        Some(w) => Err(format!("the WAL at its end ({w}) is not the backup's own (from {start})")),
-        None => Err("no WAL at its end (a backup without -X fetch needs its archive or pg_wal.tar)".into()),
+        Some(w) => {
+            Err(crate::Malformed::from(format!("the WAL at its end ({w}) is not the backup's own (from {start})")))
+        }
+        None => {
+            Err(crate::Malformed::from("no WAL at its end (a backup without -X fetch needs its archive or pg_wal.tar)"))
+        }
     }
 }
 
@@ -129,7 +135,7 @@ mod tests {
     const LABEL: &[u8] =
         b"START WAL LOCATION: 0/2000028 (file 000000010000000000000002)\nCHECKPOINT LOCATION: 0/2000060\n";
 
-    fn judge(t: &[u8]) -> Result<String, String> {
+    fn judge(t: &[u8]) -> Result<String, crate::Malformed> {
         let head = &t[..t.len().min(READ as usize)];
         let from = (t.len().saturating_sub(READ as usize)) / BLOCK * BLOCK;
         one_tar_complete(head, &t[from..])
@@ -149,18 +155,18 @@ mod tests {
         assert!(why.contains("up to 000000010000000000000002"), "{why}");
         // Cut short (still being written): no end marker.
         let cut = &whole[..whole.len() - 4096];
-        assert!(judge(cut).unwrap_err().contains("end-of-archive"), "{:?}", judge(cut));
+        assert!(judge(cut).unwrap_err().0.contains("end-of-archive"), "{:?}", judge(cut));
         // Without its WAL (-X none, -X stream's pg_wal.tar not here).
         let bare = tar_of(&[("backup_label", LABEL.to_vec()), ("base/1/1259", vec![1u8; 100_000])]);
-        assert!(judge(&bare).unwrap_err().contains("no WAL"), "{:?}", judge(&bare));
+        assert!(judge(&bare).unwrap_err().0.contains("no WAL"), "{:?}", judge(&bare));
         // WAL of an older backup at its end: not its own.
         let older = tar_of(&[
             ("backup_label", LABEL.to_vec()),
             ("pg_wal/archive_status/000000010000000000000001.done", vec![]),
         ]);
-        assert!(judge(&older).unwrap_err().contains("not the backup's own"), "{:?}", judge(&older));
+        assert!(judge(&older).unwrap_err().0.contains("not the backup's own"), "{:?}", judge(&older));
         // Not a backup's tar at all.
         let other = tar_of(&[("notes.txt", b"x".to_vec())]);
-        assert!(judge(&other).unwrap_err().contains("not backup_label"));
+        assert!(judge(&other).unwrap_err().0.contains("not backup_label"));
     }
 }

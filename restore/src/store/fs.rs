@@ -33,13 +33,13 @@ impl FsStore {
 
     /// Opens `key` for reading beneath the root: never through a link, never outside,
     /// only a regular file.
-    fn open(root: &Path, key: &str) -> Result<(std::fs::File, std::fs::Metadata), String> {
+    fn open(root: &Path, key: &str) -> Result<(std::fs::File, std::fs::Metadata), Refused> {
         use nix::fcntl::{OFlag, OpenHow, ResolveFlag, openat2};
         use nix::sys::stat::Mode;
         if key.is_empty() || key.starts_with('/') || key.split('/').any(|p| p == "..") {
-            return Err(format!("key {key:?} leaves the store's directory"));
+            return Err(Refused::Outside(key.into()));
         }
-        let dir = std::fs::File::open(root).map_err(|e| format!("{}: {e}", root.display()))?;
+        let dir = std::fs::File::open(root).map_err(|e| Refused::Io { what: root.display().to_string(), source: e })?;
         let how = OpenHow::new()
             .flags(OFlag::O_RDONLY | OFlag::O_CLOEXEC | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK)
             .mode(Mode::empty())
@@ -47,18 +47,35 @@ impl FsStore {
                 ResolveFlag::RESOLVE_BENEATH | ResolveFlag::RESOLVE_NO_SYMLINKS | ResolveFlag::RESOLVE_NO_MAGICLINKS,
             );
         let fd: OwnedFd = openat2(&dir, key, how).map_err(|e| match e {
-            nix::errno::Errno::ELOOP => format!("{key}: a symbolic link (the store gives files, not links)"),
-            nix::errno::Errno::EXDEV => format!("{key}: leaves the store's directory"),
-            nix::errno::Errno::ENOENT => format!("{key}: no such object"),
-            other => format!("{key}: {}", other.desc()),
+            nix::errno::Errno::ELOOP => Refused::Link(key.into()),
+            nix::errno::Errno::EXDEV => Refused::Escapes(key.into()),
+            nix::errno::Errno::ENOENT => Refused::Missing(key.into()),
+            other => Refused::Io { what: key.into(), source: other.into() },
         })?;
         let file = std::fs::File::from(fd);
-        let meta = file.metadata().map_err(|e| format!("{key}: {e}"))?;
+        let meta = file.metadata().map_err(|e| Refused::Io { what: key.into(), source: e })?;
         if !meta.is_file() {
-            return Err(format!("{key}: not a regular file"));
+            return Err(Refused::NotAFile(key.into()));
         }
         Ok((file, meta))
     }
+}
+
+/// Why a key is not opened beneath the store's root.
+#[derive(Debug, thiserror::Error)]
+enum Refused {
+    #[error("key {0:?} leaves the store's directory")]
+    Outside(String),
+    #[error("{0}: a symbolic link (the store gives files, not links)")]
+    Link(String),
+    #[error("{0}: leaves the store's directory")]
+    Escapes(String),
+    #[error("{0}: no such object")]
+    Missing(String),
+    #[error("{0}: not a regular file")]
+    NotAFile(String),
+    #[error("{what}: {source}")]
+    Io { what: String, source: std::io::Error },
 }
 
 /// A file's version: device, inode, size and modification time (nanoseconds). A file
@@ -165,7 +182,7 @@ impl BackupStore for FsStore {
         let r = tokio::task::spawn_blocking(move || FsStore::open(&root, &k).map(|(_, m)| m))
             .await
             .map_err(|e| self.err(format!("{key}: stat panicked: {e}")))?;
-        let meta = r.map_err(|m| self.err(m))?;
+        let meta = r.map_err(|m| self.err(m.to_string()))?;
         let last_modified = meta.modified().map_err(|e| self.err(format!("{key}: {e}")))?;
         Ok(BackupObject { key: key.to_string(), size: meta.len(), last_modified, etag: Some(version(&meta)) })
     }
@@ -184,7 +201,7 @@ impl BackupStore for FsStore {
         use std::io::{Read, Seek, SeekFrom};
         let (root, k, want) = (self.root.clone(), key.to_string(), etag.map(str::to_string));
         let r = tokio::task::spawn_blocking(move || -> Result<Vec<u8>, (bool, String)> {
-            let (mut f, meta) = FsStore::open(&root, &k).map_err(|m| (false, m))?;
+            let (mut f, meta) = FsStore::open(&root, &k).map_err(|m| (false, m.to_string()))?;
             if let Some(want) = &want
                 && *want != version(&meta)
             {

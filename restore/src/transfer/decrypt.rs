@@ -695,10 +695,11 @@ struct GpgVerdict {
 
 /// Whether gpg's `status` lines say the data is signed, validly, by one of `signers`:
 /// `Ok`, or why not (for a report).
-fn signature_verdict(status: &[&str], signers: &[String]) -> Result<String, String> {
+fn signature_verdict(status: &[&str], signers: &[String]) -> Result<String, Unsigned> {
     let first = |k: &str| status.iter().find(|l| l.split(' ').next() == Some(k)).map(|l| l.to_string());
+    let named = signers.join(", ");
     if let Some(bad) = first("BADSIG") {
-        return Err(format!("its OpenPGP signature is bad — the data was altered after it was signed ({bad})"));
+        return Err(Unsigned::Altered(bad));
     }
     if let Some(valid) = first("VALIDSIG") {
         let f: Vec<&str> = valid.split(' ').collect();
@@ -708,16 +709,30 @@ fn signature_verdict(status: &[&str], signers: &[String]) -> Result<String, Stri
         {
             return Ok(primary.to_string());
         }
-        return Err(format!("it is signed by key {primary}, not by decrypt.signed_by ({})", signers.join(", ")));
+        return Err(Unsigned::OtherKey { key: primary.into(), signers: named });
     }
     if let Some(err) = first("ERRSIG") {
-        let id = err.split(' ').nth(1).unwrap_or_default();
-        return Err(format!(
-            "it is signed by key {id}, which is not decrypt.signed_by ({}) — or its signature cannot be checked",
-            signers.join(", ")
-        ));
+        return Err(Unsigned::Unverifiable { key: err.split(' ').nth(1).unwrap_or_default().into(), signers: named });
     }
-    Err(format!("it carries no OpenPGP signature; decrypt.signed_by ({}) must have signed it", signers.join(", ")))
+    Err(Unsigned::NoSignature { signers: named })
+}
+
+/// Why a backup is not signed, validly, by `decrypt.signed_by` (gpg's status lines read
+/// here, in one place).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum Unsigned {
+    /// `BADSIG`: the status line.
+    #[error("its OpenPGP signature is bad — the data was altered after it was signed ({0})")]
+    Altered(String),
+    #[error("it is signed by key {key}, not by decrypt.signed_by ({signers})")]
+    OtherKey { key: String, signers: String },
+    /// `ERRSIG`: a key gpg does not hold, or a signature it cannot check.
+    #[error(
+        "it is signed by key {key}, which is not decrypt.signed_by ({signers}) — or its signature cannot be checked"
+    )]
+    Unverifiable { key: String, signers: String },
+    #[error("it carries no OpenPGP signature; decrypt.signed_by ({signers}) must have signed it")]
+    NoSignature { signers: String },
 }
 
 /// Why gpg did not deliver the whole plaintext.
@@ -789,12 +804,12 @@ async fn finish_gpg(
                     exit.code().unwrap_or(-1)
                 )),
             )),
-            Err(why) => Err(io::Error::new(io::ErrorKind::InvalidData, GpgFailure::BadSignature(why))),
+            Err(why) => Err(io::Error::new(io::ErrorKind::InvalidData, GpgFailure::BadSignature(why.to_string()))),
         };
     }
     if exit.success() && has("DECRYPTION_OKAY") && !has("BADMDC") && !has("DECRYPTION_FAILED") {
         return signed(&verdict.signers)
-            .map_err(|why| io::Error::new(io::ErrorKind::InvalidData, GpgFailure::BadSignature(why)));
+            .map_err(|why| io::Error::new(io::ErrorKind::InvalidData, GpgFailure::BadSignature(why.to_string())));
     }
     // No plaintext at all and no secret key, or a passphrase refused: the key held is
     // not the one; anything else that fails is the ciphertext's.
@@ -880,12 +895,14 @@ mod tests {
             "GOODSIG 1111111111111111 Other",
             "VALIDSIG 9999999999999999999999999999999999999999 2026-12-07 1 0 4 0 22 10 00 9999999999999999999999999999999999999999",
         ];
-        assert!(signature_verdict(&other, &signers).unwrap_err().contains("not by decrypt.signed_by"));
+        assert!(signature_verdict(&other, &signers).unwrap_err().to_string().contains("not by decrypt.signed_by"));
         let bad = ["BADSIG 0BC6C72C1262F9B5 Ops"];
-        assert!(signature_verdict(&bad, &signers).unwrap_err().contains("altered after it was signed"));
+        assert!(signature_verdict(&bad, &signers).unwrap_err().to_string().contains("altered after it was signed"));
         let unknown = ["ERRSIG 1111111111111111 22 10 00 1796000000 9"];
-        assert!(signature_verdict(&unknown, &signers).unwrap_err().contains("signed by key 1111111111111111"));
-        assert!(signature_verdict(&[], &signers).unwrap_err().contains("carries no OpenPGP signature"));
+        assert!(
+            signature_verdict(&unknown, &signers).unwrap_err().to_string().contains("signed by key 1111111111111111")
+        );
+        assert!(signature_verdict(&[], &signers).unwrap_err().to_string().contains("carries no OpenPGP signature"));
     }
 
     #[test]
