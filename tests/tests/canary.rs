@@ -159,8 +159,10 @@ fn canaries_are_caught_paged_and_never_counted_as_verifications() {
     let writes_before = s3_writes(&root.path().join("moto.log"));
     let heard_before = hook.requests().len();
 
-    // The daemon's canary: once a day, at a second a few seconds from now.
-    let at = chrono::Utc::now() + chrono::Duration::seconds(4);
+    // The daemon's canary: once a day, at a second a few seconds from now — far enough
+    // that a daemon slow to start on a loaded machine does not miss it (it would be
+    // tomorrow's).
+    let at = chrono::Utc::now() + chrono::Duration::seconds(10);
     let daily = config(&format!("{WITHIN}\ncanary = \"{}\"", at.format("%-S %-M %-H * * *")), "", "");
     let mut daemon = Daemon::start(Path::new(&daily), port, &[]);
     let deadline = Instant::now() + LIMIT;

@@ -42,9 +42,8 @@ fn every_metric_in_the_rules_and_the_dashboard_is_exported() {
     let passing = scene.config(&spec).display().to_string();
     let (out, _) = drcheck(&["--config", &passing, "verify"], &scene.env(), Duration::from_secs(120));
     assert_eq!(out.status.code(), Some(0), "{}", drcheck_e2e::stderr(&out));
-    spec.rpo = "1s".into();
+    spec.rpo = "1ms".into();
     let config = scene.config(&spec);
-    std::thread::sleep(Duration::from_millis(1100));
     let mut d = Daemon::start(&config, port, &scene.env());
     assert_eq!(
         http_request(port, "POST", "/api/v1/targets/orders/verify", &[("Authorization", "Bearer t")], "").0,
