@@ -116,7 +116,9 @@ pub fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging(cli.verbose, matches!(cli.command, Command::Daemon(_)));
     harden_process();
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    // A verification is a deep chain of futures (a daemon's canary runs one inside its
+    // own): worker threads get the main thread's 8 MiB, not tokio's 2 MiB.
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().thread_stack_size(8 << 20).build() {
         Ok(rt) => rt,
         Err(e) => {
             crate::errln!("drcheck: cannot start the async runtime: {e}");

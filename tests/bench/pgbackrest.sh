@@ -153,6 +153,8 @@ with_drcheck() {
   local out config=$work/drcheck.toml
   [ "$1" = latest ] || config=$work/drcheck-time.toml
   out=$("$drcheck" --config "$config" verify --json)
+  # Each run's report stays beside the bench (its phases say where the time went).
+  echo "$out" >"$work/report-$1.json"
   echo "$out" | python3 -c 'import json,sys; r=json.load(sys.stdin)["runs"][0]; assert r["result"]=="passed", r; print(r["rto"]["measured_seconds"]); print(r["restore"].get("replay", "-"), file=sys.stderr)' 2>>"$work/replay-$1.txt"
 }
 

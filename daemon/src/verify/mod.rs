@@ -315,13 +315,9 @@ impl Attempt<'_> {
 /// and the run is `aborted` in that stage.
 pub(crate) async fn steps(a: Attempt<'_>) -> (Learned, Result<(), Stop>) {
     let mut learned = Learned::default();
-    let selected = match until_cancelled(
-        a.cancel,
-        "select",
-        select::select_stage(a.settings, a.target, a.run_id, a.backup_key, a.history, a.progress),
-    )
-    .await
-    {
+    // Each stage's future on the heap: together they are far larger than a stack wants.
+    let selecting = Box::pin(select::select_stage(a.settings, a.target, a.run_id, a.backup_key, a.history, a.progress));
+    let selected = match until_cancelled(a.cancel, "select", selecting).await {
         Ok(Ok(s)) => s,
         Ok(Err(stopped)) => {
             learned.listed = stopped.learned;
@@ -330,7 +326,7 @@ pub(crate) async fn steps(a: Attempt<'_>) -> (Learned, Result<(), Stop>) {
         Err(aborted) => return (learned, Err(aborted)),
     };
     learned.listed = selected.listed.clone();
-    let restoring = restore::restore_stage(a.settings, &selected, a.sandbox_name(), a.progress);
+    let restoring = Box::pin(restore::restore_stage(a.settings, &selected, a.sandbox_name(), a.progress));
     let ready = match until_cancelled(a.cancel, "restore", restoring).await {
         Ok((restored, ready)) => {
             learned.restored = Some(restored);
@@ -343,8 +339,9 @@ pub(crate) async fn steps(a: Attempt<'_>) -> (Learned, Result<(), Stop>) {
         Err(stop) => return (learned, Err(stop)),
     };
     let cutoff = learned.measurements().as_of_cutoff();
-    let validating =
-        validate::validate_stage(a.settings, &selected, ready, cutoff, a.run_id, a.history, a.cancel, a.progress);
+    let validating = Box::pin(validate::validate_stage(
+        a.settings, &selected, ready, cutoff, a.run_id, a.history, a.cancel, a.progress,
+    ));
     match until_cancelled(a.cancel, "validate", validating).await {
         Ok((checked, outcome)) => {
             learned.checked = Some(checked);

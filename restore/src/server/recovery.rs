@@ -8,7 +8,7 @@
 
 use crate::error::{RestoreError, Stage};
 use crate::server::pgbin;
-use crate::server::sandbox::Sandbox;
+use crate::server::sandbox::{Promote, Sandbox};
 use drcheck_config::RecoveryTarget;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -274,8 +274,9 @@ pub(crate) async fn start_restored(
         ("max_wal_senders".into(), "0".into()),
         ("primary_conninfo".into(), String::new()),
         ("primary_slot_name".into(), String::new()),
-        // One sync of the file system at start-up instead of an fsync per file.
-        ("recovery_init_sync_method".into(), "syncfs".into()),
+        // The data directory's files synced at start-up, each (not the whole file
+        // system: WAL fetched into the spool meanwhile is none of its business).
+        ("recovery_init_sync_method".into(), "fsync".into()),
     ];
     if let Some(replay) = &replay {
         // PostgreSQL runs restore_command through the shell: the shell and cp may
@@ -285,10 +286,14 @@ pub(crate) async fn start_restored(
         let spool = replay.spool.display();
         // A follower asks every second for the next file: one it does not hold yet is
         // the normal case there, not worth a line in the log each time.
+        // A restore's replay takes each file as it is, linked rather than copied (16 MiB a
+        // segment not written twice on the replay's cores); a follower, which keeps
+        // restored segments, copies them.
         let copy = if replay.standby {
             format!("[ -e '{spool}/%f' ] && cp '{spool}/%f' '%p'")
         } else {
-            format!("cp '{spool}/%f' '%p'")
+            sandbox.allow_server_exec(&["/usr/bin/ln", "/bin/ln"]);
+            format!("ln -f '{spool}/%f' '%p' 2>/dev/null || cp '{spool}/%f' '%p'")
         };
         let command = if replay.streamed {
             // A planned file not there yet is waited for (until it is, or a fetch failed).
@@ -319,6 +324,25 @@ pub(crate) async fn start_restored(
             settings.extend(standby_limits(sandbox, &bin).await);
             write_new(&data.join("standby.signal"), "")?;
             sandbox.set_standby();
+        } else if major >= 14 {
+            // drcheck promotes the server itself (fast promotion: the end-of-recovery
+            // checkpoint runs after the server is ready, as in a real failover, instead
+            // of before it, waited for). To the archive's end a standby replays all it
+            // can get, then ends when promoted; to a point, replay pauses there and is
+            // promoted. Either needs connections during recovery: a hot standby, with
+            // the primary's limits.
+            settings.retain(|(k, _)| k != "hot_standby" && k != "max_wal_senders");
+            settings.push(("hot_standby".into(), "on".into()));
+            sandbox.choose_bin(bin.clone());
+            settings.extend(standby_limits(sandbox, &bin).await);
+            settings.extend(target_settings(replay.target));
+            if matches!(replay.target, RecoveryTarget::Latest) {
+                write_new(&data.join("standby.signal"), "")?;
+            } else {
+                settings.push(("recovery_target_action".into(), "pause".into()));
+                write_new(&data.join("recovery.signal"), "")?;
+            }
+            sandbox.promote_by(Promote::AtOnce);
         } else {
             settings.extend(target_settings(replay.target));
             settings.push(("recovery_target_action".into(), "promote".into()));

@@ -98,6 +98,9 @@ pub struct Sandbox {
     keep: bool,
     /// A hot standby: ready when it accepts connections, still in recovery.
     standby: bool,
+    /// How a restore's recovery is ended: by drcheck's own promotion (fast: the
+    /// end-of-recovery checkpoint runs after, not before, the server is ready).
+    promote: Promote,
 }
 
 /// What a contained process of a run needs of its sandbox — its directories, the
@@ -200,6 +203,43 @@ fn infra(message: impl std::fmt::Display) -> RestoreError {
     RestoreError::infra(Stage::Sandbox, message.to_string())
 }
 
+/// When drcheck promotes a restored server in recovery.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Promote {
+    /// Recovery ends by itself (or never: a follower).
+    No,
+    /// As soon as it answers. A standby replaying to the archive's end, promoted, first
+    /// replays all it can still get (the archive, `pg_wal`), then ends; a replay to a
+    /// target (`recovery_target_action = pause`) takes the request where it pauses, at
+    /// the target, and ends there.
+    AtOnce,
+    /// Promotion asked for; the count of looks that found replay still paused.
+    Asked(u8),
+}
+
+impl Promote {
+    /// What to tell a server still in recovery now, if anything.
+    async fn next(self, conn: &mut PgConnection) -> Option<(&'static str, Promote)> {
+        match self {
+            Promote::No => None,
+            Promote::AtOnce => Some(("select pg_catalog.pg_promote(false)", Promote::Asked(0))),
+            // Paused at the target with the request unseen (it never should be): resumed,
+            // which ends recovery the slow way rather than never.
+            Promote::Asked(looks) => {
+                let paused = sqlx::query_scalar::<_, String>("select pg_catalog.pg_get_wal_replay_pause_state()")
+                    .fetch_one(conn)
+                    .await
+                    .is_ok_and(|s| s == "paused");
+                match (paused, looks) {
+                    (false, _) => None,
+                    (true, 0..=24) => Some(("select 1", Promote::Asked(looks + 1))),
+                    (true, _) => Some(("select pg_catalog.pg_wal_replay_resume()", Promote::Asked(0))),
+                }
+            }
+        }
+    }
+}
+
 /// Server settings of a profile, passed as `-c name=value`.
 pub(crate) fn profile_settings(profile: Profile) -> &'static [(&'static str, &'static str)] {
     match profile {
@@ -279,6 +319,7 @@ impl Sandbox {
             memory_limit: opts.memory_limit,
             keep: opts.keep_at.is_some(),
             standby: false,
+            promote: Promote::No,
             tool_limit: opts.tool_limit.clone(),
         };
         let socket_dir = tempfile::Builder::new()
@@ -499,6 +540,9 @@ impl Sandbox {
     async fn wait_ready(&mut self, timeout: Duration) -> Result<(), RestoreError> {
         let deadline = Instant::now() + timeout;
         let socket = self.socket_dir.join(format!(".s.PGSQL.{PORT}"));
+        // Once in, the same session asks again: a new one every 20 ms would be a backend
+        // forked 50 times a second beside the replay, on the replay's cores.
+        let mut session: Option<PgConnection> = None;
         loop {
             if let Some(child) = self.server.as_mut()
                 && let Ok(Some(status)) = child.try_wait()
@@ -516,14 +560,24 @@ impl Sandbox {
                     ),
                 ));
             }
-            if socket.exists()
-                && let Ok(mut conn) = PgConnection::connect_with(&self.connect_options("postgres")).await
-            {
+            if session.is_none() && socket.exists() {
+                session = PgConnection::connect_with(&self.connect_options("postgres")).await.ok();
+            }
+            if let Some(conn) = session.as_mut() {
                 // A server still in recovery (archive replay) is not yet a restored database.
                 let in_recovery: Result<bool, _> =
-                    sqlx::query_scalar("select pg_is_in_recovery()").fetch_one(&mut conn).await;
+                    sqlx::query_scalar("select pg_is_in_recovery()").fetch_one(&mut *conn).await;
                 if matches!(in_recovery, Ok(false)) || (self.standby && in_recovery.is_ok()) {
+                    if let Some(c) = session.take() {
+                        let _ = c.close().await;
+                    }
                     return Ok(());
+                }
+                if in_recovery.is_err() {
+                    session = None;
+                } else if let Some((say, then)) = self.promote.next(conn).await {
+                    let _ = sqlx::query(say).execute(&mut *conn).await;
+                    self.promote = then;
                 }
             }
             if Instant::now() > deadline {
@@ -647,6 +701,14 @@ impl Sandbox {
     pub fn discard(mut self) {
         self.keep = false;
         self.cleanup();
+    }
+
+    /// Ends recovery by promoting the server as `promote` says (PostgreSQL's fast
+    /// promotion: an end-of-recovery record, the checkpoint after it in the background —
+    /// not the immediate checkpoint, waited for, that ending archive recovery by itself
+    /// takes).
+    pub(crate) fn promote_by(&mut self, promote: Promote) {
+        self.promote = promote;
     }
 
     /// Makes this a hot standby: it is ready when it accepts connections, still

@@ -262,7 +262,13 @@ impl Repo {
             format!("--process-max={}", process_max()),
         ];
         args.extend(extra);
-        let out = if delta { self.run_to(sandbox, &args, Some(&log)).await? } else { self.run(sandbox, &args).await? };
+        // The archive's listing (what replay will need) is read while the files restore:
+        // it does not wait on them, and the server should not wait on it.
+        let restoring = async {
+            if delta { self.run_to(&*sandbox, &args, Some(&log)).await } else { self.run(&*sandbox, &args).await }
+        };
+        let (out, archived) = tokio::join!(restoring, self.archived_segments(&*sandbox, catalog));
+        let out = out?;
         let bytes_fetched = delta.then(|| fetched_by_delta(&std::fs::read_to_string(&log).unwrap_or_default()));
         if !out.ok() {
             return Err(classify(sandbox, &format!("pgbackrest restore of {}", backup.key), &out));
@@ -275,7 +281,7 @@ impl Repo {
                 format!("the catalog names no WAL range for {}", backup.key),
             ));
         };
-        let archived = self.archived_segments(sandbox, catalog).await?;
+        let archived = archived?;
         let last = match target {
             RecoveryTarget::Immediate => stop.clone(),
             _ => catalog.archive_max.clone().unwrap_or_else(|| stop.clone()),
