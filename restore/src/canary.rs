@@ -168,7 +168,7 @@ pub fn flip_row_byte<W: Write>(spool: &mut std::fs::File, out: W) -> io::Result<
 /// `backup_manifest` as a backup of the changed file would have it: the file's checksum
 /// left out (as `pg_basebackup --manifest-checksums=none` writes it; its size is the
 /// same) and the manifest's own SHA-256 computed again.
-pub fn manifest_without_checksum(manifest: &str, path: &str) -> Result<String, crate::Malformed> {
+pub fn manifest_without_checksum(manifest: &str, path: &str) -> Result<String, crate::error::Malformed> {
     let needle = format!("\"Path\": \"{path}\",");
     let mut found = false;
     let mut out = String::with_capacity(manifest.len());
@@ -285,7 +285,7 @@ pub fn start_segment_of(input: &Path, gzip: bool) -> io::Result<Option<String>> 
 /// Dates a pg_dump custom-format archive's header `at` (UTC, as drcheck reads it): a
 /// dump made again from a restored copy is as of the copy's point, not of when it was
 /// written. Only the header's `struct tm` fields change.
-pub fn set_dump_time(b: &mut [u8], at: std::time::SystemTime) -> Result<(), crate::Malformed> {
+pub fn set_dump_time(b: &mut [u8], at: std::time::SystemTime) -> Result<(), crate::error::Malformed> {
     use chrono::{Datelike as _, Timelike as _};
     if !b.starts_with(b"PGDMP") || b.len() < 11 {
         return Err("not a pg_dump custom archive (no PGDMP magic)".into());

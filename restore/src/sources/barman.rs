@@ -407,7 +407,7 @@ fn chrono_free_parse(v: &str) -> Option<SystemTime> {
 
 /// `barman-cloud-backup-list --format json` → backups (times read as UTC; the caller
 /// corrects them from `backup.info`).
-fn parse_list(json: &[u8]) -> Result<Vec<Backup>, crate::Malformed> {
+fn parse_list(json: &[u8]) -> Result<Vec<Backup>, crate::error::Malformed> {
     let v: serde_json::Value =
         serde_json::from_slice(json).map_err(|e| format!("barman-cloud-backup-list printed no JSON: {e}"))?;
     let list = v["backups_list"].as_array().ok_or("barman-cloud-backup-list: no backups_list")?;

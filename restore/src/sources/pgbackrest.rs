@@ -425,7 +425,7 @@ impl Repo {
 /// `repo-ls --output=json` of the archive `id`, each WAL file with its path in the
 /// repository as its version (a segment's name carries its SHA-1: a replaced segment
 /// has another name).
-fn parse_archive_files(json: &[u8], dir: &str) -> Result<Vec<crate::source::ArchivedFile>, crate::Malformed> {
+fn parse_archive_files(json: &[u8], dir: &str) -> Result<Vec<crate::source::ArchivedFile>, crate::error::Malformed> {
     let v: serde_json::Value =
         serde_json::from_slice(json).map_err(|e| format!("pgbackrest repo-ls printed no JSON: {e}"))?;
     let map = v.as_object().ok_or("pgbackrest repo-ls: expected a JSON object")?;
@@ -595,7 +595,7 @@ fn classify(sandbox: &impl Contained, what: &str, out: &Output) -> RestoreError 
 
 /// `repo-ls --output=json` of an archive: `0000000100000000/000000010000000000000003-<sha1>.gz`
 /// entries give the segment names; `00000002.history` the timeline histories.
-fn parse_repo_ls(json: &[u8]) -> Result<Archived, crate::Malformed> {
+fn parse_repo_ls(json: &[u8]) -> Result<Archived, crate::error::Malformed> {
     let v: serde_json::Value =
         serde_json::from_slice(json).map_err(|e| format!("pgbackrest repo-ls printed no JSON: {e}"))?;
     let map = v.as_object().ok_or("pgbackrest repo-ls: expected a JSON object")?;
@@ -637,7 +637,7 @@ fn read_verify(text: &str, integrity: &mut Integrity) {
 
 /// `pgbackrest info --output=json` for `stanza` → the catalog. A stanza pgBackRest
 /// reports in error (missing, no valid backups is fine) is an error, whatever its exit code.
-fn parse_info(json: &[u8], stanza: &str) -> Result<Catalog, crate::Malformed> {
+fn parse_info(json: &[u8], stanza: &str) -> Result<Catalog, crate::error::Malformed> {
     let v = lenient_json(json).map_err(|e| format!("pgbackrest info printed no JSON: {e}"))?;
     let s = v
         .as_array()
@@ -657,13 +657,13 @@ fn parse_info(json: &[u8], stanza: &str) -> Result<Catalog, crate::Malformed> {
             .collect();
         let status = s["status"]["message"].as_str().unwrap_or("broken");
         if said.is_empty() {
-            return Err(crate::Malformed::from(format!(
+            return Err(crate::error::Malformed::from(format!(
                 "pgbackrest reports stanza {stanza:?} as {status} (status {code})"
             )));
         }
         let said = said.join(" / ");
         let encrypted = s["cipher"].as_str().is_some_and(|c| c != "none");
-        return Err(crate::Malformed::from(format!("pgBackRest: {said}{}", info_hint(&said, encrypted))));
+        return Err(crate::error::Malformed::from(format!("pgBackRest: {said}{}", info_hint(&said, encrypted))));
     }
     let time = |t: &serde_json::Value| SystemTime::UNIX_EPOCH + Duration::from_secs(t.as_u64().unwrap_or(0));
     let text = |t: &serde_json::Value| t.as_str().map(str::to_string);

@@ -43,11 +43,13 @@ fn headers(bytes: &[u8]) -> Vec<(usize, String)> {
 /// Whether a `base.tar` whose first bytes are `head` and last bytes `tail` (the tail
 /// starting at a 512-byte boundary) is a whole one-file base backup: `Ok` says why,
 /// `Err` what is missing.
-pub fn one_tar_complete(head: &[u8], tail: &[u8]) -> Result<String, crate::Malformed> {
+pub fn one_tar_complete(head: &[u8], tail: &[u8]) -> Result<String, crate::error::Malformed> {
     let first = headers(&head[..head.len() - head.len() % BLOCK]);
-    let Some((_, name)) = first.first() else { return Err(crate::Malformed::from("its head is not a tar header")) };
+    let Some((_, name)) = first.first() else {
+        return Err(crate::error::Malformed::from("its head is not a tar header"));
+    };
     if name != "backup_label" {
-        return Err(crate::Malformed::from(format!("its first member is {name:?}, not backup_label")));
+        return Err(crate::error::Malformed::from(format!("its first member is {name:?}, not backup_label")));
     }
     let size = tar::Header::from_byte_slice(&head[..BLOCK]).size().map_err(|e| e.to_string())? as usize;
     let label = head.get(BLOCK..BLOCK + size).ok_or("its backup_label runs past what was read")?;
@@ -57,7 +59,7 @@ pub fn one_tar_complete(head: &[u8], tail: &[u8]) -> Result<String, crate::Malfo
     // The end marker: at least two zero blocks after the last member.
     let zero_end = tail.rchunks_exact(BLOCK).take_while(|b| b.iter().all(|x| *x == 0)).count();
     if zero_end < 2 {
-        return Err(crate::Malformed::from(
+        return Err(crate::error::Malformed::from(
             "it does not end with a tar's end-of-archive marker (it may still be written)",
         ));
     }
@@ -75,12 +77,12 @@ pub fn one_tar_complete(head: &[u8], tail: &[u8]) -> Result<String, crate::Malfo
         Some(w) if w[..8] == start[..8] && w >= start => Ok(format!(
             "its base.tar is whole: backup_label (from {start}), its WAL inside up to {w}, the tar's end marker"
         )),
-        Some(w) => {
-            Err(crate::Malformed::from(format!("the WAL at its end ({w}) is not the backup's own (from {start})")))
-        }
-        None => {
-            Err(crate::Malformed::from("no WAL at its end (a backup without -X fetch needs its archive or pg_wal.tar)"))
-        }
+        Some(w) => Err(crate::error::Malformed::from(format!(
+            "the WAL at its end ({w}) is not the backup's own (from {start})"
+        ))),
+        None => Err(crate::error::Malformed::from(
+            "no WAL at its end (a backup without -X fetch needs its archive or pg_wal.tar)",
+        )),
     }
 }
 
@@ -135,7 +137,7 @@ mod tests {
     const LABEL: &[u8] =
         b"START WAL LOCATION: 0/2000028 (file 000000010000000000000002)\nCHECKPOINT LOCATION: 0/2000060\n";
 
-    fn judge(t: &[u8]) -> Result<String, crate::Malformed> {
+    fn judge(t: &[u8]) -> Result<String, crate::error::Malformed> {
         let head = &t[..t.len().min(READ as usize)];
         let from = (t.len().saturating_sub(READ as usize)) / BLOCK * BLOCK;
         one_tar_complete(head, &t[from..])

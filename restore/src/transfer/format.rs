@@ -158,12 +158,12 @@ pub(crate) use crate::server::pgbin::major_of;
 
 /// Parses the header pg_dump writes at the start of a custom archive and of `toc.dat`
 /// (see `WriteHead` in PostgreSQL's `pg_backup_archiver.c`).
-pub(crate) fn parse_dump_header(b: &[u8]) -> Result<DumpHeader, crate::Malformed> {
+pub(crate) fn parse_dump_header(b: &[u8]) -> Result<DumpHeader, crate::error::Malformed> {
     if !b.starts_with(b"PGDMP") {
-        return Err(crate::Malformed::from("no PGDMP magic"));
+        return Err(crate::error::Malformed::from("no PGDMP magic"));
     }
     let mut pos = 5;
-    let mut byte = || -> Result<u8, crate::Malformed> {
+    let mut byte = || -> Result<u8, crate::error::Malformed> {
         let v = *b.get(pos).ok_or("header cut short")?;
         pos += 1;
         Ok(v)
@@ -173,9 +173,9 @@ pub(crate) fn parse_dump_header(b: &[u8]) -> Result<DumpHeader, crate::Malformed
     let _off_size = byte()?;
     let _format = byte()?;
     if !(1..=8).contains(&int_size) || vmaj != 1 || vmin < 10 {
-        return Err(crate::Malformed::from(format!("unsupported archive version {vmaj}.{vmin}.{vrev}")));
+        return Err(crate::error::Malformed::from(format!("unsupported archive version {vmaj}.{vmin}.{vrev}")));
     }
-    let read_int = |pos: &mut usize| -> Result<i64, crate::Malformed> {
+    let read_int = |pos: &mut usize| -> Result<i64, crate::error::Malformed> {
         let sign = *b.get(*pos).ok_or("header cut short")?;
         let bytes = b.get(*pos + 1..*pos + 1 + int_size).ok_or("header cut short")?;
         *pos += 1 + int_size;
@@ -201,7 +201,7 @@ pub(crate) fn parse_dump_header(b: &[u8]) -> Result<DumpHeader, crate::Malformed
         *f = read_int(&mut pos)?;
     }
     let created = tm_to_time(&tm);
-    let read_str = |pos: &mut usize| -> Result<Option<String>, crate::Malformed> {
+    let read_str = |pos: &mut usize| -> Result<Option<String>, crate::error::Malformed> {
         let len = read_int(pos)?;
         if len < 0 {
             return Ok(None);
