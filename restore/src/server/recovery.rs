@@ -39,8 +39,9 @@ pub(crate) struct Replay<'a> {
     pub standby: bool,
 }
 
-/// The spool's list of the files being fetched into it, one name per line.
-const PLANNED: &str = ".planned";
+/// The prefix of the mark of a file being fetched into the spool (`.planned-NAME`, one
+/// each): `restore_command` tests for it with the shell's own `[`, no process of its own.
+const PLANNED: &str = ".planned-";
 /// Written into the spool when a fetch failed: nothing more is waited for.
 const FAILED: &str = ".failed";
 /// The prefix of the mark recovery leaves for a file it asked for before it arrived.
@@ -71,10 +72,10 @@ where
     Fut: std::future::Future<Output = Result<(), RestoreError>>,
 {
     let Replay { spool, target, standby, .. } = replay;
-    let planned = spool.join(PLANNED);
-    write_new(&planned, &names.iter().map(|n| format!("{n}\n")).collect::<String>())?;
+    for name in &names {
+        write_new(&spool.join(format!("{PLANNED}{name}")), "")?;
+    }
     let host = sandbox.host();
-    host.give_to_server(&planned)?;
     let pace = std::sync::Mutex::new(Pace { files: names.len(), waited: 0, window: at_once.max(1) });
     let fetching = async {
         let one = |name: String| {
@@ -195,12 +196,18 @@ where
     }
 }
 
-/// Empties the spool's list of planned files: from now on a file the spool does not hold
+/// Removes the spool's marks of planned files: from now on a file the spool does not hold
 /// is one the archive does not have yet (a follower's server asks again later).
-pub(crate) fn stop_waiting(sandbox: &Sandbox, spool: &Path) -> Result<(), RestoreError> {
-    let planned = spool.join(PLANNED);
-    write_new(&planned, "")?;
-    sandbox.give_to_server(&planned)
+pub(crate) fn stop_waiting(_sandbox: &Sandbox, spool: &Path) -> Result<(), RestoreError> {
+    let entries =
+        std::fs::read_dir(spool).map_err(|e| RestoreError::infra(Stage::Fetch, format!("{}: {e}", spool.display())))?;
+    for e in entries.filter_map(Result::ok) {
+        if e.file_name().to_string_lossy().starts_with(PLANNED) {
+            std::fs::remove_file(e.path())
+                .map_err(|err| RestoreError::infra(Stage::Fetch, format!("{}: {err}", e.path().display())))?;
+        }
+    }
+    Ok(())
 }
 
 /// The major version in a data directory's `PG_VERSION`.
@@ -297,11 +304,11 @@ pub(crate) async fn start_restored(
         };
         let command = if replay.streamed {
             // A planned file not there yet is waited for (until it is, or a fetch failed).
-            sandbox.allow_server_exec(&["/usr/bin/grep", "/bin/grep", "/usr/bin/sleep", "/bin/sleep"]);
+            sandbox.allow_server_exec(&["/usr/bin/sleep", "/bin/sleep"]);
             // A file asked for before it arrived leaves a mark: recovery waited on the
             // store, and the fetch widens its window ([`start_while_fetching`]).
             format!(
-                "if grep -qxF '%f' '{spool}/{PLANNED}'; then : > '{spool}/{ASKED}%f'; [ -e '{spool}/%f' ] || : > '{spool}/{WAITED}%f'; \
+                "if [ -e '{spool}/{PLANNED}%f' ]; then : > '{spool}/{ASKED}%f'; [ -e '{spool}/%f' ] || : > '{spool}/{WAITED}%f'; \
                  until [ -e '{spool}/%f' ] || [ -e '{spool}/{FAILED}' ]; do sleep 0.02; done; fi; {copy}"
             )
         } else {
