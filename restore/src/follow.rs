@@ -146,7 +146,7 @@ impl Follower {
         let dir = sandbox.root().to_path_buf();
         let spool = recovery::spool_dir(&sandbox)?;
         // From now on a file not in the spool is one the archive does not have yet.
-        recovery::stop_waiting(&sandbox, &spool)?;
+        recovery::stop_waiting(&spool)?;
         let last_segment = spooled_segments(&spool).into_iter().max_by(|a, b| by_position(a, b));
         let state = FollowState { backup: backup.to_string(), seeded_at: rfc3339(SystemTime::now()), last_segment };
         let follower = Follower::around(sandbox, dir, spool, state, bins);

@@ -198,7 +198,7 @@ where
 
 /// Removes the spool's marks of planned files: from now on a file the spool does not hold
 /// is one the archive does not have yet (a follower's server asks again later).
-pub(crate) fn stop_waiting(_sandbox: &Sandbox, spool: &Path) -> Result<(), RestoreError> {
+pub(crate) fn stop_waiting(spool: &Path) -> Result<(), RestoreError> {
     let entries =
         std::fs::read_dir(spool).map_err(|e| RestoreError::infra(Stage::Fetch, format!("{}: {e}", spool.display())))?;
     for e in entries.filter_map(Result::ok) {

@@ -218,11 +218,11 @@ pub(crate) enum Promote {
 }
 
 impl Promote {
-    /// What to tell a server still in recovery now, if anything.
-    async fn next(self, conn: &mut PgConnection) -> Option<(&'static str, Promote)> {
+    /// What to tell a server still in recovery now, if anything, and what comes next.
+    async fn next(self, conn: &mut PgConnection) -> (Option<&'static str>, Promote) {
         match self {
-            Promote::No => None,
-            Promote::AtOnce => Some(("select pg_catalog.pg_promote(false)", Promote::Asked(0))),
+            Promote::No => (None, self),
+            Promote::AtOnce => (Some("select pg_catalog.pg_promote(false)"), Promote::Asked(0)),
             // Paused at the target with the request unseen (it never should be): resumed,
             // which ends recovery the slow way rather than never.
             Promote::Asked(looks) => {
@@ -231,9 +231,9 @@ impl Promote {
                     .await
                     .is_ok_and(|s| s == "paused");
                 match (paused, looks) {
-                    (false, _) => None,
-                    (true, 0..=24) => Some(("select 1", Promote::Asked(looks + 1))),
-                    (true, _) => Some(("select pg_catalog.pg_wal_replay_resume()", Promote::Asked(0))),
+                    (false, _) => (None, self),
+                    (true, 0..=24) => (None, Promote::Asked(looks + 1)),
+                    (true, _) => (Some("select pg_catalog.pg_wal_replay_resume()"), Promote::Asked(0)),
                 }
             }
         }
@@ -575,8 +575,11 @@ impl Sandbox {
                 }
                 if in_recovery.is_err() {
                     session = None;
-                } else if let Some((say, then)) = self.promote.next(conn).await {
-                    let _ = sqlx::query(say).execute(&mut *conn).await;
+                } else {
+                    let (say, then) = self.promote.next(conn).await;
+                    if let Some(say) = say {
+                        let _ = sqlx::query(say).execute(&mut *conn).await;
+                    }
                     self.promote = then;
                 }
             }
