@@ -174,7 +174,7 @@ pub(crate) struct RestoreInfo {
     /// Base backups: the check against `backup_manifest`, or why it was not done.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub manifest: Option<String>,
-    /// A WAL replay: what set its pace (recovery waiting on the store, or replay itself)
+    /// A WAL replay: what set its pace (recovery waiting on the store, the CPU or the disk)
     /// and how far ahead the fetch ran (issue 50).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replay: Option<String>,

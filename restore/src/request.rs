@@ -98,7 +98,8 @@ pub struct Restored {
     /// directory of its links (part of the restore).
     pub combine: Option<Duration>,
     /// A streamed WAL replay: what set its pace — the store (recovery waited for files)
-    /// or replay itself — and how far ahead the fetch ran.
+    /// or the replaying process on the CPU or waiting on the disk (its own usage, as the
+    /// server logged it) — and how far ahead the fetch ran.
     pub replay: Option<String>,
 }
 

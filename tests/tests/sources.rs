@@ -93,9 +93,16 @@ fn the_latest_pgbackrest_backup_restores_replays_its_wal_and_measures_the_recove
     let recovered = run["restore"]["recovered_to"].as_str().expect("recovered_to");
     let gap = ts(&last_commit).duration_since(ts(recovered)).unwrap_or_else(|e| e.duration());
     assert!(gap < Duration::from_secs(3), "recovered to {recovered}, the last commit was {last_commit}");
-    // What set the replay's pace is said (issue 50): the store, or replay itself.
+    // What set the replay's pace is said (issue 50): the store, the CPU or the disk, with
+    // the server's own account of the redo's CPU time.
     let replay = run["restore"]["replay"].as_str().expect("replay");
     assert!(replay.starts_with("replay ") && replay.contains("WAL") && replay.contains("fetched at once"), "{replay}");
+    assert!(
+        ["the store (fetch)", "the CPU", "the disk"].iter().any(|l| replay.contains(&format!("{l} set the pace")))
+            && replay.contains("; redo ")
+            && replay.contains(" s, of it CPU "),
+        "{replay}"
+    );
     let age = run["rpo"]["recoverable_point_age_seconds"].as_f64().expect("recoverable point age");
     let since_commit = std::time::SystemTime::now().duration_since(ts(&last_commit)).unwrap().as_secs_f64();
     assert!(

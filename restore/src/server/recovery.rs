@@ -72,11 +72,14 @@ where
     Fut: std::future::Future<Output = Result<(), RestoreError>>,
 {
     let Replay { spool, target, standby, .. } = replay;
+    let log_path = sandbox.root().join("postgres.log");
     for name in &names {
         write_new(&spool.join(format!("{PLANNED}{name}")), "")?;
     }
     let host = sandbox.host();
-    let pace = std::sync::Mutex::new(Pace { files: names.len(), waited: 0, window: at_once.max(1) });
+    let first = at_once.max(1).min(names.len());
+    let first_files: Vec<String> = names[..first].to_vec();
+    let pace = std::sync::Mutex::new(Pace { files: names.len(), waited: 0, window: at_once.max(1), usage: None });
     let fetching = async {
         let one = |name: String| {
             let part = spool.join(format!(".part-{name}"));
@@ -91,18 +94,29 @@ where
             }
         };
         let waited = |name: &str| spool.join(format!("{WAITED}{name}")).exists();
-        // Replay to a point stops somewhere in the archive: fetch only a window past where
+        // Replay to a point stops somewhere in the archive: fetch only a reach past where
         // it is. To the latest point (or consistency) every file is needed: as fast as the
-        // window allows, from before the server even starts.
+        // window allows.
         let to_a_point = !standby && !matches!(target, RecoveryTarget::Latest | RecoveryTarget::Immediate);
-        let asked = |name: &str| !to_a_point || spool.join(format!("{ASKED}{name}")).exists();
-        let done = fetch_ahead(names, at_most, &pace, waited, asked, one).await;
+        let asked = |name: &str| spool.join(format!("{ASKED}{name}")).exists();
+        let done = fetch_ahead(names, first, to_a_point, at_most, &pace, waited, asked, one).await;
         if done.is_err() {
             let _ = write_new(&spool.join(FAILED), "");
         }
         done
     };
-    let starting = start_restored(sandbox, bins, Some(Replay { spool, target, streamed: true, standby }));
+    // The server starts once the first files are whole in the spool, and nothing more is
+    // fetched until recovery asks for one: its start-up sync of the data directory (an
+    // fsync per file) would otherwise wait on every journal commit the fetch's writes
+    // and syncs bring (0.5–0.8 s against 0.1 s here, for a 1 GB pgBackRest restore).
+    let first_there = async {
+        let whole = |name: &String| spool.join(name).exists();
+        while !first_files.iter().all(whole) && !spool.join(FAILED).exists() {
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+    };
+    let starting =
+        start_restored_after(sandbox, bins, Some(Replay { spool, target, streamed: true, standby }), first_there);
     tokio::pin!(fetching, starting);
     let recovered: Result<Recovered, RestoreError> = tokio::select! {
         biased;
@@ -131,17 +145,28 @@ where
             }
         }
     };
-    let pace = *pace.lock().unwrap_or_else(|e| e.into_inner());
+    let mut pace = *pace.lock().unwrap_or_else(|e| e.into_inner());
+    let log = std::fs::read(&log_path).unwrap_or_default();
+    pace.usage = RedoUsage::of_log(&String::from_utf8_lossy(&log));
     recovered.map(|r| Recovered { pace: Some(pace), ..r })
 }
 
-/// Fetches `names` in order through `one`, never more than `pace.window` files ahead of
-/// the newest one recovery `asked` for — a bounded window into the spool: a replay to a
-/// point in time fetches (and decompresses, on the same cores as replay) at most a window
-/// past it, not the whole archive. Each time a fetched file had been `waited` for
-/// (recovery asked before it arrived), the window doubles, up to `at_most`.
+/// Fetches `names` in order through `one`, `pace.window` at once. Before recovery has
+/// `asked` for any file, only the `first` ones (the server's start-up sync runs then, and
+/// the fetch's writes would slow it); then, when `bounded` (a replay to a point), never
+/// more than `at_most` files past the newest one recovery asked for — a bounded reach
+/// into the spool: a replay to a point in time fetches (and decompresses, on the same
+/// cores as replay) at most `at_most` files past it, not the whole archive. The reach is
+/// the window's ceiling, not the window: replay takes a file far faster than one fetch
+/// brings it (35 ms against 150–300 ms for a tool's `archive-get` here), so a reach only
+/// as wide as the window had recovery wait on every few files. Each time a fetched file
+/// had been `waited` for (recovery asked before it arrived), the window doubles, up to
+/// `at_most`.
+#[allow(clippy::too_many_arguments)]
 async fn fetch_ahead<F, Fut>(
     names: Vec<String>,
+    first: usize,
+    bounded: bool,
     at_most: usize,
     pace: &std::sync::Mutex<Pace>,
     waited: impl Fn(&str) -> bool,
@@ -162,8 +187,14 @@ where
         if let Some(newest) = (reached..started).rev().find(|&i| asked(&names[i])) {
             reached = newest + 1;
         }
-        // At most a window at once, and at most a window past what recovery asked for.
-        while started < names.len() && in_flight.len() < p.window && started < reached + p.window {
+        // At most a window at once; before recovery asks for anything, the first files
+        // only; then, to a point, at most `at_most` past what recovery asked for.
+        let reach = match (reached, bounded) {
+            (0, _) => first,
+            (_, true) => at_most.max(p.window),
+            (_, false) => usize::MAX,
+        };
+        while started < names.len() && in_flight.len() < p.window && started < reached.saturating_add(reach) {
             in_flight.push_back(one(names[started].clone()));
             started += 1;
         }
@@ -225,6 +256,18 @@ pub(crate) async fn start_restored(
     sandbox: &mut Sandbox,
     bins: &crate::server::pgbin::Binaries,
     replay: Option<Replay<'_>>,
+) -> Result<Recovered, RestoreError> {
+    start_restored_after(sandbox, bins, replay, std::future::ready(())).await
+}
+
+/// [`start_restored`], the server launched only once `ready` is: everything before the
+/// launch (the backup's configuration set aside, drcheck's written, the data directory
+/// handed over, `pg_controldata`) runs meanwhile.
+pub(crate) async fn start_restored_after(
+    sandbox: &mut Sandbox,
+    bins: &crate::server::pgbin::Binaries,
+    replay: Option<Replay<'_>>,
+    ready: impl std::future::Future<Output = ()>,
 ) -> Result<Recovered, RestoreError> {
     let infra = |m: String| RestoreError::infra(Stage::Restore, m);
     let data = sandbox.data_dir().to_path_buf();
@@ -300,7 +343,9 @@ pub(crate) async fn start_restored(
             format!("[ -e '{spool}/%f' ] && cp '{spool}/%f' '%p'")
         } else {
             sandbox.allow_server_exec(&["/usr/bin/ln", "/bin/ln"]);
-            format!("ln -f '{spool}/%f' '%p' 2>/dev/null || cp '{spool}/%f' '%p'")
+            // A file the spool does not hold (recovery probes for timeline histories at
+            // its start and its end) fails in the shell itself, with no process started.
+            format!("[ -e '{spool}/%f' ] && {{ ln -f '{spool}/%f' '%p' 2>/dev/null || cp '{spool}/%f' '%p'; }}")
         };
         let command = if replay.streamed {
             // A planned file not there yet is waited for (until it is, or a fetch failed).
@@ -321,6 +366,16 @@ pub(crate) async fn start_restored(
             settings.push(("recovery_prefetch".into(), "try".into()));
         }
         settings.push(("maintenance_io_concurrency".into(), "32".into()));
+        if !replay.standby {
+            // Replay with room for the blocks it changes: with the default 128 MB every
+            // changed page soon evicts another, written out on the replay's own time
+            // (half of its system time on a pgbench archive); with more, they are written
+            // by the checkpoint after the promotion, in the background. Buffers are not
+            // durability: the production profile's RTO stays the one a real recovery
+            // sees — one tuned for it, as a DBA restoring under pressure would.
+            let buffers = recovery_buffers(sandbox.memory_limit(), available_memory());
+            settings.push(("shared_buffers".into(), format!("{}kB", buffers >> 10)));
+        }
         if replay.standby {
             // Queries see the replayed data; the primary's limits that a hot standby
             // must match are its own (pg_control says them).
@@ -364,6 +419,7 @@ pub(crate) async fn start_restored(
     // where it gives up (`Sandbox::server_blame`: its SQLSTATE), not remapped here.
     let targeted = replay.as_ref().filter(|r| matches!(r.target, RecoveryTarget::Time(_) | RecoveryTarget::Lsn(_)));
     let short = targeted.map(|r| (r.spool.to_path_buf(), r.target.clone()));
+    ready.await;
     if let Err(e) = sandbox.start_existing(bin, &settings, RECOVERY_TIMEOUT).await {
         let log = std::fs::read(sandbox.root().join("postgres.log")).unwrap_or_default();
         let log = String::from_utf8_lossy(&log);
@@ -380,6 +436,37 @@ pub(crate) async fn start_restored(
         require_password(sandbox, &hba).await?;
     }
     Ok(recovered)
+}
+
+/// The shared buffers a restore's replay gets: a quarter of each process's memory limit
+/// (every process maps them, and a backend's own work needs the rest), at most 1 GiB and
+/// an eighth of the memory the host or its cgroup has available; never less than
+/// PostgreSQL's default 128 MB.
+pub(crate) fn recovery_buffers(memory_limit: Option<u64>, available: Option<u64>) -> u64 {
+    const DEFAULT: u64 = 128 << 20;
+    let mut n: u64 = 1 << 30;
+    if let Some(limit) = memory_limit {
+        n = n.min(limit / 4);
+    }
+    if let Some(free) = available {
+        n = n.min(free / 8);
+    }
+    // Whole 8 kB pages.
+    n.max(DEFAULT) / 8192 * 8192
+}
+
+/// The memory available to drcheck's restores: the host's (`MemAvailable`) or, when less,
+/// what its cgroup (v2) still allows.
+fn available_memory() -> Option<u64> {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let host = meminfo
+        .lines()
+        .find_map(|l| l.strip_prefix("MemAvailable:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map(|kb| kb << 10)?;
+    let read = |f: &str| std::fs::read_to_string(format!("/sys/fs/cgroup/{f}")).ok()?.trim().parse::<u64>().ok();
+    let group = read("memory.max").map(|max| max.saturating_sub(read("memory.current").unwrap_or(0)));
+    Some(group.map_or(host, |g| g.min(host)))
 }
 
 /// The settings a hot standby must hold at least at the primary's values
@@ -451,22 +538,72 @@ pub(crate) struct Pace {
     pub waited: usize,
     /// The widest the window of files fetched at once grew.
     pub window: usize,
+    /// What the replaying process itself used, as the server logged it at the end of redo.
+    pub usage: Option<RedoUsage>,
 }
 
+/// The replaying (startup) process's own resource use over the redo, in milliseconds, as
+/// PostgreSQL 14+ logs it: `redo done at 0/5000100 system usage: CPU: user: 1.07 s,
+/// system: 0.25 s, elapsed: 1.60 s`. Time that is neither CPU was spent waiting: on the
+/// disk (reads of the blocks it changes) or on `restore_command` (the next file).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct RedoUsage {
+    pub user_ms: u64,
+    pub system_ms: u64,
+    pub elapsed_ms: u64,
+}
+
+impl RedoUsage {
+    /// The last `redo done … system usage` line of a server log.
+    pub(crate) fn of_log(log: &str) -> Option<RedoUsage> {
+        let line = log.lines().rev().find(|l| l.contains("redo done at") && l.contains("system usage:"))?;
+        let secs = |key: &str| -> Option<u64> {
+            let rest = &line[line.find(key)? + key.len()..];
+            let n: String = rest.trim_start().chars().take_while(|c| c.is_ascii_digit() || *c == '.').collect();
+            n.parse::<f64>().ok().map(|s| (s * 1000.0).round() as u64)
+        };
+        Some(RedoUsage { user_ms: secs("user:")?, system_ms: secs("system:")?, elapsed_ms: secs("elapsed:")? })
+    }
+
+    /// The share of the redo's time the replaying process was on a CPU.
+    fn cpu_share(&self) -> f64 {
+        (self.user_ms + self.system_ms) as f64 / self.elapsed_ms.max(1) as f64
+    }
+}
+
+/// From this share of its time on a CPU, replay was CPU-bound; below it, it mostly waited
+/// (on the disk, when it never waited for WAL).
+const CPU_BOUND: f64 = 0.6;
+
 impl Pace {
-    /// What limited replay, said for the report.
+    /// What limited replay — the store (fetch), the CPU or the disk — said for the report.
     pub(crate) fn said(&self) -> String {
-        if self.waited == 0 {
+        let usage = self.usage.map(|u| {
             format!(
-                "replay never waited for WAL ({} files, up to {} fetched at once): replay itself (CPU, disk) set the pace",
-                self.files, self.window
+                "; redo {:.2} s, of it CPU {:.2} s (user {:.2}, system {:.2}: {:.0} %)",
+                u.elapsed_ms as f64 / 1000.0,
+                (u.user_ms + u.system_ms) as f64 / 1000.0,
+                u.user_ms as f64 / 1000.0,
+                u.system_ms as f64 / 1000.0,
+                u.cpu_share() * 100.0
             )
-        } else {
-            format!(
-                "replay waited for {} of {} WAL files (up to {} fetched at once): the store set the pace",
+        });
+        let usage = usage.unwrap_or_default();
+        if self.waited > 0 {
+            return format!(
+                "replay waited for {} of {} WAL files (up to {} fetched at once): the store (fetch) set the pace{usage}",
                 self.waited, self.files, self.window
-            )
+            );
         }
+        let limit = match self.usage {
+            Some(u) if u.cpu_share() >= CPU_BOUND => "the CPU set the pace",
+            Some(_) => "the disk set the pace (replay mostly waited, never for WAL)",
+            None => "replay itself (CPU or disk: the server did not say its usage) set the pace",
+        };
+        format!(
+            "replay never waited for WAL ({} files, up to {} fetched at once): {limit}{usage}",
+            self.files, self.window
+        )
     }
 }
 
@@ -658,7 +795,41 @@ async fn recovered(sandbox: &Sandbox) -> Recovered {
 
 #[cfg(test)]
 mod tests {
-    use super::{Pace, fetch_ahead};
+    use super::{Pace, RedoUsage, fetch_ahead};
+
+    /// Issue 50: a restore's replay gets more shared buffers than the default, within the
+    /// sandbox's memory limit and what the host has.
+    #[test]
+    fn replay_buffers_stay_within_the_memory_limit_and_the_host() {
+        use super::recovery_buffers;
+        const M: u64 = 1 << 20;
+        assert_eq!(recovery_buffers(Some(2048 * M), Some(20_000 * M)), 512 * M, "a quarter of the default 2 GiB limit");
+        assert_eq!(recovery_buffers(None, Some(20_000 * M)), 1024 * M, "at most 1 GiB");
+        assert_eq!(recovery_buffers(Some(2048 * M), Some(1600 * M)), 200 * M, "an eighth of what is available");
+        assert_eq!(recovery_buffers(Some(256 * M), Some(100 * M)), 128 * M, "never below PostgreSQL's default");
+        assert_eq!(recovery_buffers(Some(2048 * M + 12345), None) % 8192, 0, "whole pages");
+    }
+
+    /// Issue 50: what limited replay — the store, the CPU or the disk — from the server's
+    /// own account of the redo (its log line), as PostgreSQL 15 writes it.
+    #[test]
+    fn replay_says_whether_the_store_the_cpu_or_the_disk_set_its_pace() {
+        let log = "2026-12-07 22:00:01.100 UTC 00000 LOG:  redo starts at 0/2000028\n\
+                   2026-12-07 22:00:02.700 UTC 00000 LOG:  redo done at 0/3E000A0 system usage: CPU: user: 1.07 s, system: 0.25 s, elapsed: 1.60 s\n";
+        let u = RedoUsage::of_log(log).expect("the line is read");
+        assert_eq!((u.user_ms, u.system_ms, u.elapsed_ms), (1070, 250, 1600));
+        assert_eq!(RedoUsage::of_log("LOG:  redo starts at 0/2000028"), None);
+        let pace = |waited, usage| Pace { files: 30, waited, window: 4, usage };
+        let cpu = pace(0, Some(u)).said();
+        assert!(cpu.contains("the CPU set the pace") && cpu.contains("CPU 1.32 s") && cpu.contains("82 %"), "{cpu}");
+        let waiting = RedoUsage { user_ms: 300, system_ms: 100, elapsed_ms: 2000 };
+        let disk = pace(0, Some(waiting)).said();
+        assert!(disk.contains("the disk set the pace"), "{disk}");
+        let store = pace(5, Some(waiting)).said();
+        assert!(store.contains("the store (fetch) set the pace") && store.contains("5 of 30"), "{store}");
+        let unsaid = pace(0, None).said();
+        assert!(unsaid.contains("did not say"), "{unsaid}");
+    }
     use drcheck_config::RecoveryTarget;
 
     /// Issue 50: the window widens only while recovery waits on the store, up to its
@@ -668,7 +839,7 @@ mod tests {
         use std::sync::atomic::{AtomicUsize, Ordering};
         let run = |waits: bool| async move {
             let (now, most) = (AtomicUsize::new(0), AtomicUsize::new(0));
-            let pace = std::sync::Mutex::new(Pace { files: 40, waited: 0, window: 2 });
+            let pace = std::sync::Mutex::new(Pace { files: 40, waited: 0, window: 2, usage: None });
             let names: Vec<String> = (0..40).map(|i| format!("{i:024X}")).collect();
             let one = |name: String| {
                 let (now, most) = (&now, &most);
@@ -680,7 +851,7 @@ mod tests {
                     Ok(name)
                 }
             };
-            fetch_ahead(names, 16, &pace, |_| waits, |_| true, one).await.unwrap();
+            fetch_ahead(names, 2, false, 16, &pace, |_| waits, |_| true, one).await.unwrap();
             let p = *pace.lock().unwrap();
             (p, most.load(Ordering::SeqCst))
         };
@@ -697,15 +868,15 @@ mod tests {
         assert!(p.said().starts_with("replay never waited for WAL"), "{}", p.said());
     }
 
-    /// Issue 50: the fetch never runs more than the window past the newest file recovery
-    /// asked for — a replay stopped at a point in time leaves the rest of the archive
+    /// Issue 50: the fetch never runs more than the window's ceiling (16) past the newest
+    /// file recovery asked for — a replay stopped at a point in time leaves the rest of the archive
     /// alone — and goes on as recovery asks for more.
     #[tokio::test]
     async fn the_fetch_stays_a_window_ahead_of_what_recovery_asked_for() {
         use std::sync::atomic::{AtomicUsize, Ordering};
         let fetched = AtomicUsize::new(0);
-        let asked_upto = AtomicUsize::new(5);
-        let pace = std::sync::Mutex::new(Pace { files: 40, waited: 0, window: 3 });
+        let asked_upto = AtomicUsize::new(0);
+        let pace = std::sync::Mutex::new(Pace { files: 40, waited: 0, window: 3, usage: None });
         let names: Vec<String> = (0..40).map(|i| format!("{i:024X}")).collect();
         let index = |name: &str| usize::from_str_radix(name, 16).unwrap();
         let one = |name: String| {
@@ -716,11 +887,15 @@ mod tests {
             }
         };
         let asked = |name: &str| index(name) < asked_upto.load(Ordering::SeqCst);
-        let fetching = fetch_ahead(names, 16, &pace, |_| false, asked, one);
+        let fetching = fetch_ahead(names, 3, true, 16, &pace, |_| false, asked, one);
         tokio::pin!(fetching);
         let stalled = tokio::time::timeout(std::time::Duration::from_millis(200), &mut fetching).await;
+        assert!(stalled.is_err(), "it waits for recovery to ask for a file");
+        assert_eq!(fetched.load(Ordering::SeqCst), 3, "before recovery asks (its start-up sync), the first files only");
+        asked_upto.store(5, Ordering::SeqCst);
+        let stalled = tokio::time::timeout(std::time::Duration::from_millis(200), &mut fetching).await;
         assert!(stalled.is_err(), "it waits for recovery to ask for more");
-        assert_eq!(fetched.load(Ordering::SeqCst), 8, "the 5 asked for and a window of 3 past them");
+        assert_eq!(fetched.load(Ordering::SeqCst), 21, "the 5 asked for and the reach of 16 past them, 3 at a time");
         // Recovery asks for everything: the fetch runs to the end.
         asked_upto.store(40, Ordering::SeqCst);
         tokio::time::timeout(std::time::Duration::from_secs(5), &mut fetching).await.unwrap().unwrap();

@@ -173,9 +173,23 @@ impl Host {
         let Some((uid, gid)) = self.owner else { return Ok(()) };
         let mut stack = vec![path.to_path_buf()];
         while let Some(p) = stack.pop() {
-            std::os::unix::fs::lchown(&p, Some(uid.as_raw()), Some(gid.as_raw()))
-                .map_err(|e| infra(format!("cannot hand {} to the sandbox user: {e}", p.display())))?;
-            if p.is_dir() && !p.is_symlink() && p != self.socket_dir && p != self.root {
+            use std::os::unix::fs::MetadataExt;
+            let meta = std::fs::symlink_metadata(&p).map_err(|e| infra(format!("{}: {e}", p.display())))?;
+            // A file the sandbox user already owns (one a contained tool wrote) is left
+            // alone: a chown, even to the same owner, dirties the inode, which the
+            // server's start-up sync then writes (fsync of 1,280 files: 0.079 s clean,
+            // 0.105 s after such a chown, here).
+            if (meta.uid(), meta.gid()) != (uid.as_raw(), gid.as_raw()) {
+                std::os::unix::fs::lchown(&p, Some(uid.as_raw()), Some(gid.as_raw()))
+                    .map_err(|e| infra(format!("cannot hand {} to the sandbox user: {e}", p.display())))?;
+            } else if meta.is_file() && meta.mode() & 0o6000 != 0 {
+                // What the chown did on the way for such a file: never set-user-ID or
+                // set-group-ID (a tool restores the modes a backup's manifest says).
+                use std::os::unix::fs::PermissionsExt;
+                std::fs::set_permissions(&p, std::fs::Permissions::from_mode(meta.mode() & 0o1777))
+                    .map_err(|e| infra(format!("cannot clear {}'s set-id bits: {e}", p.display())))?;
+            }
+            if meta.is_dir() && p != self.socket_dir && p != self.root {
                 for e in std::fs::read_dir(&p).map_err(|e| infra(format!("{}: {e}", p.display())))? {
                     stack.push(e.map_err(|e| infra(e.to_string()))?.path());
                 }
@@ -712,6 +726,11 @@ impl Sandbox {
     /// takes).
     pub(crate) fn promote_by(&mut self, promote: Promote) {
         self.promote = promote;
+    }
+
+    /// The address space each of the server's processes may use (`[sandbox] memory_limit`).
+    pub(crate) fn memory_limit(&self) -> Option<u64> {
+        self.memory_limit
     }
 
     /// Makes this a hot standby: it is ready when it accepts connections, still

@@ -387,7 +387,7 @@ pub(crate) fn plan_segments(start: &str, stop: &str, last: &str, archived: &Arch
 /// ([`recovery::start_while_fetching`]). Returns the recovered point.
 /// The tool's WAL fetches (`archive-get`, `barman-cloud-wal-restore`: a process each)
 /// running at once to begin with, and at most — the window widens while recovery waits.
-const TOOL_WAL_AT_ONCE: usize = 4;
+pub(crate) const TOOL_WAL_AT_ONCE: usize = 4;
 const TOOL_WAL_AT_MOST: usize = 16;
 
 pub(crate) async fn replay_plan<F, Fut>(

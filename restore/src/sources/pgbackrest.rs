@@ -14,6 +14,7 @@
 //! a repository it reports as broken): the JSON's status is read.
 
 use crate::error::{Blame, RestoreError, Stage, StoreError};
+use crate::server::recovery;
 use crate::server::sandbox::{Contained, Host, Sandbox};
 use crate::source::{Archive, Repository, ToolRestored};
 use crate::sources::delegate::{self, Archived, Integrity, Output, Tool, plan_segments};
@@ -262,17 +263,6 @@ impl Repo {
             format!("--process-max={}", process_max()),
         ];
         args.extend(extra);
-        // The archive's listing (what replay will need) is read while the files restore:
-        // it does not wait on them, and the server should not wait on it.
-        let restoring = async {
-            if delta { self.run_to(&*sandbox, &args, Some(&log)).await } else { self.run(&*sandbox, &args).await }
-        };
-        let (out, archived) = tokio::join!(restoring, self.archived_segments(&*sandbox, catalog));
-        let out = out?;
-        let bytes_fetched = delta.then(|| fetched_by_delta(&std::fs::read_to_string(&log).unwrap_or_default()));
-        if !out.ok() {
-            return Err(classify(sandbox, &format!("pgbackrest restore of {}", backup.key), &out));
-        }
         let wal_start = backup.catalog.as_ref().and_then(|c| c.wal_start.clone());
         let wal_stop = backup.catalog.as_ref().and_then(|c| c.wal_stop.clone());
         let (Some(start), Some(stop)) = (wal_start, wal_stop) else {
@@ -281,11 +271,38 @@ impl Repo {
                 format!("the catalog names no WAL range for {}", backup.key),
             ));
         };
-        let archived = archived?;
         let last = match target {
             RecoveryTarget::Immediate => stop.clone(),
             _ => catalog.archive_max.clone().unwrap_or_else(|| stop.clone()),
         };
+        let spool = recovery::spool_dir(sandbox)?;
+        // The archive's listing (what replay will need) is read while the files restore,
+        // and the first files replay will ask for are fetched then too: neither waits on
+        // the files, and the server does not wait on them.
+        let restoring = async {
+            if delta { self.run_to(&*sandbox, &args, Some(&log)).await } else { self.run(&*sandbox, &args).await }
+        };
+        let ahead = async {
+            let (archived, paths) = self.archive_listing(&*sandbox, catalog).await?;
+            let mut prefetched = std::collections::HashSet::new();
+            if let (Ok(plan), Some(id)) = (plan_segments(&start, &stop, &last, &archived), &catalog.archive_id) {
+                let first =
+                    plan.segments.iter().take(delegate::TOOL_WAL_AT_ONCE).filter_map(|n| Some((n, paths.get(n)?)));
+                let fetched = futures::future::join_all(
+                    first.map(|(name, path)| self.prefetch_segment(&*sandbox, id, &spool, name, path)),
+                )
+                .await;
+                prefetched.extend(fetched.into_iter().flatten());
+            }
+            Ok::<_, RestoreError>((archived, prefetched))
+        };
+        let (out, ahead) = tokio::join!(restoring, ahead);
+        let out = out?;
+        let bytes_fetched = delta.then(|| fetched_by_delta(&std::fs::read_to_string(&log).unwrap_or_default()));
+        if !out.ok() {
+            return Err(classify(sandbox, &format!("pgbackrest restore of {}", backup.key), &out));
+        }
+        let (archived, prefetched) = ahead?;
         let plan = plan_segments(&start, &stop, &last, &archived).map_err(|missing| {
             RestoreError::bad(
                 Stage::Fetch,
@@ -300,11 +317,17 @@ impl Repo {
         }
         let n = plan.segments.len();
         let fetched_in = began.elapsed();
-        let recovered =
-            delegate::replay_plan(sandbox, bins, target, &archived, &plan, standby, |host, name, part| async move {
-                self.fetch_wal(&host, &part, &name).await
-            })
-            .await?;
+        let recovered = delegate::replay_plan(sandbox, bins, target, &archived, &plan, standby, |host, name, part| {
+            let early = prefetched.contains(&name).then(|| spool.join(format!("{PREFETCHED}{name}")));
+            async move {
+                match early {
+                    Some(early) => std::fs::rename(&early, &part)
+                        .map_err(|e| RestoreError::infra(Stage::Fetch, format!("spooling {name}: {e}"))),
+                    None => self.fetch_wal(&host, &part, &name).await,
+                }
+            }
+        })
+        .await?;
         tracing::info!(segments = n, backup = %backup.key, "archived WAL replayed as it was fetched");
         Ok(ToolRestored {
             recovered_to: recovered.recovered_to,
@@ -379,18 +402,7 @@ impl Repo {
         sandbox: &impl Contained,
         id: &str,
     ) -> Result<std::collections::BTreeMap<String, String>, RestoreError> {
-        let listing = self.list_archive(sandbox, id).await?;
-        let v: serde_json::Value = serde_json::from_slice(&listing)
-            .map_err(|e| RestoreError::infra(Stage::Fetch, format!("pgbackrest repo-ls printed no JSON: {e}")))?;
-        let mut files = std::collections::BTreeMap::new();
-        for (path, info) in v.as_object().into_iter().flatten() {
-            let name = path.rsplit('/').next().unwrap_or(path);
-            let segment = name.get(..24).filter(|s| s.chars().all(|c| c.is_ascii_hexdigit()));
-            if let (Some(segment), true) = (segment, info["type"] == "file" && name[24..].starts_with('-')) {
-                files.insert(segment.to_ascii_uppercase(), path.clone());
-            }
-        }
-        Ok(files)
+        segment_paths(&self.list_archive(sandbox, id).await?)
     }
 
     /// `repo-ls --recurse --output=json` of the archive `id`: its JSON.
@@ -402,6 +414,59 @@ impl Repo {
             return Err(classify(sandbox, "pgbackrest repo-ls of the WAL archive", &out));
         }
         Ok(out.stdout)
+    }
+
+    /// The stanza's current archive, listed once: its WAL files, and each segment's path
+    /// in the repository.
+    async fn archive_listing(
+        &self,
+        sandbox: &impl Contained,
+        catalog: &Catalog,
+    ) -> Result<(Archived, std::collections::BTreeMap<String, String>), RestoreError> {
+        let Some(id) = &catalog.archive_id else { return Ok(Default::default()) };
+        let listing = self.list_archive(sandbox, id).await?;
+        let archived = parse_repo_ls(&listing).map_err(|m| RestoreError::infra(Stage::Fetch, m))?;
+        Ok((archived, segment_paths(&listing)?))
+    }
+
+    /// Fetches segment `name` (at `path` in the archive `id`) into the spool as
+    /// `.prefetched-NAME` while the files restore, before there is a `pg_control` for
+    /// `archive-get`: `repo-get` (decrypted, still compressed), decompressed by drcheck —
+    /// what `archive-get` does, no more (replay checks every record's CRC and every page's
+    /// address, as it does for what `archive-get` brings). Returns the name when it is
+    /// there; anything else (bzip2, a failure) is left to `archive-get`, which says why.
+    async fn prefetch_segment(
+        &self,
+        sandbox: &Sandbox,
+        id: &str,
+        spool: &Path,
+        name: &str,
+        path: &str,
+    ) -> Option<String> {
+        let file = format!("archive/{}/{id}/{path}", self.stanza);
+        let base = path.rsplit('/').next().unwrap_or(path);
+        let ext = base.get(65..)?;
+        if !matches!(ext, "" | ".gz" | ".zst" | ".lz4") {
+            return None;
+        }
+        let raw = spool.join(format!(".prefetch-{name}.repo"));
+        let part = spool.join(format!(".prefetch-{name}"));
+        let done = async {
+            let out = self.run_to(sandbox, &["repo-get".into(), file.clone()], Some(&raw)).await.ok()?;
+            let empty = std::fs::metadata(&raw).map(|m| m.len() == 0).unwrap_or(true);
+            if !out.ok() || empty {
+                return None;
+            }
+            crate::sources::physical::decompress_file(&raw, &part, &file).await.ok()?;
+            std::fs::rename(&part, spool.join(format!("{PREFETCHED}{name}"))).ok()
+        }
+        .await;
+        let _ = std::fs::remove_file(&raw);
+        if done.is_none() {
+            let _ = std::fs::remove_file(&part);
+            tracing::debug!(segment = name, "not fetched ahead of the restore: left to archive-get");
+        }
+        done.map(|()| name.to_string())
     }
 
     /// `pgbackrest archive-get NAME` into `dest`.
@@ -595,6 +660,25 @@ fn classify(sandbox: &impl Contained, what: &str, out: &Output) -> RestoreError 
 
 /// `repo-ls --output=json` of an archive: `0000000100000000/000000010000000000000003-<sha1>.gz`
 /// entries give the segment names; `00000002.history` the timeline histories.
+/// Where a segment fetched ahead of the restore waits in the spool.
+const PREFETCHED: &str = ".prefetched-";
+
+/// Each segment of a `repo-ls --recurse --output=json` listing with its path in the
+/// archive (`0000000100000000/000000010000000000000003-<sha1>.gz`).
+fn segment_paths(json: &[u8]) -> Result<std::collections::BTreeMap<String, String>, RestoreError> {
+    let v: serde_json::Value = serde_json::from_slice(json)
+        .map_err(|e| RestoreError::infra(Stage::Fetch, format!("pgbackrest repo-ls printed no JSON: {e}")))?;
+    let mut files = std::collections::BTreeMap::new();
+    for (path, info) in v.as_object().into_iter().flatten() {
+        let name = path.rsplit('/').next().unwrap_or(path);
+        let segment = name.get(..24).filter(|s| s.chars().all(|c| c.is_ascii_hexdigit()));
+        if let (Some(segment), true) = (segment, info["type"] == "file" && name[24..].starts_with('-')) {
+            files.insert(segment.to_ascii_uppercase(), path.clone());
+        }
+    }
+    Ok(files)
+}
+
 fn parse_repo_ls(json: &[u8]) -> Result<Archived, crate::error::Malformed> {
     let v: serde_json::Value =
         serde_json::from_slice(json).map_err(|e| format!("pgbackrest repo-ls printed no JSON: {e}"))?;
