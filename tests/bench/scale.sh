@@ -23,7 +23,8 @@
 #
 # DRCHECK_BIN runs that binary instead of building target/release/drcheck. BENCH_DIR
 # (default /var/tmp/drcheck-bench) keeps the generated clusters between runs;
-# BENCH_FRESH=1 regenerates them. BENCH_SKIP_PGBR=1 skips part 4.
+# BENCH_FRESH=1 regenerates them. BENCH_SKIP_PGBR=1 skips part 4; BENCH_ONLY_COPY=1 stops after
+# part 1 and the file copy's comparison with tar -xf.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 . tests/bench/lib.sh
@@ -195,6 +196,7 @@ if ri.get("write_bps"):
     print(f"ratio drcheck's file copy / tar -xf (write rate) {ri['write_bps'] / rate:.2f} (target >= 1.0) {'met' if ri['write_bps'] >= rate else 'MISSED'}")
 PY
 
+[ -n "${BENCH_ONLY_COPY:-}" ] && exit 0
 # 2. A day of following.
 "$drcheck" --config "$work/follow.toml" daemon --target big 2>"$work/daemon.log" &
 dpid=$!; pids+=($dpid)
