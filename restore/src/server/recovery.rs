@@ -597,7 +597,9 @@ impl Pace {
         }
         let limit = match self.usage {
             Some(u) if u.cpu_share() >= CPU_BOUND => "the CPU set the pace",
-            Some(_) => "the disk set the pace (replay mostly waited, never for WAL)",
+            Some(_) => {
+                "the disk set the pace (replay mostly waited — on the disk and on restore_command — never for WAL)"
+            }
             None => "replay itself (CPU or disk: the server did not say its usage) set the pace",
         };
         format!(

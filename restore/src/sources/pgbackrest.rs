@@ -277,8 +277,9 @@ impl Repo {
         };
         let spool = recovery::spool_dir(sandbox)?;
         // The archive's listing (what replay will need) is read while the files restore,
-        // and the first files replay will ask for are fetched then too: neither waits on
-        // the files, and the server does not wait on them.
+        // and the first files replay will ask for are fetched then too (two windows: to a
+        // point in time here, replay then never waited; one window left it waiting on 1–2
+        // files): neither waits on the files, and the server does not wait on them.
         let restoring = async {
             if delta { self.run_to(&*sandbox, &args, Some(&log)).await } else { self.run(&*sandbox, &args).await }
         };
@@ -287,7 +288,7 @@ impl Repo {
             let mut prefetched = std::collections::HashSet::new();
             if let (Ok(plan), Some(id)) = (plan_segments(&start, &stop, &last, &archived), &catalog.archive_id) {
                 let first =
-                    plan.segments.iter().take(delegate::TOOL_WAL_AT_ONCE).filter_map(|n| Some((n, paths.get(n)?)));
+                    plan.segments.iter().take(2 * delegate::TOOL_WAL_AT_ONCE).filter_map(|n| Some((n, paths.get(n)?)));
                 let fetched = futures::future::join_all(
                     first.map(|(name, path)| self.prefetch_segment(&*sandbox, id, &spool, name, path)),
                 )
