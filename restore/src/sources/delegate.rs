@@ -170,7 +170,7 @@ pub(crate) async fn run_to(
     // `output()` would capture stdout whatever is set: spawn, and wait for the rest.
     let stdout = match stdout_file {
         Some(path) => std::process::Stdio::from(
-            std::fs::File::create(path).map_err(|e| infra(format!("{}: {e}", path.display())))?,
+            crate::transfer::stream::create_no_follow(path).map_err(|e| infra(format!("{}: {e}", path.display())))?,
         ),
         None => std::process::Stdio::piped(),
     };

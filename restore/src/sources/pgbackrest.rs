@@ -382,14 +382,7 @@ impl Repo {
         crate::server::reach::newest(sandbox, bins, names, |name, path| {
             let file = format!("archive/{}/{id}/{}", self.stanza, files[&name]);
             async move {
-                let raw = path.with_extension("repo");
-                let out = self.run_to(sandbox, &["repo-get".into(), file.clone()], Some(&raw)).await?;
-                let empty = std::fs::metadata(&raw).map(|m| m.len() == 0).unwrap_or(true);
-                if !out.ok() || empty {
-                    return Err(classify(sandbox, &format!("pgbackrest repo-get {file}"), &out));
-                }
-                crate::sources::physical::decompress_file(&raw, &path, &file).await?;
-                let _ = std::fs::remove_file(&raw);
+                self.repo_get_wal(sandbox, &file, &path).await?;
                 sandbox.give_to_server(&path)
             }
         })
@@ -430,6 +423,24 @@ impl Repo {
         Ok((archived, segment_paths(&listing)?))
     }
 
+    /// `repo-get` of the archived WAL file `file` (decrypted, still compressed: next to
+    /// `dest`), decompressed into `dest` — for when there is no `pg_control` for
+    /// `archive-get`.
+    async fn repo_get_wal(&self, sandbox: &impl Contained, file: &str, dest: &Path) -> Result<(), RestoreError> {
+        let raw = dest.with_extension("repo");
+        let done = async {
+            let out = self.run_to(sandbox, &["repo-get".into(), file.to_string()], Some(&raw)).await?;
+            let empty = std::fs::metadata(&raw).map(|m| m.len() == 0).unwrap_or(true);
+            if !out.ok() || empty {
+                return Err(classify(sandbox, &format!("pgbackrest repo-get {file}"), &out));
+            }
+            crate::sources::physical::decompress_file(&raw, dest, file).await
+        }
+        .await;
+        let _ = std::fs::remove_file(&raw);
+        done
+    }
+
     /// Fetches segment `name` (at `path` in the archive `id`) into the spool as
     /// `.prefetched-NAME` while the files restore, before there is a `pg_control` for
     /// `archive-get`: `repo-get` (decrypted, still compressed), decompressed by drcheck —
@@ -450,19 +461,11 @@ impl Repo {
         if !matches!(ext, "" | ".gz" | ".zst" | ".lz4") {
             return None;
         }
-        let raw = spool.join(format!(".prefetch-{name}.repo"));
         let part = spool.join(format!(".prefetch-{name}"));
-        let done = async {
-            let out = self.run_to(sandbox, &["repo-get".into(), file.clone()], Some(&raw)).await.ok()?;
-            let empty = std::fs::metadata(&raw).map(|m| m.len() == 0).unwrap_or(true);
-            if !out.ok() || empty {
-                return None;
-            }
-            crate::sources::physical::decompress_file(&raw, &part, &file).await.ok()?;
-            std::fs::rename(&part, spool.join(format!("{PREFETCHED}{name}"))).ok()
-        }
-        .await;
-        let _ = std::fs::remove_file(&raw);
+        let done = match self.repo_get_wal(sandbox, &file, &part).await {
+            Ok(()) => std::fs::rename(&part, spool.join(format!("{PREFETCHED}{name}"))).ok(),
+            Err(_) => None,
+        };
         if done.is_none() {
             let _ = std::fs::remove_file(&part);
             tracing::debug!(segment = name, "not fetched ahead of the restore: left to archive-get");
@@ -659,8 +662,6 @@ fn classify(sandbox: &impl Contained, what: &str, out: &Output) -> RestoreError 
     delegate::judged(sandbox, what, out, blame)
 }
 
-/// `repo-ls --output=json` of an archive: `0000000100000000/000000010000000000000003-<sha1>.gz`
-/// entries give the segment names; `00000002.history` the timeline histories.
 /// Where a segment fetched ahead of the restore waits in the spool.
 const PREFETCHED: &str = ".prefetched-";
 
@@ -680,6 +681,8 @@ fn segment_paths(json: &[u8]) -> Result<std::collections::BTreeMap<String, Strin
     Ok(files)
 }
 
+/// `repo-ls --output=json` of an archive: `0000000100000000/000000010000000000000003-<sha1>.gz`
+/// entries give the segment names; `00000002.history` the timeline histories.
 fn parse_repo_ls(json: &[u8]) -> Result<Archived, crate::error::Malformed> {
     let v: serde_json::Value =
         serde_json::from_slice(json).map_err(|e| format!("pgbackrest repo-ls printed no JSON: {e}"))?;

@@ -188,13 +188,22 @@ pub(crate) async fn stage_to_file(
     store: &str,
 ) -> Result<u64, RestoreError> {
     let staging = |e: io::Error| RestoreError::infra(Stage::Fetch, format!("staging to {}: {e}", path.display()));
-    let mut file = tokio::fs::File::create(path).await.map_err(staging)?;
+    let mut file = tokio::fs::File::from_std(create_no_follow(path).map_err(staging)?);
     file.write_all(&head).await.map_err(staging)?;
     let n = copy_in_blocks(reader, &mut file).await.map_err(|e| match e {
         Copy::Read(e) => read_error(store, e),
         Copy::Write(e) => staging(e),
     })?;
     Ok(head.len() as u64 + n)
+}
+
+/// Creates (or truncates) `path` for drcheck to write, refusing a symbolic link in its
+/// place: in a WAL spool the running server may write (its marks), or a directory a
+/// contained tool writes, a link planted there would have drcheck — root — write the
+/// backup's bytes wherever it points.
+pub(crate) fn create_no_follow(path: &Path) -> io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new().write(true).create(true).truncate(true).custom_flags(nix::libc::O_NOFOLLOW).open(path)
 }
 
 /// Which side of a copy failed.
@@ -404,5 +413,31 @@ impl AsyncRead for Bounded {
             }
         }
         r
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// A link planted where drcheck stages a file (a spool the server writes its marks
+    /// in) is refused, and what it points at is left as it was.
+    #[tokio::test]
+    async fn staging_never_writes_through_a_planted_link() {
+        let dir = tempfile::tempdir().unwrap();
+        let outside = dir.path().join("outside");
+        std::fs::write(&outside, "kept").unwrap();
+        let planted = dir.path().join(".part-000000010000000000000003");
+        std::os::unix::fs::symlink(&outside, &planted).unwrap();
+        let reader: crate::store::BackupReader = Box::pin(std::io::Cursor::new(b"the backup's bytes".to_vec()));
+        let staged = super::stage_to_file(Vec::new(), reader, &planted, "test").await;
+        assert!(staged.is_err(), "staged through a link: {staged:?}");
+        assert_eq!(std::fs::read_to_string(&outside).unwrap(), "kept");
+        assert!(super::create_no_follow(&planted).is_err());
+        assert_eq!(std::fs::read_to_string(&outside).unwrap(), "kept");
+        // A file of its own is created (and truncated) as before.
+        let own = dir.path().join("own");
+        std::fs::write(&own, "longer than what follows").unwrap();
+        let reader: crate::store::BackupReader = Box::pin(std::io::Cursor::new(b"new".to_vec()));
+        super::stage_to_file(Vec::new(), reader, &own, "test").await.unwrap();
+        assert_eq!(std::fs::read_to_string(&own).unwrap(), "new");
     }
 }
